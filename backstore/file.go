@@ -1,0 +1,288 @@
+package backstore
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// FileOptions says how to open a regular file as a backstore.
+type FileOptions struct {
+	// Size is the capacity in bytes of a file that does not exist yet; OpenFile creates it
+	// sparse (no block allocated) with this size. It must be a positive multiple of
+	// LogicalBlockSize. An existing file keeps its own size and Size is ignored.
+	Size int64
+	// Create allows OpenFile to create the file when it does not exist. Without it a missing
+	// file is an error, so that a typo in a path cannot silently export an empty disk.
+	Create bool
+	// ReadOnly opens the file for reading only: writes, Unmap and WriteZeroes fail with EROFS.
+	ReadOnly bool
+	// LogicalBlockSize is the SCSI block size in bytes: a power of two from 512 to 65536.
+	// 0 means 512.
+	LogicalBlockSize uint32
+	// PhysicalBlockSize is advertised as the preferred I/O unit: LogicalBlockSize times a power
+	// of two. 0 means LogicalBlockSize.
+	PhysicalBlockSize uint32
+	// Direct opens the file a second time with O_DIRECT and sends every suitably aligned
+	// transfer through it, bypassing the page cache. The initiator has its own cache, so a
+	// second one in the target only costs memory and a copy.
+	Direct bool
+}
+
+// File is a backstore on a regular file. Holes in a sparse file read back as zeroes, and
+// Unmap punches holes, so thin provisioning costs nothing.
+type File struct {
+	fdStore
+
+	// fallocate is unix.Fallocate; tests replace it to reach the fallbacks for filesystems
+	// without FALLOC_FL_ZERO_RANGE or FALLOC_FL_PUNCH_HOLE.
+	fallocate func(fd int, mode uint32, off, length int64) error
+}
+
+var _ Backstore = (*File)(nil)
+
+// OpenFile opens (and with opts.Create, creates) the regular file at path as a backstore.
+// The capacity is the file's size rounded down to a whole number of logical blocks.
+func OpenFile(path string, opts FileOptions) (*File, error) {
+	lbs := opts.LogicalBlockSize
+	if lbs == 0 {
+		lbs = 512
+	}
+	if !validBlockSize(lbs) {
+		return nil, fmt.Errorf("backstore %s: logical block size %d is not a power of two from 512 to 65536", path, lbs)
+	}
+	pbs := opts.PhysicalBlockSize
+	if pbs == 0 {
+		pbs = lbs
+	}
+	if pbs < lbs || pbs&(pbs-1) != 0 {
+		return nil, fmt.Errorf("backstore %s: physical block size %d is not a power-of-two multiple of the logical block size %d", path, pbs, lbs)
+	}
+
+	// Stat before opening: opening a FIFO would block, and a block device has its own type.
+	var st unix.Stat_t
+	err := unix.Stat(path, &st)
+	switch {
+	case err == nil:
+		if err := checkRegular(path, st.Mode); err != nil {
+			return nil, err
+		}
+	case err == unix.ENOENT && opts.Create:
+	default:
+		return nil, fmt.Errorf("backstore %s: %w", path, err)
+	}
+
+	flags := unix.O_RDWR
+	if opts.ReadOnly {
+		flags = unix.O_RDONLY
+	}
+	fd, created, err := openOrCreate(path, flags, opts)
+	if err != nil {
+		return nil, err
+	}
+	f := &File{fallocate: unix.Fallocate}
+	f.fdStore = fdStore{path: path, fd: fd, dfd: -1, lbs: lbs, pbs: pbs, readOnly: opts.ReadOnly}
+	fail := func(err error) (*File, error) {
+		unix.Close(fd)
+		if f.dfd >= 0 {
+			unix.Close(f.dfd)
+		}
+		if created {
+			unix.Unlink(path)
+		}
+		return nil, err
+	}
+
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fail(fmt.Errorf("backstore %s: %w", path, err))
+	}
+	if err := checkRegular(path, st.Mode); err != nil {
+		return fail(err)
+	}
+	size := st.Size - st.Size%int64(lbs)
+	if size <= 0 {
+		return fail(fmt.Errorf("backstore %s: size %d is less than one %d-byte block", path, st.Size, lbs))
+	}
+	f.size.Store(size)
+
+	if opts.Direct {
+		mem, off, ok, err := dioAlignment(fd, 512, 512)
+		if err != nil {
+			return fail(fmt.Errorf("backstore %s: statx: %w", path, err))
+		}
+		if !ok {
+			return fail(fmt.Errorf("backstore %s: the filesystem does not support O_DIRECT", path))
+		}
+		if lbs < off {
+			return fail(fmt.Errorf("backstore %s: logical block size %d is smaller than the O_DIRECT alignment %d of the filesystem", path, lbs, off))
+		}
+		f.dfd, err = reopen(path, fd, flags|unix.O_DIRECT)
+		if err != nil {
+			return fail(fmt.Errorf("backstore %s: open with O_DIRECT: %w", path, err))
+		}
+		f.memAlign, f.offAlign = uintptr(mem), int64(off)
+	}
+	return f, nil
+}
+
+// openOrCreate opens path, creating it when allowed. A new file is made under a temporary
+// name, given its size and only then linked to path, so that a concurrent opener never sees
+// it empty; losing the race to another creator just opens the file the other made.
+func openOrCreate(path string, flags int, opts FileOptions) (fd int, created bool, err error) {
+	for {
+		fd, err = openRetry(path, flags, 0)
+		if err == nil {
+			return fd, false, nil
+		}
+		if err != unix.ENOENT || !opts.Create {
+			return -1, false, fmt.Errorf("backstore %s: open: %w", path, err)
+		}
+		if opts.ReadOnly {
+			return -1, false, fmt.Errorf("backstore %s: cannot create a file that is to be opened read-only: %w", path, err)
+		}
+		lbs := int64(opts.LogicalBlockSize)
+		if lbs == 0 {
+			lbs = 512
+		}
+		if opts.Size <= 0 || opts.Size%lbs != 0 {
+			return -1, false, fmt.Errorf("backstore %s: size %d for a new file is not a positive multiple of the %d-byte block", path, opts.Size, lbs)
+		}
+		fd, err = createSized(path, flags, opts.Size)
+		if err == nil {
+			return fd, true, nil
+		}
+		if err != unix.EEXIST {
+			return -1, false, fmt.Errorf("backstore %s: create: %w", path, err)
+		}
+	}
+}
+
+var tmpSeq atomic.Uint64
+
+// createSized creates a sparse file of size bytes at path, or fails with EEXIST when path
+// exists. The file is made under a temporary name in the same directory and hard-linked into
+// place; link(2) never replaces an existing name.
+func createSized(path string, flags int, size int64) (int, error) {
+	dir, base := filepath.Split(path)
+	var tmp string
+	var fd int
+	for {
+		tmp = filepath.Join(dir, fmt.Sprintf(".%s.%d.%d.tmp", base, os.Getpid(), tmpSeq.Add(1)))
+		var err error
+		fd, err = openRetry(tmp, flags|unix.O_CREAT|unix.O_EXCL, 0o600)
+		if err == nil {
+			break
+		}
+		if err != unix.EEXIST {
+			return -1, err
+		}
+	}
+	defer unix.Unlink(tmp)
+	if err := unix.Ftruncate(fd, size); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("set size %d: %w", size, err)
+	}
+	err := unix.Link(tmp, path)
+	if err == nil {
+		return fd, nil
+	}
+	unix.Close(fd)
+	if err != unix.EPERM && err != unix.EOPNOTSUPP {
+		return -1, err
+	}
+	// A filesystem without hard links (vfat, some FUSE): create in place. A concurrent opener
+	// may then see the file empty for a moment, and refuses it as smaller than a block.
+	fd, err = openRetry(path, flags|unix.O_CREAT|unix.O_EXCL, 0o600)
+	if err != nil {
+		return -1, err
+	}
+	if err := unix.Ftruncate(fd, size); err != nil {
+		unix.Close(fd)
+		unix.Unlink(path)
+		return -1, fmt.Errorf("set size %d: %w", size, err)
+	}
+	return fd, nil
+}
+
+func checkRegular(path string, mode uint32) error {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return nil
+	case unix.S_IFBLK:
+		return fmt.Errorf("backstore %s: is a block device; use the block backstore", path)
+	default:
+		return fmt.Errorf("backstore %s: not a regular file (mode %#o)", path, mode&unix.S_IFMT)
+	}
+}
+
+// Unmap punches a hole: the filesystem frees the blocks and the range reads back as zeroes.
+// On a filesystem that cannot punch holes it writes zeroes, to keep the UnmapZeroes promise.
+func (f *File) Unmap(off, length int64) error {
+	ok, err := f.prepareRangeOp("unmap", off, length)
+	if !ok {
+		return err
+	}
+	defer f.mu.RUnlock()
+	if length == 0 {
+		return nil
+	}
+	err = f.fallocate(f.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, length)
+	if errors.Is(err, unix.EOPNOTSUPP) {
+		err = f.writeZeroesByWriting(off, length)
+	}
+	if err != nil {
+		return f.opError("unmap", off, err)
+	}
+	return nil
+}
+
+// WriteZeroes zeroes the range with FALLOC_FL_ZERO_RANGE, which keeps the blocks allocated
+// (as unwritten extents: no data is written), so that later writes to the range cannot run
+// out of space. Filesystems without it (tmpfs) punch a hole instead, and those without either
+// get zeroes written.
+func (f *File) WriteZeroes(off, length int64) error {
+	ok, err := f.prepareRangeOp("write zeroes", off, length)
+	if !ok {
+		return err
+	}
+	defer f.mu.RUnlock()
+	if length == 0 {
+		return nil
+	}
+	err = f.fallocate(f.fd, unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, length)
+	if errors.Is(err, unix.EOPNOTSUPP) {
+		err = f.fallocate(f.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, length)
+	}
+	if errors.Is(err, unix.EOPNOTSUPP) {
+		err = f.writeZeroesByWriting(off, length)
+	}
+	if err != nil {
+		return f.opError("write zeroes", off, err)
+	}
+	return nil
+}
+
+// Refresh stats the file again, so that a resize made outside the daemon (truncate, a VM image
+// tool) becomes the new capacity.
+func (f *File) Refresh() (int64, error) {
+	if !f.acquire() {
+		return 0, fmt.Errorf("backstore %s: refresh: %w", f.path, ErrClosed)
+	}
+	defer f.mu.RUnlock()
+	var st unix.Stat_t
+	if err := unix.Fstat(f.fd, &st); err != nil {
+		return f.size.Load(), fmt.Errorf("backstore %s: refresh: %w", f.path, err)
+	}
+	size := st.Size - st.Size%int64(f.lbs)
+	f.size.Store(size)
+	return size, nil
+}
+
+// Capabilities: punched holes read back as zeroes, and a hole can be as large as the file.
+func (f *File) Capabilities() Capabilities {
+	return Capabilities{Unmap: true, UnmapZeroes: true}
+}

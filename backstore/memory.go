@@ -1,0 +1,321 @@
+package backstore
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+const (
+	memChunkShift = 20
+	// memChunkSize is the unit in which Memory allocates RAM: large enough that the chunk
+	// table stays small (8 MiB of pointers for a 1 TiB disk), small enough that a sparse disk
+	// holding a filesystem's scattered metadata stays small too.
+	memChunkSize = 1 << memChunkShift
+	// memStripes is the number of locks that guard the chunks; chunk i is guarded by lock
+	// i%memStripes. Transfers to different chunks rarely contend, and a lock per chunk would
+	// cost memory for every chunk of a mostly empty disk.
+	memStripes = 64
+)
+
+type memChunk = [memChunkSize]byte
+
+// memTable is one generation of Memory's chunk table. Chunk slots are read and written only
+// under their stripe lock; a new table (Resize, Close) is published only while every stripe
+// lock is held, so a caller that holds any stripe lock and loads the table sees the current one.
+type memTable struct {
+	size   int64
+	closed bool
+	chunks []*memChunk // nil: never written, or unmapped; reads as zeroes
+}
+
+// memStripe is a lock padded to its own cache line, so that two cores taking neighbouring
+// locks do not fight over one line.
+type memStripe struct {
+	sync.RWMutex
+	_ [64 - unsafe.Sizeof(sync.RWMutex{})%64]byte
+}
+
+// Memory is a sparse RAM disk. RAM is allocated a chunk at a time on the first write to it,
+// Unmap and WriteZeroes give whole chunks back, and the data is lost on Close. It serves tests
+// (including CAPACITY DATA HAS CHANGED, through Resize) and benchmarks of the layers above.
+type Memory struct {
+	lbs       uint32
+	table     atomic.Pointer[memTable]
+	stripes   [memStripes]memStripe
+	allocated atomic.Int64
+	resizeMu  sync.Mutex // one Resize or Close at a time
+}
+
+var _ Backstore = (*Memory)(nil)
+
+// NewMemory makes a RAM disk of size bytes (a positive multiple of logicalBlockSize) that
+// reads as zeroes. logicalBlockSize is a power of two from 512 to 65536; 0 means 512.
+func NewMemory(size int64, logicalBlockSize uint32) (*Memory, error) {
+	if logicalBlockSize == 0 {
+		logicalBlockSize = 512
+	}
+	if !validBlockSize(logicalBlockSize) {
+		return nil, fmt.Errorf("backstore memory: logical block size %d is not a power of two from 512 to 65536", logicalBlockSize)
+	}
+	if err := checkMemSize(size, logicalBlockSize); err != nil {
+		return nil, err
+	}
+	m := &Memory{lbs: logicalBlockSize}
+	m.table.Store(&memTable{size: size, chunks: make([]*memChunk, memChunkCount(size))})
+	return m, nil
+}
+
+func checkMemSize(size int64, lbs uint32) error {
+	if size <= 0 || size%int64(lbs) != 0 {
+		return fmt.Errorf("backstore memory: size %d is not a positive multiple of the %d-byte block", size, lbs)
+	}
+	return nil
+}
+
+func memChunkCount(size int64) int {
+	return int((size + memChunkSize - 1) >> memChunkShift)
+}
+
+func memError(op string, off int64, err error) error {
+	return fmt.Errorf("backstore memory: %s at %d: %w", op, off, err)
+}
+
+func memRangeError(op string, off, length, size int64) error {
+	return fmt.Errorf("backstore memory: %s of %d bytes at %d, capacity %d: %w", op, length, off, size, ErrOutOfRange)
+}
+
+// forChunks runs fn for each chunk piece of [off, off+length) with the chunk's stripe lock
+// held (exclusively when write is true) and the current table loaded. The range is checked
+// before the first piece and again under each lock, because a Resize or Close may come
+// between pieces.
+func (m *Memory) forChunks(op string, off, length int64, write bool, fn func(t *memTable, idx int64, in, n int)) error {
+	t := m.table.Load()
+	if t.closed {
+		return memError(op, off, ErrClosed)
+	}
+	if !checkRange(t.size, off, length) {
+		return memRangeError(op, off, length, t.size)
+	}
+	for length > 0 {
+		idx := off >> memChunkShift
+		in := int(off & (memChunkSize - 1))
+		n := memChunkSize - in
+		if int64(n) > length {
+			n = int(length)
+		}
+		s := &m.stripes[idx%memStripes]
+		if write {
+			s.Lock()
+		} else {
+			s.RLock()
+		}
+		t = m.table.Load()
+		var err error
+		switch {
+		case t.closed:
+			err = memError(op, off, ErrClosed)
+		case off+int64(n) > t.size:
+			err = memRangeError(op, off, int64(n), t.size)
+		default:
+			fn(t, idx, in, n)
+		}
+		if write {
+			s.Unlock()
+		} else {
+			s.RUnlock()
+		}
+		if err != nil {
+			return err
+		}
+		off += int64(n)
+		length -= int64(n)
+	}
+	return nil
+}
+
+// ReadAt copies out of the chunks; chunks never written read as zeroes.
+func (m *Memory) ReadAt(p []byte, off int64) error {
+	// The loop is written out rather than going through forChunks so that no closure is made
+	// per call: reads must not allocate.
+	t := m.table.Load()
+	if t.closed {
+		return memError("read", off, ErrClosed)
+	}
+	if !checkRange(t.size, off, int64(len(p))) {
+		return memRangeError("read", off, int64(len(p)), t.size)
+	}
+	for len(p) > 0 {
+		idx := off >> memChunkShift
+		in := int(off & (memChunkSize - 1))
+		n := min(len(p), memChunkSize-in)
+		s := &m.stripes[idx%memStripes]
+		s.RLock()
+		t = m.table.Load()
+		if t.closed || off+int64(n) > t.size {
+			s.RUnlock()
+			if t.closed {
+				return memError("read", off, ErrClosed)
+			}
+			return memRangeError("read", off, int64(n), t.size)
+		}
+		if c := t.chunks[idx]; c != nil {
+			copy(p[:n], c[in:])
+		} else {
+			clear(p[:n])
+		}
+		s.RUnlock()
+		p = p[n:]
+		off += int64(n)
+	}
+	return nil
+}
+
+// WriteAt copies into the chunks, allocating those not yet written. fua changes nothing: RAM
+// is as stable as this store gets.
+func (m *Memory) WriteAt(p []byte, off int64, fua bool) error {
+	t := m.table.Load()
+	if t.closed {
+		return memError("write", off, ErrClosed)
+	}
+	if !checkRange(t.size, off, int64(len(p))) {
+		return memRangeError("write", off, int64(len(p)), t.size)
+	}
+	for len(p) > 0 {
+		idx := off >> memChunkShift
+		in := int(off & (memChunkSize - 1))
+		n := min(len(p), memChunkSize-in)
+		s := &m.stripes[idx%memStripes]
+		s.Lock()
+		t = m.table.Load()
+		if t.closed || off+int64(n) > t.size {
+			s.Unlock()
+			if t.closed {
+				return memError("write", off, ErrClosed)
+			}
+			return memRangeError("write", off, int64(n), t.size)
+		}
+		c := t.chunks[idx]
+		if c == nil {
+			c = new(memChunk)
+			t.chunks[idx] = c
+			m.allocated.Add(memChunkSize)
+		}
+		copy(c[in:], p[:n])
+		s.Unlock()
+		p = p[n:]
+		off += int64(n)
+	}
+	return nil
+}
+
+// Flush has nothing to make durable.
+func (m *Memory) Flush() error {
+	if m.table.Load().closed {
+		return fmt.Errorf("backstore memory: flush: %w", ErrClosed)
+	}
+	return nil
+}
+
+// zeroRange frees the chunks that [off, off+length) covers completely and zeroes the parts of
+// the others.
+func (m *Memory) zeroRange(op string, off, length int64) error {
+	end := off + length
+	return m.forChunks(op, off, length, true, func(t *memTable, idx int64, in, n int) {
+		start := idx << memChunkShift
+		chunkEnd := min(start+memChunkSize, t.size)
+		c := t.chunks[idx]
+		switch {
+		case c == nil:
+		case in == 0 && end >= chunkEnd:
+			t.chunks[idx] = nil
+			m.allocated.Add(-memChunkSize)
+		default:
+			clear(c[in : in+n])
+		}
+	})
+}
+
+// Unmap gives the RAM of whole chunks back; the range reads as zeroes.
+func (m *Memory) Unmap(off, length int64) error { return m.zeroRange("unmap", off, length) }
+
+// WriteZeroes is Unmap: for RAM there is nothing to keep allocated.
+func (m *Memory) WriteZeroes(off, length int64) error {
+	return m.zeroRange("write zeroes", off, length)
+}
+
+// Size returns the current capacity.
+func (m *Memory) Size() int64 { return m.table.Load().size }
+
+// Refresh returns the current capacity: Resize is the only way it changes.
+func (m *Memory) Refresh() (int64, error) {
+	t := m.table.Load()
+	if t.closed {
+		return 0, fmt.Errorf("backstore memory: refresh: %w", ErrClosed)
+	}
+	return t.size, nil
+}
+
+// Resize changes the capacity, as growing a volume outside the daemon would; the SCSI layer
+// notices on its next Refresh. Data below the new size is kept; space added later reads as
+// zeroes, also where it had been cut off by an earlier shrink.
+func (m *Memory) Resize(newSize int64) error {
+	if err := checkMemSize(newSize, m.lbs); err != nil {
+		return err
+	}
+	return m.replaceTable(func(old *memTable) *memTable {
+		t := &memTable{size: newSize, chunks: make([]*memChunk, memChunkCount(newSize))}
+		copy(t.chunks, old.chunks)
+		for _, c := range old.chunks[min(len(old.chunks), len(t.chunks)):] {
+			if c != nil {
+				m.allocated.Add(-memChunkSize)
+			}
+		}
+		if tail := newSize & (memChunkSize - 1); tail != 0 && newSize < old.size {
+			if c := t.chunks[len(t.chunks)-1]; c != nil {
+				clear(c[tail:])
+			}
+		}
+		return t
+	})
+}
+
+// Close drops the data; every later call fails with ErrClosed.
+func (m *Memory) Close() error {
+	return m.replaceTable(func(old *memTable) *memTable {
+		m.allocated.Store(0)
+		return &memTable{size: old.size, closed: true}
+	})
+}
+
+// replaceTable publishes the table that next makes from the current one, holding every
+// stripe lock so that no transfer is half way through a chunk.
+func (m *Memory) replaceTable(next func(old *memTable) *memTable) error {
+	m.resizeMu.Lock()
+	defer m.resizeMu.Unlock()
+	old := m.table.Load()
+	if old.closed {
+		return fmt.Errorf("backstore memory: %w", ErrClosed)
+	}
+	for i := range m.stripes {
+		m.stripes[i].Lock()
+	}
+	m.table.Store(next(old))
+	for i := range m.stripes {
+		m.stripes[i].Unlock()
+	}
+	return nil
+}
+
+// Allocated returns the bytes of RAM that hold data, a multiple of the 1 MiB chunk.
+func (m *Memory) Allocated() int64 { return m.allocated.Load() }
+
+func (m *Memory) LogicalBlockSize() uint32  { return m.lbs }
+func (m *Memory) PhysicalBlockSize() uint32 { return m.lbs }
+func (m *Memory) ReadOnly() bool            { return false }
+
+// Capabilities: unmapped RAM is freed and reads back as zeroes.
+func (m *Memory) Capabilities() Capabilities {
+	return Capabilities{Unmap: true, UnmapZeroes: true}
+}

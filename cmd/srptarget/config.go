@@ -1,0 +1,580 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/netip"
+	"os"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the daemon's configuration file. Every field is documented in configs/README.md;
+// unknown keys are errors, so a typo never silently falls back to a default.
+type Config struct {
+	Target    TargetConfig     `yaml:"target"`
+	Listeners []ListenerConfig `yaml:"listeners"`
+	Limits    LimitsConfig     `yaml:"limits"`
+	LUNs      []LUNConfig      `yaml:"luns"`
+	ACLs      []ACLConfig      `yaml:"acls"`
+}
+
+// TargetConfig is the target's SRP identity. Both halves of the target port identifier an
+// initiator names in add_target must match: id_ext and ioc_guid.
+type TargetConfig struct {
+	// IDExt and IOCGUID are 64-bit values written as 16 hex digits (an optional 0x and colons
+	// are accepted). When absent they are derived from the RDMA device's node GUID.
+	IDExt   string `yaml:"id_ext"`
+	IOCGUID string `yaml:"ioc_guid"`
+}
+
+// ListenerConfig is one RDMA/CM listening address.
+type ListenerConfig struct {
+	// Address is an IPv4 or IPv6 address, "0.0.0.0" or "::" for all; IPv6 link-local addresses
+	// carry their zone ("fe80::1%eth0").
+	Address string `yaml:"address"`
+	Port    uint16 `yaml:"port"`
+}
+
+// LimitsConfig bounds what one initiator can use.
+type LimitsConfig struct {
+	// MaxIUSize is the largest information unit an initiator may send (SRP MAX IT IU LENGTH).
+	// Linux with immediate data sends 8260-byte IUs; the default 8276 accepts them.
+	MaxIUSize Size `yaml:"max_iu_size"`
+	// Credits is the number of commands one channel may have outstanding (receive buffers).
+	Credits int `yaml:"credits"`
+	// MaxChannels is the most channels one initiator may open in one session (ib_srp ch_count).
+	MaxChannels int `yaml:"max_channels"`
+	// MaxTransferSize is the largest data transfer of one command.
+	MaxTransferSize Size `yaml:"max_transfer_size"`
+}
+
+// LUNConfig is one logical unit.
+type LUNConfig struct {
+	LUN *int `yaml:"lun"`
+	// Backstore is file, block, memory or null.
+	Backstore BackstoreKind `yaml:"backstore"`
+	// Path is the file or block device (file and block backstores).
+	Path string `yaml:"path"`
+	// Size is the capacity (file with create, memory, null), e.g. 10GiB.
+	Size Size `yaml:"size"`
+	// Create makes the file, sparse, when it does not exist.
+	Create bool `yaml:"create"`
+	// ReadOnly write-protects the LUN for everyone.
+	ReadOnly bool `yaml:"read_only"`
+	// BlockSize is the logical block size: 512 (default), 1024, 2048 or 4096.
+	BlockSize int `yaml:"block_size"`
+	// Serial is the unit serial number; default derived from the target identity and LUN.
+	Serial string `yaml:"serial"`
+	// Vendor, Product and Revision are the INQUIRY strings (8, 16 and 4 characters at most).
+	Vendor   string `yaml:"vendor"`
+	Product  string `yaml:"product"`
+	Revision string `yaml:"revision"`
+	// WriteCache is the initial WCE bit (default true): with it off every write is durable
+	// before it completes.
+	WriteCache *bool `yaml:"write_cache"`
+	// ThinProvisioning advertises UNMAP and WRITE SAME with UNMAP (default true where the
+	// backstore can deallocate).
+	ThinProvisioning *bool `yaml:"thin_provisioning"`
+}
+
+// ACLConfig grants a set of initiators access to LUNs. An initiator matches when its port
+// identifier matches one of Initiators or its source address one of Sources; the first
+// matching ACL wins.
+type ACLConfig struct {
+	// Initiators are initiator port identifiers (0x and 32 hex digits) with shell-style
+	// wildcards: "*" matches any initiator.
+	Initiators []string `yaml:"initiators"`
+	// Sources are source addresses or prefixes ("192.168.1.7", "10.0.0.0/8", "fe80::/10").
+	Sources []string `yaml:"sources"`
+	// LUNs are the LUN numbers these initiators see.
+	LUNs []int `yaml:"luns"`
+	// ReadOnly write-protects those LUNs for these initiators.
+	ReadOnly bool `yaml:"read_only"`
+}
+
+// Defaults.
+const (
+	DefaultMaxIUSize       = 8276
+	DefaultCredits         = 128
+	DefaultMaxChannels     = 16
+	DefaultMaxTransferSize = 8 << 20
+	DefaultBlockSize       = 512
+	// MinIUSize is the smallest MAX IT IU LENGTH that still lets Linux log in without
+	// immediate data with its default 12 descriptors (48 + 16 + 20 + 12 × 16 = 276) — Linux
+	// with immediate data needs 8260.
+	MinIUSize = 276
+	MaxLUN    = 0x3FFF
+)
+
+// BackstoreKind is file, block, memory or null. YAML reads a bare `null` as "no value", so
+// ParseConfig looks at the document to tell `backstore: null` from a missing backstore.
+type BackstoreKind string
+
+// Size is a byte count written as a number or with a binary unit: 4096, 512KiB, 10GiB, 1TiB.
+type Size int64
+
+// UnmarshalYAML accepts an integer or a string with a unit.
+func (s *Size) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: a size is a number or a string such as 10GiB", n.Line)
+	}
+	v, err := ParseSize(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*s = v
+	return nil
+}
+
+var sizeUnits = map[string]int64{
+	"": 1, "B": 1,
+	"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40, "PiB": 1 << 50,
+	"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40,
+}
+
+var sizePattern = regexp.MustCompile(`^\s*([0-9]+)\s*([A-Za-z]*)\s*$`)
+
+// ParseSize parses a size with an optional binary unit (KiB, MiB, GiB, TiB, PiB, or K, M, G, T
+// meaning the same). Decimal units (KB, MB) are refused: disks sold in GB are not what a block
+// device is sized in here, and silently choosing either meaning would be a trap.
+func ParseSize(s string) (Size, error) {
+	m := sizePattern.FindStringSubmatch(s)
+	if m == nil {
+		return 0, fmt.Errorf("size %q: want a whole number with an optional unit (KiB, MiB, GiB, TiB)", s)
+	}
+	mult, ok := sizeUnits[m[2]]
+	if !ok {
+		return 0, fmt.Errorf("size %q: unknown unit %q (use KiB, MiB, GiB, TiB)", s, m[2])
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil || n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("size %q: too large", s)
+	}
+	return Size(n * mult), nil
+}
+
+func (s Size) String() string {
+	for _, u := range []struct {
+		name string
+		mult int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if s != 0 && int64(s)%u.mult == 0 {
+			return fmt.Sprintf("%d%s", int64(s)/u.mult, u.name)
+		}
+	}
+	return strconv.FormatInt(int64(s), 10)
+}
+
+// ConfigError is a validation error at a place in the file.
+type ConfigError struct {
+	File string
+	Line int    // 0 when unknown
+	Path string // e.g. luns[1].size
+	Msg  string
+}
+
+func (e *ConfigError) Error() string {
+	loc := e.File
+	if e.Line > 0 {
+		loc += ":" + strconv.Itoa(e.Line)
+	}
+	if e.Path != "" {
+		return fmt.Sprintf("%s: %s: %s", loc, e.Path, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", loc, e.Msg)
+}
+
+// ConfigErrors is every problem found in one file.
+type ConfigErrors []*ConfigError
+
+func (es ConfigErrors) Error() string {
+	var b strings.Builder
+	for i, e := range es {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(e.Error())
+	}
+	return b.String()
+}
+
+// LoadConfig reads, strictly decodes and validates a configuration file.
+func LoadConfig(file string) (*Config, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return ParseConfig(file, data)
+}
+
+// ParseConfig decodes data strictly (unknown keys are errors), fills defaults and validates.
+// Errors name the file, the line and the key.
+func ParseConfig(file string, data []byte) (*Config, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, &ConfigError{File: file, Msg: cleanYAMLError(err)}
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var cfg Config
+	if err := dec.Decode(&cfg); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, &ConfigError{File: file, Msg: "the file is empty"}
+		}
+		return nil, &ConfigError{File: file, Msg: cleanYAMLError(err)}
+	}
+	v := validator{file: file, root: &root}
+	v.validate(&cfg)
+	if len(v.errs) > 0 {
+		return nil, v.errs
+	}
+	return &cfg, nil
+}
+
+// cleanYAMLError drops the library's "yaml: " prefixes; its messages already carry line numbers.
+func cleanYAMLError(err error) string {
+	s := err.Error()
+	s = strings.ReplaceAll(s, "yaml: unmarshal errors:\n  ", "")
+	s = strings.ReplaceAll(s, "\n  ", "; ")
+	return strings.TrimPrefix(s, "yaml: ")
+}
+
+type validator struct {
+	file string
+	root *yaml.Node
+	errs ConfigErrors
+}
+
+// errorf records a problem at the YAML path (keys and indexes), with the line of the deepest
+// node of the path that exists.
+func (v *validator) errorf(p []any, format string, args ...any) {
+	v.errs = append(v.errs, &ConfigError{File: v.file, Line: lineOf(v.root, p), Path: pathString(p), Msg: fmt.Sprintf(format, args...)})
+}
+
+func pathString(p []any) string {
+	var b strings.Builder
+	for _, e := range p {
+		switch e := e.(type) {
+		case string:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(e)
+		case int:
+			fmt.Fprintf(&b, "[%d]", e)
+		}
+	}
+	return b.String()
+}
+
+// nodeAt returns the value node at path p, or nil when the document has no such node.
+func nodeAt(root *yaml.Node, p []any) *yaml.Node {
+	n, _, complete := walk(root, p)
+	if !complete {
+		return nil
+	}
+	return n
+}
+
+// lineOf returns the line of the deepest node of path p that the document has.
+func lineOf(root *yaml.Node, p []any) int {
+	_, line, _ := walk(root, p)
+	return line
+}
+
+// walk follows p (mapping keys and sequence indexes) from the document root. It returns the
+// deepest node reached, the line of its key (or item), and whether all of p was found.
+func walk(root *yaml.Node, p []any) (node *yaml.Node, line int, complete bool) {
+	n := root
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	line = n.Line
+	for _, e := range p {
+		var next *yaml.Node
+		switch e := e.(type) {
+		case string:
+			if n.Kind == yaml.MappingNode {
+				for i := 0; i+1 < len(n.Content); i += 2 {
+					if n.Content[i].Value == e {
+						line, next = n.Content[i].Line, n.Content[i+1]
+						break
+					}
+				}
+			}
+		case int:
+			if n.Kind == yaml.SequenceNode && e < len(n.Content) {
+				next = n.Content[e]
+				line = next.Line
+			}
+		}
+		if next == nil {
+			return n, line, false
+		}
+		n = next
+	}
+	return n, line, true
+}
+
+func at(p ...any) []any { return p }
+
+func (v *validator) validate(c *Config) {
+	if c.Target.IDExt != "" {
+		if _, err := ParseEUI64(c.Target.IDExt); err != nil {
+			v.errorf(at("target", "id_ext"), "%v", err)
+		}
+	}
+	if c.Target.IOCGUID != "" {
+		if _, err := ParseEUI64(c.Target.IOCGUID); err != nil {
+			v.errorf(at("target", "ioc_guid"), "%v", err)
+		}
+	}
+
+	if len(c.Listeners) == 0 {
+		v.errorf(at("listeners"), "at least one listener is needed (address and port)")
+	}
+	seenListen := map[netip.AddrPort]int{}
+	for i, l := range c.Listeners {
+		addr, err := ParseListenAddress(l.Address)
+		if err != nil {
+			v.errorf(at("listeners", i, "address"), "%v", err)
+			continue
+		}
+		if l.Port == 0 {
+			v.errorf(at("listeners", i, "port"), "port is missing or 0")
+			continue
+		}
+		ap := netip.AddrPortFrom(addr, l.Port)
+		if j, dup := seenListen[ap]; dup {
+			v.errorf(at("listeners", i), "same address and port as listeners[%d]", j)
+		}
+		seenListen[ap] = i
+	}
+
+	lim := &c.Limits
+	if lim.MaxIUSize == 0 {
+		lim.MaxIUSize = DefaultMaxIUSize
+	} else if lim.MaxIUSize < MinIUSize || lim.MaxIUSize > 1<<20 {
+		v.errorf(at("limits", "max_iu_size"), "%d is outside %d..1MiB (Linux with immediate data needs 8260)", lim.MaxIUSize, MinIUSize)
+	}
+	if lim.Credits == 0 {
+		lim.Credits = DefaultCredits
+	} else if lim.Credits < 2 || lim.Credits > 4096 {
+		v.errorf(at("limits", "credits"), "%d is outside 2..4096", lim.Credits)
+	}
+	if lim.MaxChannels == 0 {
+		lim.MaxChannels = DefaultMaxChannels
+	} else if lim.MaxChannels < 1 || lim.MaxChannels > 256 {
+		v.errorf(at("limits", "max_channels"), "%d is outside 1..256", lim.MaxChannels)
+	}
+	if lim.MaxTransferSize == 0 {
+		lim.MaxTransferSize = DefaultMaxTransferSize
+	} else if lim.MaxTransferSize < 4096 || lim.MaxTransferSize > 64<<20 || lim.MaxTransferSize%4096 != 0 {
+		v.errorf(at("limits", "max_transfer_size"), "%v must be a multiple of 4KiB between 4KiB and 64MiB", lim.MaxTransferSize)
+	}
+
+	luns := map[int]int{}
+	paths := map[string]int{}
+	for i := range c.LUNs {
+		v.validateLUN(c, i, luns, paths)
+	}
+
+	for i, a := range c.ACLs {
+		if len(a.Initiators) == 0 && len(a.Sources) == 0 {
+			v.errorf(at("acls", i), "an ACL needs initiators or sources (use initiators: [\"*\"] for everyone)")
+		}
+		for j, pat := range a.Initiators {
+			if err := checkInitiatorPattern(pat); err != nil {
+				v.errorf(at("acls", i, "initiators", j), "%v", err)
+			}
+		}
+		for j, s := range a.Sources {
+			if _, err := ParseSourcePrefix(s); err != nil {
+				v.errorf(at("acls", i, "sources", j), "%v", err)
+			}
+		}
+		if len(a.LUNs) == 0 {
+			v.errorf(at("acls", i, "luns"), "no LUNs listed")
+		}
+		seen := map[int]bool{}
+		for j, n := range a.LUNs {
+			if _, ok := luns[n]; !ok {
+				v.errorf(at("acls", i, "luns", j), "LUN %d is not defined under luns", n)
+			}
+			if seen[n] {
+				v.errorf(at("acls", i, "luns", j), "LUN %d listed twice", n)
+			}
+			seen[n] = true
+		}
+	}
+}
+
+func (v *validator) validateLUN(c *Config, i int, luns map[int]int, paths map[string]int) {
+	l := &c.LUNs[i]
+	if n := nodeAt(v.root, at("luns", i, "backstore")); l.Backstore == "" && n != nil && n.Value == "null" {
+		l.Backstore = "null"
+	}
+	if l.LUN == nil {
+		v.errorf(at("luns", i), "lun (the LUN number) is missing")
+	} else if *l.LUN < 0 || *l.LUN > MaxLUN {
+		v.errorf(at("luns", i, "lun"), "%d is outside 0..%d", *l.LUN, MaxLUN)
+	} else if j, dup := luns[*l.LUN]; dup {
+		v.errorf(at("luns", i, "lun"), "LUN %d is defined twice (also luns[%d])", *l.LUN, j)
+	} else {
+		luns[*l.LUN] = i
+	}
+	if l.BlockSize == 0 {
+		l.BlockSize = DefaultBlockSize
+	}
+	switch l.BlockSize {
+	case 512, 1024, 2048, 4096:
+	default:
+		v.errorf(at("luns", i, "block_size"), "%d: Linux accepts 512, 1024, 2048 or 4096", l.BlockSize)
+	}
+	if l.Size != 0 && l.Size%Size(l.BlockSize) != 0 {
+		v.errorf(at("luns", i, "size"), "%v is not a multiple of the block size %d", l.Size, l.BlockSize)
+	}
+	switch l.Backstore {
+	case "file":
+		if l.Path == "" {
+			v.errorf(at("luns", i, "path"), "a file backstore needs a path")
+			break
+		}
+		if st, err := os.Stat(l.Path); err == nil {
+			if !st.Mode().IsRegular() {
+				v.errorf(at("luns", i, "path"), "%s is not a regular file (use backstore: block for devices)", l.Path)
+			}
+		} else if os.IsNotExist(err) {
+			if !l.Create {
+				v.errorf(at("luns", i, "path"), "%s does not exist (set create: true and a size to make it)", l.Path)
+			} else if l.Size == 0 {
+				v.errorf(at("luns", i, "size"), "create: true needs a size")
+			}
+		} else {
+			v.errorf(at("luns", i, "path"), "%v", err)
+		}
+	case "block":
+		if l.Path == "" {
+			v.errorf(at("luns", i, "path"), "a block backstore needs a path")
+			break
+		}
+		if st, err := os.Stat(l.Path); err != nil {
+			v.errorf(at("luns", i, "path"), "%v", err)
+		} else if st.Mode()&os.ModeDevice == 0 || st.Mode()&os.ModeCharDevice != 0 {
+			v.errorf(at("luns", i, "path"), "%s is not a block device", l.Path)
+		}
+		if l.Size != 0 {
+			v.errorf(at("luns", i, "size"), "a block device has its own size; remove size")
+		}
+		if l.Create {
+			v.errorf(at("luns", i, "create"), "create applies to files only")
+		}
+	case "memory", "null":
+		if l.Size == 0 {
+			v.errorf(at("luns", i, "size"), "a %s backstore needs a size", l.Backstore)
+		}
+		if l.Path != "" {
+			v.errorf(at("luns", i, "path"), "a %s backstore has no path", l.Backstore)
+		}
+	case "":
+		v.errorf(at("luns", i), "backstore is missing (file, block, memory or null)")
+	default:
+		v.errorf(at("luns", i, "backstore"), "%q is not one of file, block, memory, null", l.Backstore)
+	}
+	if l.Path != "" {
+		clean := path.Clean(l.Path)
+		if j, dup := paths[clean]; dup {
+			v.errorf(at("luns", i, "path"), "%s is also used by luns[%d]", l.Path, j)
+		}
+		paths[clean] = i
+	}
+	for _, f := range []struct {
+		key, val string
+		max      int
+	}{{"vendor", l.Vendor, 8}, {"product", l.Product, 16}, {"revision", l.Revision, 4}, {"serial", l.Serial, 64}} {
+		if len(f.val) > f.max {
+			v.errorf(at("luns", i, f.key), "%q is longer than %d characters", f.val, f.max)
+		}
+		for _, r := range f.val {
+			if r < 0x20 || r > 0x7E {
+				v.errorf(at("luns", i, f.key), "%q has a character that is not printable ASCII", f.val)
+				break
+			}
+		}
+	}
+}
+
+// ParseEUI64 parses 16 hex digits, with an optional 0x prefix and optional colons.
+func ParseEUI64(s string) (uint64, error) {
+	h := strings.ReplaceAll(strings.TrimPrefix(strings.ToLower(s), "0x"), ":", "")
+	if len(h) != 16 {
+		return 0, fmt.Errorf("%q: want 16 hex digits (a 64-bit identifier such as 0x0002c90300a0b0c1)", s)
+	}
+	n, err := strconv.ParseUint(h, 16, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q: not hexadecimal", s)
+	}
+	return n, nil
+}
+
+// ParseListenAddress parses a listener address, keeping an IPv6 zone.
+func ParseListenAddress(s string) (netip.Addr, error) {
+	if s == "" {
+		return netip.Addr{}, errors.New("address is missing (use 0.0.0.0 or :: for all addresses)")
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("%q is not an IP address", s)
+	}
+	if a.Is6() && a.IsLinkLocalUnicast() && a.Zone() == "" {
+		return netip.Addr{}, fmt.Errorf("%q is link-local: add the interface, e.g. %s%%eth0", s, s)
+	}
+	return a, nil
+}
+
+// ParseSourcePrefix parses an ACL source: an address (a one-address prefix) or a prefix.
+func ParseSourcePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("%q is not an address prefix such as 10.0.0.0/8", s)
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is not an address or prefix", s)
+	}
+	return netip.PrefixFrom(a.WithZone(""), a.BitLen()), nil
+}
+
+// initiatorPattern allows hex digits, 0x, and the wildcards * and ?.
+var initiatorPattern = regexp.MustCompile(`^(0x)?[0-9a-fA-F*?]+$`)
+
+func checkInitiatorPattern(p string) error {
+	if p == "*" {
+		return nil
+	}
+	if !initiatorPattern.MatchString(p) {
+		return fmt.Errorf("%q: an initiator port id is 0x and 32 hex digits, with * and ? as wildcards", p)
+	}
+	if !strings.ContainsAny(p, "*?") && len(strings.TrimPrefix(p, "0x")) != 32 {
+		return fmt.Errorf("%q: an initiator port id has 32 hex digits", p)
+	}
+	return nil
+}
+
+// MatchInitiator reports whether the initiator port id (0x and 32 hex digits) matches pattern.
+func MatchInitiator(pattern, id string) bool {
+	norm := func(s string) string { return strings.TrimPrefix(strings.ToLower(s), "0x") }
+	ok, err := path.Match(norm(pattern), norm(id))
+	return err == nil && ok
+}

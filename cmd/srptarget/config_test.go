@@ -1,0 +1,147 @@
+package main
+
+import (
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const goodConfig = `
+target:
+  id_ext: "0x0002c90300a0b0c1"
+  ioc_guid: 0002:c903:00a0:b0c1
+listeners:
+  - address: 0.0.0.0
+    port: 5555
+  - address: "fe80::1%eth0"
+    port: 5555
+limits:
+  credits: 64
+  max_transfer_size: 4MiB
+luns:
+  - lun: 0
+    backstore: memory
+    size: 1GiB
+  - lun: 1
+    backstore: null
+    size: 64MiB
+    block_size: 4096
+    vendor: LIO-ORG
+    write_cache: false
+acls:
+  - initiators: ["*"]
+    luns: [0]
+  - sources: ["10.0.0.0/8", "192.168.1.7"]
+    luns: [0, 1]
+    read_only: true
+`
+
+func TestParseConfigGoodFillsDefaults(t *testing.T) {
+	cfg, err := ParseConfig("good.yaml", []byte(goodConfig))
+	require.NoError(t, err)
+	require.Equal(t, Size(DefaultMaxIUSize), cfg.Limits.MaxIUSize)
+	require.Equal(t, 64, cfg.Limits.Credits)
+	require.Equal(t, DefaultMaxChannels, cfg.Limits.MaxChannels)
+	require.Equal(t, Size(4<<20), cfg.Limits.MaxTransferSize)
+	require.Len(t, cfg.LUNs, 2)
+	require.Equal(t, Size(1<<30), cfg.LUNs[0].Size)
+	require.Equal(t, 512, cfg.LUNs[0].BlockSize)
+	require.Equal(t, 4096, cfg.LUNs[1].BlockSize)
+	require.NotNil(t, cfg.LUNs[1].WriteCache)
+	require.False(t, *cfg.LUNs[1].WriteCache)
+	require.True(t, cfg.ACLs[1].ReadOnly)
+}
+
+func TestParseConfigErrorsNameLineAndKey(t *testing.T) {
+	dir := t.TempDir()
+	existing := filepath.Join(dir, "disk.img")
+	require.NoError(t, os.WriteFile(existing, make([]byte, 4096), 0o600))
+	tests := []struct {
+		name string
+		yaml string
+		want []string // each error's text, in order
+	}{
+		{"unknown key", "listeners: [{address: 0.0.0.0, port: 1}]\nluns:\n  - lun: 0\n    backstore: memory\n    sise: 1GiB\n",
+			[]string{"t.yaml: line 5: field sise not found in type main.LUNConfig"}},
+		{"no listener", "luns: []\n", []string{"t.yaml:1: listeners: at least one listener is needed (address and port)"}},
+		{"duplicate lun and bad size", `listeners: [{address: 0.0.0.0, port: 1}]
+luns:
+  - lun: 3
+    backstore: memory
+    size: 1000
+  - lun: 3
+    backstore: memory
+    size: 1MiB
+`, []string{
+			"t.yaml:5: luns[0].size: 1000 is not a multiple of the block size 512",
+			"t.yaml:6: luns[1].lun: LUN 3 is defined twice (also luns[0])",
+		}},
+		{"file missing without create", "listeners: [{address: 0.0.0.0, port: 1}]\nluns:\n  - lun: 0\n    backstore: file\n    path: /nonexistent/x.img\n",
+			[]string{"t.yaml:5: luns[0].path: /nonexistent/x.img does not exist (set create: true and a size to make it)"}},
+		{"block that is a file", "listeners: [{address: 0.0.0.0, port: 1}]\nluns:\n  - lun: 0\n    backstore: block\n    path: " + existing + "\n",
+			[]string{"t.yaml:5: luns[0].path: " + existing + " is not a block device"}},
+		{"acl refers to missing lun", "listeners: [{address: 0.0.0.0, port: 1}]\nluns: [{lun: 0, backstore: null, size: 1MiB}]\nacls:\n  - initiators: [\"0x12\"]\n    luns: [0, 7]\n",
+			[]string{
+				"t.yaml:4: acls[0].initiators[0]: \"0x12\": an initiator port id has 32 hex digits",
+				"t.yaml:5: acls[0].luns[1]: LUN 7 is not defined under luns",
+			}},
+		{"link-local without zone", "listeners: [{address: \"fe80::1\", port: 1}]\n",
+			[]string{"t.yaml:1: listeners[0].address: \"fe80::1\" is link-local: add the interface, e.g. fe80::1%eth0"}},
+		{"decimal unit refused", "listeners: [{address: 0.0.0.0, port: 1}]\nluns: [{lun: 0, backstore: null, size: 1GB}]\n",
+			[]string{"t.yaml: line 2: size \"1GB\": unknown unit \"GB\" (use KiB, MiB, GiB, TiB)"}},
+		{"bad target id", "target: {id_ext: \"0x12\"}\nlisteners: [{address: 0.0.0.0, port: 1}]\n",
+			[]string{"t.yaml:1: target.id_ext: \"0x12\": want 16 hex digits (a 64-bit identifier such as 0x0002c90300a0b0c1)"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig("t.yaml", []byte(tc.yaml))
+			require.Error(t, err)
+			var errs ConfigErrors
+			var one *ConfigError
+			var got []string
+			switch {
+			case errors.As(err, &errs):
+				for _, e := range errs {
+					got = append(got, e.Error())
+				}
+			case errors.As(err, &one):
+				got = []string{one.Error()}
+			default:
+				t.Fatalf("unexpected error type %T: %v", err, err)
+			}
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]Size{"4096": 4096, "512KiB": 512 << 10, "10GiB": 10 << 30, "1T": 1 << 40, " 8 MiB ": 8 << 20} {
+		got, err := ParseSize(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+	for _, in := range []string{"", "-1", "1.5GiB", "1GB", "99999999999999999999", "9000000PiB"} {
+		_, err := ParseSize(in)
+		require.Error(t, err, in)
+	}
+	require.Equal(t, "10GiB", Size(10<<30).String())
+	require.Equal(t, "1000", Size(1000).String())
+}
+
+func TestMatchInitiatorAndSources(t *testing.T) {
+	id := "0x4e49c9ffff0a0b0c0002c90300a0b0c1"
+	require.True(t, MatchInitiator("*", id))
+	require.True(t, MatchInitiator("0x4E49C9FFFF0A0B0C*", id))
+	require.False(t, MatchInitiator("0x5e49*", id))
+	p, err := ParseSourcePrefix("192.168.1.7")
+	require.NoError(t, err)
+	require.True(t, p.Contains(netip.MustParseAddr("192.168.1.7")))
+	require.False(t, p.Contains(netip.MustParseAddr("192.168.1.8")))
+	p, err = ParseSourcePrefix("10.1.2.3/8")
+	require.NoError(t, err)
+	require.Equal(t, "10.0.0.0/8", p.String())
+}
