@@ -1,0 +1,789 @@
+package memfabric
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/srptarget/srptarget/ib"
+)
+
+// pair is the wire between the two QPs of one connection. One mutex guards both ends' queues, so
+// an operation that touches both (a SEND consuming the peer's receive, a flush on both sides)
+// is atomic, and the mutex hand-offs give the race detector the same happens-before edges as
+// "completion polled, then buffer read".
+type pair struct {
+	f  *Fabric
+	mu sync.Mutex
+	a  *Conn // target side; nil until Accept
+	b  *Conn // initiator side
+
+	// Async mode: kick wakes the goroutine that runs settle; done stops it.
+	kick    chan struct{}
+	done    chan struct{}
+	wg      sync.WaitGroup
+	started bool
+	stopped bool
+}
+
+func newPair(f *Fabric) *pair {
+	return &pair{f: f, kick: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// start begins execution for an accepted connection (the goroutine in async mode).
+func (p *pair) start() {
+	p.started = true
+	if !p.f.opts.Async {
+		return
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			select {
+			case <-p.kick:
+			case <-p.done:
+				return
+			}
+			p.mu.Lock()
+			p.settle()
+			p.mu.Unlock()
+		}
+	}()
+}
+
+// wake runs the send queues that were marked dirty: at once in sync mode, on the pair's
+// goroutine in async mode. Called with p.mu held.
+func (p *pair) wake() {
+	if p.f.opts.Async {
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
+		return
+	}
+	p.settle()
+}
+
+// settle runs progress on dirty ends until neither is dirty. Progress on one end can dirty the
+// other (a flush makes the peer's blocked SEND re-evaluate), hence the loop.
+func (p *pair) settle() {
+	if !p.started {
+		return
+	}
+	for {
+		switch {
+		case p.a != nil && p.a.dirty:
+			p.a.dirty = false
+			p.a.progress()
+		case p.b != nil && p.b.dirty:
+			p.b.dirty = false
+			p.b.progress()
+		default:
+			return
+		}
+	}
+}
+
+// stopIfDead stops the async goroutine once both ends are closed. It returns true if the caller
+// must wait for it (after releasing p.mu).
+func (p *pair) stopIfDead() bool {
+	if !p.started || p.stopped || (p.a != nil && !p.a.closed) || (p.b != nil && !p.b.closed) {
+		return false
+	}
+	p.stopped = true
+	close(p.done)
+	return true
+}
+
+type qpState uint8
+
+const (
+	qpReady qpState = iota // RTS
+	qpError
+)
+
+type blockKind uint8
+
+const (
+	blockNone  blockKind = iota
+	blockRNR             // head SEND found no receive posted at the peer
+	blockRetry           // peer does not answer
+)
+
+type sendSlot struct {
+	wr        ib.SendWR // wr.SGL aliases sges
+	sges      []ib.SGE
+	inline    []byte
+	inlineLen int
+}
+
+// sendQueue is a ring of slots. [head, exec) executed and waiting for their slots to be
+// retired by a polled completion; [exec, tail) waiting to execute.
+type sendQueue struct {
+	slots            []sendSlot
+	head, exec, tail uint64
+}
+
+func (q *sendQueue) slot(i uint64) *sendSlot { return &q.slots[i%uint64(len(q.slots))] }
+func (q *sendQueue) full() bool              { return q.tail-q.head == uint64(len(q.slots)) }
+
+type recvSlot struct {
+	id   uint64
+	sges []ib.SGE
+}
+
+// recvQueue: [head, next) consumed and waiting for their completion to be polled;
+// [next, tail) posted and free to receive.
+type recvQueue struct {
+	slots            []recvSlot
+	head, next, tail uint64
+}
+
+func (q *recvQueue) slot(i uint64) *recvSlot { return &q.slots[i%uint64(len(q.slots))] }
+func (q *recvQueue) full() bool              { return q.tail-q.head == uint64(len(q.slots)) }
+
+type cqEntry struct {
+	c   ib.Completion
+	sq  bool   // from the send queue (else the receive queue)
+	idx uint64 // the slot it retires when polled
+}
+
+// compQueue holds at most one entry per occupied queue slot, so sized SQ+RQ it cannot overrun.
+type compQueue struct {
+	ring       []cqEntry
+	head, tail uint64
+}
+
+// Conn is one end of a connection: an RC QP with its own CQ and event queue. It implements
+// ib.Conn; the initiator side also has PrivateData and Vanish.
+type Conn struct {
+	node          *Node
+	local, remote netip.AddrPort
+	caps          ib.QPCaps
+	ready         chan struct{}
+
+	// Set before the connection is visible to another goroutine, or under p.mu.
+	p           *pair
+	rnrRetry    uint8 // how often our SENDs are retried against an empty peer RQ
+	rdDepth     uint8 // negotiated initiator depth (RDMA READs allowed if > 0)
+	privateData []byte
+
+	// Guarded by p.mu.
+	state      qpState
+	closed     bool // Close or Vanish called
+	removed    bool // device removed
+	discSent   bool // EventDisconnected queued
+	estPending bool // DelayEstablished: EventEstablished waits for the first receive
+	dirty      bool // send queue needs another look
+	sq         sendQueue
+	rq         recvQueue
+	cq         compQueue
+	events     []ib.Event
+
+	blk        blockKind
+	blkIdx     uint64
+	blkTimed   bool
+	blkEnd     time.Time
+	timer      *time.Timer
+	timerArmed bool
+	timerGen   uint64
+	timerWG    sync.WaitGroup
+
+	src, dst [][]byte // scatter/gather scratch
+}
+
+var _ ib.Conn = (*Conn)(nil)
+
+func newConn(n *Node, caps ib.QPCaps, local, remote netip.AddrPort) *Conn {
+	return &Conn{
+		node:   n,
+		local:  local,
+		remote: remote,
+		caps:   caps,
+		ready:  make(chan struct{}, 1),
+		sq:     sendQueue{slots: make([]sendSlot, caps.SendQueueDepth)},
+		rq:     recvQueue{slots: make([]recvSlot, caps.RecvQueueDepth)},
+		cq:     compQueue{ring: make([]cqEntry, caps.SendQueueDepth+caps.RecvQueueDepth)},
+		events: make([]ib.Event, 0, 4),
+	}
+}
+
+func (c *Conn) LocalAddr() netip.AddrPort  { return c.local }
+func (c *Conn) RemoteAddr() netip.AddrPort { return c.remote }
+func (c *Conn) Ready() <-chan struct{}     { return c.ready }
+
+// PrivateData is the private data of the REP that accepted this (initiator) connection, the
+// SRP_LOGIN_RSP, zero-padded to ib.MaxAcceptPrivateData bytes as IB/RoCE deliver it. The slice
+// must not be modified.
+func (c *Conn) PrivateData() []byte { return c.privateData }
+
+func (c *Conn) String() string { return fmt.Sprintf("conn %v -> %v", c.local, c.remote) }
+
+func (c *Conn) peer() *Conn {
+	if c.p.a == c {
+		return c.p.b
+	}
+	return c.p.a
+}
+
+// answers says whether a packet sent to c would be acknowledged: the QP exists, its device is
+// there and it is not in the error state (an error-state QP silently drops what it receives).
+func (c *Conn) answers() bool {
+	return c != nil && !c.closed && !c.removed && c.state == qpReady
+}
+
+func (c *Conn) signal() {
+	select {
+	case c.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Conn) push(e cqEntry) {
+	if c.cq.tail-c.cq.head == uint64(len(c.cq.ring)) {
+		panic("memfabric: completion queue overrun (broken slot accounting)")
+	}
+	c.cq.ring[c.cq.tail%uint64(len(c.cq.ring))] = e
+	c.cq.tail++
+	c.signal()
+}
+
+func (c *Conn) pushEvent(e ib.Event) {
+	c.events = append(c.events, e)
+	c.signal()
+}
+
+func (c *Conn) usable(what string) error {
+	switch {
+	case c.closed:
+		return fmt.Errorf("memfabric: %s on %v: %w", what, c, ib.ErrClosed)
+	case c.removed:
+		return fmt.Errorf("memfabric: %s on %v: %w", what, c, ib.ErrDeviceRemoved)
+	}
+	return nil
+}
+
+func checkSGL(sgl []ib.SGE, limit int) (uint64, error) {
+	if len(sgl) > limit {
+		return 0, fmt.Errorf("%d SGEs, QP allows %d: %w", len(sgl), limit, ib.ErrInvalidArgument)
+	}
+	var total uint64
+	for i := range sgl {
+		switch {
+		case sgl[i].MR == nil:
+			return 0, fmt.Errorf("SGE %d has no memory region: %w", i, ib.ErrInvalidArgument)
+		case sgl[i].Length == 0:
+			// Some HCAs read a zero byte count as 2 GiB; a zero-length transfer uses an
+			// empty SGL instead.
+			return 0, fmt.Errorf("SGE %d has length 0: %w", i, ib.ErrInvalidArgument)
+		}
+		total += uint64(sgl[i].Length)
+	}
+	if total > 1<<31 {
+		return 0, fmt.Errorf("%d bytes exceed the 2 GiB message limit: %w", total, ib.ErrInvalidArgument)
+	}
+	return total, nil
+}
+
+func checkRecv(wr *ib.RecvWR, caps ib.QPCaps) error {
+	_, err := checkSGL(wr.SGL, caps.MaxRecvSGE)
+	return err
+}
+
+func (c *Conn) checkSend(wr *ib.SendWR) error {
+	maxSGE := c.caps.MaxSendSGE
+	switch wr.Op {
+	case ib.OpSend, ib.OpRDMAWrite:
+	case ib.OpRDMARead:
+		if c.rdDepth == 0 {
+			return fmt.Errorf("RDMA READ with initiator depth 0: %w", ib.ErrInvalidArgument)
+		}
+		if wr.Inline {
+			return fmt.Errorf("inline RDMA READ: %w", ib.ErrInvalidArgument)
+		}
+		maxSGE = min(maxSGE, c.node.f.opts.Limits.MaxReadSGE)
+	default:
+		return fmt.Errorf("opcode %v: %w", wr.Op, ib.ErrInvalidArgument)
+	}
+	total, err := checkSGL(wr.SGL, maxSGE)
+	if err != nil {
+		return err
+	}
+	if wr.Inline {
+		if total > uint64(c.caps.MaxInlineData) {
+			return fmt.Errorf("%d inline bytes, QP allows %d: %w", total, c.caps.MaxInlineData, ib.ErrInvalidArgument)
+		}
+		for i := range wr.SGL {
+			// Inline data is copied by the CPU from the SGE's address: no lkey check, but
+			// it must be real memory.
+			g := &wr.SGL[i]
+			if n := uint64(len(g.MR.Bytes())); g.Offset > n || uint64(g.Length) > n-g.Offset {
+				return fmt.Errorf("inline SGE %d outside its region: %w", i, ib.ErrInvalidArgument)
+			}
+		}
+	}
+	return nil
+}
+
+// PostSend implements ib.Conn.
+func (c *Conn) PostSend(wrs []ib.SendWR) (int, error) {
+	c.p.mu.Lock()
+	defer c.p.mu.Unlock()
+	if err := c.usable("post send"); err != nil {
+		return 0, err
+	}
+	n := 0
+	var err error
+	for i := range wrs {
+		wr := &wrs[i]
+		if err = c.checkSend(wr); err != nil {
+			err = fmt.Errorf("memfabric: post send on %v: work request %d (id %#x): %w", c, i, wr.ID, err)
+			break
+		}
+		if c.sq.full() {
+			err = fmt.Errorf("memfabric: post send on %v: work request %d (id %#x): %d outstanding: %w",
+				c, i, wr.ID, len(c.sq.slots), ib.ErrQueueFull)
+			break
+		}
+		s := c.sq.slot(c.sq.tail)
+		s.wr = *wr
+		s.sges = append(s.sges[:0], wr.SGL...)
+		s.wr.SGL = s.sges
+		if wr.Inline {
+			s.inlineLen = 0
+			for _, g := range wr.SGL {
+				if need := s.inlineLen + int(g.Length); need > len(s.inline) {
+					s.inline = append(s.inline[:s.inlineLen], make([]byte, need-s.inlineLen)...)
+				}
+				s.inlineLen += copy(s.inline[s.inlineLen:], g.MR.Bytes()[g.Offset:g.Offset+uint64(g.Length)])
+			}
+		}
+		c.sq.tail++
+		n++
+		if c.state == qpError {
+			c.flushSend()
+		}
+	}
+	if n > 0 && c.state == qpReady {
+		c.dirty = true
+		c.p.wake()
+	}
+	return n, err
+}
+
+// PostRecv implements ib.Conn.
+func (c *Conn) PostRecv(wrs []ib.RecvWR) (int, error) {
+	c.p.mu.Lock()
+	defer c.p.mu.Unlock()
+	if err := c.usable("post receive"); err != nil {
+		return 0, err
+	}
+	n := 0
+	var err error
+	for i := range wrs {
+		if err = checkRecv(&wrs[i], c.caps); err != nil {
+			err = fmt.Errorf("memfabric: post receive on %v: work request %d (id %#x): %w", c, i, wrs[i].ID, err)
+			break
+		}
+		if c.rq.full() {
+			err = fmt.Errorf("memfabric: post receive on %v: work request %d (id %#x): %d outstanding: %w",
+				c, i, wrs[i].ID, len(c.rq.slots), ib.ErrQueueFull)
+			break
+		}
+		c.postRecvLocked(&wrs[i])
+		n++
+	}
+	if peer := c.peer(); n > 0 && peer != nil && peer.blk == blockRNR {
+		peer.dirty = true
+		c.p.wake()
+	}
+	return n, err
+}
+
+// postRecvLocked queues a checked receive; in the error state it is flushed at once.
+func (c *Conn) postRecvLocked(wr *ib.RecvWR) {
+	s := c.rq.slot(c.rq.tail)
+	s.id = wr.ID
+	s.sges = append(s.sges[:0], wr.SGL...)
+	c.rq.tail++
+	if c.state == qpError {
+		c.flushRecv()
+	}
+}
+
+// PollCompletions implements ib.Conn. Polling a completion frees its queue slot; for the send
+// queue it also frees the slots of the unsignaled work requests before it.
+func (c *Conn) PollCompletions(wcs []ib.Completion) (int, error) {
+	c.p.mu.Lock()
+	defer c.p.mu.Unlock()
+	if c.closed {
+		return 0, fmt.Errorf("memfabric: poll on %v: %w", c, ib.ErrClosed)
+	}
+	n := 0
+	for n < len(wcs) && c.cq.head < c.cq.tail {
+		e := &c.cq.ring[c.cq.head%uint64(len(c.cq.ring))]
+		wcs[n] = e.c
+		if e.sq {
+			c.sq.head = max(c.sq.head, e.idx+1)
+		} else {
+			c.rq.head = max(c.rq.head, e.idx+1)
+		}
+		c.cq.head++
+		n++
+	}
+	return n, nil
+}
+
+// PollEvent implements ib.Conn.
+func (c *Conn) PollEvent() (ib.Event, bool) {
+	c.p.mu.Lock()
+	defer c.p.mu.Unlock()
+	if len(c.events) == 0 {
+		return 0, false
+	}
+	e := c.events[0]
+	c.events = append(c.events[:0], c.events[1:]...)
+	return e, true
+}
+
+// Disconnect implements ib.Conn.
+func (c *Conn) Disconnect() error {
+	c.p.mu.Lock()
+	defer c.p.mu.Unlock()
+	if err := c.usable("disconnect"); err != nil {
+		return err
+	}
+	c.enterError()
+	c.sendDisconnect()
+	c.p.wake()
+	return nil
+}
+
+// sendDisconnect models DREQ/DREP: both ends get EventDisconnected once. The peer's QP is left
+// alone: on a real fabric it stays in RTS until the peer calls Disconnect itself.
+func (c *Conn) sendDisconnect() {
+	if !c.discSent {
+		c.discSent = true
+		c.estPending = false
+		c.pushEvent(ib.EventDisconnected)
+	}
+	if peer := c.peer(); peer != nil && !peer.closed && !peer.removed && !peer.discSent {
+		peer.discSent = true
+		peer.estPending = false
+		peer.pushEvent(ib.EventDisconnected)
+	}
+}
+
+// Close implements ib.Conn: a connected QP sends a DREQ first, as rdma_destroy_id does.
+func (c *Conn) Close() error {
+	c.closeConn(true)
+	return nil
+}
+
+// Vanish makes this end disappear without a DREQ, as if its host crashed or its cable was
+// pulled: the peer gets no event, and its work requests complete with
+// StatusTransportRetryExceeded after Options.RetryTimeout. The Conn is closed afterwards.
+func (c *Conn) Vanish() {
+	c.closeConn(false)
+}
+
+func (c *Conn) closeConn(dreq bool) {
+	p := c.p
+	p.mu.Lock()
+	if c.closed {
+		p.mu.Unlock()
+		return
+	}
+	if dreq && !c.removed {
+		c.enterError()
+		c.sendDisconnect()
+	}
+	c.closed = true
+	c.unblock()
+	c.signal()
+	if peer := c.peer(); peer != nil {
+		peer.dirty = true
+	}
+	p.wake()
+	stop := p.stopIfDead()
+	p.mu.Unlock()
+	c.node.forget(c)
+	c.timerWG.Wait()
+	if stop {
+		p.wg.Wait()
+	}
+}
+
+// deviceRemoved is Node.Remove's part for one connection.
+func (c *Conn) deviceRemoved() {
+	c.p.mu.Lock()
+	defer c.p.mu.Unlock()
+	if c.closed || c.removed {
+		return
+	}
+	c.removed = true
+	c.unblock()
+	c.pushEvent(ib.EventDeviceRemoved)
+	if peer := c.peer(); peer != nil {
+		peer.dirty = true
+	}
+	c.p.wake()
+}
+
+// enterError moves the QP to the error state and flushes everything outstanding, send queue
+// first, each queue in posting order.
+func (c *Conn) enterError() {
+	if c.state != qpReady {
+		return
+	}
+	c.state = qpError
+	c.unblock()
+	c.flushSend()
+	c.flushRecv()
+	if peer := c.peer(); peer != nil {
+		peer.dirty = true // a SEND of the peer's waiting for our receives now gets no answer
+	}
+}
+
+func (c *Conn) flushSend() {
+	for ; c.sq.exec < c.sq.tail; c.sq.exec++ {
+		s := c.sq.slot(c.sq.exec)
+		c.push(cqEntry{c: ib.Completion{ID: s.wr.ID, Status: ib.StatusWRFlushError}, sq: true, idx: c.sq.exec})
+	}
+}
+
+func (c *Conn) flushRecv() {
+	for ; c.rq.next < c.rq.tail; c.rq.next++ {
+		c.push(cqEntry{c: ib.Completion{ID: c.rq.slot(c.rq.next).id, Status: ib.StatusWRFlushError}, idx: c.rq.next})
+	}
+}
+
+// fail completes the head work request with an error (signaled or not) and moves the QP to the
+// error state, which flushes the rest.
+func (c *Conn) fail(st ib.Status) {
+	idx := c.sq.exec
+	c.push(cqEntry{c: ib.Completion{ID: c.sq.slot(idx).wr.ID, Status: st}, sq: true, idx: idx})
+	c.sq.exec++
+	c.enterError()
+}
+
+// progress executes the send queue in order until it is empty, blocked or in error. Called with
+// p.mu held, from settle only.
+func (c *Conn) progress() {
+	for c.state == qpReady && !c.closed && !c.removed && c.sq.exec < c.sq.tail {
+		s := c.sq.slot(c.sq.exec)
+		peer := c.peer()
+		if !peer.answers() {
+			if c.block(blockRetry, c.node.f.opts.RetryTimeout, false) {
+				return
+			}
+			c.fail(ib.StatusTransportRetryExceeded)
+			return
+		}
+		var st ib.Status
+		switch s.wr.Op {
+		case ib.OpSend:
+			if peer.rq.next == peer.rq.tail {
+				// Receiver not ready: the peer NAKs and we retry rnrRetry times.
+				if c.rnrRetry >= ib.InfiniteRNRRetry {
+					c.block(blockRNR, 0, true)
+					return
+				}
+				if c.block(blockRNR, time.Duration(c.rnrRetry)*c.node.f.opts.RNRTimer, false) {
+					return
+				}
+				c.fail(ib.StatusRNRRetryExceeded)
+				return
+			}
+			st = c.execSend(s, peer)
+		case ib.OpRDMAWrite:
+			st = c.execWrite(s, peer)
+		case ib.OpRDMARead:
+			st = c.execRead(s, peer)
+		}
+		c.unblock()
+		if st != ib.StatusSuccess {
+			c.fail(st)
+			return
+		}
+		if s.wr.Signaled {
+			c.push(cqEntry{c: ib.Completion{ID: s.wr.ID, Status: ib.StatusSuccess, Opcode: s.wr.Op}, sq: true, idx: c.sq.exec})
+		}
+		c.sq.exec++
+	}
+	c.unblock()
+}
+
+// gather resolves the local SGEs of the head work request into c.src.
+func (c *Conn) gather(s *sendSlot, write bool) bool {
+	c.src = c.src[:0]
+	if s.wr.Inline {
+		c.src = append(c.src, s.inline[:s.inlineLen])
+		return true
+	}
+	for _, g := range s.wr.SGL {
+		b, ok := c.node.pd.local(g, write)
+		if !ok {
+			return false
+		}
+		c.src = append(c.src, b)
+	}
+	return true
+}
+
+func (c *Conn) execSend(s *sendSlot, peer *Conn) ib.Status {
+	if !c.gather(s, false) {
+		return ib.StatusLocalProtectionError
+	}
+	total := 0
+	for _, b := range c.src {
+		total += len(b)
+	}
+	ridx := peer.rq.next
+	r := peer.rq.slot(ridx)
+	peer.rq.next++
+	capacity := 0
+	for _, g := range r.sges {
+		capacity += int(g.Length)
+	}
+	if total > capacity {
+		peer.push(cqEntry{c: ib.Completion{ID: r.id, Status: ib.StatusLocalLengthError}, idx: ridx})
+		peer.enterError()
+		return ib.StatusRemoteInvalidRequest
+	}
+	// The HCA checks the receive SGEs it actually writes into.
+	peer.dst = peer.dst[:0]
+	for need, i := total, 0; need > 0; i++ {
+		b, ok := peer.node.pd.local(r.sges[i], true)
+		if !ok {
+			peer.push(cqEntry{c: ib.Completion{ID: r.id, Status: ib.StatusLocalProtectionError}, idx: ridx})
+			peer.enterError()
+			return ib.StatusRemoteOperationError
+		}
+		peer.dst = append(peer.dst, b)
+		need -= min(need, len(b))
+	}
+	scatter(peer.dst, c.src)
+	peer.push(cqEntry{c: ib.Completion{ID: r.id, Status: ib.StatusSuccess, Opcode: ib.OpRecv, ByteLen: uint32(total)}, idx: ridx})
+	if peer.estPending {
+		peer.estPending = false
+		peer.pushEvent(ib.EventEstablished)
+	}
+	return ib.StatusSuccess
+}
+
+func (c *Conn) execWrite(s *sendSlot, peer *Conn) ib.Status {
+	if !c.gather(s, false) {
+		return ib.StatusLocalProtectionError
+	}
+	total := 0
+	for _, b := range c.src {
+		total += len(b)
+	}
+	if total == 0 {
+		// A zero-length RDMA WRITE checks no rkey (IB spec); LIO uses one as a drain marker.
+		return ib.StatusSuccess
+	}
+	dst, ok := peer.node.pd.remote(s.wr.RKey, s.wr.RemoteAddr, uint32(total), ib.AccessRemoteWrite)
+	if !ok {
+		peer.enterError()
+		return ib.StatusRemoteAccessError
+	}
+	c.dst = append(c.dst[:0], dst)
+	scatter(c.dst, c.src)
+	return ib.StatusSuccess
+}
+
+func (c *Conn) execRead(s *sendSlot, peer *Conn) ib.Status {
+	if !c.gather(s, true) {
+		return ib.StatusLocalProtectionError
+	}
+	total := 0
+	for _, b := range c.src {
+		total += len(b)
+	}
+	if total == 0 {
+		return ib.StatusSuccess
+	}
+	src, ok := peer.node.pd.remote(s.wr.RKey, s.wr.RemoteAddr, uint32(total), ib.AccessRemoteRead)
+	if !ok {
+		peer.enterError()
+		return ib.StatusRemoteAccessError
+	}
+	// c.src holds the local sinks here.
+	c.dst = append(c.dst[:0], src)
+	scatter(c.src, c.dst)
+	return ib.StatusSuccess
+}
+
+// scatter copies the concatenation of src into the concatenation of dst, which is at least as
+// long.
+func scatter(dst, src [][]byte) {
+	di, doff := 0, 0
+	for _, b := range src {
+		for len(b) > 0 {
+			k := copy(dst[di][doff:], b)
+			b = b[k:]
+			doff += k
+			if doff == len(dst[di]) {
+				di++
+				doff = 0
+			}
+		}
+	}
+}
+
+// block records that the head work request waits, and whether it may go on waiting: an
+// unbounded wait always may, a bounded one until its deadline (a zero duration fails at
+// once). A timer re-runs progress at the deadline.
+func (c *Conn) block(kind blockKind, d time.Duration, forever bool) bool {
+	if c.blk != kind || c.blkIdx != c.sq.exec {
+		c.unblock()
+		c.blk, c.blkIdx, c.blkTimed = kind, c.sq.exec, !forever
+		if forever {
+			return true
+		}
+		if d <= 0 {
+			return false
+		}
+		c.blkEnd = time.Now().Add(d)
+		c.arm(d)
+		return true
+	}
+	return !c.blkTimed || time.Now().Before(c.blkEnd)
+}
+
+func (c *Conn) unblock() {
+	c.blk = blockNone
+	c.disarm()
+}
+
+func (c *Conn) arm(d time.Duration) {
+	c.timerGen++
+	gen := c.timerGen
+	c.timerArmed = true
+	c.timerWG.Add(1)
+	c.timer = time.AfterFunc(d, func() { c.onTimer(gen) })
+}
+
+func (c *Conn) disarm() {
+	if c.timerArmed {
+		c.timerArmed = false
+		if c.timer.Stop() {
+			c.timerWG.Done()
+		}
+	}
+}
+
+func (c *Conn) onTimer(gen uint64) {
+	defer c.timerWG.Done()
+	c.p.mu.Lock()
+	defer c.p.mu.Unlock()
+	if gen == c.timerGen {
+		c.timerArmed = false
+	}
+	c.dirty = true
+	c.p.wake()
+}

@@ -1,0 +1,35 @@
+// Package memfabric is an in-memory RDMA fabric implementing the ib interfaces, for tests of
+// the SRP target and of the test initiator. It lives apart from ib so that production binaries
+// do not link it.
+//
+// A Fabric holds Nodes, each one device with one IP address and one protection domain. The
+// target side calls Node.Listen and answers ib.ConnRequests; the initiator side calls
+// Node.Connect and gets a *Conn. Both sides register memory in Node.PD.
+//
+// What is modelled, and how (the contract itself is in package ib's documentation):
+//
+//   - Keys and bounds: every RDMA access checks the rkey, the range and the access flag of the
+//     responder's region; every local SGE is checked against its region (registered in this
+//     node's PD, in range, local write where the HCA writes). Region addresses are synthetic,
+//     one 4 GiB window per region, so an address mixed up between regions never validates.
+//   - Errors as verbs produce them, including the responder side: a remote access error or an
+//     oversized SEND moves both QPs to the error state, and both flush.
+//   - Slot accounting: unsignaled work requests keep their send-queue slot until a later
+//     completion is polled; a CQ is sized SQ+RQ and never overruns.
+//   - RNR: a SEND that finds no receive waits for one. With an RNR retry count of 7 it waits
+//     for ever; with a count n < 7 it fails with StatusRNRRetryExceeded after n*RNRTimer
+//     (immediately for 0). Real hardware retries at RNR-timer intervals, so the bound is the
+//     same order of magnitude; memfabric does not model the timer value the peer advertises.
+//   - A peer that no longer answers (vanished, closed, removed, or in the error state):
+//     work requests aimed at it fail with StatusTransportRetryExceeded after RetryTimeout.
+//   - Ordering: each send queue executes strictly in order and completions are queued in
+//     order. By default work requests execute synchronously inside the Post call (or, for a
+//     SEND waiting for a receive, inside the peer's PostRecv or a timer), which is
+//     deterministic. Options.Async executes them later on a goroutine per connection, which
+//     exposes consumers that touch buffers before their completions.
+//   - Not modelled: RDMA READ depth limits (reads complete as they execute, the depth only
+//     gates whether reads are allowed), packet loss, MTU segmentation, shared receive queues,
+//     atomics, immediate data, memory windows.
+//
+// Every goroutine and timer stops on Conn.Close (both ends) or Fabric.Close.
+package memfabric

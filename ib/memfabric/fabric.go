@@ -1,0 +1,422 @@
+package memfabric
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/srptarget/srptarget/ib"
+)
+
+// DefaultLimits are used when Options.Limits is zero: in the range of a ConnectX HCA, with room
+// for the SRP target's 4096-deep send queue.
+var DefaultLimits = ib.DeviceLimits{
+	MaxQueueDepth: 16384,
+	MaxSendSGE:    32,
+	MaxRecvSGE:    32,
+	MaxReadSGE:    32,
+	MaxInlineData: 256,
+	MaxRDAtomic:   16,
+}
+
+// Options tune the fabric. The zero value is a synchronous fabric with DefaultLimits.
+type Options struct {
+	// Limits are the device limits of every node (set MaxReadSGE to 1 to model iWARP/siw).
+	Limits ib.DeviceLimits
+	// Async executes send-queue work requests on a goroutine per connection instead of inside
+	// PostSend/PostRecv. Results are the same for a correct consumer; a consumer that reuses a
+	// buffer before its completion, or reads one before it, sees wrong data.
+	Async bool
+	// RNRTimer is the wait per RNR retry: a SEND that finds no receive posted fails after
+	// RNRRetryCount*RNRTimer (at once for a count of 0; never for 7). Default 2 ms.
+	RNRTimer time.Duration
+	// RetryTimeout is how long a work request aimed at a peer that no longer answers (vanished,
+	// closed, removed, or its QP in the error state) waits before it completes with
+	// StatusTransportRetryExceeded. Default 10 ms.
+	RetryTimeout time.Duration
+	// DelayEstablished holds the target's EventEstablished back until its first receive
+	// completion has been queued, as happens on real fabrics when the first SEND beats the RTU.
+	DelayEstablished bool
+	// Backlog is the number of connection requests a listener queues before Connect fails
+	// with ib.ErrQueueFull. Default 128.
+	Backlog int
+}
+
+// Fabric connects nodes. Every goroutine and timer it starts ends with Close.
+type Fabric struct {
+	opts Options
+
+	mrSeq  atomic.Uint64
+	keySeq atomic.Uint32
+
+	mu     sync.Mutex
+	nodes  map[netip.Addr]*Node
+	all    []*Node // including removed nodes whose address was reused
+	closed bool
+}
+
+// New makes an empty fabric.
+func New(opts Options) *Fabric {
+	if opts.Limits == (ib.DeviceLimits{}) {
+		opts.Limits = DefaultLimits
+	}
+	if opts.RNRTimer <= 0 {
+		opts.RNRTimer = 2 * time.Millisecond
+	}
+	if opts.RetryTimeout <= 0 {
+		opts.RetryTimeout = 10 * time.Millisecond
+	}
+	if opts.Backlog <= 0 {
+		opts.Backlog = 128
+	}
+	return &Fabric{opts: opts, nodes: make(map[netip.Addr]*Node)}
+}
+
+// NewNode adds a node (one RDMA device with one IP address). An address whose node was removed
+// can be reused: that models the device coming back.
+func (f *Fabric) NewNode(addr netip.Addr) (*Node, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, fmt.Errorf("memfabric: new node %v: %w", addr, ib.ErrClosed)
+	}
+	if old := f.nodes[addr]; old != nil && !old.isRemoved() {
+		return nil, fmt.Errorf("memfabric: new node %v: %w", addr, unix.EADDRINUSE)
+	}
+	n := &Node{
+		f:         f,
+		addr:      addr,
+		listeners: make(map[uint16]*listener),
+		conns:     make(map[*Conn]struct{}),
+		pending:   make(map[*connReq]struct{}),
+		nextPort:  40000,
+	}
+	n.pd = &pd{node: n, byRKey: make(map[uint32]*mr)}
+	f.nodes[addr] = n
+	f.all = append(f.all, n)
+	return n, nil
+}
+
+func (f *Fabric) node(addr netip.Addr) *Node {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.nodes[addr]
+}
+
+// Close closes every listener and connection of every node and waits for the fabric's
+// goroutines and timers.
+func (f *Fabric) Close() error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil
+	}
+	f.closed = true
+	nodes := f.all
+	f.mu.Unlock()
+	for _, n := range nodes {
+		n.close()
+	}
+	return nil
+}
+
+// Node is one device with one address: it listens, connects and registers memory.
+type Node struct {
+	f    *Fabric
+	addr netip.Addr
+	pd   *pd
+
+	mu        sync.Mutex
+	removed   bool
+	closed    bool
+	listeners map[uint16]*listener
+	conns     map[*Conn]struct{}
+	pending   map[*connReq]struct{} // requests to this node not answered yet
+	nextPort  uint16
+}
+
+// Addr is the node's address.
+func (n *Node) Addr() netip.Addr { return n.addr }
+
+// PD is the node's protection domain.
+func (n *Node) PD() ib.ProtectionDomain { return n.pd }
+
+// Limits are the node's device limits.
+func (n *Node) Limits() ib.DeviceLimits { return n.f.opts.Limits }
+
+func (n *Node) isRemoved() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.removed
+}
+
+// Listen listens on the node's address and port (the RDMA/CM TCP port space).
+func (n *Node) Listen(port uint16) (ib.Listener, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	addr := netip.AddrPortFrom(n.addr, port)
+	switch {
+	case n.removed:
+		return nil, fmt.Errorf("memfabric: listen %v: %w", addr, ib.ErrDeviceRemoved)
+	case n.closed:
+		return nil, fmt.Errorf("memfabric: listen %v: %w", addr, ib.ErrClosed)
+	case n.listeners[port] != nil:
+		return nil, fmt.Errorf("memfabric: listen %v: %w", addr, unix.EADDRINUSE)
+	}
+	l := &listener{
+		node: n,
+		addr: addr,
+		reqs: make(chan *connReq, n.f.opts.Backlog),
+		done: make(chan struct{}),
+	}
+	n.listeners[port] = l
+	return l, nil
+}
+
+// ConnectParams are the initiator's side of a connection (what rdma_connect is given).
+type ConnectParams struct {
+	QP ib.QPCaps
+	// RNRRetryCount is how often the target retries a SEND that finds no receive posted here
+	// (0..7, 7 = for ever; ib_srp uses 7).
+	RNRRetryCount uint8
+	// ResponderResources: RDMA READs the target may have outstanding against us (ib_srp: 4).
+	ResponderResources uint8
+	// InitiatorDepth: RDMA READs we may issue (ib_srp: 0).
+	InitiatorDepth uint8
+	// Recv is posted before the request is sent, so the target can SEND as soon as it accepts.
+	Recv []ib.RecvWR
+}
+
+// Connect sends a connection request carrying privateData (at most
+// ib.MaxConnRequestPrivateData bytes) to dst and waits for the answer. On accept it returns the
+// initiator's connection, whose PrivateData is the REP's; on reject a *RejectedError. If ctx
+// ends first the request is withdrawn; a target that accepts it afterwards sees
+// EventDisconnected instead of EventEstablished.
+func (n *Node) Connect(ctx context.Context, dst netip.AddrPort, privateData []byte, params ConnectParams) (*Conn, error) {
+	lim := n.f.opts.Limits
+	if len(privateData) > ib.MaxConnRequestPrivateData {
+		return nil, fmt.Errorf("memfabric: connect %v: %d bytes: %w", dst, len(privateData), ib.ErrPrivateDataTooLong)
+	}
+	if err := checkCaps(params.QP, lim); err != nil {
+		return nil, fmt.Errorf("memfabric: connect %v: %w", dst, err)
+	}
+	if params.RNRRetryCount > ib.InfiniteRNRRetry || int(params.ResponderResources) > lim.MaxRDAtomic ||
+		int(params.InitiatorDepth) > lim.MaxRDAtomic {
+		return nil, fmt.Errorf("memfabric: connect %v: rnr retry %d, responder resources %d, initiator depth %d: %w",
+			dst, params.RNRRetryCount, params.ResponderResources, params.InitiatorDepth, ib.ErrInvalidArgument)
+	}
+	for i := range params.Recv {
+		if err := checkRecv(&params.Recv[i], params.QP); err != nil {
+			return nil, fmt.Errorf("memfabric: connect %v: receive %d: %w", dst, i, err)
+		}
+	}
+	if len(params.Recv) > params.QP.RecvQueueDepth {
+		return nil, fmt.Errorf("memfabric: connect %v: %d receives: %w", dst, len(params.Recv), ib.ErrQueueFull)
+	}
+
+	tn := n.f.node(dst.Addr())
+	if tn == nil {
+		return nil, fmt.Errorf("memfabric: connect %v: %w", dst, unix.EHOSTUNREACH)
+	}
+	p := newPair(n.f)
+	ini, err := n.newConn(p, params.QP, netip.AddrPort{}, dst, true)
+	if err != nil {
+		return nil, fmt.Errorf("memfabric: connect %v: %w", dst, err)
+	}
+	p.mu.Lock()
+	p.b = ini
+	for i := range params.Recv {
+		ini.postRecvLocked(&params.Recv[i])
+	}
+	p.mu.Unlock()
+
+	r := &connReq{
+		priv:   padded(privateData, ib.MaxConnRequestPrivateData),
+		remote: ini.local,
+		local:  dst,
+		params: params,
+		ini:    ini,
+		reply:  make(chan error, 1),
+	}
+	if err := tn.enqueue(r); err != nil {
+		ini.Close()
+		return nil, fmt.Errorf("memfabric: connect %v: %w", dst, err)
+	}
+
+	var rerr error
+	select {
+	case rerr = <-r.reply:
+	case <-ctx.Done():
+		r.mu.Lock()
+		if r.state == reqPending {
+			r.state = reqCanceled
+			r.mu.Unlock()
+			ini.Close()
+			return nil, fmt.Errorf("memfabric: connect %v: %w", dst, ctx.Err())
+		}
+		r.mu.Unlock()
+		// Answered while we gave up: the answer is already in the channel and wins.
+		rerr = <-r.reply
+	}
+	if rerr != nil {
+		ini.Close()
+		return nil, fmt.Errorf("memfabric: connect %v: %w", dst, rerr)
+	}
+	return ini, nil
+}
+
+// enqueue hands a request to the listener on r.local's port.
+func (n *Node) enqueue(r *connReq) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.removed || n.closed {
+		return unix.EHOSTUNREACH
+	}
+	l := n.listeners[r.local.Port()]
+	if l == nil {
+		// Nobody listens on that port: the passive side's CM answers with a REJ.
+		return &RejectedError{Reason: RejectInvalidServiceID}
+	}
+	r.ln = l
+	select {
+	case l.reqs <- r:
+		n.pending[r] = struct{}{}
+		return nil
+	default:
+		return fmt.Errorf("listen backlog of %d full: %w", cap(l.reqs), ib.ErrQueueFull)
+	}
+}
+
+// newConn makes an unconnected QP with its queues and registers it with the node.
+// An initiator's local address gets an ephemeral port.
+func (n *Node) newConn(p *pair, caps ib.QPCaps, local, remote netip.AddrPort, ephemeral bool) (*Conn, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case n.removed:
+		return nil, ib.ErrDeviceRemoved
+	case n.closed:
+		return nil, ib.ErrClosed
+	}
+	if ephemeral {
+		local = netip.AddrPortFrom(n.addr, n.nextPort)
+		n.nextPort++
+		if n.nextPort == 0 {
+			n.nextPort = 40000
+		}
+	}
+	c := newConn(n, caps, local, remote)
+	c.p = p
+	n.conns[c] = struct{}{}
+	return c, nil
+}
+
+func (n *Node) forget(c *Conn) {
+	n.mu.Lock()
+	delete(n.conns, c)
+	n.mu.Unlock()
+}
+
+// Remove simulates hot removal of the node's device: every connection gets
+// EventDeviceRemoved and stops working (no flush completions are generated: after a device is
+// gone a consumer must not wait for them), listeners fail with ib.ErrDeviceRemoved, and peers
+// see a QP that no longer answers. Close the connections to release them.
+func (n *Node) Remove() {
+	n.mu.Lock()
+	if n.removed {
+		n.mu.Unlock()
+		return
+	}
+	n.removed = true
+	n.closeListenersLocked(ib.ErrDeviceRemoved)
+	reqs := n.pendingLocked()
+	conns := n.connsLocked()
+	n.mu.Unlock()
+	n.pd.mu.Lock()
+	n.pd.removed = true
+	n.pd.mu.Unlock()
+	rejectAll(reqs)
+	for _, c := range conns {
+		c.deviceRemoved()
+	}
+}
+
+func (n *Node) close() {
+	n.mu.Lock()
+	n.closed = true
+	n.closeListenersLocked(ib.ErrClosed)
+	reqs := n.pendingLocked()
+	conns := n.connsLocked()
+	n.mu.Unlock()
+	rejectAll(reqs)
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// pendingLocked returns the unanswered requests, queued or already handed out by Next: a node
+// that closes or loses its device answers them all with a REJ, so no Connect waits for ever.
+func (n *Node) pendingLocked() []*connReq {
+	reqs := make([]*connReq, 0, len(n.pending))
+	for r := range n.pending {
+		reqs = append(reqs, r)
+	}
+	return reqs
+}
+
+func (n *Node) forgetReq(r *connReq) {
+	n.mu.Lock()
+	delete(n.pending, r)
+	n.mu.Unlock()
+}
+
+func (n *Node) connsLocked() []*Conn {
+	conns := make([]*Conn, 0, len(n.conns))
+	for c := range n.conns {
+		conns = append(conns, c)
+	}
+	return conns
+}
+
+// closeListenersLocked closes every listener and returns the requests still queued, to be
+// rejected once n.mu is released (rejecting takes the request's lock, which Accept holds while
+// it takes n.mu).
+func (n *Node) closeListenersLocked(err error) []*connReq {
+	var reqs []*connReq
+	for port, l := range n.listeners {
+		reqs = append(reqs, l.closeLocked(err)...)
+		delete(n.listeners, port)
+	}
+	return reqs
+}
+
+func rejectAll(reqs []*connReq) {
+	for _, r := range reqs {
+		r.answer(&RejectedError{Reason: RejectInvalidServiceID})
+	}
+}
+
+// padded copies private data into a zeroed buffer of the message's full size: over IB and RoCE
+// the CM always delivers the whole private-data field, whatever length the sender gave (iWARP
+// delivers the exact length; consumers must cope with both).
+func padded(b []byte, size int) []byte {
+	out := make([]byte, size)
+	copy(out, b)
+	return out
+}
+
+func checkCaps(c ib.QPCaps, lim ib.DeviceLimits) error {
+	if c.SendQueueDepth < 1 || c.SendQueueDepth > lim.MaxQueueDepth ||
+		c.RecvQueueDepth < 1 || c.RecvQueueDepth > lim.MaxQueueDepth ||
+		c.MaxSendSGE < 1 || c.MaxSendSGE > lim.MaxSendSGE ||
+		c.MaxRecvSGE < 1 || c.MaxRecvSGE > lim.MaxRecvSGE ||
+		c.MaxInlineData < 0 || c.MaxInlineData > lim.MaxInlineData {
+		return fmt.Errorf("QP caps %+v outside device limits %+v: %w", c, lim, ib.ErrInvalidArgument)
+	}
+	return nil
+}

@@ -1,0 +1,126 @@
+package memfabric
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/srptarget/srptarget/ib"
+)
+
+// addrBase is where region addresses start. Each region gets its own 4 GiB window
+// (addrBase + seq<<32), so an address computed from the wrong region never falls inside the
+// right one, and no address coincides with a real pointer.
+const addrBase = 1 << 52
+
+// pd is the protection domain of one node: every region registered on that node.
+type pd struct {
+	node *Node
+
+	mu      sync.RWMutex
+	byRKey  map[uint32]*mr
+	removed bool
+}
+
+// mr is a registered region. Its fields are immutable after registration except valid, which is
+// guarded by pd.mu.
+type mr struct {
+	pd     *pd
+	buf    []byte
+	addr   uint64
+	lkey   uint32
+	rkey   uint32
+	access ib.Access
+	valid  bool
+}
+
+var _ ib.ProtectionDomain = (*pd)(nil)
+
+// RegisterMemory registers buf. The fabric accepts any memory, Go heap included; the verbs
+// implementation does not (see ib.ProtectionDomain).
+func (p *pd) RegisterMemory(buf []byte, access ib.Access) (ib.MR, error) {
+	switch {
+	case len(buf) == 0 || uint64(len(buf)) >= 1<<32:
+		return nil, fmt.Errorf("memfabric: register %d bytes: %w", len(buf), ib.ErrInvalidArgument)
+	case access&^(ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead) != 0:
+		return nil, fmt.Errorf("memfabric: register: unknown access bits %#x: %w", uint32(access), ib.ErrInvalidArgument)
+	case access&ib.AccessRemoteWrite != 0 && access&ib.AccessLocalWrite == 0:
+		// ibv_reg_mr fails with EINVAL: remote write without local write is not allowed.
+		return nil, fmt.Errorf("memfabric: register: remote write requires local write: %w", ib.ErrInvalidArgument)
+	}
+	f := p.node.f
+	seq := f.mrSeq.Add(1)
+	key := f.keySeq.Add(1)
+	m := &mr{
+		pd:     p,
+		buf:    buf,
+		addr:   addrBase + seq<<32,
+		lkey:   key<<8 | 0x4c,
+		rkey:   key<<8 | 0x52,
+		access: access,
+		valid:  true,
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.removed {
+		return nil, fmt.Errorf("memfabric: register on %v: %w", p.node.addr, ib.ErrDeviceRemoved)
+	}
+	p.byRKey[m.rkey] = m
+	return m, nil
+}
+
+func (m *mr) Bytes() []byte     { return m.buf }
+func (m *mr) Addr() uint64      { return m.addr }
+func (m *mr) Len() int          { return len(m.buf) }
+func (m *mr) LKey() uint32      { return m.lkey }
+func (m *mr) RKey() uint32      { return m.rkey }
+func (m *mr) Access() ib.Access { return m.access }
+func (m *mr) String() string {
+	return fmt.Sprintf("mr(addr=%#x len=%d lkey=%#x rkey=%#x)", m.addr, len(m.buf), m.lkey, m.rkey)
+}
+func (m *mr) Deregister() error {
+	m.pd.mu.Lock()
+	defer m.pd.mu.Unlock()
+	if !m.valid {
+		return fmt.Errorf("memfabric: deregister %v: %w", m, ib.ErrClosed)
+	}
+	m.valid = false
+	delete(m.pd.byRKey, m.rkey)
+	return nil
+}
+
+// local resolves a local SGE the way an HCA checks an lkey: the region must be registered in this
+// protection domain, the range inside it, and local write allowed when the HCA writes (receive
+// buffers, RDMA READ sinks).
+func (p *pd) local(g ib.SGE, write bool) ([]byte, bool) {
+	m, ok := g.MR.(*mr)
+	if !ok || m.pd != p {
+		return nil, false
+	}
+	p.mu.RLock()
+	valid := m.valid
+	p.mu.RUnlock()
+	if !valid || (write && m.access&ib.AccessLocalWrite == 0) {
+		return nil, false
+	}
+	size := uint64(len(m.buf))
+	if g.Offset > size || uint64(g.Length) > size-g.Offset {
+		return nil, false
+	}
+	return m.buf[g.Offset : g.Offset+uint64(g.Length)], true
+}
+
+// remote resolves the responder side of an RDMA operation: rkey, bounds and access flag.
+func (p *pd) remote(rkey uint32, addr uint64, length uint32, need ib.Access) ([]byte, bool) {
+	p.mu.RLock()
+	m := p.byRKey[rkey]
+	p.mu.RUnlock()
+	if m == nil || m.access&need == 0 || addr < m.addr {
+		return nil, false
+	}
+	off := addr - m.addr
+	size := uint64(len(m.buf))
+	if off > size || uint64(length) > size-off {
+		return nil, false
+	}
+	return m.buf[off : off+uint64(length)], true
+}

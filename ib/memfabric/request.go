@@ -1,0 +1,242 @@
+package memfabric
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"sync"
+
+	"github.com/srptarget/srptarget/ib"
+)
+
+// RejectReason is the IB CM REJ reason code.
+type RejectReason uint8
+
+const (
+	// RejectInvalidServiceID: nobody listens on the port (IB CM reason 8).
+	RejectInvalidServiceID RejectReason = 8
+	// RejectConsumerDefined: the listener called Reject (IB CM reason 28; RDMA/CM turns
+	// rdma_reject into this, and ib_srp expects it with an SRP_LOGIN_REJ as private data).
+	RejectConsumerDefined RejectReason = 28
+)
+
+// RejectedError is what Connect returns when the connection request was rejected.
+type RejectedError struct {
+	Reason RejectReason
+	// PrivateData is the REJ's private data (the SRP_LOGIN_REJ) zero-padded to
+	// ib.MaxRejectPrivateData bytes as IB/RoCE deliver it; nil unless Reason is
+	// RejectConsumerDefined.
+	PrivateData []byte
+}
+
+func (e *RejectedError) Error() string {
+	return "memfabric: connection rejected, reason " + strconv.Itoa(int(e.Reason)) +
+		", " + strconv.Itoa(len(e.PrivateData)) + " bytes of private data"
+}
+
+// listener is an ib.Listener. closed, err and the drain of reqs are guarded by node.mu.
+type listener struct {
+	node *Node
+	addr netip.AddrPort
+	reqs chan *connReq
+	done chan struct{}
+
+	closed bool
+	err    error
+}
+
+var _ ib.Listener = (*listener)(nil)
+
+func (l *listener) Next(ctx context.Context) (ib.ConnRequest, error) {
+	select {
+	case r := <-l.reqs:
+		return r, nil
+	case <-l.done:
+		return nil, fmt.Errorf("memfabric: listener %v: %w", l.addr, l.err)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("memfabric: listener %v: %w", l.addr, ctx.Err())
+	}
+}
+
+func (l *listener) Addr() netip.AddrPort { return l.addr }
+
+func (l *listener) Close() error {
+	n := l.node
+	n.mu.Lock()
+	if l.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	if n.listeners[l.addr.Port()] == l {
+		delete(n.listeners, l.addr.Port())
+	}
+	reqs := l.closeLocked(ib.ErrClosed)
+	n.mu.Unlock()
+	rejectAll(reqs)
+	return nil
+}
+
+// closeLocked marks the listener closed and takes the queued requests out. Because enqueue also
+// runs under node.mu and checks that the listener is still in the node's table, nothing is
+// queued after this.
+func (l *listener) closeLocked(err error) []*connReq {
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	l.err = err
+	close(l.done)
+	var reqs []*connReq
+	for {
+		select {
+		case r := <-l.reqs:
+			reqs = append(reqs, r)
+		default:
+			return reqs
+		}
+	}
+}
+
+type reqState uint8
+
+const (
+	reqPending reqState = iota
+	reqCanceled
+	reqAnswered
+)
+
+// connReq is an ib.ConnRequest. Its immutable fields are set by Connect; state is guarded by mu.
+type connReq struct {
+	ln     *listener
+	priv   []byte
+	remote netip.AddrPort
+	local  netip.AddrPort
+	params ConnectParams
+	ini    *Conn
+	// reply carries the answer to Connect: nil for accept, a *RejectedError otherwise.
+	reply chan error
+
+	mu    sync.Mutex
+	state reqState
+}
+
+var _ ib.ConnRequest = (*connReq)(nil)
+
+func (r *connReq) PrivateData() []byte        { return r.priv }
+func (r *connReq) RemoteAddr() netip.AddrPort { return r.remote }
+func (r *connReq) LocalAddr() netip.AddrPort  { return r.local }
+func (r *connReq) ResponderResources() uint8  { return r.params.ResponderResources }
+func (r *connReq) InitiatorDepth() uint8      { return r.params.InitiatorDepth }
+func (r *connReq) Limits() ib.DeviceLimits    { return r.ln.node.f.opts.Limits }
+func (r *connReq) PD() ib.ProtectionDomain    { return r.ln.node.pd }
+func (r *connReq) String() string             { return fmt.Sprintf("request %v -> %v", r.remote, r.local) }
+
+// answer sends a rejection if the request is still pending (used on listener close).
+func (r *connReq) answer(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state == reqPending {
+		r.reply <- err
+	}
+	r.answered()
+}
+
+// answered marks the request answered. Called with r.mu held (r.mu before node.mu).
+func (r *connReq) answered() {
+	r.state = reqAnswered
+	r.ln.node.forgetReq(r)
+}
+
+func (r *connReq) Reject(privateData []byte) error {
+	if len(privateData) > ib.MaxRejectPrivateData {
+		return fmt.Errorf("memfabric: reject %v: %d bytes: %w", r, len(privateData), ib.ErrPrivateDataTooLong)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch r.state {
+	case reqAnswered:
+		return fmt.Errorf("memfabric: reject %v: %w", r, ib.ErrAnswered)
+	case reqPending:
+		r.reply <- &RejectedError{Reason: RejectConsumerDefined, PrivateData: padded(privateData, ib.MaxRejectPrivateData)}
+	}
+	// A withdrawn request: the REJ goes nowhere.
+	r.answered()
+	return nil
+}
+
+func (r *connReq) Accept(ap ib.AcceptParams) (ib.Conn, error) {
+	lim := r.ln.node.f.opts.Limits
+	if len(ap.PrivateData) > ib.MaxAcceptPrivateData {
+		return nil, fmt.Errorf("memfabric: accept %v: %d bytes: %w", r, len(ap.PrivateData), ib.ErrPrivateDataTooLong)
+	}
+	if err := checkCaps(ap.QP, lim); err != nil {
+		return nil, fmt.Errorf("memfabric: accept %v: %w", r, err)
+	}
+	if ap.RNRRetryCount > ib.InfiniteRNRRetry || int(ap.ResponderResources) > lim.MaxRDAtomic ||
+		int(ap.InitiatorDepth) > lim.MaxRDAtomic {
+		return nil, fmt.Errorf("memfabric: accept %v: rnr retry %d, responder resources %d, initiator depth %d: %w",
+			r, ap.RNRRetryCount, ap.ResponderResources, ap.InitiatorDepth, ib.ErrInvalidArgument)
+	}
+	if ap.InitiatorDepth > r.params.ResponderResources {
+		// Stricter than verbs, where the mismatch shows up later as stalled RDMA READs or a
+		// failed QP transition on the initiator.
+		return nil, fmt.Errorf("memfabric: accept %v: initiator depth %d exceeds the initiator's responder resources %d: %w",
+			r, ap.InitiatorDepth, r.params.ResponderResources, ib.ErrInvalidArgument)
+	}
+	if len(ap.Recv) > ap.QP.RecvQueueDepth {
+		return nil, fmt.Errorf("memfabric: accept %v: %d receives: %w", r, len(ap.Recv), ib.ErrQueueFull)
+	}
+	for i := range ap.Recv {
+		if err := checkRecv(&ap.Recv[i], ap.QP); err != nil {
+			return nil, fmt.Errorf("memfabric: accept %v: receive %d: %w", r, i, err)
+		}
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state == reqAnswered {
+		return nil, fmt.Errorf("memfabric: accept %v: %w", r, ib.ErrAnswered)
+	}
+	ini := r.ini
+	p := ini.p
+	t, err := r.ln.node.newConn(p, ap.QP, r.local, r.remote, false)
+	if err != nil {
+		if r.state == reqPending {
+			r.reply <- &RejectedError{Reason: RejectInvalidServiceID}
+		}
+		r.answered()
+		return nil, fmt.Errorf("memfabric: accept %v: %w", r, err)
+	}
+	canceled := r.state == reqCanceled
+	r.answered()
+
+	p.mu.Lock()
+	p.a = t
+	t.rnrRetry = r.params.RNRRetryCount
+	t.rdDepth = ap.InitiatorDepth
+	ini.rnrRetry = ap.RNRRetryCount
+	ini.rdDepth = min(r.params.InitiatorDepth, ap.ResponderResources)
+	ini.privateData = padded(ap.PrivateData, ib.MaxAcceptPrivateData)
+	for i := range ap.Recv {
+		t.postRecvLocked(&ap.Recv[i])
+	}
+	if canceled {
+		// The initiator gave up before the REP arrived: the connection never establishes.
+		t.discSent = true
+		t.pushEvent(ib.EventDisconnected)
+	} else {
+		if r.ln.node.f.opts.DelayEstablished {
+			t.estPending = true
+		} else {
+			t.pushEvent(ib.EventEstablished)
+		}
+		ini.pushEvent(ib.EventEstablished)
+	}
+	p.start()
+	p.mu.Unlock()
+	if !canceled {
+		r.reply <- nil
+	}
+	return t, nil
+}
