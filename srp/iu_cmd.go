@@ -1,0 +1,358 @@
+package srp
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// SRP_CMD (struct srp_cmd, 48 bytes + variable part), initiator to target:
+//
+//	    +--------+--------+--------+--------+--------+--------+--------+--------+
+//	 0  | OPCODE | SOLNOT |        reserved          | BUFFMT | DO CNT | DI CNT |
+//	    +--------+--------+--------------------------+--------+--------+--------+
+//	 8  |                                 TAG                                   |
+//	    +-----------------------------------+-----------------------------------+
+//	16  |             reserved              |  LOGICAL UNIT NUMBER ...          |
+//	    +-----------------------------------+--------+--------+--------+--------+
+//	24  |  ... LOGICAL UNIT NUMBER          |  rsvd  |TASKATTR|  rsvd  |ADDCDBLN|
+//	    +-----------------------------------+--------+--------+--------+--------+
+//	32  |                             CDB (16 bytes)                            |
+//	    +-----------------------------------------------------------------------+
+//	48  | ADDITIONAL CDB (ADDCDBLN & 0xFC bytes)                                |
+//	    | DATA-OUT descriptor (if BUFFMT >> 4 != 0)                             |
+//	    | DATA-IN descriptor (if BUFFMT & 0xF != 0)                             |
+//	    | ... padding ...                                                       |
+//	    | IMMEDIATE DATA, from the IMMEDIATE DATA OFFSET negotiated at login    |
+//	    +-----------------------------------------------------------------------+
+//
+// BUFFMT: bits 7:4 data-out descriptor format, bits 3:0 data-in format (DescFmt; illumos reads
+// them the other way round, Linux, LIO and SCST as here). DO CNT / DI CNT: number of direct
+// descriptors in the partial list of an indirect descriptor (ib_srp leaves them 0 for direct
+// and immediate descriptors). ADDCDBLN: additional CDB length in 4-byte words in bits 7:2,
+// bits 1:0 reserved, so the byte count is the value AND 0xFC.
+const (
+	cmdOpcode         = 0
+	cmdSolNot         = 1
+	cmdReserved1      = 2
+	cmdBufFmt         = 5
+	cmdDataOutDescCnt = 6
+	cmdDataInDescCnt  = 7
+	cmdTag            = 8
+	cmdReserved2      = 16
+	cmdLUN            = 20
+	cmdReserved3      = 28
+	cmdTaskAttr       = 29
+	cmdReserved4      = 30
+	cmdAddCDBLen      = 31
+	cmdCDB            = 32
+	cmdAddData        = 48
+)
+
+// CDBSize is the size of the CDB field; longer CDBs continue in the additional CDB.
+const CDBSize = 16
+
+// MaxAddCDBLen is the largest additional CDB: 63 four-byte words.
+const MaxAddCDBLen = 0xFC
+
+// TaskAttr is the TASK ATTRIBUTE of SRP_CMD (bits 2:0 of byte 29).
+type TaskAttr uint8
+
+// Task attributes (SAM). ib_srp always sends TaskAttrSimple.
+const (
+	TaskAttrSimple      TaskAttr = 0
+	TaskAttrHeadOfQueue TaskAttr = 1
+	TaskAttrOrdered     TaskAttr = 2
+	TaskAttrACA         TaskAttr = 4
+)
+
+// CmdFields is the content of an SRP_CMD.
+type CmdFields struct {
+	// SolNot holds SCSOLNT / UCSOLNT (byte 1).
+	SolNot uint8
+	// Tag identifies the command; echo it in the SRP_RSP, match it against ABORT TASK.
+	Tag Tag
+	// LUN is the 8-byte SAM LUN as a big-endian integer (byte 20 most significant).
+	LUN uint64
+	// TaskAttr is the task attribute (bits 2:0).
+	TaskAttr TaskAttr
+	// CDB is the 16-byte CDB field; a shorter CDB is zero-padded.
+	CDB [CDBSize]byte
+	// AddCDB is the additional CDB: a multiple of 4 bytes, at most MaxAddCDBLen.
+	AddCDB []byte
+	// DataOut and DataIn describe the data buffers. Only DataOut may use DescImm.
+	DataOut DataBufFields
+	DataIn  DataBufFields
+}
+
+// Cmd is a view of SRP_CMD.
+type Cmd []byte
+
+// Validate checks the fixed part: length, opcode and that the additional CDB fits. It does not
+// look at the descriptors; DataBuffers does, and calls Validate itself.
+func (b Cmd) Validate() error {
+	if err := checkIU(b, OpCmd, cmdOpcode, CmdMinSize); err != nil {
+		return err
+	}
+	if end := cmdAddData + b.AddCDBLen(); end > len(b) {
+		return fmt.Errorf("srp: SRP_CMD of %d bytes with a %d-byte additional CDB: %w",
+			len(b), b.AddCDBLen(), ErrShortIU)
+	}
+	return nil
+}
+
+// Opcode returns byte 0.
+func (b Cmd) Opcode() Opcode { return Opcode(b[cmdOpcode]) }
+
+// SolNot returns byte 1 (SCSOLNT, UCSOLNT).
+func (b Cmd) SolNot() uint8 { return b[cmdSolNot] }
+
+// BufFmt returns the BUFFER FORMATS byte (data-out format in the high nibble).
+func (b Cmd) BufFmt() uint8 { return b[cmdBufFmt] }
+
+// DataOutFmt returns the DATA-OUT BUFFER DESCRIPTOR FORMAT (high nibble).
+func (b Cmd) DataOutFmt() DescFmt { return DescFmt(b[cmdBufFmt] >> 4) }
+
+// DataInFmt returns the DATA-IN BUFFER DESCRIPTOR FORMAT (low nibble).
+func (b Cmd) DataInFmt() DescFmt { return DescFmt(b[cmdBufFmt] & 0x0F) }
+
+// DataOutDescCnt returns the DATA-OUT BUFFER DESCRIPTOR COUNT.
+func (b Cmd) DataOutDescCnt() uint8 { return b[cmdDataOutDescCnt] }
+
+// DataInDescCnt returns the DATA-IN BUFFER DESCRIPTOR COUNT.
+func (b Cmd) DataInDescCnt() uint8 { return b[cmdDataInDescCnt] }
+
+// Tag returns the TAG.
+func (b Cmd) Tag() Tag { return Tag(binary.BigEndian.Uint64(b[cmdTag:])) }
+
+// LUN returns the LOGICAL UNIT NUMBER as a big-endian integer.
+func (b Cmd) LUN() uint64 { return binary.BigEndian.Uint64(b[cmdLUN:]) }
+
+// TaskAttr returns the TASK ATTRIBUTE.
+func (b Cmd) TaskAttr() TaskAttr { return TaskAttr(b[cmdTaskAttr] & 0x07) }
+
+// AddCDBLen returns the ADDITIONAL CDB LENGTH in bytes.
+func (b Cmd) AddCDBLen() int { return int(b[cmdAddCDBLen] & 0xFC) }
+
+// CDB returns the whole CDB in place: the 16-byte CDB field followed by the additional CDB,
+// which are contiguous in the IU. Call Validate first.
+func (b Cmd) CDB() []byte { return b[cmdCDB : cmdAddData+b.AddCDBLen()] }
+
+// DataBuffers locates and checks the data-out and data-in descriptors of the command. It is
+// the one decoder the data path needs per SRP_CMD: it validates the fixed part, then walks the
+// descriptors, which follow the additional CDB, data-out first. immDataOffset is the
+// IMMEDIATE DATA OFFSET granted at login, or 0 if immediate data was not granted.
+//
+// It returns an error, never panics, and allocates nothing on success, when:
+//   - the IU is shorter than its descriptors (ErrShortIU);
+//   - a format is reserved, DescImm is used for data-in or was not negotiated
+//     (ErrUnsupportedFormat);
+//   - a descriptor count disagrees with the format (must be 0 for none, 0 or 1 for direct and
+//     immediate), the IU is longer than its descriptors (or than its immediate data), an
+//     indirect table length is zero or not a multiple of 16, the partial list is longer than
+//     the table, the partial list's lengths do not add up to TOTAL LENGTH (or exceed it for an
+//     external table), or the descriptors overlap the immediate data (ErrInconsistent).
+//
+// The IU length must be the received byte count exactly, not the receive buffer size.
+func (b Cmd) DataBuffers(immDataOffset uint16) (out, in DataBuf, err error) {
+	if err = b.Validate(); err != nil {
+		return DataBuf{}, DataBuf{}, err
+	}
+	off := cmdAddData + b.AddCDBLen()
+	if b.DataInFmt() == DescImm {
+		return DataBuf{}, DataBuf{}, fmt.Errorf("srp: SRP_CMD tag %#x: immediate data-in: %w", b.Tag(), ErrUnsupportedFormat)
+	}
+	if out, off, err = b.dataBuf(off, b.DataOutFmt(), b.DataOutDescCnt(), "data-out"); err != nil {
+		return DataBuf{}, DataBuf{}, err
+	}
+	if in, off, err = b.dataBuf(off, b.DataInFmt(), b.DataInDescCnt(), "data-in"); err != nil {
+		return DataBuf{}, DataBuf{}, err
+	}
+	if out.format != DescImm {
+		if off != len(b) {
+			return DataBuf{}, DataBuf{}, fmt.Errorf("srp: SRP_CMD tag %#x: descriptors end at byte %d of a %d-byte IU: %w",
+				b.Tag(), off, len(b), ErrInconsistent)
+		}
+		return out, in, nil
+	}
+	if immDataOffset == 0 {
+		return DataBuf{}, DataBuf{}, fmt.Errorf("srp: SRP_CMD tag %#x: immediate data was not negotiated: %w",
+			b.Tag(), ErrUnsupportedFormat)
+	}
+	if off > int(immDataOffset) {
+		return DataBuf{}, DataBuf{}, fmt.Errorf("srp: SRP_CMD tag %#x: descriptors end at byte %d, after the immediate data offset %d: %w",
+			b.Tag(), off, immDataOffset, ErrInconsistent)
+	}
+	// 64-bit sum: a 32-bit length of 0xFFFFFFFF must not wrap (the 2025 LIO fix).
+	end := uint64(immDataOffset) + uint64(ImmBuf(out.desc).Len())
+	if end != uint64(len(b)) {
+		return DataBuf{}, DataBuf{}, fmt.Errorf("srp: SRP_CMD tag %#x: %d bytes of immediate data at offset %d in a %d-byte IU: %w",
+			b.Tag(), ImmBuf(out.desc).Len(), immDataOffset, len(b), ErrInconsistent)
+	}
+	out.data = b[immDataOffset:end]
+	out.immOff = immDataOffset
+	return out, in, nil
+}
+
+// dataBuf checks the descriptor of one direction at b[off:] and returns it with the offset of
+// the next descriptor.
+func (b Cmd) dataBuf(off int, format DescFmt, cnt uint8, dir string) (DataBuf, int, error) {
+	d := DataBuf{format: format, cnt: cnt}
+	var size int
+	switch format {
+	case DescNone:
+		if cnt != 0 {
+			return DataBuf{}, 0, fmt.Errorf("srp: SRP_CMD tag %#x: %s descriptor count %d without a %s descriptor: %w",
+				b.Tag(), dir, cnt, dir, ErrInconsistent)
+		}
+		return d, off, nil
+	case DescDirect, DescImm:
+		if cnt > 1 {
+			return DataBuf{}, 0, fmt.Errorf("srp: SRP_CMD tag %#x: %s descriptor count %d for a single %v descriptor: %w",
+				b.Tag(), dir, cnt, format, ErrInconsistent)
+		}
+		size = DirectBufSize
+		if format == DescImm {
+			size = ImmBufSize
+		} else {
+			d.ndesc = 1
+		}
+	case DescIndirect:
+		size = IndirectBufHeaderSize + int(cnt)*DirectBufSize
+	default:
+		return DataBuf{}, 0, fmt.Errorf("srp: SRP_CMD tag %#x: %s %v: %w", b.Tag(), dir, format, ErrUnsupportedFormat)
+	}
+	if off+size > len(b) {
+		return DataBuf{}, 0, fmt.Errorf("srp: SRP_CMD tag %#x: %d-byte %s %v descriptor at byte %d of a %d-byte IU: %w",
+			b.Tag(), size, dir, format, off, len(b), ErrShortIU)
+	}
+	d.desc = b[off : off+size]
+	if format == DescIndirect {
+		if err := d.checkIndirect(b.Tag(), dir); err != nil {
+			return DataBuf{}, 0, err
+		}
+	}
+	return d, off + size, nil
+}
+
+// checkIndirect checks an indirect descriptor whose partial list is d.desc[20:] and sets
+// ndesc and ext.
+func (d *DataBuf) checkIndirect(tag Tag, dir string) error {
+	ib := IndirectBuf(d.desc)
+	n := ib.NumDescs()
+	tableLen := ib.Table().Len()
+	if tableLen == 0 || tableLen%DirectBufSize != 0 {
+		return fmt.Errorf("srp: SRP_CMD tag %#x: %s indirect table length %d is not a non-zero multiple of %d: %w",
+			tag, dir, tableLen, DirectBufSize, ErrInconsistent)
+	}
+	tableN := int(tableLen / DirectBufSize)
+	if n > tableN {
+		return fmt.Errorf("srp: SRP_CMD tag %#x: %s partial list of %d descriptors exceeds the table of %d: %w",
+			tag, dir, n, tableN, ErrInconsistent)
+	}
+	var sum uint64
+	for i := 0; i < n; i++ {
+		sum += uint64(ib.DescAt(i).Len())
+	}
+	d.ndesc = n
+	d.ext = tableN > n
+	total := uint64(ib.TotalLen())
+	if (!d.ext && sum != total) || (d.ext && sum > total) {
+		return fmt.Errorf("srp: SRP_CMD tag %#x: %s descriptors add up to %d bytes, TOTAL LENGTH is %d (%d of %d descriptors in the IU): %w",
+			tag, dir, sum, total, n, tableN, ErrInconsistent)
+	}
+	return nil
+}
+
+// Fields returns the fixed part and, walked with immDataOffset as DataBuffers does, the data
+// buffers; variable parts are copies. It is meant for tests, tracing and fuzzing, not for the
+// data path (it allocates).
+func (b Cmd) Fields(immDataOffset uint16) (CmdFields, error) {
+	out, in, err := b.DataBuffers(immDataOffset)
+	if err != nil {
+		return CmdFields{}, err
+	}
+	f := CmdFields{
+		SolNot:   b.SolNot(),
+		Tag:      b.Tag(),
+		LUN:      b.LUN(),
+		TaskAttr: b.TaskAttr(),
+		AddCDB:   cloneBytes(b[cmdAddData : cmdAddData+b.AddCDBLen()]),
+		DataOut:  out.Fields(),
+		DataIn:   in.Fields(),
+	}
+	copy(f.CDB[:], b[cmdCDB:cmdAddData])
+	return f, nil
+}
+
+// ParseCmd validates and decodes a whole SRP_CMD (see Cmd.Fields).
+func ParseCmd(b []byte, immDataOffset uint16) (CmdFields, error) {
+	return Cmd(b).Fields(immDataOffset)
+}
+
+// CmdLen returns the length of the SRP_CMD that Encode writes for f.
+func CmdLen(f *CmdFields) (int, error) {
+	if len(f.AddCDB)%4 != 0 || len(f.AddCDB) > MaxAddCDBLen {
+		return 0, fmt.Errorf("srp: additional CDB of %d bytes is not a multiple of 4 up to %d: %w",
+			len(f.AddCDB), MaxAddCDBLen, ErrInvalidField)
+	}
+	if f.DataIn.Format == DescImm {
+		return 0, fmt.Errorf("srp: immediate data-in: %w", ErrInvalidField)
+	}
+	outLen, err := f.DataOut.descLen()
+	if err != nil {
+		return 0, err
+	}
+	inLen, err := f.DataIn.descLen()
+	if err != nil {
+		return 0, err
+	}
+	n := cmdAddData + len(f.AddCDB) + outLen + inLen
+	if f.DataOut.Format != DescImm {
+		return n, nil
+	}
+	if int(f.DataOut.ImmDataOffset) < n {
+		return 0, fmt.Errorf("srp: immediate data offset %d inside the %d bytes of header and descriptors: %w",
+			f.DataOut.ImmDataOffset, n, ErrInvalidField)
+	}
+	return int(f.DataOut.ImmDataOffset) + len(f.DataOut.ImmData), nil
+}
+
+// Encode writes the SRP_CMD with additional CDB, descriptors (data-out first) and immediate
+// data into b and returns its length. Bytes between the descriptors and the immediate data
+// are zeroed. Counts and lengths are written as given, so Encode can also build the
+// inconsistent commands that tests feed to DataBuffers.
+func (b Cmd) Encode(f *CmdFields) (int, error) {
+	n, err := CmdLen(f)
+	if err != nil {
+		return 0, err
+	}
+	if err := checkBuf(b, OpCmd, n); err != nil {
+		return 0, err
+	}
+	b[cmdOpcode] = byte(OpCmd)
+	b[cmdSolNot] = f.SolNot
+	clear(b[cmdReserved1:cmdBufFmt])
+	b[cmdBufFmt] = byte(f.DataOut.Format)<<4 | byte(f.DataIn.Format)
+	b[cmdDataOutDescCnt] = f.DataOut.DescCnt
+	b[cmdDataInDescCnt] = f.DataIn.DescCnt
+	binary.BigEndian.PutUint64(b[cmdTag:], uint64(f.Tag))
+	clear(b[cmdReserved2:cmdLUN])
+	binary.BigEndian.PutUint64(b[cmdLUN:], f.LUN)
+	b[cmdReserved3] = 0
+	b[cmdTaskAttr] = byte(f.TaskAttr & 0x07)
+	b[cmdReserved4] = 0
+	b[cmdAddCDBLen] = byte(len(f.AddCDB))
+	copy(b[cmdCDB:cmdAddData], f.CDB[:])
+	off := cmdAddData + copy(b[cmdAddData:], f.AddCDB)
+	for _, d := range [...]*DataBufFields{&f.DataOut, &f.DataIn} {
+		size, _ := d.descLen()
+		d.encodeDesc(b[off : off+size])
+		off += size
+	}
+	if f.DataOut.Format == DescImm {
+		imm := int(f.DataOut.ImmDataOffset)
+		clear(b[off:imm])
+		copy(b[imm:n], f.DataOut.ImmData)
+	}
+	return n, nil
+}

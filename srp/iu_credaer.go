@@ -1,0 +1,280 @@
+package srp
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// SRP_CRED_REQ (struct srp_cred_req, 16 bytes), target to initiator: grants credits outside an
+// SRP_RSP. ib_srp adds the delta and answers at once with SRP_CRED_RSP, which consumes no
+// credit (so the target must keep a spare receive for it):
+//
+//	   +--------+--------+--------+--------+--------+--------+--------+--------+
+//	0  | OPCODE | SOLNOT |    reserved     |       REQUEST LIMIT DELTA         |
+//	   +--------+--------+-----------------+-----------------------------------+
+//	8  |                                 TAG                                   |
+//	   +-----------------------------------------------------------------------+
+//
+// SRP_CRED_RSP and SRP_AER_RSP (16 bytes), initiator to target, are an opcode, 7 reserved
+// bytes and the TAG of the request they answer.
+const (
+	credReqOpcode      = 0
+	credReqSolNot      = 1
+	credReqReserved    = 2
+	credReqReqLimDelta = 4
+	credReqTag         = 8
+
+	opTagOpcode = 0 // SRP_CRED_RSP, SRP_AER_RSP
+	opTagTag    = 8
+)
+
+// CredReqFields is the content of an SRP_CRED_REQ.
+type CredReqFields struct {
+	// SolNot holds the SOLNT bit (byte 1).
+	SolNot      uint8
+	ReqLimDelta uint32
+	// Tag is chosen by the target; the SRP_CRED_RSP echoes it.
+	Tag Tag
+}
+
+// CredReq is a view of SRP_CRED_REQ.
+type CredReq []byte
+
+// Validate checks length and opcode.
+func (b CredReq) Validate() error { return checkIU(b, OpCredReq, credReqOpcode, CredReqSize) }
+
+// Opcode returns byte 0.
+func (b CredReq) Opcode() Opcode { return Opcode(b[credReqOpcode]) }
+
+// SolNot returns byte 1 (SOLNT in bit 0).
+func (b CredReq) SolNot() uint8 { return b[credReqSolNot] }
+
+// ReqLimDelta returns the REQUEST LIMIT DELTA.
+func (b CredReq) ReqLimDelta() uint32 { return binary.BigEndian.Uint32(b[credReqReqLimDelta:]) }
+
+// Tag returns the TAG.
+func (b CredReq) Tag() Tag { return Tag(binary.BigEndian.Uint64(b[credReqTag:])) }
+
+// Fields returns all fields. Call Validate first.
+func (b CredReq) Fields() CredReqFields {
+	return CredReqFields{SolNot: b.SolNot(), ReqLimDelta: b.ReqLimDelta(), Tag: b.Tag()}
+}
+
+// Encode writes the 16-byte SRP_CRED_REQ into b and returns 16.
+func (b CredReq) Encode(f *CredReqFields) (int, error) {
+	if err := checkBuf(b, OpCredReq, CredReqSize); err != nil {
+		return 0, err
+	}
+	b[credReqOpcode] = byte(OpCredReq)
+	b[credReqSolNot] = f.SolNot
+	clear(b[credReqReserved:credReqReqLimDelta])
+	binary.BigEndian.PutUint32(b[credReqReqLimDelta:], f.ReqLimDelta)
+	binary.BigEndian.PutUint64(b[credReqTag:], uint64(f.Tag))
+	return CredReqSize, nil
+}
+
+// ParseCredReq validates and decodes an SRP_CRED_REQ.
+func ParseCredReq(b []byte) (CredReqFields, error) {
+	if err := CredReq(b).Validate(); err != nil {
+		return CredReqFields{}, err
+	}
+	return CredReq(b).Fields(), nil
+}
+
+// CredRspFields is the content of an SRP_CRED_RSP.
+type CredRspFields struct {
+	Tag Tag
+}
+
+// CredRsp is a view of SRP_CRED_RSP.
+type CredRsp []byte
+
+// Validate checks length and opcode.
+func (b CredRsp) Validate() error { return checkIU(b, OpCredRsp, opTagOpcode, CredRspSize) }
+
+// Opcode returns byte 0.
+func (b CredRsp) Opcode() Opcode { return Opcode(b[opTagOpcode]) }
+
+// Tag returns the TAG of the SRP_CRED_REQ being answered.
+func (b CredRsp) Tag() Tag { return Tag(binary.BigEndian.Uint64(b[opTagTag:])) }
+
+// Fields returns all fields. Call Validate first.
+func (b CredRsp) Fields() CredRspFields { return CredRspFields{Tag: b.Tag()} }
+
+// Encode writes the 16-byte SRP_CRED_RSP into b and returns 16.
+func (b CredRsp) Encode(f *CredRspFields) (int, error) {
+	return encodeOpcodeTag(b, OpCredRsp, f.Tag)
+}
+
+// ParseCredRsp validates and decodes an SRP_CRED_RSP.
+func ParseCredRsp(b []byte) (CredRspFields, error) {
+	if err := CredRsp(b).Validate(); err != nil {
+		return CredRspFields{}, err
+	}
+	return CredRsp(b).Fields(), nil
+}
+
+// SRP_AER_REQ (struct srp_aer_req, 36 bytes + sense data), target to initiator: an
+// asynchronous event report with sense data for one LUN. ib_srp only logs "ignoring AER for
+// LUN ..." and answers with SRP_AER_RSP; use unit attentions to tell Linux about changes:
+//
+//	    +--------+--------+--------+--------+--------+--------+--------+--------+
+//	 0  | OPCODE | SOLNOT |    reserved     |       REQUEST LIMIT DELTA         |
+//	    +--------+--------+-----------------+-----------------------------------+
+//	 8  |                                 TAG                                   |
+//	    +-----------------------------------+-----------------------------------+
+//	16  |             reserved              |  LOGICAL UNIT NUMBER ...          |
+//	    +-----------------------------------+-----------------------------------+
+//	24  |  ... LOGICAL UNIT NUMBER          |  SENSE DATA LIST LENGTH           |
+//	    +-----------------------------------+-----------------------------------+
+//	32  |             reserved              |  SENSE DATA ...                   |
+//	    +-----------------------------------+-----------------------------------+
+const (
+	aerReqOpcode      = 0
+	aerReqSolNot      = 1
+	aerReqReserved1   = 2
+	aerReqReqLimDelta = 4
+	aerReqTag         = 8
+	aerReqReserved2   = 16
+	aerReqLUN         = 20
+	aerReqSenseLen    = 28
+	aerReqReserved3   = 32
+	aerReqSense       = 36
+)
+
+// AerReqFields is the content of an SRP_AER_REQ.
+type AerReqFields struct {
+	// SolNot holds the SOLNT bit (byte 1).
+	SolNot      uint8
+	ReqLimDelta uint32
+	Tag         Tag
+	// LUN is the 8-byte SAM LUN as a big-endian integer.
+	LUN uint64
+	// SenseData is the SCSI sense data (its length is the SENSE DATA LIST LENGTH).
+	SenseData []byte
+}
+
+// AerReq is a view of SRP_AER_REQ.
+type AerReq []byte
+
+// Validate checks length and opcode, and that the sense data fits in the IU.
+func (b AerReq) Validate() error {
+	if err := checkIU(b, OpAerReq, aerReqOpcode, AerReqMinSize); err != nil {
+		return err
+	}
+	if n := uint64(b.SenseDataLen()); n > uint64(len(b)-aerReqSense) {
+		return fmt.Errorf("srp: SRP_AER_REQ of %d bytes with %d bytes of sense data: %w",
+			len(b), n, ErrInconsistent)
+	}
+	return nil
+}
+
+// Opcode returns byte 0.
+func (b AerReq) Opcode() Opcode { return Opcode(b[aerReqOpcode]) }
+
+// SolNot returns byte 1 (SOLNT in bit 0).
+func (b AerReq) SolNot() uint8 { return b[aerReqSolNot] }
+
+// ReqLimDelta returns the REQUEST LIMIT DELTA.
+func (b AerReq) ReqLimDelta() uint32 { return binary.BigEndian.Uint32(b[aerReqReqLimDelta:]) }
+
+// Tag returns the TAG.
+func (b AerReq) Tag() Tag { return Tag(binary.BigEndian.Uint64(b[aerReqTag:])) }
+
+// LUN returns the LOGICAL UNIT NUMBER as a big-endian integer.
+func (b AerReq) LUN() uint64 { return binary.BigEndian.Uint64(b[aerReqLUN:]) }
+
+// SenseDataLen returns the SENSE DATA LIST LENGTH.
+func (b AerReq) SenseDataLen() uint32 { return binary.BigEndian.Uint32(b[aerReqSenseLen:]) }
+
+// SenseData returns the sense data in place. Call Validate first.
+func (b AerReq) SenseData() []byte { return b[aerReqSense : aerReqSense+int(b.SenseDataLen())] }
+
+// Len returns the IU length implied by the header: 36 + SENSE DATA LIST LENGTH.
+func (b AerReq) Len() int { return aerReqSense + int(b.SenseDataLen()) }
+
+// Fields returns all fields; SenseData is a copy. Call Validate first.
+func (b AerReq) Fields() AerReqFields {
+	return AerReqFields{
+		SolNot:      b.SolNot(),
+		ReqLimDelta: b.ReqLimDelta(),
+		Tag:         b.Tag(),
+		LUN:         b.LUN(),
+		SenseData:   cloneBytes(b.SenseData()),
+	}
+}
+
+// Encode writes the SRP_AER_REQ with its sense data into b and returns its length
+// (36 + len(f.SenseData)).
+func (b AerReq) Encode(f *AerReqFields) (int, error) {
+	n := aerReqSense + len(f.SenseData)
+	if err := checkBuf(b, OpAerReq, n); err != nil {
+		return 0, err
+	}
+	if uint64(len(f.SenseData)) > maxUint32 {
+		return 0, fmt.Errorf("srp: SRP_AER_REQ sense data of %d bytes: %w", len(f.SenseData), ErrInvalidField)
+	}
+	b[aerReqOpcode] = byte(OpAerReq)
+	b[aerReqSolNot] = f.SolNot
+	clear(b[aerReqReserved1:aerReqReqLimDelta])
+	binary.BigEndian.PutUint32(b[aerReqReqLimDelta:], f.ReqLimDelta)
+	binary.BigEndian.PutUint64(b[aerReqTag:], uint64(f.Tag))
+	clear(b[aerReqReserved2:aerReqLUN])
+	binary.BigEndian.PutUint64(b[aerReqLUN:], f.LUN)
+	binary.BigEndian.PutUint32(b[aerReqSenseLen:], uint32(len(f.SenseData)))
+	clear(b[aerReqReserved3:aerReqSense])
+	copy(b[aerReqSense:n], f.SenseData)
+	return n, nil
+}
+
+// ParseAerReq validates and decodes an SRP_AER_REQ.
+func ParseAerReq(b []byte) (AerReqFields, error) {
+	if err := AerReq(b).Validate(); err != nil {
+		return AerReqFields{}, err
+	}
+	return AerReq(b).Fields(), nil
+}
+
+// AerRspFields is the content of an SRP_AER_RSP.
+type AerRspFields struct {
+	Tag Tag
+}
+
+// AerRsp is a view of SRP_AER_RSP.
+type AerRsp []byte
+
+// Validate checks length and opcode.
+func (b AerRsp) Validate() error { return checkIU(b, OpAerRsp, opTagOpcode, AerRspSize) }
+
+// Opcode returns byte 0.
+func (b AerRsp) Opcode() Opcode { return Opcode(b[opTagOpcode]) }
+
+// Tag returns the TAG of the SRP_AER_REQ being answered.
+func (b AerRsp) Tag() Tag { return Tag(binary.BigEndian.Uint64(b[opTagTag:])) }
+
+// Fields returns all fields. Call Validate first.
+func (b AerRsp) Fields() AerRspFields { return AerRspFields{Tag: b.Tag()} }
+
+// Encode writes the 16-byte SRP_AER_RSP into b and returns 16.
+func (b AerRsp) Encode(f *AerRspFields) (int, error) {
+	return encodeOpcodeTag(b, OpAerRsp, f.Tag)
+}
+
+// ParseAerRsp validates and decodes an SRP_AER_RSP.
+func ParseAerRsp(b []byte) (AerRspFields, error) {
+	if err := AerRsp(b).Validate(); err != nil {
+		return AerRspFields{}, err
+	}
+	return AerRsp(b).Fields(), nil
+}
+
+const maxUint32 = 1<<32 - 1
+
+// cloneBytes copies b; nil and empty both give nil so that decoded Fields compare equal to the
+// Fields they were encoded from when a variable part is absent.
+func cloneBytes(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}

@@ -1,0 +1,622 @@
+package srp_test
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/srptarget/srptarget/srp"
+)
+
+// Values used throughout the layout tests. Every field gets distinct, non-zero bytes so that a
+// field written at the wrong offset or with the wrong width shows up in the byte comparison.
+const (
+	testTag     srp.Tag = 0x0102030405060708
+	testTaskTag srp.Tag = 0x1112131415161718
+	testLUN     uint64  = 0x4142434445464748
+)
+
+var (
+	testInitiator = srp.PortID{0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f}
+	testTarget    = srp.PortID{0x20, 0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28, 0x29, 0x2a, 0x2b, 0x2c, 0x2d, 0x2e, 0x2f}
+)
+
+// ffBuf returns n bytes of 0xFF, so that any byte an encoder forgets to write (reserved bytes
+// in particular) differs from the expected zero.
+func ffBuf(n int) []byte { return bytes.Repeat([]byte{0xFF}, n) }
+
+func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+
+// checkLayout encodes in into a 0xFF-filled buffer 8 bytes larger than the IU and compares the
+// full output with want; checks that nothing past the IU was written; decodes the output and
+// compares with in; and checks the decoder's and encoder's errors on short buffers and on a
+// wrong opcode at opAt (if opAt >= 0).
+func checkLayout[F any](t *testing.T, want []byte, in F, opAt int,
+	encode func([]byte, *F) (int, error), decode func([]byte) (F, error), truncErr error,
+) {
+	t.Helper()
+	buf := ffBuf(len(want) + 8)
+	n, err := encode(buf, &in)
+	require.NoError(t, err)
+	require.Equal(t, len(want), n, "encoded length")
+	require.Equal(t, want, buf[:n], "encoded bytes")
+	require.Equal(t, ffBuf(8), buf[n:], "bytes past the IU must be untouched")
+
+	got, err := decode(buf[:n])
+	require.NoError(t, err)
+	require.Equal(t, in, got, "decode(encode(x)) != x")
+
+	_, err = encode(ffBuf(len(want)-1), &in)
+	require.ErrorIs(t, err, srp.ErrShortIU, "encoding into a buffer one byte short")
+
+	_, err = decode(want[:len(want)-1])
+	require.ErrorIs(t, err, truncErr, "decoding an IU one byte short")
+	_, err = decode(nil)
+	require.ErrorIs(t, err, srp.ErrShortIU, "decoding nothing")
+
+	if opAt < 0 { // descriptors carry no opcode
+		return
+	}
+	bad := bytes.Clone(want)
+	bad[opAt] ^= 0x40
+	_, err = decode(bad)
+	require.ErrorIs(t, err, srp.ErrOpcode, "decoding with a wrong opcode")
+}
+
+func TestLoginReqIBLayout(t *testing.T) {
+	// struct srp_login_req (include/scsi/srp.h): opcode, reserved1[7], tag, req_it_iu_len,
+	// reserved2[4], req_buf_fmt, req_flags, reserved3[1], imm_data_offset, reserved4[2],
+	// initiator_port_id[16], target_port_id[16].
+	want := cat(
+		[]byte{0x00, 0, 0, 0, 0, 0, 0, 0}, // opcode SRP_LOGIN_REQ, reserved1
+		[]byte{1, 2, 3, 4, 5, 6, 7, 8},    // tag
+		[]byte{0x00, 0x00, 0x20, 0x44},    // req_it_iu_len = 8260
+		[]byte{0, 0, 0, 0},                // reserved2
+		[]byte{0x00, 0x06},                // req_buf_fmt = DIRECT | INDIRECT
+		[]byte{0x81},                      // req_flags = MULTICHAN_MULTI | IMMED_REQUESTED
+		[]byte{0},                         // reserved3
+		[]byte{0x00, 0x44},                // imm_data_offset = 68
+		[]byte{0, 0},                      // reserved4
+		testInitiator[:],
+		testTarget[:],
+	)
+	require.Len(t, want, srp.LoginReqSize)
+	checkLayout(t, want, testLoginReqFields(), 0,
+		func(b []byte, f *srp.LoginReqFields) (int, error) { return srp.LoginReq(b).Encode(f) },
+		srp.ParseLoginReqIB, srp.ErrShortIU)
+
+	// The generic decoder picks the IB CM form for 64 bytes and for the 92 bytes of IB CM REQ
+	// private data (zero padded).
+	for _, b := range [][]byte{want, cat(want, make([]byte, 28))} {
+		got, err := srp.ParseLoginReq(b)
+		require.NoError(t, err)
+		require.Equal(t, testLoginReqFields(), got)
+	}
+}
+
+func TestLoginReqRDMALayout(t *testing.T) {
+	// struct srp_login_req_rdma (include/scsi/srp.h): tag, req_buf_fmt, req_flags, opcode,
+	// req_it_iu_len, initiator_port_id[16], target_port_id[16], imm_data_offset, reserved[6].
+	want := cat(
+		[]byte{1, 2, 3, 4, 5, 6, 7, 8}, // tag
+		[]byte{0x00, 0x06},             // req_buf_fmt
+		[]byte{0x81},                   // req_flags
+		[]byte{0x00},                   // opcode SRP_LOGIN_REQ
+		[]byte{0x00, 0x00, 0x20, 0x44}, // req_it_iu_len = 8260
+		testInitiator[:],
+		testTarget[:],
+		[]byte{0x00, 0x44},       // imm_data_offset = 68
+		[]byte{0, 0, 0, 0, 0, 0}, // reserved
+	)
+	require.Len(t, want, srp.LoginReqRDMASize)
+	checkLayout(t, want, testLoginReqFields(), 11,
+		func(b []byte, f *srp.LoginReqFields) (int, error) { return srp.LoginReqRDMA(b).Encode(f) },
+		srp.ParseLoginReqRDMA, srp.ErrShortIU)
+
+	got, err := srp.ParseLoginReq(want)
+	require.NoError(t, err)
+	require.Equal(t, testLoginReqFields(), got)
+}
+
+func testLoginReqFields() srp.LoginReqFields {
+	return srp.LoginReqFields{
+		Tag:             testTag,
+		ReqITIULen:      8260,
+		ReqBufFmt:       srp.BufFormatDirect | srp.BufFormatIndirect,
+		ReqFlags:        srp.MultiChanMulti | srp.ImmedRequested,
+		ImmDataOffset:   68,
+		InitiatorPortID: testInitiator,
+		TargetPortID:    testTarget,
+	}
+}
+
+func TestLoginReqViewsAgree(t *testing.T) {
+	f := testLoginReqFields()
+	ib := make(srp.LoginReq, srp.LoginReqSize)
+	_, err := ib.Encode(&f)
+	require.NoError(t, err)
+	rd := make(srp.LoginReqRDMA, srp.LoginReqRDMASize)
+	_, err = rd.Encode(&f)
+	require.NoError(t, err)
+
+	require.NoError(t, ib.Validate())
+	require.NoError(t, rd.Validate())
+	for _, v := range []interface {
+		Opcode() srp.Opcode
+		Tag() srp.Tag
+		ReqITIULen() uint32
+		ReqBufFmt() srp.BufFmt
+		ReqFlags() srp.LoginReqFlags
+		ImmDataOffset() uint16
+		InitiatorPortID() srp.PortID
+		TargetPortID() srp.PortID
+	}{ib, rd} {
+		require.Equal(t, srp.OpLoginReq, v.Opcode())
+		require.Equal(t, f.Tag, v.Tag())
+		require.Equal(t, f.ReqITIULen, v.ReqITIULen())
+		require.Equal(t, f.ReqBufFmt, v.ReqBufFmt())
+		require.Equal(t, f.ReqFlags, v.ReqFlags())
+		require.Equal(t, srp.MultiChanMulti, v.ReqFlags().MultiChanAction())
+		require.Equal(t, f.ImmDataOffset, v.ImmDataOffset())
+		require.Equal(t, f.InitiatorPortID, v.InitiatorPortID())
+		require.Equal(t, f.TargetPortID, v.TargetPortID())
+	}
+}
+
+func TestParseLoginReqLengths(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want error
+	}{
+		{0, srp.ErrShortIU},
+		{55, srp.ErrShortIU},
+		{57, srp.ErrInconsistent},
+		{63, srp.ErrInconsistent},
+	} {
+		_, err := srp.ParseLoginReq(make([]byte, tc.n))
+		require.ErrorIs(t, err, tc.want, "length %d", tc.n)
+	}
+	// A 64-byte buffer whose byte 0 is not SRP_LOGIN_REQ is rejected even though byte 11
+	// (the RDMA/CM opcode position) is zero.
+	b := make([]byte, 64)
+	b[0] = byte(srp.OpCmd)
+	_, err := srp.ParseLoginReq(b)
+	require.ErrorIs(t, err, srp.ErrOpcode)
+}
+
+func TestLoginRspLayout(t *testing.T) {
+	// struct srp_login_rsp: opcode, reserved1[3], req_lim_delta, tag, max_it_iu_len,
+	// max_ti_iu_len, buf_fmt, rsp_flags, reserved2[25] (packed, 52 bytes).
+	want := cat(
+		[]byte{0xC0, 0, 0, 0},          // opcode SRP_LOGIN_RSP, reserved1
+		[]byte{0x00, 0x00, 0x00, 0x80}, // req_lim_delta = 128
+		[]byte{1, 2, 3, 4, 5, 6, 7, 8}, // tag
+		[]byte{0x00, 0x00, 0x20, 0x54}, // max_it_iu_len = 8276
+		[]byte{0x00, 0x00, 0x20, 0x44}, // max_ti_iu_len = 8260
+		[]byte{0x00, 0x06},             // buf_fmt
+		[]byte{0x82},                   // rsp_flags = MULTICHAN_MAINTAINED | IMMED_SUPP
+		make([]byte, 25),               // reserved2
+	)
+	require.Len(t, want, srp.LoginRspSize)
+	in := srp.LoginRspFields{
+		ReqLimDelta: 128,
+		Tag:         testTag,
+		MaxITIULen:  8276,
+		MaxTIIULen:  8260,
+		SupBufFmt:   srp.BufFormatDirect | srp.BufFormatIndirect,
+		RspFlags:    srp.LoginRspMultiChanMaintained | srp.LoginRspImmedSupp,
+	}
+	checkLayout(t, want, in, 0,
+		func(b []byte, f *srp.LoginRspFields) (int, error) { return srp.LoginRsp(b).Encode(f) },
+		srp.ParseLoginRsp, srp.ErrShortIU)
+	require.Equal(t, srp.LoginRspMultiChanMaintained, srp.LoginRsp(want).RspFlags().MultiChanResult())
+}
+
+func TestLoginRejLayout(t *testing.T) {
+	// struct srp_login_rej: opcode, reserved1[3], reason, tag, reserved2[8], buf_fmt,
+	// reserved3[6].
+	want := cat(
+		[]byte{0xC2, 0, 0, 0},          // opcode SRP_LOGIN_REJ, reserved1
+		[]byte{0x00, 0x01, 0x00, 0x02}, // reason = REQ_IT_IU_LENGTH_TOO_LARGE
+		[]byte{1, 2, 3, 4, 5, 6, 7, 8}, // tag
+		make([]byte, 8),                // reserved2
+		[]byte{0x00, 0x06},             // buf_fmt
+		make([]byte, 6),                // reserved3
+	)
+	require.Len(t, want, srp.LoginRejSize)
+	in := srp.LoginRejFields{
+		Reason:    srp.LoginRejReqITIULengthTooLarge,
+		Tag:       testTag,
+		SupBufFmt: srp.BufFormatDirect | srp.BufFormatIndirect,
+	}
+	checkLayout(t, want, in, 0,
+		func(b []byte, f *srp.LoginRejFields) (int, error) { return srp.LoginRej(b).Encode(f) },
+		srp.ParseLoginRej, srp.ErrShortIU)
+}
+
+func TestLoginRejReasonString(t *testing.T) {
+	for _, tc := range []struct {
+		r    srp.LoginRejReason
+		want string
+	}{
+		{srp.LoginRejUnableEstablishChannel, "SRP_LOGIN_REJ_UNABLE_ESTABLISH_CHANNEL (unable to establish RDMA channel, no reason specified, 0x00010000)"},
+		{srp.LoginRejInsufficientResources, "SRP_LOGIN_REJ_INSUFFICIENT_RESOURCES (insufficient RDMA channel resources, 0x00010001)"},
+		{srp.LoginRejReqITIULengthTooLarge, "SRP_LOGIN_REJ_REQ_IT_IU_LENGTH_TOO_LARGE (requested maximum initiator to target IU length too large, 0x00010002)"},
+		{srp.LoginRejUnableAssociateChannel, "SRP_LOGIN_REJ_UNABLE_ASSOCIATE_CHANNEL (unable to associate RDMA channel with specified I_T nexus, 0x00010003)"},
+		{srp.LoginRejUnsupportedDescriptorFmt, "SRP_LOGIN_REJ_UNSUPPORTED_DESCRIPTOR_FMT (requested data buffer descriptor format not supported, 0x00010004)"},
+		{srp.LoginRejMultiChannelUnsupported, "SRP_LOGIN_REJ_MULTI_CHANNEL_UNSUPPORTED (multiple RDMA channels per I_T nexus not supported, 0x00010005)"},
+		{srp.LoginRejChannelLimitReached, "SRP_LOGIN_REJ_CHANNEL_LIMIT_REACHED (RDMA channel limit reached for this initiator, 0x00010006)"},
+		{0x00010007, "SRP_LOGIN_REJ reason 0x00010007"},
+	} {
+		require.Equal(t, tc.want, tc.r.String())
+	}
+	// The values themselves, from enum srp_login_rej_reason.
+	require.Equal(t, []uint32{0x00010000, 0x00010001, 0x00010002, 0x00010003, 0x00010004, 0x00010005, 0x00010006},
+		[]uint32{
+			uint32(srp.LoginRejUnableEstablishChannel), uint32(srp.LoginRejInsufficientResources),
+			uint32(srp.LoginRejReqITIULengthTooLarge), uint32(srp.LoginRejUnableAssociateChannel),
+			uint32(srp.LoginRejUnsupportedDescriptorFmt), uint32(srp.LoginRejMultiChannelUnsupported),
+			uint32(srp.LoginRejChannelLimitReached),
+		})
+}
+
+func TestOpcodes(t *testing.T) {
+	// The enum at the top of include/scsi/srp.h.
+	for _, tc := range []struct {
+		op   srp.Opcode
+		val  uint8
+		name string
+	}{
+		{srp.OpLoginReq, 0x00, "SRP_LOGIN_REQ"},
+		{srp.OpTskMgmt, 0x01, "SRP_TSK_MGMT"},
+		{srp.OpCmd, 0x02, "SRP_CMD"},
+		{srp.OpILogout, 0x03, "SRP_I_LOGOUT"},
+		{srp.OpLoginRsp, 0xC0, "SRP_LOGIN_RSP"},
+		{srp.OpRsp, 0xC1, "SRP_RSP"},
+		{srp.OpLoginRej, 0xC2, "SRP_LOGIN_REJ"},
+		{srp.OpTLogout, 0x80, "SRP_T_LOGOUT"},
+		{srp.OpCredReq, 0x81, "SRP_CRED_REQ"},
+		{srp.OpAerReq, 0x82, "SRP_AER_REQ"},
+		{srp.OpCredRsp, 0x41, "SRP_CRED_RSP"},
+		{srp.OpAerRsp, 0x42, "SRP_AER_RSP"},
+	} {
+		require.Equal(t, tc.val, uint8(tc.op), tc.name)
+		require.Equal(t, tc.name, tc.op.String())
+		op, err := srp.PeekOpcode([]byte{tc.val, 0xFF})
+		require.NoError(t, err)
+		require.Equal(t, tc.op, op)
+	}
+	require.Equal(t, "SRP opcode 0x04", srp.Opcode(4).String())
+	_, err := srp.PeekOpcode(nil)
+	require.ErrorIs(t, err, srp.ErrShortIU)
+}
+
+func TestPortID(t *testing.T) {
+	require.Equal(t, uint64(0x1011121314151617), testInitiator.IDExt())
+	require.Equal(t, uint64(0x18191a1b1c1d1e1f), testInitiator.GUID())
+	require.Equal(t, "0x101112131415161718191a1b1c1d1e1f", testInitiator.String())
+}
+
+func TestILogoutLayout(t *testing.T) {
+	// struct srp_i_logout: opcode, reserved[7], tag.
+	want := cat([]byte{0x03, 0, 0, 0, 0, 0, 0, 0}, []byte{1, 2, 3, 4, 5, 6, 7, 8})
+	checkLayout(t, want, srp.ILogoutFields{Tag: testTag}, 0,
+		func(b []byte, f *srp.ILogoutFields) (int, error) { return srp.ILogout(b).Encode(f) },
+		srp.ParseILogout, srp.ErrShortIU)
+}
+
+func TestTLogoutLayout(t *testing.T) {
+	// struct srp_t_logout: opcode, sol_not, reserved[2], reason, tag.
+	want := cat(
+		[]byte{0x80, 0x01, 0, 0},       // opcode SRP_T_LOGOUT, sol_not = SOLNT, reserved
+		[]byte{0x00, 0x00, 0x00, 0x07}, // reason = unsupported data-in format
+		[]byte{1, 2, 3, 4, 5, 6, 7, 8}, // tag
+	)
+	in := srp.TLogoutFields{SolNot: srp.SOLNT, Reason: srp.TLogoutUnsupportedDataInFormat, Tag: testTag}
+	checkLayout(t, want, in, 0,
+		func(b []byte, f *srp.TLogoutFields) (int, error) { return srp.TLogout(b).Encode(f) },
+		srp.ParseTLogout, srp.ErrShortIU)
+
+	for _, tc := range []struct {
+		r    srp.TLogoutReason
+		val  uint32
+		want string
+	}{
+		{srp.TLogoutNoReason, 0, "no reason specified"},
+		{srp.TLogoutInactive, 1, "inactive RDMA channel"},
+		{srp.TLogoutInvalidIUType, 2, "invalid IU type"},
+		{srp.TLogoutUnexpectedInitiatorRsp, 3, "initiator response without request"},
+		{srp.TLogoutMultiChannelAction, 4, "multi-channel action of a new login"},
+		{srp.TLogoutUnsupportedDataOutFormat, 6, "unsupported data-out descriptor format"},
+		{srp.TLogoutUnsupportedDataInFormat, 7, "unsupported data-in descriptor format"},
+		{srp.TLogoutInvalidIULength, 8, "invalid IU length"},
+		{5, 5, "SRP_T_LOGOUT reason 5"},
+	} {
+		require.Equal(t, tc.val, uint32(tc.r))
+		require.Equal(t, tc.want, tc.r.String())
+	}
+}
+
+func TestTskMgmtLayout(t *testing.T) {
+	// struct srp_tsk_mgmt: opcode, sol_not, reserved1[6], tag, reserved2[4], lun,
+	// reserved3[2], tsk_mgmt_func, reserved4, task_tag, reserved5[8].
+	want := cat(
+		[]byte{0x01, 0x06, 0, 0, 0, 0, 0, 0},                   // opcode SRP_TSK_MGMT, SCSOLNT|UCSOLNT, reserved1
+		[]byte{1, 2, 3, 4, 5, 6, 7, 8},                         // tag
+		[]byte{0, 0, 0, 0},                                     // reserved2
+		[]byte{0x41, 0x42, 0x43, 0x44, 0x45, 0x46, 0x47, 0x48}, // lun
+		[]byte{0, 0}, // reserved3
+		[]byte{0x01}, // tsk_mgmt_func = ABORT TASK
+		[]byte{0},    // reserved4
+		[]byte{0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18}, // task_tag
+		make([]byte, 8), // reserved5
+	)
+	require.Len(t, want, srp.TskMgmtSize)
+	in := srp.TskMgmtFields{
+		SolNot:  srp.SCSOLNT | srp.UCSOLNT,
+		Tag:     testTag,
+		LUN:     testLUN,
+		Func:    srp.TskAbortTask,
+		TaskTag: testTaskTag,
+	}
+	checkLayout(t, want, in, 0,
+		func(b []byte, f *srp.TskMgmtFields) (int, error) { return srp.TskMgmt(b).Encode(f) },
+		srp.ParseTskMgmt, srp.ErrShortIU)
+}
+
+func TestTskMgmtCodes(t *testing.T) {
+	// SRP_TSK_* from include/scsi/srp.h; response codes from SRP r16a table 24 (LIO, illumos).
+	for _, tc := range []struct {
+		f    srp.TskMgmtFunc
+		val  uint8
+		name string
+	}{
+		{srp.TskAbortTask, 0x01, "ABORT TASK"},
+		{srp.TskAbortTaskSet, 0x02, "ABORT TASK SET"},
+		{srp.TskClearTaskSet, 0x04, "CLEAR TASK SET"},
+		{srp.TskLUNReset, 0x08, "LOGICAL UNIT RESET"},
+		{srp.TskClearACA, 0x40, "CLEAR ACA"},
+		{0x80, 0x80, "task management function 0x80"},
+	} {
+		require.Equal(t, tc.val, uint8(tc.f))
+		require.Equal(t, tc.name, tc.f.String())
+	}
+	require.Equal(t, [4]byte{0, 0, 0, 0x00}, srp.TskMgmtSuccess.ResponseData())
+	require.Equal(t, [4]byte{0, 0, 0, 0x02}, srp.TskMgmtReqInvalid.ResponseData())
+	require.Equal(t, [4]byte{0, 0, 0, 0x04}, srp.TskMgmtFuncNotSupp.ResponseData())
+	require.Equal(t, [4]byte{0, 0, 0, 0x05}, srp.TskMgmtFailed.ResponseData())
+}
+
+func TestRspLayout(t *testing.T) {
+	sense := []byte{0x70, 0x00, 0x05, 0x00, 0x00, 0x00, 0x00, 0x0a, 0, 0, 0, 0, 0x24, 0x00, 0, 0, 0, 0}
+	tmData := srp.TskMgmtFuncNotSupp.ResponseData()
+	for _, tc := range []struct {
+		name string
+		in   srp.RspFields
+		want []byte
+	}{
+		{
+			// struct srp_rsp: opcode, sol_not, reserved1[2], req_lim_delta, tag,
+			// reserved2[2], flags, status, data_out_res_cnt, data_in_res_cnt,
+			// sense_data_len, resp_data_len, data[] (packed, 36 bytes + data).
+			name: "check condition with sense and data-in underflow",
+			in: srp.RspFields{
+				SolNot: srp.SOLNT, ReqLimDelta: 3, Tag: testTag, Flags: srp.DIUNDER,
+				Status: 0x02, DataOutResCnt: 0x0A0B0C0D, DataInResCnt: 512, SenseData: sense,
+			},
+			want: cat(
+				[]byte{0xC1, 0x01, 0, 0},       // opcode SRP_RSP, sol_not, reserved1
+				[]byte{0x00, 0x00, 0x00, 0x03}, // req_lim_delta
+				[]byte{1, 2, 3, 4, 5, 6, 7, 8}, // tag
+				[]byte{0, 0},                   // reserved2
+				[]byte{0x22},                   // flags = SNSVALID | DIUNDER
+				[]byte{0x02},                   // status = CHECK CONDITION
+				[]byte{0x0A, 0x0B, 0x0C, 0x0D}, // data_out_res_cnt
+				[]byte{0x00, 0x00, 0x02, 0x00}, // data_in_res_cnt = 512
+				[]byte{0x00, 0x00, 0x00, 0x12}, // sense_data_len = 18
+				[]byte{0x00, 0x00, 0x00, 0x00}, // resp_data_len
+				sense,
+			),
+		},
+		{
+			name: "task management response",
+			in:   srp.RspFields{ReqLimDelta: 1, Tag: testTaskTag, RespData: tmData[:]},
+			want: cat(
+				[]byte{0xC1, 0x00, 0, 0},
+				[]byte{0x00, 0x00, 0x00, 0x01},
+				[]byte{0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18},
+				[]byte{0, 0},
+				[]byte{0x01}, // flags = RSPVALID
+				[]byte{0x00},
+				make([]byte, 8),                // residual counts
+				[]byte{0x00, 0x00, 0x00, 0x00}, // sense_data_len
+				[]byte{0x00, 0x00, 0x00, 0x04}, // resp_data_len
+				[]byte{0, 0, 0, 0x04},          // response data: FUNCTION NOT SUPPORTED
+			),
+		},
+		{
+			name: "response data then sense data",
+			in: srp.RspFields{
+				ReqLimDelta: 0x01020304, Tag: testTag, Flags: srp.DOOVER | srp.DOUNDER | srp.DIOVER,
+				Status: 0x08, RespData: []byte{0xA1, 0xA2, 0xA3, 0xA4, 0xA5, 0xA6, 0xA7, 0xA8},
+				SenseData: []byte{0x72, 0x06, 0x29, 0x00, 0, 0, 0, 0},
+			},
+			want: cat(
+				[]byte{0xC1, 0x00, 0, 0},
+				[]byte{0x01, 0x02, 0x03, 0x04},
+				[]byte{1, 2, 3, 4, 5, 6, 7, 8},
+				[]byte{0, 0},
+				[]byte{0x1F}, // RSPVALID | SNSVALID | DOOVER | DOUNDER | DIOVER
+				[]byte{0x08},
+				make([]byte, 8),
+				[]byte{0x00, 0x00, 0x00, 0x08}, // sense_data_len
+				[]byte{0x00, 0x00, 0x00, 0x08}, // resp_data_len
+				[]byte{0xA1, 0xA2, 0xA3, 0xA4, 0xA5, 0xA6, 0xA7, 0xA8},
+				[]byte{0x72, 0x06, 0x29, 0x00, 0, 0, 0, 0},
+			),
+		},
+		{
+			name: "good status, nothing else",
+			in:   srp.RspFields{ReqLimDelta: 1, Tag: testTag},
+			want: cat(
+				[]byte{0xC1, 0x00, 0, 0},
+				[]byte{0x00, 0x00, 0x00, 0x01},
+				[]byte{1, 2, 3, 4, 5, 6, 7, 8},
+				make([]byte, 20),
+			),
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Encode derives RSPVALID and SNSVALID; the fields decoded back carry them.
+			in := tc.in
+			want := tc.in
+			if len(in.RespData) > 0 {
+				want.Flags |= srp.RSPVALID
+			}
+			if len(in.SenseData) > 0 {
+				want.Flags |= srp.SNSVALID
+			}
+			require.Equal(t, len(tc.want), srp.RspLen(&in))
+			checkLayout(t, tc.want, want, 0,
+				func(b []byte, f *srp.RspFields) (int, error) { return srp.Rsp(b).Encode(f) },
+				srp.ParseRsp, truncErrFor(tc.want, srp.RspMinSize))
+
+			// RSPVALID and SNSVALID follow the presence of data, whatever the caller set.
+			for _, flags := range []srp.RspFlags{0, srp.RSPVALID | srp.SNSVALID} {
+				in.Flags = tc.in.Flags | flags
+				buf := ffBuf(len(tc.want))
+				_, err := srp.Rsp(buf).Encode(&in)
+				require.NoError(t, err)
+				require.Equal(t, tc.want, buf)
+			}
+
+			r := srp.Rsp(tc.want)
+			require.NoError(t, r.Validate())
+			require.Equal(t, len(tc.want), r.Len())
+			require.Equal(t, len(tc.in.RespData), len(r.RespData()))
+			require.Equal(t, len(tc.in.SenseData), len(r.SenseData()))
+		})
+	}
+}
+
+// truncErrFor is the error expected from decoding want without its last byte: the fixed part
+// is short, or the lengths it declares run past the end.
+func truncErrFor(want []byte, min int) error {
+	if len(want)-1 < min {
+		return srp.ErrShortIU
+	}
+	return srp.ErrInconsistent
+}
+
+func TestRspFlagValues(t *testing.T) {
+	// SRP_RSP_FLAG_* from include/scsi/srp.h.
+	require.Equal(t, []srp.RspFlags{0x01, 0x02, 0x04, 0x08, 0x10, 0x20},
+		[]srp.RspFlags{srp.RSPVALID, srp.SNSVALID, srp.DOOVER, srp.DOUNDER, srp.DIOVER, srp.DIUNDER})
+}
+
+func TestRspValidateRejects(t *testing.T) {
+	good := func() []byte {
+		b := make([]byte, 40)
+		_, err := srp.Rsp(b).Encode(&srp.RspFields{Tag: testTag, SenseData: []byte{0x70, 0, 5, 0}})
+		require.NoError(t, err)
+		return b
+	}
+	require.NoError(t, srp.Rsp(good()).Validate())
+
+	for _, tc := range []struct {
+		name  string
+		patch func(b []byte) []byte
+		want  error
+	}{
+		{"SNSVALID clear with sense data", func(b []byte) []byte { b[18] &^= 0x02; return b }, srp.ErrInconsistent},
+		{"RSPVALID set without response data", func(b []byte) []byte { b[18] |= 0x01; return b }, srp.ErrInconsistent},
+		{"sense length past the end", func(b []byte) []byte { b[31] = 5; return b }, srp.ErrInconsistent},
+		{"response length 4 GiB - 1", func(b []byte) []byte {
+			b[18] |= 0x01
+			copy(b[32:36], []byte{0xFF, 0xFF, 0xFF, 0xFF})
+			return b
+		}, srp.ErrInconsistent},
+		{"header only", func(b []byte) []byte { return b[:35] }, srp.ErrShortIU},
+		{"wrong opcode", func(b []byte) []byte { b[0] = byte(srp.OpCmd); return b }, srp.ErrOpcode},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := srp.ParseRsp(tc.patch(good()))
+			require.ErrorIs(t, err, tc.want)
+		})
+	}
+}
+
+func TestRspEncodeTooSmall(t *testing.T) {
+	// The caller slices the send buffer to the initiator's MAXIMUM TI IU LENGTH: sense data
+	// that does not fit is an error, not an oversize SEND.
+	buf := ffBuf(64)
+	_, err := srp.Rsp(buf[:50]).Encode(&srp.RspFields{SenseData: make([]byte, 18)})
+	require.ErrorIs(t, err, srp.ErrShortIU)
+	require.Equal(t, ffBuf(64), buf, "nothing written on error")
+}
+
+func TestCredReqLayout(t *testing.T) {
+	// struct srp_cred_req: opcode, sol_not, reserved[2], req_lim_delta, tag.
+	want := cat(
+		[]byte{0x81, 0x01, 0, 0},
+		[]byte{0x00, 0x00, 0x01, 0x02}, // req_lim_delta = 258
+		[]byte{1, 2, 3, 4, 5, 6, 7, 8},
+	)
+	checkLayout(t, want, srp.CredReqFields{SolNot: srp.SOLNT, ReqLimDelta: 258, Tag: testTag}, 0,
+		func(b []byte, f *srp.CredReqFields) (int, error) { return srp.CredReq(b).Encode(f) },
+		srp.ParseCredReq, srp.ErrShortIU)
+}
+
+func TestCredRspLayout(t *testing.T) {
+	// struct srp_cred_rsp: opcode, reserved[7], tag.
+	want := cat([]byte{0x41, 0, 0, 0, 0, 0, 0, 0}, []byte{1, 2, 3, 4, 5, 6, 7, 8})
+	checkLayout(t, want, srp.CredRspFields{Tag: testTag}, 0,
+		func(b []byte, f *srp.CredRspFields) (int, error) { return srp.CredRsp(b).Encode(f) },
+		srp.ParseCredRsp, srp.ErrShortIU)
+}
+
+func TestAerReqLayout(t *testing.T) {
+	sense := []byte{0x70, 0x00, 0x06, 0x00, 0x00, 0x00, 0x00, 0x0a, 0, 0, 0, 0, 0x3f, 0x0e}
+	// struct srp_aer_req: opcode, sol_not, reserved[2], req_lim_delta, tag, reserved2 (u32),
+	// lun, sense_data_len, reserved3 (u32), sense_data[] (packed, 36 bytes + sense).
+	want := cat(
+		[]byte{0x82, 0x00, 0, 0},
+		[]byte{0x00, 0x00, 0x00, 0x01},                         // req_lim_delta
+		[]byte{1, 2, 3, 4, 5, 6, 7, 8},                         // tag
+		[]byte{0, 0, 0, 0},                                     // reserved2
+		[]byte{0x41, 0x42, 0x43, 0x44, 0x45, 0x46, 0x47, 0x48}, // lun
+		[]byte{0x00, 0x00, 0x00, 0x0e},                         // sense_data_len = 14
+		[]byte{0, 0, 0, 0},                                     // reserved3
+		sense,
+	)
+	in := srp.AerReqFields{ReqLimDelta: 1, Tag: testTag, LUN: testLUN, SenseData: sense}
+	checkLayout(t, want, in, 0,
+		func(b []byte, f *srp.AerReqFields) (int, error) { return srp.AerReq(b).Encode(f) },
+		srp.ParseAerReq, srp.ErrInconsistent)
+	require.Equal(t, len(want), srp.AerReq(want).Len())
+	require.Equal(t, sense, srp.AerReq(want).SenseData())
+
+	// Without sense data it is exactly the 36-byte fixed part.
+	want0 := cat(want[:28], []byte{0, 0, 0, 0}, []byte{0, 0, 0, 0})
+	checkLayout(t, want0, srp.AerReqFields{ReqLimDelta: 1, Tag: testTag, LUN: testLUN}, 0,
+		func(b []byte, f *srp.AerReqFields) (int, error) { return srp.AerReq(b).Encode(f) },
+		srp.ParseAerReq, srp.ErrShortIU)
+}
+
+func TestAerRspLayout(t *testing.T) {
+	// struct srp_aer_rsp: opcode, reserved[7], tag.
+	want := cat([]byte{0x42, 0, 0, 0, 0, 0, 0, 0}, []byte{1, 2, 3, 4, 5, 6, 7, 8})
+	checkLayout(t, want, srp.AerRspFields{Tag: testTag}, 0,
+		func(b []byte, f *srp.AerRspFields) (int, error) { return srp.AerRsp(b).Encode(f) },
+		srp.ParseAerRsp, srp.ErrShortIU)
+}
+
+func TestErrorsCarryContext(t *testing.T) {
+	_, err := srp.ParseTskMgmt(make([]byte, 10))
+	require.EqualError(t, err, "srp: SRP_TSK_MGMT of 10 bytes, need 48: srp: IU too short")
+	_, err = srp.ParseCredRsp(cat([]byte{0x42}, make([]byte, 15)))
+	require.EqualError(t, err, "srp: opcode SRP_AER_RSP where SRP_CRED_RSP expected: srp: unexpected opcode")
+	require.True(t, errors.Is(err, srp.ErrOpcode))
+}
