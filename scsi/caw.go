@@ -1,0 +1,83 @@
+package scsi
+
+import "encoding/binary"
+
+// COMPARE AND WRITE (SBC-3).
+
+// maxCompareAndWriteLength is the largest NUMBER OF LOGICAL BLOCKS this device server takes; the
+// field and MAXIMUM COMPARE AND WRITE LENGTH in VPD page 0xB0 are one byte. The comparison runs
+// through scratch buffers, so a long one costs no more memory than a short one. (VMware's atomic
+// test and set, the main user, sends one block.)
+const maxCompareAndWriteLength = 255
+
+// maxCompareAndWriteBlocks is MAXIMUM COMPARE AND WRITE LENGTH (VPD page 0xB0 byte 5). The
+// data-out of n blocks is 2n blocks, which must fit the maximum transfer; when not even one block
+// fits the command is not usable and the limit is 0.
+func (lu *LogicalUnit) maxCompareAndWriteBlocks() uint8 {
+	n := uint64(maxCompareAndWriteLength)
+	if m := lu.cfg.MaxTransferBytes; m != 0 {
+		n = min(n, uint64(m)/(2*uint64(lu.blockSize)))
+	}
+	return uint8(n)
+}
+
+// compareAndWrite is COMPARE AND WRITE. The data-out buffer holds 2n blocks: the first n are
+// compared with the medium, and when they are equal the second n are written in their place.
+// The LBA range is locked exclusively for the whole operation, so that no write of another
+// command lands between the compare and the write; a miscompare reports the offset of the first
+// differing byte in INFORMATION and writes nothing.
+//
+// Byte 1: WRPROTECT must be zero, DPO accepted, FUA forces the write, bit 2 and bit 0 are
+// reserved, bit 1 (FUA_NV) is obsolete and ignored. Bytes 10-12 are reserved. A NUMBER OF
+// LOGICAL BLOCKS of zero is not an error and does nothing.
+func compareAndWrite(lu *LogicalUnit, c *Command) {
+	const nolbOff = 13
+	cdb := c.CDB
+	if c.cdbBitsSet(1, cdbProtectMask) || c.cdbBitsSet(1, 0x04) || c.cdbBitsSet(1, 0x01) || c.cdbBytesSet(10, 13) ||
+		c.cdbBitsSet(cdb16GroupOff, groupReserved) {
+		return
+	}
+	lba := binary.BigEndian.Uint64(cdb[2:])
+	n := uint64(cdb[nolbOff])
+	half := lu.blockBytes(n)
+	c.TransferLength = int(2 * half)
+	if n > uint64(lu.maxCompareAndWriteBlocks()) {
+		c.invalidCDBField(nolbOff, -1)
+		return
+	}
+	if !lu.lbaInRange(lba, n) {
+		c.fail(ReasonLBAOutOfRange)
+		return
+	}
+	if uint64(len(c.DataOut)) != 2*half {
+		c.fail(ReasonInvalidFieldInCommandIU)
+		return
+	}
+	if n == 0 {
+		return
+	}
+
+	slot := lu.ranges.lock(lba, n, true)
+	defer lu.ranges.unlock(slot)
+	scratch := getScratch()
+	defer putScratch(scratch)
+	chunk := uint64(scratchSize)
+	verify, data := c.DataOut[:half], c.DataOut[half:]
+	for done := uint64(0); done < half; {
+		k := min(half-done, chunk)
+		p := scratch[:k]
+		cur := lba + done>>lu.blockShift
+		if err := lu.bs.ReadAt(p, lu.byteOffset(cur)); err != nil {
+			c.ioError(err, true, cur)
+			return
+		}
+		if i := firstDifference(p, verify[done:done+k]); i >= 0 {
+			c.miscompare(done + uint64(i))
+			return
+		}
+		done += k
+	}
+	if err := lu.bs.WriteAt(data, lu.byteOffset(lba), lu.writeFUA(cdb[1]&cdbFUA != 0)); err != nil {
+		c.ioError(err, false, lba)
+	}
+}

@@ -1,0 +1,156 @@
+package scsi
+
+import (
+	"sync/atomic"
+)
+
+// TargetPort describes the SCSI target port a nexus goes through; VPD page 0x83 reports it.
+type TargetPort struct {
+	// Name is the SCSI name string of the target port (SPC-4 7.8.6.11), e.g. the SRP target
+	// port identifier in hex as the transport formats it.
+	Name string
+	// RelativeID is the RELATIVE TARGET PORT IDENTIFIER (non-zero).
+	RelativeID uint16
+	// GroupID is the TARGET PORT GROUP.
+	GroupID uint16
+}
+
+// Nexus identifies one I_T nexus: an initiator port talking to a target port. The transport
+// creates one per (initiator port, target port) pair and reuses the same pointer for as long as
+// the nexus exists, across channels and relogins: unit attentions and task management are keyed
+// by it.
+type Nexus struct {
+	// InitiatorPort names the initiator port, for logs (the SRP initiator port identifier).
+	InitiatorPort string
+	// Port is the target port.
+	Port *TargetPort
+}
+
+// Command is one SCSI command on its way through a logical unit. The transport owns it (and may
+// pool it: call Reset before reuse), fills the inputs, calls LUNMap.Execute, and reads the results.
+type Command struct {
+	// Inputs.
+
+	// Nexus is the I_T nexus the command came through.
+	Nexus *Nexus
+	// LUN is the eight-byte SAM-5 LUN as a big-endian number.
+	LUN uint64
+	// Tag identifies the command within its nexus (for ABORT TASK and QUERY TASK).
+	Tag uint64
+	// Attr is the task attribute.
+	Attr TaskAttribute
+	// CDB is the command descriptor block, including any additional CDB bytes.
+	CDB []byte
+	// DataOut is the data-out buffer as received from the initiator: its length is what the
+	// initiator sent.
+	DataOut []byte
+	// DataIn is where data-in goes; its length is the most the initiator accepts.
+	DataIn []byte
+
+	// Results.
+
+	// Status is the SCSI status.
+	Status Status
+	// Sense holds SenseLength bytes of sense data when Status is CHECK CONDITION.
+	Sense       [MaxSenseLength]byte
+	SenseLength int
+	// DataInLength is how many bytes of DataIn hold data to send.
+	DataInLength int
+	// TransferLength is the number of bytes the CDB asks to move in its data direction (the
+	// allocation length, the parameter list length, or blocks × block size). The transport
+	// compares it with the buffer it was given to report overflow and underflow residuals.
+	TransferLength int
+
+	// Internal state.
+
+	lu       *LogicalUnit // the LU running the command, nil when none
+	lunMap   *LUNMap      // the map the command came through (REPORT LUNS)
+	readOnly bool         // the LUN is mapped read-only for this initiator
+	aborted  atomic.Bool
+	queued   bool // in lu.tasks
+	running  bool // allowed to run
+	prev     *Command
+	next     *Command
+	wake     chan struct{}
+}
+
+// Reset clears the results and internal state so that a pooled Command can be reused. It keeps
+// the buffers and the wake channel.
+func (c *Command) Reset() {
+	wake := c.wake
+	*c = Command{DataIn: c.DataIn[:0], DataOut: c.DataOut[:0]}
+	c.wake = wake
+	if wake != nil {
+		select {
+		case <-wake:
+		default:
+		}
+	}
+}
+
+// Aborted reports whether a task management function aborted the command. The transport must not
+// send a response for an aborted command, nor touch its initiator memory again.
+func (c *Command) Aborted() bool { return c.aborted.Load() }
+
+// SenseData returns the sense data of the command, empty unless CHECK CONDITION.
+func (c *Command) SenseData() []byte { return c.Sense[:c.SenseLength] }
+
+// DataInResidual compares what the CDB asked for with the data-in buffer. An overflow is data the
+// initiator's buffer was too small for (SRP DIOVER); otherwise n is the part of the buffer left
+// unused (SRP DIUNDER).
+func (c *Command) DataInResidual() (overflow bool, n int) {
+	if c.TransferLength > len(c.DataIn) {
+		return true, c.TransferLength - len(c.DataIn)
+	}
+	return false, len(c.DataIn) - c.DataInLength
+}
+
+// DataOutResidual compares what the CDB asked for with the data-out the initiator sent: an
+// overflow (DOOVER) when it sent too little, an underflow (DOUNDER) when it sent more.
+func (c *Command) DataOutResidual() (overflow bool, n int) {
+	if c.TransferLength > len(c.DataOut) {
+		return true, c.TransferLength - len(c.DataOut)
+	}
+	return false, len(c.DataOut) - c.TransferLength
+}
+
+// fail ends the command with CHECK CONDITION for reason, in the LU's sense format.
+func (c *Command) fail(reason Reason) { c.failInfo(reason, SenseInfo{}) }
+
+// failInfo ends the command with CHECK CONDITION for reason with detail.
+func (c *Command) failInfo(reason Reason, info SenseInfo) {
+	descriptor := c.lu != nil && c.lu.descriptorSense()
+	c.Status = StatusCheckCondition
+	c.SenseLength = BuildSense(c.Sense[:], descriptor, reason, info)
+	c.DataInLength = 0
+}
+
+// invalidCDBField ends the command with INVALID FIELD IN CDB pointing at byte (and bit, when
+// bit >= 0) of the CDB, so that the initiator's log names the offending field.
+func (c *Command) invalidCDBField(byteOff int, bit int) {
+	info := SenseInfo{FieldPointerValid: true, InCDB: true, FieldPointer: uint16(byteOff)}
+	if bit >= 0 {
+		info.BitPointerValid, info.BitPointer = true, uint8(bit)
+	}
+	c.failInfo(ReasonInvalidFieldInCDB, info)
+}
+
+// invalidParamField ends the command with INVALID FIELD IN PARAMETER LIST pointing at byte (and
+// bit, when bit >= 0) of the parameter list.
+func (c *Command) invalidParamField(byteOff int, bit int) {
+	info := SenseInfo{FieldPointerValid: true, FieldPointer: uint16(byteOff)}
+	if bit >= 0 {
+		info.BitPointerValid, info.BitPointer = true, uint8(bit)
+	}
+	c.failInfo(ReasonInvalidFieldInParameterList, info)
+}
+
+// putDataIn copies data (the full parameter data of a command, whose header lengths describe all
+// of it) into DataIn, truncated to the allocation length and to the buffer. TransferLength
+// becomes what the CDB lets the device server return, so that a buffer smaller than that shows
+// as an overflow and a larger one as an underflow.
+func (c *Command) putDataIn(data []byte, allocationLength int) {
+	n := min(len(data), allocationLength)
+	c.TransferLength = n
+	c.DataInLength = copy(c.DataIn, data[:n])
+}

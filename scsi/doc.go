@@ -1,0 +1,14 @@
+// Package scsi emulates a SCSI direct-access block device (SPC-4 and SBC-3) on top of a backstore.
+//
+// It knows nothing of SRP or RDMA. A transport hands in a Command (CDB, the I_T nexus, the task
+// attribute and tag, and the payload buffers it owns) and gets back status, sense data and the
+// number of bytes produced. Payload buffers belong to the caller — on the SRP path they are
+// registered RDMA memory — so READ reads from the backstore straight into DataIn and WRITE writes
+// straight from DataOut.
+//
+// The package's pieces:
+//   - LogicalUnit: one LU with its backstore, mode pages, unit attentions per nexus and task set.
+//   - LUNMap: what one initiator sees (LUN numbers to logical units, optionally read-only), the
+//     entry point that routes a command and answers for LUNs that do not exist.
+//   - Sense data built from one table of reasons (sense.go), fixed or descriptor format.
+package scsi

@@ -1,0 +1,75 @@
+package scsi
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/srptarget/srptarget/backstore"
+)
+
+// testNexus and otherNexus are two I_T nexuses through one target port.
+var (
+	testPort   = &TargetPort{Name: "0x0002c90300a0b0c10002c90300a0b0c1", RelativeID: 1, GroupID: 0}
+	testNexus  = &Nexus{InitiatorPort: "0x11111111111111110000000000000001", Port: testPort}
+	otherNexus = &Nexus{InitiatorPort: "0x22222222222222220000000000000002", Port: testPort}
+)
+
+// newTestLU makes a logical unit over a memory backstore of blocks × blockSize bytes. mod may
+// change the configuration before the logical unit is made.
+func newTestLU(t testing.TB, blocks int64, blockSize uint32, mod func(*Config)) *LogicalUnit {
+	t.Helper()
+	bs, err := backstore.NewMemory(blocks*int64(blockSize), blockSize)
+	require.NoError(t, err)
+	cfg := Config{Backstore: bs, Serial: "a1b2c3d4-0001", WriteCache: true}
+	if mod != nil {
+		mod(&cfg)
+	}
+	lu, err := NewLogicalUnit(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lu.Close() })
+	return lu
+}
+
+// newTestMap maps lu at LUN 0.
+func newTestMap(t testing.TB, lu *LogicalUnit) *LUNMap {
+	t.Helper()
+	m, err := NewLUNMap([]Mapping{{LUN: 0, LU: lu}})
+	require.NoError(t, err)
+	return m
+}
+
+// run executes cdb on LUN lun of m from nexus n with dataOut and a data-in buffer of inLen bytes
+// and returns the command.
+func run(m *LUNMap, n *Nexus, lun uint16, cdb []byte, dataOut []byte, inLen int) *Command {
+	c := &Command{Nexus: n, LUN: EncodeLUN(lun), CDB: cdb, DataOut: dataOut, DataIn: make([]byte, inLen)}
+	m.Execute(c)
+	return c
+}
+
+// clearPowerOnUA consumes the POWER ON/RESET unit attention every nexus sees first, so that a
+// test can look at the command it cares about.
+func clearPowerOnUA(t testing.TB, m *LUNMap, n *Nexus) {
+	t.Helper()
+	c := run(m, n, 0, make([]byte, 6), nil, 0) // TEST UNIT READY
+	require.Equal(t, StatusCheckCondition, c.Status)
+	s, ok := ParseSense(c.SenseData())
+	require.True(t, ok)
+	require.Equal(t, SenseUnitAttention, s.Key)
+	require.Equal(t, byte(0x29), s.ASC)
+	c = run(m, n, 0, make([]byte, 6), nil, 0)
+	require.Equal(t, StatusGood, c.Status)
+}
+
+// requireSense checks that c ended in CHECK CONDITION with reason's sense key and codes and
+// returns the parsed sense data.
+func requireSense(t testing.TB, c *Command, reason Reason) ParsedSense {
+	t.Helper()
+	require.Equal(t, StatusCheckCondition, c.Status, "status")
+	s, ok := ParseSense(c.SenseData())
+	require.True(t, ok, "sense data % x", c.SenseData())
+	require.Equal(t, reason.Key(), s.Key, "sense key (want %v)", reason)
+	require.Equal(t, reason.ASC(), s.ASC, "ASC (want %v)", reason)
+	require.Equal(t, reason.ASCQ(), s.ASCQ, "ASCQ (want %v)", reason)
+	return s
+}

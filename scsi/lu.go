@@ -1,0 +1,290 @@
+package scsi
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/srptarget/srptarget/backstore"
+)
+
+// Config describes one logical unit.
+type Config struct {
+	// Backstore holds the blocks. The logical unit takes ownership: Close closes it.
+	Backstore backstore.Backstore
+	// Vendor (8 bytes), Product (16) and Revision (4) are the standard INQUIRY identification,
+	// ASCII, space padded. Multipath rules in the wild match vendor strings such as "LIO-ORG",
+	// so any printable string is accepted.
+	Vendor, Product, Revision string
+	// Serial is the unit serial number (VPD page 0x80). Its hexadecimal digits also form the
+	// vendor-specific part of the NAA-6 designator in VPD page 0x83, as LIO builds it.
+	Serial string
+	// ReadOnly write-protects the logical unit for every initiator.
+	ReadOnly bool
+	// WriteCache is the initial WCE bit of the caching mode page. With it off every write is
+	// forced to stable storage before it completes.
+	WriteCache bool
+	// ThinProvisioning advertises logical block provisioning (LBPME, VPD page 0xB2, UNMAP and
+	// WRITE SAME with UNMAP). It needs a backstore that can unmap.
+	ThinProvisioning bool
+	// NonRotational reports a medium rotation rate of 1 (solid state) in VPD page 0xB1.
+	NonRotational bool
+	// MaxTransferBytes is the largest data transfer of one command the transport accepts; it
+	// becomes MAXIMUM TRANSFER LENGTH in VPD page 0xB0. Zero means no limit.
+	MaxTransferBytes uint32
+	// OptimalTransferBytes becomes OPTIMAL TRANSFER LENGTH in VPD page 0xB0; zero: not reported.
+	OptimalTransferBytes uint32
+}
+
+// Defaults for the identification strings.
+const (
+	DefaultVendor   = "SRPTGT"
+	DefaultProduct  = "srptarget disk"
+	DefaultRevision = "0001"
+)
+
+func (cfg *Config) validate() error {
+	if cfg.Backstore == nil {
+		return errors.New("no backstore")
+	}
+	if cfg.Vendor == "" {
+		cfg.Vendor = DefaultVendor
+	}
+	if cfg.Product == "" {
+		cfg.Product = DefaultProduct
+	}
+	if cfg.Revision == "" {
+		cfg.Revision = DefaultRevision
+	}
+	for _, f := range []struct {
+		name, v string
+		max     int
+	}{{"vendor", cfg.Vendor, 8}, {"product", cfg.Product, 16}, {"revision", cfg.Revision, 4}, {"serial", cfg.Serial, 252}} {
+		if len(f.v) > f.max {
+			return fmt.Errorf("%s %q is longer than %d bytes", f.name, f.v, f.max)
+		}
+		for _, r := range []byte(f.v) {
+			if r < 0x20 || r > 0x7E {
+				return fmt.Errorf("%s %q has a character that is not printable ASCII", f.name, f.v)
+			}
+		}
+	}
+	if cfg.Serial == "" {
+		return errors.New("no unit serial number")
+	}
+	bs := cfg.Backstore.LogicalBlockSize()
+	switch bs {
+	case 512, 1024, 2048, 4096:
+	default:
+		return fmt.Errorf("logical block size %d is not one Linux accepts (512, 1024, 2048, 4096)", bs)
+	}
+	if pbs := cfg.Backstore.PhysicalBlockSize(); pbs < bs || pbs%bs != 0 || (pbs/bs)&(pbs/bs-1) != 0 {
+		return fmt.Errorf("physical block size %d is not a power-of-two multiple of the logical block size %d", pbs, bs)
+	}
+	if cfg.Backstore.Size() < int64(bs) {
+		return fmt.Errorf("capacity %d bytes is less than one block", cfg.Backstore.Size())
+	}
+	if cfg.ThinProvisioning && !cfg.Backstore.Capabilities().Unmap {
+		return errors.New("thin provisioning needs a backstore that can unmap")
+	}
+	return nil
+}
+
+// LogicalUnit is one SCSI direct-access logical unit. It is safe for concurrent use: commands from
+// many nexuses run on it at once.
+type LogicalUnit struct {
+	cfg Config
+	bs  backstore.Backstore
+
+	blockSize  uint32 // logical block size in bytes
+	blockShift uint   // log2(blockSize)
+	blocks     atomic.Uint64
+
+	mode modeState
+
+	mu      sync.Mutex // guards nexuses and the task set
+	nexuses map[*Nexus]*nexusState
+	tasks   taskSet
+
+	ranges rangeLock // LBA ranges of writes in progress, for COMPARE AND WRITE (rangelock.go)
+}
+
+// nexusState is what the logical unit remembers of one I_T nexus.
+type nexusState struct {
+	ua uaSet // pending unit attentions
+}
+
+// NewLogicalUnit makes a logical unit over cfg.Backstore.
+func NewLogicalUnit(cfg Config) (*LogicalUnit, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("logical unit %q: %w", cfg.Serial, err)
+	}
+	lu := &LogicalUnit{
+		cfg:     cfg,
+		bs:      cfg.Backstore,
+		nexuses: make(map[*Nexus]*nexusState),
+	}
+	lu.blockSize = cfg.Backstore.LogicalBlockSize()
+	for 1<<lu.blockShift < lu.blockSize {
+		lu.blockShift++
+	}
+	lu.blocks.Store(uint64(cfg.Backstore.Size()) >> lu.blockShift)
+	lu.mode.init(cfg)
+	lu.tasks.init(&lu.mu)
+	return lu, nil
+}
+
+// Config returns the configuration the logical unit was made with.
+func (lu *LogicalUnit) Config() Config { return lu.cfg }
+
+// BlockSize is the logical block size in bytes.
+func (lu *LogicalUnit) BlockSize() uint32 { return lu.blockSize }
+
+// Blocks is the capacity in logical blocks.
+func (lu *LogicalUnit) Blocks() uint64 { return lu.blocks.Load() }
+
+// Close closes the backstore. Commands must no longer be submitted.
+func (lu *LogicalUnit) Close() error { return lu.bs.Close() }
+
+// RefreshCapacity re-reads the backstore's size. When it changed, every nexus gets the unit
+// attention CAPACITY DATA HAS CHANGED and changed is true.
+func (lu *LogicalUnit) RefreshCapacity() (changed bool, err error) {
+	size, err := lu.bs.Refresh()
+	if err != nil {
+		return false, fmt.Errorf("logical unit %q: refresh capacity: %w", lu.cfg.Serial, err)
+	}
+	blocks := uint64(size) >> lu.blockShift
+	if lu.blocks.Swap(blocks) == blocks {
+		return false, nil
+	}
+	lu.EstablishUA(nil, ReasonCapacityDataHasChanged)
+	return true, nil
+}
+
+// descriptorSense reports whether sense data is in descriptor format (control mode page D_SENSE).
+func (lu *LogicalUnit) descriptorSense() bool { return lu.mode.dSense.Load() }
+
+// writeCacheEnabled reports the caching mode page's WCE bit.
+func (lu *LogicalUnit) writeCacheEnabled() bool { return lu.mode.wce.Load() }
+
+// nexusLocked returns the state of nexus n, creating it (with the unit attention POWER ON,
+// RESET, OR BUS DEVICE RESET OCCURRED pending) on first access. lu.mu must be held.
+func (lu *LogicalUnit) nexusLocked(n *Nexus) *nexusState {
+	s := lu.nexuses[n]
+	if s == nil {
+		s = &nexusState{}
+		s.ua.add(ReasonPowerOnResetOrBusDeviceReset)
+		lu.nexuses[n] = s
+	}
+	return s
+}
+
+// EstablishUA makes reason a pending unit attention for nexus n, or for every nexus the logical
+// unit knows when n is nil. A nexus seen for the first time later gets POWER ON, RESET, OR BUS
+// DEVICE RESET OCCURRED instead, which covers every other condition.
+func (lu *LogicalUnit) EstablishUA(n *Nexus, reason Reason) {
+	lu.mu.Lock()
+	defer lu.mu.Unlock()
+	lu.establishUALocked(n, nil, reason)
+}
+
+// establishUALocked adds reason for n (nil: all nexuses), skipping except when non-nil.
+func (lu *LogicalUnit) establishUALocked(n, except *Nexus, reason Reason) {
+	if n != nil {
+		lu.nexusLocked(n).ua.add(reason)
+		return
+	}
+	for nx, s := range lu.nexuses {
+		if nx != except {
+			s.ua.add(reason)
+		}
+	}
+}
+
+// takeUA removes and returns the unit attention to report to nexus n, or ReasonNone.
+func (lu *LogicalUnit) takeUA(n *Nexus) Reason {
+	lu.mu.Lock()
+	defer lu.mu.Unlock()
+	return lu.nexusLocked(n).ua.take()
+}
+
+// clearUA drops a pending unit attention of nexus n without reporting it (REPORT LUNS clears
+// REPORTED LUNS DATA HAS CHANGED).
+func (lu *LogicalUnit) clearUA(n *Nexus, reason Reason) {
+	lu.mu.Lock()
+	defer lu.mu.Unlock()
+	lu.nexusLocked(n).ua.remove(reason)
+}
+
+// PendingUA reports the unit attention nexus n would see next, without clearing it.
+func (lu *LogicalUnit) PendingUA(n *Nexus) Reason {
+	lu.mu.Lock()
+	defer lu.mu.Unlock()
+	return lu.nexusLocked(n).ua.peek()
+}
+
+// Execute runs c on the logical unit and returns when it is complete or aborted. It is called by
+// LUNMap.Execute, which resolves the LUN and sets the mapping's read-only flag.
+func (lu *LogicalUnit) Execute(c *Command) {
+	c.lu = lu
+	c.Status = StatusGood
+	if len(c.CDB) == 0 {
+		c.fail(ReasonInvalidFieldInCommandIU)
+		return
+	}
+	op := lookupCommand(c.CDB)
+
+	// Unit attentions come first: every command but INQUIRY, REPORT LUNS and REQUEST SENSE
+	// reports a pending one instead of running (SPC-4 5.14).
+	if op == nil || op.flags&opReportsNoUA == 0 {
+		if r := lu.takeUA(c.Nexus); r != ReasonNone {
+			c.fail(r)
+			return
+		}
+	}
+	if op == nil {
+		c.invalidOpcode()
+		return
+	}
+	if len(c.CDB) < op.cdbLength {
+		c.fail(ReasonInvalidFieldInCommandIU)
+		return
+	}
+	// The NACA bit of the CONTROL byte asks for auto contingent allegiance, which this device
+	// server does not support (NORMACA is 0 in the standard INQUIRY data).
+	if ctl := c.CDB[op.cdbLength-1]; ctl&0x04 != 0 {
+		c.invalidCDBField(op.cdbLength-1, 2)
+		return
+	}
+	if c.Attr == TaskACA {
+		c.fail(ReasonInvalidFieldInCommandIU)
+		return
+	}
+	if op.flags&opWritesMedium != 0 && (lu.cfg.ReadOnly || lu.bs.ReadOnly() || c.readOnly) {
+		c.fail(ReasonWriteProtected)
+		return
+	}
+
+	if !lu.tasks.enter(c) {
+		c.Status = StatusTaskAborted
+		c.SenseLength, c.DataInLength = 0, 0
+		return
+	}
+	op.run(lu, c)
+	lu.tasks.leave(c)
+}
+
+// invalidOpcode answers a CDB whose operation code (or service action) is not supported, with the
+// field pointer on the operation code or the service action.
+func (c *Command) invalidOpcode() {
+	c.fail(ReasonInvalidCommandOperationCode)
+}
+
+// ioError turns a backstore error into sense data. A backstore failure never becomes GOOD.
+// read tells which medium error fits when the errno is not more precise. lba is reported in the
+// INFORMATION field.
+func (c *Command) ioError(err error, read bool, lba uint64) {
+	info := SenseInfo{Information: lba, InformationValid: true}
+	c.failInfo(reasonForIOError(err, read), info)
+}

@@ -1,0 +1,140 @@
+package scsi
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Mapping puts a logical unit at a LUN for the initiators of a LUNMap.
+type Mapping struct {
+	LUN uint16
+	LU  *LogicalUnit
+	// ReadOnly write-protects the logical unit for these initiators only.
+	ReadOnly bool
+}
+
+// LUNMap is what a group of initiators sees: LUN numbers mapped to logical units. It is
+// immutable; a configuration reload builds a new one. It is the transport's entry point for
+// commands and for task management.
+type LUNMap struct {
+	mappings []Mapping // sorted by LUN
+	byLUN    map[uint16]int
+}
+
+// NewLUNMap checks that LUNs are unique and in range and builds the map.
+func NewLUNMap(mappings []Mapping) (*LUNMap, error) {
+	m := &LUNMap{mappings: slices.Clone(mappings), byLUN: make(map[uint16]int, len(mappings))}
+	slices.SortFunc(m.mappings, func(a, b Mapping) int { return int(a.LUN) - int(b.LUN) })
+	for i, mp := range m.mappings {
+		if mp.LU == nil {
+			return nil, fmt.Errorf("lun %d: no logical unit", mp.LUN)
+		}
+		if mp.LUN > MaxLUN {
+			return nil, fmt.Errorf("lun %d: larger than %d", mp.LUN, MaxLUN)
+		}
+		if _, dup := m.byLUN[mp.LUN]; dup {
+			return nil, fmt.Errorf("lun %d: mapped twice", mp.LUN)
+		}
+		m.byLUN[mp.LUN] = i
+	}
+	return m, nil
+}
+
+// Mappings returns the mappings in LUN order. The slice must not be changed.
+func (m *LUNMap) Mappings() []Mapping { return m.mappings }
+
+// Lookup returns the mapping of the eight-byte LUN raw, or nil.
+func (m *LUNMap) Lookup(raw uint64) *Mapping {
+	n, ok := DecodeLUN(raw)
+	if !ok {
+		return nil
+	}
+	i, ok := m.byLUN[n]
+	if !ok {
+		return nil
+	}
+	return &m.mappings[i]
+}
+
+// Execute runs c on the logical unit its LUN names. Commands to a LUN that is not mapped get what
+// SPC-4 prescribes: INQUIRY answers with peripheral qualifier 3, REPORT LUNS and REQUEST SENSE
+// work, anything else is LOGICAL UNIT NOT SUPPORTED.
+func (m *LUNMap) Execute(c *Command) {
+	c.lunMap = m
+	if mp := m.Lookup(c.LUN); mp != nil {
+		c.readOnly = mp.ReadOnly
+		mp.LU.Execute(c)
+		return
+	}
+	c.lu = nil
+	c.Status = StatusGood
+	if len(c.CDB) == 0 {
+		c.fail(ReasonInvalidFieldInCommandIU)
+		return
+	}
+	executeWithoutLU(m, c)
+}
+
+// EstablishUA makes reason pending for nexus n on every logical unit of the map (for example
+// REPORTED LUNS DATA HAS CHANGED after a reload changed the map).
+func (m *LUNMap) EstablishUA(n *Nexus, reason Reason) {
+	for _, mp := range m.mappings {
+		mp.LU.EstablishUA(n, reason)
+	}
+}
+
+// NexusReset aborts every command of nexus n on every logical unit of the map and establishes
+// I_T NEXUS LOSS OCCURRED (I_T NEXUS RESET, logout or a lost connection).
+func (m *LUNMap) NexusReset(n *Nexus) {
+	for _, mp := range m.mappings {
+		mp.LU.NexusReset(n)
+	}
+}
+
+// lu returns the logical unit of the LUN raw for a task management function.
+func (m *LUNMap) lu(raw uint64) *LogicalUnit {
+	if mp := m.Lookup(raw); mp != nil {
+		return mp.LU
+	}
+	return nil
+}
+
+// AbortTask aborts the command with tag of nexus n on the LUN raw.
+func (m *LUNMap) AbortTask(n *Nexus, raw uint64, tag uint64) TMFResponse {
+	if lu := m.lu(raw); lu != nil {
+		return lu.AbortTask(n, tag)
+	}
+	return TMFIncorrectLUN
+}
+
+// AbortTaskSet aborts the commands of nexus n on the LUN raw.
+func (m *LUNMap) AbortTaskSet(n *Nexus, raw uint64) TMFResponse {
+	if lu := m.lu(raw); lu != nil {
+		return lu.AbortTaskSet(n)
+	}
+	return TMFIncorrectLUN
+}
+
+// ClearTaskSet aborts every command on the LUN raw.
+func (m *LUNMap) ClearTaskSet(n *Nexus, raw uint64) TMFResponse {
+	if lu := m.lu(raw); lu != nil {
+		return lu.ClearTaskSet(n)
+	}
+	return TMFIncorrectLUN
+}
+
+// LogicalUnitReset resets the LUN raw.
+func (m *LUNMap) LogicalUnitReset(n *Nexus, raw uint64) TMFResponse {
+	if lu := m.lu(raw); lu != nil {
+		return lu.Reset(n)
+	}
+	return TMFIncorrectLUN
+}
+
+// QueryTask reports whether the command with tag of nexus n is in the LUN's task set.
+func (m *LUNMap) QueryTask(n *Nexus, raw uint64, tag uint64) TMFResponse {
+	if lu := m.lu(raw); lu != nil {
+		return lu.QueryTask(n, tag)
+	}
+	return TMFIncorrectLUN
+}

@@ -1,0 +1,24 @@
+package scsi
+
+// requestSense handles REQUEST SENSE (SPC-4 6.39). Sense data of failed commands travels with
+// their status (autosense), so what is left to report here is a pending unit attention, which
+// REQUEST SENSE returns as its parameter data and clears, or NO SENSE. The DESC bit picks the
+// format. Without a logical unit (lu nil) an incorrect LUN answers LOGICAL UNIT NOT SUPPORTED as
+// parameter data and the REPORT LUNS well-known logical unit NO SENSE; the status is GOOD.
+func requestSense(lu *LogicalUnit, c *Command) {
+	if !c.checkCDBUsage(usageRequestSense) {
+		return
+	}
+	descriptor := c.CDB[1]&0x01 != 0
+	alloc := int(c.CDB[4])
+	reason := ReasonNone
+	switch {
+	case lu != nil:
+		reason = lu.takeUA(c.Nexus)
+	case c.LUN != ReportLUNsWellKnownLUN:
+		reason = ReasonLogicalUnitNotSupported
+	}
+	var buf [MaxSenseLength]byte
+	n := BuildSense(buf[:], descriptor, reason, SenseInfo{})
+	c.putDataIn(buf[:n], alloc)
+}

@@ -1,0 +1,226 @@
+package scsi
+
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
+// SBC-3 operation codes handled in this package.
+const (
+	opRead6              = 0x08
+	opWrite6             = 0x0A
+	opStartStopUnit      = 0x1B
+	opRead10             = 0x28
+	opWrite10            = 0x2A
+	opWriteAndVerify10   = 0x2E
+	opVerify10           = 0x2F
+	opSynchronizeCache   = 0x35
+	opWriteSame10        = 0x41
+	opUnmap              = 0x42
+	opRead16             = 0x88
+	opCompareAndWrite    = 0x89
+	opWrite16            = 0x8A
+	opWriteAndVerify16   = 0x8E
+	opVerify16           = 0x8F
+	opSynchronizeCache16 = 0x91
+	opWriteSame16        = 0x93
+	opRead12             = 0xA8
+	opWrite12            = 0xAA
+)
+
+// sbcCommands are the block commands (SBC-3) of a direct-access logical unit.
+//
+// The CDB USAGE DATA marks every field the device server acts on or checks for a value it does not
+// support (RDPROTECT, ANCHOR...), and the GROUP NUMBER, which it accepts and ignores. Bits that are
+// reserved, and obsolete bits that are ignored (FUA_NV, SYNC_NV, RELADR), read as zero. The
+// CONTROL byte reads 07h everywhere (NACA, and the obsolete FLAG and LINK), as in spcCommands.
+var sbcCommands = []opInfo{
+	{name: "READ(6)", opcode: opRead6, cdbLength: 6,
+		usage: []byte{opRead6, 0x1F, 0xFF, 0xFF, 0xFF, 0x07},
+		run:   read6},
+	{name: "READ(10)", opcode: opRead10, cdbLength: 10,
+		usage: []byte{opRead10, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0xFF, 0xFF, 0x07},
+		run:   read10},
+	{name: "READ(12)", opcode: opRead12, cdbLength: 12,
+		usage: []byte{opRead12, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
+		run:   read12},
+	{name: "READ(16)", opcode: opRead16, cdbLength: 16,
+		usage: []byte{opRead16, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
+		run:   read16},
+	{name: "WRITE(6)", opcode: opWrite6, cdbLength: 6,
+		usage: []byte{opWrite6, 0x1F, 0xFF, 0xFF, 0xFF, 0x07},
+		flags: opWritesMedium, run: write6},
+	{name: "WRITE(10)", opcode: opWrite10, cdbLength: 10,
+		usage: []byte{opWrite10, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0xFF, 0xFF, 0x07},
+		flags: opWritesMedium, run: write10},
+	{name: "WRITE(12)", opcode: opWrite12, cdbLength: 12,
+		usage: []byte{opWrite12, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
+		flags: opWritesMedium, run: write12},
+	{name: "WRITE(16)", opcode: opWrite16, cdbLength: 16,
+		usage: []byte{opWrite16, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
+		flags: opWritesMedium, run: write16},
+	{name: "WRITE AND VERIFY(10)", opcode: opWriteAndVerify10, cdbLength: 10,
+		usage: []byte{opWriteAndVerify10, 0xF2, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0xFF, 0xFF, 0x07},
+		flags: opWritesMedium, run: writeAndVerify10},
+	{name: "WRITE AND VERIFY(16)", opcode: opWriteAndVerify16, cdbLength: 16,
+		usage: []byte{opWriteAndVerify16, 0xF2, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
+		flags: opWritesMedium, run: writeAndVerify16},
+	{name: "VERIFY(10)", opcode: opVerify10, cdbLength: 10,
+		usage: []byte{opVerify10, 0xF6, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0xFF, 0xFF, 0x07},
+		run:   verify10},
+	{name: "VERIFY(16)", opcode: opVerify16, cdbLength: 16,
+		usage: []byte{opVerify16, 0xF6, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
+		run:   verify16},
+	{name: "SYNCHRONIZE CACHE(10)", opcode: opSynchronizeCache, cdbLength: 10,
+		usage: []byte{opSynchronizeCache, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0xFF, 0xFF, 0x07},
+		run:   synchronizeCache10},
+	{name: "SYNCHRONIZE CACHE(16)", opcode: opSynchronizeCache16, cdbLength: 16,
+		usage: []byte{opSynchronizeCache16, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
+		run:   synchronizeCache16},
+	{name: "UNMAP", opcode: opUnmap, cdbLength: 10,
+		usage: []byte{opUnmap, 0x01, 0x00, 0x00, 0x00, 0x00, 0x3F, 0xFF, 0xFF, 0x07},
+		flags: opWritesMedium, run: unmap},
+	{name: "WRITE SAME(10)", opcode: opWriteSame10, cdbLength: 10,
+		usage: []byte{opWriteSame10, 0xFE, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0xFF, 0xFF, 0x07},
+		flags: opWritesMedium, run: writeSame10},
+	{name: "WRITE SAME(16)", opcode: opWriteSame16, cdbLength: 16,
+		usage: []byte{opWriteSame16, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
+		flags: opWritesMedium, run: writeSame16},
+	{name: "COMPARE AND WRITE", opcode: opCompareAndWrite, cdbLength: 16,
+		usage: []byte{opCompareAndWrite, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0xFF, 0x3F, 0x07},
+		flags: opWritesMedium, run: compareAndWrite},
+	{name: "START STOP UNIT", opcode: opStartStopUnit, cdbLength: 6,
+		usage: []byte{opStartStopUnit, 0x01, 0x00, 0x0F, 0xF7, 0x07},
+		run:   startStopUnit},
+}
+
+// Bits of byte 1 shared by the READ, WRITE, VERIFY and COMPARE AND WRITE CDBs (SBC-3).
+const (
+	cdbProtectMask = 0xE0 // RDPROTECT, WRPROTECT, VRPROTECT
+	cdbDPO         = 0x10
+	cdbFUA         = 0x08
+)
+
+// Field offsets of the 10-, 12- and 16-byte block CDBs: LOGICAL BLOCK ADDRESS at byte 2 (4 or 8
+// bytes), then the TRANSFER LENGTH (or VERIFICATION LENGTH, NUMBER OF LOGICAL BLOCKS) and the
+// GROUP NUMBER byte.
+const (
+	cdb10LengthOff = 7
+	cdb10GroupOff  = 6
+	cdb12LengthOff = 6
+	cdb12GroupOff  = 10
+	cdb16LengthOff = 10
+	cdb16GroupOff  = 14
+)
+
+// groupReserved are the bits of the GROUP NUMBER byte above the six-bit group number of SBC-4
+// (SBC-3 had five bits; Linux always sends zero). None of them is defined for the commands this
+// package supports: the command duration limit bits of READ(16)/WRITE(16) are only sent to a
+// device that reports support for them.
+const groupReserved = 0xC0
+
+// cdbBitsSet ends the command with INVALID FIELD IN CDB when byte off of the CDB has any bit of
+// mask set; mask covers one field (or one reserved bit or run of reserved bits), and the bit
+// pointer names its first, left-most, bit as SPC-4 4.5.2.4.2 asks for a field in error. It
+// reports whether it failed the command.
+func (c *Command) cdbBitsSet(off int, mask byte) bool {
+	if c.CDB[off]&mask == 0 {
+		return false
+	}
+	c.invalidCDBField(off, bits.Len8(mask)-1)
+	return true
+}
+
+// cdbBytesSet is cdbBitsSet for the whole bytes [from, to) of the CDB, a reserved field.
+func (c *Command) cdbBytesSet(from, to int) bool {
+	for i := from; i < to; i++ {
+		if c.cdbBitsSet(i, 0xFF) {
+			return true
+		}
+	}
+	return false
+}
+
+// blockCDB is the part of a 10-, 12- or 16-byte block CDB that all of them share.
+type blockCDB struct {
+	lba       uint64
+	blocks    uint32
+	lengthOff int // where the TRANSFER LENGTH field starts, for the field pointer
+}
+
+// decodeBlockCDB reads the LBA and the transfer length of a 10-, 12- or 16-byte block CDB and
+// checks the reserved bits of its GROUP NUMBER byte. ok is false when it failed the command.
+func (c *Command) decodeBlockCDB() (b blockCDB, ok bool) {
+	cdb := c.CDB
+	var groupOff int
+	switch cdbLengthOf(cdb[0]) {
+	case 10:
+		b.lba = uint64(binary.BigEndian.Uint32(cdb[2:]))
+		b.blocks = uint32(binary.BigEndian.Uint16(cdb[cdb10LengthOff:]))
+		b.lengthOff, groupOff = cdb10LengthOff, cdb10GroupOff
+	case 12:
+		b.lba = uint64(binary.BigEndian.Uint32(cdb[2:]))
+		b.blocks = binary.BigEndian.Uint32(cdb[cdb12LengthOff:])
+		b.lengthOff, groupOff = cdb12LengthOff, cdb12GroupOff
+	default:
+		b.lba = binary.BigEndian.Uint64(cdb[2:])
+		b.blocks = binary.BigEndian.Uint32(cdb[cdb16LengthOff:])
+		b.lengthOff, groupOff = cdb16LengthOff, cdb16GroupOff
+	}
+	if c.cdbBitsSet(groupOff, groupReserved) {
+		return b, false
+	}
+	return b, true
+}
+
+// cdbLengthOf is the CDB length that the group code of an operation code implies (SPC-4 4.2.5.1);
+// the block commands of this file use groups 0 (6 bytes), 1 and 2 (10), 4 (16) and 5 (12).
+func cdbLengthOf(opcode byte) int {
+	switch opcode >> 5 {
+	case 0:
+		return 6
+	case 1, 2:
+		return 10
+	case 4:
+		return 16
+	case 5:
+		return 12
+	}
+	return 0
+}
+
+// lbaInRange reports whether the n blocks from lba lie inside the medium. An LBA past the last
+// one is out of range even when n is zero: SBC-3 checks the LOGICAL BLOCK ADDRESS field on its
+// own and then the LBA plus the length.
+func (lu *LogicalUnit) lbaInRange(lba, n uint64) bool {
+	blocks := lu.Blocks()
+	return lba < blocks && n <= blocks-lba
+}
+
+// byteOffset is the backstore offset of lba; lba has passed lbaInRange.
+func (lu *LogicalUnit) byteOffset(lba uint64) int64 { return int64(lba << lu.blockShift) }
+
+// blockBytes is n blocks in bytes; n is at most 2^32, so it cannot overflow.
+func (lu *LogicalUnit) blockBytes(n uint64) uint64 { return n << lu.blockShift }
+
+// transferTooLong reports whether moving n bytes breaks the MAXIMUM TRANSFER LENGTH that VPD page
+// 0xB0 advertises (Config.MaxTransferBytes).
+func (lu *LogicalUnit) transferTooLong(n uint64) bool {
+	m := lu.cfg.MaxTransferBytes
+	return m != 0 && n > uint64(m)
+}
+
+// writeFUA is the fua argument of a backstore write: the CDB's FUA bit, or always when the write
+// cache is disabled (WCE=0: every write completes on stable storage).
+func (lu *LogicalUnit) writeFUA(fuaBit bool) bool {
+	return fuaBit || !lu.writeCacheEnabled()
+}
+
+// clampInt converts a byte count to int for TransferLength without wrapping on 32-bit platforms.
+func clampInt(n uint64) int {
+	const maxInt = int(^uint(0) >> 1)
+	if n > uint64(maxInt) {
+		return maxInt
+	}
+	return int(n)
+}

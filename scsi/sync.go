@@ -1,0 +1,41 @@
+package scsi
+
+import "encoding/binary"
+
+// SYNCHRONIZE CACHE(10/16) (SBC-3).
+//
+// Byte 1: bits 7:3 reserved, bit 2 SYNC_NV (obsolete, ignored), bit 1 IMMED (accepted: the
+// command answers once the flush is done, which IMMED allows), bit 0 obsolete. The range is
+// checked like any other; a NUMBER OF LOGICAL BLOCKS of zero means "to the last block". The
+// backstore flushes everything, which covers any range.
+
+func synchronizeCache10(lu *LogicalUnit, c *Command) {
+	cdb := c.CDB
+	lu.synchronizeCache(c, uint64(binary.BigEndian.Uint32(cdb[2:])),
+		uint64(binary.BigEndian.Uint16(cdb[cdb10LengthOff:])), cdb10GroupOff)
+}
+
+func synchronizeCache16(lu *LogicalUnit, c *Command) {
+	cdb := c.CDB
+	lu.synchronizeCache(c, binary.BigEndian.Uint64(cdb[2:]),
+		uint64(binary.BigEndian.Uint32(cdb[cdb16LengthOff:])), cdb16GroupOff)
+}
+
+func (lu *LogicalUnit) synchronizeCache(c *Command, lba, n uint64, groupOff int) {
+	if c.cdbBitsSet(1, 0xF8) || c.cdbBitsSet(groupOff, groupReserved) {
+		return
+	}
+	if !lu.lbaInRange(lba, n) {
+		c.fail(ReasonLBAOutOfRange)
+		return
+	}
+	if err := lu.bs.Flush(); err != nil {
+		c.flushError(err)
+	}
+}
+
+// flushError reports a failed flush: a WRITE ERROR (or what the errno says more precisely)
+// without INFORMATION, since a flush has no block to name.
+func (c *Command) flushError(err error) {
+	c.fail(reasonForIOError(err, false))
+}

@@ -1,0 +1,316 @@
+package scsi
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/srptarget/srptarget/backstore"
+)
+
+// gateStore wraps a backstore so that tests can hold a command "running": a read or write at a
+// gated offset announces itself on entered and blocks until the gate opens. It also records the
+// order in which reads and writes passed.
+type gateStore struct {
+	backstore.Backstore
+	entered chan int64
+
+	mu    sync.Mutex
+	gates map[int64]chan struct{}
+	order []string
+}
+
+func newGateStore(inner backstore.Backstore) *gateStore {
+	return &gateStore{Backstore: inner, entered: make(chan int64, 64), gates: make(map[int64]chan struct{})}
+}
+
+// gate makes I/O at off block until the returned function is called.
+func (g *gateStore) gate(off int64) (open func()) {
+	ch := make(chan struct{})
+	g.mu.Lock()
+	g.gates[off] = ch
+	g.mu.Unlock()
+	return sync.OnceFunc(func() { close(ch) })
+}
+
+func (g *gateStore) pass(op string, off int64) {
+	g.mu.Lock()
+	ch := g.gates[off]
+	g.mu.Unlock()
+	if ch != nil {
+		g.entered <- off
+		<-ch
+	}
+	g.mu.Lock()
+	g.order = append(g.order, fmt.Sprintf("%s %d", op, off))
+	g.mu.Unlock()
+}
+
+func (g *gateStore) ReadAt(p []byte, off int64) error {
+	g.pass("read", off)
+	return g.Backstore.ReadAt(p, off)
+}
+
+func (g *gateStore) WriteAt(p []byte, off int64, fua bool) error {
+	g.pass("write", off)
+	return g.Backstore.WriteAt(p, off, fua)
+}
+
+// takeOrder returns the I/O recorded so far and forgets it.
+func (g *gateStore) takeOrder() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	o := g.order
+	g.order = nil
+	return o
+}
+
+// requireEntered waits for I/O at off to reach its gate.
+func (g *gateStore) requireEntered(t *testing.T, off int64) {
+	t.Helper()
+	select {
+	case got := <-g.entered:
+		require.Equal(t, off, got, "I/O reached another gate")
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no I/O reached the gate at %d", off)
+	}
+}
+
+// newGateLU makes a logical unit of 64 blocks of 512 bytes over a gated memory backstore.
+func newGateLU(t *testing.T) (*LogicalUnit, *LUNMap, *gateStore) {
+	t.Helper()
+	mem, err := backstore.NewMemory(64*512, 512)
+	require.NoError(t, err)
+	g := newGateStore(mem)
+	lu, m := newLUOver(t, g, nil)
+	return lu, m, g
+}
+
+// pending is a command running in its own goroutine.
+type pending struct {
+	c    *Command
+	done chan struct{}
+}
+
+// start sends a command with a tag and an attribute from nexus n to LUN 0 in a goroutine.
+func start(m *LUNMap, n *Nexus, tag uint64, attr TaskAttribute, cdb, out []byte, inLen int) *pending {
+	p := &pending{
+		c: &Command{Nexus: n, LUN: EncodeLUN(0), Tag: tag, Attr: attr, CDB: cdb, DataOut: out,
+			DataIn: make([]byte, inLen)},
+		done: make(chan struct{}),
+	}
+	go func() {
+		m.Execute(p.c)
+		close(p.done)
+	}()
+	return p
+}
+
+// wait waits for the command to return from Execute.
+func (p *pending) wait(t *testing.T) *Command {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.c
+	case <-time.After(10 * time.Second):
+		t.Fatalf("command %d did not complete", p.c.Tag)
+		return nil
+	}
+}
+
+// requireRunning checks that the command has not returned from Execute. The tests call it only
+// when the command cannot have returned (it waits in the task set or at a closed gate, which the
+// test has established first), so a pass is never luck.
+func (p *pending) requireRunning(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.done:
+		t.Fatalf("command %d completed (status %v) while it should be held", p.c.Tag, p.c.Status)
+	default:
+	}
+}
+
+// taskCounts returns how many commands are in the task set and how many of them wait.
+func (lu *LogicalUnit) taskCounts() (queued, waiting int) {
+	lu.mu.Lock()
+	defer lu.mu.Unlock()
+	for t := lu.tasks.head; t != nil; t = t.next {
+		queued++
+	}
+	return queued, lu.tasks.waiting
+}
+
+func waitTasks(t *testing.T, lu *LogicalUnit, queued, waiting int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d commands queued, %d waiting", queued, waiting), func() bool {
+		q, w := lu.taskCounts()
+		return q == queued && w == waiting
+	})
+}
+
+// TestTaskSetOrdered checks SAM-5's task attributes: an ORDERED command waits until the older
+// SIMPLE command completed, a SIMPLE command newer than the ORDERED one waits until that one
+// completed, and a HEAD OF QUEUE command runs at once past all of them.
+func TestTaskSetOrdered(t *testing.T) {
+	lu, m, g := newGateLU(t)
+	openA := g.gate(1 * 512)
+	openB := g.gate(2 * 512)
+
+	a := start(m, testNexus, 1, TaskSimple, cdb10(0x2A, 0, 1, 1), fill(512, 0xA), 0)
+	g.requireEntered(t, 1*512)
+	b := start(m, otherNexus, 2, TaskOrdered, cdb10(0x2A, 0, 2, 1), fill(512, 0xB), 0)
+	waitTasks(t, lu, 2, 1)
+	c := start(m, testNexus, 3, TaskSimple, cdb10(0x28, 0, 2, 1), nil, 512)
+	waitTasks(t, lu, 3, 2)
+
+	hoq := &Command{Nexus: otherNexus, LUN: EncodeLUN(0), Tag: 4, Attr: TaskHeadOfQueue, CDB: cdb10(0x28, 0, 5, 1), DataIn: make([]byte, 512)}
+	m.Execute(hoq)
+	checkGood(t, hoq)
+	b.requireRunning(t)
+	c.requireRunning(t)
+	require.Equal(t, []string{"read 2560"}, g.takeOrder())
+
+	openA()
+	checkGood(t, a.wait(t))
+	g.requireEntered(t, 2*512) // B runs now...
+	waitTasks(t, lu, 2, 1)     // ...and C still waits for it
+	c.requireRunning(t)
+	openB()
+	checkGood(t, b.wait(t))
+	cc := c.wait(t)
+	checkGood(t, cc)
+	require.Equal(t, fill(512, 0xB), cc.DataIn, "C read what the ORDERED write before it wrote")
+	require.Equal(t, []string{"write 512", "write 1024", "read 1024"}, g.takeOrder())
+	waitTasks(t, lu, 0, 0)
+}
+
+// TestTaskSetOrderedAlone checks that an ORDERED or HEAD OF QUEUE command with nothing older runs
+// at once, and that the ACA attribute, which this device server does not support, is refused.
+func TestTaskSetOrderedAlone(t *testing.T) {
+	_, m, _ := newMemLU(t, 16, 512, nil)
+	for _, attr := range []TaskAttribute{TaskOrdered, TaskHeadOfQueue, TaskSimple} {
+		c := &Command{Nexus: testNexus, LUN: EncodeLUN(0), Attr: attr, CDB: cdb10(0x28, 0, 0, 1), DataIn: make([]byte, 512)}
+		m.Execute(c)
+		checkGood(t, c)
+	}
+	c := &Command{Nexus: testNexus, LUN: EncodeLUN(0), Attr: TaskACA, CDB: cdb10(0x28, 0, 0, 1), DataIn: make([]byte, 512)}
+	m.Execute(c)
+	checkSense(t, c, invalidIU)
+}
+
+// TestTaskSetOrderedChain checks two ORDERED commands in a row: the second waits for the first,
+// and a SIMPLE command behind both waits for the second.
+func TestTaskSetOrderedChain(t *testing.T) {
+	lu, m, g := newGateLU(t)
+	open1 := g.gate(1 * 512)
+	o1 := start(m, testNexus, 1, TaskOrdered, cdb10(0x2A, 0, 1, 1), fill(512, 1), 0)
+	g.requireEntered(t, 512)
+	o2 := start(m, testNexus, 2, TaskOrdered, cdb10(0x2A, 0, 1, 1), fill(512, 2), 0)
+	waitTasks(t, lu, 2, 1)
+	s := start(m, otherNexus, 3, TaskSimple, cdb10(0x28, 0, 1, 1), nil, 512)
+	waitTasks(t, lu, 3, 2)
+	o2.requireRunning(t)
+	s.requireRunning(t)
+	open1() // o2 writes the same block: its gate is open now too
+	checkGood(t, o1.wait(t))
+	checkGood(t, o2.wait(t))
+	sc := s.wait(t)
+	checkGood(t, sc)
+	require.Equal(t, fill(512, 2), sc.DataIn)
+	require.Equal(t, []string{"write 512", "write 512", "read 512"}, g.takeOrder())
+}
+
+// TestTaskSetConcurrent runs many commands at once from several nexuses with mixed task
+// attributes, each goroutine on its own blocks, reusing its Command as a transport does, and
+// checks every byte read back. Run with -race.
+func TestTaskSetConcurrent(t *testing.T) {
+	const (
+		goroutines = 12
+		rounds     = 150
+		region     = 8 // blocks per goroutine
+	)
+	for _, bs := range []int{512, 4096} {
+		t.Run(fmt.Sprint(bs), func(t *testing.T) {
+			_, m, mem := newMemLU(t, goroutines*region, uint32(bs), func(c *Config) { c.ThinProvisioning = true })
+			nexuses := []*Nexus{testNexus, otherNexus, {InitiatorPort: "third", Port: testPort}}
+			run(m, nexuses[2], 0, make([]byte, 6), nil, 0) // its power-on unit attention
+			attrs := []TaskAttribute{TaskSimple, TaskSimple, TaskSimple, TaskSimple, TaskSimple, TaskSimple, TaskOrdered, TaskHeadOfQueue}
+			last := make([][]byte, goroutines)
+			var wg sync.WaitGroup
+			errs := make(chan error, goroutines)
+			for g := 0; g < goroutines; g++ {
+				wg.Add(1)
+				go func(g int) {
+					defer wg.Done()
+					r := rand.New(rand.NewPCG(uint64(g), 2))
+					nx := nexuses[g%len(nexuses)]
+					base := uint64(g * region)
+					c := &Command{DataIn: make([]byte, region*bs)}
+					exec := func(tag uint64, cdb, out []byte) error {
+						in := c.DataIn[:region*bs]
+						c.Reset()
+						c.Nexus, c.LUN, c.Tag, c.Attr = nx, EncodeLUN(0), tag, attrs[r.IntN(len(attrs))]
+						c.CDB, c.DataOut, c.DataIn = cdb, out, in
+						m.Execute(c)
+						if c.Status != StatusGood {
+							return fmt.Errorf("goroutine %d, % x: status %v sense % x", g, cdb, c.Status, c.SenseData())
+						}
+						return nil
+					}
+					for i := 0; i < rounds; i++ {
+						n := 1 + r.IntN(region)
+						data := pattern(n*bs, byte(g*31+i))
+						tag := uint64(g)<<32 | uint64(i)
+						var err error
+						switch r.IntN(6) {
+						case 0: // WRITE SAME of one block, through the scratch buffers
+							blk := data[:bs]
+							err = exec(tag, cdb16(0x93, 0, base, uint32(n)), blk)
+							data = make([]byte, 0, n*bs)
+							for j := 0; j < n; j++ {
+								data = append(data, blk...)
+							}
+						case 1: // COMPARE AND WRITE of what is there
+							if err = exec(tag, cdb10(0x28, 0, uint32(base), uint16(n)), nil); err != nil {
+								break
+							}
+							cur := append([]byte(nil), c.DataIn[:n*bs]...)
+							err = exec(tag, cawCDB(0, base, byte(n)), append(cur, data...))
+						default:
+							err = exec(tag, cdb16(0x8A, 0x08, base, uint32(n)), data)
+						}
+						if err == nil {
+							err = exec(tag, cdb10(0x28, 0, uint32(base), uint16(n)), nil)
+						}
+						if err == nil && string(c.DataIn[:n*bs]) != string(data) {
+							err = fmt.Errorf("goroutine %d round %d: read back other data", g, i)
+						}
+						if err != nil {
+							errs <- err
+							return
+						}
+						if n == region {
+							last[g] = data
+						} else if last[g] != nil {
+							copy(last[g], data)
+						}
+					}
+				}(g)
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			for g := 0; g < goroutines; g++ {
+				if last[g] != nil {
+					require.Equal(t, last[g], readMedium(t, mem, int64(g*region*bs), region*bs), "region %d", g)
+				}
+			}
+		})
+	}
+}

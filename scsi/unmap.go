@@ -1,0 +1,182 @@
+package scsi
+
+import "encoding/binary"
+
+// UNMAP (SBC-3) and the provisioning limits that VPD page 0xB0 advertises.
+
+// UNMAP parameter list layout (SBC-3): an 8-byte header, then 16-byte block descriptors.
+const (
+	unmapHeaderLen     = 8
+	unmapDescriptorLen = 16
+)
+
+// Limits of one UNMAP and one WRITE SAME. Linux sends one UNMAP descriptor per command and splits
+// its discards and zeroing at the advertised maximums; other initiators send up to a few hundred
+// descriptors.
+const (
+	// unmapDescriptorLimit is MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT: 256 descriptors make a
+	// parameter list of 4 KiB + 8 bytes.
+	unmapDescriptorLimit = 256
+	// unmapByteLimit bounds the blocks of one UNMAP or WRITE SAME when the backstore has no
+	// bound of its own: large enough that a big volume takes few commands, small enough that
+	// one command finishes well inside the initiator's timeout.
+	unmapByteLimit = 1 << 30
+)
+
+// supportsUnmap reports whether the logical unit implements UNMAP and WRITE SAME with UNMAP
+// (logical block provisioning management: LBPME in READ CAPACITY(16), LBPU/LBPWS/LBPWS10 in VPD
+// page 0xB2). Without thin provisioning UNMAP is an unsupported operation code.
+func (lu *LogicalUnit) supportsUnmap() bool { return lu.cfg.ThinProvisioning }
+
+// maxUnmapDescriptors is MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT (VPD page 0xB0 bytes 24-27): the
+// most block descriptors UNMAP accepts, 0 when UNMAP is not supported.
+func (lu *LogicalUnit) maxUnmapDescriptors() uint32 {
+	if !lu.supportsUnmap() {
+		return 0
+	}
+	return unmapDescriptorLimit
+}
+
+// maxUnmapBlocks is MAXIMUM UNMAP LBA COUNT (VPD page 0xB0 bytes 20-23): the most blocks all the
+// descriptors of one UNMAP may cover together, 0 when UNMAP is not supported.
+func (lu *LogicalUnit) maxUnmapBlocks() uint32 {
+	if !lu.supportsUnmap() {
+		return 0
+	}
+	return uint32(min(lu.zeroingLimitBlocks(), 0xFFFFFFFF))
+}
+
+// zeroingLimitBlocks is the most blocks one UNMAP or WRITE SAME covers: unmapByteLimit, or the
+// backstore's own bound on one unmap or zeroing call (a block device's discard_max_bytes), so
+// that a descriptor of the maximum size is one backstore call.
+func (lu *LogicalUnit) zeroingLimitBlocks() uint64 {
+	limit := int64(unmapByteLimit)
+	if m := lu.bs.Capabilities().MaxUnmapBytes; m > 0 {
+		limit = m
+	}
+	return max(uint64(limit)>>lu.blockShift, 1)
+}
+
+// unmap is UNMAP. Byte 1 bit 0 is ANCHOR (anchored LBAs are not supported: ANC_SUP is 0), bits
+// 7:1 and bytes 2-5 are reserved, byte 6 holds the GROUP NUMBER, bytes 7-8 the PARAMETER LIST
+// LENGTH.
+//
+// The parameter list is checked whole before anything is unmapped, so that a bad descriptor
+// leaves the medium untouched:
+//   - a PARAMETER LIST LENGTH of zero is a no-op; 1 to 7 is PARAMETER LIST LENGTH ERROR;
+//   - a data-out buffer shorter than the PARAMETER LIST LENGTH is refused (INVALID FIELD IN
+//     CDB on that field), as LIO refuses a control command whose data-out falls short;
+//   - UNMAP BLOCK DESCRIPTOR DATA LENGTH reaching past the parameter list, or an UNMAP DATA
+//     LENGTH too small to hold the descriptors it announces, is INVALID FIELD IN PARAMETER LIST
+//     pointing at the field; a trailing partial descriptor is ignored, as SBC-3 says;
+//   - more descriptors, or more blocks in total, than VPD page 0xB0 advertises is INVALID FIELD
+//     IN PARAMETER LIST (pointing at the descriptor data length, or at the NUMBER OF LOGICAL
+//     BLOCKS of the descriptor that went over);
+//   - a descriptor outside the medium is LOGICAL BLOCK ADDRESS OUT OF RANGE.
+func unmap(lu *LogicalUnit, c *Command) {
+	if !lu.supportsUnmap() {
+		c.invalidOpcode()
+		return
+	}
+	cdb := c.CDB
+	if c.cdbBitsSet(1, 0xFE) || c.cdbBitsSet(1, 0x01) || c.cdbBytesSet(2, 6) ||
+		c.cdbBitsSet(cdb10GroupOff, groupReserved) {
+		return
+	}
+	paramLen := int(binary.BigEndian.Uint16(cdb[cdb10LengthOff:]))
+	c.TransferLength = paramLen
+	if paramLen == 0 {
+		return
+	}
+	if paramLen < unmapHeaderLen {
+		c.fail(ReasonParameterListLengthError)
+		return
+	}
+	if len(c.DataOut) < paramLen {
+		c.invalidCDBField(cdb10LengthOff, -1)
+		return
+	}
+	p := c.DataOut[:paramLen]
+	dataLen := int(binary.BigEndian.Uint16(p[0:]))
+	descLen := int(binary.BigEndian.Uint16(p[2:]))
+	if descLen > paramLen-unmapHeaderLen {
+		c.invalidParamField(2, -1)
+		return
+	}
+	if dataLen < unmapHeaderLen-2+descLen {
+		c.invalidParamField(0, -1)
+		return
+	}
+	count := descLen / unmapDescriptorLen
+	if uint32(count) > lu.maxUnmapDescriptors() {
+		c.invalidParamField(2, -1)
+		return
+	}
+
+	// First pass: check every descriptor and find the span they cover.
+	maxBlocks := uint64(lu.maxUnmapBlocks())
+	var total uint64
+	spanStart, spanEnd := ^uint64(0), uint64(0)
+	for i := 0; i < count; i++ {
+		d := p[unmapHeaderLen+i*unmapDescriptorLen:]
+		lba := binary.BigEndian.Uint64(d[0:])
+		n := uint64(binary.BigEndian.Uint32(d[8:]))
+		total += n
+		if total > maxBlocks {
+			c.invalidParamField(unmapHeaderLen+i*unmapDescriptorLen+8, -1)
+			return
+		}
+		if !lu.lbaInRange(lba, n) {
+			c.fail(ReasonLBAOutOfRange)
+			return
+		}
+		if n > 0 {
+			spanStart, spanEnd = min(spanStart, lba), max(spanEnd, lba+n)
+		}
+	}
+	if total == 0 {
+		return
+	}
+
+	// Second pass: unmap, holding the whole span against COMPARE AND WRITE (one range, so that
+	// the command never waits while holding part of what it needs).
+	slot := lu.ranges.lock(spanStart, spanEnd-spanStart, false)
+	defer lu.ranges.unlock(slot)
+	for i := 0; i < count; i++ {
+		d := p[unmapHeaderLen+i*unmapDescriptorLen:]
+		lba := binary.BigEndian.Uint64(d[0:])
+		n := uint64(binary.BigEndian.Uint32(d[8:]))
+		if n == 0 {
+			continue
+		}
+		if failedAt, err := lu.zeroBlocks(lba, n, true); err != nil {
+			c.ioError(err, false, failedAt)
+			return
+		}
+	}
+}
+
+// zeroBlocks deallocates (unmap true) or zeroes the n blocks from lba, in pieces no larger than
+// the backstore takes in one call. On failure it returns the first LBA of the piece that failed.
+func (lu *LogicalUnit) zeroBlocks(lba, n uint64, unmap bool) (uint64, error) {
+	piece := n
+	if m := lu.bs.Capabilities().MaxUnmapBytes; m > 0 {
+		piece = max(uint64(m)>>lu.blockShift, 1)
+	}
+	for n > 0 {
+		k := min(n, piece)
+		off, length := lu.byteOffset(lba), int64(lu.blockBytes(k))
+		var err error
+		if unmap {
+			err = lu.bs.Unmap(off, length)
+		} else {
+			err = lu.bs.WriteZeroes(off, length)
+		}
+		if err != nil {
+			return lba, err
+		}
+		lba += k
+		n -= k
+	}
+	return 0, nil
+}

@@ -1,0 +1,250 @@
+package scsi
+
+import (
+	"encoding/binary"
+	"strings"
+	"unicode/utf8"
+)
+
+// Vital product data page codes (SPC-4 7.8, SBC-3 6.5).
+const (
+	vpdSupportedPages             = 0x00
+	vpdUnitSerialNumber           = 0x80
+	vpdDeviceIdentification       = 0x83
+	vpdBlockLimits                = 0xB0
+	vpdBlockDeviceCharacteristics = 0xB1
+	vpdLogicalBlockProvisioning   = 0xB2
+)
+
+// vpdBufferSize bounds every VPD page: the largest is the device identification page, at most
+// 4 + 20 (NAA) + 259 (T10 vendor ID) + 8 + 8 (port designators) + 260 (SCSI name) bytes.
+const vpdBufferSize = 1024
+
+// ieeeCompanyID is the IEEE company identifier in the NAA designator. It is the one LIO uses
+// (OUI 00-14-05), so that a logical unit moved between LIO and this target with the same unit
+// serial number keeps its WWID and multipath and udev by-id names keep working.
+const ieeeCompanyID = 0x001405
+
+// Designator fields (SPC-4 7.8.6.1).
+const (
+	codeSetBinary = 0x1
+	codeSetASCII  = 0x2
+	codeSetUTF8   = 0x3
+
+	assocLU         = 0x00 << 4
+	assocTargetPort = 0x01 << 4
+
+	designatorT10VendorID      = 0x1
+	designatorNAA              = 0x3
+	designatorRelativePort     = 0x4
+	designatorTargetPortGroup  = 0x5
+	designatorSCSINameString   = 0x8
+	maxSCSINameDesignatorBytes = 256 // SPC-4 7.8.6.11: at most 256 bytes, a multiple of four
+)
+
+// vpdInquiry answers INQUIRY with EVPD set: the page's 4-byte header (qualifier and device type,
+// page code, PAGE LENGTH) and the page, truncated to the allocation length. PAGE LENGTH always
+// describes the whole page: Linux first asks for 4 bytes to learn it.
+func vpdInquiry(lu *LogicalUnit, c *Command, page byte, alloc int) {
+	var buf [vpdBufferSize]byte
+	buf[0] = peripheralByte(lu, c)
+	buf[1] = page
+	var n int
+	switch {
+	case lu == nil && page == vpdSupportedPages:
+		// No logical unit: only the list of pages, which is this page alone.
+		n = 1
+	case lu == nil:
+		c.invalidCDBField(2, -1)
+		return
+	case page == vpdSupportedPages:
+		n = lu.vpdSupportedPages(buf[:])
+	case page == vpdUnitSerialNumber:
+		n = copy(buf[4:], lu.cfg.Serial)
+	case page == vpdDeviceIdentification:
+		n = lu.vpdDeviceIdentification(c, buf[:])
+	case page == vpdBlockLimits:
+		n = lu.vpdBlockLimits(buf[:])
+	case page == vpdBlockDeviceCharacteristics:
+		n = lu.vpdBlockDeviceCharacteristics(buf[:])
+	case page == vpdLogicalBlockProvisioning && lu.supportsUnmap():
+		n = lu.vpdLogicalBlockProvisioning(buf[:])
+	default:
+		c.invalidCDBField(2, -1)
+		return
+	}
+	binary.BigEndian.PutUint16(buf[2:], uint16(n))
+	c.putDataIn(buf[:4+n], alloc)
+}
+
+// vpdSupportedPages writes the SUPPORTED VPD PAGES list (SPC-4 7.8.14) in ascending order.
+// Linux fetches every page listed here when it attaches the disk. Page 0x89 (ATA information)
+// must never appear: it makes Linux treat the device as a SATL.
+func (lu *LogicalUnit) vpdSupportedPages(buf []byte) int {
+	pages := [...]byte{vpdSupportedPages, vpdUnitSerialNumber, vpdDeviceIdentification,
+		vpdBlockLimits, vpdBlockDeviceCharacteristics, vpdLogicalBlockProvisioning}
+	n := len(pages)
+	if !lu.supportsUnmap() {
+		n--
+	}
+	return copy(buf[4:], pages[:n])
+}
+
+// vpdDeviceIdentification writes the designation descriptors of the device identification
+// page (SPC-4 7.8.6) and returns their length:
+//
+//   - NAA IEEE Registered Extended (type 3, logical unit, binary): what Linux's
+//     sd_get_unique_id and udev's scsi_id use as the WWID;
+//   - T10 vendor ID (type 1, logical unit, ASCII): vendor, then product ":" serial, as LIO;
+//   - relative target port (type 4) and target port group (type 5) of the port the command
+//     came through;
+//   - SCSI name string (type 8, target port, UTF-8): the target port's name.
+//
+// The port designators have PIV 0: this package does not know the transport's protocol
+// identifier, and SPC-4 lets PIV 0 leave PROTOCOL IDENTIFIER unspecified.
+func (lu *LogicalUnit) vpdDeviceIdentification(c *Command, buf []byte) int {
+	off := 4
+
+	// NAA designator.
+	d := buf[off:]
+	d[0], d[1], d[2], d[3] = codeSetBinary, assocLU|designatorNAA, 0, 16
+	naaRegisteredExtended(d[4:20], lu.cfg.Serial)
+	off += 20
+
+	// T10 vendor ID designator: T10 VENDOR IDENTIFICATION (8 bytes) and a vendor specific
+	// identifier, truncated so that the DESIGNATOR LENGTH fits its byte.
+	d = buf[off:]
+	d[0], d[1], d[2] = codeSetASCII, assocLU|designatorT10VendorID, 0
+	putASCII(d[4:12], lu.cfg.Vendor)
+	n := 8
+	n += copy(d[4+n:4+255], strings.TrimRight(lu.cfg.Product, " "))
+	n += copy(d[4+n:4+255], ":")
+	n += copy(d[4+n:4+255], lu.cfg.Serial)
+	d[3] = byte(n)
+	off += 4 + n
+
+	if c.Nexus == nil || c.Nexus.Port == nil {
+		return off - 4
+	}
+	port := c.Nexus.Port
+
+	// Relative target port designator: two obsolete bytes, then the identifier.
+	d = buf[off:]
+	d[0], d[1], d[2], d[3] = codeSetBinary, assocTargetPort|designatorRelativePort, 0, 4
+	binary.BigEndian.PutUint16(d[6:], port.RelativeID)
+	off += 8
+
+	// Target port group designator: two reserved bytes, then the group.
+	d = buf[off:]
+	d[0], d[1], d[2], d[3] = codeSetBinary, assocTargetPort|designatorTargetPortGroup, 0, 4
+	binary.BigEndian.PutUint16(d[6:], port.GroupID)
+	off += 8
+
+	// SCSI name string designator: null-terminated, null-padded to a multiple of four, at most
+	// 256 bytes; a longer name is cut at a character boundary so that the terminator stays.
+	if port.Name != "" {
+		name := port.Name
+		if len(name) > maxSCSINameDesignatorBytes-1 {
+			end := maxSCSINameDesignatorBytes - 1
+			for end > 0 && !utf8.RuneStart(name[end]) {
+				end--
+			}
+			name = name[:end]
+		}
+		l := (len(name) + 1 + 3) &^ 3
+		d = buf[off:]
+		d[0], d[1], d[2], d[3] = codeSetUTF8, assocTargetPort|designatorSCSINameString, 0, byte(l)
+		copy(d[4:], name) // the terminator and padding are the zeroes already there
+		off += 4 + l
+	}
+	return off - 4
+}
+
+// naaRegisteredExtended writes the 16-byte NAA IEEE Registered Extended designator as LIO builds
+// it: NAA 6, the 24-bit IEEE company identifier, then the hexadecimal digits of the unit serial
+// number, in order, as the vendor specific identifier (36 bits) and its extension (64 bits).
+// Characters that are not hexadecimal digits are skipped; at most 25 digits are used; the rest
+// stays zero.
+func naaRegisteredExtended(dst []byte, serial string) {
+	clear(dst[:16])
+	dst[0] = 0x60 | byte(ieeeCompanyID>>20)&0x0F
+	dst[1] = byte(ieeeCompanyID >> 12 & 0xFF)
+	dst[2] = byte(ieeeCompanyID >> 4 & 0xFF)
+	dst[3] = byte(ieeeCompanyID&0x0F) << 4
+	off, low := 3, true
+	for i := 0; i < len(serial) && off < 16; i++ {
+		v, ok := hexDigit(serial[i])
+		if !ok {
+			continue
+		}
+		if low {
+			dst[off] |= v
+			off++
+		} else {
+			dst[off] = v << 4
+		}
+		low = !low
+	}
+}
+
+func hexDigit(ch byte) (byte, bool) {
+	switch {
+	case ch >= '0' && ch <= '9':
+		return ch - '0', true
+	case ch >= 'a' && ch <= 'f':
+		return ch - 'a' + 10, true
+	case ch >= 'A' && ch <= 'F':
+		return ch - 'A' + 10, true
+	}
+	return 0, false
+}
+
+// vpdBlockLimits writes the block limits page (SBC-3 6.5.3) with page length 3Ch, the length
+// Linux needs before it reads the unmap and write same fields. The limits come from the same
+// functions the SBC handlers enforce them with (maxCompareAndWriteBlocks, maxUnmapBlocks,
+// maxUnmapDescriptors, maxWriteSameBlocks), so that what is advertised is what is accepted.
+func (lu *LogicalUnit) vpdBlockLimits(buf []byte) int {
+	perPhysical := lu.bs.PhysicalBlockSize() >> lu.blockShift
+	buf[4] = 0x01 // WSNZ: WRITE SAME with NUMBER OF LOGICAL BLOCKS zero is refused
+	buf[5] = lu.maxCompareAndWriteBlocks()
+	binary.BigEndian.PutUint16(buf[6:], uint16(min(perPhysical, 0xFFFF))) // OPTIMAL TRANSFER LENGTH GRANULARITY
+	binary.BigEndian.PutUint32(buf[8:], lu.cfg.MaxTransferBytes>>lu.blockShift)
+	binary.BigEndian.PutUint32(buf[12:], lu.cfg.OptimalTransferBytes>>lu.blockShift)
+	// 16..19 MAXIMUM PREFETCH LENGTH: 0, PRE-FETCH is not supported.
+	if lu.supportsUnmap() {
+		binary.BigEndian.PutUint32(buf[20:], lu.maxUnmapBlocks())
+		binary.BigEndian.PutUint32(buf[24:], lu.maxUnmapDescriptors())
+		binary.BigEndian.PutUint32(buf[28:], perPhysical) // OPTIMAL UNMAP GRANULARITY
+	}
+	// 32..35 UGAVALID 0 and UNMAP GRANULARITY ALIGNMENT 0: LBA 0 is aligned.
+	binary.BigEndian.PutUint64(buf[36:], lu.maxWriteSameBlocks())
+	return 0x3C
+}
+
+// vpdBlockDeviceCharacteristics writes the block device characteristics page (SBC-3 6.5.2).
+// A MEDIUM ROTATION RATE of 1 tells Linux the disk is not rotational; 0 means not reported.
+// NOMINAL FORM FACTOR is 0 (not reported).
+func (lu *LogicalUnit) vpdBlockDeviceCharacteristics(buf []byte) int {
+	if lu.cfg.NonRotational {
+		binary.BigEndian.PutUint16(buf[4:], 1)
+	}
+	return 0x3C
+}
+
+// vpdLogicalBlockProvisioning writes the logical block provisioning page (SBC-3 6.5.4), only
+// offered with thin provisioning: UNMAP (LBPU) and WRITE SAME(16) and (10) with UNMAP (LBPWS,
+// LBPWS10) deallocate, LBPRZ when unmapped blocks read back as zeroes (Linux then uses WRITE
+// SAME with UNMAP to write zeroes), and the PROVISIONING TYPE is thin (010b).
+func (lu *LogicalUnit) vpdLogicalBlockProvisioning(buf []byte) int {
+	buf[5] = 0x80 | 0x40 | 0x20 // LBPU, LBPWS, LBPWS10
+	if lu.unmappedReadsZero() {
+		buf[5] |= 0x04 // LBPRZ
+	}
+	buf[6] = 0x02 // PROVISIONING TYPE: thin provisioned
+	return 4
+}
+
+// unmappedReadsZero reports whether a deallocated block reads back as zeroes (LBPRZ).
+func (lu *LogicalUnit) unmappedReadsZero() bool {
+	return lu.supportsUnmap() && lu.bs.Capabilities().UnmapZeroes
+}

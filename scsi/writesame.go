@@ -1,0 +1,123 @@
+package scsi
+
+import (
+	"bytes"
+	"encoding/binary"
+)
+
+// WRITE SAME(10/16) (SBC-3).
+
+// maxWriteSameBlocks is MAXIMUM WRITE SAME LENGTH (VPD page 0xB0 bytes 36-43): the most blocks one
+// WRITE SAME may cover, the same bound as one UNMAP (Linux zeroes and discards through WRITE SAME
+// in pieces of this size). WSNZ is 1 in VPD page 0xB0: a NUMBER OF LOGICAL BLOCKS of zero ("to
+// the end of the medium") is refused.
+func (lu *LogicalUnit) maxWriteSameBlocks() uint64 { return lu.zeroingLimitBlocks() }
+
+// zeroBlock is compared with the data-out block to find writes of zeroes.
+var zeroBlock [4096]byte
+
+// WRITE SAME byte 1 bits.
+const (
+	wsAnchor = 0x10
+	wsUnmap  = 0x08
+	wsPBData = 0x04 // obsolete in SBC-3, not supported
+	wsLBData = 0x02 // obsolete in SBC-3, not supported
+	wsNDOB   = 0x01 // WRITE SAME(16) only: no data-out buffer, the block is zeroes
+)
+
+// writeSame10 is WRITE SAME(10): byte 1 bit 0 is obsolete and ignored; there is no NDOB.
+func writeSame10(lu *LogicalUnit, c *Command) {
+	cdb := c.CDB
+	lu.writeSame(c, uint64(binary.BigEndian.Uint32(cdb[2:])),
+		uint64(binary.BigEndian.Uint16(cdb[cdb10LengthOff:])), false, cdb10LengthOff, cdb10GroupOff)
+}
+
+// writeSame16 is WRITE SAME(16), with NDOB.
+func writeSame16(lu *LogicalUnit, c *Command) {
+	cdb := c.CDB
+	lu.writeSame(c, binary.BigEndian.Uint64(cdb[2:]),
+		uint64(binary.BigEndian.Uint32(cdb[cdb16LengthOff:])), cdb[1]&wsNDOB != 0, cdb16LengthOff, cdb16GroupOff)
+}
+
+// writeSame writes one block of data-out (or zeroes, with NDOB) to the n blocks from lba.
+//
+// WRPROTECT must be zero, ANCHOR is not supported (ANC_SUP 0), PBDATA and LBDATA are obsolete
+// and refused. The UNMAP bit needs logical block provisioning (else INVALID FIELD IN CDB, as LBPWS
+// is 0). A block of zeroes with UNMAP on a backstore whose unmapped blocks read as zeroes (LBPRZ)
+// is unmapped; any other block of zeroes is zeroed by the backstore, which allocates nothing for
+// it where it can; a block with data is replicated through a scratch buffer and written out in
+// chunks. Either way the blocks read back as the data-out block, which is what SBC-3 requires
+// whether or not the device server unmaps. With the write cache disabled the result is flushed
+// before the command completes.
+func (lu *LogicalUnit) writeSame(c *Command, lba, n uint64, ndob bool, lengthOff, groupOff int) {
+	cdb := c.CDB
+	if c.cdbBitsSet(1, cdbProtectMask) || c.cdbBitsSet(1, wsAnchor) ||
+		c.cdbBitsSet(1, wsPBData) || c.cdbBitsSet(1, wsLBData) || c.cdbBitsSet(groupOff, groupReserved) {
+		return
+	}
+	unmapBit := cdb[1]&wsUnmap != 0
+	if unmapBit && !lu.supportsUnmap() {
+		c.invalidCDBField(1, 3)
+		return
+	}
+	var out uint64
+	if !ndob {
+		out = uint64(lu.blockSize)
+	}
+	c.TransferLength = int(out)
+	if n == 0 || n > lu.maxWriteSameBlocks() {
+		c.invalidCDBField(lengthOff, -1)
+		return
+	}
+	if !lu.lbaInRange(lba, n) {
+		c.fail(ReasonLBAOutOfRange)
+		return
+	}
+	if uint64(len(c.DataOut)) != out {
+		c.fail(ReasonInvalidFieldInCommandIU)
+		return
+	}
+
+	slot := lu.ranges.lock(lba, n, false)
+	defer lu.ranges.unlock(slot)
+	zero := ndob || bytes.Equal(c.DataOut, zeroBlock[:len(c.DataOut)])
+	if !zero {
+		lu.writePattern(c, lba, n, c.DataOut)
+		return
+	}
+	useUnmap := unmapBit && lu.bs.Capabilities().UnmapZeroes
+	if failedAt, err := lu.zeroBlocks(lba, n, useUnmap); err != nil {
+		c.ioError(err, false, failedAt)
+		return
+	}
+	if !lu.writeCacheEnabled() {
+		if err := lu.bs.Flush(); err != nil {
+			c.ioError(err, false, lba)
+		}
+	}
+}
+
+// writePattern writes block to each of the n blocks from lba, a scratch buffer full of copies at
+// a time. A command aborted meanwhile stops at the next chunk.
+func (lu *LogicalUnit) writePattern(c *Command, lba, n uint64, block []byte) {
+	scratch := getScratch()
+	defer putScratch(scratch)
+	bs := uint64(lu.blockSize)
+	chunk := min(n, uint64(scratchSize)>>lu.blockShift)
+	buf := scratch[:chunk*bs]
+	for i := uint64(0); i < chunk; i++ {
+		copy(buf[i*bs:], block)
+	}
+	fua := lu.writeFUA(false)
+	for done := uint64(0); done < n; {
+		if c.aborted.Load() {
+			return
+		}
+		k := min(n-done, chunk)
+		if err := lu.bs.WriteAt(buf[:k*bs], lu.byteOffset(lba+done), fua); err != nil {
+			c.ioError(err, false, lba+done)
+			return
+		}
+		done += k
+	}
+}
