@@ -103,8 +103,10 @@ type LogicalUnit struct {
 
 	mode modeState
 
-	mu      sync.Mutex // guards nexuses and the task set
-	nexuses map[*Nexus]*nexusState
+	mu sync.Mutex // guards changes of nexuses and the task set
+	// nexuses maps each I_T nexus seen to its state. The map is copied on write (a new nexus
+	// is rare) so that the per-command lookup takes no lock.
+	nexuses atomic.Pointer[map[*Nexus]*nexusState]
 	tasks   taskSet
 
 	ranges rangeLock // LBA ranges of writes in progress, for COMPARE AND WRITE (rangelock.go)
@@ -121,10 +123,10 @@ func NewLogicalUnit(cfg Config) (*LogicalUnit, error) {
 		return nil, fmt.Errorf("logical unit %q: %w", cfg.Serial, err)
 	}
 	lu := &LogicalUnit{
-		cfg:     cfg,
-		bs:      cfg.Backstore,
-		nexuses: make(map[*Nexus]*nexusState),
+		cfg: cfg,
+		bs:  cfg.Backstore,
 	}
+	lu.nexuses.Store(&map[*Nexus]*nexusState{})
 	lu.blockSize = cfg.Backstore.LogicalBlockSize()
 	for 1<<lu.blockShift < lu.blockSize {
 		lu.blockShift++
@@ -168,16 +170,38 @@ func (lu *LogicalUnit) descriptorSense() bool { return lu.mode.dSense.Load() }
 // writeCacheEnabled reports the caching mode page's WCE bit.
 func (lu *LogicalUnit) writeCacheEnabled() bool { return lu.mode.wce.Load() }
 
-// nexusLocked returns the state of nexus n, creating it (with the unit attention POWER ON,
-// RESET, OR BUS DEVICE RESET OCCURRED pending) on first access. lu.mu must be held.
-func (lu *LogicalUnit) nexusLocked(n *Nexus) *nexusState {
-	s := lu.nexuses[n]
-	if s == nil {
-		s = &nexusState{}
-		s.ua.add(ReasonPowerOnResetOrBusDeviceReset)
-		lu.nexuses[n] = s
+// nexus returns the state of nexus n, creating it (with the unit attention POWER ON, RESET, OR
+// BUS DEVICE RESET OCCURRED pending) on first access.
+func (lu *LogicalUnit) nexus(n *Nexus) *nexusState {
+	if s := (*lu.nexuses.Load())[n]; s != nil {
+		return s
 	}
+	lu.mu.Lock()
+	defer lu.mu.Unlock()
+	return lu.nexusLocked(n)
+}
+
+// nexusLocked is nexus with lu.mu held.
+func (lu *LogicalUnit) nexusLocked(n *Nexus) *nexusState {
+	old := *lu.nexuses.Load()
+	if s := old[n]; s != nil {
+		return s
+	}
+	s := &nexusState{}
+	s.ua.add(ReasonPowerOnResetOrBusDeviceReset)
+	m := make(map[*Nexus]*nexusState, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[n] = s
+	lu.nexuses.Store(&m)
 	return s
+}
+
+// knownNexus reports whether the logical unit has seen nexus n.
+func (lu *LogicalUnit) knownNexus(n *Nexus) bool {
+	_, ok := (*lu.nexuses.Load())[n]
+	return ok
 }
 
 // EstablishUA makes reason a pending unit attention for nexus n, or for every nexus the logical
@@ -195,34 +219,23 @@ func (lu *LogicalUnit) establishUALocked(n, except *Nexus, reason Reason) {
 		lu.nexusLocked(n).ua.add(reason)
 		return
 	}
-	for nx, s := range lu.nexuses {
+	for nx, s := range *lu.nexuses.Load() {
 		if nx != except {
 			s.ua.add(reason)
 		}
 	}
 }
 
-// takeUA removes and returns the unit attention to report to nexus n, or ReasonNone.
-func (lu *LogicalUnit) takeUA(n *Nexus) Reason {
-	lu.mu.Lock()
-	defer lu.mu.Unlock()
-	return lu.nexusLocked(n).ua.take()
-}
+// takeUA removes and returns the unit attention to report to nexus n, or ReasonNone. It takes
+// no lock when the nexus is known.
+func (lu *LogicalUnit) takeUA(n *Nexus) Reason { return lu.nexus(n).ua.take() }
 
 // clearUA drops a pending unit attention of nexus n without reporting it (REPORT LUNS clears
 // REPORTED LUNS DATA HAS CHANGED).
-func (lu *LogicalUnit) clearUA(n *Nexus, reason Reason) {
-	lu.mu.Lock()
-	defer lu.mu.Unlock()
-	lu.nexusLocked(n).ua.remove(reason)
-}
+func (lu *LogicalUnit) clearUA(n *Nexus, reason Reason) { lu.nexus(n).ua.remove(reason) }
 
 // PendingUA reports the unit attention nexus n would see next, without clearing it.
-func (lu *LogicalUnit) PendingUA(n *Nexus) Reason {
-	lu.mu.Lock()
-	defer lu.mu.Unlock()
-	return lu.nexusLocked(n).ua.peek()
-}
+func (lu *LogicalUnit) PendingUA(n *Nexus) Reason { return lu.nexus(n).ua.peek() }
 
 // Execute runs c on the logical unit and returns when it is complete or aborted. It is called by
 // LUNMap.Execute, which resolves the LUN and sets the mapping's read-only flag.

@@ -18,13 +18,17 @@ type Mapping struct {
 // commands and for task management.
 type LUNMap struct {
 	mappings []Mapping // sorted by LUN
-	byLUN    map[uint16]int
+	// low indexes the mappings of LUNs below 256 (peripheral addressing, what Linux uses for
+	// them) so that the per-command lookup is an array load; high holds the rest.
+	low  [256]*Mapping
+	high map[uint16]*Mapping
 }
 
 // NewLUNMap checks that LUNs are unique and in range and builds the map.
 func NewLUNMap(mappings []Mapping) (*LUNMap, error) {
-	m := &LUNMap{mappings: slices.Clone(mappings), byLUN: make(map[uint16]int, len(mappings))}
+	m := &LUNMap{mappings: slices.Clone(mappings), high: make(map[uint16]*Mapping)}
 	slices.SortFunc(m.mappings, func(a, b Mapping) int { return int(a.LUN) - int(b.LUN) })
+	seen := make(map[uint16]bool, len(mappings))
 	for i, mp := range m.mappings {
 		if mp.LU == nil {
 			return nil, fmt.Errorf("lun %d: no logical unit", mp.LUN)
@@ -32,10 +36,15 @@ func NewLUNMap(mappings []Mapping) (*LUNMap, error) {
 		if mp.LUN > MaxLUN {
 			return nil, fmt.Errorf("lun %d: larger than %d", mp.LUN, MaxLUN)
 		}
-		if _, dup := m.byLUN[mp.LUN]; dup {
+		if seen[mp.LUN] {
 			return nil, fmt.Errorf("lun %d: mapped twice", mp.LUN)
 		}
-		m.byLUN[mp.LUN] = i
+		seen[mp.LUN] = true
+		if mp.LUN < 256 {
+			m.low[mp.LUN] = &m.mappings[i]
+		} else {
+			m.high[mp.LUN] = &m.mappings[i]
+		}
 	}
 	return m, nil
 }
@@ -49,11 +58,10 @@ func (m *LUNMap) Lookup(raw uint64) *Mapping {
 	if !ok {
 		return nil
 	}
-	i, ok := m.byLUN[n]
-	if !ok {
-		return nil
+	if n < 256 {
+		return m.low[n]
 	}
-	return &m.mappings[i]
+	return m.high[n]
 }
 
 // Execute runs c on the logical unit its LUN names. Commands to a LUN that is not mapped get what

@@ -48,7 +48,7 @@ func (lu *LogicalUnit) NexusReset(n *Nexus) TMFResponse {
 	lu.mu.Lock()
 	defer lu.mu.Unlock()
 	lu.tasks.abortLocked(func(c *Command) bool { return c.Nexus == n })
-	if _, known := lu.nexuses[n]; known {
+	if lu.knownNexus(n) {
 		lu.establishUALocked(n, nil, ReasonITNexusLossOccurred)
 	}
 	return TMFComplete

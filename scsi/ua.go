@@ -2,6 +2,7 @@ package scsi
 
 import (
 	"errors"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/srptarget/srptarget/backstore"
@@ -21,38 +22,51 @@ var uaPriority = [...]Reason{
 	ReasonInquiryDataHasChanged,
 }
 
-// uaSet is the set of pending unit attentions of one nexus, a bit per Reason.
-type uaSet uint64
+// uaSet is the set of pending unit attentions of one nexus, a bit per Reason. It is atomic so
+// that the data path checks for a pending unit attention without taking the logical unit's lock.
+type uaSet struct{ bits atomic.Uint64 }
 
 func (s *uaSet) add(r Reason) {
-	// A reset condition covers everything that happened before it (SPC-4 5.14: the power on or
-	// reset unit attention replaces the others).
-	if r == ReasonPowerOnResetOrBusDeviceReset || r == ReasonPowerOnOccurred {
-		*s = 0
+	for {
+		old := s.bits.Load()
+		next := old | 1<<r
+		// A reset condition covers everything that happened before it (SPC-4 5.14: the power
+		// on or reset unit attention replaces the others).
+		if r == ReasonPowerOnResetOrBusDeviceReset || r == ReasonPowerOnOccurred {
+			next = 1 << r
+		}
+		if s.bits.CompareAndSwap(old, next) {
+			return
+		}
 	}
-	*s |= 1 << r
 }
 
-func (s *uaSet) remove(r Reason) { *s &^= 1 << r }
+func (s *uaSet) remove(r Reason) { s.bits.And(^uint64(1 << r)) }
 
-func (s uaSet) peek() Reason {
-	if s == 0 {
+func (s *uaSet) peek() Reason { return firstUA(s.bits.Load()) }
+
+// take removes and returns the unit attention to report next.
+func (s *uaSet) take() Reason {
+	for {
+		old := s.bits.Load()
+		r := firstUA(old)
+		if r == ReasonNone || s.bits.CompareAndSwap(old, old&^(1<<r)) {
+			return r
+		}
+	}
+}
+
+// firstUA returns the pending unit attention of highest priority in bits.
+func firstUA(bits uint64) Reason {
+	if bits == 0 {
 		return ReasonNone
 	}
 	for _, r := range uaPriority {
-		if s&(1<<r) != 0 {
+		if bits&(1<<r) != 0 {
 			return r
 		}
 	}
 	return ReasonNone
-}
-
-func (s *uaSet) take() Reason {
-	r := s.peek()
-	if r != ReasonNone {
-		s.remove(r)
-	}
-	return r
 }
 
 // reasonForIOError maps a backstore error to the sense it reports, keeping the errno's meaning:
