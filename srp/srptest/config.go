@@ -1,0 +1,253 @@
+package srptest
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/srptarget/srptarget/ib/memfabric"
+	"github.com/srptarget/srptarget/srp"
+)
+
+// ib_srp constants (drivers/infiniband/ulp/srp/ib_srp.h, include/scsi/srp.h).
+const (
+	// DefaultQueueDepth is ib_srp's default queue_size: 62 commands (can_queue) + 1 slot for
+	// a response to a target request + 1 for task management.
+	DefaultQueueDepth = 64
+	// DefaultCmdSGEntries is ib_srp's cmd_sg_entries default: direct descriptors in an SRP_CMD.
+	DefaultCmdSGEntries = 12
+	// MaxCmdSGEntries is the largest cmd_sg_entries ib_srp accepts.
+	MaxCmdSGEntries = 255
+	// DefaultMaxImmData is ib_srp's max_imm_data default.
+	DefaultMaxImmData = 8192
+	// ImmDataOffset is SRP_IMM_DATA_OFFSET: sizeof(struct srp_cmd) 48 + SRP_MAX_ADD_CDB_LEN 16 +
+	// sizeof(struct srp_imm_buf) 4. ib_srp always asks for it and always uses it.
+	ImmDataOffset = 68
+	// MaxAddCDBLen is SRP_MAX_ADD_CDB_LEN: ib_srp reserves room for 16 bytes of additional CDB.
+	MaxAddCDBLen = 16
+	// DefaultRNRRetryCount is what ib_srp asks the target to use: 7, retry for ever.
+	DefaultRNRRetryCount = 7
+	// DefaultRetryCount is ib_srp's tl_retry_count default.
+	DefaultRetryCount = 7
+	// DefaultResponderResources is the RDMA READ depth ib_srp offers the target.
+	DefaultResponderResources = 4
+	// maxSGE is SRP_MAX_SGE: the initiator's send SGE limit (header + two data pieces for
+	// immediate data).
+	maxSGE = 3
+)
+
+// Toggle is a setting whose zero value means "as ib_srp does by default".
+type Toggle uint8
+
+const (
+	// Default leaves the setting at ib_srp's default.
+	Default Toggle = iota
+	// On enables the setting.
+	On
+	// Off disables the setting.
+	Off
+)
+
+func (t Toggle) enabled(def bool) bool {
+	switch t {
+	case On:
+		return true
+	case Off:
+		return false
+	}
+	return def
+}
+
+// LoginForm selects the SRP_LOGIN_REQ layout.
+type LoginForm uint8
+
+const (
+	// LoginFormRDMACM is the 56-byte struct srp_login_req_rdma that ib_srp sends through the
+	// RDMA/CM (add_target with dest=): the form the target sees on RoCE, iWARP and IPoIB.
+	LoginFormRDMACM LoginForm = iota
+	// LoginFormIBCM is the 64-byte struct srp_login_req that ib_srp sends in an IB CM REQ
+	// (add_target with dgid=). It needs a fabric that carries 92 bytes of REQ private data
+	// (AF_IB); over the RDMA/CM TCP port space the fabric refuses it as too long.
+	LoginFormIBCM
+)
+
+func (f LoginForm) String() string {
+	switch f {
+	case LoginFormRDMACM:
+		return "RDMA/CM (56 bytes)"
+	case LoginFormIBCM:
+		return "IB CM (64 bytes)"
+	}
+	return fmt.Sprintf("login form %d", uint8(f))
+}
+
+// Config describes one initiator channel. The zero value of every field except Addr and the
+// port identifiers means "as ib_srp by default".
+type Config struct {
+	// Addr is the target's listener.
+	Addr netip.AddrPort
+	// Node is the initiator's node on the fabric. If nil, Login makes one at Source. Reuse a
+	// Channel's Node() to log in again from the same address, as ib_srp does on reconnect.
+	Node *memfabric.Node
+	// Source is the address of the node Login makes when Node is nil. If zero, Login picks a
+	// free address in 198.18.0.0/15.
+	Source netip.Addr
+
+	// InitiatorPortID is the INITIATOR PORT IDENTIFIER (initiator_ext and the port GUID). If
+	// zero, Login uses 8 zero bytes followed by an EUI-64 derived from the node address, the
+	// way ib_srp uses the interface ID of GID 0.
+	InitiatorPortID srp.PortID
+	// TargetPortID is the TARGET PORT IDENTIFIER (id_ext and ioc_guid).
+	TargetPortID srp.PortID
+
+	// LoginForm selects the 56-byte RDMA/CM (default) or the 64-byte IB CM login layout.
+	LoginForm LoginForm
+	// LoginTag is the TAG of SRP_LOGIN_REQ; ib_srp sends 0.
+	LoginTag srp.Tag
+	// ReqBufFmt is REQUIRED BUFFER FORMATS; zero means ib_srp's direct|indirect.
+	ReqBufFmt srp.BufFmt
+	// ExtraReqFlags are ORed into REQ FLAGS (e.g. the solicited-notification bits, which
+	// ib_srp never sets).
+	ExtraReqFlags srp.LoginReqFlags
+	// MultiChannel is the MULTI-CHANNEL ACTION: srp.MultiChanSingle (the zero value, ib_srp's
+	// first channel) or srp.MultiChanMulti (its other channels). LoginMulti sets it per channel.
+	MultiChannel srp.LoginReqFlags
+	// ChannelIndex is the hardware queue index that ib_srp puts in bits 31:16 of command tags
+	// (blk_mq_unique_tag). LoginMulti numbers its channels 0..n-1; set it when a separate
+	// Login joins an existing session, so that tags stay unique across the session.
+	ChannelIndex uint16
+
+	// ITIULen is the REQUESTED MAXIMUM INITIATOR-TO-TARGET IU LENGTH. Zero means ib_srp's
+	// srp_max_it_iu_len(CmdSGEntries, ImmediateData): 8260 with the defaults. A non-zero value
+	// is sent as is and, like ib_srp's max_it_iu_size, also caps the IU length used to decide
+	// whether a write fits as immediate data.
+	ITIULen uint32
+	// ImmediateData requests immediate data at login (ib_srp's use_imm_data, on by default).
+	ImmediateData Toggle
+	// MaxImmData is ib_srp's max_imm_data (default 8192): it only enters the IT IU length.
+	MaxImmData int
+	// ImmDataOffset is the IMMEDIATE DATA OFFSET asked for at login and used in SRP_CMD; zero
+	// means ib_srp's constant 68.
+	ImmDataOffset uint16
+
+	// QueueDepth is ib_srp's queue_size: receive buffers posted (default 64), and the
+	// can_queue clamp min(credits-1, QueueDepth-2).
+	QueueDepth int
+	// CmdSGEntries is ib_srp's cmd_sg_entries: direct descriptors carried in an SRP_CMD
+	// (default 12, at most 255).
+	CmdSGEntries int
+	// AllowExtSG is ib_srp's allow_ext_sg: with more than CmdSGEntries descriptors, send the
+	// first CmdSGEntries in the IU and leave the whole table in initiator memory for the
+	// target to RDMA READ. Without it such a command fails, as in ib_srp.
+	AllowExtSG bool
+
+	// RNRRetryCount is how often the target retries a SEND that finds no receive posted here:
+	// 0 means ib_srp's 7 (for ever); a negative value asks for 0 retries.
+	RNRRetryCount int
+	// RetryCount is ib_srp's tl_retry_count (2..7, default 7). The in-memory fabric has no
+	// transport retries; the value is only recorded.
+	RetryCount int
+	// ResponderResources is the RDMA READ depth offered to the target; 0 means ib_srp's 4.
+	ResponderResources uint8
+
+	// Timeout bounds the waits that have no context: the SRP_I_LOGOUT send in Logout.
+	// Zero means 5 s (ib_srp's SRP_ABORT_TIMEOUT_MS for its own waits).
+	Timeout time.Duration
+}
+
+// withDefaults returns cfg with ib_srp's defaults filled in, or an error for values ib_srp
+// would refuse.
+func (cfg Config) withDefaults() (Config, error) {
+	if !cfg.Addr.IsValid() {
+		return cfg, fmt.Errorf("srptest: config: target address %v: %w", cfg.Addr, ErrConfig)
+	}
+	if cfg.ReqBufFmt == 0 {
+		cfg.ReqBufFmt = srp.BufFormatDirect | srp.BufFormatIndirect
+	}
+	if cfg.MaxImmData == 0 {
+		cfg.MaxImmData = DefaultMaxImmData
+	}
+	if cfg.ImmDataOffset == 0 {
+		cfg.ImmDataOffset = ImmDataOffset
+	}
+	if cfg.QueueDepth == 0 {
+		cfg.QueueDepth = DefaultQueueDepth
+	}
+	if cfg.CmdSGEntries == 0 {
+		cfg.CmdSGEntries = DefaultCmdSGEntries
+	}
+	if cfg.RNRRetryCount == 0 {
+		cfg.RNRRetryCount = DefaultRNRRetryCount
+	}
+	if cfg.RetryCount == 0 {
+		cfg.RetryCount = DefaultRetryCount
+	}
+	if cfg.ResponderResources == 0 {
+		cfg.ResponderResources = DefaultResponderResources
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	switch {
+	case cfg.QueueDepth < 3:
+		// can_queue = queue_size - 2 must leave room for one command.
+		return cfg, fmt.Errorf("srptest: config: queue depth %d, need at least 3: %w", cfg.QueueDepth, ErrConfig)
+	case cfg.CmdSGEntries < 1 || cfg.CmdSGEntries > MaxCmdSGEntries:
+		return cfg, fmt.Errorf("srptest: config: cmd_sg_entries %d outside 1..%d: %w", cfg.CmdSGEntries, MaxCmdSGEntries, ErrConfig)
+	case cfg.MaxImmData < 0:
+		return cfg, fmt.Errorf("srptest: config: max_imm_data %d: %w", cfg.MaxImmData, ErrConfig)
+	case cfg.RNRRetryCount > DefaultRNRRetryCount:
+		return cfg, fmt.Errorf("srptest: config: RNR retry count %d outside 0..7: %w", cfg.RNRRetryCount, ErrConfig)
+	case cfg.RetryCount < 0 || cfg.RetryCount > 7:
+		return cfg, fmt.Errorf("srptest: config: retry count %d outside 0..7: %w", cfg.RetryCount, ErrConfig)
+	case cfg.LoginForm != LoginFormRDMACM && cfg.LoginForm != LoginFormIBCM:
+		return cfg, fmt.Errorf("srptest: config: %v: %w", cfg.LoginForm, ErrConfig)
+	case cfg.MultiChannel&^srp.MultiChanActionMask != 0:
+		return cfg, fmt.Errorf("srptest: config: multi-channel action %#x is more than bits 1:0: %w", uint8(cfg.MultiChannel), ErrConfig)
+	}
+	return cfg, nil
+}
+
+func (cfg *Config) immRequested() bool { return cfg.ImmediateData.enabled(true) }
+
+func (cfg *Config) rnrRetry() uint8 {
+	if cfg.RNRRetryCount < 0 {
+		return 0
+	}
+	return uint8(cfg.RNRRetryCount)
+}
+
+// MaxITIULen is ib_srp's srp_max_it_iu_len: the largest SRP_CMD it can build (48-byte header,
+// 16 bytes of additional CDB, a 20-byte indirect descriptor with cmdSGEntries descriptors),
+// raised to hold SRP_IMM_DATA_OFFSET + maxImmData bytes when immediate data is used, then capped
+// by maxITIUSize (ib_srp's max_it_iu_size) if that is non-zero. With the defaults (12, true,
+// 8192, 0) it is 8260.
+func MaxITIULen(cmdSGEntries int, immData bool, maxImmData int, maxITIUSize uint32) uint32 {
+	n := uint32(srp.CmdMinSize + MaxAddCDBLen + srp.IndirectBufHeaderSize + cmdSGEntries*srp.DirectBufSize)
+	if immData {
+		n = max(n, uint32(ImmDataOffset+maxImmData))
+	}
+	if maxITIUSize != 0 {
+		n = min(n, maxITIUSize)
+	}
+	return n
+}
+
+// reqITIULen is the REQUESTED MAXIMUM IT IU LENGTH sent at login.
+func (cfg *Config) reqITIULen() uint32 {
+	if cfg.ITIULen != 0 {
+		return cfg.ITIULen
+	}
+	return MaxITIULen(cfg.CmdSGEntries, cfg.immRequested(), cfg.MaxImmData, 0)
+}
+
+// txBufSize is the size of each send buffer: large enough for every IU this configuration can
+// build, even when that is more than was requested or granted (tests of the target's length
+// checks send such IUs on purpose).
+func (cfg *Config) txBufSize() int {
+	n := max(int(cfg.reqITIULen()), int(MaxITIULen(cfg.CmdSGEntries, false, 0, 0)), srp.TskMgmtSize)
+	if cfg.immRequested() {
+		n = max(n, int(cfg.ImmDataOffset)+cfg.MaxImmData)
+	}
+	return n
+}
