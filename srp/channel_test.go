@@ -1,0 +1,321 @@
+package srp
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/scsi"
+)
+
+// fakeMR is a registered region for tests that only build work requests.
+type fakeMR struct{ buf []byte }
+
+func (m *fakeMR) Bytes() []byte     { return m.buf }
+func (m *fakeMR) Addr() uint64      { return 0x7000_0000 }
+func (m *fakeMR) Len() int          { return len(m.buf) }
+func (m *fakeMR) LKey() uint32      { return 0x4c }
+func (m *fakeMR) RKey() uint32      { return 0x52 }
+func (m *fakeMR) Access() ib.Access { return ib.AccessLocalWrite }
+func (m *fakeMR) Deregister() error { return nil }
+func (m *fakeMR) String() string    { return "fakeMR" }
+
+// dataBufs encodes an SRP_CMD with f's descriptors and parses them back.
+func dataBufs(t *testing.T, f CmdFields) (out, in DataBuf) {
+	t.Helper()
+	n, err := CmdLen(&f)
+	require.NoError(t, err)
+	b := make([]byte, n)
+	_, err = Cmd(b).Encode(&f)
+	require.NoError(t, err)
+	out, in, err = Cmd(b).DataBuffers(0)
+	require.NoError(t, err)
+	return out, in
+}
+
+func tableOf(descs ...DirectBufFields) []byte {
+	b := make([]byte, len(descs)*DirectBufSize)
+	for i := range descs {
+		_, _ = DirectBuf(b[i*DirectBufSize:]).Encode(&descs[i])
+	}
+	return b
+}
+
+// TestAppendRDMA checks the work requests built from descriptors, field by field.
+func TestAppendRDMA(t *testing.T) {
+	mr := &fakeMR{buf: make([]byte, 1<<20)}
+	const id = idCmd | 7
+	wr := func(op ib.Opcode, off uint64, n uint32, va uint64, key uint32) ib.SendWR {
+		return ib.SendWR{ID: id, Op: op, SGL: []ib.SGE{{MR: mr, Offset: off, Length: n}}, RemoteAddr: va, RKey: key}
+	}
+	indirect := func(total uint32, tableN int, descs ...DirectBufFields) DataBufFields {
+		return DataBufFields{Format: DescIndirect, DescCnt: uint8(len(descs)), Indirect: IndirectBufFields{
+			Table:    DirectBufFields{VA: 0xAB00, Key: 0x77, Len: uint32(tableN * DirectBufSize)},
+			TotalLen: total,
+			Descs:    descs,
+		}}
+	}
+	cases := []struct {
+		name  string
+		op    ib.Opcode
+		cmd   CmdFields
+		table []byte
+		base  uint64
+		n     uint32
+		want  []ib.SendWR
+	}{
+		{
+			name: "direct data-out",
+			op:   ib.OpRDMARead,
+			cmd:  CmdFields{DataOut: DataBufFields{Format: DescDirect, Direct: DirectBufFields{VA: 0x1000, Key: 0x11, Len: 4096}}},
+			base: 8192, n: 4096,
+			want: []ib.SendWR{wr(ib.OpRDMARead, 8192, 4096, 0x1000, 0x11)},
+		},
+		{
+			name: "indirect data-in, empty descriptor skipped",
+			op:   ib.OpRDMAWrite,
+			cmd: CmdFields{DataIn: indirect(4096, 3,
+				DirectBufFields{VA: 0x1000, Key: 1, Len: 1000},
+				DirectBufFields{VA: 0x9000, Key: 2, Len: 0},
+				DirectBufFields{VA: 0x5000, Key: 3, Len: 3096})},
+			base: 0, n: 4096,
+			want: []ib.SendWR{wr(ib.OpRDMAWrite, 0, 1000, 0x1000, 1), wr(ib.OpRDMAWrite, 1000, 3096, 0x5000, 3)},
+		},
+		{
+			name: "data-in shorter than the descriptors",
+			op:   ib.OpRDMAWrite,
+			cmd: CmdFields{DataIn: indirect(4096, 3,
+				DirectBufFields{VA: 0x1000, Key: 1, Len: 1000},
+				DirectBufFields{VA: 0x2000, Key: 2, Len: 1000},
+				DirectBufFields{VA: 0x3000, Key: 3, Len: 2096})},
+			base: 4096, n: 1500,
+			want: []ib.SendWR{wr(ib.OpRDMAWrite, 4096, 1000, 0x1000, 1), wr(ib.OpRDMAWrite, 5096, 500, 0x2000, 2)},
+		},
+		{
+			name: "external table",
+			op:   ib.OpRDMARead,
+			cmd:  CmdFields{DataOut: indirect(3000, 3, DirectBufFields{VA: 0x1000, Key: 1, Len: 1000})},
+			table: tableOf(DirectBufFields{VA: 0x1000, Key: 1, Len: 1000},
+				DirectBufFields{VA: 0x2000, Key: 2, Len: 1000},
+				DirectBufFields{VA: 0x3000, Key: 3, Len: 1000}),
+			base: 0, n: 3000,
+			want: []ib.SendWR{wr(ib.OpRDMARead, 0, 1000, 0x1000, 1), wr(ib.OpRDMARead, 1000, 1000, 0x2000, 2), wr(ib.OpRDMARead, 2000, 1000, 0x3000, 3)},
+		},
+		{
+			name: "nothing to move",
+			op:   ib.OpRDMAWrite,
+			cmd:  CmdFields{DataIn: DataBufFields{Format: DescDirect, Direct: DirectBufFields{VA: 0x1000, Key: 0x11, Len: 4096}}},
+			n:    0,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out, in := dataBufs(t, tc.cmd)
+			d := in
+			if out.Present() {
+				d = out
+			}
+			wrs, sges := appendRDMA(make([]ib.SendWR, 0, 8), make([]ib.SGE, 0, 8), tc.op, d, tc.table, mr, tc.base, tc.n, id)
+			require.Equal(t, len(tc.want), len(wrs))
+			require.Len(t, sges, len(wrs))
+			for i := range tc.want {
+				require.Equal(t, tc.want[i], wrs[i], "work request %d", i)
+			}
+		})
+	}
+}
+
+// TestAppendRDMANoAllocation: building the chain of a 255-descriptor command allocates nothing.
+func TestAppendRDMANoAllocation(t *testing.T) {
+	mr := &fakeMR{buf: make([]byte, 8<<20)}
+	descs := make([]DirectBufFields, 255)
+	for i := range descs {
+		descs[i] = DirectBufFields{VA: uint64(i) << 20, Key: uint32(i), Len: 4096}
+	}
+	out, _ := dataBufs(t, CmdFields{DataOut: DataBufFields{Format: DescIndirect, DescCnt: 255, Indirect: IndirectBufFields{
+		Table: DirectBufFields{VA: 1, Key: 1, Len: 255 * 16}, TotalLen: 255 * 4096, Descs: descs}}})
+	wrs := make([]ib.SendWR, 0, 256)
+	sges := make([]ib.SGE, 0, 256)
+	allocs := testing.AllocsPerRun(100, func() {
+		w, _ := appendRDMA(wrs[:0], sges[:0], ib.OpRDMARead, out, nil, mr, 0, 255*4096, idCmd)
+		if len(w) != 255 {
+			panic("wrong count")
+		}
+	})
+	require.Zero(t, allocs)
+}
+
+// TestEncodeCmdRsp checks SRP_RSP bytes written out by hand.
+func TestEncodeCmdRsp(t *testing.T) {
+	good := func(c *scsi.Command) { c.Status = scsi.StatusGood }
+	cases := []struct {
+		name      string
+		setup     func(c *scsi.Command)
+		in, out   bool
+		xportFail bool
+		maxTI     int
+		want      []byte
+	}{
+		{
+			name: "good, full data-in",
+			setup: func(c *scsi.Command) {
+				good(c)
+				c.DataIn = make([]byte, 4096)
+				c.DataInLength = 4096
+				c.TransferLength = 4096
+			},
+			in: true, maxTI: 256,
+			want: []byte{0xC1, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+		},
+		{
+			name: "data-in underflow",
+			setup: func(c *scsi.Command) {
+				good(c)
+				c.DataIn = make([]byte, 96)
+				c.DataInLength = 36
+				c.TransferLength = 36
+			},
+			in: true, maxTI: 256,
+			want: []byte{0xC1, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 60, 0, 0, 0, 0, 0, 0, 0, 0},
+		},
+		{
+			name: "data-in overflow",
+			setup: func(c *scsi.Command) {
+				good(c)
+				c.DataIn = make([]byte, 4096)
+				c.DataInLength = 4096
+				c.TransferLength = 8192
+			},
+			in: true, maxTI: 256,
+			want: []byte{0xC1, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0, 0, 0x10, 0, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+		},
+		{
+			name:  "data-out underflow (more sent than the CDB asks)",
+			setup: func(c *scsi.Command) { good(c); c.DataOut = make([]byte, 4096); c.TransferLength = 2048 },
+			out:   true, maxTI: 256,
+			want: []byte{0xC1, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0, 0, 0x08, 0, 0, 0, 0x08, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+		},
+		{
+			name: "check condition with sense, data-out overflow",
+			setup: func(c *scsi.Command) {
+				c.Status = scsi.StatusCheckCondition
+				c.SenseLength = scsi.BuildSense(c.Sense[:], false, scsi.ReasonLBAOutOfRange, scsi.SenseInfo{})
+				c.DataOut = make([]byte, 1024)
+				c.TransferLength = 2048
+			},
+			out: true, maxTI: 256,
+			want: []byte{0xC1, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0, 0, 0x06, 0x02, 0, 0, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 18, 0, 0, 0, 0,
+				0x70, 0, 0x05, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x21, 0x00, 0, 0, 0, 0},
+		},
+		{
+			name: "sense truncated to the initiator's TI IU length",
+			setup: func(c *scsi.Command) {
+				c.Status = scsi.StatusCheckCondition
+				c.SenseLength = scsi.BuildSense(c.Sense[:], false, scsi.ReasonLBAOutOfRange, scsi.SenseInfo{})
+			},
+			maxTI: 40,
+			want:  []byte{0xC1, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0, 0, 0x02, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0x70, 0, 0x05, 0},
+		},
+		{
+			name:  "answered by the transport: BUSY, no residuals",
+			setup: func(c *scsi.Command) { c.Status = scsi.StatusBusy; c.DataIn = make([]byte, 4096) },
+			in:    true, xportFail: true, maxTI: 256,
+			want: []byte{0xC1, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0, 0, 0, 0x08, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var c scsi.Command
+			tc.setup(&c)
+			b := make([]byte, 256)
+			n, err := encodeCmdRsp(b, tc.maxTI, &c, 0x1234, 3, tc.in, tc.out, tc.xportFail)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, b[:n])
+		})
+	}
+}
+
+func TestEncodeTMRsp(t *testing.T) {
+	b := make([]byte, 64)
+	n, err := encodeTMRsp(b, 0x8000000000000001, 2, TskMgmtFuncNotSupp)
+	require.NoError(t, err)
+	require.Equal(t, []byte{
+		0xC1, 0, 0, 0, 0, 0, 0, 2, 0x80, 0, 0, 0, 0, 0, 0, 1,
+		0, 0, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4,
+		0, 0, 0, 0x04,
+	}, b[:n])
+}
+
+func TestTMFCodes(t *testing.T) {
+	require.Equal(t, TskMgmtSuccess, tmfCode(scsi.TMFComplete))
+	require.Equal(t, TskMgmtSuccess, tmfCode(scsi.TMFSucceeded))
+	require.Equal(t, TskMgmtFuncNotSupp, tmfCode(scsi.TMFRejected))
+	require.Equal(t, TskMgmtFailed, tmfCode(scsi.TMFIncorrectLUN))
+	require.Equal(t, TskMgmtFailed, tmfCode(scsi.TMFServiceDeliveryFailure))
+}
+
+// TestCtxClaim checks the generation guard of task management claims.
+func TestCtxClaim(t *testing.T) {
+	var c cmdCtx
+	c.activate(ctxCmd, 1, 5, 1, nil)
+	v := c.sg.Load()
+	require.True(t, c.sg.CompareAndSwap(v, sgNext(v, ctxAbortedTMF)))
+	require.False(t, c.transition(ctxCmd, ctxResponded), "a claimed command cannot be answered")
+	c.sg.Store(sgNext(c.sg.Load(), ctxFree))
+	c.activate(ctxCmd, 2, 6, 1, nil)
+	require.False(t, c.sg.CompareAndSwap(v, sgNext(v, ctxAbortedTMF)), "a stale claim must not hit the next command")
+	require.True(t, c.transition(ctxCmd, ctxResponded))
+	require.Equal(t, ctxResponded, c.state())
+}
+
+func TestScsiAttr(t *testing.T) {
+	for a, want := range map[TaskAttr]scsi.TaskAttribute{
+		TaskAttrSimple: scsi.TaskSimple, TaskAttrHeadOfQueue: scsi.TaskHeadOfQueue,
+		TaskAttrOrdered: scsi.TaskOrdered, TaskAttrACA: scsi.TaskACA,
+	} {
+		got, ok := scsiAttr(a)
+		require.True(t, ok)
+		require.Equal(t, want, got)
+	}
+	for _, a := range []TaskAttr{3, 5, 6, 7} {
+		_, ok := scsiAttr(a)
+		require.False(t, ok)
+	}
+}
+
+// TestCreditLedger walks the request limit through a login, commands, an abort and a
+// response that returns the aborted command's credit.
+func TestCreditLedger(t *testing.T) {
+	const posted = 4
+	l := creditLedger{granted: posted} // SRP_LOGIN_RSP: REQUEST LIMIT DELTA 4
+	recv := posted
+	for i := 0; i < 3; i++ { // three SRP_CMDs
+		require.False(t, l.consume())
+		recv--
+	}
+	require.Equal(t, int64(1), l.granted)
+	// Command 1 is answered: its buffer is posted again, then the response grants 1.
+	recv++
+	d, ok := l.respond(recv)
+	require.True(t, ok)
+	require.Equal(t, uint32(1), d)
+	// Command 2 is aborted: buffer posted again, credit owed.
+	recv++
+	l.owe()
+	require.Equal(t, int64(2), l.granted, "an abort grants nothing by itself")
+	// Command 3's response carries 1 + the owed credit.
+	recv++
+	d, ok = l.respond(recv)
+	require.True(t, ok)
+	require.Equal(t, uint32(2), d)
+	require.Equal(t, int64(posted), l.granted)
+	require.Equal(t, posted, recv)
+	// Granting without a buffer to back it is reported.
+	_, ok = l.respond(recv)
+	require.False(t, ok)
+	// More requests than credits.
+	l = creditLedger{granted: 1}
+	require.False(t, l.consume())
+	require.True(t, l.consume())
+}

@@ -1,0 +1,228 @@
+package srp
+
+import (
+	"encoding/binary"
+	"sync/atomic"
+
+	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/scsi"
+)
+
+// Command context states. The state lives in the low byte of cmdCtx.sg, with a generation
+// number above it that changes every time the context starts a new IU, so that task
+// management running on another goroutine can claim a command with one compare-and-swap and
+// never claims the next command that reused the context.
+const (
+	ctxFree         uint64 = iota
+	ctxCmd                 // an SRP_CMD in progress: abortable
+	ctxTMF                 // an SRP_TSK_MGMT in progress
+	ctxAbortedTMF          // claimed by task management: ends without a response; the claimer waits
+	ctxAbortedLocal        // aborted by the logical unit (nexus loss, another nexus's CLEAR TASK SET)
+	ctxResponded           // response posted: no longer abortable
+)
+
+func sgState(v uint64) uint64           { return v & 0xFF }
+func sgNext(v uint64, st uint64) uint64 { return v&^0xFF | st }
+
+// cmdStage is where a context is in its life; only the channel goroutine reads and writes it
+// (a worker owns the context while it is in stageExec or stageTMF).
+type cmdStage uint8
+
+const (
+	stageNone      cmdStage = iota
+	stageNeedBuf            // waiting for a data buffer (channel's buffer wait list)
+	stageTableRead          // RDMA READ of an external descriptor table to post or in flight
+	stageDataRead           // RDMA READs of data-out to post or in flight
+	stageHeld               // data ready, held while task management of the channel runs
+	stageExec               // with a worker, in the logical unit
+	stageTMF                // with the task management goroutine
+	stageRespond            // response to post (maybe waiting for send-queue slots)
+	stageSent               // response posted, waiting for the SEND completion
+)
+
+// cmdCtx is the preallocated state of one IU (SRP_CMD or SRP_TSK_MGMT) from its receive to
+// its response's send completion. A channel has 2 × credits of them: a response's context is
+// busy until its SEND completes, and the initiator may already have sent the next IU into the
+// receive buffer the response gave back.
+type cmdCtx struct {
+	ch  *channel
+	idx uint32
+
+	// Read by task management on other goroutines.
+	sg        atomic.Uint64 // generation << 8 | state
+	seq       atomic.Uint64 // arrival order (Target.seq), so that task management spares later IUs
+	tag       atomic.Uint64
+	lun       atomic.Uint64
+	lu        atomic.Pointer[scsi.LogicalUnit]
+	abortDone chan struct{} // signalled when a ctxAbortedTMF context is released
+
+	// Owned by the channel goroutine (and the worker while stageExec / stageTMF).
+	stage     cmdStage
+	recv      int32 // receive buffer holding the IU, -1 when none
+	out, in   DataBuf
+	buf       poolBuf // data buffer
+	table     poolBuf // external descriptor table
+	batchWRs  int     // work requests of the batch in flight (0: none)
+	real      bool    // a command the target works on (not answered by the transport)
+	xportFail bool    // answered by the transport: no residuals
+	lunMap    *scsi.LUNMap
+	cmd       scsi.Command
+	tm        tmReq
+	next      *cmdCtx // wait lists
+	waitSince int64   // monotonic nanoseconds, buffer waits
+	sendOff   uint64  // send buffer offset in the channel's region
+}
+
+// tmReq is a task management request and its outcome.
+type tmReq struct {
+	seq     uint64 // arrival number: commands that arrived later are not affected
+	fn      TskMgmtFunc
+	lun     uint64
+	taskTag Tag
+	code    TskMgmtRspCode
+}
+
+// state returns the current state.
+func (c *cmdCtx) state() uint64 { return sgState(c.sg.Load()) }
+
+// activate starts a new generation in state st. The arrival number, tag and LUN are published
+// before the state, so a claimer that sees the state sees them.
+func (c *cmdCtx) activate(st uint64, seq uint64, tag Tag, lun uint64, lu *scsi.LogicalUnit) {
+	c.seq.Store(seq)
+	c.tag.Store(uint64(tag))
+	c.lun.Store(lun)
+	c.lu.Store(lu)
+	v := c.sg.Load()
+	c.sg.Store((v>>8+1)<<8 | st)
+}
+
+// transition moves from state from to state to; false when someone else moved it first.
+func (c *cmdCtx) transition(from, to uint64) bool {
+	v := c.sg.Load()
+	if sgState(v) != from {
+		return false
+	}
+	return c.sg.CompareAndSwap(v, sgNext(v, to))
+}
+
+// scsiAttr maps the SRP task attribute to SAM's; false for reserved values.
+func scsiAttr(a TaskAttr) (scsi.TaskAttribute, bool) {
+	switch a {
+	case TaskAttrSimple:
+		return scsi.TaskSimple, true
+	case TaskAttrHeadOfQueue:
+		return scsi.TaskHeadOfQueue, true
+	case TaskAttrOrdered:
+		return scsi.TaskOrdered, true
+	case TaskAttrACA:
+		return scsi.TaskACA, true
+	}
+	return 0, false
+}
+
+// dataBuf returns the direction of c that moves data (SRP_CMDs with both are refused).
+func (c *cmdCtx) dataBuf() DataBuf {
+	if c.out.Present() {
+		return c.out
+	}
+	return c.in
+}
+
+// appendRDMA appends to wrs one RDMA work request (op: RDMA READ for data-out, RDMA WRITE for
+// data-in) per non-empty remote descriptor of d, moving n bytes between the local buffer at
+// base in mr and the descriptors in order; the last descriptors get less (or nothing) when n is
+// less than their total. Descriptors come from the IU, or from table (the fetched external
+// descriptor table) when d is external. Each work request has one local SGE, appended to sges:
+// the local buffer is contiguous, so one SGE always suffices whatever DeviceLimits.MaxReadSGE
+// is. No work request is signaled; the caller signals the last one of the batch. wrs and sges
+// must have capacity for every descriptor plus one, so that nothing is allocated and the SGL
+// slices stay valid.
+func appendRDMA(wrs []ib.SendWR, sges []ib.SGE, op ib.Opcode, d DataBuf, table []byte, mr ib.MR, base uint64, n uint32, id uint64) ([]ib.SendWR, []ib.SGE) {
+	cnt := d.TableLen()
+	if table == nil {
+		cnt = d.NumDescriptors()
+	}
+	var off uint64
+	for i := 0; i < cnt && n > 0; i++ {
+		var desc DirectBuf
+		if table != nil {
+			desc = DirectBuf(table[i*DirectBufSize : (i+1)*DirectBufSize])
+		} else {
+			desc = d.DescriptorAt(i)
+		}
+		l := min(desc.Len(), n)
+		if l == 0 {
+			continue
+		}
+		sges = append(sges, ib.SGE{MR: mr, Offset: base + off, Length: l})
+		wrs = append(wrs, ib.SendWR{
+			ID:         id,
+			Op:         op,
+			SGL:        sges[len(sges)-1:],
+			RemoteAddr: desc.VA(),
+			RKey:       desc.Key(),
+		})
+		off += uint64(l)
+		n -= l
+	}
+	return wrs, sges
+}
+
+// tableTotal sums the lengths of an external descriptor table.
+func tableTotal(table []byte) uint64 {
+	var sum uint64
+	for i := 0; i+DirectBufSize <= len(table); i += DirectBufSize {
+		sum += uint64(binary.BigEndian.Uint32(table[i+12:]))
+	}
+	return sum
+}
+
+// encodeCmdRsp writes the SRP_RSP of a finished command into b (at most maxTI bytes) and
+// returns its length. Sense data is truncated to what fits in maxTI. Residuals: for the
+// direction the command moved data in (in or out present), the SCSI layer's TransferLength is
+// compared with the buffer the descriptors gave (scsi.Command.DataInResidual/DataOutResidual):
+// more asked than the buffer holds is an overflow (DIOVER/DOOVER), less is an underflow
+// (DIUNDER/DOUNDER). Commands answered by the transport itself (xportFail) report none.
+func encodeCmdRsp(b []byte, maxTI int, c *scsi.Command, tag Tag, delta uint32, in, out, xportFail bool) (int, error) {
+	f := RspFields{
+		ReqLimDelta: delta,
+		Tag:         tag,
+		Status:      uint8(c.Status),
+	}
+	if sense := c.SenseData(); len(sense) > 0 {
+		if room := maxTI - RspMinSize; len(sense) > room {
+			sense = sense[:room]
+		}
+		f.SenseData = sense
+	}
+	if !xportFail {
+		if in {
+			switch over, n := c.DataInResidual(); {
+			case over:
+				f.Flags |= DIOVER
+				f.DataInResCnt = uint32(n)
+			case n > 0:
+				f.Flags |= DIUNDER
+				f.DataInResCnt = uint32(n)
+			}
+		}
+		if out {
+			switch over, n := c.DataOutResidual(); {
+			case over:
+				f.Flags |= DOOVER
+				f.DataOutResCnt = uint32(n)
+			case n > 0:
+				f.Flags |= DOUNDER
+				f.DataOutResCnt = uint32(n)
+			}
+		}
+	}
+	return Rsp(b[:min(len(b), maxTI)]).Encode(&f)
+}
+
+// encodeTMRsp writes the SRP_RSP answering an SRP_TSK_MGMT.
+func encodeTMRsp(b []byte, tag Tag, delta uint32, code TskMgmtRspCode) (int, error) {
+	rd := code.ResponseData()
+	f := RspFields{ReqLimDelta: delta, Tag: tag, RespData: rd[:]}
+	return Rsp(b).Encode(&f)
+}

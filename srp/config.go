@@ -1,0 +1,213 @@
+package srp
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/srptarget/srptarget/scsi"
+)
+
+// Defaults of Limits. They follow LIO's ib_srpt where LIO has an equivalent, so that an
+// initiator configured for LIO logs in here unchanged.
+const (
+	// DefaultMaxITIULen accepts the 8260-byte logins of Linux initiators using immediate data
+	// (68 + max_imm_data 8192) with LIO's margin: LIO's srp_max_req_size default is
+	// max(48 + 16 + 20 + 128 × 16, 80 + 4 + 8192) = 8276.
+	DefaultMaxITIULen = 8276
+	// DefaultMaxTIIULen is the size of the initiator's receive buffers. LIO's srp_max_rsp_size
+	// default is 256: room for SRP_RSP with 4 bytes of response data and 216 bytes of sense.
+	DefaultMaxTIIULen = 256
+	// DefaultCredits is the number of receive buffers per channel, granted as initial credits
+	// (LIO's MAX_SRPT_RQ_SIZE).
+	DefaultCredits = 128
+	// DefaultMaxChannels bounds the RDMA channels of one I_T nexus. ib_srp opens up to one per
+	// CPU by default.
+	DefaultMaxChannels = 64
+	// DefaultMaxTransferLen is the largest data transfer of one SRP_CMD: 8 MiB.
+	DefaultMaxTransferLen = 8 << 20
+	// DefaultMaxDescriptors bounds the direct descriptors of one command, in the IU or in an
+	// external table: ib_srp's largest indirect_sg_entries.
+	DefaultMaxDescriptors = 2048
+	// DefaultBufferPoolSize is the registered data-buffer memory per RDMA device.
+	DefaultBufferPoolSize = 64 << 20
+	// DefaultBufferWait is how long a command waits for a data buffer before it is answered
+	// with BUSY.
+	DefaultBufferWait = 2 * time.Second
+	// DefaultSendQueueDepth is the send queue depth per channel (LIO's srp_sq_size).
+	DefaultSendQueueDepth = 4096
+	// DefaultDrainTimeout bounds the wait for flush completions when a channel closes.
+	DefaultDrainTimeout = 30 * time.Second
+
+	// MinTIIULen is the smallest MaxTIIULen: an SRP_RSP with 4 bytes of response data or the
+	// largest sense data the SCSI layer produces.
+	MinTIIULen = RspMinSize + TskMgmtRspDataSize + scsi.MaxSenseLength
+	// maxTransferLimit keeps every RDMA work request under the 2 GiB message limit.
+	maxTransferLimit = 1 << 30
+	// poolMinBlock is the smallest data buffer the pool hands out.
+	poolMinBlock = 4096
+)
+
+// Limits bound what one channel and one command may use. The zero value of every field means
+// its default.
+type Limits struct {
+	// MaxITIULen is the MAXIMUM INITIATOR-TO-TARGET IU LENGTH: the size of each receive buffer.
+	// Logins asking for more are rejected (a smaller answer would make ib_srp overrun the
+	// buffers, see srp-protocol.md pitfall 2).
+	MaxITIULen uint32
+	// MaxTIIULen is the MAXIMUM TARGET-TO-INITIATOR IU LENGTH advertised at login. ib_srp sizes
+	// its receive ring with it once and does not resize on reconnect, so it is a constant of
+	// the target, not negotiated per login.
+	MaxTIIULen uint32
+	// Credits is the number of receive buffers per channel and the initial REQUEST LIMIT DELTA
+	// (further bounded by the device's max_qp_wr).
+	Credits int
+	// MaxChannels bounds the RDMA channels of one I_T nexus.
+	MaxChannels int
+	// MaxTransferLen bounds the data of one command (the descriptors' total length).
+	MaxTransferLen uint32
+	// MaxDescriptors bounds the direct descriptors of one command.
+	MaxDescriptors int
+	// BufferPoolSize is the data-buffer memory registered per RDMA device, shared by its
+	// channels. It is rounded up to a multiple of the largest buffer (MaxTransferLen rounded up
+	// to a power of two).
+	BufferPoolSize int64
+	// BufferWait is how long a command waits for a data buffer when the pool is exhausted;
+	// after that it ends with SCSI status BUSY, which the initiator retries.
+	BufferWait time.Duration
+	// SendQueueDepth is the send queue depth of each channel.
+	SendQueueDepth int
+	// WorkersPerChannel bounds the SCSI commands of one channel executing at once; the default
+	// is Credits, so that every command the initiator may have outstanding can run.
+	WorkersPerChannel int
+	// DisableImmediateData refuses SRP-2 immediate data at login.
+	DisableImmediateData bool
+	// DrainTimeout bounds how long a closing channel waits for the flush completions of its
+	// work requests before it closes the queue pair anyway.
+	DrainTimeout time.Duration
+}
+
+// withDefaults returns l with zero fields replaced by their defaults.
+func (l Limits) withDefaults() Limits {
+	if l.MaxITIULen == 0 {
+		l.MaxITIULen = DefaultMaxITIULen
+	}
+	if l.MaxTIIULen == 0 {
+		l.MaxTIIULen = DefaultMaxTIIULen
+	}
+	if l.Credits == 0 {
+		l.Credits = DefaultCredits
+	}
+	if l.MaxChannels == 0 {
+		l.MaxChannels = DefaultMaxChannels
+	}
+	if l.MaxTransferLen == 0 {
+		l.MaxTransferLen = DefaultMaxTransferLen
+	}
+	if l.MaxDescriptors == 0 {
+		l.MaxDescriptors = DefaultMaxDescriptors
+	}
+	if l.BufferPoolSize == 0 {
+		l.BufferPoolSize = DefaultBufferPoolSize
+	}
+	if l.BufferWait == 0 {
+		l.BufferWait = DefaultBufferWait
+	}
+	if l.SendQueueDepth == 0 {
+		l.SendQueueDepth = DefaultSendQueueDepth
+	}
+	if l.WorkersPerChannel == 0 {
+		l.WorkersPerChannel = l.Credits
+	}
+	if l.DrainTimeout == 0 {
+		l.DrainTimeout = DefaultDrainTimeout
+	}
+	return l
+}
+
+// validate checks limits that already have their defaults.
+func (l Limits) validate() error {
+	switch {
+	case l.MaxITIULen < CmdMinSize+IndirectBufHeaderSize+DirectBufSize || l.MaxITIULen > 1<<20:
+		return fmt.Errorf("max IT IU length %d outside [%d, %d]", l.MaxITIULen, CmdMinSize+IndirectBufHeaderSize+DirectBufSize, 1<<20)
+	case l.MaxTIIULen < MinTIIULen || l.MaxTIIULen > 1<<16:
+		return fmt.Errorf("max TI IU length %d outside [%d, %d]", l.MaxTIIULen, MinTIIULen, 1<<16)
+	case l.Credits < 2 || l.Credits > 1<<15:
+		return fmt.Errorf("credits %d outside [2, %d]", l.Credits, 1<<15)
+	case l.MaxChannels < 1:
+		return fmt.Errorf("max channels %d is less than 1", l.MaxChannels)
+	case l.MaxTransferLen < poolMinBlock || l.MaxTransferLen > maxTransferLimit:
+		return fmt.Errorf("max transfer length %d outside [%d, %d]", l.MaxTransferLen, poolMinBlock, maxTransferLimit)
+	case l.MaxDescriptors < 1 || l.MaxDescriptors > 1<<16:
+		return fmt.Errorf("max descriptors %d outside [1, %d]", l.MaxDescriptors, 1<<16)
+	case l.BufferPoolSize < int64(l.MaxTransferLen):
+		return fmt.Errorf("buffer pool size %d is smaller than the max transfer length %d", l.BufferPoolSize, l.MaxTransferLen)
+	case l.BufferWait < 0:
+		return fmt.Errorf("buffer wait %v is negative", l.BufferWait)
+	case l.SendQueueDepth < 16:
+		return fmt.Errorf("send queue depth %d is less than 16", l.SendQueueDepth)
+	case l.WorkersPerChannel < 1:
+		return fmt.Errorf("workers per channel %d is less than 1", l.WorkersPerChannel)
+	case l.DrainTimeout < 0:
+		return fmt.Errorf("drain timeout %v is negative", l.DrainTimeout)
+	}
+	return nil
+}
+
+// Authorizer decides which initiators may log in and what they see. It is consulted for every
+// login and again for every live session when Target.SetAuthorizer installs a new one
+// (configuration reload).
+type Authorizer interface {
+	// Authorize returns the LUN map that initiator sees through target, or an error to refuse
+	// the login. A *LoginRefusedError selects the SRP_LOGIN_REJ reason; any other error is
+	// answered with CHANNEL LIMIT REACHED (0x00010006), which is what LIO answers when its ACL
+	// refuses an initiator. src is the initiator's address.
+	Authorize(initiator, target PortID, src netip.AddrPort) (*scsi.LUNMap, error)
+}
+
+// AuthorizerFunc adapts a function to Authorizer.
+type AuthorizerFunc func(initiator, target PortID, src netip.AddrPort) (*scsi.LUNMap, error)
+
+// Authorize calls f.
+func (f AuthorizerFunc) Authorize(initiator, target PortID, src netip.AddrPort) (*scsi.LUNMap, error) {
+	return f(initiator, target, src)
+}
+
+// AllowAll is an Authorizer that shows m to every initiator.
+func AllowAll(m *scsi.LUNMap) Authorizer {
+	return AuthorizerFunc(func(PortID, PortID, netip.AddrPort) (*scsi.LUNMap, error) { return m, nil })
+}
+
+// LoginRefusedError is how an Authorizer refuses a login with a specific reason. Detail says
+// why and what to change, for the log line the target writes.
+type LoginRefusedError struct {
+	Reason LoginRejReason
+	Detail string
+}
+
+func (e *LoginRefusedError) Error() string {
+	return fmt.Sprintf("login refused (%v): %s", e.Reason, e.Detail)
+}
+
+// ErrNotAuthorized is a convenience error for Authorizers: the initiator is in no ACL.
+var ErrNotAuthorized = errors.New("initiator not authorized")
+
+// Config configures a Target.
+type Config struct {
+	// TargetPortID is the SRP target port identifier the target accepts logins for: id_ext in
+	// bytes 0-7 and ioc_guid in bytes 8-15, as given to ib_srp's add_target.
+	TargetPortID PortID
+	// TargetPort is the SCSI target port VPD page 0x83 reports. Nil: one named after
+	// TargetPortID with relative port identifier 1.
+	TargetPort *scsi.TargetPort
+	// Limits bound channels and commands.
+	Limits Limits
+	// Authorizer decides who may log in; it may be replaced later with SetAuthorizer. Nil
+	// refuses every login until SetAuthorizer is called.
+	Authorizer Authorizer
+	// Logger receives structured logs; nil discards them.
+	Logger *zap.Logger
+}

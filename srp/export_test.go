@@ -1,0 +1,11 @@
+package srp
+
+import "context"
+
+// Test hooks for the external test package.
+
+// WaitPoolsIdle waits until every data buffer of every device pool is back.
+func (t *Target) WaitPoolsIdle(ctx context.Context) error { return t.waitIdle(ctx) }
+
+// PoolsIdle reports whether every data buffer is back in its pool.
+func (t *Target) PoolsIdle() bool { return t.poolsIdle() }

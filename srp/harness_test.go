@@ -1,0 +1,351 @@
+package srp_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/ib/memfabric"
+	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/srptest"
+)
+
+// testPortID is the target port identifier of the test target: id_ext = ioc_guid, as LIO
+// requires for its own.
+var testPortID = srp.PortID{0x00, 0x02, 0xc9, 0x03, 0x00, 0xa3, 0x42, 0x70, 0x00, 0x02, 0xc9, 0x03, 0x00, 0xa3, 0x42, 0x70}
+
+const (
+	testBlockSize = 512
+	testLUNSize   = 64 << 20
+	testPort      = 5555
+)
+
+var targetAddr = netip.MustParseAddr("192.0.2.1")
+
+// harness is a target serving memory (or file) LUNs on an in-memory fabric.
+type harness struct {
+	t        testing.TB
+	fab      *memfabric.Fabric
+	node     *memfabric.Node
+	ln       ib.Listener
+	tgt      *srp.Target
+	addr     netip.AddrPort
+	lus      []*scsi.LogicalUnit
+	lunMap   *scsi.LUNMap
+	logs     *observer.ObservedLogs
+	serveErr chan error
+	closed   bool
+	gate     *gateStore
+}
+
+type harnessOpts struct {
+	limits    srp.Limits
+	fabric    memfabric.Options
+	luns      int
+	fileLUN   bool // LUN 0 on a file backstore
+	nullLUN   bool // LUN 0 on a null backstore
+	lunSize   int64
+	auth      srp.Authorizer // nil: every initiator sees all LUNs
+	noServe   bool
+	logLevel  zapcore.Level
+	targetPID *srp.PortID
+	gate      bool // LUN 0's backstore can be held (h.gate)
+}
+
+// gateStore holds reads and writes while closed, so that tests can keep commands inside the
+// logical unit.
+type gateStore struct {
+	backstore.Backstore
+	mu      sync.Mutex
+	gate    chan struct{}
+	entered atomic.Int32 // operations that reached the gate
+}
+
+func newGateStore(inner backstore.Backstore) *gateStore {
+	g := &gateStore{Backstore: inner, gate: make(chan struct{})}
+	close(g.gate)
+	return g
+}
+
+// hold makes later operations wait until release.
+func (g *gateStore) hold() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.entered.Store(0)
+	g.gate = make(chan struct{})
+}
+
+// release lets waiting and later operations through.
+func (g *gateStore) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.gate:
+	default:
+		close(g.gate)
+	}
+}
+
+func (g *gateStore) wait() {
+	g.mu.Lock()
+	gate := g.gate
+	g.mu.Unlock()
+	g.entered.Add(1)
+	<-gate
+}
+
+func (g *gateStore) ReadAt(p []byte, off int64) error {
+	g.wait()
+	return g.Backstore.ReadAt(p, off)
+}
+
+func (g *gateStore) WriteAt(p []byte, off int64, fua bool) error {
+	g.wait()
+	return g.Backstore.WriteAt(p, off, fua)
+}
+
+// newHarness starts a target with opts.luns memory LUNs (default 1).
+func newHarness(t testing.TB, opts harnessOpts) *harness {
+	t.Helper()
+	if opts.luns == 0 {
+		opts.luns = 1
+	}
+	if opts.lunSize == 0 {
+		opts.lunSize = testLUNSize
+	}
+	if opts.limits.BufferPoolSize == 0 {
+		opts.limits.BufferPoolSize = 32 << 20
+	}
+	h := &harness{t: t, fab: memfabric.New(opts.fabric), serveErr: make(chan error, 1)}
+	var err error
+	h.node, err = h.fab.NewNode(targetAddr)
+	require.NoError(t, err)
+	var maps []scsi.Mapping
+	for i := 0; i < opts.luns; i++ {
+		var bs backstore.Backstore
+		switch {
+		case i == 0 && opts.fileLUN:
+			f, err := backstore.OpenFile(filepath.Join(t.TempDir(), "lun0.img"),
+				backstore.FileOptions{Size: opts.lunSize, Create: true, LogicalBlockSize: testBlockSize})
+			require.NoError(t, err)
+			bs = f
+		case i == 0 && opts.nullLUN:
+			n, err := backstore.NewNull(opts.lunSize, testBlockSize)
+			require.NoError(t, err)
+			bs = n
+		default:
+			m, err := backstore.NewMemory(opts.lunSize, testBlockSize)
+			require.NoError(t, err)
+			bs = m
+		}
+		if i == 0 && opts.gate {
+			h.gate = newGateStore(bs)
+			bs = h.gate
+		}
+		lu, err := scsi.NewLogicalUnit(scsi.Config{Backstore: bs, Serial: fmt.Sprintf("srptest%04d", i), WriteCache: true})
+		require.NoError(t, err)
+		h.lus = append(h.lus, lu)
+		maps = append(maps, scsi.Mapping{LUN: uint16(i), LU: lu})
+	}
+	h.lunMap, err = scsi.NewLUNMap(maps)
+	require.NoError(t, err)
+	auth := opts.auth
+	if auth == nil {
+		auth = srp.AllowAll(h.lunMap)
+	}
+	level := opts.logLevel
+	if level == 0 {
+		level = zapcore.DebugLevel
+	}
+	core, logs := observer.New(level)
+	h.logs = logs
+	pid := testPortID
+	if opts.targetPID != nil {
+		pid = *opts.targetPID
+	}
+	h.tgt, err = srp.New(srp.Config{
+		TargetPortID: pid,
+		Limits:       opts.limits,
+		Authorizer:   auth,
+		Logger:       zap.New(core),
+	})
+	require.NoError(t, err)
+	h.ln, err = h.node.Listen(testPort)
+	require.NoError(t, err)
+	h.addr = h.ln.Addr()
+	if !opts.noServe {
+		go func() { h.serveErr <- h.tgt.Serve(context.Background(), h.ln) }()
+	}
+	t.Cleanup(h.close)
+	return h
+}
+
+// close shuts the target down and checks that everything came back.
+func (h *harness) close() {
+	if h.closed {
+		return
+	}
+	h.closed = true
+	t := h.t
+	defer func() {
+		if t.Failed() {
+			for _, e := range h.logs.All() {
+				t.Logf("target log: %s %s %v", e.Level, e.Message, e.ContextMap())
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if h.gate != nil {
+		h.gate.release()
+	}
+	require.NoError(t, h.tgt.Shutdown(ctx))
+	select {
+	case err := <-h.serveErr:
+		require.ErrorIs(t, err, srp.ErrTargetClosed)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after Shutdown")
+	default:
+	}
+	st := h.tgt.Stats()
+	require.Zero(t, st.CreditViolations, "credits granted beyond receive buffers posted")
+	require.Zero(t, st.ChannelsOpen)
+	require.Zero(t, st.PoolInUse, "data buffers not returned to the pool")
+	for _, lu := range h.lus {
+		require.NoError(t, lu.Close())
+	}
+	require.NoError(t, h.fab.Close())
+}
+
+// cfg returns an initiator configuration for the harness's target.
+func (h *harness) cfg() srptest.Config {
+	return srptest.Config{Addr: h.addr, TargetPortID: testPortID}
+}
+
+// login logs one channel in, failing the test on error; the channel is closed at cleanup.
+func (h *harness) login(cfg srptest.Config) *srptest.Channel {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ch, err := srptest.Login(ctx, h.fab, cfg)
+	require.NoError(h.t, err)
+	h.t.Cleanup(func() { _ = ch.Close() })
+	return ch
+}
+
+// loginMulti logs n channels of one session in.
+func (h *harness) loginMulti(cfg srptest.Config, n int) []*srptest.Channel {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	chs, err := srptest.LoginMulti(ctx, h.fab, cfg, n)
+	require.NoError(h.t, err)
+	require.Len(h.t, chs, n)
+	for _, ch := range chs {
+		h.t.Cleanup(func() { _ = ch.Close() })
+	}
+	return chs
+}
+
+// loginErr logs in and returns the error (the channel, if any, is closed at cleanup).
+func (h *harness) loginErr(cfg srptest.Config) (*srptest.Channel, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ch, err := srptest.Login(ctx, h.fab, cfg)
+	if ch != nil {
+		h.t.Cleanup(func() { _ = ch.Close() })
+	}
+	return ch, err
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// waitStats waits until the target's stats satisfy cond.
+func (h *harness) waitStats(what string, cond func(srp.Stats) bool) srp.Stats {
+	h.t.Helper()
+	var st srp.Stats
+	waitFor(h.t, what, func() bool { st = h.tgt.Stats(); return cond(st) })
+	return st
+}
+
+// waitIdle waits until all data buffers are back in their pool.
+func (h *harness) waitIdle() {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(h.t, h.tgt.WaitPoolsIdle(ctx))
+}
+
+// logged reports whether an entry with message msg was logged (and returns the first).
+func (h *harness) logged(msg string) (observer.LoggedEntry, bool) {
+	entries := h.logs.FilterMessage(msg).All()
+	if len(entries) == 0 {
+		return observer.LoggedEntry{}, false
+	}
+	return entries[0], true
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// pattern fills n bytes with a pattern unique to seed.
+func pattern(seed, n int) []byte {
+	b := make([]byte, n)
+	x := uint32(seed)*2654435761 + 1
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		b[i] = byte(x)
+	}
+	return b
+}
+
+// senseOf returns key/asc/ascq of a response, failing if it has no sense.
+func senseOf(t *testing.T, rsp *srptest.Response) (uint8, uint8, uint8) {
+	t.Helper()
+	k, a, q, ok := rsp.SenseKey()
+	require.True(t, ok, "response without sense data")
+	return k, a, q
+}
+
+// clearUA consumes the POWER ON unit attention of LUN lun on ch.
+func clearUA(t *testing.T, ch *srptest.Channel, lun uint16) {
+	t.Helper()
+	for i := 0; i < 4; i++ {
+		rsp, err := ch.TestUnitReady(ctxT(t), lun)
+		require.NoError(t, err)
+		if rsp.Good() {
+			return
+		}
+		k, _, _ := senseOf(t, rsp)
+		require.Equal(t, uint8(scsi.SenseUnitAttention), k, "TEST UNIT READY: %v", rsp.Err())
+	}
+	t.Fatal("unit attentions did not clear")
+}

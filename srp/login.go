@@ -1,0 +1,307 @@
+package srp
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/srptarget/srptarget/ib"
+)
+
+// supportedBufFmt is what the target supports and answers in SUPPORTED BUFFER FORMATS:
+// direct and indirect descriptors (external tables included).
+const supportedBufFmt = BufFormatDirect | BufFormatIndirect
+
+// loginError is a refused login: the SRP_LOGIN_REJ reason, what was wrong, and what the operator
+// should change.
+type loginError struct {
+	reason LoginRejReason
+	detail string
+	hint   string
+}
+
+// checkLogin validates a login request against the target's identity and limits. It is
+// what LIO's srpt_cm_req_recv checks, in the same order of precedence, each with a reason
+// ib_srp understands (it prints a dedicated message for REQ_IT_IU_LENGTH_TOO_LARGE).
+func checkLogin(f *LoginReqFields, targetPort PortID, lim *Limits) *loginError {
+	if f.TargetPortID != targetPort {
+		return &loginError{
+			reason: LoginRejUnableAssociateChannel,
+			detail: fmt.Sprintf("initiator asked for target port id_ext=%016x ioc_guid=%016x, this target is id_ext=%016x ioc_guid=%016x",
+				f.TargetPortID.IDExt(), f.TargetPortID.GUID(), targetPort.IDExt(), targetPort.GUID()),
+			hint: fmt.Sprintf("use id_ext=%016x,ioc_guid=%016x in the initiator's add_target string, or change the target's port identifier",
+				targetPort.IDExt(), targetPort.GUID()),
+		}
+	}
+	if f.ReqITIULen > lim.MaxITIULen {
+		return &loginError{
+			reason: LoginRejReqITIULengthTooLarge,
+			detail: fmt.Sprintf("initiator asked it_iu_len %d > max_it_iu_len %d", f.ReqITIULen, lim.MaxITIULen),
+			hint:   fmt.Sprintf("raise limits.max_it_iu_len to at least %d, or set max_it_iu_size=%d on the initiator", f.ReqITIULen, lim.MaxITIULen),
+		}
+	}
+	if f.ReqITIULen < LoginReqSize {
+		return &loginError{
+			reason: LoginRejReqITIULengthTooLarge,
+			detail: fmt.Sprintf("initiator asked it_iu_len %d < %d", f.ReqITIULen, LoginReqSize),
+			hint:   "the initiator is broken: no SRP_CMD fits in fewer than 64 bytes",
+		}
+	}
+	if unsup := f.ReqBufFmt &^ supportedBufFmt; unsup != 0 {
+		return &loginError{
+			reason: LoginRejUnsupportedDescriptorFmt,
+			detail: fmt.Sprintf("initiator requires buffer formats %#04x, this target supports %#04x (direct and indirect)", uint16(f.ReqBufFmt), uint16(supportedBufFmt)),
+			hint:   "the initiator asks for a descriptor format this target does not know",
+		}
+	}
+	if a := f.ReqFlags.MultiChanAction(); a != MultiChanSingle && a != MultiChanMulti {
+		return &loginError{
+			reason: LoginRejUnableEstablishChannel,
+			detail: fmt.Sprintf("reserved MULTI-CHANNEL ACTION %d", a),
+			hint:   "the initiator is broken: only 0 (single) and 1 (multiple) are defined",
+		}
+	}
+	return nil
+}
+
+// grantImmediate reports the immediate data offset granted for f, or 0. LIO grants whenever
+// asked with an offset of at least 48; this target also requires room for the 4-byte
+// immediate descriptor before the data (offset >= 52, else no command could use it) and an
+// offset inside the receive buffer. Linux asks with 68.
+func grantImmediate(f *LoginReqFields, lim *Limits) uint16 {
+	if lim.DisableImmediateData || f.ReqFlags&ImmedRequested == 0 {
+		return 0
+	}
+	if f.ImmDataOffset < CmdMinSize+ImmBufSize || uint32(f.ImmDataOffset) >= lim.MaxITIULen {
+		return 0
+	}
+	return f.ImmDataOffset
+}
+
+// login answers one connection request.
+func (t *Target) login(req ib.ConnRequest) {
+	src := req.RemoteAddr()
+	log := t.log.With(zap.Stringer("src", src))
+	f, err := ParseLoginReq(req.PrivateData())
+	if err != nil {
+		t.reject(req, 0, LoginRejUnableEstablishChannel, log,
+			fmt.Sprintf("malformed SRP_LOGIN_REQ (%d bytes of private data): %v", len(req.PrivateData()), err),
+			"the peer is not an SRP initiator, or sends a login format this target does not know")
+		return
+	}
+	log = log.With(zap.Stringer("initiator", f.InitiatorPortID), zap.Uint64("login_tag", uint64(f.Tag)))
+	if le := checkLogin(&f, t.cfg.TargetPortID, &t.lim); le != nil {
+		t.reject(req, f.Tag, le.reason, log, le.detail, le.hint)
+		return
+	}
+	if req.ResponderResources() == 0 {
+		t.reject(req, f.Tag, LoginRejInsufficientResources, log,
+			"initiator offers no responder resources: the target could not RDMA READ data-out (SCSI WRITE)",
+			"the initiator must allow RDMA READs (ib_srp offers 4)")
+		return
+	}
+	a := t.authorizer()
+	if a == nil {
+		t.reject(req, f.Tag, LoginRejChannelLimitReached, log, "no access control list is configured",
+			"configure the initiators allowed to log in")
+		return
+	}
+	m, err := a.Authorize(f.InitiatorPortID, f.TargetPortID, src)
+	if err != nil || m == nil {
+		reason := LoginRejChannelLimitReached
+		detail := "initiator refused by the access control list"
+		var re *LoginRefusedError
+		if errors.As(err, &re) {
+			reason, detail = re.Reason, re.Detail
+		} else if err != nil {
+			detail = err.Error()
+		}
+		t.reject(req, f.Tag, reason, log, detail,
+			fmt.Sprintf("add initiator port %v (or address %v) to an ACL of the configuration", f.InitiatorPortID, src.Addr()))
+		return
+	}
+
+	sess := t.session(nexusKey{initiator: f.InitiatorPortID, target: f.TargetPortID})
+	sess.loginMu.Lock()
+	defer sess.loginMu.Unlock()
+	sess.waitReset()
+
+	var result LoginRspFlags
+	switch f.ReqFlags.MultiChanAction() {
+	case MultiChanMulti:
+		n := sess.channelCount()
+		if n >= t.lim.MaxChannels {
+			t.reject(req, f.Tag, LoginRejChannelLimitReached, log,
+				fmt.Sprintf("the I_T nexus already has %d channels (max_channels %d)", n, t.lim.MaxChannels),
+				fmt.Sprintf("raise limits.max_channels or set ch_count=%d or lower on the initiator", t.lim.MaxChannels))
+			return
+		}
+		if n > 0 {
+			result = LoginRspMultiChanMaintained
+		}
+	default:
+		if t.terminateChannels(sess, log) {
+			result = LoginRspMultiChanTerminated
+		}
+	}
+
+	ch, ap, err := t.prepareChannel(sess, req, &f)
+	if err != nil {
+		t.reject(req, f.Tag, LoginRejInsufficientResources, log, err.Error(),
+			"check the memory available for registration (ulimit -l) and the device limits")
+		return
+	}
+	var rsp [LoginRspSize]byte
+	flags := result
+	if ch.immOff != 0 {
+		flags |= LoginRspImmedSupp
+	}
+	_, _ = LoginRsp(rsp[:]).Encode(&LoginRspFields{
+		ReqLimDelta: uint32(ch.credits),
+		Tag:         f.Tag,
+		MaxITIULen:  t.lim.MaxITIULen,
+		MaxTIIULen:  t.lim.MaxTIIULen,
+		SupBufFmt:   supportedBufFmt,
+		RspFlags:    flags,
+	})
+	ap.PrivateData = rsp[:]
+	if !t.addChannel(ch) {
+		ch.release()
+		t.reject(req, f.Tag, LoginRejInsufficientResources, log, "target is shutting down", "wait for the target to restart")
+		return
+	}
+	conn, err := req.Accept(ap)
+	if err != nil {
+		ch.release()
+		t.removeChannel(ch)
+		if errors.Is(err, ib.ErrAnswered) {
+			log.Warn("accepting the login failed", zap.Error(err))
+			return
+		}
+		t.reject(req, f.Tag, LoginRejInsufficientResources, log, "accepting the connection failed: "+err.Error(),
+			"check the device limits (queue depths) against limits.credits and limits.send_queue_depth")
+		return
+	}
+	sess.lunMap.Store(m)
+	nch := sess.add(ch, src)
+	t.stats.loginsAccepted.Add(1)
+	t.stats.channelsOpen.Add(1)
+	ch.start(conn)
+	ch.log.Info("login accepted",
+		zap.Stringer("multichannel", multiChanName(f.ReqFlags.MultiChanAction(), result)),
+		zap.Int("channels", nch),
+		zap.Uint32("req_it_iu_len", f.ReqITIULen),
+		zap.Uint32("max_it_iu_len", t.lim.MaxITIULen),
+		zap.Uint32("max_ti_iu_len", t.lim.MaxTIIULen),
+		zap.Int("credits", ch.credits),
+		zap.Bool("immediate_data", ch.immOff != 0),
+		zap.Uint16("immediate_data_offset", ch.immOff),
+		zap.Int("send_queue_depth", ch.sqDepth),
+		zap.Int("max_descriptors", ch.maxDesc),
+		zap.Int("luns", len(m.Mappings())))
+}
+
+// terminateChannels ends the channels of sess for a login with MULTI-CHANNEL ACTION single
+// ("start over"): they get SRP_T_LOGOUT (multi-channel action) and are disconnected, the
+// nexus's commands are aborted in the logical units (I_T NEXUS LOSS OCCURRED is then
+// pending), and the login waits for them to be gone. It reports whether there were any.
+func (t *Target) terminateChannels(sess *session, log *zap.Logger) bool {
+	old := sess.detachAll()
+	if len(old) == 0 {
+		return false
+	}
+	log.Info("login with MULTI-CHANNEL ACTION single: terminating the nexus's channels", zap.Int("channels", len(old)))
+	for _, ch := range old {
+		ch.requestStop(stopHard, "replaced by a login with MULTI-CHANNEL ACTION single", TLogoutMultiChannelAction)
+	}
+	if m := sess.lunMap.Load(); m != nil {
+		m.NexusReset(sess.nexus)
+	}
+	deadline := time.NewTimer(t.lim.DrainTimeout)
+	defer deadline.Stop()
+	for _, ch := range old {
+		select {
+		case <-ch.closedCh:
+		case <-deadline.C:
+			log.Warn("old channels did not close in time; logging in anyway")
+			return true
+		}
+	}
+	return true
+}
+
+// prepareChannel sizes and allocates a channel for req; the caller accepts.
+func (t *Target) prepareChannel(sess *session, req ib.ConnRequest, f *LoginReqFields) (*channel, ib.AcceptParams, error) {
+	lim := req.Limits()
+	p := channelParams{
+		credits: min(t.lim.Credits, lim.MaxQueueDepth),
+		sqDepth: min(t.lim.SendQueueDepth, lim.MaxQueueDepth),
+		immOff:  grantImmediate(f, &t.lim),
+	}
+	if p.credits < 2 || p.sqDepth < 2 || lim.MaxSendSGE < 1 || lim.MaxRecvSGE < 1 || lim.MaxReadSGE < 1 {
+		return nil, ib.AcceptParams{}, fmt.Errorf("device limits %+v too small for a channel", lim)
+	}
+	p.maxDesc = min(t.lim.MaxDescriptors, p.sqDepth-1)
+	p.initiatorDepth = uint8(min(int(req.ResponderResources()), lim.MaxRDAtomic, 255))
+	p.respRes = uint8(min(int(req.InitiatorDepth()), lim.MaxRDAtomic, 255))
+	pool, err := t.pool(req.PD())
+	if err != nil {
+		return nil, ib.AcceptParams{}, err
+	}
+	ch, err := newChannel(t, sess, pool, req.PD(), p, req.RemoteAddr())
+	if err != nil {
+		return nil, ib.AcceptParams{}, err
+	}
+	ap := ib.AcceptParams{
+		QP: ib.QPCaps{
+			SendQueueDepth: ch.sqDepth,
+			RecvQueueDepth: ch.credits,
+			MaxSendSGE:     1,
+			MaxRecvSGE:     1,
+		},
+		RNRRetryCount:      ib.InfiniteRNRRetry,
+		ResponderResources: p.respRes,
+		InitiatorDepth:     p.initiatorDepth,
+		Recv:               ch.recvWRs,
+	}
+	return ch, ap, nil
+}
+
+// reject answers req with an SRP_LOGIN_REJ and logs why and what to change.
+func (t *Target) reject(req ib.ConnRequest, tag Tag, reason LoginRejReason, log *zap.Logger, detail, hint string) {
+	var b [LoginRejSize]byte
+	_, _ = LoginRej(b[:]).Encode(&LoginRejFields{Reason: reason, Tag: tag, SupBufFmt: supportedBufFmt})
+	t.stats.loginsRejected.Add(1)
+	if i := int(reason) - int(LoginRejUnableEstablishChannel); i >= 0 && i < len(t.stats.rejects) {
+		t.stats.rejects[i].Add(1)
+	}
+	log.Warn("login rejected", zap.Stringer("reason", reason), zap.String("detail", detail), zap.String("fix", hint))
+	if err := req.Reject(b[:]); err != nil {
+		log.Warn("sending SRP_LOGIN_REJ failed", zap.Error(err))
+	}
+}
+
+type multiChanResult struct {
+	action LoginReqFlags
+	result LoginRspFlags
+}
+
+func multiChanName(action LoginReqFlags, result LoginRspFlags) fmt.Stringer {
+	return multiChanResult{action, result}
+}
+
+func (m multiChanResult) String() string {
+	a := "single"
+	if m.action == MultiChanMulti {
+		a = "multi"
+	}
+	switch m.result {
+	case LoginRspMultiChanTerminated:
+		return a + ": existing channels terminated"
+	case LoginRspMultiChanMaintained:
+		return a + ": existing channels maintained"
+	}
+	return a + ": no existing channels"
+}

@@ -1,0 +1,370 @@
+package srp_test
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/ib/memfabric"
+	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/srptest"
+)
+
+// requireRej checks the REJ private data: the SRP_LOGIN_REJ, then the zero padding the CM adds
+// up to its private data size.
+func requireRej(t *testing.T, raw []byte, reason uint32, tag uint64) {
+	t.Helper()
+	require.GreaterOrEqual(t, len(raw), srp.LoginRejSize)
+	require.Equal(t, rejBytes(reason, tag), raw[:srp.LoginRejSize])
+	require.Equal(t, make([]byte, len(raw)-srp.LoginRejSize), raw[srp.LoginRejSize:])
+}
+
+// rejBytes is an SRP_LOGIN_REJ written out by hand (srp-protocol.md 1.4): opcode C2, reason,
+// tag, supported buffer formats 0x0006 (direct + indirect).
+func rejBytes(reason uint32, tag uint64) []byte {
+	b := make([]byte, 32)
+	b[0] = 0xC2
+	b[4], b[5], b[6], b[7] = byte(reason>>24), byte(reason>>16), byte(reason>>8), byte(reason)
+	for i := 0; i < 8; i++ {
+		b[8+i] = byte(tag >> (56 - 8*i))
+	}
+	b[25] = 0x06
+	return b
+}
+
+func TestLoginResponseBytes(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	cfg := h.cfg()
+	cfg.LoginTag = 0x1122334455667788
+	ch := h.login(cfg)
+	want := []byte{
+		0xC0, 0, 0, 0, // opcode, reserved
+		0x00, 0x00, 0x00, 0x80, // REQUEST LIMIT DELTA 128
+		0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, // TAG echoed
+		0x00, 0x00, 0x20, 0x54, // MAX IT IU LENGTH 8276
+		0x00, 0x00, 0x01, 0x00, // MAX TI IU LENGTH 256
+		0x00, 0x06, // direct + indirect
+		0x80, // IMMED supported, no existing channels
+		0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	}
+	require.Len(t, want, srp.LoginRspSize)
+	// The CM delivers the REP's private data zero-padded to its full size.
+	got := ch.LoginResponseIU()
+	require.Equal(t, want, got[:srp.LoginRspSize])
+	require.Equal(t, make([]byte, len(got)-srp.LoginRspSize), got[srp.LoginRspSize:])
+	require.True(t, ch.ImmediateData())
+
+	waitFor(t, "the login log line", func() bool { _, ok := h.logged("login accepted"); return ok })
+	e, _ := h.logged("login accepted")
+	fields := e.ContextMap()
+	require.Equal(t, int64(8260), int64(fields["req_it_iu_len"].(uint32)))
+	require.Equal(t, true, fields["immediate_data"])
+	require.Equal(t, uint16(68), fields["immediate_data_offset"])
+	require.Equal(t, int64(1), fields["channels"])
+	require.Equal(t, testPortID.String(), e.ContextMap()["target_port"])
+}
+
+// TestLoginRejects checks every reject reason end to end: the SRP_LOGIN_REJ bytes the
+// initiator receives and the log line telling the operator what to change.
+func TestLoginRejects(t *testing.T) {
+	otherPort := testPortID
+	otherPort[15] ^= 0xFF
+	refuser := srp.AuthorizerFunc(func(ini, tgt srp.PortID, src netip.AddrPort) (*scsi.LUNMap, error) {
+		return nil, srp.ErrNotAuthorized
+	})
+	custom := srp.AuthorizerFunc(func(ini, tgt srp.PortID, src netip.AddrPort) (*scsi.LUNMap, error) {
+		return nil, &srp.LoginRefusedError{Reason: srp.LoginRejMultiChannelUnsupported, Detail: "policy says one channel"}
+	})
+	cases := []struct {
+		name   string
+		auth   srp.Authorizer
+		limits srp.Limits
+		cfg    func(*srptest.Config)
+		reason srp.LoginRejReason
+		log    []string // substrings of the reject log's detail and fix
+	}{
+		{
+			name:   "wrong target port",
+			cfg:    func(c *srptest.Config) { c.TargetPortID = otherPort },
+			reason: srp.LoginRejUnableAssociateChannel,
+			log:    []string{"ioc_guid=0002c90300a3428f", "use id_ext=0002c90300a34270,ioc_guid=0002c90300a34270"},
+		},
+		{
+			name:   "IT IU length too large",
+			cfg:    func(c *srptest.Config) { c.ITIULen = 16484 },
+			reason: srp.LoginRejReqITIULengthTooLarge,
+			log:    []string{"initiator asked it_iu_len 16484 > max_it_iu_len 8276", "raise limits.max_it_iu_len", "max_it_iu_size=8276"},
+		},
+		{
+			name:   "IT IU length below 64",
+			cfg:    func(c *srptest.Config) { c.ITIULen = 63 },
+			reason: srp.LoginRejReqITIULengthTooLarge,
+			log:    []string{"it_iu_len 63 < 64"},
+		},
+		{
+			name:   "small target limit rejects Linux's immediate-data login",
+			limits: srp.Limits{MaxITIULen: 4148},
+			reason: srp.LoginRejReqITIULengthTooLarge,
+			log:    []string{"8260 > max_it_iu_len 4148"},
+		},
+		{
+			name:   "unsupported buffer format",
+			cfg:    func(c *srptest.Config) { c.ReqBufFmt = srp.BufFormatDirect | srp.BufFormatIndirect | 0x0100 },
+			reason: srp.LoginRejUnsupportedDescriptorFmt,
+			log:    []string{"requires buffer formats 0x0106"},
+		},
+		{
+			name:   "reserved multi-channel action",
+			cfg:    func(c *srptest.Config) { c.MultiChannel = 2 },
+			reason: srp.LoginRejUnableEstablishChannel,
+			log:    []string{"reserved MULTI-CHANNEL ACTION 2"},
+		},
+		{
+			name:   "ACL refusal",
+			auth:   refuser,
+			reason: srp.LoginRejChannelLimitReached,
+			log:    []string{"initiator not authorized", "add initiator port 0x"},
+		},
+		{
+			name:   "ACL refusal with its own reason",
+			auth:   custom,
+			reason: srp.LoginRejMultiChannelUnsupported,
+			log:    []string{"policy says one channel"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, harnessOpts{auth: tc.auth, limits: tc.limits})
+			cfg := h.cfg()
+			cfg.LoginTag = 0x0102030405060708
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			_, err := h.loginErr(cfg)
+			var rej *srptest.LoginRejectedError
+			require.ErrorAs(t, err, &rej)
+			require.Equal(t, memfabric.RejectConsumerDefined, rej.CMReason)
+			requireRej(t, rej.Raw, uint32(tc.reason), 0x0102030405060708)
+			e, ok := h.logged("login rejected")
+			require.True(t, ok)
+			m := e.ContextMap()
+			require.Equal(t, tc.reason.String(), m["reason"])
+			text := m["detail"].(string) + " | " + m["fix"].(string)
+			for _, s := range tc.log {
+				require.Contains(t, text, s)
+			}
+			require.Equal(t, uint64(1), h.tgt.Stats().LoginsRejected)
+			require.Equal(t, uint64(1), h.tgt.Stats().Rejects[uint32(tc.reason)-0x00010000])
+		})
+	}
+}
+
+func TestLoginChannelLimit(t *testing.T) {
+	h := newHarness(t, harnessOpts{limits: srp.Limits{MaxChannels: 2}})
+	chs := h.loginMulti(h.cfg(), 2)
+	cfg := h.cfg()
+	cfg.Node = chs[0].Node()
+	cfg.MultiChannel = srp.MultiChanMulti
+	cfg.ChannelIndex = 2
+	_, err := h.loginErr(cfg)
+	var rej *srptest.LoginRejectedError
+	require.ErrorAs(t, err, &rej)
+	requireRej(t, rej.Raw, 0x00010006, 0)
+	e, ok := h.logged("login rejected")
+	require.True(t, ok)
+	require.Contains(t, e.ContextMap()["detail"], "already has 2 channels")
+	require.Contains(t, e.ContextMap()["fix"], "ch_count=2")
+}
+
+// TestLoginMalformed sends private data that is no SRP_LOGIN_REQ (the CM pads it to 56 bytes,
+// so only the opcode can be wrong).
+func TestLoginMalformed(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	ini, err := h.fab.NewNode(netip.MustParseAddr("198.51.100.7"))
+	require.NoError(t, err)
+	good, err := srptest.LoginRequest(h.cfg())
+	require.NoError(t, err)
+	wrongOp := append([]byte(nil), good...)
+	wrongOp[11] = 0x02 // SRP_CMD where SRP_LOGIN_REQ belongs (byte 11 of the RDMA/CM form)
+	garbage := make([]byte, 20)
+	for i := range garbage {
+		garbage[i] = 0xFF
+	}
+	for _, priv := range [][]byte{wrongOp, garbage} {
+		_, err := ini.Connect(ctxT(t), h.addr, priv, memfabric.ConnectParams{
+			QP:                 ib.QPCaps{SendQueueDepth: 4, RecvQueueDepth: 4, MaxSendSGE: 1, MaxRecvSGE: 1},
+			RNRRetryCount:      7,
+			ResponderResources: 4,
+		})
+		var re *memfabric.RejectedError
+		require.ErrorAs(t, err, &re)
+		requireRej(t, re.PrivateData, 0x00010000, 0)
+	}
+	require.Equal(t, uint64(2), h.tgt.Stats().Rejects[0])
+}
+
+func TestLoginImmediateDataGrant(t *testing.T) {
+	cases := []struct {
+		name    string
+		limits  srp.Limits
+		imm     srptest.Toggle
+		offset  uint16
+		granted bool
+	}{
+		{name: "linux default", granted: true},
+		{name: "not requested", imm: srptest.Off},
+		{name: "disabled on the target", limits: srp.Limits{DisableImmediateData: true}},
+		{name: "offset 48 leaves no room for the descriptor", offset: 48},
+		{name: "offset 52", offset: 52, granted: true},
+		{name: "offset 512", offset: 512, granted: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, harnessOpts{limits: tc.limits})
+			cfg := h.cfg()
+			cfg.ImmediateData = tc.imm
+			cfg.ImmDataOffset = tc.offset
+			ch := h.login(cfg)
+			require.Equal(t, tc.granted, ch.LoginResponse().RspFlags&srp.LoginRspImmedSupp != 0)
+			clearUA(t, ch, 0)
+			// Writes work either way (immediate data or RDMA READ) and read back.
+			data := pattern(int(tc.offset), 4096)
+			rsp, err := ch.Write10(ctxT(t), 0, 100, data, testBlockSize)
+			require.NoError(t, err)
+			require.NoError(t, rsp.Err())
+			rsp, err = ch.Read10(ctxT(t), 0, 100, 8, testBlockSize)
+			require.NoError(t, err)
+			require.NoError(t, rsp.Err())
+			require.Equal(t, data, rsp.DataIn)
+		})
+	}
+}
+
+// ibcmListener turns the 56-byte RDMA/CM login of the in-memory fabric into the 64-byte IB CM
+// form (what an AF_IB listener delivers: 92 bytes of REQ private data starting with the
+// SRP_LOGIN_REQ), so that the target's 64-byte path is exercised end to end.
+type ibcmListener struct{ ib.Listener }
+
+type ibcmRequest struct {
+	ib.ConnRequest
+	priv []byte
+}
+
+func (r *ibcmRequest) PrivateData() []byte { return r.priv }
+
+func (l ibcmListener) Next(ctx context.Context) (ib.ConnRequest, error) {
+	req, err := l.Listener.Next(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f, err := srp.ParseLoginReqRDMA(req.PrivateData())
+	if err != nil {
+		return req, nil
+	}
+	priv := make([]byte, 92)
+	_, _ = srp.LoginReq(priv).Encode(&f)
+	return &ibcmRequest{ConnRequest: req, priv: priv}, nil
+}
+
+func TestLoginIBCMForm(t *testing.T) {
+	h := newHarness(t, harnessOpts{noServe: true})
+	go func() { h.serveErr <- h.tgt.Serve(context.Background(), ibcmListener{h.ln}) }()
+	cfg := h.cfg()
+	cfg.LoginTag = 0xAABB
+	ch := h.login(cfg)
+	require.Equal(t, srp.Tag(0xAABB), ch.LoginResponse().Tag)
+	require.True(t, ch.ImmediateData())
+	clearUA(t, ch, 0)
+
+	// A rejected 64-byte login echoes its tag too.
+	cfg.TargetPortID[0] ^= 1
+	_, err := h.loginErr(cfg)
+	var rej *srptest.LoginRejectedError
+	require.ErrorAs(t, err, &rej)
+	requireRej(t, rej.Raw, 0x00010003, 0xAABB)
+}
+
+// TestMultiChannel checks the MULTI-CHANNEL ACTION handling: single with no channel (result
+// 0), multi joining (2), single again terminating the others (1) whose initiators are
+// disconnected, and the nexus reset that goes with it.
+func TestMultiChannel(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	chs := h.loginMulti(h.cfg(), 3)
+	require.Equal(t, srp.LoginRspMultiChanNoChan, chs[0].LoginResponse().RspFlags.MultiChanResult())
+	require.Equal(t, srp.LoginRspMultiChanMaintained, chs[1].LoginResponse().RspFlags.MultiChanResult())
+	require.Equal(t, srp.LoginRspMultiChanMaintained, chs[2].LoginResponse().RspFlags.MultiChanResult())
+	for _, ch := range chs {
+		require.Equal(t, uint32(256), ch.LoginResponse().MaxTIIULen)
+	}
+	clearUA(t, chs[1], 0)
+	waitFor(t, "3 channels in the session", func() bool {
+		s := h.tgt.Sessions()
+		return len(s) == 1 && s[0].Channels == 3
+	})
+
+	// Channel 2 logs in again with single: the others are terminated.
+	cfg := h.cfg()
+	cfg.Node = chs[0].Node()
+	again := h.login(cfg)
+	require.Equal(t, srp.LoginRspMultiChanTerminated, again.LoginResponse().RspFlags.MultiChanResult())
+	require.Equal(t, uint32(256), again.LoginResponse().MaxTIIULen, "MAX TI IU LENGTH must not change across relogins")
+	for _, ch := range chs {
+		select {
+		case <-ch.Disconnected():
+		case <-time.After(10 * time.Second):
+			t.Fatal("old channel not disconnected")
+		}
+		require.ErrorIs(t, ch.Err(), srptest.ErrDisconnected)
+		iu, err := ch.NextUnsolicited(ctxT(t))
+		require.NoError(t, err)
+		f, err := srp.ParseTLogout(iu)
+		require.NoError(t, err)
+		require.Equal(t, srp.TLogoutMultiChannelAction, f.Reason)
+	}
+	waitFor(t, "1 channel in the session", func() bool {
+		s := h.tgt.Sessions()
+		return len(s) == 1 && s[0].Channels == 1
+	})
+	// The nexus was reset: I_T NEXUS LOSS OCCURRED is pending.
+	rsp, err := again.TestUnitReady(ctxT(t), 0)
+	require.NoError(t, err)
+	k, asc, ascq := senseOf(t, rsp)
+	require.Equal(t, []uint8{0x06, 0x29, 0x07}, []uint8{k, asc, ascq})
+}
+
+// TestLoginRefusedAfterShutdown: a target that shut down answers nothing any more (the
+// listener is closed), and Serve refuses to start.
+func TestServeAfterShutdown(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.close()
+	ln, err := memfabric.New(memfabric.Options{}).NewNode(netip.MustParseAddr("192.0.2.9"))
+	require.NoError(t, err)
+	l, err := ln.Listen(1)
+	require.NoError(t, err)
+	defer l.Close()
+	require.ErrorIs(t, h.tgt.Serve(context.Background(), l), srp.ErrTargetClosed)
+}
+
+// TestServeTwoListeners: one target serves several listeners (ports, or devices).
+func TestServeTwoListeners(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	ln2, err := h.node.Listen(testPort + 1)
+	require.NoError(t, err)
+	errs := make(chan error, 1)
+	go func() { errs <- h.tgt.Serve(context.Background(), ln2) }()
+	ch1 := h.login(h.cfg())
+	cfg := h.cfg()
+	cfg.Addr = ln2.Addr()
+	cfg.InitiatorPortID = srp.PortID{15: 2}
+	ch2 := h.login(cfg)
+	for _, ch := range []*srptest.Channel{ch1, ch2} {
+		clearUA(t, ch, 0)
+	}
+	h.close()
+	require.ErrorIs(t, <-errs, srp.ErrTargetClosed)
+}

@@ -1,0 +1,273 @@
+package srp
+
+import (
+	"fmt"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+
+	"github.com/srptarget/srptarget/ib"
+)
+
+// bufPool is the data-buffer memory of one RDMA device: one slab registered once in the
+// device's protection domain and shared by all channels on that device, so that no command
+// registers memory. Commands take one contiguous buffer each, because scsi.Command.DataIn and
+// DataOut are single slices that the backstore reads and writes directly (zero copy: the
+// backstore fills the very bytes that are then RDMA-written, and RDMA READs land where the
+// backstore writes from).
+//
+// Allocation is a binary buddy allocator over 4 KiB units: blocks of 4 KiB × 2^k up to the
+// largest transfer, split on allocation and merged on free. Its metadata is a few arrays sized
+// once, so neither allocating nor freeing touches the Go heap.
+//
+// When no block is free the channel queues the command and retries when any channel frees a
+// buffer (register/notify); a command that waited longer than Limits.BufferWait is answered
+// with BUSY. Waiting first rather than answering TASK SET FULL at once keeps large transfers
+// flowing under load without the Linux midlayer lowering the queue depth.
+type bufPool struct {
+	slab     *ib.Slab
+	mr       ib.MR
+	mem      []byte
+	maxOrder int // the largest block is poolMinBlock << maxOrder
+
+	mu       sync.Mutex
+	heads    []int32 // per order: first free block (unit index), -1 if none
+	next     []int32 // per unit, for a free block's head unit: next free block of its order
+	prev     []int32
+	order    []int8 // per unit, for a block's head unit: its order
+	free     []bool // per unit, for a block's head unit: whether it is free
+	waiters  []chan struct{}
+	inUse    atomic.Int64 // bytes handed out
+	highMark atomic.Int64
+	waiting  atomic.Int32 // channels with commands waiting for a buffer
+}
+
+// newBufPool maps size bytes (rounded up to a multiple of the largest block) and registers
+// them in pd. maxBuf is the largest buffer a command may ask for.
+func newBufPool(pd ib.ProtectionDomain, size int64, maxBuf uint32) (*bufPool, error) {
+	p, err := newBufPoolMem(size, maxBuf)
+	if err != nil {
+		return nil, err
+	}
+	slab, err := ib.NewSlab(len(p.mem))
+	if err != nil {
+		return nil, fmt.Errorf("srp: buffer pool of %d bytes: %w", len(p.mem), err)
+	}
+	p.slab = slab
+	p.mem = slab.Bytes()[:len(p.mem)]
+	// Local write: RDMA READ data lands here. No remote access: the initiator never touches
+	// target memory.
+	mr, err := pd.RegisterMemory(p.mem, ib.AccessLocalWrite)
+	if err != nil {
+		_ = slab.Close()
+		return nil, fmt.Errorf("srp: registering the buffer pool of %d bytes: %w", len(p.mem), err)
+	}
+	p.mr = mr
+	return p, nil
+}
+
+// newBufPoolMem builds the allocator over Go memory (or only sizes it; newBufPool replaces the
+// memory with a slab). Tests use it directly.
+func newBufPoolMem(size int64, maxBuf uint32) (*bufPool, error) {
+	if maxBuf < poolMinBlock {
+		maxBuf = poolMinBlock
+	}
+	maxOrder := bits.Len32((maxBuf+poolMinBlock-1)/poolMinBlock - 1)
+	top := int64(poolMinBlock) << maxOrder
+	if size < top {
+		size = top
+	}
+	size = (size + top - 1) / top * top
+	units := size / poolMinBlock
+	if units > 1<<30 {
+		return nil, fmt.Errorf("srp: buffer pool of %d bytes is too large", size)
+	}
+	p := &bufPool{
+		mem:      make([]byte, size),
+		maxOrder: maxOrder,
+		heads:    make([]int32, maxOrder+1),
+		next:     make([]int32, units),
+		prev:     make([]int32, units),
+		order:    make([]int8, units),
+		free:     make([]bool, units),
+	}
+	for i := range p.heads {
+		p.heads[i] = -1
+	}
+	for u := int32(units) - int32(1)<<maxOrder; u >= 0; u -= int32(1) << maxOrder {
+		p.push(u, maxOrder)
+	}
+	return p, nil
+}
+
+// close deregisters and unmaps the pool. Every buffer must have been freed and every queue
+// pair that used it closed.
+func (p *bufPool) close() error {
+	var err error
+	if p.mr != nil {
+		err = p.mr.Deregister()
+	}
+	if p.slab != nil {
+		if cerr := p.slab.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// poolBuf is one allocated block.
+type poolBuf struct {
+	unit  int32 // first unit; -1 when none
+	order int8
+	n     uint32 // bytes asked for
+}
+
+var noBuf = poolBuf{unit: -1}
+
+func (b poolBuf) valid() bool { return b.unit >= 0 }
+
+// offset is the block's byte offset in the pool (and in its MR).
+func (b poolBuf) offset() uint64 { return uint64(b.unit) * poolMinBlock }
+
+// bytes returns the n bytes asked for.
+func (p *bufPool) bytes(b poolBuf) []byte {
+	off := b.offset()
+	return p.mem[off : off+uint64(b.n) : off+uint64(b.n)]
+}
+
+// orderFor returns the order of the smallest block holding n bytes, or -1 if none does.
+func (p *bufPool) orderFor(n uint32) int {
+	units := (uint64(n) + poolMinBlock - 1) / poolMinBlock
+	if units == 0 {
+		units = 1
+	}
+	o := bits.Len64(units - 1)
+	if o > p.maxOrder {
+		return -1
+	}
+	return o
+}
+
+// alloc returns a block of at least n bytes (n > 0), or ok false when none is free now.
+func (p *bufPool) alloc(n uint32) (poolBuf, bool) {
+	want := p.orderFor(n)
+	if want < 0 {
+		return noBuf, false
+	}
+	p.mu.Lock()
+	o := want
+	for o <= p.maxOrder && p.heads[o] < 0 {
+		o++
+	}
+	if o > p.maxOrder {
+		p.mu.Unlock()
+		return noBuf, false
+	}
+	u := p.heads[o]
+	p.unlink(u, o)
+	for o > want {
+		o--
+		p.push(u+int32(1)<<o, o)
+	}
+	p.order[u] = int8(want)
+	p.free[u] = false
+	p.mu.Unlock()
+	used := p.inUse.Add(int64(poolMinBlock) << want)
+	for {
+		hm := p.highMark.Load()
+		if used <= hm || p.highMark.CompareAndSwap(hm, used) {
+			break
+		}
+	}
+	return poolBuf{unit: u, order: int8(want), n: n}, true
+}
+
+// release returns b to the pool, merging it with its free buddies, and wakes the channels
+// waiting for a buffer.
+func (p *bufPool) release(b poolBuf) {
+	if !b.valid() {
+		return
+	}
+	p.inUse.Add(-(int64(poolMinBlock) << b.order))
+	p.mu.Lock()
+	u, o := b.unit, int(b.order)
+	for o < p.maxOrder {
+		buddy := u ^ int32(1)<<o
+		if !p.free[buddy] || int(p.order[buddy]) != o {
+			break
+		}
+		p.unlink(buddy, o)
+		u = min(u, buddy)
+		o++
+	}
+	p.push(u, o)
+	if p.waiting.Load() > 0 {
+		for _, w := range p.waiters {
+			select {
+			case w <- struct{}{}:
+			default:
+			}
+		}
+	}
+	p.mu.Unlock()
+}
+
+// push makes the block at unit u of order o free. p.mu held (or pool not yet shared).
+func (p *bufPool) push(u int32, o int) {
+	p.order[u] = int8(o)
+	p.free[u] = true
+	p.prev[u] = -1
+	p.next[u] = p.heads[o]
+	if h := p.heads[o]; h >= 0 {
+		p.prev[h] = u
+	}
+	p.heads[o] = u
+}
+
+// unlink takes the free block at unit u of order o off its free list. p.mu held.
+func (p *bufPool) unlink(u int32, o int) {
+	if pr := p.prev[u]; pr >= 0 {
+		p.next[pr] = p.next[u]
+	} else {
+		p.heads[o] = p.next[u]
+	}
+	if nx := p.next[u]; nx >= 0 {
+		p.prev[nx] = p.prev[u]
+	}
+	p.free[u] = false
+}
+
+// register adds a channel's wake-up channel, signalled when a buffer is freed while some
+// channel waits.
+func (p *bufPool) register(w chan struct{}) {
+	p.mu.Lock()
+	p.waiters = append(p.waiters, w)
+	p.mu.Unlock()
+}
+
+func (p *bufPool) unregister(w chan struct{}) {
+	p.mu.Lock()
+	for i, x := range p.waiters {
+		if x == w {
+			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
+			break
+		}
+	}
+	p.mu.Unlock()
+}
+
+// freeBytes counts the free memory (for tests and stats).
+func (p *bufPool) freeBytes() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var n int64
+	for o, h := range p.heads {
+		for u := h; u >= 0; u = p.next[u] {
+			n += int64(poolMinBlock) << o
+		}
+	}
+	return n
+}
+
+// size is the pool's total memory.
+func (p *bufPool) size() int64 { return int64(len(p.mem)) }

@@ -1,0 +1,452 @@
+package srp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/scsi"
+)
+
+// The target engine (target.go, config.go, login.go, session.go, channel.go, cmd.go, pool.go,
+// tmf.go) in one page:
+//
+// Login. A connection request carries the 56-byte (RDMA/CM) or 64-byte (IB CM / AF_IB)
+// SRP_LOGIN_REQ. It is checked as LIO checks it (checkLogin), then the Authorizer picks the LUN
+// map, then MULTI-CHANNEL ACTION is applied (single: the nexus's channels are terminated and
+// the nexus reset; multi: the channel joins, up to Limits.MaxChannels). The channel's memory
+// is registered and its receive buffers are posted in AcceptParams.Recv before the REP goes
+// out. Every refusal is an SRP_LOGIN_REJ with the reason ib_srp understands and a log line
+// saying what to change.
+//
+// Channel. One goroutine per queue pair polls completions and events and owns all channel
+// state without locks. Each received SRP_CMD or SRP_TSK_MGMT takes a preallocated context
+// (2 × credits of them) and keeps its receive buffer until its response is posted: the CDB
+// and, for immediate data, the data-out bytes are used in place. Data buffers come from a pool
+// registered once per device (pool.go); data-out arrives by RDMA READ (external descriptor
+// tables are fetched first) into that buffer, the command runs on a worker goroutine (scsi
+// LUNMap.Execute reads and writes the buffer directly), and the data-in RDMA WRITEs go out
+// with the SRP_RSP SEND in one chain, only the SEND signaled. The steady-state path allocates
+// nothing.
+//
+// Credits. The login grants one credit per receive buffer. A response re-posts its receive
+// buffer before granting 1 + the credits owed for requests that ended without a response
+// (aborted), so credits granted never exceed receive buffers posted.
+//
+// Flow control inside the target. A command that finds the buffer pool empty waits in its
+// channel's FIFO and is retried whenever any channel frees a buffer; after Limits.BufferWait
+// it is answered BUSY (retried by Linux without lowering the queue depth, unlike TASK SET
+// FULL). Work that finds the send queue full waits in a FIFO for send completions.
+//
+// Task management runs on its own goroutine per channel. It claims the commands it affects
+// (only those that arrived before it) with a compare-and-swap on their context, aborts them in
+// the logical unit, and answers only once every claimed command has released its buffers, so
+// that no RDMA reaches initiator memory after the response that lets the initiator invalidate
+// it. Commands arriving on the same channel meanwhile wait until it is done.
+//
+// Closing. A DREQ, SRP_I_LOGOUT, a protocol violation or a failed work request disconnects
+// the queue pair; the channel drains the flushed completions and the commands still in the
+// logical units, then frees everything. Losing the last channel of a nexus resets the nexus in
+// the logical units.
+
+// ErrTargetClosed is returned by Serve after Shutdown.
+var ErrTargetClosed = errors.New("srp: target shut down")
+
+// Target is the SRP target engine: it accepts logins on ib.Listeners, runs one goroutine per
+// RDMA channel that moves IUs and data, and hands SCSI commands to the LUN map the Authorizer
+// chose for the initiator.
+//
+// Object model (as LIO's): Target → session (one per I_T nexus: initiator port identifier +
+// target port identifier, with its scsi.Nexus, kept for the life of the target so that unit
+// attentions survive relogins) → channel (one RC queue pair; several per session with
+// multichannel logins) → command contexts (preallocated per channel).
+type Target struct {
+	cfg    Config
+	lim    Limits
+	log    *zap.Logger
+	port   *scsi.TargetPort
+	auth   atomic.Pointer[authHolder]
+	stats  counters
+	chanID atomic.Uint64
+	// seq numbers every SRP_CMD and SRP_TSK_MGMT in arrival order across channels, so that a
+	// task management function affects only the commands that arrived before it.
+	seq atomic.Uint64
+
+	mu        sync.Mutex
+	shutting  bool
+	listeners map[ib.Listener]struct{}
+	sessions  map[nexusKey]*session
+	channels  map[*channel]struct{}
+	pools     map[ib.ProtectionDomain]*bufPool
+	logins    sync.WaitGroup // login handlers in progress
+	serving   sync.WaitGroup // Serve loops
+	chans     sync.WaitGroup // channel goroutines (poll loops)
+}
+
+type authHolder struct{ a Authorizer }
+
+// New makes a target. It starts nothing: call Serve for each listener.
+func New(cfg Config) (*Target, error) {
+	lim := cfg.Limits.withDefaults()
+	if err := lim.validate(); err != nil {
+		return nil, fmt.Errorf("srp: limits: %w", err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	port := cfg.TargetPort
+	if port == nil {
+		port = &scsi.TargetPort{Name: cfg.TargetPortID.String(), RelativeID: 1}
+	}
+	t := &Target{
+		cfg:       cfg,
+		lim:       lim,
+		log:       log.With(zap.Stringer("target_port", cfg.TargetPortID)),
+		port:      port,
+		listeners: make(map[ib.Listener]struct{}),
+		sessions:  make(map[nexusKey]*session),
+		channels:  make(map[*channel]struct{}),
+		pools:     make(map[ib.ProtectionDomain]*bufPool),
+	}
+	t.auth.Store(&authHolder{cfg.Authorizer})
+	return t, nil
+}
+
+// Limits returns the effective limits (defaults applied).
+func (t *Target) Limits() Limits { return t.lim }
+
+// Serve accepts connection requests from l until ctx ends (it returns ctx.Err()), Shutdown is
+// called (ErrTargetClosed), or l fails (that error). It may be called for several listeners at
+// once. Shutdown closes l; when Serve returns for another reason l stays open.
+func (t *Target) Serve(ctx context.Context, l ib.Listener) error {
+	t.mu.Lock()
+	if t.shutting {
+		t.mu.Unlock()
+		return ErrTargetClosed
+	}
+	t.listeners[l] = struct{}{}
+	t.serving.Add(1)
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		delete(t.listeners, l)
+		t.mu.Unlock()
+		t.serving.Done()
+	}()
+	log := t.log.With(zap.Stringer("listener", l.Addr()))
+	log.Info("serving SRP logins")
+	for {
+		req, err := l.Next(ctx)
+		if err != nil {
+			t.mu.Lock()
+			shutting := t.shutting
+			t.mu.Unlock()
+			switch {
+			case shutting:
+				return ErrTargetClosed
+			case ctx.Err() != nil:
+				return ctx.Err()
+			}
+			log.Error("listener failed", zap.Error(err))
+			return fmt.Errorf("srp: listener %v: %w", l.Addr(), err)
+		}
+		t.mu.Lock()
+		if t.shutting {
+			t.mu.Unlock()
+			t.rejectShutdown(req)
+			return ErrTargetClosed
+		}
+		t.logins.Add(1)
+		t.mu.Unlock()
+		go func() {
+			defer t.logins.Done()
+			t.login(req)
+		}()
+	}
+}
+
+// rejectShutdown answers a request that arrived while shutting down.
+func (t *Target) rejectShutdown(req ib.ConnRequest) {
+	var tag Tag
+	if f, err := ParseLoginReq(req.PrivateData()); err == nil {
+		tag = f.Tag
+	}
+	t.reject(req, tag, LoginRejInsufficientResources, t.log, "target is shutting down", "wait for the target to restart")
+}
+
+// Shutdown stops accepting logins, sends SRP_T_LOGOUT on every channel, lets outstanding
+// commands finish (new ones are answered BUSY), disconnects and releases everything. When ctx
+// ends first, remaining commands are aborted in the logical units and channels are closed at
+// once; Shutdown still waits for the logical units to give back their buffers and returns
+// ctx.Err().
+func (t *Target) Shutdown(ctx context.Context) error {
+	t.mu.Lock()
+	t.shutting = true
+	ls := make([]ib.Listener, 0, len(t.listeners))
+	for l := range t.listeners {
+		ls = append(ls, l)
+	}
+	t.mu.Unlock()
+	for _, l := range ls {
+		if err := l.Close(); err != nil {
+			t.log.Warn("closing listener", zap.Stringer("listener", l.Addr()), zap.Error(err))
+		}
+	}
+	t.serving.Wait()
+	t.logins.Wait()
+
+	t.mu.Lock()
+	chs := make([]*channel, 0, len(t.channels))
+	for ch := range t.channels {
+		chs = append(chs, ch)
+	}
+	t.mu.Unlock()
+	t.log.Info("shutting down", zap.Int("channels", len(chs)))
+	for _, ch := range chs {
+		ch.requestStop(stopGraceful, "target shutdown", TLogoutNoReason)
+	}
+	allClosed := make(chan struct{})
+	go func() {
+		t.chans.Wait()
+		close(allClosed)
+	}()
+	var err error
+	select {
+	case <-allClosed:
+	case <-ctx.Done():
+		err = ctx.Err()
+		t.log.Warn("shutdown deadline reached: closing channels with commands outstanding", zap.Error(err))
+		for _, ch := range chs {
+			ch.requestStop(stopHard, "target shutdown deadline", TLogoutNoReason)
+		}
+		<-allClosed
+	}
+	t.mu.Lock()
+	pools := t.pools
+	t.pools = make(map[ib.ProtectionDomain]*bufPool)
+	t.mu.Unlock()
+	for _, p := range pools {
+		if perr := p.close(); perr != nil {
+			t.log.Warn("releasing buffer pool", zap.Error(perr))
+		}
+	}
+	t.log.Info("shut down")
+	return err
+}
+
+// SetAuthorizer installs a new Authorizer (configuration reload) and applies it to every live
+// session: a session whose initiator is now refused is disconnected; a session whose LUN map
+// changed switches to the new map atomically (commands already running finish on the old one)
+// and, if the LUNs it sees changed, gets the unit attention REPORTED LUNS DATA HAS CHANGED.
+func (t *Target) SetAuthorizer(a Authorizer) {
+	t.auth.Store(&authHolder{a})
+	t.mu.Lock()
+	sessions := make([]*session, 0, len(t.sessions))
+	for _, s := range t.sessions {
+		sessions = append(sessions, s)
+	}
+	t.mu.Unlock()
+	for _, s := range sessions {
+		s.reauthorize(a)
+	}
+}
+
+func (t *Target) authorizer() Authorizer { return t.auth.Load().a }
+
+// pool returns the buffer pool of pd, creating and registering it on first use.
+func (t *Target) pool(pd ib.ProtectionDomain) (*bufPool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.pools[pd]; p != nil {
+		return p, nil
+	}
+	p, err := newBufPool(pd, t.lim.BufferPoolSize, t.lim.MaxTransferLen)
+	if err != nil {
+		return nil, err
+	}
+	t.pools[pd] = p
+	t.log.Info("registered data buffer pool", zap.Int64("bytes", p.size()), zap.Int64("largest_buffer", int64(poolMinBlock)<<p.maxOrder))
+	return p, nil
+}
+
+// session returns the session of key, creating it.
+func (t *Target) session(key nexusKey) *session {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.sessions[key]
+	if s == nil {
+		s = newSession(t, key)
+		t.sessions[key] = s
+	}
+	return s
+}
+
+// sessionList returns a snapshot of the sessions.
+func (t *Target) sessionList() []*session {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*session, 0, len(t.sessions))
+	for _, s := range t.sessions {
+		out = append(out, s)
+	}
+	return out
+}
+
+// addChannel records a started channel; it fails when shutting down.
+func (t *Target) addChannel(ch *channel) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.shutting {
+		return false
+	}
+	t.channels[ch] = struct{}{}
+	t.chans.Add(1)
+	return true
+}
+
+func (t *Target) removeChannel(ch *channel) {
+	t.mu.Lock()
+	delete(t.channels, ch)
+	t.mu.Unlock()
+	t.chans.Done()
+}
+
+// SessionInfo describes one I_T nexus, for operators.
+type SessionInfo struct {
+	InitiatorPortID PortID
+	TargetPortID    PortID
+	Channels        int
+	Remote          netip.AddrPort
+}
+
+// Sessions lists the sessions that have at least one channel.
+func (t *Target) Sessions() []SessionInfo {
+	var out []SessionInfo
+	for _, s := range t.sessionList() {
+		s.mu.Lock()
+		n, remote := len(s.channels), s.src
+		s.mu.Unlock()
+		if n > 0 {
+			out = append(out, SessionInfo{InitiatorPortID: s.key.initiator, TargetPortID: s.key.target, Channels: n, Remote: remote})
+		}
+	}
+	slices.SortFunc(out, func(a, b SessionInfo) int {
+		return slices.Compare(a.InitiatorPortID[:], b.InitiatorPortID[:])
+	})
+	return out
+}
+
+// Stats is a snapshot of the target's counters.
+type Stats struct {
+	LoginsAccepted uint64
+	LoginsRejected uint64
+	// Rejects counts rejected logins by reason (index: reason - 0x00010000, 0..6).
+	Rejects        [7]uint64
+	ChannelsOpen   int64
+	ChannelsClosed uint64
+	Commands       uint64
+	TaskMgmt       uint64
+	// Aborted counts commands that ended without a response (task management, nexus loss).
+	Aborted uint64
+	// BytesIn is data-in (RDMA WRITE to the initiator), BytesOut data-out (RDMA READ and
+	// immediate data).
+	BytesIn  uint64
+	BytesOut uint64
+	// TransportErrors counts commands answered by the transport itself (malformed IU, limits).
+	TransportErrors uint64
+	// ProtocolErrors counts channels closed because of a protocol violation.
+	ProtocolErrors uint64
+	// RDMAErrors counts failed work requests (other than flushes).
+	RDMAErrors uint64
+	// BufferWaits counts commands that had to wait for a data buffer; BufferBusy those
+	// answered BUSY after Limits.BufferWait.
+	BufferWaits uint64
+	BufferBusy  uint64
+	// CreditViolations counts responses that would have granted more credits than receive
+	// buffers were posted. It must stay 0; it exists to catch bugs.
+	CreditViolations uint64
+	// PoolInUse and PoolHighMark are bytes of data buffers, summed over devices.
+	PoolInUse    int64
+	PoolHighMark int64
+}
+
+type counters struct {
+	loginsAccepted, loginsRejected atomic.Uint64
+	rejects                        [7]atomic.Uint64
+	channelsOpen                   atomic.Int64
+	channelsClosed                 atomic.Uint64
+	commands, taskMgmt, aborted    atomic.Uint64
+	bytesIn, bytesOut              atomic.Uint64
+	transportErrors                atomic.Uint64
+	protocolErrors, rdmaErrors     atomic.Uint64
+	bufferWaits, bufferBusy        atomic.Uint64
+	creditViolations               atomic.Uint64
+}
+
+// Stats returns a snapshot of the counters.
+func (t *Target) Stats() Stats {
+	c := &t.stats
+	s := Stats{
+		LoginsAccepted:   c.loginsAccepted.Load(),
+		LoginsRejected:   c.loginsRejected.Load(),
+		ChannelsOpen:     c.channelsOpen.Load(),
+		ChannelsClosed:   c.channelsClosed.Load(),
+		Commands:         c.commands.Load(),
+		TaskMgmt:         c.taskMgmt.Load(),
+		Aborted:          c.aborted.Load(),
+		BytesIn:          c.bytesIn.Load(),
+		BytesOut:         c.bytesOut.Load(),
+		TransportErrors:  c.transportErrors.Load(),
+		ProtocolErrors:   c.protocolErrors.Load(),
+		RDMAErrors:       c.rdmaErrors.Load(),
+		BufferWaits:      c.bufferWaits.Load(),
+		BufferBusy:       c.bufferBusy.Load(),
+		CreditViolations: c.creditViolations.Load(),
+	}
+	for i := range s.Rejects {
+		s.Rejects[i] = c.rejects[i].Load()
+	}
+	t.mu.Lock()
+	for _, p := range t.pools {
+		s.PoolInUse += p.inUse.Load()
+		s.PoolHighMark += p.highMark.Load()
+	}
+	t.mu.Unlock()
+	return s
+}
+
+// poolsIdle reports whether every buffer of every device pool is back (for tests and for
+// checking a quiescent target).
+func (t *Target) poolsIdle() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range t.pools {
+		if p.inUse.Load() != 0 || p.freeBytes() != p.size() {
+			return false
+		}
+	}
+	return true
+}
+
+// waitIdle is used by tests through export_test.go.
+func (t *Target) waitIdle(ctx context.Context) error {
+	for {
+		if t.poolsIdle() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}

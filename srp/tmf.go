@@ -1,0 +1,233 @@
+package srp
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/srptarget/srptarget/scsi"
+)
+
+// Task management functions beyond include/scsi/srp.h. SRP r16a defines only ABORT TASK,
+// ABORT TASK SET, CLEAR TASK SET, LOGICAL UNIT RESET and CLEAR ACA, and the wire package
+// deliberately defines no other code. The values below are the SAM-5 task management function
+// codes that FCP-4 and SAS SSP use (0x10 I_T NEXUS RESET, 0x80 QUERY TASK) and that SRP-2
+// drafts follow (inferred: the SRP-2 text could not be read). ib_srp never sends them.
+const (
+	tskITNexusReset TskMgmtFunc = 0x10
+	tskQueryTask    TskMgmtFunc = 0x80
+	// tskMgmtSucceeded is FUNCTION SUCCEEDED (FCP-4/SAS coding), QUERY TASK's answer when
+	// the task exists.
+	tskMgmtSucceeded TskMgmtRspCode = 0x08
+)
+
+// tmfRetry is how often a task management function re-issues its abort to the logical unit
+// while it waits for a claimed command: a command that was handed to a worker just before the
+// claim can enter the logical unit after the first abort looked for it.
+const tmfRetry = 20 * time.Millisecond
+
+// startTMF queues an SRP_TSK_MGMT for the task management goroutine.
+func (ch *channel) startTMF(c *cmdCtx, b []byte) {
+	ch.t.stats.taskMgmt.Add(1)
+	iu := TskMgmt(b)
+	tag := Tag(0)
+	if len(b) >= 16 {
+		tag = iu.Tag()
+	}
+	seq := ch.t.seq.Add(1)
+	c.activate(ctxTMF, seq, tag, 0, nil)
+	c.tm = tmReq{seq: seq}
+	if err := iu.Validate(); err != nil {
+		ch.log.Warn("malformed SRP_TSK_MGMT", zap.Uint64("tag", uint64(tag)), zap.Error(err))
+		c.tm.code = TskMgmtReqInvalid
+		c.stage = stageRespond
+		ch.newSQWork(c)
+		return
+	}
+	c.tm.fn, c.tm.lun, c.tm.taskTag = iu.Func(), iu.LUN(), iu.TaskTag()
+	c.stage = stageTMF
+	ch.execCount++
+	ch.tmfActive++
+	ch.tmfWork <- c
+}
+
+// tmfLoop runs task management functions one at a time, in arrival order.
+func (ch *channel) tmfLoop() {
+	defer ch.wg.Done()
+	for c := range ch.tmfWork {
+		if !ch.closing.Load() {
+			c.tm.code = ch.runTMF(&c.tm)
+			ch.log.Info("task management function done", zap.Stringer("function", c.tm.fn),
+				zap.Uint64("lun", c.tm.lun), zap.Uint64("task_tag", uint64(c.tm.taskTag)),
+				zap.Uint8("response", uint8(c.tm.code)))
+		}
+		ch.done <- c
+	}
+}
+
+// runTMF performs one task management function and returns the SRP response code. It returns
+// only when every command it aborted has stopped and released its buffers, so that the
+// response, which makes the initiator invalidate those commands' memory, cannot be followed by
+// RDMA to it.
+//
+// Commands are aborted in two places: in the transport (fetching data-out, waiting for a
+// buffer or a send-queue slot, queued for a worker, or finished but not yet answered: claimed
+// here with one compare-and-swap on their context, they end without a response), and in the
+// logical unit (scsi.LUNMap's functions, which return when the aborted commands have left the
+// logical unit). Response codes follow LIO (srp-protocol.md 5.9): FUNCTION COMPLETE → 0x00,
+// rejected → 0x04, anything else (unknown LUN) → 0x05.
+func (ch *channel) runTMF(tm *tmReq) TskMgmtRspCode {
+	s := ch.sess
+	n := s.nexus
+	m := s.lunMap.Load()
+	lun := tm.lun
+	switch tm.fn {
+	case TskAbortTask:
+		tag := uint64(tm.taskTag)
+		claimed := claim(s.channelList(), tm.seq, func(c *cmdCtx) bool { return c.tag.Load() == tag && c.lun.Load() == lun })
+		r := m.AbortTask(n, lun, tag)
+		waitClaimed(claimed)
+		if len(claimed) > 0 {
+			return TskMgmtSuccess
+		}
+		return tmfCode(r)
+	case TskAbortTaskSet:
+		claimed := claim(s.channelList(), tm.seq, func(c *cmdCtx) bool { return c.lun.Load() == lun })
+		r := m.AbortTaskSet(n, lun)
+		waitClaimed(claimed)
+		return tmfCode(r)
+	case TskClearTaskSet:
+		// Commands of other nexuses in their transport phase are left alone: the logical
+		// unit tells those nexuses with a unit attention only about commands it held.
+		claimed := claim(s.channelList(), tm.seq, func(c *cmdCtx) bool { return c.lun.Load() == lun })
+		r := m.ClearTaskSet(n, lun)
+		waitClaimed(claimed)
+		return tmfCode(r)
+	case TskLUNReset:
+		// A LUN reset covers the logical unit's commands from every channel and every
+		// nexus (ib_srp sends it on channel 0 only, pitfall 7); other nexuses may map the
+		// logical unit at another LUN, so commands are matched by logical unit.
+		mp := m.Lookup(lun)
+		if mp == nil {
+			return tmfCode(m.LogicalUnitReset(n, lun))
+		}
+		lu := mp.LU
+		var chs []*channel
+		for _, other := range ch.t.sessionList() {
+			chs = append(chs, other.channelList()...)
+		}
+		claimed := claim(chs, tm.seq, func(c *cmdCtx) bool { return c.lu.Load() == lu })
+		r := m.LogicalUnitReset(n, lun)
+		waitClaimed(claimed)
+		return tmfCode(r)
+	case TskClearACA:
+		// NORMACA is 0 in the INQUIRY data: ACA is never established.
+		return TskMgmtFuncNotSupp
+	case tskITNexusReset:
+		claimed := claim(s.channelList(), tm.seq, func(*cmdCtx) bool { return true })
+		m.NexusReset(n)
+		waitClaimed(claimed)
+		return TskMgmtSuccess
+	case tskQueryTask:
+		tag := uint64(tm.taskTag)
+		if find(s.channelList(), tm.seq, func(c *cmdCtx) bool { return c.tag.Load() == tag && c.lun.Load() == lun }) {
+			return tskMgmtSucceeded
+		}
+		switch m.QueryTask(n, lun, tag) {
+		case scsi.TMFSucceeded:
+			return tskMgmtSucceeded
+		case scsi.TMFComplete:
+			return TskMgmtSuccess
+		}
+		return TskMgmtFailed
+	}
+	return TskMgmtFuncNotSupp
+}
+
+// tmfCode maps a SAM service response to the SRP response code (LIO's mapping).
+func tmfCode(r scsi.TMFResponse) TskMgmtRspCode {
+	switch r {
+	case scsi.TMFComplete, scsi.TMFSucceeded:
+		return TskMgmtSuccess
+	case scsi.TMFRejected:
+		return TskMgmtFuncNotSupp
+	}
+	return TskMgmtFailed
+}
+
+// claim marks every in-progress command of chs that arrived before the task management
+// function (arrival number before) and that match selects as aborted by task management,
+// wakes its channel so that commands waiting in a list end at once, and returns them. A
+// claimed command gets no response.
+func claim(chs []*channel, before uint64, match func(*cmdCtx) bool) []claimedCmd {
+	var claimed []claimedCmd
+	for _, ch := range chs {
+		n := 0
+		for i := range ch.ctxs {
+			c := &ch.ctxs[i]
+			v := c.sg.Load()
+			if sgState(v) != ctxCmd || c.seq.Load() >= before || !match(c) {
+				continue
+			}
+			// The generation in v makes the swap fail if the context moved on to another
+			// command after match looked at it.
+			lun, tag := c.lun.Load(), c.tag.Load()
+			if c.sg.CompareAndSwap(v, sgNext(v, ctxAbortedTMF)) {
+				claimed = append(claimed, claimedCmd{c: c, lun: lun, tag: tag})
+				n++
+			}
+		}
+		if n > 0 {
+			ch.abortScan.Store(true)
+			ch.signal()
+		}
+	}
+	return claimed
+}
+
+// claimedCmd is a command claimed by task management, with its LUN and tag as they were.
+type claimedCmd struct {
+	c        *cmdCtx
+	lun, tag uint64
+}
+
+// find reports whether a command of chs in progress that arrived before matches.
+func find(chs []*channel, before uint64, match func(*cmdCtx) bool) bool {
+	for _, ch := range chs {
+		for i := range ch.ctxs {
+			c := &ch.ctxs[i]
+			if c.state() == ctxCmd && c.seq.Load() < before && match(c) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// waitClaimed waits until every claimed command has been released by its channel. While it
+// waits it re-issues ABORT TASK to the logical unit for each command still there (see
+// tmfRetry): one handed to a worker just before the claim may enter the logical unit after the
+// first abort looked for it. Only that command is aborted again, never the whole task set.
+func waitClaimed(claimed []claimedCmd) {
+	if len(claimed) == 0 {
+		return
+	}
+	t := time.NewTimer(tmfRetry)
+	defer t.Stop()
+	for _, cl := range claimed {
+		for waiting := true; waiting; {
+			select {
+			case <-cl.c.abortDone:
+				waiting = false
+			case <-t.C:
+				// The tag stays the aborted command's until the initiator gets this
+				// function's response, so re-aborting it cannot hit another command.
+				s := cl.c.ch.sess
+				if m := s.lunMap.Load(); m != nil {
+					m.AbortTask(s.nexus, cl.lun, cl.tag)
+				}
+				t.Reset(tmfRetry)
+			}
+		}
+	}
+}
