@@ -50,10 +50,22 @@ type stopReq struct {
 
 // Sizes of the channel's registered region.
 const (
-	recvAlign    = 512 // immediate data lands 512-byte aligned for O_DIRECT, as LIO pads
-	sendAlign    = 64
-	pollBatch    = 64
-	ctlSendSlots = 1
+	recvAlign = 512 // immediate data lands 512-byte aligned for O_DIRECT, as LIO pads
+	sendAlign = 64
+	pollBatch = 64
+	// spareRecvs is the receive buffer posted beyond the credits granted: the initiator
+	// answers an SRP_CRED_REQ with an SRP_CRED_RSP that consumes no credit, so a target that
+	// sends SRP_CRED_REQ needs one receive more than it grants (srp-protocol.md 2.5; ib_srp
+	// assumes at most one such request outstanding).
+	spareRecvs = 1
+)
+
+// Target-initiated IUs, each with its own send buffer after the contexts' (slot index in the
+// work request ID).
+const (
+	ctlTLogout   = 0 // SRP_T_LOGOUT
+	ctlCredReq   = 1 // SRP_CRED_REQ
+	ctlSendSlots = 2
 )
 
 // channel is one RDMA channel (RC queue pair) of a session. One goroutine (run) owns the queue
@@ -71,7 +83,8 @@ type channel struct {
 	remote netip.AddrPort
 
 	// Negotiated at login; immutable afterwards.
-	credits    int
+	credits    int // granted at login
+	nrecv      int // receive buffers: credits + spareRecvs
 	nctx       int
 	sqDepth    int
 	maxDesc    int
@@ -123,7 +136,9 @@ type channel struct {
 	busy        int // contexts not free
 	execCount   int // contexts with a worker or the task management goroutine
 	active      int // commands the target works on (shutdown drains them)
-	ctlBusy     bool
+	ctlBusy     [ctlSendSlots]bool
+	credReqOut  bool // an SRP_CRED_REQ waits for its SRP_CRED_RSP
+	credReqTag  Tag
 	noFlush     bool // no flush completions will come: device removed, post failure, timeout
 	connClosed  bool
 	timer       *time.Timer
@@ -155,6 +170,7 @@ func newChannel(t *Target, sess *session, pool *bufPool, pd ib.ProtectionDomain,
 		pool:    pool,
 		remote:  remote,
 		credits: p.credits,
+		nrecv:   p.credits + spareRecvs,
 		nctx:    2 * p.credits,
 		sqDepth: p.sqDepth,
 		maxDesc: p.maxDesc,
@@ -168,7 +184,7 @@ func newChannel(t *Target, sess *session, pool *bufPool, pd ib.ProtectionDomain,
 	}
 	ch.stride = roundUp(ch.pad+int(ch.maxIT), recvAlign)
 	ch.sendStride = roundUp(int(ch.maxTI), sendAlign)
-	recvBytes := ch.credits * ch.stride
+	recvBytes := ch.nrecv * ch.stride
 	size := recvBytes + (ch.nctx+ctlSendSlots)*ch.sendStride
 	slab, err := ib.NewSlab(size)
 	if err != nil {
@@ -183,8 +199,8 @@ func newChannel(t *Target, sess *session, pool *bufPool, pd ib.ProtectionDomain,
 	}
 	ch.mr = mr
 
-	ch.recvWRs = make([]ib.RecvWR, ch.credits)
-	ch.recvSGEs = make([]ib.SGE, ch.credits)
+	ch.recvWRs = make([]ib.RecvWR, ch.nrecv)
+	ch.recvSGEs = make([]ib.SGE, ch.nrecv)
 	for i := range ch.recvWRs {
 		ch.recvSGEs[i] = ib.SGE{MR: mr, Offset: uint64(i*ch.stride + ch.pad), Length: ch.maxIT}
 		ch.recvWRs[i] = ib.RecvWR{ID: idRecv | uint64(i), SGL: ch.recvSGEs[i : i+1]}
@@ -202,7 +218,7 @@ func newChannel(t *Target, sess *session, pool *bufPool, pd ib.ProtectionDomain,
 		ch.free = append(ch.free, c)
 	}
 	ch.ctlOff = uint64(recvBytes + ch.nctx*ch.sendStride)
-	ch.waitRecv = make([]parkedIU, 0, ch.credits)
+	ch.waitRecv = make([]parkedIU, 0, ch.nrecv)
 	ch.work = make(chan *cmdCtx, ch.nctx)
 	ch.tmfWork = make(chan *cmdCtx, ch.nctx)
 	ch.done = make(chan *cmdCtx, 2*ch.nctx)
@@ -212,7 +228,7 @@ func newChannel(t *Target, sess *session, pool *bufPool, pd ib.ProtectionDomain,
 	ch.sges = make([]ib.SGE, 0, ch.maxDesc+1)
 	ch.wcs = make([]ib.Completion, pollBatch)
 	ch.sqFree = ch.sqDepth
-	ch.recvPosted = ch.credits
+	ch.recvPosted = ch.nrecv
 	ch.ledger = creditLedger{granted: int64(ch.credits)}
 	ch.timer = time.NewTimer(time.Hour)
 	ch.timer.Stop()
@@ -294,6 +310,7 @@ func (ch *channel) run() {
 		if ch.bufHead != nil {
 			ch.retryBufWaiters()
 		}
+		ch.maybeCredReq()
 		switch ch.state {
 		case chDraining:
 			if ch.active == 0 {
@@ -405,11 +422,20 @@ func (ch *channel) onCompletion(wc *ib.Completion) {
 		}
 		ch.onSendCompletion(&ch.ctxs[idx], wc)
 	case idCtl:
+		slot := wc.ID & idIndexMask
+		if slot >= ctlSendSlots {
+			ch.log.Error("completion for an unknown work request", zap.Uint64("wr_id", wc.ID))
+			return
+		}
 		ch.sendBatches--
 		ch.sqFree++
-		ch.ctlBusy = false
+		ch.ctlBusy[slot] = false
 		if wc.Status != ib.StatusSuccess && wc.Status != ib.StatusWRFlushError {
-			ch.rdmaError("SRP_T_LOGOUT SEND", nil, wc.Status)
+			what := "SRP_T_LOGOUT SEND"
+			if slot == ctlCredReq {
+				what = "SRP_CRED_REQ SEND"
+			}
+			ch.rdmaError(what, nil, wc.Status)
 		}
 		ch.serviceSQ()
 	default:
@@ -420,7 +446,7 @@ func (ch *channel) onCompletion(wc *ib.Completion) {
 // onRecv handles a receive completion: an IU arrived in buffer i (or the receive was flushed).
 func (ch *channel) onRecv(i int32, wc *ib.Completion) {
 	ch.recvPosted--
-	if i < 0 || int(i) >= ch.credits {
+	if i < 0 || int(i) >= ch.nrecv {
 		ch.log.Error("receive completion for an unknown buffer", zap.Uint64("wr_id", wc.ID))
 		return
 	}
@@ -469,9 +495,12 @@ func (ch *channel) handleIU(i int32, n int) {
 		ch.log.Info("initiator logged out (SRP_I_LOGOUT)")
 		ch.repost(i)
 		ch.beginClose("SRP_I_LOGOUT")
-	case OpCredRsp, OpAerRsp:
-		// The target never sends SRP_CRED_REQ or SRP_AER_REQ; an answer to one is ignored
-		// (LIO and SCST only log them).
+	case OpCredRsp:
+		ch.onCredRsp(b)
+		ch.repost(i)
+	case OpAerRsp:
+		// The target never sends SRP_AER_REQ; an answer to one is ignored (LIO and SCST only
+		// log such responses).
 		ch.log.Debug("ignoring unsolicited initiator response", zap.Stringer("opcode", op))
 		ch.repost(i)
 	default:
@@ -809,10 +838,10 @@ func (ch *channel) respond(c *cmdCtx) bool {
 		return true
 	}
 	// Give the receive buffer back before granting its credit again: credits granted never
-	// exceed receive buffers posted.
+	// exceed the receive buffers posted, less the spare one for an SRP_CRED_RSP.
 	ch.repost(c.recv)
 	c.recv = -1
-	delta, ok := ch.ledger.respond(ch.recvPosted)
+	delta, ok := ch.ledger.respond(ch.recvPosted - spareRecvs)
 	if !ok {
 		ch.t.stats.creditViolations.Add(1)
 		ch.log.Error("internal error: credits granted exceed receive buffers posted",
@@ -1202,22 +1231,82 @@ func (ch *channel) armTimer(at time.Time) {
 	ch.timer.Reset(time.Until(at))
 }
 
-// sendTLogout sends SRP_T_LOGOUT (best effort: ib_srp only logs it).
-func (ch *channel) sendTLogout(reason TLogoutReason) {
-	if ch.ctlBusy || ch.sqFree < 1 || ch.state == chClosing || ch.connClosed {
-		return
-	}
-	b := ch.mem[ch.ctlOff : ch.ctlOff+TLogoutSize]
-	n, _ := TLogout(b).Encode(&TLogoutFields{Reason: reason})
-	sges := append(ch.sges[:0], ib.SGE{MR: ch.mr, Offset: ch.ctlOff, Length: uint32(n)})
-	wrs := append(ch.wrs[:0], ib.SendWR{ID: idCtl | idLast, Op: ib.OpSend, Signaled: true, SGL: sges})
+// ctlBuf returns the send buffer of target-initiated IU slot.
+func (ch *channel) ctlBuf(slot int) (off uint64, b []byte) {
+	off = ch.ctlOff + uint64(slot*ch.sendStride)
+	return off, ch.mem[off : off+uint64(ch.sendStride)]
+}
+
+// postCtl sends the n-byte IU in control slot slot; false if it could not be posted.
+func (ch *channel) postCtl(slot int, n int) bool {
+	off, _ := ch.ctlBuf(slot)
+	sges := append(ch.sges[:0], ib.SGE{MR: ch.mr, Offset: off, Length: uint32(n)})
+	wrs := append(ch.wrs[:0], ib.SendWR{ID: idCtl | idLast | uint64(slot), Op: ib.OpSend, Signaled: true, SGL: sges})
 	if _, err := ch.conn.PostSend(wrs); err != nil {
-		ch.log.Debug("posting SRP_T_LOGOUT failed", zap.Error(err))
-		return
+		ch.log.Debug("posting a target request failed", zap.Int("slot", slot), zap.Error(err))
+		return false
 	}
-	ch.ctlBusy = true
+	ch.ctlBusy[slot] = true
 	ch.sqFree--
 	ch.sendBatches++
+	return true
+}
+
+// sendTLogout sends SRP_T_LOGOUT (best effort: ib_srp only logs it).
+func (ch *channel) sendTLogout(reason TLogoutReason) {
+	if ch.ctlBusy[ctlTLogout] || ch.sqFree < 1 || ch.state == chClosing || ch.connClosed {
+		return
+	}
+	_, b := ch.ctlBuf(ctlTLogout)
+	n, _ := TLogout(b).Encode(&TLogoutFields{Reason: reason})
+	ch.postCtl(ctlTLogout, n)
+}
+
+// maybeCredReq returns owed credits to an idle channel. Credits of requests that ended
+// without a response (commands aborted by task management, possibly sent on another channel)
+// normally ride on the channel's next SRP_RSP; a channel with nothing outstanding sends no
+// response, and an initiator left with one credit (kept for task management) could send no
+// command to get one. So when no request of the channel is in progress and credits are owed,
+// they go back in an SRP_CRED_REQ. One is outstanding at a time (ib_srp has one send buffer
+// for its answer); the next waits for the SRP_CRED_RSP, meanwhile owed credits ride on
+// responses again. Credits granted stay within the receive buffers posted less the spare one
+// that takes the SRP_CRED_RSP.
+func (ch *channel) maybeCredReq() {
+	if ch.ledger.pending == 0 || ch.busy > 0 || ch.state != chLive || ch.connClosed ||
+		ch.credReqOut || ch.ctlBusy[ctlCredReq] || ch.sqFree < 1 {
+		return
+	}
+	delta := ch.ledger.credit(ch.recvPosted - spareRecvs)
+	if delta == 0 {
+		return
+	}
+	ch.credReqTag++
+	_, b := ch.ctlBuf(ctlCredReq)
+	n, _ := CredReq(b).Encode(&CredReqFields{ReqLimDelta: delta, Tag: ch.credReqTag})
+	// Counted before the SEND: the initiator may see it before PostSend returns.
+	ch.t.stats.credReqs.Add(1)
+	ch.credReqOut = true
+	if !ch.postCtl(ctlCredReq, n) {
+		ch.noFlush = true
+		ch.beginClose("post failed")
+		return
+	}
+	ch.log.Debug("returned owed credits with SRP_CRED_REQ", zap.Uint32("delta", delta), zap.Uint64("tag", uint64(ch.credReqTag)))
+}
+
+// onCredRsp handles the initiator's SRP_CRED_RSP (it takes no credit).
+func (ch *channel) onCredRsp(b []byte) {
+	if err := CredRsp(b).Validate(); err != nil {
+		ch.log.Warn("malformed SRP_CRED_RSP ignored", zap.Error(err))
+		return
+	}
+	tag := CredRsp(b).Tag()
+	if !ch.credReqOut || tag != ch.credReqTag {
+		ch.log.Warn("SRP_CRED_RSP answers no outstanding SRP_CRED_REQ: ignored",
+			zap.Uint64("tag", uint64(tag)), zap.Bool("outstanding", ch.credReqOut), zap.Uint64("expected", uint64(ch.credReqTag)))
+		return
+	}
+	ch.credReqOut = false
 }
 
 // protocolError closes the channel after an initiator violated the protocol.
@@ -1369,12 +1458,27 @@ func (l *creditLedger) consume() (overdrawn bool) {
 func (l *creditLedger) owe() { l.pending++ }
 
 // respond returns the REQUEST LIMIT DELTA of the next response and records the grant; ok is
-// false when it would leave the initiator more credits than the posted receive buffers.
+// false when it would leave the initiator more credits than the posted receive buffers. The
+// channel passes the receive buffers posted less the spare one kept for an SRP_CRED_RSP.
 func (l *creditLedger) respond(posted int) (delta uint32, ok bool) {
 	delta = 1 + l.pending
 	l.pending = 0
 	l.granted += int64(delta)
 	return delta, l.granted <= int64(posted)
+}
+
+// credit returns the REQUEST LIMIT DELTA of an SRP_CRED_REQ: the owed credits, as many as the
+// posted receive buffers (as for respond) can back, and records the grant. Zero means there is
+// nothing to send.
+func (l *creditLedger) credit(posted int) uint32 {
+	room := int64(posted) - l.granted
+	if l.pending == 0 || room <= 0 {
+		return 0
+	}
+	d := min(int64(l.pending), room)
+	l.pending -= uint32(d)
+	l.granted += d
+	return uint32(d)
 }
 
 // nanotime is a monotonic clock in nanoseconds.

@@ -1,11 +1,14 @@
 package srp
 
 import (
+	"context"
+	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/ib/memfabric"
 	"github.com/srptarget/srptarget/scsi"
 )
 
@@ -318,4 +321,68 @@ func TestCreditLedger(t *testing.T) {
 	l = creditLedger{granted: 1}
 	require.False(t, l.consume())
 	require.True(t, l.consume())
+}
+
+// TestCreditLedgerCredit: an SRP_CRED_REQ returns what is owed, never more than the receive
+// buffers (less the spare) can back, and nothing when nothing is owed.
+func TestCreditLedgerCredit(t *testing.T) {
+	const posted = 4 // receive buffers posted, less the spare one
+	l := creditLedger{granted: posted}
+	require.Zero(t, l.credit(posted), "nothing owed")
+	for i := 0; i < 3; i++ { // three commands, all aborted: buffers posted again, credits owed
+		require.False(t, l.consume())
+		l.owe()
+	}
+	require.Equal(t, int64(1), l.granted)
+	require.Equal(t, uint32(3), l.credit(posted))
+	require.Equal(t, int64(posted), l.granted)
+	require.Zero(t, l.pending)
+	require.Zero(t, l.credit(posted))
+	// Owed credits beyond what the buffers back stay owed (cannot happen while every aborted
+	// command's buffer is posted again; the ledger holds the line anyway).
+	l = creditLedger{granted: 3, pending: 2}
+	require.Equal(t, uint32(1), l.credit(posted))
+	require.Equal(t, uint32(1), l.pending)
+	require.Equal(t, int64(4), l.granted)
+	d, ok := l.respond(posted + 2)
+	require.True(t, ok)
+	require.Equal(t, uint32(2), d, "the rest rides on the next response")
+}
+
+// TestChannelSpareReceive: a channel posts one receive buffer more than the credits it grants,
+// for the SRP_CRED_RSP that answers an SRP_CRED_REQ without a credit; a device with a small
+// queue depth grants one credit less than its depth.
+func TestChannelSpareReceive(t *testing.T) {
+	fab := memfabric.New(memfabric.Options{})
+	defer func() { require.NoError(t, fab.Close()) }()
+	node, err := fab.NewNode(netip.MustParseAddr("192.0.2.9"))
+	require.NoError(t, err)
+	lm, err := scsi.NewLUNMap(nil)
+	require.NoError(t, err)
+	tgt, err := New(Config{TargetPortID: unitPort, Authorizer: AllowAll(lm), Limits: Limits{BufferPoolSize: 8 << 20}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tgt.Shutdown(context.Background())) }()
+	for _, tc := range []struct {
+		depth, credits int
+	}{
+		{16384, 128},
+		{64, 63},
+	} {
+		lim := goodLimits
+		lim.MaxQueueDepth = tc.depth
+		f := linuxLogin()
+		req := &fakeReq{priv: loginBytes(t, f), respRes: 4, pd: node.PD(), limits: lim}
+		sess := tgt.session(nexusKey{f.InitiatorPortID, f.TargetPortID})
+		ch, ap, err := tgt.prepareChannel(sess, req, &f)
+		require.NoError(t, err)
+		require.Equal(t, tc.credits, ch.credits)
+		require.Equal(t, tc.credits+1, ap.QP.RecvQueueDepth)
+		require.Len(t, ap.Recv, tc.credits+1)
+		require.Equal(t, int64(tc.credits), ch.ledger.granted)
+		require.Equal(t, tc.credits+1, ch.recvPosted)
+		last := ap.Recv[len(ap.Recv)-1]
+		require.Equal(t, uint64(idRecv|uint64(tc.credits)), last.ID)
+		require.LessOrEqual(t, last.SGL[0].Offset+uint64(last.SGL[0].Length), ch.ctlOff, "receive buffers end before the send buffers")
+		ch.release()
+	}
 }

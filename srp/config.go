@@ -21,8 +21,8 @@ const (
 	// DefaultMaxTIIULen is the size of the initiator's receive buffers. LIO's srp_max_rsp_size
 	// default is 256: room for SRP_RSP with 4 bytes of response data and 216 bytes of sense.
 	DefaultMaxTIIULen = 256
-	// DefaultCredits is the number of receive buffers per channel, granted as initial credits
-	// (LIO's MAX_SRPT_RQ_SIZE).
+	// DefaultCredits is the credits granted at login (LIO's MAX_SRPT_RQ_SIZE); each channel
+	// posts one receive buffer more.
 	DefaultCredits = 128
 	// DefaultMaxChannels bounds the RDMA channels of one I_T nexus. ib_srp opens up to one per
 	// CPU by default.
@@ -62,8 +62,9 @@ type Limits struct {
 	// its receive ring with it once and does not resize on reconnect, so it is a constant of
 	// the target, not negotiated per login.
 	MaxTIIULen uint32
-	// Credits is the number of receive buffers per channel and the initial REQUEST LIMIT DELTA
-	// (further bounded by the device's max_qp_wr).
+	// Credits is the initial REQUEST LIMIT DELTA of a channel (further bounded by the device's
+	// max_qp_wr less one). The channel posts one receive buffer more than that, for the
+	// SRP_CRED_RSP that answers an SRP_CRED_REQ without taking a credit.
 	Credits int
 	// MaxChannels bounds the RDMA channels of one I_T nexus.
 	MaxChannels int
@@ -88,6 +89,15 @@ type Limits struct {
 	// DrainTimeout bounds how long a closing channel waits for the flush completions of its
 	// work requests before it closes the queue pair anyway.
 	DrainTimeout time.Duration
+	// RemoteWriteForReadSinks registers the data buffer pool with remote write access as well
+	// as local write. iWARP needs it: the sink of an RDMA READ (where data-out and external
+	// descriptor tables land) is written through its STag like the target of an RDMA WRITE,
+	// so without remote write every SCSI WRITE that is not immediate data fails and takes the
+	// channel down (srp-protocol.md pitfall 18; the kernel's rdma_rw does the same for
+	// iWARP). Leave it off on InfiniBand and RoCE: it lets the pool's rkey write target
+	// memory, which nothing there needs. The pool's rkey is never sent to the initiator
+	// either way.
+	RemoteWriteForReadSinks bool
 }
 
 // withDefaults returns l with zero fields replaced by their defaults.

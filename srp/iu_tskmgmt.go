@@ -40,9 +40,10 @@ const (
 // TskMgmtFunc is the TASK MANAGEMENT FUNCTION of SRP_TSK_MGMT.
 type TskMgmtFunc uint8
 
-// Task management functions, exactly the set include/scsi/srp.h defines (SRP r16a). The
-// kernel header defines no SRP code for QUERY TASK or other later SAM functions, so none is
-// invented here; unknown codes are answered with TskMgmtFuncNotSupp. ib_srp sends only
+// Task management functions, exactly the set SRP r16a and include/scsi/srp.h define. No SRP
+// code for I_T NEXUS RESET, QUERY TASK or the other later SAM functions could be sourced (the
+// SRP-2 drafts were not readable; see tmf.go), so none is invented here: SRP r16a answers
+// every other value with TskMgmtFuncNotSupp, and so does the target. ib_srp sends only
 // TskAbortTask (SCSI error handler abort) and TskLUNReset (device reset).
 const (
 	TskAbortTask    TskMgmtFunc = 0x01 // SRP_TSK_ABORT_TASK

@@ -80,14 +80,77 @@ func grantImmediate(f *LoginReqFields, lim *Limits) uint16 {
 	return f.ImmDataOffset
 }
 
-// login answers one connection request.
-func (t *Target) login(req ib.ConnRequest) {
+// RDMA/CM port spaces, numbered as librdmacm's enum rdma_port_space. The port space a login
+// arrives in decides the layout of its SRP_LOGIN_REQ (srp-protocol.md 3.2-3.4).
+const (
+	// PortSpaceTCP (RDMA_PS_TCP): rdma_connect to an IP address (RoCE, iWARP, IPoIB; ib_srp's
+	// dest=). The private data is the 56-byte srp_login_req_rdma: RDMA/CM's own header takes
+	// 36 of the IB CM REQ's 92 bytes. LIO converts every RDMA/CM login from this form.
+	PortSpaceTCP uint16 = 0x0106
+	// PortSpaceIB (RDMA_PS_IB): an AF_IB listener, the way user space receives native IB CM
+	// REQs (ib_srp's dgid=...,service_id=0x013fPPPP). The private data is the raw 92 bytes of
+	// REQ private data, starting with the 64-byte srp_login_req.
+	PortSpaceIB uint16 = 0x013F
+)
+
+// PortSpacer is implemented by an ib.Listener, or an ib.ConnRequest, that knows the RDMA/CM
+// port space it belongs to (ib.Listener has no such method yet; ib/memfabric's listeners and
+// requests implement this one). The login layout then follows the port space, not the length
+// of the private data, which is ambiguous where the transport delivers the sender's length
+// (iWARP) or pads it. Without it the length decides (ParseLoginReq).
+type PortSpacer interface {
+	RDMAPortSpace() uint16
+}
+
+// listenerPortSpace returns l's port space, or 0 when l does not say.
+func listenerPortSpace(l ib.Listener) uint16 {
+	if p, ok := l.(PortSpacer); ok {
+		return p.RDMAPortSpace()
+	}
+	return 0
+}
+
+// parseLogin decodes the SRP_LOGIN_REQ of req. The request's own port space wins over the
+// listener's (lps, 0 when unknown); a port space other than TCP and IB, or none, falls back to
+// telling the forms apart by length. It also returns the port space used, for the log.
+func parseLogin(req ib.ConnRequest, lps uint16) (LoginReqFields, uint16, error) {
+	ps := lps
+	if p, ok := req.(PortSpacer); ok {
+		ps = p.RDMAPortSpace()
+	}
+	b := req.PrivateData()
+	switch ps {
+	case PortSpaceTCP:
+		f, err := ParseLoginReqRDMA(b)
+		return f, ps, err
+	case PortSpaceIB:
+		f, err := ParseLoginReqIB(b)
+		return f, ps, err
+	}
+	f, err := ParseLoginReq(b)
+	return f, ps, err
+}
+
+// loginFormName names the login layout of port space ps for logs.
+func loginFormName(ps uint16) string {
+	switch ps {
+	case PortSpaceTCP:
+		return "RDMA/CM (56 bytes, RDMA_PS_TCP)"
+	case PortSpaceIB:
+		return "IB CM (64 bytes, RDMA_PS_IB)"
+	}
+	return "by length (port space unknown)"
+}
+
+// login answers one connection request that arrived on a listener in port space lps (0:
+// unknown).
+func (t *Target) login(req ib.ConnRequest, lps uint16) {
 	src := req.RemoteAddr()
 	log := t.log.With(zap.Stringer("src", src))
-	f, err := ParseLoginReq(req.PrivateData())
+	f, ps, err := parseLogin(req, lps)
 	if err != nil {
 		t.reject(req, 0, LoginRejUnableEstablishChannel, log,
-			fmt.Sprintf("malformed SRP_LOGIN_REQ (%d bytes of private data): %v", len(req.PrivateData()), err),
+			fmt.Sprintf("malformed SRP_LOGIN_REQ (%d bytes of private data, login form %s): %v", len(req.PrivateData()), loginFormName(ps), err),
 			"the peer is not an SRP initiator, or sends a login format this target does not know")
 		return
 	}
@@ -102,7 +165,8 @@ func (t *Target) login(req ib.ConnRequest) {
 			"the initiator must allow RDMA READs (ib_srp offers 4)")
 		return
 	}
-	a := t.authorizer()
+	held := t.auth.Load()
+	a := held.a
 	if a == nil {
 		t.reject(req, f.Tag, LoginRejChannelLimitReached, log, "no access control list is configured",
 			"configure the initiators allowed to log in")
@@ -184,12 +248,21 @@ func (t *Target) login(req ib.ConnRequest) {
 			"check the device limits (queue depths) against limits.credits and limits.send_queue_depth")
 		return
 	}
-	sess.lunMap.Store(m)
+	// The session keeps its LUN map while the initiator is away, and SetAuthorizer skips
+	// sessions without a channel: a reload that changed what this initiator sees is noticed
+	// here, against the map of its previous login.
+	sess.switchMap(m, "login after a configuration change")
 	nch := sess.add(ch, src)
+	if cur := t.auth.Load(); cur != held {
+		// SetAuthorizer ran after Authorize above but may have found the session without
+		// this channel: apply the new authorizer now that the channel is counted.
+		sess.reauthorize(cur.a)
+	}
 	t.stats.loginsAccepted.Add(1)
 	t.stats.channelsOpen.Add(1)
 	ch.start(conn)
 	ch.log.Info("login accepted",
+		zap.String("login_form", loginFormName(ps)),
 		zap.Stringer("multichannel", multiChanName(f.ReqFlags.MultiChanAction(), result)),
 		zap.Int("channels", nch),
 		zap.Uint32("req_it_iu_len", f.ReqITIULen),
@@ -236,7 +309,8 @@ func (t *Target) terminateChannels(sess *session, log *zap.Logger) bool {
 func (t *Target) prepareChannel(sess *session, req ib.ConnRequest, f *LoginReqFields) (*channel, ib.AcceptParams, error) {
 	lim := req.Limits()
 	p := channelParams{
-		credits: min(t.lim.Credits, lim.MaxQueueDepth),
+		// One receive beyond the credits is kept for the answer to SRP_CRED_REQ.
+		credits: min(t.lim.Credits, lim.MaxQueueDepth-spareRecvs),
 		sqDepth: min(t.lim.SendQueueDepth, lim.MaxQueueDepth),
 		immOff:  grantImmediate(f, &t.lim),
 	}
@@ -257,7 +331,7 @@ func (t *Target) prepareChannel(sess *session, req ib.ConnRequest, f *LoginReqFi
 	ap := ib.AcceptParams{
 		QP: ib.QPCaps{
 			SendQueueDepth: ch.sqDepth,
-			RecvQueueDepth: ch.credits,
+			RecvQueueDepth: ch.nrecv,
 			MaxSendSGE:     1,
 			MaxRecvSGE:     1,
 		},

@@ -151,7 +151,7 @@ func TestLoginInsufficientResources(t *testing.T) {
 			f := linuxLogin()
 			f.Tag = 0x0A0B
 			req := &fakeReq{priv: loginBytes(t, f), respRes: tc.respRes, pd: tc.pd, limits: goodLimits}
-			tgt.login(req)
+			tgt.login(req, 0)
 			require.False(t, req.accepted)
 			require.Equal(t, []byte{
 				0xC2, 0, 0, 0, 0x00, 0x01, 0x00, 0x01, // opcode, INSUFFICIENT RESOURCES
@@ -194,4 +194,57 @@ func TestLimitsValidation(t *testing.T) {
 	require.Equal(t, 128, l.Credits)
 	require.Equal(t, uint32(8<<20), l.MaxTransferLen)
 	require.Equal(t, 128, l.WorkersPerChannel)
+}
+
+// psReq is a fakeReq that tells its port space.
+type psReq struct {
+	fakeReq
+	ps uint16
+}
+
+func (r *psReq) RDMAPortSpace() uint16 { return r.ps }
+
+// TestParseLoginPortSpace: the request's port space wins over the listener's; the TCP port
+// space means the 56-byte form and the IB port space the 64-byte form whatever the length;
+// without a known port space the length decides.
+func TestParseLoginPortSpace(t *testing.T) {
+	f := linuxLogin()
+	f.Tag = 0x1122
+	rdma := make([]byte, 92) // the RDMA/CM form followed by zeros
+	_, err := LoginReqRDMA(rdma).Encode(&f)
+	require.NoError(t, err)
+	ibForm := make([]byte, 92)
+	_, err = LoginReq(ibForm).Encode(&f)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name    string
+		req     ib.ConnRequest
+		lps     uint16
+		wantPS  uint16
+		wantErr bool
+	}{
+		{"TCP listener, 92 bytes of RDMA/CM form", &fakeReq{priv: rdma}, PortSpaceTCP, PortSpaceTCP, false},
+		{"IB listener, IB CM form", &fakeReq{priv: ibForm}, PortSpaceIB, PortSpaceIB, false},
+		{"request says TCP, listener IB", &psReq{fakeReq{priv: rdma[:56]}, PortSpaceTCP}, PortSpaceIB, PortSpaceTCP, false},
+		{"request says IB, listener unknown", &psReq{fakeReq{priv: ibForm}, PortSpaceIB}, 0, PortSpaceIB, false},
+		{"unknown port space: by length, 56", &fakeReq{priv: rdma[:56]}, 0x0111, 0x0111, false},
+		{"unknown port space: by length, 92", &fakeReq{priv: ibForm}, 0, 0, false},
+		{"IB listener, 56 bytes", &fakeReq{priv: rdma[:56]}, PortSpaceIB, PortSpaceIB, true},
+		{"TCP listener, IB CM form: opcode is not at byte 11", &fakeReq{priv: func() []byte {
+			b := append([]byte(nil), ibForm...)
+			b[11] = 0xC0
+			return b
+		}()}, PortSpaceTCP, PortSpaceTCP, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ps, err := parseLogin(tc.req, tc.lps)
+			require.Equal(t, tc.wantPS, ps)
+			if tc.wantErr {
+				require.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, f, got)
+		})
+	}
 }

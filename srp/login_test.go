@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
@@ -245,41 +246,49 @@ func TestLoginImmediateDataGrant(t *testing.T) {
 	}
 }
 
-// ibcmListener turns the 56-byte RDMA/CM login of the in-memory fabric into the 64-byte IB CM
-// form (what an AF_IB listener delivers: 92 bytes of REQ private data starting with the
-// SRP_LOGIN_REQ), so that the target's 64-byte path is exercised end to end.
-type ibcmListener struct{ ib.Listener }
-
-type ibcmRequest struct {
-	ib.ConnRequest
-	priv []byte
+// serveIB listens on the harness node's port in the IB port space (AF_IB: raw IB CM REQ
+// private data, the 64-byte SRP_LOGIN_REQ first) and serves it; the returned channel receives
+// Serve's error once the harness is closed.
+func (h *harness) serveIB() <-chan error {
+	h.t.Helper()
+	ln, err := h.node.ListenPortSpace(memfabric.PortSpaceIB, testPort)
+	require.NoError(h.t, err)
+	errc := make(chan error, 1)
+	go func() { errc <- h.tgt.Serve(context.Background(), ln) }()
+	return errc
 }
 
-func (r *ibcmRequest) PrivateData() []byte { return r.priv }
-
-func (l ibcmListener) Next(ctx context.Context) (ib.ConnRequest, error) {
-	req, err := l.Listener.Next(ctx)
-	if err != nil {
-		return nil, err
-	}
-	f, err := srp.ParseLoginReqRDMA(req.PrivateData())
-	if err != nil {
-		return req, nil
-	}
-	priv := make([]byte, 92)
-	_, _ = srp.LoginReq(priv).Encode(&f)
-	return &ibcmRequest{ConnRequest: req, priv: priv}, nil
-}
-
+// TestLoginIBCMForm logs in with the 64-byte IB CM form through the fabric's IB port space, as
+// ib_srp's dgid= login reaches an AF_IB listener, and does I/O in every data layout on the
+// channel.
 func TestLoginIBCMForm(t *testing.T) {
-	h := newHarness(t, harnessOpts{noServe: true})
-	go func() { h.serveErr <- h.tgt.Serve(context.Background(), ibcmListener{h.ln}) }()
+	h := newHarness(t, harnessOpts{})
+	ibErr := h.serveIB()
 	cfg := h.cfg()
+	cfg.LoginForm = srptest.LoginFormIBCM
 	cfg.LoginTag = 0xAABB
 	ch := h.login(cfg)
+	require.Equal(t, memfabric.PortSpaceIB, ch.Config().PortSpace)
+	require.Len(t, ch.LoginRequestIU(), srp.LoginReqSize)
 	require.Equal(t, srp.Tag(0xAABB), ch.LoginResponse().Tag)
+	require.Equal(t, uint32(128), ch.LoginResponse().ReqLimDelta)
 	require.True(t, ch.ImmediateData())
+	var e observer.LoggedEntry
+	waitFor(t, "the login's log line", func() bool { var ok bool; e, ok = h.logged("login accepted"); return ok })
+	require.Equal(t, "IB CM (64 bytes, RDMA_PS_IB)", e.ContextMap()["login_form"])
 	clearUA(t, ch, 0)
+
+	for i, layout := range []srptest.Layout{nil, srptest.Direct{}, srptest.Indirect{N: 3}} {
+		data := pattern(40+i, 8192)
+		lba := uint32(64 * i)
+		rsp, err := ch.Do(ctxT(t), &srptest.Request{CDB: srptest.CDBWrite10(lba, 16), DataOut: data, Layout: layout})
+		require.NoError(t, err)
+		require.NoError(t, rsp.Err())
+		rsp, err = ch.Do(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(lba, 16), DataInLen: len(data), Layout: layout})
+		require.NoError(t, err)
+		require.NoError(t, rsp.Err())
+		require.Equal(t, data, rsp.DataIn, "layout %T", layout)
+	}
 
 	// A rejected 64-byte login echoes its tag too.
 	cfg.TargetPortID[0] ^= 1
@@ -287,6 +296,78 @@ func TestLoginIBCMForm(t *testing.T) {
 	var rej *srptest.LoginRejectedError
 	require.ErrorAs(t, err, &rej)
 	requireRej(t, rej.Raw, 0x00010003, 0xAABB)
+
+	h.close()
+	require.ErrorIs(t, <-ibErr, srp.ErrTargetClosed)
+}
+
+// paddedListener stands for a transport that delivers private data with the sender's length
+// (iWARP's MPA carries up to 512 bytes) from an initiator that sent the 56-byte RDMA/CM login
+// followed by zeros up to 92 bytes: by length alone that is the IB CM form.
+type paddedListener struct{ ib.Listener }
+
+type paddedRequest struct {
+	ib.ConnRequest
+	priv []byte
+}
+
+func (r *paddedRequest) PrivateData() []byte { return r.priv }
+
+func (l paddedListener) Next(ctx context.Context) (ib.ConnRequest, error) {
+	req, err := l.Listener.Next(ctx)
+	if err != nil {
+		return nil, err
+	}
+	priv := make([]byte, 92)
+	copy(priv, req.PrivateData())
+	// paddedRequest hides the fabric request's port space: only the listener can tell.
+	return &paddedRequest{ConnRequest: req, priv: priv}, nil
+}
+
+// tcpListener is a paddedListener that says it listens in the RDMA/CM TCP port space.
+type tcpListener struct{ paddedListener }
+
+func (tcpListener) RDMAPortSpace() uint16 { return srp.PortSpaceTCP }
+
+// TestLoginFormByPortSpace: the login layout follows the listener's port space, not the
+// length of the private data. A 92-byte RDMA/CM login on a TCP port-space listener logs in; on
+// a listener that does not tell its port space the length picks the IB CM layout, which reads
+// the wrong bytes as the target port identifier.
+func TestLoginFormByPortSpace(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	for _, tc := range []struct {
+		name   string
+		ln     func(ib.Listener) ib.Listener
+		reject uint32
+	}{
+		{"listener in the TCP port space", func(l ib.Listener) ib.Listener { return tcpListener{paddedListener{l}} }, 0},
+		{"listener without a port space", func(l ib.Listener) ib.Listener { return paddedListener{l} }, 0x00010003},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := h.node.Listen(testPort + 1)
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(context.Background())
+			served := make(chan error, 1)
+			go func() { served <- h.tgt.Serve(ctx, tc.ln(ln)) }()
+			defer func() {
+				cancel()
+				require.ErrorIs(t, <-served, context.Canceled)
+				require.NoError(t, ln.Close())
+			}()
+			cfg := h.cfg()
+			cfg.Addr = ln.Addr()
+			ch, err := h.loginErr(cfg)
+			if tc.reject == 0 {
+				require.NoError(t, err)
+				clearUA(t, ch, 0)
+				require.NoError(t, ch.Close())
+				return
+			}
+			var rej *srptest.LoginRejectedError
+			require.ErrorAs(t, err, &rej)
+			require.Equal(t, srp.LoginRejReason(tc.reject), rej.Reason)
+		})
+	}
 }
 
 // TestMultiChannel checks the MULTI-CHANNEL ACTION handling: single with no channel (result

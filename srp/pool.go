@@ -43,8 +43,9 @@ type bufPool struct {
 }
 
 // newBufPool maps size bytes (rounded up to a multiple of the largest block) and registers
-// them in pd. maxBuf is the largest buffer a command may ask for.
-func newBufPool(pd ib.ProtectionDomain, size int64, maxBuf uint32) (*bufPool, error) {
+// them in pd. maxBuf is the largest buffer a command may ask for. remoteWrite adds remote
+// write access, which iWARP requires of RDMA READ sinks (Limits.RemoteWriteForReadSinks).
+func newBufPool(pd ib.ProtectionDomain, size int64, maxBuf uint32, remoteWrite bool) (*bufPool, error) {
 	p, err := newBufPoolMem(size, maxBuf)
 	if err != nil {
 		return nil, err
@@ -55,9 +56,14 @@ func newBufPool(pd ib.ProtectionDomain, size int64, maxBuf uint32) (*bufPool, er
 	}
 	p.slab = slab
 	p.mem = slab.Bytes()[:len(p.mem)]
-	// Local write: RDMA READ data lands here. No remote access: the initiator never touches
-	// target memory.
-	mr, err := pd.RegisterMemory(p.mem, ib.AccessLocalWrite)
+	// Local write: RDMA READ data lands here. No remote access on IB and RoCE: the initiator
+	// never touches target memory. iWARP places READ responses through the sink's STag, which
+	// needs remote write.
+	access := ib.AccessLocalWrite
+	if remoteWrite {
+		access |= ib.AccessRemoteWrite
+	}
+	mr, err := pd.RegisterMemory(p.mem, access)
 	if err != nil {
 		_ = slab.Close()
 		return nil, fmt.Errorf("srp: registering the buffer pool of %d bytes: %w", len(p.mem), err)

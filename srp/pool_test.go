@@ -2,9 +2,13 @@ package srp
 
 import (
 	"math/rand/v2"
+	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/ib/memfabric"
 )
 
 func TestPoolSizing(t *testing.T) {
@@ -161,4 +165,26 @@ func TestPoolNoAllocations(t *testing.T) {
 		p.release(b)
 	})
 	require.Zero(t, allocs)
+}
+
+// TestPoolRegistrationAccess: the pool is an RDMA READ sink, so local write always; remote
+// write only when asked for (iWARP), never remote read.
+func TestPoolRegistrationAccess(t *testing.T) {
+	fab := memfabric.New(memfabric.Options{})
+	defer func() { require.NoError(t, fab.Close()) }()
+	node, err := fab.NewNode(netip.MustParseAddr("192.0.2.7"))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		remoteWrite bool
+		want        ib.Access
+	}{
+		{false, ib.AccessLocalWrite},
+		{true, ib.AccessLocalWrite | ib.AccessRemoteWrite},
+	} {
+		p, err := newBufPool(node.PD(), 1<<20, 64<<10, tc.remoteWrite)
+		require.NoError(t, err)
+		require.Equal(t, tc.want, p.mr.Access(), "remote write %v", tc.remoteWrite)
+		require.Equal(t, len(p.mem), p.mr.Len())
+		require.NoError(t, p.close())
+	}
 }

@@ -135,15 +135,23 @@ func (s *session) reauthorize(a Authorizer) {
 		}
 		return
 	}
+	s.switchMap(m, "configuration reload")
+}
+
+// switchMap makes m the session's LUN map. When the logical units the initiator sees through
+// it differ from the previous map's (a LUN added or removed, mapped to another logical unit,
+// or its read-only flag changed), REPORTED LUNS DATA HAS CHANGED is established for the nexus
+// on every logical unit of m, so that the initiator rescans (SPC-4 REPORT LUNS). There is no
+// previous map before the first login: that initiator gets POWER ON, RESET, OR BUS DEVICE
+// RESET OCCURRED, which covers it. why names the event for the log.
+func (s *session) switchMap(m *scsi.LUNMap, why string) {
 	old := s.lunMap.Swap(m)
-	if old == m {
+	if old == nil || old == m || sameMappings(old, m) {
 		return
 	}
-	if !sameMappings(old, m) {
-		m.EstablishUA(s.nexus, scsi.ReasonReportedLUNsDataHasChanged)
-		s.log.Info("LUN map changed by configuration reload: REPORTED LUNS DATA HAS CHANGED pending",
-			zap.Int("luns", len(m.Mappings())))
-	}
+	m.EstablishUA(s.nexus, scsi.ReasonReportedLUNsDataHasChanged)
+	s.log.Info("LUN map changed: REPORTED LUNS DATA HAS CHANGED pending",
+		zap.String("by", why), zap.Int("luns_before", len(old.Mappings())), zap.Int("luns", len(m.Mappings())))
 }
 
 // sameMappings reports whether two LUN maps show the same logical units at the same LUNs with

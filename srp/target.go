@@ -19,9 +19,11 @@ import (
 // The target engine (target.go, config.go, login.go, session.go, channel.go, cmd.go, pool.go,
 // tmf.go) in one page:
 //
-// Login. A connection request carries the 56-byte (RDMA/CM) or 64-byte (IB CM / AF_IB)
-// SRP_LOGIN_REQ. It is checked as LIO checks it (checkLogin), then the Authorizer picks the LUN
-// map, then MULTI-CHANNEL ACTION is applied (single: the nexus's channels are terminated and
+// Login. A connection request carries the 56-byte (RDMA/CM TCP port space) or 64-byte (IB CM,
+// AF_IB port space) SRP_LOGIN_REQ; the listener's port space says which (parseLogin). It is
+// checked as LIO checks it (checkLogin), then the Authorizer picks the LUN map (a map that
+// changed since the nexus's previous login establishes REPORTED LUNS DATA HAS CHANGED), then
+// MULTI-CHANNEL ACTION is applied (single: the nexus's channels are terminated and
 // the nexus reset; multi: the channel joins, up to Limits.MaxChannels). The channel's memory
 // is registered and its receive buffers are posted in AcceptParams.Recv before the REP goes
 // out. Every refusal is an SRP_LOGIN_REJ with the reason ib_srp understands and a log line
@@ -37,9 +39,11 @@ import (
 // with the SRP_RSP SEND in one chain, only the SEND signaled. The steady-state path allocates
 // nothing.
 //
-// Credits. The login grants one credit per receive buffer. A response re-posts its receive
+// Credits. The login grants one credit per receive buffer but one: the spare takes the
+// SRP_CRED_RSP that answers an SRP_CRED_REQ without a credit. A response re-posts its receive
 // buffer before granting 1 + the credits owed for requests that ended without a response
-// (aborted), so credits granted never exceed receive buffers posted.
+// (aborted), so credits granted never exceed receive buffers posted less the spare. A channel
+// that owes credits and has nothing outstanding returns them in an SRP_CRED_REQ.
 //
 // Flow control inside the target. A command that finds the buffer pool empty waits in its
 // channel's FIFO and is retried whenever any channel frees a buffer; after Limits.BufferWait
@@ -142,8 +146,9 @@ func (t *Target) Serve(ctx context.Context, l ib.Listener) error {
 		t.mu.Unlock()
 		t.serving.Done()
 	}()
+	lps := listenerPortSpace(l)
 	log := t.log.With(zap.Stringer("listener", l.Addr()))
-	log.Info("serving SRP logins")
+	log.Info("serving SRP logins", zap.String("login_form", loginFormName(lps)))
 	for {
 		req, err := l.Next(ctx)
 		if err != nil {
@@ -162,22 +167,22 @@ func (t *Target) Serve(ctx context.Context, l ib.Listener) error {
 		t.mu.Lock()
 		if t.shutting {
 			t.mu.Unlock()
-			t.rejectShutdown(req)
+			t.rejectShutdown(req, lps)
 			return ErrTargetClosed
 		}
 		t.logins.Add(1)
 		t.mu.Unlock()
 		go func() {
 			defer t.logins.Done()
-			t.login(req)
+			t.login(req, lps)
 		}()
 	}
 }
 
 // rejectShutdown answers a request that arrived while shutting down.
-func (t *Target) rejectShutdown(req ib.ConnRequest) {
+func (t *Target) rejectShutdown(req ib.ConnRequest, lps uint16) {
 	var tag Tag
-	if f, err := ParseLoginReq(req.PrivateData()); err == nil {
+	if f, _, err := parseLogin(req, lps); err == nil {
 		tag = f.Tag
 	}
 	t.reject(req, tag, LoginRejInsufficientResources, t.log, "target is shutting down", "wait for the target to restart")
@@ -247,6 +252,8 @@ func (t *Target) Shutdown(ctx context.Context) error {
 // session: a session whose initiator is now refused is disconnected; a session whose LUN map
 // changed switches to the new map atomically (commands already running finish on the old one)
 // and, if the LUNs it sees changed, gets the unit attention REPORTED LUNS DATA HAS CHANGED.
+// A session whose initiator is logged out (or reconnecting) is left alone: its next login is
+// authorized by a, and the unit attention is established then if its LUNs changed meanwhile.
 func (t *Target) SetAuthorizer(a Authorizer) {
 	t.auth.Store(&authHolder{a})
 	t.mu.Lock()
@@ -260,8 +267,6 @@ func (t *Target) SetAuthorizer(a Authorizer) {
 	}
 }
 
-func (t *Target) authorizer() Authorizer { return t.auth.Load().a }
-
 // pool returns the buffer pool of pd, creating and registering it on first use.
 func (t *Target) pool(pd ib.ProtectionDomain) (*bufPool, error) {
 	t.mu.Lock()
@@ -269,12 +274,13 @@ func (t *Target) pool(pd ib.ProtectionDomain) (*bufPool, error) {
 	if p := t.pools[pd]; p != nil {
 		return p, nil
 	}
-	p, err := newBufPool(pd, t.lim.BufferPoolSize, t.lim.MaxTransferLen)
+	p, err := newBufPool(pd, t.lim.BufferPoolSize, t.lim.MaxTransferLen, t.lim.RemoteWriteForReadSinks)
 	if err != nil {
 		return nil, err
 	}
 	t.pools[pd] = p
-	t.log.Info("registered data buffer pool", zap.Int64("bytes", p.size()), zap.Int64("largest_buffer", int64(poolMinBlock)<<p.maxOrder))
+	t.log.Info("registered data buffer pool", zap.Int64("bytes", p.size()), zap.Int64("largest_buffer", int64(poolMinBlock)<<p.maxOrder),
+		zap.Bool("remote_write", t.lim.RemoteWriteForReadSinks))
 	return p, nil
 }
 
@@ -374,6 +380,9 @@ type Stats struct {
 	// CreditViolations counts responses that would have granted more credits than receive
 	// buffers were posted. It must stay 0; it exists to catch bugs.
 	CreditViolations uint64
+	// CreditRequests counts SRP_CRED_REQs sent: credits owed to a channel with nothing
+	// outstanding (its commands aborted by task management on another channel).
+	CreditRequests uint64
 	// PoolInUse and PoolHighMark are bytes of data buffers, summed over devices.
 	PoolInUse    int64
 	PoolHighMark int64
@@ -390,6 +399,7 @@ type counters struct {
 	protocolErrors, rdmaErrors     atomic.Uint64
 	bufferWaits, bufferBusy        atomic.Uint64
 	creditViolations               atomic.Uint64
+	credReqs                       atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -411,6 +421,7 @@ func (t *Target) Stats() Stats {
 		BufferWaits:      c.bufferWaits.Load(),
 		BufferBusy:       c.bufferBusy.Load(),
 		CreditViolations: c.creditViolations.Load(),
+		CreditRequests:   c.credReqs.Load(),
 	}
 	for i := range s.Rejects {
 		s.Rejects[i] = c.rejects[i].Load()

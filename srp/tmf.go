@@ -8,18 +8,25 @@ import (
 	"github.com/srptarget/srptarget/scsi"
 )
 
-// Task management functions beyond include/scsi/srp.h. SRP r16a defines only ABORT TASK,
-// ABORT TASK SET, CLEAR TASK SET, LOGICAL UNIT RESET and CLEAR ACA, and the wire package
-// deliberately defines no other code. The values below are the SAM-5 task management function
-// codes that FCP-4 and SAS SSP use (0x10 I_T NEXUS RESET, 0x80 QUERY TASK) and that SRP-2
-// drafts follow (inferred: the SRP-2 text could not be read). ib_srp never sends them.
-const (
-	tskITNexusReset TskMgmtFunc = 0x10
-	tskQueryTask    TskMgmtFunc = 0x80
-	// tskMgmtSucceeded is FUNCTION SUCCEEDED (FCP-4/SAS coding), QUERY TASK's answer when
-	// the task exists.
-	tskMgmtSucceeded TskMgmtRspCode = 0x08
-)
+// Which task management functions exist, and their codes. Sourced: SRP defines ABORT TASK
+// (01h), ABORT TASK SET (02h), CLEAR TASK SET (04h), LOGICAL UNIT RESET (08h) and CLEAR ACA
+// (40h), and for "all other values" the task manager answers TASK MANAGEMENT FUNCTION NOT
+// SUPPORTED (SRP revision 4 table 16 as quoted on the T10 reflector, "SRP task management
+// function codes", May 2001; the same five codes in r16a-based include/scsi/srp.h, LIO and
+// SCST srpt, illumos srpt and QEMU's srp.h; LIO answers any other code with 04h). The response
+// codes 00h, 02h, 04h and 05h are SRP r16a table 24 (cited by SCST's srpt; illumos and QEMU
+// define the same four).
+//
+// Not sourced, so not implemented: I_T NEXUS RESET and QUERY TASK (and QUERY TASK SET, QUERY
+// ASYNCHRONOUS EVENT). SAM-5 defines them, but each transport assigns their codes, and the
+// SRP-2 drafts (T10 srp2r00a and later), which would assign SRP's, could not be read: the
+// search tools found no copy, and the Linux header, updated for SRP-2's immediate data, adds
+// no task management code. 10h and 80h (with responses 08h FUNCTION SUCCEEDED and 09h INVALID
+// LOGICAL UNIT NUMBER) are SAS SSP's values; they cannot be carried over, since the transports
+// already disagree on these bits (FCP-2 uses 10h for LOGICAL UNIT RESET, SPI and SRP 08h).
+// Performing a guessed I_T NEXUS RESET on a code SRP-2 may define otherwise would abort every
+// command of the nexus; answering NOT SUPPORTED is what SRP prescribes for codes it does not
+// define. ib_srp never sends these functions.
 
 // tmfRetry is how often a task management function re-issues its abort to the logical unit
 // while it waits for a claimed command: a command that was handed to a worker just before the
@@ -75,7 +82,8 @@ func (ch *channel) tmfLoop() {
 // here with one compare-and-swap on their context, they end without a response), and in the
 // logical unit (scsi.LUNMap's functions, which return when the aborted commands have left the
 // logical unit). Response codes follow LIO (srp-protocol.md 5.9): FUNCTION COMPLETE → 0x00,
-// rejected → 0x04, anything else (unknown LUN) → 0x05.
+// rejected → 0x04, anything else (unknown LUN) → 0x05. Codes SRP r16a does not define are
+// answered 0x04 without touching any command (see the comment at the top of this file).
 func (ch *channel) runTMF(tm *tmReq) TskMgmtRspCode {
 	s := ch.sess
 	n := s.nexus
@@ -123,23 +131,6 @@ func (ch *channel) runTMF(tm *tmReq) TskMgmtRspCode {
 	case TskClearACA:
 		// NORMACA is 0 in the INQUIRY data: ACA is never established.
 		return TskMgmtFuncNotSupp
-	case tskITNexusReset:
-		claimed := claim(s.channelList(), tm.seq, func(*cmdCtx) bool { return true })
-		m.NexusReset(n)
-		waitClaimed(claimed)
-		return TskMgmtSuccess
-	case tskQueryTask:
-		tag := uint64(tm.taskTag)
-		if find(s.channelList(), tm.seq, func(c *cmdCtx) bool { return c.tag.Load() == tag && c.lun.Load() == lun }) {
-			return tskMgmtSucceeded
-		}
-		switch m.QueryTask(n, lun, tag) {
-		case scsi.TMFSucceeded:
-			return tskMgmtSucceeded
-		case scsi.TMFComplete:
-			return TskMgmtSuccess
-		}
-		return TskMgmtFailed
 	}
 	return TskMgmtFuncNotSupp
 }
@@ -189,19 +180,6 @@ func claim(chs []*channel, before uint64, match func(*cmdCtx) bool) []claimedCmd
 type claimedCmd struct {
 	c        *cmdCtx
 	lun, tag uint64
-}
-
-// find reports whether a command of chs in progress that arrived before matches.
-func find(chs []*channel, before uint64, match func(*cmdCtx) bool) bool {
-	for _, ch := range chs {
-		for i := range ch.ctxs {
-			c := &ch.ctxs[i]
-			if c.state() == ctxCmd && c.seq.Load() < before && match(c) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // waitClaimed waits until every claimed command has been released by its channel. While it

@@ -700,6 +700,14 @@ func (c *Conn) execRead(s *sendSlot, peer *Conn) ib.Status {
 	if !c.gather(s, true) {
 		return ib.StatusLocalProtectionError
 	}
+	if c.node.f.opts.IWARP {
+		for _, g := range s.wr.SGL {
+			// gather checked that every SGE names a valid region of this node.
+			if g.MR.Access()&ib.AccessRemoteWrite == 0 {
+				return ib.StatusLocalProtectionError
+			}
+		}
+	}
 	total := 0
 	for _, b := range c.src {
 		total += len(b)

@@ -449,3 +449,40 @@ func TestRegisterMemory(t *testing.T) {
 	require.NoError(t, a.Deregister())
 	require.ErrorIs(t, a.Deregister(), ib.ErrClosed)
 }
+
+// TestRDMAReadIWARP: with Options.IWARP an RDMA READ sink needs remote write access as well;
+// without it the READ fails and the QP goes to the error state. Without the option local write
+// is enough (IB, RoCE).
+func TestRDMAReadIWARP(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		iwarp  bool
+		access ib.Access
+		want   ib.Status
+	}{
+		{"IB: local write", false, ib.AccessLocalWrite, ib.StatusSuccess},
+		{"iWARP: local write only", true, ib.AccessLocalWrite, ib.StatusLocalProtectionError},
+		{"iWARP: local and remote write", true, ib.AccessLocalWrite | ib.AccessRemoteWrite, ib.StatusSuccess},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, Options{IWARP: tc.iwarp})
+			sink := register(t, e.target.PD(), 4096, tc.access)
+			imr := register(t, e.initiator.PD(), 4096, ib.AccessRemoteRead)
+			tc2, _ := e.connect(t, srpConnect(), srpAccept())
+			want := bytes.Clone(fill(imr.Bytes(), 5))
+			_, err := tc2.PostSend([]ib.SendWR{
+				{ID: 1, Op: ib.OpRDMARead, Signaled: true, SGL: []ib.SGE{{MR: sink, Length: 4096}},
+					RemoteAddr: imr.Addr(), RKey: imr.RKey()},
+				{ID: 2, Op: ib.OpRDMAWrite, Signaled: true}, // zero-length marker behind it
+			})
+			require.NoError(t, err)
+			if tc.want == ib.StatusSuccess {
+				require.Equal(t, []ib.Completion{ok(1, ib.OpRDMARead), ok(2, ib.OpRDMAWrite)}, poll(t, tc2, 2))
+				require.Equal(t, want, sink.Bytes())
+				return
+			}
+			require.Equal(t, []ib.Completion{failed(1, tc.want), failed(2, ib.StatusWRFlushError)}, poll(t, tc2, 2))
+			require.Equal(t, make([]byte, 4096), sink.Bytes(), "nothing was placed")
+		})
+	}
+}

@@ -8,6 +8,11 @@
 //
 // What is modelled, and how (the contract itself is in package ib's documentation):
 //
+//   - Port spaces: Node.Listen and Connect use the RDMA/CM TCP port space, whose requests carry
+//     ib.MaxConnRequestPrivateData = 56 bytes; Node.ListenPortSpace and
+//     ConnectParams.PortSpace also offer the IB port space (AF_IB, RDMA_PS_IB), whose requests
+//     carry the IB CM REQ's full 92 bytes, as a native IB CM login (ib_srp's dgid=) arrives.
+//     Private data is delivered zero-padded to the port space's size, as on IB and RoCE.
 //   - Keys and bounds: every RDMA access checks the rkey, the range and the access flag of the
 //     responder's region; every local SGE is checked against its region (registered in this
 //     node's PD, in range, local write where the HCA writes). Region addresses are synthetic,

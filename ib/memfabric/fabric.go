@@ -45,6 +45,66 @@ type Options struct {
 	// Backlog is the number of connection requests a listener queues before Connect fails
 	// with ib.ErrQueueFull. Default 128.
 	Backlog int
+	// IWARP applies the iWARP rule that RDMA READ sinks must be registered with
+	// ib.AccessRemoteWrite as well as ib.AccessLocalWrite: RDMAP places the READ response
+	// through the sink's STag like an RDMA WRITE (the kernel's rdma_rw registers iWARP READ
+	// sinks with IB_ACCESS_REMOTE_WRITE for this reason). An RDMA READ into a region without
+	// it completes with ib.StatusLocalProtectionError (real RNICs report it in different
+	// ways, always as a fatal error on the QP). Set Limits.MaxReadSGE to 1 as well to model
+	// siw. The other iWARP differences (private data of the sender's length, no IB port
+	// space) are not modelled.
+	IWARP bool
+}
+
+// PortSpace is an RDMA/CM port space, numbered as librdmacm's enum rdma_port_space. A listener
+// receives only the connection requests sent to its port in its port space, and the port space
+// decides how much private data a request carries.
+type PortSpace uint16
+
+const (
+	// PortSpaceTCP (RDMA_PS_TCP) is what rdma_connect to an IP address uses: RoCE, iWARP and
+	// IB with IPoIB addresses (ib_srp's dest=). RDMA/CM puts its 36-byte header in the IB CM
+	// REQ's 92 bytes of private data, leaving ib.MaxConnRequestPrivateData = 56 for the caller.
+	PortSpaceTCP PortSpace = 0x0106
+	// PortSpaceIB (RDMA_PS_IB) is RDMA/CM with AF_IB addresses, the only way user space can
+	// receive native IB CM REQs (ib_srp's dgid=...,service_id=0x013fPPPP): no CMA header, so a
+	// request carries the full MaxIBConnRequestPrivateData = 92 bytes of REQ private data and
+	// the listener gets them raw, starting with the 64-byte SRP_LOGIN_REQ (srp-protocol.md
+	// 3.3-3.4). Node addresses stand in for GIDs and the port for the low 16 bits of the
+	// service ID 0x00000000013FPPPP.
+	PortSpaceIB PortSpace = 0x013F
+)
+
+// MaxIBConnRequestPrivateData is the private data of an IB CM REQ (IB_CM_REQ_PRIVATE_DATA_SIZE):
+// what a connection request carries in PortSpaceIB.
+const MaxIBConnRequestPrivateData = 92
+
+// maxReqPrivateData is how much private data a connection request in ps carries, or 0 for a
+// port space the fabric does not model.
+func (ps PortSpace) maxReqPrivateData() int {
+	switch ps {
+	case PortSpaceTCP:
+		return ib.MaxConnRequestPrivateData
+	case PortSpaceIB:
+		return MaxIBConnRequestPrivateData
+	}
+	return 0
+}
+
+func (ps PortSpace) String() string {
+	switch ps {
+	case PortSpaceTCP:
+		return "RDMA_PS_TCP"
+	case PortSpaceIB:
+		return "RDMA_PS_IB"
+	}
+	return fmt.Sprintf("port space %#04x", uint16(ps))
+}
+
+// listenKey names a listener: a port in a port space.
+type listenKey struct {
+	ps   PortSpace
+	port uint16
 }
 
 // Fabric connects nodes. Every goroutine and timer it starts ends with Close.
@@ -91,7 +151,7 @@ func (f *Fabric) NewNode(addr netip.Addr) (*Node, error) {
 	n := &Node{
 		f:         f,
 		addr:      addr,
-		listeners: make(map[uint16]*listener),
+		listeners: make(map[listenKey]*listener),
 		conns:     make(map[*Conn]struct{}),
 		pending:   make(map[*connReq]struct{}),
 		nextPort:  40000,
@@ -134,7 +194,7 @@ type Node struct {
 	mu        sync.Mutex
 	removed   bool
 	closed    bool
-	listeners map[uint16]*listener
+	listeners map[listenKey]*listener
 	conns     map[*Conn]struct{}
 	pending   map[*connReq]struct{} // requests to this node not answered yet
 	nextPort  uint16
@@ -155,26 +215,37 @@ func (n *Node) isRemoved() bool {
 	return n.removed
 }
 
-// Listen listens on the node's address and port (the RDMA/CM TCP port space).
+// Listen listens on the node's address and port in the RDMA/CM TCP port space.
 func (n *Node) Listen(port uint16) (ib.Listener, error) {
+	return n.ListenPortSpace(PortSpaceTCP, port)
+}
+
+// ListenPortSpace listens on the node's address and port in port space ps. The same port can
+// be listened on in each port space. The listener (and every request it delivers) has a method
+// RDMAPortSpace() uint16 returning ps, which the SRP target uses to pick the login layout.
+func (n *Node) ListenPortSpace(ps PortSpace, port uint16) (ib.Listener, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	addr := netip.AddrPortFrom(n.addr, port)
+	key := listenKey{ps, port}
 	switch {
+	case ps.maxReqPrivateData() == 0:
+		return nil, fmt.Errorf("memfabric: listen %v in %v: %w", addr, ps, ib.ErrInvalidArgument)
 	case n.removed:
 		return nil, fmt.Errorf("memfabric: listen %v: %w", addr, ib.ErrDeviceRemoved)
 	case n.closed:
 		return nil, fmt.Errorf("memfabric: listen %v: %w", addr, ib.ErrClosed)
-	case n.listeners[port] != nil:
-		return nil, fmt.Errorf("memfabric: listen %v: %w", addr, unix.EADDRINUSE)
+	case n.listeners[key] != nil:
+		return nil, fmt.Errorf("memfabric: listen %v in %v: %w", addr, ps, unix.EADDRINUSE)
 	}
 	l := &listener{
 		node: n,
 		addr: addr,
+		ps:   ps,
 		reqs: make(chan *connReq, n.f.opts.Backlog),
 		done: make(chan struct{}),
 	}
-	n.listeners[port] = l
+	n.listeners[key] = l
 	return l, nil
 }
 
@@ -188,19 +259,33 @@ type ConnectParams struct {
 	ResponderResources uint8
 	// InitiatorDepth: RDMA READs we may issue (ib_srp: 0).
 	InitiatorDepth uint8
+	// PortSpace is where the request goes: zero means PortSpaceTCP (rdma_connect to an IP
+	// address); PortSpaceIB carries up to MaxIBConnRequestPrivateData bytes, as an IB CM REQ
+	// does.
+	PortSpace PortSpace
 	// Recv is posted before the request is sent, so the target can SEND as soon as it accepts.
 	Recv []ib.RecvWR
 }
 
 // Connect sends a connection request carrying privateData (at most
-// ib.MaxConnRequestPrivateData bytes) to dst and waits for the answer. On accept it returns the
-// initiator's connection, whose PrivateData is the REP's; on reject a *RejectedError. If ctx
-// ends first the request is withdrawn; a target that accepts it afterwards sees
-// EventDisconnected instead of EventEstablished.
+// ib.MaxConnRequestPrivateData bytes in the TCP port space, MaxIBConnRequestPrivateData in the
+// IB port space) to dst in params.PortSpace and waits for the answer. On accept it returns the
+// initiator's connection, whose PrivateData is the REP's; on reject a *RejectedError (reason
+// RejectInvalidServiceID when nobody listens on that port in that port space). If ctx ends
+// first the request is withdrawn; a target that accepts it afterwards sees EventDisconnected
+// instead of EventEstablished.
 func (n *Node) Connect(ctx context.Context, dst netip.AddrPort, privateData []byte, params ConnectParams) (*Conn, error) {
 	lim := n.f.opts.Limits
-	if len(privateData) > ib.MaxConnRequestPrivateData {
-		return nil, fmt.Errorf("memfabric: connect %v: %d bytes: %w", dst, len(privateData), ib.ErrPrivateDataTooLong)
+	ps := params.PortSpace
+	if ps == 0 {
+		ps = PortSpaceTCP
+	}
+	maxPriv := ps.maxReqPrivateData()
+	if maxPriv == 0 {
+		return nil, fmt.Errorf("memfabric: connect %v in %v: %w", dst, ps, ib.ErrInvalidArgument)
+	}
+	if len(privateData) > maxPriv {
+		return nil, fmt.Errorf("memfabric: connect %v in %v: %d bytes, at most %d: %w", dst, ps, len(privateData), maxPriv, ib.ErrPrivateDataTooLong)
 	}
 	if err := checkCaps(params.QP, lim); err != nil {
 		return nil, fmt.Errorf("memfabric: connect %v: %w", dst, err)
@@ -236,7 +321,8 @@ func (n *Node) Connect(ctx context.Context, dst netip.AddrPort, privateData []by
 	p.mu.Unlock()
 
 	r := &connReq{
-		priv:   padded(privateData, ib.MaxConnRequestPrivateData),
+		ps:     ps,
+		priv:   padded(privateData, maxPriv),
 		remote: ini.local,
 		local:  dst,
 		params: params,
@@ -270,14 +356,14 @@ func (n *Node) Connect(ctx context.Context, dst netip.AddrPort, privateData []by
 	return ini, nil
 }
 
-// enqueue hands a request to the listener on r.local's port.
+// enqueue hands a request to the listener on r.local's port in r's port space.
 func (n *Node) enqueue(r *connReq) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.removed || n.closed {
 		return unix.EHOSTUNREACH
 	}
-	l := n.listeners[r.local.Port()]
+	l := n.listeners[listenKey{r.ps, r.local.Port()}]
 	if l == nil {
 		// Nobody listens on that port: the passive side's CM answers with a REJ.
 		return &RejectedError{Reason: RejectInvalidServiceID}
@@ -388,9 +474,9 @@ func (n *Node) connsLocked() []*Conn {
 // it takes n.mu).
 func (n *Node) closeListenersLocked(err error) []*connReq {
 	var reqs []*connReq
-	for port, l := range n.listeners {
+	for key, l := range n.listeners {
 		reqs = append(reqs, l.closeLocked(err)...)
-		delete(n.listeners, port)
+		delete(n.listeners, key)
 	}
 	return reqs
 }

@@ -39,6 +39,7 @@ func (e *RejectedError) Error() string {
 type listener struct {
 	node *Node
 	addr netip.AddrPort
+	ps   PortSpace
 	reqs chan *connReq
 	done chan struct{}
 
@@ -61,6 +62,10 @@ func (l *listener) Next(ctx context.Context) (ib.ConnRequest, error) {
 
 func (l *listener) Addr() netip.AddrPort { return l.addr }
 
+// RDMAPortSpace returns the listener's port space as librdmacm numbers it (ib.Listener has no
+// such method; the SRP target looks for it to choose the SRP_LOGIN_REQ layout).
+func (l *listener) RDMAPortSpace() uint16 { return uint16(l.ps) }
+
 func (l *listener) Close() error {
 	n := l.node
 	n.mu.Lock()
@@ -68,8 +73,8 @@ func (l *listener) Close() error {
 		n.mu.Unlock()
 		return nil
 	}
-	if n.listeners[l.addr.Port()] == l {
-		delete(n.listeners, l.addr.Port())
+	if key := (listenKey{l.ps, l.addr.Port()}); n.listeners[key] == l {
+		delete(n.listeners, key)
 	}
 	reqs := l.closeLocked(ib.ErrClosed)
 	n.mu.Unlock()
@@ -109,6 +114,7 @@ const (
 // connReq is an ib.ConnRequest. Its immutable fields are set by Connect; state is guarded by mu.
 type connReq struct {
 	ln     *listener
+	ps     PortSpace
 	priv   []byte
 	remote netip.AddrPort
 	local  netip.AddrPort
@@ -130,6 +136,7 @@ func (r *connReq) ResponderResources() uint8  { return r.params.ResponderResourc
 func (r *connReq) InitiatorDepth() uint8      { return r.params.InitiatorDepth }
 func (r *connReq) Limits() ib.DeviceLimits    { return r.ln.node.f.opts.Limits }
 func (r *connReq) PD() ib.ProtectionDomain    { return r.ln.node.pd }
+func (r *connReq) RDMAPortSpace() uint16      { return uint16(r.ps) }
 func (r *connReq) String() string             { return fmt.Sprintf("request %v -> %v", r.remote, r.local) }
 
 // answer sends a rejection if the request is still pending (used on listener close).

@@ -346,30 +346,44 @@ func (c *Channel) poll() {
 			return
 		case <-c.conn.Ready():
 		}
-		for {
-			n, err := c.conn.PollCompletions(wcs)
-			c.mu.Lock()
-			if err != nil {
-				// The connection was closed underneath (Fabric.Close): nothing will complete
-				// any more, and this goroutine must not outlive the fabric.
-				c.failLocked(fmt.Errorf("srptest: polling: %w: %w", ErrDisconnected, err))
-				c.mu.Unlock()
-				return
-			}
-			for i := range wcs[:n] {
-				c.completionLocked(&wcs[i])
-			}
-			c.mu.Unlock()
-			if n < len(wcs) {
-				break
-			}
+		if !c.drainCompletions(wcs) {
+			return
 		}
 		for {
 			ev, ok := c.conn.PollEvent()
 			if !ok {
 				break
 			}
+			if ev == ib.EventDisconnected && !c.drainCompletions(wcs) {
+				// Responses the target sent before its DREQ may have been queued while this
+				// goroutine was past the completion drain above: take them before failing
+				// what is still pending (a target that answers, then disconnects, must not
+				// look as if it had not answered).
+				return
+			}
 			c.event(ev)
+		}
+	}
+}
+
+// drainCompletions polls the completion queue empty; false when the connection is gone.
+func (c *Channel) drainCompletions(wcs []ib.Completion) bool {
+	for {
+		n, err := c.conn.PollCompletions(wcs)
+		c.mu.Lock()
+		if err != nil {
+			// The connection was closed underneath (Fabric.Close): nothing will complete
+			// any more, and this goroutine must not outlive the fabric.
+			c.failLocked(fmt.Errorf("srptest: polling: %w: %w", ErrDisconnected, err))
+			c.mu.Unlock()
+			return false
+		}
+		for i := range wcs[:n] {
+			c.completionLocked(&wcs[i])
+		}
+		c.mu.Unlock()
+		if n < len(wcs) {
+			return true
 		}
 	}
 }

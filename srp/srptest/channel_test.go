@@ -3,6 +3,7 @@ package srptest
 import (
 	"context"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -259,8 +260,43 @@ func TestBadLoginResponse(t *testing.T) {
 
 func TestIBCMFormNeedsAFIB(t *testing.T) {
 	fab, ft := setup(t, memfabric.Options{}, nil)
-	_, err := Login(testCtx(t), fab, Config{Addr: ft.addr, LoginForm: LoginFormIBCM})
+	_, err := Login(testCtx(t), fab, Config{Addr: ft.addr, LoginForm: LoginFormIBCM, PortSpace: memfabric.PortSpaceTCP})
 	require.ErrorIs(t, err, ib.ErrPrivateDataTooLong, "the RDMA/CM TCP port space carries 56 bytes")
+	// By default the 64-byte form goes to the IB port space, where this target does not
+	// listen: the CM answers for it.
+	_, err = Login(testCtx(t), fab, Config{Addr: ft.addr, LoginForm: LoginFormIBCM})
+	var rej *LoginRejectedError
+	require.ErrorAs(t, err, &rej)
+	require.Equal(t, memfabric.RejectInvalidServiceID, rej.CMReason)
+	require.False(t, rej.Decoded)
+}
+
+// TestIBCMLogin: the 64-byte form reaches a target listening in the IB port space as the raw
+// 92 bytes of IB CM REQ private data, SRP_LOGIN_REQ first; the channel then works as usual.
+func TestIBCMLogin(t *testing.T) {
+	fab, ft := setup(t, memfabric.Options{}, func(ft *fakeTarget) { ft.listenIB = true })
+	ctx := testCtx(t)
+	ch, err := Login(ctx, fab, Config{Addr: ft.addr, LoginForm: LoginFormIBCM, TargetPortID: testTargetPort, LoginTag: 0x77})
+	require.NoError(t, err)
+	defer ch.Close()
+	require.Equal(t, memfabric.PortSpaceIB, ch.Config().PortSpace)
+	ft.mu.Lock()
+	priv := ft.privs[0]
+	ft.mu.Unlock()
+	require.Len(t, priv, memfabric.MaxIBConnRequestPrivateData)
+	require.Equal(t, ch.LoginRequestIU(), priv[:srp.LoginReqSize])
+	require.Len(t, ch.LoginRequestIU(), srp.LoginReqSize)
+	require.Equal(t, make([]byte, 92-64), priv[64:])
+	require.Equal(t, srp.Tag(0x77), ch.LoginResponse().Tag)
+
+	data := pattern(4096, 3)
+	rsp, err := ch.Write10(ctx, 0, 8, data, 512)
+	require.NoError(t, err)
+	require.NoError(t, rsp.Err())
+	rsp, err = ch.Read10(ctx, 0, 8, 8, 512)
+	require.NoError(t, err)
+	require.NoError(t, rsp.Err())
+	require.Equal(t, data, rsp.DataIn)
 }
 
 func TestSmallITIULenWarns(t *testing.T) {
@@ -300,4 +336,62 @@ func TestLoginMulti(t *testing.T) {
 	// Tags carry the channel index as blk_mq_unique_tag does: channel 2, tag 0.
 	ius := ft.channel(2).receivedIUs()
 	require.Equal(t, []byte{0x00, 0x00, 0x02, 0x00, 0, 0, 0, 0}, ius[0][8:16])
+}
+
+// dreqConn delivers, on its first PollEvent, a DREQ together with a receive completion queued
+// just before it: the response the target sent before disconnecting, which arrived while the
+// poller was already past its completion drain.
+type dreqConn struct {
+	stubConn
+	c      *Channel
+	rsp    []byte
+	mu     sync.Mutex
+	queued []ib.Completion
+	sent   bool
+}
+
+func (d *dreqConn) PollCompletions(wcs []ib.Completion) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := copy(wcs, d.queued)
+	d.queued = d.queued[n:]
+	return n, nil
+}
+
+func (d *dreqConn) PollEvent() (ib.Event, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.sent {
+		return 0, false
+	}
+	d.sent = true
+	copy(d.c.rxBuf, d.rsp)
+	d.queued = append(d.queued, ib.Completion{ID: wrRecv | 0, Status: ib.StatusSuccess, Opcode: ib.OpRecv, ByteLen: uint32(len(d.rsp))})
+	return ib.EventDisconnected, true
+}
+
+// TestResponseBeforeDREQ: a response queued before the target's DREQ completes its request;
+// only what is still pending after it fails with ErrDisconnected.
+func TestResponseBeforeDREQ(t *testing.T) {
+	c, sc, r := newStubChannel(t)
+	rsp := make([]byte, 64)
+	n, err := srp.Rsp(rsp).Encode(&srp.RspFields{Tag: fuzzTag, ReqLimDelta: 1})
+	require.NoError(t, err)
+	dc := &dreqConn{stubConn: *sc, c: c, rsp: rsp[:n]}
+	dc.ready = make(chan struct{}, 1)
+	c.conn = dc
+	c.stop, c.pollDone = make(chan struct{}), make(chan struct{})
+	go c.poll()
+	dc.ready <- struct{}{}
+	select {
+	case <-r.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("request not completed")
+	}
+	require.NoError(t, r.err)
+	require.Equal(t, fuzzTag, r.rsp.Tag)
+	<-c.Disconnected()
+	require.ErrorIs(t, c.Err(), ErrDisconnected)
+	close(c.stop)
+	<-c.pollDone
 }

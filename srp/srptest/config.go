@@ -66,8 +66,9 @@ const (
 	// RDMA/CM (add_target with dest=): the form the target sees on RoCE, iWARP and IPoIB.
 	LoginFormRDMACM LoginForm = iota
 	// LoginFormIBCM is the 64-byte struct srp_login_req that ib_srp sends in an IB CM REQ
-	// (add_target with dgid=). It needs a fabric that carries 92 bytes of REQ private data
-	// (AF_IB); over the RDMA/CM TCP port space the fabric refuses it as too long.
+	// (add_target with dgid=). Login sends it in the fabric's IB port space
+	// (memfabric.PortSpaceIB: 92 bytes of REQ private data, as a target listening with
+	// AF_IB / RDMA_PS_IB receives it); the target must listen there.
 	LoginFormIBCM
 )
 
@@ -102,6 +103,11 @@ type Config struct {
 
 	// LoginForm selects the 56-byte RDMA/CM (default) or the 64-byte IB CM login layout.
 	LoginForm LoginForm
+	// PortSpace is the fabric port space the connection request goes to. Zero means the one
+	// LoginForm belongs to: memfabric.PortSpaceTCP for LoginFormRDMACM, memfabric.PortSpaceIB
+	// for LoginFormIBCM. Setting the other one sends a login where a real initiator would
+	// not, for tests of the target's parsing (or of the fabric's size limit).
+	PortSpace memfabric.PortSpace
 	// LoginTag is the TAG of SRP_LOGIN_REQ; ib_srp sends 0.
 	LoginTag srp.Tag
 	// ReqBufFmt is REQUIRED BUFFER FORMATS; zero means ib_srp's direct|indirect.
@@ -188,6 +194,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 5 * time.Second
 	}
+	if cfg.PortSpace == 0 {
+		cfg.PortSpace = memfabric.PortSpaceTCP
+		if cfg.LoginForm == LoginFormIBCM {
+			cfg.PortSpace = memfabric.PortSpaceIB
+		}
+	}
 	switch {
 	case cfg.QueueDepth < 3:
 		// can_queue = queue_size - 2 must leave room for one command.
@@ -202,6 +214,8 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, fmt.Errorf("srptest: config: retry count %d outside 0..7: %w", cfg.RetryCount, ErrConfig)
 	case cfg.LoginForm != LoginFormRDMACM && cfg.LoginForm != LoginFormIBCM:
 		return cfg, fmt.Errorf("srptest: config: %v: %w", cfg.LoginForm, ErrConfig)
+	case cfg.PortSpace != 0 && cfg.PortSpace != memfabric.PortSpaceTCP && cfg.PortSpace != memfabric.PortSpaceIB:
+		return cfg, fmt.Errorf("srptest: config: %v: %w", cfg.PortSpace, ErrConfig)
 	case cfg.MultiChannel&^srp.MultiChanActionMask != 0:
 		return cfg, fmt.Errorf("srptest: config: multi-channel action %#x is more than bits 1:0: %w", uint8(cfg.MultiChannel), ErrConfig)
 	}

@@ -6,7 +6,8 @@
 //
 // What it copies from ib_srp, and why it matters to a target:
 //
-//   - Login: the 56-byte RDMA/CM form of SRP_LOGIN_REQ (or the 64-byte IB CM form), TAG 0,
+//   - Login: the 56-byte RDMA/CM form of SRP_LOGIN_REQ in the RDMA/CM TCP port space (or the
+//     64-byte IB CM form in the IB port space, as a dgid= login reaches an AF_IB listener), TAG 0,
 //     buffer formats direct+indirect, MULTI-CHANNEL ACTION single for the first channel and
 //     multi for the others, IMMED requested with offset 68, REQUESTED MAX IT IU LENGTH 8260
 //     (srp_max_it_iu_len), responder resources 4, initiator depth 0, RNR retry 7.

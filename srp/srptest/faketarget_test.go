@@ -26,6 +26,7 @@ type fakeTarget struct {
 	fab  *memfabric.Fabric
 	node *memfabric.Node
 	ln   ib.Listener
+	ibLn ib.Listener // with listenIB
 	addr netip.AddrPort
 
 	// Set before the first login.
@@ -44,6 +45,8 @@ type fakeTarget struct {
 	tmNoData bool
 	// dreqOnLogout disconnects the channel as soon as SRP_I_LOGOUT arrives.
 	dreqOnLogout bool
+	// listenIB also listens on the port in the fabric's IB port space (AF_IB logins).
+	listenIB bool
 
 	wg     sync.WaitGroup
 	cancel context.CancelFunc
@@ -52,6 +55,7 @@ type fakeTarget struct {
 	mu     sync.Mutex
 	chans  []*fakeChan
 	logins []srp.LoginReqFields
+	privs  [][]byte // the connection requests' private data, as delivered
 	disk   []byte
 }
 
@@ -100,21 +104,30 @@ func newFakeTarget(t *testing.T, fab *memfabric.Fabric) *fakeTarget {
 	return ft
 }
 
-// start runs the listener; call after setting the options.
+// start runs the listener(s); call after setting the options.
 func (ft *fakeTarget) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	ft.cancel = cancel
-	ft.wg.Add(1)
-	go func() {
-		defer ft.wg.Done()
-		for {
-			req, err := ft.ln.Next(ctx)
-			if err != nil {
-				return
+	lns := []ib.Listener{ft.ln}
+	if ft.listenIB {
+		ln, err := ft.node.ListenPortSpace(memfabric.PortSpaceIB, ft.addr.Port())
+		require.NoError(ft.t, err)
+		ft.ibLn = ln
+		lns = append(lns, ln)
+	}
+	for _, ln := range lns {
+		ft.wg.Add(1)
+		go func() {
+			defer ft.wg.Done()
+			for {
+				req, err := ln.Next(ctx)
+				if err != nil {
+					return
+				}
+				ft.accept(req)
 			}
-			ft.accept(req)
-		}
-	}()
+		}()
+	}
 }
 
 // close stops everything the fake target started.
@@ -123,6 +136,9 @@ func (ft *fakeTarget) close() {
 		ft.cancel()
 	}
 	_ = ft.ln.Close()
+	if ft.ibLn != nil {
+		_ = ft.ibLn.Close()
+	}
 	close(ft.done)
 	ft.wg.Wait()
 	// No accept runs any more: every channel is in the list.
@@ -159,6 +175,7 @@ func (ft *fakeTarget) accept(req ib.ConnRequest) {
 	}
 	ft.mu.Lock()
 	ft.logins = append(ft.logins, f)
+	ft.privs = append(ft.privs, append([]byte(nil), req.PrivateData()...))
 	ft.mu.Unlock()
 	rsp := &srp.LoginRspFields{
 		ReqLimDelta: ft.credits,

@@ -149,6 +149,7 @@ func TestConfigRejects(t *testing.T) {
 		"RNR retry 8":            {Addr: testAddr, RNRRetryCount: 8},
 		"retry count 9":          {Addr: testAddr, RetryCount: 9},
 		"login form 7":           {Addr: testAddr, LoginForm: 7},
+		"port space UDP":         {Addr: testAddr, PortSpace: 0x0111},
 		"multi-channel action 4": {Addr: testAddr, MultiChannel: 4},
 		"negative max_imm_data":  {Addr: testAddr, MaxImmData: -1},
 	} {
