@@ -35,6 +35,9 @@ type Config struct {
 	MaxTransferBytes uint32
 	// OptimalTransferBytes becomes OPTIMAL TRANSFER LENGTH in VPD page 0xB0; zero: not reported.
 	OptimalTransferBytes uint32
+	// TaskManagement is the set of task management functions the transport can deliver, for
+	// REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS. Zero: all the logical unit implements.
+	TaskManagement TMFSet
 }
 
 // Defaults for the identification strings.

@@ -154,13 +154,26 @@ func reportAllCommands(lu *LogicalUnit, c *Command, rctd bool, alloc int) {
 	w.finish()
 }
 
-// Task management functions the logical unit supports (SPC-4 table 302): ABORT TASK, ABORT TASK
-// SET, CLEAR TASK SET, LOGICAL UNIT RESET, QUERY TASK (byte 0) and I_T NEXUS RESET (byte 1).
-// CLEAR ACA is not: NORMACA is 0, so there is never an ACA condition to clear. QUERY TASK SET
-// and QUERY ASYNCHRONOUS EVENT are not implemented.
+// TMFSet is a set of task management functions, as the bits of REPORT SUPPORTED TASK MANAGEMENT
+// FUNCTIONS parameter data (SPC-4 table 302): byte 0 in the high 8 bits, byte 1 in the low 8.
+type TMFSet uint16
+
+// Task management functions.
 const (
-	tmfSupportByte0 = 0x80 | 0x40 | 0x10 | 0x08 | 0x04 // ATS, ATSS, CTSS, LURS, QTS
-	tmfSupportByte1 = 0x01                             // ITNRS
+	TMFAbortTask      TMFSet = 0x80 << 8 // ATS
+	TMFAbortTaskSet   TMFSet = 0x40 << 8 // ATSS
+	TMFClearACA       TMFSet = 0x20 << 8 // CACAS
+	TMFClearTaskSet   TMFSet = 0x10 << 8 // CTSS
+	TMFLogicalUnitRst TMFSet = 0x08 << 8 // LURS
+	TMFQueryTask      TMFSet = 0x04 << 8 // QTS
+	TMFITNexusReset   TMFSet = 0x01      // ITNRS
+
+	// TMFLogicalUnitSupports is what this package implements: everything but CLEAR ACA (NORMACA
+	// is 0, so there is never an ACA condition to clear), QUERY TASK SET and QUERY
+	// ASYNCHRONOUS EVENT. A transport that cannot carry some of them narrows the set with
+	// Config.TaskManagement.
+	TMFLogicalUnitSupports = TMFAbortTask | TMFAbortTaskSet | TMFClearTaskSet | TMFLogicalUnitRst |
+		TMFQueryTask | TMFITNexusReset
 )
 
 // reportSupportedTMFs handles REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS (SPC-4 6.36): the basic
@@ -172,9 +185,13 @@ func reportSupportedTMFs(lu *LogicalUnit, c *Command) {
 	}
 	repd := c.CDB[2]&0x80 != 0
 	alloc := int(binary.BigEndian.Uint32(c.CDB[6:10]))
+	set := TMFLogicalUnitSupports
+	if lu.cfg.TaskManagement != 0 {
+		set &= lu.cfg.TaskManagement
+	}
 	var buf [16]byte
-	buf[0] = tmfSupportByte0
-	buf[1] = tmfSupportByte1
+	buf[0] = byte(set >> 8)
+	buf[1] = byte(set)
 	n := 4
 	if repd {
 		buf[3] = 0x0C // ADDITIONAL DATA LENGTH

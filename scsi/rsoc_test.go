@@ -227,3 +227,18 @@ func TestReportSupportedTMFs(t *testing.T) {
 	requireInvalidCDB(t, run(m, testNexus, 0, []byte{0xA3, 0x0D, 0x01, 0, 0, 0, 0, 0, 0, 16, 0, 0}, nil, 512), 2, 0)
 	requireInvalidCDB(t, run(m, testNexus, 0, []byte{0xA3, 0x0D, 0, 0x01, 0, 0, 0, 0, 0, 16, 0, 0}, nil, 512), 3, 0)
 }
+
+// TestReportSupportedTMFsNarrowedByTransport: a transport that carries fewer task management
+// functions than the logical unit implements reports only the ones both support.
+func TestReportSupportedTMFsNarrowedByTransport(t *testing.T) {
+	lu := newTestLU(t, 2048, 512, func(c *Config) {
+		c.TaskManagement = TMFAbortTask | TMFAbortTaskSet | TMFClearTaskSet | TMFLogicalUnitRst | TMFClearACA
+	})
+	m := newTestMap(t, lu)
+	clearPowerOnUA(t, m, testNexus)
+	cdb := []byte{0xA3, 0x0D, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0}
+	c := run(m, testNexus, 0, cdb, nil, 4)
+	require.Equal(t, StatusGood, c.Status)
+	// ATS ATSS CTSS LURS; CLEAR ACA is not implemented by the logical unit, so it stays off.
+	require.Equal(t, []byte{0xD8, 0x00, 0x00, 0x00}, c.DataIn[:c.DataInLength])
+}

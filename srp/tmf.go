@@ -33,6 +33,12 @@ import (
 // claim can enter the logical unit after the first abort looked for it.
 const tmfRetry = 20 * time.Millisecond
 
+// TaskManagementFunctions are the task management functions SRP carries (SRP r16a table 16): a
+// logical unit served over SRP reports these in REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS
+// (scsi.Config.TaskManagement). CLEAR ACA is carried but not supported by the logical unit.
+const TaskManagementFunctions = scsi.TMFAbortTask | scsi.TMFAbortTaskSet | scsi.TMFClearTaskSet |
+	scsi.TMFLogicalUnitRst | scsi.TMFClearACA
+
 // startTMF queues an SRP_TSK_MGMT for the task management goroutine.
 func (ch *channel) startTMF(c *cmdCtx, b []byte) {
 	ch.t.stats.taskMgmt.Add(1)
