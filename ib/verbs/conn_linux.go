@@ -1,0 +1,515 @@
+//go:build linux && cgo
+
+package verbs
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/srptarget/srptarget/ib"
+)
+
+// cqAckBatch is how many completion events are acknowledged with one ibv_ack_cq_events
+// (it takes a mutex; ibv_destroy_cq waits for all events to be acknowledged).
+const cqAckBatch = 64
+
+// Conn is an ib.Conn: an RC QP on this package's context of the device, with its own CQ and
+// completion channel, driven through an RDMA/CM id. Target-side connections come from
+// ConnRequest.Accept, initiator-side ones from Route.Connect.
+type Conn struct {
+	dev    *devCtx
+	loop   *cmLoop
+	key    uint64
+	id     *C.struct_rdma_cm_id
+	ownsID bool
+	caps   ib.QPCaps
+	local  netip.AddrPort
+	remote netip.AddrPort
+	ready  chan struct{}
+
+	// Set before the Conn is returned to the caller.
+	rdDepth     uint8  // negotiated initiator depth: RDMA READs allowed if > 0
+	privateData []byte // the REP's private data (initiator side)
+
+	qp  *C.struct_ibv_qp
+	qpn uint32
+	cq  *C.struct_ibv_cq
+	ch  *C.struct_ibv_comp_channel
+
+	cqFile   *os.File
+	waitDone chan struct{}
+	unacked  int // completion events not yet acknowledged, written by waitCQ before waitDone
+
+	// mu serialises the data path and teardown: every use of qp, cq and bufs holds it.
+	mu         sync.Mutex
+	closed     bool // Close was called
+	released   bool // QP, CQ, channel and id are gone (Close, or device removal)
+	removed    bool
+	discCalled bool
+	bufs       *wrBufs
+	q          queues
+
+	evMu        sync.Mutex
+	events      [4]ib.Event
+	evHead      int
+	evTail      int
+	established bool
+	disc        bool
+	removedEv   bool
+	connEv      chan cmEvent // while Route.Connect waits for the answer
+}
+
+var _ ib.Conn = (*Conn)(nil)
+
+// newConn builds the verbs side of a connection on dev for the CM id: completion channel and
+// CQ (armed, with the goroutine that waits on the channel), the RC QP in INIT, and the C
+// memory for posting. It takes its own references on dev and loop. On failure it releases
+// what it made; the id stays the caller's.
+func newConn(dev *devCtx, loop *cmLoop, id *C.struct_rdma_cm_id, key uint64, caps ib.QPCaps,
+	local, remote netip.AddrPort) (*Conn, error) {
+	if err := dev.acquire(); err != nil {
+		return nil, err
+	}
+	if !loop.tryAcquire() {
+		dev.release()
+		return nil, fmt.Errorf("RDMA/CM event loop: %w", ib.ErrClosed)
+	}
+	c := &Conn{
+		dev:    dev,
+		loop:   loop,
+		key:    key,
+		id:     id,
+		caps:   caps,
+		local:  local,
+		remote: remote,
+		ready:  make(chan struct{}, 1),
+		q:      newQueues(caps),
+	}
+	var err error
+	if c.bufs, err = newWRBufs(caps); err != nil {
+		c.teardown(false)
+		return nil, err
+	}
+	ch, cerr := C.ibv_create_comp_channel(dev.ctx)
+	if ch == nil {
+		c.teardown(false)
+		return nil, fmt.Errorf("ibv_create_comp_channel: %w", errnoOr(cerr, errnoENOMEM))
+	}
+	c.ch = ch
+	cqe := caps.SendQueueDepth + caps.RecvQueueDepth
+	cq, cerr := C.ibv_create_cq(dev.ctx, C.int(cqe), nil, ch, 0)
+	if cq == nil {
+		c.teardown(false)
+		return nil, fmt.Errorf("ibv_create_cq(%d): %w", cqe, errnoOr(cerr, errnoENOMEM))
+	}
+	c.cq = cq
+	// Armed before anything can complete; from then on waitCQ re-arms after every event.
+	if e := C.srpt_req_notify_cq(cq); e != 0 {
+		c.teardown(false)
+		return nil, fmt.Errorf("ibv_req_notify_cq: %w", syscall.Errno(e))
+	}
+	f, rc, perr := pollable(int(ch.fd), "completion channel")
+	if perr != nil {
+		c.teardown(false)
+		return nil, perr
+	}
+	c.cqFile = f
+	c.waitDone = make(chan struct{})
+	go c.waitCQ(rc)
+	qp, cerr := C.srpt_create_qp(dev.pd, cq, C.uint32_t(caps.SendQueueDepth), C.uint32_t(caps.RecvQueueDepth),
+		C.uint32_t(caps.MaxSendSGE), C.uint32_t(caps.MaxRecvSGE), C.uint32_t(caps.MaxInlineData))
+	if qp == nil {
+		c.teardown(false)
+		return nil, fmt.Errorf("ibv_create_qp(%+v): %w", caps, errnoOr(cerr, errnoEINVAL))
+	}
+	c.qp = qp
+	c.qpn = uint32(C.srpt_qp_num(qp))
+	dev.addQP(c.qpn, c)
+	if e := C.srpt_qp_init(id, qp); e != 0 {
+		c.teardown(false)
+		return nil, fmt.Errorf("QP to INIT: %w", syscall.Errno(e))
+	}
+	if err := dev.join(c); err != nil {
+		c.teardown(false)
+		return nil, err
+	}
+	c.ownsID = true
+	return c, nil
+}
+
+func (c *Conn) String() string { return fmt.Sprintf("conn %v -> %v", c.local, c.remote) }
+
+// LocalAddr implements ib.Conn.
+func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
+
+// RemoteAddr implements ib.Conn.
+func (c *Conn) RemoteAddr() netip.AddrPort { return c.remote }
+
+// Ready implements ib.Conn.
+func (c *Conn) Ready() <-chan struct{} { return c.ready }
+
+// PrivateData is the private data of the REP that accepted this initiator-side connection
+// (the SRP_LOGIN_RSP), nil on the target side. Over InfiniBand and RoCE the CM pads it with
+// zeros to 196 bytes. The slice must not be modified.
+func (c *Conn) PrivateData() []byte { return c.privateData }
+
+func (c *Conn) signal() {
+	select {
+	case c.ready <- struct{}{}:
+	default:
+	}
+}
+
+// waitCQ waits, parked in the netpoller, for completion events. Per event it re-arms the CQ
+// and then signals Ready: a completion that arrives after the re-arm raises a new event, and
+// one that arrived before it is seen by the consumer's drain, which starts after the signal.
+// So no wake-up is lost without polling the CQ here.
+func (c *Conn) waitCQ(rc syscall.RawConn) {
+	defer close(c.waitDone)
+	var e C.int
+	read := func(uintptr) bool {
+		e = C.srpt_get_cq_event(c.ch)
+		return e != C.EAGAIN
+	}
+	unacked := 0
+	for {
+		if err := rc.Read(read); err != nil {
+			break // the File was closed by teardown
+		}
+		if e != 0 {
+			time.Sleep(time.Millisecond) // not expected; do not spin
+			continue
+		}
+		unacked++
+		if unacked == cqAckBatch {
+			C.ibv_ack_cq_events(c.cq, C.uint(unacked))
+			unacked = 0
+		}
+		C.srpt_req_notify_cq(c.cq)
+		c.signal()
+	}
+	c.unacked = unacked
+}
+
+// usableLocked reports why the data path cannot be used, under c.mu.
+func (c *Conn) usableLocked(what string) error {
+	switch {
+	case c.closed:
+		return errorf("%s on %v: %w", what, c, ib.ErrClosed)
+	case c.removed || c.released:
+		return errorf("%s on %v: %w", what, c, ib.ErrDeviceRemoved)
+	}
+	return nil
+}
+
+// PostSend implements ib.Conn: the work requests are written into the connection's C work
+// request array and posted as one linked chain with one ibv_post_send (more than the send
+// queue depth only if the queue has room, in chunks of that depth).
+func (c *Conn) PostSend(wrs []ib.SendWR) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.usableLocked("post send"); err != nil {
+		return 0, err
+	}
+	lim := sendLimits{
+		maxSGE:     c.caps.MaxSendSGE,
+		maxReadSGE: c.dev.limits.MaxReadSGE,
+		maxInline:  c.caps.MaxInlineData,
+		rdDepth:    c.rdDepth,
+	}
+	posted := 0
+	for posted < len(wrs) {
+		k := 0
+		var verr error
+		for posted+k < len(wrs) && k < len(c.bufs.swr) {
+			wr := &wrs[posted+k]
+			if verr = checkSend(wr, lim); verr != nil {
+				break
+			}
+			if c.q.sq.free() == 0 {
+				verr = fmt.Errorf("%d outstanding: %w", len(c.q.sq.ids), ib.ErrQueueFull)
+				break
+			}
+			if verr = c.bufs.fillSend(k, wr, encodeWRID(queueSend, c.q.sq.tail), c.dev); verr != nil {
+				break
+			}
+			c.q.sq.push(wr.ID)
+			k++
+		}
+		if k > 0 {
+			if e := C.srpt_post_send(c.qp, &c.bufs.swr[0], C.int(k), c.bufs.bad); e != 0 {
+				bad := int(*c.bufs.bad)
+				c.q.sq.unpush(k - bad)
+				i := posted + bad
+				return i, errorf("post send on %v: work request %d (id %#x): ibv_post_send: %w",
+					c, i, wrs[i].ID, postError(syscall.Errno(e)))
+			}
+			posted += k
+		}
+		if verr != nil {
+			return posted, errorf("post send on %v: work request %d (id %#x): %w", c, posted, wrs[posted].ID, verr)
+		}
+	}
+	return posted, nil
+}
+
+// PostRecv implements ib.Conn like PostSend, with one ibv_post_recv per chain.
+func (c *Conn) PostRecv(wrs []ib.RecvWR) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.usableLocked("post receive"); err != nil {
+		return 0, err
+	}
+	posted := 0
+	for posted < len(wrs) {
+		k := 0
+		var verr error
+		for posted+k < len(wrs) && k < len(c.bufs.rwr) {
+			wr := &wrs[posted+k]
+			if verr = checkRecv(wr, c.caps.MaxRecvSGE); verr != nil {
+				break
+			}
+			if c.q.rq.free() == 0 {
+				verr = fmt.Errorf("%d outstanding: %w", len(c.q.rq.ids), ib.ErrQueueFull)
+				break
+			}
+			if verr = c.bufs.fillRecv(k, wr, encodeWRID(queueRecv, c.q.rq.tail), c.dev); verr != nil {
+				break
+			}
+			c.q.rq.push(wr.ID)
+			k++
+		}
+		if k > 0 {
+			if e := C.srpt_post_recv(c.qp, &c.bufs.rwr[0], C.int(k), c.bufs.bad); e != 0 {
+				bad := int(*c.bufs.bad)
+				c.q.rq.unpush(k - bad)
+				i := posted + bad
+				return i, errorf("post receive on %v: work request %d (id %#x): ibv_post_recv: %w",
+					c, i, wrs[i].ID, postError(syscall.Errno(e)))
+			}
+			posted += k
+		}
+		if verr != nil {
+			return posted, errorf("post receive on %v: work request %d (id %#x): %w", c, posted, wrs[posted].ID, verr)
+		}
+	}
+	return posted, nil
+}
+
+// PollCompletions implements ib.Conn, up to wcBatch completions per ibv_poll_cq. After the
+// device's removal it returns nothing: the CQ is gone and the contract says not to wait for
+// flushes.
+func (c *Conn) PollCompletions(wcs []ib.Completion) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return 0, errorf("poll on %v: %w", c, ib.ErrClosed)
+	}
+	if c.released {
+		return 0, nil
+	}
+	n := 0
+	for n < len(wcs) {
+		want := min(len(wcs)-n, len(c.bufs.wcs))
+		got := int(C.srpt_poll_cq(c.cq, C.int(want), &c.bufs.wcs[0]))
+		if got < 0 {
+			return n, errorf("poll on %v: ibv_poll_cq: %w", c, syscall.Errno(-got))
+		}
+		for j := 0; j < got; j++ {
+			w := &c.bufs.wcs[j]
+			comp, err := c.q.complete(uint64(w.wr_id), uint32(w.status), uint32(w.opcode), uint32(w.byte_len))
+			if err != nil {
+				return n, errorf("poll on %v: %w", c, err)
+			}
+			wcs[n] = comp
+			n++
+		}
+		if got < want {
+			break
+		}
+	}
+	return n, nil
+}
+
+// PollEvent implements ib.Conn.
+func (c *Conn) PollEvent() (ib.Event, bool) {
+	c.evMu.Lock()
+	defer c.evMu.Unlock()
+	if c.evHead == c.evTail {
+		return 0, false
+	}
+	e := c.events[c.evHead%len(c.events)]
+	c.evHead++
+	return e, true
+}
+
+// pushLocked queues an event, under evMu. At most three events ever occur (established,
+// disconnected, device removed), so the ring never fills.
+func (c *Conn) pushLocked(e ib.Event) {
+	c.events[c.evTail%len(c.events)] = e
+	c.evTail++
+	c.signal()
+}
+
+func (c *Conn) establishedEvent() {
+	c.evMu.Lock()
+	defer c.evMu.Unlock()
+	if !c.established && !c.disc && !c.removedEv {
+		c.established = true
+		c.pushLocked(ib.EventEstablished)
+	}
+}
+
+func (c *Conn) disconnectedEvent() {
+	c.evMu.Lock()
+	defer c.evMu.Unlock()
+	if !c.disc && !c.removedEv {
+		c.disc = true
+		c.pushLocked(ib.EventDisconnected)
+	}
+}
+
+// cmEvent receives the connection's RDMA/CM events from the loop.
+func (c *Conn) cmEvent(ev *cmEvent) {
+	c.evMu.Lock()
+	if c.connEv != nil {
+		select {
+		case c.connEv <- *ev:
+		default:
+		}
+		c.evMu.Unlock()
+		return
+	}
+	c.evMu.Unlock()
+	switch ev.typ {
+	case C.RDMA_CM_EVENT_ESTABLISHED:
+		c.establishedEvent()
+	case C.RDMA_CM_EVENT_DISCONNECTED, C.RDMA_CM_EVENT_REJECTED, C.RDMA_CM_EVENT_CONNECT_ERROR,
+		C.RDMA_CM_EVENT_UNREACHABLE:
+		// After the peer's DREQ, after our own DREQ's answer (or its timeout), or when the
+		// connection failed before it was established.
+		c.disconnectedEvent()
+	case C.RDMA_CM_EVENT_DEVICE_REMOVAL:
+		c.dev.remove()
+	}
+}
+
+// commEstablished passes IBV_EVENT_COMM_EST to the CM: the initiator's first packet arrived
+// before the RTU, and the CM must treat the connection as established.
+func (c *Conn) commEstablished() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.released && c.ownsID {
+		C.rdma_notify(c.id, C.IBV_EVENT_COMM_EST)
+	}
+}
+
+// deviceRemoved queues EventDeviceRemoved and releases the connection's verbs and CM
+// resources at once; Close then has nothing left to do but mark it closed.
+func (c *Conn) deviceRemoved() {
+	c.evMu.Lock()
+	if !c.removedEv {
+		c.removedEv = true
+		c.pushLocked(ib.EventDeviceRemoved)
+	}
+	c.evMu.Unlock()
+	c.teardown(true)
+}
+
+// Disconnect implements ib.Conn: the QP goes to the error state (flushing everything
+// outstanding) and rdma_disconnect sends a DREQ, or the DREP to the peer's DREQ.
+// EventDisconnected follows from the CM; if the connection was never established, the CM has
+// nothing to report and the event is queued here.
+func (c *Conn) Disconnect() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.usableLocked("disconnect"); err != nil {
+		return err
+	}
+	if e := C.srpt_qp_err(c.qp); e != 0 {
+		return errorf("disconnect %v: QP to ERR: %w", c, syscall.Errno(e))
+	}
+	if c.discCalled {
+		return nil
+	}
+	c.discCalled = true
+	r := C.rdma_disconnect(c.id)
+	c.evMu.Lock()
+	est := c.established
+	c.evMu.Unlock()
+	if r != 0 || !est {
+		c.disconnectedEvent()
+	}
+	return nil
+}
+
+// Close implements ib.Conn: a connected QP is disconnected first (the peer gets a DREQ), then
+// QP, CM id, CQ and completion channel are destroyed, in that order, after the goroutine
+// waiting on the channel has stopped.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	c.teardown(false)
+	c.signal()
+	return nil
+}
+
+// teardown releases everything the connection holds, once. removed: the device is gone, so
+// no DREQ is sent.
+func (c *Conn) teardown(removed bool) {
+	c.mu.Lock()
+	if c.released {
+		c.mu.Unlock()
+		return
+	}
+	c.released = true
+	c.removed = c.removed || removed
+	if !removed && c.qp != nil && c.ownsID && !c.discCalled {
+		c.discCalled = true
+		C.srpt_qp_err(c.qp)
+		C.rdma_disconnect(c.id)
+	}
+	c.mu.Unlock()
+	// From here on nothing else touches the resources: the data path sees released, the CM
+	// events find no handler, COMM_EST finds no QP.
+	c.loop.unregisterIf(c.key, c)
+	c.dev.leave(c)
+	if c.cqFile != nil {
+		c.cqFile.Close()
+		<-c.waitDone
+	}
+	if c.qp != nil {
+		c.dev.delQP(c.qpn)
+		C.ibv_destroy_qp(c.qp)
+	}
+	if c.ownsID {
+		C.rdma_destroy_id(c.id)
+	}
+	if c.cq != nil {
+		if c.unacked > 0 {
+			C.ibv_ack_cq_events(c.cq, C.uint(c.unacked))
+		}
+		C.ibv_destroy_cq(c.cq)
+	}
+	if c.ch != nil {
+		C.ibv_destroy_comp_channel(c.ch)
+	}
+	c.bufs.free()
+	c.dev.release()
+	c.loop.release()
+	c.signal()
+}

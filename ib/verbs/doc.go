@@ -1,0 +1,65 @@
+// Package verbs implements package ib's interfaces over rdma-core: librdmacm for connection
+// management (RDMA/CM, TCP port space: what the Linux SRP initiator's dest=IP:PORT reaches)
+// and libibverbs for the queue pairs. It is the only cgo package of the project; without cgo
+// (or outside Linux) it builds as a stub whose entry points fail with ib.ErrNotSupported.
+//
+// Target side: Listen, then Listener.Next for ib.ConnRequests, answered with Accept or Reject.
+// Initiator side (tests, tools): Resolve, register memory in Route.PD, Route.Connect.
+// Devices lists the devices, ports and GIDs for `srptarget devices`.
+//
+// # Threads and waiting
+//
+// No OS thread ever blocks in C. The RDMA/CM event channel, every completion channel and every
+// device's async event fd are non-blocking and waited on through Go's netpoller (os.NewFile
+// and RawConn.Read): one goroutine for all CM events of the process, one per connection for
+// its completion channel, one per open device for async events. Each Go->C crossing does one
+// short, non-blocking thing.
+//
+// # Data path
+//
+// Each connection preallocates, in C memory, an ibv_send_wr per send slot and an ibv_recv_wr
+// per receive slot with their SGEs, and a batch of ibv_wc. PostSend writes the caller's work
+// requests field by field into that memory and posts them as one linked chain with one
+// ibv_post_send; PostRecv likewise; PollCompletions polls up to 32 completions per
+// ibv_poll_cq. None of them allocates in steady state. Slot accounting (when a queue is full)
+// is done in Go, the same for every provider, as package ib specifies; the wr_id given to verbs
+// is a per-queue sequence number, mapped back to the caller's ID at poll time.
+//
+// # Ownership of verbs objects
+//
+// The package opens its own verbs context per device (not librdmacm's), with one protection
+// domain shared by every connection and memory region on the device. QPs are created on it and
+// moved through INIT, RTR and RTS with the attributes the CM computes (rdma_init_qp_attr), as
+// librdmacm does for QPs it owns; COMM_EST async events are passed on with rdma_notify. The
+// context lives while a listener bound to the device, a request, a route, a connection or a
+// memory region holds it.
+//
+// # Device removal
+//
+// RDMA_CM_EVENT_DEVICE_REMOVAL on any id of a device (or IBV_EVENT_DEVICE_FATAL) marks the
+// device removed: every connection on it queues EventDeviceRemoved and releases its QP, CQ,
+// completion channel and CM id at once; unanswered requests are dropped; a listener bound to
+// the device returns ErrDeviceRemoved from Next. The engine then closes its connections and
+// deregisters its memory regions; the last one closes the protection domain and the context.
+// Drivers that cannot disassociate user contexts (rxe among them) finish unregistering the
+// device only after that, so a prompt Deregister matters.
+//
+// # Differences from ib/memfabric a caller may notice
+//
+//   - Private data is padded by the IB CM (InfiniBand, RoCE): a connection request carries
+//     56 bytes, a REP 196, a REJ 148, zero-filled past what the peer sent. iWARP carries exact
+//     lengths.
+//   - An SGE must name a region registered by this package on the connection's device;
+//     anything else fails at post time with ib.ErrInvalidArgument, because its lkey would mean
+//     nothing here, or something else.
+//   - Accept after the initiator gave up fails (rdma_accept's error) instead of returning a
+//     connection that reports EventDisconnected.
+//   - A ProtectionDomain is only usable while something holds the device open (see above): a
+//     PD kept without any region, connection, request or bound listener may be closed.
+//   - After our own Disconnect of an established connection, EventDisconnected comes when the
+//     peer answers the DREQ (it answers when its engine calls Disconnect), or when the DREQ
+//     times out. Do not wait for it before draining and closing.
+//   - Soft-RoCE (rxe, kernel 6.1) does not flush a receive posted after the QP entered the
+//     error state (its receive queue is filled from user space without a system call): do not
+//     wait for completions of receives posted after an error or Disconnect. Sends are flushed.
+package verbs

@@ -1,0 +1,940 @@
+//go:build linux && cgo
+
+package verbs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/srptarget/srptarget/ib"
+)
+
+// The tests in this file need an RDMA device with an IP address (soft-RoCE in the VM harness:
+// integration/vm/guest/verbs-test.sh). Both ends run in this process and connect through the
+// device. SRPT_VERBS_ADDRS lists the addresses to run against (space separated; an IPv6
+// link-local address with its zone); without it, the IP addresses among the GIDs of active
+// ports are used.
+
+const (
+	noDevice  = "no RDMA device: run in the VM harness"
+	waitLimit = 30 * time.Second // qemu without KVM is slow
+
+	slabSize = 1 << 20
+	bufSize  = 4096
+	nRecv    = 16
+	recvOff  = 0                   // nRecv receive buffers
+	sendOff  = nRecv * bufSize     // send buffers
+	dataOff  = 2 * nRecv * bufSize // RDMA area
+	dataSize = slabSize - 2*nRecv*bufSize
+	allRW    = ib.AccessLocalWrite | ib.AccessRemoteWrite | ib.AccessRemoteRead
+)
+
+func testAddrs(t *testing.T) []netip.Addr {
+	t.Helper()
+	devs, err := Devices()
+	if err != nil || len(devs) == 0 {
+		t.Skip(noDevice)
+	}
+	var out []netip.Addr
+	if s := os.Getenv("SRPT_VERBS_ADDRS"); s != "" {
+		for _, f := range strings.Fields(s) {
+			out = append(out, netip.MustParseAddr(f))
+		}
+		return out
+	}
+	for _, d := range devs {
+		for _, p := range d.Ports {
+			if p.State != PortActive {
+				continue
+			}
+			for _, g := range p.GIDs {
+				a := g.GID.Unmap()
+				if g.Type == GIDTypeIB || a.IsLinkLocalUnicast() || slices.Contains(out, a) {
+					continue
+				}
+				out = append(out, a)
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Skip("no RDMA device with an IP address: run in the VM harness")
+	}
+	return out
+}
+
+// forEachAddr runs fn as a subtest per address.
+func forEachAddr(t *testing.T, fn func(t *testing.T, a netip.Addr)) {
+	for _, a := range testAddrs(t) {
+		t.Run(a.String(), func(t *testing.T) { fn(t, a) })
+	}
+}
+
+// side is one end of a connection with its registered slab.
+type side struct {
+	c    ib.Conn
+	slab *ib.Slab
+	mr   ib.MR
+}
+
+func (s *side) buf(off, n int) []byte { return s.mr.Bytes()[off : off+n] }
+
+func (s *side) sge(off, n int) ib.SGE {
+	return ib.SGE{MR: s.mr, Offset: uint64(off), Length: uint32(n)}
+}
+
+// recvs are nRecv receive buffers with IDs base+i.
+func (s *side) recvs(base uint64) []ib.RecvWR {
+	wrs := make([]ib.RecvWR, nRecv)
+	for i := range wrs {
+		wrs[i] = ib.RecvWR{ID: base + uint64(i), SGL: []ib.SGE{s.sge(recvOff+i*bufSize, bufSize)}}
+	}
+	return wrs
+}
+
+func register(t *testing.T, pd ib.ProtectionDomain) (*ib.Slab, ib.MR) {
+	t.Helper()
+	slab, err := ib.NewSlab(slabSize)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, slab.Close()) })
+	mr, err := pd.RegisterMemory(slab.Bytes(), allRW)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if err := mr.Deregister(); !errors.Is(err, ib.ErrClosed) { // a test may deregister first
+			require.NoError(t, err)
+		}
+	})
+	return slab, mr
+}
+
+func testCapsFor(lim ib.DeviceLimits) ib.QPCaps {
+	return ib.QPCaps{SendQueueDepth: 64, RecvQueueDepth: nRecv, MaxSendSGE: min(4, lim.MaxSendSGE),
+		MaxRecvSGE: 1, MaxInlineData: min(64, lim.MaxInlineData)}
+}
+
+// link is a connection between a target (accepted) and an initiator (connected) side.
+type link struct {
+	ln       *Listener
+	tgt, ini side
+	iniConn  *Conn
+	req      ib.ConnRequest
+}
+
+// linkOpts tune newLink.
+type linkOpts struct {
+	iniDepth   uint8 // initiator's InitiatorDepth (ib_srp: 0)
+	tgtDepth   uint8 // target's InitiatorDepth (LIO: 4)
+	reqPriv    []byte
+	acceptPriv []byte
+}
+
+func defaultLinkOpts() linkOpts {
+	return linkOpts{tgtDepth: 4, reqPriv: pattern(56, 1), acceptPriv: pattern(52, 2)}
+}
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = seed + byte(i*7)
+	}
+	return b
+}
+
+type dialed struct {
+	c   *Conn
+	ini side
+	err error
+}
+
+// dial resolves and connects to addr on a goroutine; the initiator's memory is registered in
+// the route's PD and its receives are posted before the request goes out.
+func dial(t *testing.T, addr netip.AddrPort, priv []byte, depth uint8) <-chan dialed {
+	t.Helper()
+	return dialWith(t, addr, priv, func(p *ConnectParams) { p.InitiatorDepth = depth })
+}
+
+// dialWith is dial with the connection parameters adjusted by mod.
+func dialWith(t *testing.T, addr netip.AddrPort, priv []byte, mod func(p *ConnectParams)) <-chan dialed {
+	t.Helper()
+	ch := make(chan dialed, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	rt, err := Resolve(ctx, addr, ResolveOptions{})
+	if err != nil {
+		cancel()
+		ch <- dialed{err: err}
+		return ch
+	}
+	var s side
+	s.slab, s.mr = register(t, rt.PD())
+	go func() {
+		defer cancel()
+		p := ConnectParams{QP: testCapsFor(rt.Limits()), RNRRetryCount: 7, ResponderResources: 4, Recv: s.recvs(1000)}
+		mod(&p)
+		c, err := rt.Connect(ctx, priv, p)
+		if c != nil {
+			s.c = c
+		}
+		ch <- dialed{c: c, ini: s, err: err}
+	}()
+	return ch
+}
+
+func next(t *testing.T, ln *Listener) ib.ConnRequest {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	r, err := ln.Next(ctx)
+	require.NoError(t, err)
+	return r
+}
+
+func listen(t *testing.T, a netip.Addr) *Listener {
+	t.Helper()
+	ln, err := Listen(netip.AddrPortFrom(a, 0), Options{Logf: t.Logf})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, ln.Close()) })
+	require.Equal(t, a, ln.Addr().Addr())
+	require.NotZero(t, ln.Addr().Port())
+	return ln
+}
+
+func newLink(t *testing.T, a netip.Addr, o linkOpts) *link {
+	t.Helper()
+	ln := listen(t, a)
+	l := &link{ln: ln}
+	res := dial(t, ln.Addr(), o.reqPriv, o.iniDepth)
+	r := next(t, ln)
+	l.req = r
+	l.tgt.slab, l.tgt.mr = register(t, r.PD())
+	c, err := r.Accept(ib.AcceptParams{
+		PrivateData: o.acceptPriv, QP: testCapsFor(r.Limits()), RNRRetryCount: 7,
+		ResponderResources: 4, InitiatorDepth: o.tgtDepth, Recv: l.tgt.recvs(2000),
+	})
+	require.NoError(t, err)
+	l.tgt.c = c
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	d := <-res
+	require.NoError(t, d.err)
+	l.ini, l.iniConn = d.ini, d.c
+	t.Cleanup(func() { require.NoError(t, d.c.Close()) })
+	waitEvent(t, l.ini.c, ib.EventEstablished)
+	waitEvent(t, l.tgt.c, ib.EventEstablished)
+	return l
+}
+
+func waitEvent(t *testing.T, c ib.Conn, want ib.Event) {
+	t.Helper()
+	deadline := time.After(waitLimit)
+	for {
+		if e, ok := c.PollEvent(); ok {
+			require.Equal(t, want, e)
+			return
+		}
+		select {
+		case <-c.Ready():
+		case <-deadline:
+			t.Fatalf("%v: no %v within %v", c, want, waitLimit)
+		}
+	}
+}
+
+// waitCompletions returns exactly n completions, waiting on Ready between drains.
+func waitCompletions(t *testing.T, c ib.Conn, n int) []ib.Completion {
+	t.Helper()
+	var out []ib.Completion
+	wcs := make([]ib.Completion, 16)
+	deadline := time.After(waitLimit)
+	for len(out) < n {
+		k, err := c.PollCompletions(wcs[:min(len(wcs), n-len(out))])
+		require.NoError(t, err)
+		out = append(out, wcs[:k]...)
+		if k > 0 {
+			continue
+		}
+		select {
+		case <-c.Ready():
+		case <-deadline:
+			t.Fatalf("%v: %d of %d completions within %v: %+v", c, len(out), n, waitLimit, out)
+		}
+	}
+	return out
+}
+
+func post(t *testing.T, c ib.Conn, wrs ...ib.SendWR) {
+	t.Helper()
+	n, err := c.PostSend(wrs)
+	require.NoError(t, err)
+	require.Equal(t, len(wrs), n)
+}
+
+func TestDevices(t *testing.T) {
+	devs, err := Devices()
+	if err != nil || len(devs) == 0 {
+		t.Skip(noDevice)
+	}
+	for _, d := range devs {
+		require.NotEmpty(t, d.Name)
+		require.NotZero(t, d.NodeGUID, d.Name)
+		require.NotEmpty(t, d.Ports, d.Name)
+		for _, p := range d.Ports {
+			t.Logf("%s port %d: %v, %v, MTU %d", d.Name, p.Num, p.State, p.LinkLayer, p.ActiveMTU)
+			for _, g := range p.GIDs {
+				t.Logf("  gid[%d] %v %v %s", g.Index, g.GID, g.Type, g.Netdev)
+				require.True(t, g.GID.Is6())
+			}
+		}
+	}
+	// Every test address is a GID of some port (that is how RDMA/CM finds the device).
+	for _, a := range testAddrs(t) {
+		found := false
+		for _, d := range devs {
+			for _, p := range d.Ports {
+				for _, g := range p.GIDs {
+					found = found || g.GID.Unmap() == a.WithZone("")
+				}
+			}
+		}
+		require.True(t, found, "%v is no GID", a)
+	}
+}
+
+// TestConnect covers establishment: the request as the target sees it, the REP's private
+// data at the initiator, events, and double answers.
+func TestConnect(t *testing.T) {
+	forEachAddr(t, func(t *testing.T, a netip.Addr) {
+		ln := listen(t, a)
+		reqPriv := pattern(56, 1)
+		res := dial(t, ln.Addr(), reqPriv, 0)
+		r := next(t, ln)
+		// The IB CM carries exactly 56 bytes of user private data in a REQ (RDMA/CM TCP port
+		// space): the login request fills it.
+		require.Equal(t, reqPriv, r.PrivateData())
+		require.Equal(t, ln.Addr(), r.LocalAddr())
+		require.Equal(t, a, r.RemoteAddr().Addr(), "both ends are on this host")
+		require.NotZero(t, r.RemoteAddr().Port())
+		require.Equal(t, uint8(4), r.ResponderResources(), "the initiator's offer")
+		require.Equal(t, uint8(0), r.InitiatorDepth())
+		lim := r.Limits()
+		t.Logf("device limits: %+v", lim)
+		require.Positive(t, lim.MaxQueueDepth)
+		require.Positive(t, lim.MaxSendSGE)
+		require.Positive(t, lim.MaxReadSGE)
+		require.GreaterOrEqual(t, lim.MaxRDAtomic, 4)
+
+		var tgt side
+		tgt.slab, tgt.mr = register(t, r.PD())
+		good := ib.AcceptParams{PrivateData: pattern(52, 2), QP: testCapsFor(lim), RNRRetryCount: 7,
+			ResponderResources: 4, InitiatorDepth: 4, Recv: tgt.recvs(0)}
+		bad := good
+		bad.InitiatorDepth = 5 // above the initiator's responder resources
+		_, err := r.Accept(bad)
+		require.ErrorIs(t, err, ib.ErrInvalidArgument)
+		c, err := r.Accept(good) // a parameter error did not answer the request
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, c.Close()) })
+		_, err = r.Accept(good)
+		require.ErrorIs(t, err, ib.ErrAnswered)
+		require.ErrorIs(t, r.Reject(nil), ib.ErrAnswered)
+
+		d := <-res
+		require.NoError(t, d.err)
+		t.Cleanup(func() { require.NoError(t, d.c.Close()) })
+		rep := d.c.PrivateData()
+		require.GreaterOrEqual(t, len(rep), 52)
+		require.Equal(t, pattern(52, 2), rep[:52])
+		require.Equal(t, make([]byte, len(rep)-52), rep[52:], "the CM pads with zeros")
+		require.Equal(t, ln.Addr(), d.c.RemoteAddr())
+		require.Equal(t, r.RemoteAddr(), d.c.LocalAddr())
+		waitEvent(t, d.c, ib.EventEstablished)
+		waitEvent(t, c, ib.EventEstablished)
+		_, ok := c.PollEvent()
+		require.False(t, ok)
+	})
+}
+
+func TestReject(t *testing.T) {
+	forEachAddr(t, func(t *testing.T, a netip.Addr) {
+		ln := listen(t, a)
+		res := dial(t, ln.Addr(), pattern(56, 3), 0)
+		r := next(t, ln)
+		rej := pattern(32, 4)
+		require.ErrorIs(t, r.Reject(make([]byte, 149)), ib.ErrPrivateDataTooLong)
+		require.NoError(t, r.Reject(rej))
+		require.ErrorIs(t, r.Reject(rej), ib.ErrAnswered)
+		_, err := r.Accept(ib.AcceptParams{QP: testCapsFor(r.Limits())})
+		require.ErrorIs(t, err, ib.ErrAnswered)
+		d := <-res
+		var re *RejectedError
+		require.True(t, errors.As(d.err, &re), "%v", d.err)
+		require.Equal(t, RejectConsumerDefined, re.Reason)
+		require.GreaterOrEqual(t, len(re.PrivateData), 32)
+		require.Equal(t, rej, re.PrivateData[:32])
+		require.Equal(t, make([]byte, len(re.PrivateData)-32), re.PrivateData[32:])
+
+		// Nobody listening on the port: the passive side's CM rejects.
+		port := ln.Addr().Port()
+		require.NoError(t, ln.Close())
+		d = <-dial(t, netip.AddrPortFrom(a, port), nil, 0)
+		require.True(t, errors.As(d.err, &re), "%v", d.err)
+		require.Equal(t, RejectInvalidServiceID, re.Reason)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err = ln.Next(ctx)
+		require.ErrorIs(t, err, ib.ErrClosed)
+	})
+}
+
+// TestWildcardListen: a listener on the unspecified address receives requests for any
+// address of any device; an IPv4 request to an IPv6 wildcard listener shows IPv4 addresses.
+func TestWildcardListen(t *testing.T) {
+	addrs := testAddrs(t)
+	for _, wild := range []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()} {
+		t.Run(wild.String(), func(t *testing.T) {
+			ln, err := Listen(netip.AddrPortFrom(wild, 0), Options{})
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, ln.Close()) })
+			require.Equal(t, wild, ln.Addr().Addr())
+			for _, a := range addrs {
+				if wild.Is4() && !a.Is4() {
+					continue
+				}
+				dst := netip.AddrPortFrom(a, ln.Addr().Port())
+				res := dial(t, dst, pattern(56, 6), 0)
+				r := next(t, ln)
+				require.Equal(t, dst, r.LocalAddr())
+				require.Equal(t, a, r.RemoteAddr().Addr())
+				var tgt side
+				tgt.slab, tgt.mr = register(t, r.PD())
+				c, err := r.Accept(ib.AcceptParams{QP: testCapsFor(r.Limits()), RNRRetryCount: 7,
+					ResponderResources: 4, InitiatorDepth: 4, Recv: tgt.recvs(0)})
+				require.NoError(t, err)
+				t.Cleanup(func() { require.NoError(t, c.Close()) })
+				d := <-res
+				require.NoError(t, d.err)
+				t.Cleanup(func() { require.NoError(t, d.c.Close()) })
+				waitEvent(t, c, ib.EventEstablished)
+				waitEvent(t, d.c, ib.EventEstablished)
+			}
+		})
+	}
+}
+
+// TestRNRRetry: the initiator offers RNR retry count 0 and posts no receive; the target's
+// SEND fails with an RNR retry error instead of waiting.
+func TestRNRRetry(t *testing.T) {
+	forEachAddr(t, func(t *testing.T, a netip.Addr) {
+		ln := listen(t, a)
+		res := dialWith(t, ln.Addr(), nil, func(p *ConnectParams) { p.RNRRetryCount, p.Recv = 0, nil })
+		r := next(t, ln)
+		var tgt side
+		tgt.slab, tgt.mr = register(t, r.PD())
+		c, err := r.Accept(ib.AcceptParams{QP: testCapsFor(r.Limits()), RNRRetryCount: 7,
+			ResponderResources: 4, InitiatorDepth: 4, Recv: tgt.recvs(0)})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, c.Close()) })
+		d := <-res
+		require.NoError(t, d.err)
+		t.Cleanup(func() { require.NoError(t, d.c.Close()) })
+		post(t, c, ib.SendWR{ID: 9, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{tgt.sge(sendOff, 16)}})
+		got := waitCompletions(t, c, 1+nRecv)
+		require.Equal(t, ib.Completion{ID: 9, Status: ib.StatusRNRRetryExceeded}, got[0])
+		for _, wc := range got[1:] {
+			require.Equal(t, ib.StatusWRFlushError, wc.Status)
+		}
+	})
+}
+
+// TestSendRecv: a chain of SENDs each way, data and lengths exact, completions in order.
+func TestSendRecv(t *testing.T) {
+	forEachAddr(t, func(t *testing.T, a netip.Addr) {
+		l := newLink(t, a, defaultLinkOpts())
+		sizes := []int{1, 36, 4096}
+		wrs := make([]ib.SendWR, len(sizes))
+		for i, n := range sizes {
+			copy(l.ini.buf(sendOff+i*bufSize, n), pattern(n, byte(10+i)))
+			wrs[i] = ib.SendWR{ID: uint64(50 + i), Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{l.ini.sge(sendOff+i*bufSize, n)}}
+		}
+		post(t, l.ini.c, wrs...)
+		got := waitCompletions(t, l.tgt.c, len(sizes))
+		for i, n := range sizes {
+			require.Equal(t, ib.Completion{ID: uint64(2000 + i), ByteLen: uint32(n), Opcode: ib.OpRecv}, got[i])
+			require.Equal(t, pattern(n, byte(10+i)), l.tgt.buf(recvOff+i*bufSize, n))
+		}
+		got = waitCompletions(t, l.ini.c, len(sizes))
+		for i := range sizes {
+			require.Equal(t, ib.Completion{ID: uint64(50 + i), Opcode: ib.OpSend}, got[i])
+		}
+
+		// Back, two SGEs gathered into one message, and an inline SEND whose source is
+		// overwritten right after posting.
+		copy(l.tgt.buf(sendOff, 10), "0123456789")
+		copy(l.tgt.buf(sendOff+100, 5), "abcde")
+		wr := ib.SendWR{ID: 7, Op: ib.OpSend, SGL: []ib.SGE{l.tgt.sge(sendOff, 10), l.tgt.sge(sendOff+100, 5)}}
+		if lim := l.req.Limits(); lim.MaxInlineData >= 36 {
+			copy(l.tgt.buf(sendOff+bufSize, 36), pattern(36, 9))
+			post(t, l.tgt.c, wr, ib.SendWR{ID: 8, Op: ib.OpSend, Signaled: true, Inline: true,
+				SGL: []ib.SGE{l.tgt.sge(sendOff+bufSize, 36)}})
+			clear(l.tgt.buf(sendOff+bufSize, 36))
+			got = waitCompletions(t, l.ini.c, 2)
+			require.Equal(t, ib.Completion{ID: 1000, ByteLen: 15, Opcode: ib.OpRecv}, got[0])
+			require.Equal(t, []byte("0123456789abcde"), l.ini.buf(recvOff, 15))
+			require.Equal(t, ib.Completion{ID: 1001, ByteLen: 36, Opcode: ib.OpRecv}, got[1])
+			require.Equal(t, pattern(36, 9), l.ini.buf(recvOff+bufSize, 36))
+			got = waitCompletions(t, l.tgt.c, 1)
+			require.Equal(t, ib.Completion{ID: 8, Opcode: ib.OpSend}, got[0], "the unsignaled SEND has none")
+		} else {
+			t.Logf("device inline limit %d: inline SEND not exercised", lim.MaxInlineData)
+		}
+	})
+}
+
+// TestWriteThenSend is SRP's data-in: RDMA WRITEs (unsignaled) and the response SEND posted
+// as one chain; the data must be in place when the initiator sees the SEND.
+func TestWriteThenSend(t *testing.T) {
+	forEachAddr(t, func(t *testing.T, a netip.Addr) {
+		l := newLink(t, a, defaultLinkOpts())
+		const rounds = 200
+		for i := range rounds {
+			n := 512 + (i*997)%(dataSize/2-512)
+			src := l.tgt.buf(dataOff, n)
+			for j := range src {
+				src[j] = byte(i + j*31)
+			}
+			half := n / 2
+			remote := l.ini.mr.Addr() + dataOff + uint64(i%7)*8
+			copy(l.tgt.buf(sendOff, 8), fmt.Sprintf("rsp%05d", i))
+			post(t, l.tgt.c,
+				ib.SendWR{ID: uint64(i)<<8 | 1, Op: ib.OpRDMAWrite, RemoteAddr: remote, RKey: l.ini.mr.RKey(),
+					SGL: []ib.SGE{l.tgt.sge(dataOff, half)}},
+				ib.SendWR{ID: uint64(i)<<8 | 2, Op: ib.OpRDMAWrite, RemoteAddr: remote + uint64(half), RKey: l.ini.mr.RKey(),
+					SGL: []ib.SGE{l.tgt.sge(dataOff+half, n-half-1), l.tgt.sge(dataOff+n-1, 1)}},
+				ib.SendWR{ID: uint64(i)<<8 | 3, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{l.tgt.sge(sendOff, 8)}},
+			)
+			got := waitCompletions(t, l.ini.c, 1)
+			slot := i % nRecv
+			require.Equal(t, ib.Completion{ID: uint64(1000 + slot), ByteLen: 8, Opcode: ib.OpRecv}, got[0])
+			// Checked at once, before anything else happens: ordering, not luck.
+			dst := l.ini.buf(dataOff+(i%7)*8, n)
+			if !bytes.Equal(src, dst) {
+				t.Fatalf("round %d: RDMA WRITE data not in place when the SEND arrived", i)
+			}
+			require.Equal(t, fmt.Sprintf("rsp%05d", i), string(l.ini.buf(recvOff+slot*bufSize, 8)))
+			got = waitCompletions(t, l.tgt.c, 1)
+			require.Equal(t, ib.Completion{ID: uint64(i)<<8 | 3, Opcode: ib.OpSend}, got[0])
+			n2, err := l.ini.c.PostRecv([]ib.RecvWR{{ID: uint64(1000 + slot), SGL: []ib.SGE{l.ini.sge(recvOff+slot*bufSize, bufSize)}}})
+			require.NoError(t, err)
+			require.Equal(t, 1, n2)
+		}
+	})
+}
+
+// TestRDMARead is SRP's data-out: the target reads from the initiator's memory.
+func TestRDMARead(t *testing.T) {
+	forEachAddr(t, func(t *testing.T, a netip.Addr) {
+		l := newLink(t, a, defaultLinkOpts())
+		src := l.ini.buf(dataOff, 65536)
+		copy(src, pattern(65536, 5))
+		sgl := []ib.SGE{l.tgt.sge(dataOff, 40000)}
+		if l.req.Limits().MaxReadSGE >= 2 {
+			sgl = []ib.SGE{l.tgt.sge(dataOff, 30000), l.tgt.sge(dataOff+100000, 10000)}
+		}
+		post(t, l.tgt.c, ib.SendWR{ID: 77, Op: ib.OpRDMARead, Signaled: true,
+			RemoteAddr: l.ini.mr.Addr() + dataOff + 1000, RKey: l.ini.mr.RKey(), SGL: sgl})
+		got := waitCompletions(t, l.tgt.c, 1)
+		require.Equal(t, ib.Completion{ID: 77, Opcode: ib.OpRDMARead}, got[0])
+		off := 1000
+		for _, g := range sgl {
+			require.Equal(t, src[off:off+int(g.Length)], l.tgt.buf(int(g.Offset), int(g.Length)))
+			off += int(g.Length)
+		}
+
+		// The initiator offered initiator depth 0 (as ib_srp does): it may not read.
+		_, err := l.ini.c.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpRDMARead, RemoteAddr: l.tgt.mr.Addr(),
+			RKey: l.tgt.mr.RKey(), SGL: []ib.SGE{l.ini.sge(dataOff, 8)}}})
+		require.ErrorIs(t, err, ib.ErrInvalidArgument)
+	})
+}
+
+// TestBadRKey: an RDMA WRITE with a wrong rkey fails with a remote access error, everything
+// behind it on both QPs is flushed, and posting to a QP in the error state flushes at once.
+func TestBadRKey(t *testing.T) {
+	forEachAddr(t, func(t *testing.T, a netip.Addr) {
+		l := newLink(t, a, defaultLinkOpts())
+		post(t, l.tgt.c,
+			ib.SendWR{ID: 1, Op: ib.OpRDMAWrite, RemoteAddr: l.ini.mr.Addr() + dataOff, RKey: l.ini.mr.RKey() ^ 0x5a5a00,
+				SGL: []ib.SGE{l.tgt.sge(dataOff, 64)}},
+			ib.SendWR{ID: 2, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{l.tgt.sge(sendOff, 8)}},
+		)
+		// Target: the WRITE's own error (unsignaled, but errors always complete), then the
+		// flushes: the SEND, then the 16 receives.
+		got := waitCompletions(t, l.tgt.c, 2+nRecv)
+		require.Equal(t, ib.Completion{ID: 1, Status: ib.StatusRemoteAccessError}, got[0], "%+v", got)
+		sendFlush := slices.IndexFunc(got, func(c ib.Completion) bool { return c.ID == 2 })
+		require.Positive(t, sendFlush)
+		require.Equal(t, ib.StatusWRFlushError, got[sendFlush].Status)
+		var recvIDs []uint64
+		for _, c := range got[1:] {
+			require.Equal(t, ib.StatusWRFlushError, c.Status, "%+v", c)
+			if c.ID != 2 {
+				recvIDs = append(recvIDs, c.ID)
+			}
+		}
+		require.Equal(t, ids(2000, nRecv), recvIDs, "receives flush in posting order")
+
+		// Initiator: its QP went to the error state too (the responder of the bad access).
+		got = waitCompletions(t, l.ini.c, nRecv)
+		recvIDs = recvIDs[:0]
+		for _, c := range got {
+			require.Equal(t, ib.StatusWRFlushError, c.Status, "%+v", c)
+			recvIDs = append(recvIDs, c.ID)
+		}
+		require.Equal(t, ids(1000, nRecv), recvIDs)
+
+		// Posting in the error state succeeds and flushes, on both queues.
+		post(t, l.tgt.c, ib.SendWR{ID: 3, Op: ib.OpSend, SGL: []ib.SGE{l.tgt.sge(sendOff, 8)}})
+		got = waitCompletions(t, l.tgt.c, 1)
+		require.Equal(t, ib.Completion{ID: 3, Status: ib.StatusWRFlushError}, got[0])
+		n, err := l.tgt.c.PostRecv([]ib.RecvWR{{ID: 4, SGL: []ib.SGE{l.tgt.sge(recvOff, bufSize)}}})
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		if strings.HasPrefix(l.tgt.mr.(*mr).dev.name, "rxe") {
+			// A known deviation of soft-RoCE: its receive queue is shared memory that user
+			// space fills without telling the kernel, so a receive posted once the QP is in
+			// the error state is never flushed (kernel 6.1, rdma-core 44). Assert the
+			// deviation, so that a change shows up here.
+			time.Sleep(time.Second)
+			k, err := l.tgt.c.PollCompletions(make([]ib.Completion, 1))
+			require.NoError(t, err)
+			require.Zero(t, k, "rxe flushed a receive posted in the error state: update package doc")
+			return
+		}
+		got = waitCompletions(t, l.tgt.c, 1)
+		require.Equal(t, ib.Completion{ID: 4, Status: ib.StatusWRFlushError}, got[0])
+	})
+}
+
+func ids(base uint64, n int) []uint64 {
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = base + uint64(i)
+	}
+	return out
+}
+
+// TestDisconnect: the initiator disconnects; both sides get EventDisconnected once; the
+// target's Disconnect flushes its receives; Close of a connected QP disconnects the peer.
+func TestDisconnect(t *testing.T) {
+	forEachAddr(t, func(t *testing.T, a netip.Addr) {
+		l := newLink(t, a, defaultLinkOpts())
+		require.NoError(t, l.ini.c.Disconnect())
+		got := waitCompletions(t, l.ini.c, nRecv)
+		for i, c := range got {
+			require.Equal(t, ib.Completion{ID: uint64(1000 + i), Status: ib.StatusWRFlushError}, c)
+		}
+		waitEvent(t, l.tgt.c, ib.EventDisconnected)
+		// The peer's DREQ does not touch our QP: the engine disconnects, which answers the
+		// DREQ (the DREP) and flushes. The initiator's EventDisconnected follows the DREP.
+		require.NoError(t, l.tgt.c.Disconnect())
+		got = waitCompletions(t, l.tgt.c, nRecv)
+		for i, c := range got {
+			require.Equal(t, ib.Completion{ID: uint64(2000 + i), Status: ib.StatusWRFlushError}, c)
+		}
+		waitEvent(t, l.ini.c, ib.EventDisconnected)
+		require.NoError(t, l.tgt.c.Disconnect(), "a second Disconnect is harmless")
+		time.Sleep(100 * time.Millisecond)
+		_, ok := l.tgt.c.PollEvent()
+		require.False(t, ok, "EventDisconnected exactly once")
+		_, ok = l.ini.c.PollEvent()
+		require.False(t, ok, "EventDisconnected exactly once")
+
+		require.NoError(t, l.tgt.c.Close())
+		_, err := l.tgt.c.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpRDMAWrite}})
+		require.ErrorIs(t, err, ib.ErrClosed)
+		_, err = l.tgt.c.PollCompletions(make([]ib.Completion, 1))
+		require.ErrorIs(t, err, ib.ErrClosed)
+		require.ErrorIs(t, l.tgt.c.Disconnect(), ib.ErrClosed)
+		require.NoError(t, l.tgt.c.Close(), "a second Close is a no-op")
+
+		// Close without Disconnect: the peer gets the DREQ.
+		l2 := newLink(t, a, defaultLinkOpts())
+		require.NoError(t, l2.tgt.c.Close())
+		waitEvent(t, l2.ini.c, ib.EventDisconnected)
+	})
+}
+
+// TestQueueFull: unsignaled work requests hold their slots until a later completion is polled.
+func TestQueueFull(t *testing.T) {
+	forEachAddr(t, func(t *testing.T, a netip.Addr) {
+		l := newLink(t, a, defaultLinkOpts())
+		depth := testCapsFor(l.req.Limits()).SendQueueDepth
+		wrs := make([]ib.SendWR, depth+1)
+		for i := range wrs {
+			// Zero-length RDMA WRITEs: no rkey check, the usual drain marker.
+			wrs[i] = ib.SendWR{ID: uint64(i), Op: ib.OpRDMAWrite}
+		}
+		wrs[depth-1].Signaled = true
+		n, err := l.tgt.c.PostSend(wrs)
+		require.ErrorIs(t, err, ib.ErrQueueFull)
+		require.Equal(t, depth, n, "all but the last posted, in one call")
+		got := waitCompletions(t, l.tgt.c, 1)
+		require.Equal(t, ib.Completion{ID: uint64(depth - 1), Opcode: ib.OpRDMAWrite}, got[0])
+		// The one signaled completion freed every slot.
+		post(t, l.tgt.c, wrs[:depth]...)
+		got = waitCompletions(t, l.tgt.c, 1)
+		require.Equal(t, uint64(depth-1), got[0].ID)
+	})
+}
+
+// TestDataPathAllocs: posting and polling do not allocate in steady state.
+func TestDataPathAllocs(t *testing.T) {
+	a := testAddrs(t)[0]
+	l := newLink(t, a, defaultLinkOpts())
+	wrs := []ib.SendWR{
+		{ID: 1, Op: ib.OpRDMAWrite, RemoteAddr: l.ini.mr.Addr() + dataOff, RKey: l.ini.mr.RKey(),
+			SGL: []ib.SGE{l.tgt.sge(dataOff, 512), l.tgt.sge(dataOff+4096, 512)}},
+		{ID: 2, Op: ib.OpRDMAWrite, Signaled: true, RemoteAddr: l.ini.mr.Addr() + dataOff + 1024, RKey: l.ini.mr.RKey(),
+			SGL: []ib.SGE{l.tgt.sge(dataOff, 64)}},
+	}
+	wcs := make([]ib.Completion, 4)
+	allocs := testing.AllocsPerRun(200, func() {
+		if n, err := l.tgt.c.PostSend(wrs); n != 2 || err != nil {
+			panic(fmt.Sprint(n, err))
+		}
+		for got := 0; got < 1; {
+			n, err := l.tgt.c.PollCompletions(wcs)
+			if err != nil || (n > 0 && wcs[0] != (ib.Completion{ID: 2, Opcode: ib.OpRDMAWrite})) {
+				panic(fmt.Sprint(n, err, wcs[0]))
+			}
+			got += n
+		}
+		_, _ = l.tgt.c.PollEvent()
+	})
+	require.Zero(t, allocs)
+}
+
+// TestPostRegionChecks: regions must be this device's verbs regions.
+func TestPostRegionChecks(t *testing.T) {
+	forEachAddr(t, func(t *testing.T, a netip.Addr) {
+		l := newLink(t, a, defaultLinkOpts())
+		n, err := l.tgt.c.PostSend([]ib.SendWR{
+			{ID: 1, Op: ib.OpRDMAWrite},
+			{ID: 2, Op: ib.OpSend, SGL: []ib.SGE{{MR: lenMR{n: 4096}, Length: 8}}},
+		})
+		require.ErrorIs(t, err, ib.ErrInvalidArgument)
+		require.Equal(t, 1, n)
+		// Free a receive slot, then try to post a foreign region into it.
+		post(t, l.ini.c, ib.SendWR{ID: 1, Op: ib.OpSend, SGL: []ib.SGE{l.ini.sge(sendOff, 8)}})
+		got := waitCompletions(t, l.tgt.c, 1)
+		require.Equal(t, ib.Completion{ID: 2000, ByteLen: 8, Opcode: ib.OpRecv}, got[0])
+		_, err = l.tgt.c.PostRecv([]ib.RecvWR{{ID: 1, SGL: []ib.SGE{{MR: lenMR{n: 4096}, Length: 8}}}})
+		require.ErrorIs(t, err, ib.ErrInvalidArgument)
+		n, err = l.tgt.c.PostRecv([]ib.RecvWR{{ID: 2000, SGL: []ib.SGE{l.tgt.sge(recvOff, bufSize)}}})
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "the refused receive gave its slot back")
+	})
+}
+
+// TestRoundTrips: 10,000 SEND/RECV round trips of 64 bytes, both ends waiting on Ready as the
+// engine does. Logs the latencies. (Busy-polling both ends is not measured: on the VM's two
+// vCPUs it starves rxe's kernel threads and says nothing about real hardware.)
+func TestRoundTrips(t *testing.T) {
+	forEachAddr(t, func(t *testing.T, a netip.Addr) {
+		l := newLink(t, a, defaultLinkOpts())
+		const rounds = 10000
+		done := make(chan error, 1)
+		go func() { done <- echo(l.tgt, rounds, false) }()
+		rtts := make([]time.Duration, rounds)
+		wcs := make([]ib.Completion, 4)
+		msg := l.ini.buf(sendOff, 64)
+		for i := range rounds {
+			copy(msg, fmt.Sprintf("%08d", i))
+			start := time.Now()
+			post(t, l.ini.c, ib.SendWR{ID: uint64(i), Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{l.ini.sge(sendOff, 64)}})
+			// Our SEND's completion and the echo's receive, in either order.
+			got, err := poll(l.ini.c, wcs, 2, false)
+			require.NoError(t, err)
+			rtts[i] = time.Since(start)
+			recv := got[0]
+			if recv.Opcode != ib.OpRecv {
+				recv = got[1]
+			}
+			require.Equal(t, ib.StatusSuccess, got[0].Status)
+			require.Equal(t, ib.StatusSuccess, got[1].Status)
+			require.Equal(t, ib.OpRecv, recv.Opcode)
+			require.Equal(t, uint32(64), recv.ByteLen)
+			slot := int(recv.ID - 1000)
+			require.Equal(t, fmt.Sprintf("%08d", i), string(l.ini.buf(recvOff+slot*bufSize, 8)))
+			_, err = l.ini.c.PostRecv([]ib.RecvWR{{ID: recv.ID, SGL: []ib.SGE{l.ini.sge(recvOff+slot*bufSize, bufSize)}}})
+			require.NoError(t, err)
+		}
+		require.NoError(t, <-done)
+		slices.Sort(rtts)
+		var sum time.Duration
+		for _, d := range rtts {
+			sum += d
+		}
+		t.Logf("%v ready: %d round trips of 64 B: mean %v, p50 %v, p99 %v, max %v",
+			a, rounds, sum/rounds, rtts[rounds/2], rtts[rounds*99/100], rtts[rounds-1])
+	})
+}
+
+// poll returns exactly n completions, busy-polling or waiting on Ready.
+func poll(c ib.Conn, wcs []ib.Completion, n int, busy bool) ([]ib.Completion, error) {
+	got := 0
+	for got < n {
+		k, err := c.PollCompletions(wcs[got:n])
+		if err != nil {
+			return nil, err
+		}
+		got += k
+		if k == 0 && !busy {
+			select {
+			case <-c.Ready():
+			case <-time.After(waitLimit):
+				return nil, fmt.Errorf("%v: %d of %d completions within %v", c, got, n, waitLimit)
+			}
+		}
+	}
+	return wcs[:n], nil
+}
+
+// echo sends every message it receives back from its receive buffer, and posts the buffer
+// again once the SEND is complete: the target half of TestRoundTrips.
+func echo(s side, rounds int, busy bool) error {
+	wcs := make([]ib.Completion, 1)
+	for sent := 0; sent < rounds; {
+		got, err := poll(s.c, wcs, 1, busy)
+		if err != nil {
+			return err
+		}
+		c := got[0]
+		if c.Status != ib.StatusSuccess {
+			return fmt.Errorf("echo: %+v", c)
+		}
+		switch c.Opcode {
+		case ib.OpRecv:
+			slot := int(c.ID - 2000)
+			sg := s.sge(recvOff+slot*bufSize, int(c.ByteLen))
+			if _, err := s.c.PostSend([]ib.SendWR{{ID: uint64(slot), Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{sg}}}); err != nil {
+				return err
+			}
+		case ib.OpSend:
+			slot := int(c.ID)
+			sent++
+			if _, err := s.c.PostRecv([]ib.RecvWR{{ID: uint64(2000 + slot), SGL: []ib.SGE{s.sge(recvOff+slot*bufSize, bufSize)}}}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// TestDeviceRemoval deletes the device (rdma link delete) with a listener, a connection and
+// registered memory in use. Destructive: it runs only when SRPT_VERBS_REMOVE_DEVICE names the
+// device, as the last test of the VM run.
+func TestDeviceRemoval(t *testing.T) {
+	dev := os.Getenv("SRPT_VERBS_REMOVE_DEVICE")
+	if dev == "" {
+		t.Skip("destructive: set SRPT_VERBS_REMOVE_DEVICE=<rxe device> (the VM harness does)")
+	}
+	a := testAddrs(t)[0]
+	before, err := Devices()
+	require.NoError(t, err)
+	l := newLink(t, a, defaultLinkOpts())
+	nextErr := make(chan error, 1)
+	go func() {
+		_, err := l.ln.Next(context.Background())
+		nextErr <- err
+	}()
+
+	del := exec.Command("rdma", "link", "delete", dev)
+	var out bytes.Buffer
+	del.Stdout, del.Stderr = &out, &out
+	require.NoError(t, del.Start())
+	delDone := make(chan error, 1)
+	go func() { delDone <- del.Wait() }()
+
+	for _, c := range []ib.Conn{l.tgt.c, l.ini.c} {
+		for {
+			e, ok := c.PollEvent()
+			if ok && e == ib.EventDeviceRemoved {
+				break
+			}
+			if !ok {
+				select {
+				case <-c.Ready():
+				case <-time.After(waitLimit):
+					t.Fatalf("%v: no EventDeviceRemoved", c)
+				}
+			}
+		}
+		_, err := c.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpRDMAWrite}})
+		require.ErrorIs(t, err, ib.ErrDeviceRemoved)
+		n, err := c.PollCompletions(make([]ib.Completion, 4))
+		require.NoError(t, err)
+		require.Zero(t, n, "no flushes after removal")
+	}
+	select {
+	case err := <-nextErr:
+		require.ErrorIs(t, err, ib.ErrDeviceRemoved)
+	case <-time.After(waitLimit):
+		t.Fatal("Listener.Next did not fail")
+	}
+	// The engine's part: close the connections, deregister the memory. Then the kernel can
+	// finish unregistering the device.
+	require.NoError(t, l.tgt.c.Close())
+	require.NoError(t, l.ini.c.Close())
+	require.NoError(t, l.tgt.mr.Deregister())
+	require.NoError(t, l.ini.mr.Deregister())
+	// The removal handling (on the RDMA/CM event goroutine) may still be finishing.
+	require.Eventually(t, func() bool { return openContexts.Load() == 0 }, waitLimit, 10*time.Millisecond,
+		"this package's verbs context of the device is closed")
+	if len(before) == 1 {
+		// librdmacm (rdma-core 44 to current, librdmacm/cma.c sync_devices_list) gives up
+		// when the device list is empty, so it never learns that the last device is gone
+		// and keeps its own context of it open until the process exits.
+		t.Logf("%s was the only RDMA device: librdmacm keeps its context open until the process exits, "+
+			"so rdma link delete finishes only then (add a second device to test the full path)", dev)
+		return
+	}
+	select {
+	case err := <-delDone:
+		require.NoError(t, err, "rdma link delete: %s", out.String())
+	case <-time.After(waitLimit):
+		t.Errorf("rdma link delete did not finish after everything was released; open files:\n%s", openFiles())
+		syncDevices()
+		select {
+		case <-delDone:
+			t.Logf("rdma link delete finished after another srpt_sync_devices")
+		case <-time.After(10 * time.Second):
+			t.Fatalf("rdma link delete still not finished; open files:\n%s", openFiles())
+		}
+	}
+	devs, err := Devices()
+	require.NoError(t, err)
+	require.Len(t, devs, len(before)-1)
+	for _, d := range devs {
+		require.NotEqual(t, dev, d.Name)
+	}
+}
+
+// openFiles lists this process's file descriptors and what they are.
+func openFiles() string {
+	var b strings.Builder
+	ents, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range ents {
+		target, _ := os.Readlink("/proc/self/fd/" + e.Name())
+		fmt.Fprintf(&b, "  fd %s -> %s\n", e.Name(), target)
+	}
+	return b.String()
+}

@@ -1,0 +1,102 @@
+// shim.h declares the C helpers of package verbs (shim.c). They exist for three reasons:
+// rdma-core's data-path verbs are static inline functions and some query verbs are macros that
+// cgo cannot call directly; a helper can do several verbs calls in one Go->C crossing; and
+// structures with unions are easier to fill and read on the C side.
+#ifndef SRPT_SHIM_H
+#define SRPT_SHIM_H
+
+#include <stdint.h>
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#define SRPT_SOCKADDR_SIZE 128
+#define SRPT_PRIVATE_DATA_MAX 256
+
+// srpt_cm_event is a copy of what package verbs needs from one struct rdma_cm_event, taken
+// before the event is acknowledged (private data and addresses are owned by the event).
+struct srpt_cm_event {
+	int event;
+	int status;
+	uint64_t key;        // id->context
+	uint64_t listen_key; // listen_id->context, connection requests only
+	struct rdma_cm_id *id;
+	struct ibv_device *device; // id->verbs->device, or NULL when the id has no device yet
+	uint8_t responder_resources;
+	uint8_t initiator_depth;
+	uint8_t rnr_retry_count;
+	uint8_t private_data_len;
+	uint8_t private_data[SRPT_PRIVATE_DATA_MAX];
+	uint8_t local[SRPT_SOCKADDR_SIZE]; // connection requests only
+	uint8_t peer[SRPT_SOCKADDR_SIZE];
+};
+
+int srpt_get_cm_event(struct rdma_event_channel *ch, struct srpt_cm_event *out);
+int srpt_create_id(struct rdma_event_channel *ch, uint64_t key, struct rdma_cm_id **out);
+void srpt_set_key(struct rdma_cm_id *id, uint64_t key);
+struct ibv_device *srpt_id_device(struct rdma_cm_id *id);
+int srpt_bind(struct rdma_cm_id *id, const uint8_t *sa);
+int srpt_resolve_addr(struct rdma_cm_id *id, const uint8_t *src, const uint8_t *dst, int timeout_ms);
+void srpt_addrs(struct rdma_cm_id *id, uint8_t *local, uint8_t *peer);
+int srpt_accept(struct rdma_cm_id *id, uint32_t qpn, const void *pd, uint8_t pdlen,
+		uint8_t rr, uint8_t depth, uint8_t rnr);
+int srpt_connect(struct rdma_cm_id *id, uint32_t qpn, const void *pd, uint8_t pdlen,
+		 uint8_t rr, uint8_t depth, uint8_t rnr);
+int srpt_reject(struct rdma_cm_id *id, const void *pd, uint8_t pdlen);
+void srpt_sync_devices(void);
+
+struct ibv_qp *srpt_create_qp(struct ibv_pd *pd, struct ibv_cq *cq, uint32_t sq, uint32_t rq,
+			      uint32_t send_sge, uint32_t recv_sge, uint32_t inline_data);
+int srpt_qp_init(struct rdma_cm_id *id, struct ibv_qp *qp);
+int srpt_qp_rtr_rts(struct rdma_cm_id *id, struct ibv_qp *qp, uint8_t resp_res, uint8_t init_depth);
+int srpt_qp_err(struct ibv_qp *qp);
+uint32_t srpt_qp_num(struct ibv_qp *qp);
+
+void srpt_link_send(struct ibv_send_wr *wrs, int n);
+void srpt_link_recv(struct ibv_recv_wr *wrs, int n);
+int srpt_post_send(struct ibv_qp *qp, struct ibv_send_wr *wrs, int n, int *bad);
+int srpt_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wrs, int n, int *bad);
+int srpt_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wcs);
+int srpt_req_notify_cq(struct ibv_cq *cq);
+int srpt_get_cq_event(struct ibv_comp_channel *ch);
+
+struct srpt_async_event {
+	int type;
+	uint32_t qp_num;
+};
+int srpt_get_async_event(struct ibv_context *ctx, struct srpt_async_event *out);
+
+struct srpt_device_attr {
+	uint64_t node_guid; // host order
+	int max_qp_wr;
+	int max_sge;
+	int max_sge_rd;
+	int max_cqe;
+	int max_qp_rd_atom;
+	int max_qp_init_rd_atom;
+	int phys_port_cnt;
+};
+int srpt_query_device(struct ibv_context *ctx, struct srpt_device_attr *out);
+int srpt_probe_inline(struct ibv_context *ctx, struct ibv_pd *pd, int max);
+struct ibv_mr *srpt_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access);
+
+struct srpt_port_attr {
+	int state;
+	int link_layer;
+	int active_mtu;
+	int gid_tbl_len;
+};
+int srpt_query_port(struct ibv_context *ctx, uint8_t port, struct srpt_port_attr *out);
+// srpt_query_gids returns the valid GID entries of every port (at most max), or -errno.
+long srpt_query_gids(struct ibv_context *ctx, struct ibv_gid_entry *out, long max);
+uint32_t srpt_gid_ifindex(struct ibv_context *ctx, const uint8_t *gid);
+uint64_t srpt_device_guid(struct ibv_device *dev);
+
+// Layout facts the Go side relies on when it fills work requests in C memory.
+extern const int srpt_off_rdma_remote_addr;
+extern const int srpt_off_rdma_rkey;
+extern const int srpt_sizeof_send_wr;
+extern const int srpt_sizeof_recv_wr;
+extern const int srpt_sizeof_sge;
+extern const int srpt_sizeof_wc;
+
+#endif
