@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/srptarget/srptarget/srp"
 )
 
 // Config is the daemon's configuration file. Every field is documented in configs/README.md;
@@ -24,6 +26,11 @@ type Config struct {
 	Limits    LimitsConfig     `yaml:"limits"`
 	LUNs      []LUNConfig      `yaml:"luns"`
 	ACLs      []ACLConfig      `yaml:"acls"`
+
+	// file and root are where the configuration came from, so that errors found after
+	// validation (a backstore that fails to open) can still name the file and line.
+	file string
+	root *yaml.Node
 }
 
 // TargetConfig is the target's SRP identity. Both halves of the target port identifier an
@@ -43,17 +50,26 @@ type ListenerConfig struct {
 	Port    uint16 `yaml:"port"`
 }
 
-// LimitsConfig bounds what one initiator can use.
+// LimitsConfig bounds what one initiator can use. The keys are named as the engine's log
+// messages name them (a login refused for its IU length says "raise limits.max_it_iu_len").
 type LimitsConfig struct {
-	// MaxIUSize is the largest information unit an initiator may send (SRP MAX IT IU LENGTH).
-	// Linux with immediate data sends 8260-byte IUs; the default 8276 accepts them.
-	MaxIUSize Size `yaml:"max_iu_size"`
+	// MaxIUSize is the largest information unit an initiator may send (SRP MAXIMUM
+	// INITIATOR-TO-TARGET IU LENGTH, the size of each receive buffer). Linux with immediate
+	// data asks for 8260 bytes; the default 8276 (LIO's) accepts it.
+	MaxIUSize Size `yaml:"max_it_iu_len"`
 	// Credits is the number of commands one channel may have outstanding (receive buffers).
 	Credits int `yaml:"credits"`
 	// MaxChannels is the most channels one initiator may open in one session (ib_srp ch_count).
 	MaxChannels int `yaml:"max_channels"`
 	// MaxTransferSize is the largest data transfer of one command.
 	MaxTransferSize Size `yaml:"max_transfer_size"`
+	// SendQueueDepth is the send queue depth of each channel (clamped to the device's limit).
+	SendQueueDepth int `yaml:"send_queue_depth"`
+	// BufferPoolSize is the data-buffer memory registered per RDMA device, shared by its
+	// channels; a command waits for a buffer when it is all in use.
+	BufferPoolSize Size `yaml:"buffer_pool_size"`
+	// ImmediateData grants SRP-2 immediate data to initiators that ask for it (default true).
+	ImmediateData *bool `yaml:"immediate_data"`
 }
 
 // LUNConfig is one logical unit.
@@ -107,6 +123,8 @@ const (
 	DefaultMaxChannels     = 16
 	DefaultMaxTransferSize = 8 << 20
 	DefaultBlockSize       = 512
+	DefaultSendQueueDepth  = srp.DefaultSendQueueDepth
+	DefaultBufferPoolSize  = srp.DefaultBufferPoolSize
 	// MinIUSize is the smallest MAX IT IU LENGTH that still lets Linux log in without
 	// immediate data with its default 12 descriptors (48 + 16 + 20 + 12 × 16 = 276) — Linux
 	// with immediate data needs 8260.
@@ -236,6 +254,7 @@ func ParseConfig(file string, data []byte) (*Config, error) {
 	if len(v.errs) > 0 {
 		return nil, v.errs
 	}
+	cfg.file, cfg.root = file, &root
 	return &cfg, nil
 }
 
@@ -363,7 +382,7 @@ func (v *validator) validate(c *Config) {
 	if lim.MaxIUSize == 0 {
 		lim.MaxIUSize = DefaultMaxIUSize
 	} else if lim.MaxIUSize < MinIUSize || lim.MaxIUSize > 1<<20 {
-		v.errorf(at("limits", "max_iu_size"), "%d is outside %d..1MiB (Linux with immediate data needs 8260)", lim.MaxIUSize, MinIUSize)
+		v.errorf(at("limits", "max_it_iu_len"), "%d is outside %d..1MiB (Linux with immediate data needs 8260)", lim.MaxIUSize, MinIUSize)
 	}
 	if lim.Credits == 0 {
 		lim.Credits = DefaultCredits
@@ -379,6 +398,20 @@ func (v *validator) validate(c *Config) {
 		lim.MaxTransferSize = DefaultMaxTransferSize
 	} else if lim.MaxTransferSize < 4096 || lim.MaxTransferSize > 64<<20 || lim.MaxTransferSize%4096 != 0 {
 		v.errorf(at("limits", "max_transfer_size"), "%v must be a multiple of 4KiB between 4KiB and 64MiB", lim.MaxTransferSize)
+	}
+	if lim.SendQueueDepth == 0 {
+		lim.SendQueueDepth = DefaultSendQueueDepth
+	} else if lim.SendQueueDepth < 16 || lim.SendQueueDepth > 65536 {
+		v.errorf(at("limits", "send_queue_depth"), "%d is outside 16..65536", lim.SendQueueDepth)
+	}
+	if lim.BufferPoolSize == 0 {
+		lim.BufferPoolSize = max(DefaultBufferPoolSize, lim.MaxTransferSize)
+	} else if lim.BufferPoolSize < lim.MaxTransferSize || lim.BufferPoolSize > 64<<30 {
+		v.errorf(at("limits", "buffer_pool_size"), "%v must be at least max_transfer_size (%v) and at most 64GiB", lim.BufferPoolSize, lim.MaxTransferSize)
+	}
+	if lim.ImmediateData == nil {
+		yes := true
+		lim.ImmediateData = &yes
 	}
 
 	luns := map[int]int{}
@@ -430,6 +463,9 @@ func (v *validator) validateLUN(c *Config, i int, luns map[int]int, paths map[st
 		v.errorf(at("luns", i, "lun"), "LUN %d is defined twice (also luns[%d])", *l.LUN, j)
 	} else {
 		luns[*l.LUN] = i
+	}
+	if l.Backstore == "block" && l.BlockSize != 0 {
+		v.errorf(at("luns", i, "block_size"), "a block device has its own block size; remove block_size")
 	}
 	if l.BlockSize == 0 {
 		l.BlockSize = DefaultBlockSize
@@ -483,6 +519,9 @@ func (v *validator) validateLUN(c *Config, i int, luns map[int]int, paths map[st
 		}
 		if l.Path != "" {
 			v.errorf(at("luns", i, "path"), "a %s backstore has no path", l.Backstore)
+		}
+		if l.Create {
+			v.errorf(at("luns", i, "create"), "create applies to files only")
 		}
 	case "":
 		v.errorf(at("luns", i), "backstore is missing (file, block, memory or null)")
@@ -577,4 +616,14 @@ func MatchInitiator(pattern, id string) bool {
 	norm := func(s string) string { return strings.TrimPrefix(strings.ToLower(s), "0x") }
 	ok, err := path.Match(norm(pattern), norm(id))
 	return err == nil && ok
+}
+
+// errorAt is an error found after validation (a backstore that would not open, a change a
+// reload cannot make) at path p of the file the configuration came from, with its line.
+func (c *Config) errorAt(p []any, format string, args ...any) *ConfigError {
+	e := &ConfigError{File: c.file, Path: pathString(p), Msg: fmt.Sprintf(format, args...)}
+	if c.root != nil {
+		e.Line = lineOf(c.root, p)
+	}
+	return e
 }

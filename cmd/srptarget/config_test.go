@@ -54,6 +54,9 @@ func TestParseConfigGoodFillsDefaults(t *testing.T) {
 	require.NotNil(t, cfg.LUNs[1].WriteCache)
 	require.False(t, *cfg.LUNs[1].WriteCache)
 	require.True(t, cfg.ACLs[1].ReadOnly)
+	require.Equal(t, DefaultSendQueueDepth, cfg.Limits.SendQueueDepth)
+	require.Equal(t, Size(DefaultBufferPoolSize), cfg.Limits.BufferPoolSize)
+	require.True(t, *cfg.Limits.ImmediateData)
 }
 
 func TestParseConfigErrorsNameLineAndKey(t *testing.T) {
@@ -93,6 +96,19 @@ luns:
 			[]string{"t.yaml:1: listeners[0].address: \"fe80::1\" is link-local: add the interface, e.g. fe80::1%eth0"}},
 		{"decimal unit refused", "listeners: [{address: 0.0.0.0, port: 1}]\nluns: [{lun: 0, backstore: null, size: 1GB}]\n",
 			[]string{"t.yaml: line 2: size \"1GB\": unknown unit \"GB\" (use KiB, MiB, GiB, TiB)"}},
+		{"create on memory", "listeners: [{address: 0.0.0.0, port: 1}]\nluns: [{lun: 0, backstore: memory, size: 1MiB, create: true}]\n",
+			[]string{"t.yaml:2: luns[0].create: create applies to files only"}},
+		{"block_size on a block device", "listeners: [{address: 0.0.0.0, port: 1}]\nluns:\n  - lun: 0\n    backstore: block\n    path: /dev/null\n    block_size: 4096\n",
+			[]string{
+				"t.yaml:6: luns[0].block_size: a block device has its own block size; remove block_size",
+				"t.yaml:5: luns[0].path: /dev/null is not a block device",
+			}},
+		{"limits out of range", "listeners: [{address: 0.0.0.0, port: 1}]\nlimits:\n  max_it_iu_len: 100\n  send_queue_depth: 8\n  max_transfer_size: 16MiB\n  buffer_pool_size: 8MiB\n",
+			[]string{
+				"t.yaml:3: limits.max_it_iu_len: 100 is outside 276..1MiB (Linux with immediate data needs 8260)",
+				"t.yaml:4: limits.send_queue_depth: 8 is outside 16..65536",
+				"t.yaml:6: limits.buffer_pool_size: 8MiB must be at least max_transfer_size (16MiB) and at most 64GiB",
+			}},
 		{"bad target id", "target: {id_ext: \"0x12\"}\nlisteners: [{address: 0.0.0.0, port: 1}]\n",
 			[]string{"t.yaml:1: target.id_ext: \"0x12\": want 16 hex digits (a 64-bit identifier such as 0x0002c90300a0b0c1)"}},
 	}

@@ -2,6 +2,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -15,19 +16,35 @@ var version = "dev"
 
 func main() {
 	if err := newRootCommand().Execute(); err != nil {
+		var ec exitCodeError
+		if errors.As(err, &ec) {
+			os.Exit(ec.code)
+		}
 		fmt.Fprintln(os.Stderr, "srptarget:", err)
 		os.Exit(1)
 	}
 }
 
 func newRootCommand() *cobra.Command {
+	return newRootCommandWith(loginLineDeps{devices: rdmaDevices, interfaces: hostAddrs})
+}
+
+// newRootCommandWith builds the command tree with the given RDMA and network seams (tests
+// replace them).
+func newRootCommandWith(deps loginLineDeps) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "srptarget",
 		Short:         "A user-space SCSI RDMA Protocol (SRP) target",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand())
+	root.AddCommand(
+		newServeCommand(),
+		newValidateCommand(),
+		newLoginLineCommand(deps),
+		newDevicesCommand(deps),
+		newVersionCommand(),
+	)
 	return root
 }
 

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp"
+)
+
+// aclAuthorizer is the srp.Authorizer of one configuration: the ACLs in file order, each with
+// the LUN map its initiators see. The first ACL that matches wins. It is immutable; a reload
+// builds a new one and installs it with Target.SetAuthorizer.
+type aclAuthorizer struct {
+	acls []*aclEntry
+	// luns are every LUN of the configuration, for the ACL a refusal suggests.
+	luns []int
+}
+
+type aclEntry struct {
+	index      int
+	cfg        ACLConfig
+	initiators []string
+	sources    []netip.Prefix
+	lunMap     *scsi.LUNMap
+}
+
+var _ srp.Authorizer = (*aclAuthorizer)(nil)
+
+// matches reports whether the initiator port id (0x + 32 hex digits) or its source address
+// (unmapped, without zone) is in the ACL.
+func (e *aclEntry) matches(id string, src netip.Addr) bool {
+	for _, p := range e.initiators {
+		if MatchInitiator(p, id) {
+			return true
+		}
+	}
+	if src.IsValid() {
+		for _, p := range e.sources {
+			if p.Contains(src) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Authorize returns the LUN map of the first matching ACL. An initiator that matches none is
+// refused, and the refusal (which the engine logs with the login's details) spells out the ACL
+// that would let it in.
+func (a *aclAuthorizer) Authorize(initiator, _ srp.PortID, src netip.AddrPort) (*scsi.LUNMap, error) {
+	id := initiator.String()
+	addr := src.Addr().Unmap().WithZone("")
+	for _, e := range a.acls {
+		if e.matches(id, addr) {
+			return e.lunMap, nil
+		}
+	}
+	return nil, &srp.LoginRefusedError{Reason: srp.LoginRejChannelLimitReached, Detail: a.refusal(id, addr)}
+}
+
+func (a *aclAuthorizer) refusal(id string, src netip.Addr) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "initiator %s", id)
+	if src.IsValid() {
+		fmt.Fprintf(&b, " from %s", src)
+	}
+	if len(a.acls) == 0 {
+		b.WriteString(" is refused: the configuration has no ACLs")
+	} else {
+		fmt.Fprintf(&b, " matches none of the %d ACLs", len(a.acls))
+	}
+	fmt.Fprintf(&b, "; to let it in, add to acls: {initiators: [\"%s\"], luns: %s}", id, intList(a.luns))
+	if src.IsValid() {
+		fmt.Fprintf(&b, " (or sources: [\"%s\"] instead of initiators)", src)
+	}
+	return b.String()
+}
+
+// intList formats LUN numbers as a YAML flow sequence: [0, 1, 2].
+func intList(ns []int) string {
+	parts := make([]string, len(ns))
+	for i, n := range ns {
+		parts[i] = strconv.Itoa(n)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}

@@ -1,0 +1,350 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+
+	"github.com/srptarget/srptarget/srp"
+)
+
+// run executes the command line args with the given seams and returns stdout, stderr and the
+// error.
+func run(t *testing.T, deps loginLineDeps, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	root := newRootCommandWith(deps)
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), errOut.String(), err
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+	return p
+}
+
+var noDeps = loginLineDeps{
+	devices:    func() ([]rdmaDevice, error) { return nil, errNoRDMA },
+	interfaces: func() ([]hostAddr, error) { return nil, nil },
+}
+
+func TestValidatePrintsSummary(t *testing.T) {
+	file := writeFile(t, "good.yaml", goodConfig+`  - initiators: ["0x4e49c9ffff0a0b0c*"]
+    luns: [1]
+`)
+	out, errOut, err := run(t, noDeps, "validate", "--config", file)
+	require.NoError(t, err)
+	require.Empty(t, errOut)
+	require.Equal(t, file+`: OK
+target: id_ext=0002c90300a0b0c1 ioc_guid=0002c90300a0b0c1
+listeners (2):
+  0.0.0.0:5555
+  [fe80::1%eth0]:5555
+limits: max_it_iu_len 8276, credits 64, max_channels 16, max_transfer_size 4MiB, send_queue_depth 4096, buffer_pool_size 64MiB, immediate_data true
+LUNs (2):
+  LUN 0: memory, 1GiB, 512-byte blocks
+  LUN 1: null, 64MiB, 4096-byte blocks, vendor "LIO-ORG", write cache off
+ACLs (3):
+  acls[0]: initiators * -> LUNs 0
+  acls[1]: sources 10.0.0.0/8, 192.168.1.7 -> LUNs 0, 1, read-only
+  acls[2]: initiators 0x4e49c9ffff0a0b0c* -> LUNs 1
+`, out)
+}
+
+func TestValidateWarnsAboutUnreachableLUNs(t *testing.T) {
+	file := writeFile(t, "w.yaml", "listeners: [{address: \"::\", port: 5555}]\nluns:\n  - {lun: 0, backstore: null, size: 1MiB}\n  - {lun: 5, backstore: memory, size: 1MiB, read_only: true}\nacls:\n  - {initiators: [\"*\"], luns: [0]}\n")
+	out, _, err := run(t, noDeps, "validate", "--config", file)
+	require.NoError(t, err)
+	require.Equal(t, file+`: OK
+target: id_ext and ioc_guid from the node GUID of the first RDMA device (at start-up)
+listeners (1):
+  [::]:5555
+limits: max_it_iu_len 8276, credits 128, max_channels 16, max_transfer_size 8MiB, send_queue_depth 4096, buffer_pool_size 64MiB, immediate_data true
+LUNs (2):
+  LUN 0: null, 1MiB, 512-byte blocks
+  LUN 5: memory, 1MiB, 512-byte blocks, read-only
+ACLs (1):
+  acls[0]: initiators * -> LUNs 0
+warning: LUN 5 is in no ACL: no initiator sees it
+`, out)
+
+	file = writeFile(t, "n.yaml", "listeners: [{address: 0.0.0.0, port: 5555}]\nluns: [{lun: 0, backstore: null, size: 1MiB}]\n")
+	out, _, err = run(t, noDeps, "validate", "--config", file)
+	require.NoError(t, err)
+	require.True(t, strings.HasSuffix(out, "ACLs (0):\nwarning: no ACLs: every login will be refused\n"), out)
+}
+
+func TestValidatePrintsEveryErrorWithItsLine(t *testing.T) {
+	file := writeFile(t, "bad.yaml", `listeners:
+  - address: 0.0.0.0
+    port: 5555
+luns:
+  - lun: 0
+    backstore: memory
+    size: 1000
+  - lun: 1
+    backstore: block
+    path: /dev/null
+    block_size: 4096
+acls:
+  - initiators: ["*"]
+    luns: [0, 9]
+`)
+	out, errOut, err := run(t, noDeps, "validate", "--config", file)
+	require.Equal(t, exitCodeError{1}, err)
+	require.Empty(t, out)
+	require.Equal(t, file+`:7: luns[0].size: 1000 is not a multiple of the block size 512
+`+file+`:11: luns[1].block_size: a block device has its own block size; remove block_size
+`+file+`:10: luns[1].path: /dev/null is not a block device
+`+file+`:14: acls[0].luns[1]: LUN 9 is not defined under luns
+`+file+`: 4 errors
+`, errOut)
+
+	file = writeFile(t, "syntax.yaml", "listeners: [\n")
+	_, errOut, err = run(t, noDeps, "validate", "--config", file)
+	require.Equal(t, exitCodeError{1}, err)
+	require.Equal(t, file+": line 1: did not find expected node content\n"+file+": 1 error\n", errOut)
+
+	_, errOut, err = run(t, noDeps, "validate", "--config", filepath.Join(t.TempDir(), "missing.yaml"))
+	require.Equal(t, exitCodeError{1}, err)
+	require.Contains(t, errOut, "missing.yaml: no such file or directory")
+
+	_, _, err = run(t, noDeps, "validate")
+	require.EqualError(t, err, `required flag(s) "config" not set`)
+}
+
+const loginLineConfig = `target:
+  id_ext: "0002c90300a0b0c1"
+listeners:
+  - {address: 192.168.1.10, port: 5555}
+  - {address: "2001:db8::10", port: 5555}
+  - {address: "fe80::1%eth0", port: 5556}
+  - {address: 0.0.0.0, port: 6000}
+  - {address: "::", port: 6001}
+`
+
+func TestLoginLinePrintsAddTargetLines(t *testing.T) {
+	file := writeFile(t, "l.yaml", loginLineConfig)
+	deps := loginLineDeps{
+		devices: func() ([]rdmaDevice, error) { t.Fatal("the identity is configured"); return nil, nil },
+		interfaces: func() ([]hostAddr, error) {
+			return []hostAddr{
+				{"eth0", netip.MustParseAddr("192.168.1.10")},
+				{"eth0", netip.MustParseAddr("fe80::1")},
+				{"ib0", netip.MustParseAddr("10.0.0.1")},
+				{"ib0", netip.MustParseAddr("fd00::1")},
+			}, nil
+		},
+	}
+	out, _, err := run(t, deps, "login-line", "--config", file)
+	require.NoError(t, err)
+	const cmd = `echo "id_ext=0002c90300a0b0c1,ioc_guid=0002c90300a0b0c1,dest=`
+	const sys = `" > /sys/class/infiniband_srp/srp-<dev>-<port>/add_target`
+	require.Equal(t, `# Target id_ext=0002c90300a0b0c1 ioc_guid=0002c90300a0b0c1 (from the configuration).
+# Run on the initiator as root after `+"`modprobe ib_srp`"+`; <dev>-<port> is the initiator's
+# RDMA device and port that reach the target (ls /sys/class/infiniband_srp/).
+`+cmd+`192.168.1.10:5555`+sys+`
+`+cmd+`[2001:db8::10]:5555`+sys+`
+# [fe80::1%eth0]:5556 is link-local: replace <if> with the initiator's interface on that link
+`+cmd+`[fe80::1%<if>]:5556`+sys+`
+# 0.0.0.0:6000 listens on every address; this is 192.168.1.10 on eth0
+`+cmd+`192.168.1.10:6000`+sys+`
+# 0.0.0.0:6000 listens on every address; this is 10.0.0.1 on ib0
+`+cmd+`10.0.0.1:6000`+sys+`
+# [::]:6001 listens on every address; this is 192.168.1.10 on eth0
+`+cmd+`192.168.1.10:6001`+sys+`
+# [::]:6001 listens on every address; this is 10.0.0.1 on ib0
+`+cmd+`10.0.0.1:6001`+sys+`
+# [::]:6001 listens on every address; this is fd00::1 on ib0
+`+cmd+`[fd00::1]:6001`+sys+`
+`, out)
+}
+
+func TestLoginLineIdentityFromDevice(t *testing.T) {
+	file := writeFile(t, "l.yaml", "listeners: [{address: 0.0.0.0, port: 5555}]\n")
+	deps := loginLineDeps{
+		devices: func() ([]rdmaDevice, error) {
+			return []rdmaDevice{{Name: "rxe1", NodeGUID: 0x22}, {Name: "mlx5_0"}, {Name: "rxe0", NodeGUID: 0x000000fffe000001}}, nil
+		},
+		interfaces: func() ([]hostAddr, error) { return nil, errors.New("netlink refused") },
+	}
+	out, _, err := run(t, deps, "login-line", "--config", file)
+	require.NoError(t, err)
+	require.Equal(t, `# Target id_ext=000000fffe000001 ioc_guid=000000fffe000001 (from the node GUID of rxe0).
+# Run on the initiator as root after `+"`modprobe ib_srp`"+`; <dev>-<port> is the initiator's
+# RDMA device and port that reach the target (ls /sys/class/infiniband_srp/).
+# 0.0.0.0:5555 listens on every address and the host's addresses could not be listed (netlink refused): replace <address> with the target's address on the RDMA network
+echo "id_ext=000000fffe000001,ioc_guid=000000fffe000001,dest=<address>:5555" > /sys/class/infiniband_srp/srp-<dev>-<port>/add_target
+`, out)
+
+	_, _, err = run(t, noDeps, "login-line", "--config", file)
+	require.EqualError(t, err, "target identity: reading the node GUID of the first RDMA device: "+errNoRDMA.Error()+"; or set target.id_ext and target.ioc_guid in the configuration")
+}
+
+func TestResolveIdentity(t *testing.T) {
+	devs := func() ([]rdmaDevice, error) {
+		return []rdmaDevice{{Name: "b", NodeGUID: 2}, {Name: "a", NodeGUID: 1}}, nil
+	}
+	tests := []struct {
+		name string
+		cfg  TargetConfig
+		want identity
+	}{
+		{"both", TargetConfig{IDExt: "0x0000000000000001", IOCGUID: "0000:0000:0000:0002"}, identity{1, 2, "configuration"}},
+		{"id_ext only", TargetConfig{IDExt: "00000000000000ab"}, identity{0xab, 0xab, "configuration"}},
+		{"ioc_guid only", TargetConfig{IOCGUID: "00000000000000cd"}, identity{0xcd, 0xcd, "configuration"}},
+		{"first device by name", TargetConfig{}, identity{1, 1, "node GUID of a"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			id, err := resolveIdentity(tc.cfg, devs)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, id)
+		})
+	}
+	id := identity{idExt: 0x0002c90300a0b0c1, iocGUID: 0x1122334455667788}
+	require.Equal(t, srp.PortID{0x00, 0x02, 0xc9, 0x03, 0x00, 0xa0, 0xb0, 0xc1, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88}, id.portID())
+	_, err := resolveIdentity(TargetConfig{}, func() ([]rdmaDevice, error) { return []rdmaDevice{{Name: "x"}}, nil })
+	require.EqualError(t, err, "target identity: no RDMA device with a node GUID to take it from: set target.id_ext and target.ioc_guid in the configuration")
+}
+
+func TestDevicesCommand(t *testing.T) {
+	deps := loginLineDeps{devices: func() ([]rdmaDevice, error) {
+		return []rdmaDevice{
+			{Name: "rxe0", NodeGUID: 0x000000fffe000001, Ports: []rdmaPort{{
+				Num: 1, State: "ACTIVE", LinkLayer: "Ethernet", ActiveMTU: 1024,
+				GIDs: []rdmaGID{
+					{Index: 0, GID: netip.MustParseAddr("fe80::200:ff:fe00:1"), Type: "RoCE v2", Netdev: "dummy0"},
+					{Index: 1, GID: netip.MustParseAddr("::ffff:169.254.50.1"), Type: "RoCE v2", Netdev: "dummy0"},
+				},
+			}}},
+			{Name: "mlx5_0", NodeGUID: 0x0002c90300a0b0c1, Ports: []rdmaPort{{Num: 1, State: "DOWN", LinkLayer: "InfiniBand"}}},
+		}, nil
+	}}
+	out, _, err := run(t, deps, "devices")
+	require.NoError(t, err)
+	require.Equal(t, `mlx5_0: node GUID 0002:c903:00a0:b0c1 (the default target identity: id_ext=ioc_guid=0002c90300a0b0c1)
+  port 1: DOWN, InfiniBand
+rxe0: node GUID 0000:00ff:fe00:0001
+  port 1: ACTIVE, Ethernet, MTU 1024
+    gid 0: fe80::200:ff:fe00:1 (RoCE v2, dummy0)
+    gid 1: 169.254.50.1 (RoCE v2, dummy0)
+`, out)
+
+	_, _, err = run(t, loginLineDeps{devices: func() ([]rdmaDevice, error) { return nil, nil }}, "devices")
+	require.Equal(t, errNoDevices, err)
+	_, _, err = run(t, noDeps, "devices")
+	require.Equal(t, errNoRDMA, err)
+}
+
+func TestACLAuthorizerFirstMatchWins(t *testing.T) {
+	cfg, err := ParseConfig("a.yaml", []byte(`listeners: [{address: 0.0.0.0, port: 1}]
+luns:
+  - {lun: 0, backstore: null, size: 1MiB}
+  - {lun: 1, backstore: null, size: 1MiB}
+acls:
+  - initiators: ["0x00000000000000000000000000000001"]
+    luns: [0]
+  - sources: ["10.0.0.0/8", "fd00::/8"]
+    initiators: ["0x0000000000000000000000000000000?"]
+    luns: [1]
+    read_only: true
+  - initiators: ["*"]
+    sources: ["192.0.2.0/24"]
+    luns: [0, 1]
+`))
+	require.NoError(t, err)
+	d := newDaemon(daemonOptions{})
+	p := &plan{cfg: cfg, luns: map[int]*lunState{}, opened: map[storeKey]*sharedStore{}}
+	for i := range cfg.LUNs {
+		require.Nil(t, d.planLUN(p, i))
+	}
+	luns := p.luns
+	a, cerr := buildAuthorizer(cfg, luns)
+	require.Nil(t, cerr)
+	ip := func(s string) netip.AddrPort { return netip.AddrPortFrom(netip.MustParseAddr(s), 1) }
+	tests := []struct {
+		id   srp.PortID
+		src  netip.AddrPort
+		want int
+	}{
+		{portID(1), ip("10.1.2.3"), 0},            // first ACL by initiator, though the second matches too
+		{portID(2), ip("172.16.0.1"), 1},          // second ACL by initiator pattern
+		{portID(0x20), ip("10.1.2.3"), 1},         // second ACL by source
+		{portID(0x20), ip("::ffff:10.1.2.3"), 1},  // an IPv4-mapped source is its IPv4 address
+		{portID(0x20), ip("fd00::1%eth0"), 1},     // the zone does not matter
+		{portID(0x20), ip("172.16.0.1"), 2},       // "*"
+		{portID(0x20), netip.AddrPort{}, 2},       // no source address
+		{srp.PortID{0xff}, ip("198.51.100.1"), 2}, // "*" again
+	}
+	for _, tc := range tests {
+		m, err := a.Authorize(tc.id, testPortID, tc.src)
+		require.NoError(t, err)
+		require.Same(t, a.acls[tc.want].lunMap, m, "%v from %v", tc.id, tc.src)
+	}
+	require.Len(t, a.acls[1].lunMap.Mappings(), 1)
+	require.True(t, a.acls[1].lunMap.Mappings()[0].ReadOnly)
+
+	none := &aclAuthorizer{luns: []int{0, 1}}
+	_, err = none.Authorize(portID(7), testPortID, ip("203.0.113.1"))
+	var re *srp.LoginRefusedError
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, srp.LoginRejChannelLimitReached, re.Reason)
+	require.Equal(t, `initiator 0x00000000000000000000000000000007 from 203.0.113.1 is refused: the configuration has no ACLs; `+
+		`to let it in, add to acls: {initiators: ["0x00000000000000000000000000000007"], luns: [0, 1]} (or sources: ["203.0.113.1"] instead of initiators)`, re.Detail)
+
+	for _, st := range luns {
+		require.NoError(t, st.lu.Close())
+	}
+	d.closers.Wait()
+}
+
+func TestNewLogger(t *testing.T) {
+	var buf bytes.Buffer
+	log, err := newLogger(&buf, "json", "info")
+	require.NoError(t, err)
+	log.Debug("hidden")
+	log.Info("login rejected", zap.Stringer("reason", srp.LoginRejChannelLimitReached))
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &m))
+	require.Equal(t, "login rejected", m["msg"])
+	require.Equal(t, "info", m["level"])
+	require.Equal(t, srp.LoginRejChannelLimitReached.String(), m["reason"])
+	require.Contains(t, m, "ts")
+
+	buf.Reset()
+	log, err = newLogger(&buf, "console", "debug")
+	require.NoError(t, err)
+	log.Debug("shown", zap.Stringer("reason", srp.LoginRejChannelLimitReached))
+	line := buf.String()
+	require.Contains(t, line, "\tDEBUG\tshown\t{\"reason\": \""+srp.LoginRejChannelLimitReached.String()+"\"}\n")
+
+	_, err = newLogger(&buf, "xml", "info")
+	require.EqualError(t, err, `--log-format "xml": want console or json`)
+	_, err = newLogger(&buf, "json", "loud")
+	require.EqualError(t, err, `--log-level "loud": want debug, info, warn or error`)
+	_, err = newLogger(&buf, "json", "fatal")
+	require.EqualError(t, err, `--log-level "fatal": want debug, info, warn or error`)
+}
+
+func TestServeFlags(t *testing.T) {
+	_, _, err := run(t, noDeps, "serve")
+	require.EqualError(t, err, `required flag(s) "config" not set`)
+	_, _, err = run(t, noDeps, "serve", "--config", "x.yaml", "--log-format", "text")
+	require.EqualError(t, err, `--log-format "text": want console or json`)
+	_, _, err = run(t, noDeps, "serve", "--config", "x.yaml", "--log-level", "verbose")
+	require.EqualError(t, err, `--log-level "verbose": want debug, info, warn or error`)
+}

@@ -1,0 +1,653 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp"
+)
+
+// DefaultShutdownTimeout bounds how long SIGTERM waits for outstanding commands before the
+// channels are closed with commands still running.
+const DefaultShutdownTimeout = 30 * time.Second
+
+// daemonOptions are what the daemon needs from outside: the configuration file, a logger, and
+// the RDMA seams (verbs in the binary, memfabric in tests).
+type daemonOptions struct {
+	configFile string
+	log        *zap.Logger
+	listen     listenFunc
+	devices    devicesFunc
+	interfaces interfacesFunc
+}
+
+// daemon is `srptarget serve` without its signal handling: the SRP target built from a
+// configuration, rebuilt in place by reload.
+type daemon struct {
+	opts    daemonOptions
+	log     *zap.Logger
+	closers sync.WaitGroup // backstores being flushed and closed
+	serving sync.WaitGroup // Serve loops
+
+	closeErrMu sync.Mutex
+	closeErrs  []error // flush and close failures, reported by shutdown
+
+	mu        sync.Mutex // serialises start, reload and shutdown; guards what follows
+	cfg       *Config
+	ident     identity
+	target    *srp.Target
+	auth      *aclAuthorizer
+	luns      map[int]*lunState
+	stores    map[storeKey]*sharedStore
+	listeners map[netip.AddrPort]*listenerState
+	stopped   bool
+}
+
+// lunState is one logical unit of the running configuration.
+type lunState struct {
+	num   int
+	cfg   LUNConfig
+	key   luKey
+	store *sharedStore
+	lu    *scsi.LogicalUnit
+}
+
+// luKey is everything that makes a logical unit what it is. A reload keeps a LUN's
+// LogicalUnit object, and with it unit attentions, mode pages and commands in progress, when
+// its key is unchanged.
+type luKey struct {
+	store                             storeKey
+	blockSize                         uint32
+	vendor, product, revision, serial string
+	readOnly, writeCache, thin, ssd   bool
+	maxTransfer                       uint32
+}
+
+// listenerState is one listening address.
+type listenerState struct {
+	addr   netip.AddrPort // as configured
+	ln     ib.Listener
+	cancel context.CancelFunc
+	failed atomic.Bool // Serve ended with a listener error: a reload listens again
+}
+
+func newDaemon(opts daemonOptions) *daemon {
+	if opts.log == nil {
+		opts.log = zap.NewNop()
+	}
+	return &daemon{
+		opts:      opts,
+		log:       opts.log,
+		luns:      make(map[int]*lunState),
+		stores:    make(map[storeKey]*sharedStore),
+		listeners: make(map[netip.AddrPort]*listenerState),
+	}
+}
+
+// limitsOf maps the configuration's limits to the engine's.
+func limitsOf(c *Config) srp.Limits {
+	l := &c.Limits
+	return srp.Limits{
+		MaxITIULen:           uint32(l.MaxIUSize),
+		Credits:              l.Credits,
+		MaxChannels:          l.MaxChannels,
+		MaxTransferLen:       uint32(l.MaxTransferSize),
+		SendQueueDepth:       l.SendQueueDepth,
+		BufferPoolSize:       int64(l.BufferPoolSize),
+		DisableImmediateData: l.ImmediateData != nil && !*l.ImmediateData,
+	}
+}
+
+// start loads the configuration, builds every logical unit, the LUN maps and the ACLs,
+// creates the target and listens. On error nothing is left open.
+func (d *daemon) start() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	cfg, err := LoadConfig(d.opts.configFile)
+	if err != nil {
+		return err
+	}
+	ident, err := resolveIdentity(cfg.Target, d.opts.devices)
+	if err != nil {
+		return cfg.errorAt(at("target"), "%v", err)
+	}
+	d.target, err = srp.New(srp.Config{
+		TargetPortID: ident.portID(),
+		Limits:       limitsOf(cfg),
+		Logger:       d.log,
+	})
+	if err != nil {
+		return cfg.errorAt(at("limits"), "%v", err)
+	}
+	d.ident = ident
+	p, err := d.plan(cfg)
+	if err != nil {
+		return err
+	}
+	d.commit(p)
+	d.logStartup()
+	return nil
+}
+
+// plan is a configuration built next to the running one: its logical units (new ones and the
+// running ones it keeps), the backstores it had to open, its ACLs and the listeners it had to
+// open. Nothing of it is visible to initiators until commit.
+type plan struct {
+	cfg          *Config
+	luns         map[int]*lunState
+	created      []*lunState
+	opened       map[storeKey]*sharedStore
+	auth         *aclAuthorizer
+	newListeners []*listenerState
+	keep         map[netip.AddrPort]bool
+}
+
+// plan builds cfg next to the running configuration. On error it has released everything it
+// opened and returns every problem as ConfigErrors.
+func (d *daemon) plan(cfg *Config) (*plan, error) {
+	p := &plan{
+		cfg:    cfg,
+		luns:   make(map[int]*lunState),
+		opened: make(map[storeKey]*sharedStore),
+		keep:   make(map[netip.AddrPort]bool),
+	}
+	var errs ConfigErrors
+	for i := range cfg.LUNs {
+		if err := d.planLUN(p, i); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		var err *ConfigError
+		if p.auth, err = buildAuthorizer(cfg, p.luns); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		errs = append(errs, d.planListeners(p)...)
+	}
+	if len(errs) > 0 {
+		p.rollback()
+		return nil, errs
+	}
+	return p, nil
+}
+
+// planLUN finds or makes the logical unit of cfg.LUNs[i].
+func (d *daemon) planLUN(p *plan, i int) *ConfigError {
+	cfg := p.cfg
+	l := cfg.LUNs[i]
+	num := *l.LUN
+	sk := storeKeyOf(&l)
+	s := d.stores[sk]
+	if s == nil {
+		s = p.opened[sk]
+	}
+	if s == nil {
+		if l.Backstore == "block" {
+			for k := range d.stores {
+				if k.kind == "block" && k.path == sk.path {
+					return cfg.errorAt(at("luns", i, "read_only"), "%s is open with other settings and is claimed exclusively: change it in two reloads (remove the LUN, then add it back) or restart", l.Path)
+				}
+			}
+		}
+		var err error
+		s, err = openStore(&l, d.log, &d.closers)
+		if err != nil {
+			return cfg.errorAt(at("luns", i), "opening the backstore: %v", err)
+		}
+		s.onErr = d.recordCloseErr
+		p.opened[sk] = s
+		if l.Backstore == "file" && !s.created && l.Size != 0 && s.Size() != int64(l.Size) {
+			d.log.Warn("the file exists with another size: its own size is used",
+				zap.Int("lun", num), zap.String("path", l.Path), zap.Stringer("file_size", Size(s.Size())), zap.Stringer("size", l.Size))
+		}
+	}
+	key := d.luKeyOf(cfg, &l, s)
+	if prev := d.luns[num]; prev != nil && prev.key == key && prev.store == s {
+		p.luns[num] = prev
+		return nil
+	}
+	lu, err := scsi.NewLogicalUnit(scsi.Config{
+		Backstore:        s,
+		Vendor:           key.vendor,
+		Product:          key.product,
+		Revision:         key.revision,
+		Serial:           key.serial,
+		ReadOnly:         key.readOnly,
+		WriteCache:       key.writeCache,
+		ThinProvisioning: key.thin,
+		NonRotational:    key.ssd,
+		MaxTransferBytes: key.maxTransfer,
+		TaskManagement:   srp.TaskManagementFunctions,
+	})
+	if err != nil {
+		where := at("luns", i)
+		if l.ThinProvisioning != nil && *l.ThinProvisioning && !s.Capabilities().Unmap {
+			where = at("luns", i, "thin_provisioning")
+		}
+		return cfg.errorAt(where, "%v", err)
+	}
+	s.acquire()
+	st := &lunState{num: num, cfg: l, key: key, store: s, lu: lu}
+	p.luns[num] = st
+	p.created = append(p.created, st)
+	return nil
+}
+
+// luKeyOf resolves the defaults of a LUN: the serial from the target identity and the LUN
+// number (stable across restarts, unique per target), thin provisioning where the backstore can
+// unmap, the write cache on, solid state for RAM.
+func (d *daemon) luKeyOf(cfg *Config, l *LUNConfig, s *sharedStore) luKey {
+	k := luKey{
+		store:       s.key,
+		blockSize:   s.LogicalBlockSize(),
+		vendor:      l.Vendor,
+		product:     l.Product,
+		revision:    l.Revision,
+		serial:      l.Serial,
+		readOnly:    l.ReadOnly,
+		writeCache:  l.WriteCache == nil || *l.WriteCache,
+		thin:        s.Capabilities().Unmap,
+		ssd:         l.Backstore == "memory" || l.Backstore == "null",
+		maxTransfer: uint32(cfg.Limits.MaxTransferSize),
+	}
+	if l.ThinProvisioning != nil {
+		k.thin = *l.ThinProvisioning
+	}
+	if k.vendor == "" {
+		k.vendor = scsi.DefaultVendor
+	}
+	if k.product == "" {
+		k.product = scsi.DefaultProduct
+	}
+	if k.revision == "" {
+		k.revision = scsi.DefaultRevision
+	}
+	if k.serial == "" {
+		k.serial = defaultSerial(d.ident, *l.LUN)
+	}
+	return k
+}
+
+// defaultSerial is id_ext and the LUN number in hex: 20 hex digits, all of which go into the
+// NAA designator of VPD page 0x83, so that the WWID Linux builds is the same after every
+// restart and differs between LUNs and targets.
+func defaultSerial(id identity, lun int) string {
+	return fmt.Sprintf("%016x%04x", id.idExt, lun)
+}
+
+// buildAuthorizer makes a LUN map per ACL.
+func buildAuthorizer(cfg *Config, luns map[int]*lunState) (*aclAuthorizer, *ConfigError) {
+	a := &aclAuthorizer{}
+	for n := range luns {
+		a.luns = append(a.luns, n)
+	}
+	slices.Sort(a.luns)
+	for i, c := range cfg.ACLs {
+		e := &aclEntry{index: i, cfg: c, initiators: c.Initiators}
+		for _, s := range c.Sources {
+			pfx, err := ParseSourcePrefix(s)
+			if err != nil {
+				return nil, cfg.errorAt(at("acls", i, "sources"), "%v", err)
+			}
+			e.sources = append(e.sources, pfx)
+		}
+		maps := make([]scsi.Mapping, 0, len(c.LUNs))
+		for _, n := range c.LUNs {
+			maps = append(maps, scsi.Mapping{LUN: uint16(n), LU: luns[n].lu, ReadOnly: c.ReadOnly})
+		}
+		m, err := scsi.NewLUNMap(maps)
+		if err != nil {
+			return nil, cfg.errorAt(at("acls", i, "luns"), "%v", err)
+		}
+		e.lunMap = m
+		a.acls = append(a.acls, e)
+	}
+	return a, nil
+}
+
+// planListeners keeps the running listeners the configuration still has and opens the others.
+func (d *daemon) planListeners(p *plan) ConfigErrors {
+	var errs ConfigErrors
+	for i, lc := range p.cfg.Listeners {
+		addr, _ := ParseListenAddress(lc.Address)
+		ap := netip.AddrPortFrom(addr, lc.Port)
+		if ls := d.listeners[ap]; ls != nil && !ls.failed.Load() {
+			p.keep[ap] = true
+			continue
+		}
+		if d.opts.listen == nil {
+			errs = append(errs, p.cfg.errorAt(at("listeners", i), "listening on %v: %v", ap, errNoRDMA))
+			continue
+		}
+		ln, err := d.opts.listen(ap)
+		if err != nil {
+			errs = append(errs, p.cfg.errorAt(at("listeners", i), "listening on %v: %v", ap, err))
+			continue
+		}
+		p.newListeners = append(p.newListeners, &listenerState{addr: ap, ln: ln})
+	}
+	return errs
+}
+
+// rollback releases what a failed plan opened: its logical units never served a command.
+func (p *plan) rollback() {
+	for _, st := range p.created {
+		st.store.refs.Add(-1)
+	}
+	for _, s := range p.opened {
+		if s.refs.Load() == 0 {
+			s.discard()
+		}
+	}
+	for _, ls := range p.newListeners {
+		_ = ls.ln.Close()
+	}
+}
+
+// commit makes p the running configuration: the new ACLs and LUN maps go to the engine in one
+// SetAuthorizer (sessions whose map changed get REPORTED LUNS DATA HAS CHANGED), new listeners
+// start serving, removed ones stop, and logical units no longer used are closed.
+func (d *daemon) commit(p *plan) {
+	old := d.luns
+	d.cfg, d.luns, d.auth = p.cfg, p.luns, p.auth
+	for k, s := range p.opened {
+		d.stores[k] = s
+	}
+	d.target.SetAuthorizer(p.auth)
+	for ap, ls := range d.listeners {
+		if !p.keep[ap] {
+			ls.cancel()
+			delete(d.listeners, ap)
+			if !ls.failed.Load() {
+				d.log.Info("stopped listening", zap.Stringer("address", ap))
+			}
+		}
+	}
+	for _, ls := range p.newListeners {
+		d.listeners[ls.addr] = ls
+		d.serve(ls)
+	}
+	for num, st := range old {
+		if p.luns[num] != st {
+			_ = st.lu.Close()
+		}
+	}
+	for k, s := range d.stores {
+		if s.refs.Load() == 0 {
+			delete(d.stores, k)
+		}
+	}
+}
+
+// serve runs the engine's Serve loop for one listener until the listener is removed by a
+// reload (its context is cancelled), the target shuts down, or the listener fails.
+func (d *daemon) serve(ls *listenerState) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ls.cancel = cancel
+	d.serving.Add(1)
+	go func() {
+		defer d.serving.Done()
+		err := d.target.Serve(ctx, ls.ln)
+		if !errors.Is(err, srp.ErrTargetClosed) && ctx.Err() == nil {
+			ls.failed.Store(true)
+			d.log.Error("listener failed: no more logins on this address until a reload (SIGHUP) listens again",
+				zap.Stringer("address", ls.addr), zap.Error(err))
+		}
+		_ = ls.ln.Close()
+	}()
+}
+
+func (d *daemon) recordCloseErr(err error) {
+	d.closeErrMu.Lock()
+	d.closeErrs = append(d.closeErrs, err)
+	d.closeErrMu.Unlock()
+}
+
+// errReloadStopped is returned by reload after shutdown began.
+var errReloadStopped = errors.New("the target is shutting down")
+
+// reload applies the configuration file again. Either all of it takes effect or none: on any
+// error the running configuration stays as it was, and every error is logged with its file and
+// line.
+func (d *daemon) reload() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped {
+		return errReloadStopped
+	}
+	d.log.Info("reloading the configuration", zap.String("config", d.opts.configFile))
+	err := d.reloadLocked()
+	if err != nil {
+		var errs ConfigErrors
+		var one *ConfigError
+		switch {
+		case errors.As(err, &errs):
+		case errors.As(err, &one):
+			errs = ConfigErrors{one}
+		default:
+			errs = ConfigErrors{{File: d.opts.configFile, Msg: err.Error()}}
+		}
+		for _, e := range errs {
+			d.log.Error("configuration error", zap.String("error", e.Error()), zap.String("file", e.File), zap.Int("line", e.Line))
+		}
+		d.log.Error("reload failed: the running configuration is unchanged", zap.Int("errors", len(errs)))
+		return err
+	}
+	return nil
+}
+
+func (d *daemon) reloadLocked() error {
+	cfg, err := LoadConfig(d.opts.configFile)
+	if err != nil {
+		return err
+	}
+	if errs := d.checkImmutable(cfg); len(errs) > 0 {
+		return errs
+	}
+	oldLUNs, oldListeners := d.luns, make(map[netip.AddrPort]bool)
+	for ap, ls := range d.listeners {
+		oldListeners[ap] = !ls.failed.Load()
+	}
+	p, err := d.plan(cfg)
+	if err != nil {
+		return err
+	}
+	var added, changed, removed, kept []int
+	for num, st := range p.luns {
+		switch prev := oldLUNs[num]; {
+		case prev == nil:
+			added = append(added, num)
+		case prev != st:
+			changed = append(changed, num)
+		default:
+			kept = append(kept, num)
+		}
+	}
+	for num := range oldLUNs {
+		if p.luns[num] == nil {
+			removed = append(removed, num)
+		}
+	}
+	for _, s := range [][]int{added, changed, removed, kept} {
+		slices.Sort(s)
+	}
+	d.commit(p)
+	for _, num := range kept {
+		st := d.luns[num]
+		if st.cfg.Backstore != "file" && st.cfg.Backstore != "block" {
+			continue
+		}
+		if resized, err := st.lu.RefreshCapacity(); err != nil {
+			d.log.Warn("re-reading the capacity failed", zap.Int("lun", num), zap.Error(err))
+		} else if resized {
+			d.log.Info("capacity changed: CAPACITY DATA HAS CHANGED pending for every initiator",
+				zap.Int("lun", num), zap.Stringer("size", Size(st.lu.Blocks()*uint64(st.lu.BlockSize()))))
+		}
+	}
+	for _, num := range append(append([]int(nil), added...), changed...) {
+		d.logLUN(d.luns[num])
+	}
+	for _, ls := range p.newListeners {
+		d.log.Info("listening", zap.Stringer("address", ls.addr))
+	}
+	d.logACLs()
+	d.log.Info("configuration reloaded",
+		zap.Ints("luns_added", added), zap.Ints("luns_changed", changed),
+		zap.Ints("luns_removed", removed), zap.Ints("luns_unchanged", kept),
+		zap.Int("acls", len(cfg.ACLs)), zap.Int("listeners", len(d.listeners)))
+	return nil
+}
+
+// checkImmutable reports the changes a reload cannot make: the engine's target port identifier
+// and limits are fixed when it is created.
+func (d *daemon) checkImmutable(cfg *Config) ConfigErrors {
+	var errs ConfigErrors
+	ident := d.ident
+	if configured(cfg.Target) || d.ident.from == "configuration" {
+		var err error
+		ident, err = resolveIdentity(cfg.Target, d.opts.devices)
+		if err != nil {
+			return ConfigErrors{cfg.errorAt(at("target"), "%v", err)}
+		}
+	}
+	if ident.idExt != d.ident.idExt || ident.iocGUID != d.ident.iocGUID {
+		errs = append(errs, cfg.errorAt(at("target"), "the target identity cannot change while running (id_ext=%016x ioc_guid=%016x, from the %s): restart srptarget to change it",
+			d.ident.idExt, d.ident.iocGUID, d.ident.from))
+	}
+	o, n := &d.cfg.Limits, &cfg.Limits
+	for _, c := range []struct {
+		key      string
+		old, new any
+	}{
+		{"max_it_iu_len", o.MaxIUSize, n.MaxIUSize},
+		{"credits", o.Credits, n.Credits},
+		{"max_channels", o.MaxChannels, n.MaxChannels},
+		{"max_transfer_size", o.MaxTransferSize, n.MaxTransferSize},
+		{"send_queue_depth", o.SendQueueDepth, n.SendQueueDepth},
+		{"buffer_pool_size", o.BufferPoolSize, n.BufferPoolSize},
+		{"immediate_data", *o.ImmediateData, *n.ImmediateData},
+	} {
+		if c.old != c.new {
+			errs = append(errs, cfg.errorAt(at("limits", c.key), "limits cannot change while running (running with %v): restart srptarget to change them", c.old))
+		}
+	}
+	return errs
+}
+
+// shutdown stops accepting logins, logs every channel out (SRP_T_LOGOUT) and lets outstanding
+// commands finish until ctx ends, then flushes and closes every backstore.
+func (d *daemon) shutdown(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped {
+		return nil
+	}
+	d.stopped = true
+	var errs []error
+	if err := d.target.Shutdown(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("shutdown: %w", err))
+	}
+	for _, ls := range d.listeners {
+		ls.cancel()
+	}
+	d.serving.Wait()
+	for _, st := range d.luns {
+		_ = st.lu.Close()
+	}
+	d.luns = map[int]*lunState{}
+	d.closers.Wait()
+	d.stores = map[storeKey]*sharedStore{}
+	d.closeErrMu.Lock()
+	errs = append(errs, d.closeErrs...)
+	d.closeErrMu.Unlock()
+	if len(errs) == 0 {
+		d.log.Info("every backstore flushed and closed")
+	}
+	return errors.Join(errs...)
+}
+
+// logStartup logs what the target serves and how an initiator logs in.
+func (d *daemon) logStartup() {
+	d.log.Info("target identity", zap.String("id_ext", fmt.Sprintf("%016x", d.ident.idExt)),
+		zap.String("ioc_guid", fmt.Sprintf("%016x", d.ident.iocGUID)), zap.String("from", d.ident.from))
+	nums := make([]int, 0, len(d.luns))
+	for n := range d.luns {
+		nums = append(nums, n)
+	}
+	slices.Sort(nums)
+	for _, n := range nums {
+		d.logLUN(d.luns[n])
+	}
+	d.logACLs()
+	addrs := make([]netip.AddrPort, 0, len(d.listeners))
+	for ap := range d.listeners {
+		addrs = append(addrs, ap)
+	}
+	slices.SortFunc(addrs, func(a, b netip.AddrPort) int { return a.Compare(b) })
+	for _, ap := range addrs {
+		d.log.Info("listening", zap.Stringer("address", ap))
+	}
+	for _, l := range addTargetLines(d.cfg, d.ident, d.opts.interfaces) {
+		fields := []zap.Field{zap.String("add_target", l.command(d.ident))}
+		if l.note != "" {
+			fields = append(fields, zap.String("note", l.note))
+		}
+		d.log.Info("initiator login (on the initiator, as root)", fields...)
+	}
+}
+
+func (d *daemon) logLUN(st *lunState) {
+	fields := []zap.Field{
+		zap.Int("lun", st.num),
+		zap.String("backstore", string(st.cfg.Backstore)),
+		zap.Stringer("size", Size(st.lu.Blocks()*uint64(st.lu.BlockSize()))),
+		zap.Uint32("block_size", st.lu.BlockSize()),
+	}
+	if st.cfg.Path != "" {
+		fields = append(fields, zap.String("path", st.cfg.Path))
+	}
+	fields = append(fields,
+		zap.String("serial", st.key.serial),
+		zap.Bool("read_only", st.key.readOnly),
+		zap.Bool("write_cache", st.key.writeCache),
+		zap.Bool("thin_provisioning", st.key.thin))
+	d.log.Info("LUN", fields...)
+}
+
+func (d *daemon) logACLs() {
+	if len(d.auth.acls) == 0 {
+		d.log.Warn("no ACLs are configured: every login is refused")
+	}
+	seen := map[int]bool{}
+	for _, e := range d.auth.acls {
+		fields := []zap.Field{zap.String("acl", fmt.Sprintf("acls[%d]", e.index))}
+		if len(e.cfg.Initiators) > 0 {
+			fields = append(fields, zap.Strings("initiators", e.cfg.Initiators))
+		}
+		if len(e.cfg.Sources) > 0 {
+			fields = append(fields, zap.Strings("sources", e.cfg.Sources))
+		}
+		fields = append(fields, zap.Ints("luns", e.cfg.LUNs), zap.Bool("read_only", e.cfg.ReadOnly))
+		d.log.Info("ACL", fields...)
+		for _, n := range e.cfg.LUNs {
+			seen[n] = true
+		}
+	}
+	for _, n := range d.auth.luns {
+		if !seen[n] {
+			d.log.Warn("LUN is in no ACL: no initiator sees it", zap.Int("lun", n))
+		}
+	}
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// FuzzParseConfig: any input gives a configuration or errors that name the file; never a
+// panic (the validator walks the YAML tree by paths, which a malformed document must not
+// break).
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte(goodConfig))
+	f.Add([]byte(e2eConfig))
+	f.Add([]byte(e2eBadConfig))
+	f.Add([]byte("listeners: [{address: \"fe80::1\", port: 0}]\nluns: [{lun: -1, backstore: null}]\nacls: [{luns: [0, 0]}]\n"))
+	f.Add([]byte("luns:\n  - backstore: null\n    lun: 1\n  - backstore: null\n    lun: 1\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := ParseConfig("f.yaml", data)
+		if err == nil {
+			require.NotNil(t, cfg)
+			require.NotEmpty(t, cfg.Listeners)
+			require.NotNil(t, cfg.Limits.ImmediateData)
+			return
+		}
+		var errs ConfigErrors
+		var one *ConfigError
+		switch {
+		case errors.As(err, &errs):
+			require.NotEmpty(t, errs)
+			for _, e := range errs {
+				require.Equal(t, "f.yaml", e.File)
+			}
+		case errors.As(err, &one):
+			require.Equal(t, "f.yaml", one.File)
+		default:
+			t.Fatalf("error of type %T: %v", err, err)
+		}
+	})
+}
+
+// FuzzParseSize: a parsed size prints as a string that parses back to it.
+func FuzzParseSize(f *testing.F) {
+	for _, s := range []string{"0", "4096", "512KiB", "1T", " 8 MiB ", "9223372036854775807", "1GB", "-1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParseSize(s)
+		if err != nil {
+			return
+		}
+		require.GreaterOrEqual(t, int64(n), int64(0))
+		back, err := ParseSize(n.String())
+		require.NoError(t, err)
+		require.Equal(t, n, back)
+	})
+}

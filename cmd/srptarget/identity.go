@@ -1,0 +1,74 @@
+package main
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/srptarget/srptarget/srp"
+)
+
+// identity is the SRP target port identifier: id_ext (bytes 0-7) and ioc_guid (bytes 8-15),
+// the two values an initiator names in add_target.
+type identity struct {
+	idExt, iocGUID uint64
+	// from says where it came from, for logs: "configuration" or "node GUID of mlx5_0".
+	from string
+}
+
+func (id identity) portID() srp.PortID {
+	var p srp.PortID
+	binary.BigEndian.PutUint64(p[0:8], id.idExt)
+	binary.BigEndian.PutUint64(p[8:16], id.iocGUID)
+	return p
+}
+
+// configured reports whether the configuration names the identity itself.
+func configured(t TargetConfig) bool { return t.IDExt != "" || t.IOCGUID != "" }
+
+// resolveIdentity takes id_ext and ioc_guid from the configuration; when only one is given the
+// other takes the same value. When neither is, both are the node GUID of the first RDMA device
+// (by name, with a non-zero GUID): that is what LIO and SCST use for their own target ports,
+// so an initiator configured for one of them logs in here unchanged.
+func resolveIdentity(t TargetConfig, devices devicesFunc) (identity, error) {
+	if configured(t) {
+		var id identity
+		var err error
+		if t.IDExt != "" {
+			if id.idExt, err = ParseEUI64(t.IDExt); err != nil {
+				return identity{}, fmt.Errorf("target.id_ext: %w", err)
+			}
+		}
+		if t.IOCGUID != "" {
+			if id.iocGUID, err = ParseEUI64(t.IOCGUID); err != nil {
+				return identity{}, fmt.Errorf("target.ioc_guid: %w", err)
+			}
+		}
+		switch {
+		case t.IDExt == "":
+			id.idExt = id.iocGUID
+		case t.IOCGUID == "":
+			id.iocGUID = id.idExt
+		}
+		id.from = "configuration"
+		return id, nil
+	}
+	const fix = "set target.id_ext and target.ioc_guid in the configuration"
+	if devices == nil {
+		return identity{}, errors.New("no RDMA device list to take the node GUID from: " + fix)
+	}
+	devs, err := devices()
+	if err != nil {
+		return identity{}, fmt.Errorf("target identity: reading the node GUID of the first RDMA device: %w; or %s", err, fix)
+	}
+	devs = slices.Clone(devs)
+	slices.SortFunc(devs, func(a, b rdmaDevice) int { return strings.Compare(a.Name, b.Name) })
+	for _, d := range devs {
+		if d.NodeGUID != 0 {
+			return identity{idExt: d.NodeGUID, iocGUID: d.NodeGUID, from: "node GUID of " + d.Name}, nil
+		}
+	}
+	return identity{}, fmt.Errorf("target identity: no RDMA device with a node GUID to take it from: %s", fix)
+}

@@ -1,0 +1,62 @@
+package main
+
+// The binary's RDMA seams. ib/verbs is cgo over rdma-core; in a build without cgo it is a
+// stub whose every entry point fails with ib.ErrNotSupported, which is reported as errNoRDMA.
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"go.uber.org/zap"
+
+	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/ib/verbs"
+)
+
+// rdmaListen returns the listen seam over RDMA/CM through rdma-core. The rare events verbs
+// cannot return to anyone (a request rejected because the backlog was full) go to log.
+func rdmaListen(log *zap.Logger) listenFunc {
+	opts := verbs.Options{Logf: func(format string, args ...any) {
+		log.Warn(fmt.Sprintf(format, args...))
+	}}
+	return func(addr netip.AddrPort) (ib.Listener, error) {
+		l, err := verbs.Listen(addr, opts)
+		if err != nil {
+			return nil, rdmaError(err)
+		}
+		return l, nil
+	}
+}
+
+// rdmaDevices lists the RDMA devices through libibverbs.
+func rdmaDevices() ([]rdmaDevice, error) {
+	infos, err := verbs.Devices()
+	if err != nil {
+		return nil, rdmaError(err)
+	}
+	out := make([]rdmaDevice, 0, len(infos))
+	for _, d := range infos {
+		dev := rdmaDevice{Name: d.Name, NodeGUID: d.NodeGUID}
+		for _, p := range d.Ports {
+			port := rdmaPort{Num: p.Num, State: p.State.String(), LinkLayer: p.LinkLayer.String(), ActiveMTU: p.ActiveMTU}
+			for _, g := range p.GIDs {
+				port.GIDs = append(port.GIDs, rdmaGID{Index: g.Index, GID: g.GID, Type: g.Type.String(), Netdev: g.Netdev})
+			}
+			dev.Ports = append(dev.Ports, port)
+		}
+		out = append(out, dev)
+	}
+	return out, nil
+}
+
+// rdmaError adds what to do to the errors that mean "no RDMA here".
+func rdmaError(err error) error {
+	switch {
+	case errors.Is(err, ib.ErrNotSupported):
+		return fmt.Errorf("%w (%w)", errNoRDMA, err)
+	case errors.Is(err, verbs.ErrNoDevice):
+		return fmt.Errorf("%w: %w", err, errNoRDMAKernel)
+	}
+	return err
+}

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+
+	"github.com/srptarget/srptarget/backstore"
+)
+
+// storeKey is what makes two LUN definitions use the same backstore: a reload that keeps the
+// key keeps the open file, device or memory (and with memory, the data), even when the
+// logical unit on top changes (a new serial or vendor string).
+type storeKey struct {
+	kind BackstoreKind
+	// path is the cleaned path of a file or block device.
+	path string
+	// lun ties a memory or null backstore to its LUN number: memory has no other name.
+	lun       int
+	size      Size
+	blockSize int // 0 for block devices: the device has its own
+	create    bool
+	readOnly  bool
+}
+
+func storeKeyOf(l *LUNConfig) storeKey {
+	k := storeKey{kind: l.Backstore, size: l.Size, blockSize: l.BlockSize, create: l.Create, readOnly: l.ReadOnly}
+	switch l.Backstore {
+	case "file", "block":
+		k.path = filepath.Clean(l.Path)
+	default:
+		k.lun = *l.LUN
+		k.readOnly = false // RAM has no read-only mode; the logical unit enforces it
+	}
+	if l.Backstore == "block" {
+		k.blockSize, k.size, k.create = 0, 0, false
+	}
+	return k
+}
+
+func (k storeKey) String() string {
+	switch k.kind {
+	case "file":
+		return "file " + k.path
+	case "block":
+		return "block device " + k.path
+	}
+	return fmt.Sprintf("%s %v (LUN %d)", k.kind, k.size, k.lun)
+}
+
+// sharedStore is a backstore shared by the logical units of successive configurations. Each
+// logical unit made over it holds a reference, and the logical unit's Close (which
+// scsi.LogicalUnit documents as closing its backstore) drops it; the last one flushes and
+// closes the real backstore.
+//
+// It also makes closing safe while commands may still run: a reload swaps the LUN maps first
+// and closes removed logical units afterwards, but a command that picked up the old map just
+// before the swap can still be on its way into the backstore. Every operation holds mu shared;
+// closing takes it exclusively, so it waits for operations already inside and refuses later
+// ones with backstore.ErrClosed. Closing happens on its own goroutine (tracked by closers) so
+// that a reload never waits for a slow device.
+type sharedStore struct {
+	backstore.Backstore
+	key     storeKey
+	created bool // the file did not exist: a failed reload removes it again
+	refs    atomic.Int32
+	log     *zap.Logger
+	closers *sync.WaitGroup
+	// onErr receives flush and close failures, so that shutdown can exit non-zero.
+	onErr func(error)
+
+	mu     sync.RWMutex
+	closed bool
+}
+
+// openStore opens the backstore of LUN l.
+func openStore(l *LUNConfig, log *zap.Logger, closers *sync.WaitGroup) (*sharedStore, error) {
+	s := &sharedStore{key: storeKeyOf(l), log: log, closers: closers}
+	var err error
+	switch l.Backstore {
+	case "file":
+		if _, statErr := os.Stat(l.Path); errors.Is(statErr, os.ErrNotExist) {
+			s.created = true
+		}
+		var f *backstore.File
+		f, err = backstore.OpenFile(l.Path, backstore.FileOptions{
+			Size:             int64(l.Size),
+			Create:           l.Create,
+			ReadOnly:         l.ReadOnly,
+			LogicalBlockSize: uint32(l.BlockSize),
+		})
+		if err == nil {
+			s.Backstore = f
+		}
+	case "block":
+		var b *backstore.Block
+		b, err = backstore.OpenBlock(l.Path, backstore.BlockOptions{ReadOnly: l.ReadOnly})
+		if err == nil {
+			s.Backstore = b
+		}
+	case "memory":
+		var m *backstore.Memory
+		m, err = backstore.NewMemory(int64(l.Size), uint32(l.BlockSize))
+		if err == nil {
+			s.Backstore = m
+		}
+	case "null":
+		var n *backstore.Null
+		n, err = backstore.NewNull(int64(l.Size), uint32(l.BlockSize))
+		if err == nil {
+			s.Backstore = n
+		}
+	default:
+		err = fmt.Errorf("unknown backstore %q", l.Backstore)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *sharedStore) acquire() { s.refs.Add(1) }
+
+func (s *sharedStore) ReadAt(p []byte, off int64) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return fmt.Errorf("%v: %w", s.key, backstore.ErrClosed)
+	}
+	return s.Backstore.ReadAt(p, off)
+}
+
+func (s *sharedStore) WriteAt(p []byte, off int64, fua bool) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return fmt.Errorf("%v: %w", s.key, backstore.ErrClosed)
+	}
+	return s.Backstore.WriteAt(p, off, fua)
+}
+
+func (s *sharedStore) Flush() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return fmt.Errorf("%v: %w", s.key, backstore.ErrClosed)
+	}
+	return s.Backstore.Flush()
+}
+
+func (s *sharedStore) Unmap(off, length int64) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return fmt.Errorf("%v: %w", s.key, backstore.ErrClosed)
+	}
+	return s.Backstore.Unmap(off, length)
+}
+
+func (s *sharedStore) WriteZeroes(off, length int64) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return fmt.Errorf("%v: %w", s.key, backstore.ErrClosed)
+	}
+	return s.Backstore.WriteZeroes(off, length)
+}
+
+func (s *sharedStore) Refresh() (int64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return 0, fmt.Errorf("%v: %w", s.key, backstore.ErrClosed)
+	}
+	return s.Backstore.Refresh()
+}
+
+// Close drops one logical unit's reference. The last one starts the final flush and close.
+func (s *sharedStore) Close() error {
+	if n := s.refs.Add(-1); n > 0 {
+		return nil
+	} else if n < 0 {
+		return fmt.Errorf("%v: %w", s.key, backstore.ErrClosed)
+	}
+	s.closers.Add(1)
+	go func() {
+		defer s.closers.Done()
+		s.finish(false)
+	}()
+	return nil
+}
+
+// discard closes a backstore that a failed reload opened and no logical unit uses, removing
+// the file it created.
+func (s *sharedStore) discard() {
+	s.finish(true)
+}
+
+// finish waits for the operations in progress, then flushes and closes the backstore.
+func (s *sharedStore) finish(discard bool) {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	log := s.log.With(zap.Stringer("backstore", s.key))
+	if !s.ReadOnly() {
+		if err := s.Backstore.Flush(); err != nil {
+			log.Error("flushing the backstore before closing it failed: recent writes may be lost", zap.Error(err))
+			s.report(fmt.Errorf("flushing %v: %w", s.key, err))
+		}
+	}
+	if err := s.Backstore.Close(); err != nil {
+		log.Error("closing the backstore failed", zap.Error(err))
+		s.report(fmt.Errorf("closing %v: %w", s.key, err))
+		return
+	}
+	if discard && s.created {
+		if err := os.Remove(s.key.path); err != nil {
+			log.Warn("removing the file made for a failed reload", zap.Error(err))
+		}
+		return
+	}
+	log.Debug("backstore flushed and closed")
+}
+
+func (s *sharedStore) report(err error) {
+	if s.onErr != nil {
+		s.onErr(err)
+	}
+}
