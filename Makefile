@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    ?= ./...
 GOFILES  = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*')
 
-.PHONY: all build test check fmt-check vet unit bench fuzz clean
+.PHONY: all build test check fmt-check vet unit bench fuzz clean e2e demo
 
 all: build
 
@@ -24,11 +24,28 @@ unit:
 	$(GO) test -race -count=1 $(PKGS)
 
 # check: everything CI runs.
-check: test build
+check: test build e2e
+
+# e2e: the daemon against the Linux SRP initiator (ib_srp) over soft-RoCE in a qemu VM
+# (integration/vm/README.md): builds the daemon and the VM image, runs the checks, keeps the
+# serial log and the result table in SRPT_VM_DIR/logs (default /tmp/srptarget-vm). Needs root.
+e2e:
+	GO="$(GO)" integration/vm/e2e.sh
+
+# demo: the same VM with configs/demo.yaml: login, lsblk, sg_inq, a short fio run.
+demo:
+	GO="$(GO)" integration/vm/demo.sh
 
 # bench: the Go benchmarks of the I/O path (ns/op, allocs/op).
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+# bench-vm: srptarget against LIO ib_srpt in one qemu VM boot (soft-RoCE, the kernel's ib_srp),
+# the same fio jobs alternating between the targets, with a CPU profile of the daemon; table,
+# CSV and chart in $$SRPT_VM_DIR/bench/<date-time> (docs/benchmarks.md). Needs root; ~20 min.
+.PHONY: bench-vm
+bench-vm:
+	GO="$(GO)" integration/vm/bench.sh
 
 # fuzz: each fuzz target for FUZZTIME (one at a time, as go test requires).
 FUZZTIME ?= 10s
@@ -41,3 +58,14 @@ fuzz:
 
 clean:
 	rm -rf bin
+
+# stress: the faults a SAN sees, in the VM, with the data checked (integration/vm/guest/stress.sh):
+# logout/login cycles and resets under I/O, 4/8 MiB commands, SIGKILL and restart, RDMA device
+# removal, refused-login storms, two initiator ports x 4 channels. stress-quick: the subset CI runs
+# on every push (under 5 minutes of VM time). Needs root; logs in $$SRPT_VM_DIR/logs.
+.PHONY: stress stress-quick
+stress:
+	GO="$(GO)" integration/vm/stress.sh
+
+stress-quick:
+	GO="$(GO)" integration/vm/stress.sh quick=1

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# e2e.sh - the end-to-end test of srptarget against the Linux SRP initiator, from
+# the host: build the daemon the way `make build` does, build (or reuse) the VM
+# image, boot the VM with guest/srptarget-e2e.sh, keep the serial log, the
+# result table and the daemon's log as files, print the table. `make e2e` runs it.
+#
+#   integration/vm/e2e.sh [k=v ...]      # k=v go to the guest script
+#
+# Needs: a Debian 12 x86-64 host, root, access to the Debian archive (the image
+# is built from Debian packages; build-image.sh installs qemu and the other host
+# tools it needs), Go, and a C toolchain with libibverbs-dev and librdmacm-dev
+# for the cgo RDMA layer: missing Debian packages are installed with apt-get.
+#
+# Environment:
+#   GO                 the go command (default: go in PATH, else /usr/local/go/bin/go)
+#   SRPT_VM_DIR        work directory (default /tmp/srptarget-vm): the binary goes
+#                      to bin/, logs to logs/
+#   SRPT_VM_TIMEOUT    seconds for the VM run (default 600)
+#   SRPT_E2E_SELFTEST  auto (default): if the e2e run fails, run the harness
+#                      self-test (LIO ib_srpt, no srptarget) to tell a broken
+#                      harness from a daemon failure; 1: always run it first;
+#                      0: never
+#   other SRPT_VM_* variables as in run-vm.sh and build-image.sh
+#
+# Output, in $SRPT_VM_DIR/logs:
+#   e2e-<time>.log       the whole serial console, host time in front of each line
+#   e2e-<time>.results   the result table (name|pass or fail|detail)
+#   e2e-<time>.daemon.log  srptarget's own output (every instance), from the console
+#   e2e-latest.*         symbolic links to the last run's files
+# Exit status: that of the guest test (0: every check passed), see run-vm.sh;
+# 3 when the binary cannot be built.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm}
+VMDIR=$SRPT_VM_DIR
+SELFTEST=${SRPT_E2E_SELFTEST:-auto}
+
+T0US=${EPOCHREALTIME/./}
+elapsed() { local d=$(( (${EPOCHREALTIME/./} - T0US) / 1000 )); printf '%d.%01d' $((d / 1000)) $((d % 1000 / 100)); }
+log() { printf '[e2e %6ss] %s\n' "$(elapsed)" "$*"; }
+die() { echo "e2e.sh: error: $*" >&2; exit "${2:-2}"; }
+
+[ "$(id -u)" = 0 ] || die "must run as root (image build, apt-get)"
+mkdir -p "$VMDIR/bin" "$VMDIR/logs"
+
+# ------------------------------------------------------------------ build dependencies
+# The cgo RDMA layer (ib/verbs) needs rdma-core's headers and a C compiler;
+# .ci/run installs these too.
+need=()
+[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
+[ -e /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
+command -v gcc >/dev/null || need+=(gcc libc6-dev)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+if [ ${#need[@]} -gt 0 ]; then
+	log "apt-get install ${need[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 || {
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+	} || die "apt-get install ${need[*]} failed" 3
+fi
+
+# GO from the Makefile is "go" by default, which need not be in PATH (the Go
+# tarball installs to /usr/local/go).
+GO=${GO:-go}
+if ! command -v "$GO" >/dev/null && [ -x /usr/local/go/bin/go ]; then GO=/usr/local/go/bin/go; fi
+command -v "$GO" >/dev/null || GO=
+[ -n "$GO" ] || die "no go command: install Go or set GO=" 3
+
+# ------------------------------------------------------------------ the daemon
+# Built exactly as the Makefile's build target builds bin/srptarget (cgo on, no
+# tags), into the work directory so that a developer's bin/ is left alone.
+BIN=$VMDIR/bin/srptarget
+log "go build -o $BIN ./cmd/srptarget"
+t=$(elapsed)
+(cd "$REPO" && "$GO" build -o "$BIN" ./cmd/srptarget) || die "building srptarget failed" 3
+if ! ldd "$BIN" 2>/dev/null | grep -q 'librdmacm\.so'; then
+	die "$BIN does not link librdmacm: built without cgo (CGO_ENABLED=0, or no C compiler)? The daemon could not listen over RDMA/CM" 3
+fi
+build_s=$(awk -v a="$t" -v b="$(elapsed)" 'BEGIN { printf "%.1f", b - a }')
+log "built $BIN ($(stat -c %s "$BIN") bytes) in ${build_s}s"
+
+# ------------------------------------------------------------------ the image
+t=$(elapsed)
+"$HERE/build-image.sh"
+image_s=$(awk -v a="$t" -v b="$(elapsed)" 'BEGIN { printf "%.1f", b - a }')
+
+export SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-600}
+
+selftest() {
+	log "harness self-test (LIO ib_srpt, no srptarget)"
+	local rc=0
+	SRPT_VM_FILES="" SRPT_VM_LOG="$VMDIR/logs/e2e-selftest-$stamp.log" SRPT_VM_TIMEOUT=300 \
+		"$HERE/run-vm.sh" "$HERE/guest/selftest.sh" fio_runtime=3 ipv6_login=0 || rc=$?
+	return $rc
+}
+
+stamp=$(date +%Y%m%d-%H%M%S)
+if [ "$SELFTEST" = 1 ]; then
+	selftest || die "the harness self-test failed (rc $?): the VM, soft-RoCE or ib_srp does not work here; see $VMDIR/logs/e2e-selftest-$stamp.log" 4
+fi
+
+# ------------------------------------------------------------------ the run
+LOG=$VMDIR/logs/e2e-$stamp.log
+RESULTS=${LOG%.log}.results
+DAEMON_LOG=${LOG%.log}.daemon.log
+log "VM run: guest/srptarget-e2e.sh $*"
+t=$(elapsed)
+rc=0
+SRPT_VM_FILES="$BIN:/usr/local/bin/srptarget" SRPT_VM_LOG="$LOG" \
+	"$HERE/run-vm.sh" "$HERE/guest/srptarget-e2e.sh" "$@" || rc=$?
+vm_s=$(awk -v a="$t" -v b="$(elapsed)" 'BEGIN { printf "%.1f", b - a }')
+
+# The daemon's lines ("srptarget[N]| ..." on the console) in a file of their own.
+sed -n 's/^\[ *[0-9.]*\] \(srptarget\[[0-9]*\]\)| /\1 /p' "$LOG" >"$DAEMON_LOG" || true
+for f in "$LOG" "$RESULTS" "$DAEMON_LOG"; do
+	[ -e "$f" ] && ln -sfn "$(basename "$f")" "$VMDIR/logs/e2e-latest${f#"${LOG%.log}"}"
+done
+
+if [ -s "$RESULTS" ]; then
+	pass=$(grep -c '^[^|]*|pass|' "$RESULTS" || true)
+	failn=$(grep -c '^[^|]*|fail|' "$RESULTS" || true)
+else
+	pass=0 failn=0
+fi
+echo
+echo "e2e: $pass checks passed, $failn failed; guest rc $rc"
+if [ "$failn" -gt 0 ]; then
+	echo "e2e: failed checks:"
+	grep '^[^|]*|fail|' "$RESULTS" | awk -F'|' '{ printf "  %s: %s\n", $1, substr($0, length($1) + length($2) + 3) }'
+fi
+echo "e2e: times: go build ${build_s}s, image ${image_s}s, VM ${vm_s}s, total $(elapsed)s"
+echo "e2e: serial log $LOG"
+echo "e2e: results    $RESULTS"
+echo "e2e: daemon log $DAEMON_LOG"
+
+if [ "$rc" != 0 ] && [ "$SELFTEST" = auto ]; then
+	if selftest; then
+		echo "e2e: the harness self-test passed: the failure above is srptarget's (or the test's), not the VM's"
+	else
+		echo "e2e: the harness self-test failed as well: look at the VM, soft-RoCE and ib_srp first ($VMDIR/logs/e2e-selftest-$stamp.log)"
+	fi
+fi
+exit "$rc"
