@@ -42,7 +42,7 @@ bench:
 
 # bench-vm: srptarget against LIO ib_srpt in one qemu VM boot (soft-RoCE, the kernel's ib_srp),
 # the same fio jobs alternating between the targets, with a CPU profile of the daemon; table,
-# CSV and chart in $$SRPT_VM_DIR/bench/<date-time> (docs/benchmarks.md). Needs root; ~20 min.
+# CSV and chart in $$SRPT_VM_DIR/bench/<date-time> (docs/benchmarks.md). Needs root; 13-20 min.
 .PHONY: bench-vm
 bench-vm:
 	GO="$(GO)" integration/vm/bench.sh

@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# bench.sh - srptarget against LIO ib_srpt in one VM boot (`make bench-vm`): the same
+# fio jobs, the same rxe device, the same ib_srp settings, the targets alternating round
+# by round (guest/bench.sh has the details). Builds the daemon (with a CPU-profile hook,
+# see bench/cpuprofile.go.in) and the VM image, runs the VM under
+# `flock /tmp/srpt-vm-run.lock` so that two VMs on the machine do not measure each other,
+# and writes into $SRPT_VM_DIR/bench/<date-time>/:
+#
+#   table.md      medians, minimum-maximum and the ratio srptarget/LIO per job (printed)
+#   runs.csv      every fio run: IOPS, MiB/s, latency, CPU per I/O, idle
+#   summary.csv   median/min/max/n and ratio per job, ch_count and target
+#   chart.png     the same as bars (gnuplot; chart.gp and *.dat beside it)
+#   srptarget.cpu.chN.pprof   CPU profiles of the daemon during one round (ch_count N),
+#   pprof-top20.chN.txt       their top 20 (go tool pprof -top), pprof-cum.chN.txt by
+#                             cumulative time; srptarget: the binary, for go tool pprof
+#   setup.txt     host CPU, load, qemu, guest kernel, fio, ib_srp parameters, job parameters
+#   hostload.txt  host load average and number of qemu processes every 5 s
+#   console.log, console.results, raw.txt, info.txt, daemon.log
+#   ($SRPT_VM_DIR/bench/latest points to the last run)
+#
+#   integration/vm/bench.sh [k=v ...]      # k=v go to guest/bench.sh, e.g. rounds=5 runtime=8
+#
+# Needs what e2e.sh needs (root, Debian 12, Go, libibverbs-dev, librdmacm-dev, missing
+# packages are installed with apt-get), plus gnuplot-nox for the chart.
+#
+# Environment:
+#   GO                   the go command (default: go in PATH, else /usr/local/go/bin/go)
+#   SRPT_VM_DIR          work directory (default /tmp/srptarget-vm)
+#   SRPT_VM_TIMEOUT      seconds for the VM run (default 2400)
+#   SRPT_BENCH_PROFILE   1 (default): build with the profile hook and profile one round;
+#                        0: the plain `go build ./cmd/srptarget` binary, no profile
+#   SRPT_BENCH_LOCK      lock file shared with other VM runs (default /tmp/srpt-vm-run.lock)
+#   other SRPT_VM_* variables as in run-vm.sh
+# Exit status: the guest test's (run-vm.sh), 3 when the daemon cannot be built, 4 when
+# the VM printed no results.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm}
+VMDIR=$SRPT_VM_DIR
+PROFILE=${SRPT_BENCH_PROFILE:-1}
+LOCK=${SRPT_BENCH_LOCK:-/tmp/srpt-vm-run.lock}
+
+T0US=${EPOCHREALTIME/./}
+elapsed() { local d=$(( (${EPOCHREALTIME/./} - T0US) / 1000 )); printf '%d.%01d' $((d / 1000)) $((d % 1000 / 100)); }
+log() { printf '[bench %6ss] %s\n' "$(elapsed)" "$*"; }
+die() { echo "bench.sh: error: $*" >&2; exit "${2:-2}"; }
+
+[ "$(id -u)" = 0 ] || die "must run as root (image build, apt-get)"
+
+# ------------------------------------------------------------------ host packages
+need=()
+[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
+[ -e /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
+command -v gcc >/dev/null || need+=(gcc libc6-dev)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+command -v gnuplot >/dev/null || need+=(gnuplot-nox)
+if [ ${#need[@]} -gt 0 ]; then
+	log "apt-get install ${need[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 || {
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+	} || die "apt-get install ${need[*]} failed" 3
+fi
+
+GO=${GO:-go}
+if ! command -v "$GO" >/dev/null && [ -x /usr/local/go/bin/go ]; then GO=/usr/local/go/bin/go; fi
+command -v "$GO" >/dev/null || die "no go command: install Go or set GO=" 3
+
+stamp=$(date +%Y%m%d-%H%M%S)
+OUT=$VMDIR/bench/$stamp
+mkdir -p "$OUT" "$VMDIR/run"
+
+# ------------------------------------------------------------------ the daemon
+# The binary is kept next to the results: go tool pprof symbolizes with it.
+BIN=$OUT/srptarget
+if [ "$PROFILE" = 1 ]; then
+	# cmd/srptarget has no --cpuprofile flag and no pprof endpoint: the hook is added at
+	# build time, as if it were a file of package main, without touching cmd/.
+	ov=$(mktemp -d "$VMDIR/run/bench-overlay.XXXXXX")
+	trap 'rm -rf "$ov"' EXIT
+	printf '{"Replace":{"%s":"%s"}}\n' "$REPO/cmd/srptarget/zz_bench_cpuprofile.go" "$HERE/bench/cpuprofile.go.in" >"$ov/overlay.json"
+	log "go build -overlay (CPU-profile hook) -o $BIN ./cmd/srptarget"
+	(cd "$REPO" && "$GO" build -overlay "$ov/overlay.json" -o "$BIN" ./cmd/srptarget) || die "building srptarget failed" 3
+else
+	log "go build -o $BIN ./cmd/srptarget"
+	(cd "$REPO" && "$GO" build -o "$BIN" ./cmd/srptarget) || die "building srptarget failed" 3
+fi
+readelf -d "$BIN" 2>/dev/null | grep -q 'librdmacm\.so' || die "$BIN does not link librdmacm: built without cgo?" 3
+
+# ------------------------------------------------------------------ the image
+"$HERE/build-image.sh"
+
+# ------------------------------------------------------------------ the run
+{
+	echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+	echo "host cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cpus"
+	echo "host kernel: $(uname -r)"
+	echo "qemu: $(qemu-system-x86_64 --version | head -1), TCG (-accel tcg,thread=multi), -cpu ${SRPT_VM_CPU:-qemu64} -smp ${SRPT_VM_SMP:-2} -m ${SRPT_VM_MEM:-3G}"
+	echo "srptarget: $(cd "$REPO" && git describe --always --dirty 2>/dev/null || echo unknown), profile hook $PROFILE"
+	echo "guest arguments: ${*:-(defaults)}"
+} >"$OUT/setup.txt"
+
+# The host's load and the number of qemu processes (other engineers' VMs included) while
+# the VM runs, to tell a quiet run from a disturbed one.
+(
+	while :; do
+		echo "$(date +%s) $(cut -d' ' -f1-3 /proc/loadavg) qemu=$(pgrep -c -f '^qemu-system-x86_64' || true)"
+		sleep 5
+	done
+) >"$OUT/hostload.txt" 2>/dev/null &
+sampler=$!
+trap 'kill "$sampler" 2>/dev/null || true; rm -rf "${ov:-}"' EXIT
+
+log "waiting for $LOCK (other VM runs)"
+rc=0
+exec 8>"$LOCK"
+flock 8
+log "lock held; host load average $(cut -d' ' -f1-3 /proc/loadavg); VM run: guest/bench.sh $*"
+echo "host load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/setup.txt"
+SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-2400} SRPT_VM_LOG="$OUT/console.log" \
+	SRPT_VM_FILES="$BIN:/usr/local/bin/srptarget $HERE/guest/bench-lib.sh:/lab/bench-lib.sh" \
+	"$HERE/run-vm.sh" "$HERE/guest/bench.sh" "$@" || rc=$?
+echo "host load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/setup.txt"
+flock -u 8
+exec 8>&-
+kill "$sampler" 2>/dev/null || true
+awk '{ l = $2 + 0; if (n == 0 || l < lo) lo = l; if (l > hi) hi = l; s += l; n++
+	q = $5; sub(/qemu=/, "", q); if (q + 0 > mq) mq = q + 0 }
+	END { if (n) printf "host load average (1 min) during the run: %.2f-%.2f, mean %.2f over %d samples; at most %d qemu processes at once (ours included)\n", lo, hi, s / n, n, mq }' \
+	"$OUT/hostload.txt" >>"$OUT/setup.txt"
+
+# ------------------------------------------------------------------ results
+body() { sed 's/^\[ *[0-9.]*\] //' "$OUT/console.log" | tr -d '\r'; }
+body | sed -n '/^SRPTVM-BENCH: raw begin/,/^SRPTVM-BENCH: raw end/p' | grep '^BENCH ' >"$OUT/raw.txt" || true
+body | grep '^BENCHINFO ' >"$OUT/info.txt" || true
+body | sed -n '/^SRPTVM-BENCH: daemon log begin/,/^SRPTVM-BENCH: daemon log end/p' | sed '1d;$d' >"$OUT/daemon.log" || true
+# files the guest printed in base64 (the CPU profiles)
+for name in $(body | sed -n 's/^SRPTVM-BENCH: file begin \([A-Za-z0-9._-]*\)$/\1/p'); do
+	body | sed -n "/^SRPTVM-BENCH: file begin $name\$/,/^SRPTVM-BENCH: file end $name\$/p" | sed '1d;$d' |
+		base64 -d >"$OUT/$name" || log "$name in the console log does not decode"
+done
+sed 's/^BENCHINFO /guest /' "$OUT/info.txt" >>"$OUT/setup.txt"
+ln -sfn "$stamp" "$VMDIR/bench/latest"
+
+if [ ! -s "$OUT/raw.txt" ] || [ ! -s "$OUT/info.txt" ]; then
+	echo "bench: the VM printed no results (guest rc $rc); console log $OUT/console.log"
+	[ "$rc" = 0 ] && rc=4
+	exit "$rc"
+fi
+
+terminal="set terminal pngcairo size 1950,1150 font 'DejaVu Sans,11'"
+gnuplot -e 'set terminal' 2>&1 | grep -q pngcairo || terminal="set terminal png size 1950,1150"
+echo
+(cd "$REPO" && "$GO" run ./integration/vm/bench -raw "$OUT/raw.txt" -info "$OUT/info.txt" -out "$OUT" \
+	-title "srptarget vs LIO ib_srpt over soft-RoCE, qemu TCG, $(date -u +%Y-%m-%d)" -terminal "$terminal") ||
+	die "the report failed" 4
+if command -v gnuplot >/dev/null; then
+	(cd "$OUT" && gnuplot chart.gp) || log "gnuplot failed: no chart.png"
+fi
+for prof in "$OUT"/srptarget.cpu.ch*.pprof; do
+	[ -s "$prof" ] || continue
+	ch=${prof%.pprof}
+	ch=${ch##*.}
+	(cd "$REPO" && "$GO" tool pprof -top -nodecount=20 "$BIN" "$prof" >"$OUT/pprof-top20.$ch.txt" 2>&1) ||
+		log "go tool pprof $prof failed"
+	(cd "$REPO" && "$GO" tool pprof -top -cum -nodecount=30 "$BIN" "$prof" >"$OUT/pprof-cum.$ch.txt" 2>&1) || true
+	echo
+	echo "CPU profile of the daemon, $ch ($prof), top 20:"
+	cat "$OUT/pprof-top20.$ch.txt"
+done
+echo
+cat "$OUT/setup.txt"
+echo
+echo "bench: results in $OUT (guest rc $rc, $(elapsed) s)"
+[ -e "$OUT/chart.png" ] && echo "bench: chart $OUT/chart.png"
+exit "$rc"

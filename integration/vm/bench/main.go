@@ -1,0 +1,140 @@
+// Command bench turns the raw lines of the VM benchmark (integration/vm/guest/bench.sh,
+// run by integration/vm/bench.sh) into runs.csv (one row per fio run), summary.csv (median,
+// minimum and maximum per job, ch_count and target, and the ratio to LIO), table.md (the
+// Markdown tables of docs/benchmarks.md) and the gnuplot data and script of chart.png.
+//
+//	go run ./integration/vm/bench -raw raw.txt -info info.txt -out DIR
+//
+// It prints table.md. It is a separate program, not part of the daemon; it needs nothing
+// beyond the standard library.
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+func main() {
+	raw := flag.String("raw", "", "raw BENCH lines (guest/bench.sh output)")
+	info := flag.String("info", "", "BENCHINFO lines (job parameters)")
+	out := flag.String("out", ".", "output directory")
+	title := flag.String("title", "srptarget vs LIO ib_srpt, ib_srp over soft-RoCE, qemu TCG", "chart title")
+	terminal := flag.String("terminal", "set terminal pngcairo size 1950,1150 font 'DejaVu Sans,11'", "gnuplot terminal line")
+	flag.Parse()
+	if err := run(*raw, *info, *out, *title, *terminal, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(rawPath, infoPath, out, title, terminal string, stdout io.Writer) error {
+	if rawPath == "" || infoPath == "" {
+		return errors.New("-raw and -info are required")
+	}
+	p, err := readParams(infoPath)
+	if err != nil {
+		return err
+	}
+	runs, err := readRuns(rawPath)
+	if err != nil {
+		return err
+	}
+	if len(runs) == 0 {
+		return fmt.Errorf("%s: no BENCH lines", rawPath)
+	}
+	s := Summarize(runs, p)
+	write := func(name string, fn func(io.Writer) error) error {
+		f, err := os.Create(filepath.Join(out, name))
+		if err != nil {
+			return err
+		}
+		if err := fn(f); err != nil {
+			f.Close()
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return f.Close()
+	}
+	if err := write("runs.csv", func(w io.Writer) error { return WriteRunsCSV(w, runs, p) }); err != nil {
+		return err
+	}
+	if err := write("summary.csv", s.WriteSummaryCSV); err != nil {
+		return err
+	}
+	if err := write("table.md", func(w io.Writer) error { s.WriteTable(w); return nil }); err != nil {
+		return err
+	}
+	if err := s.WriteChart(out, title, terminal); err != nil {
+		return err
+	}
+	s.WriteTable(stdout)
+	return nil
+}
+
+// readParams reads runtime, ramp and the vCPU count from the BENCHINFO lines.
+func readParams(path string) (Params, error) {
+	var p Params
+	f, err := os.Open(path)
+	if err != nil {
+		return p, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimPrefix(sc.Text(), "BENCHINFO ")
+		if rest, ok := strings.CutPrefix(line, "guest_cpu="); ok {
+			// "<model name> x N"
+			if i := strings.LastIndex(rest, " x "); i >= 0 {
+				p.NCPU, _ = strconv.Atoi(strings.TrimSpace(rest[i+3:]))
+			}
+			continue
+		}
+		for _, kv := range strings.Fields(line) {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "runtime":
+				p.Runtime, err = strconv.ParseFloat(v, 64)
+			case "ramp":
+				p.Ramp, err = strconv.ParseFloat(v, 64)
+			}
+			if err != nil {
+				return p, fmt.Errorf("%s: %s: %w", path, kv, err)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return p, err
+	}
+	if p.Runtime <= 0 {
+		return p, fmt.Errorf("%s: no runtime=", path)
+	}
+	return p, nil
+}
+
+func readRuns(path string) ([]Run, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var runs []Run
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		r, err := ParseRun(sc.Text())
+		if errors.Is(err, errNotBench) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+		runs = append(runs, r)
+	}
+	return runs, sc.Err()
+}

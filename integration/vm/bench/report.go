@@ -1,0 +1,423 @@
+package main
+
+import (
+	"encoding/csv"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// userHZ is the unit of /proc/stat and /proc/PID/stat times (USER_HZ, 100 on x86 Linux).
+const userHZ = 100
+
+// Targets in the order of every table and chart; LIO is the reference of the ratios.
+var targets = []struct{ key, label string }{
+	{"lio", "LIO"},
+	{"srpt-mem", "srptarget memory"},
+	{"srpt-null", "srptarget null"},
+}
+
+const refTarget = "lio"
+
+// Metric is one number a job is judged by.
+type Metric struct {
+	Key          string // unique, used in CSV and chart files
+	Job          string
+	Label        string
+	Unit         string
+	HigherBetter bool
+	Value        func(Run) float64
+}
+
+func mib(r Run) float64 { return r.BWKiB / 1024 }
+
+// Metrics are the table's rows, per ch_count.
+var Metrics = []Metric{
+	{"randread-4k-qd32", "randread-4k-qd32", "4 KiB random read, QD 32", "IOPS", true, func(r Run) float64 { return r.IOPS }},
+	{"randwrite-4k-qd32", "randwrite-4k-qd32", "4 KiB random write, QD 32", "IOPS", true, func(r Run) float64 { return r.IOPS }},
+	{"read-128k-qd32", "read-128k-qd32", "128 KiB sequential read, QD 32", "MiB/s", true, mib},
+	{"write-128k-qd32", "write-128k-qd32", "128 KiB sequential write, QD 32", "MiB/s", true, mib},
+	{"randread-4k-qd1-mean", "randread-4k-qd1", "4 KiB random read, QD 1: mean latency", "µs", false, func(r Run) float64 { return r.LatMean }},
+	{"randread-4k-qd1-p99", "randread-4k-qd1", "4 KiB random read, QD 1: p99 latency", "µs", false, func(r Run) float64 { return r.P99 }},
+}
+
+// Params are the job parameters the per-I/O CPU figures need.
+type Params struct {
+	Runtime, Ramp float64 // s
+	NCPU          int
+}
+
+// Derived are the per-run figures computed from the raw counters.
+type Derived struct {
+	GuestCPUPerIO  float64 // guest CPU (all CPUs, busy) µs per I/O
+	DaemonCPUPerIO float64 // the daemon's CPU µs per I/O (0 for LIO)
+	GuestIdlePct   float64 // idle share of the guest's CPUs over the window
+	SoftirqPct     float64 // softirq share of the guest's CPUs over the window
+	DaemonPct      float64 // the daemon's CPU, % of one CPU over the window
+	DaemonSysPct   float64 // system share of the daemon's CPU (rxe runs inside its system calls)
+	Window         float64 // s between exec_prerun and exec_postrun
+	// Per I/O, NaN when the run has no such counters.
+	CtxtPerIO         float64 // guest context switches
+	IPIPerIO          float64 // guest IPIs (rescheduling, function call, TLB shootdown)
+	DaemonReadsPerIO  float64 // the daemon's read() calls (completion channel)
+	DaemonWritesPerIO float64 // the daemon's write() calls (uverbs commands: post-send doorbell, CQ re-arm)
+}
+
+// Derive computes r's CPU figures. The counters cover the window from exec_prerun to
+// exec_postrun (ramp + runtime, plus fio's own set-up and tear-down); the I/O count is
+// IOPS × (ramp + runtime), assuming the ramp ran at the measured rate.
+func Derive(r Run, p Params) Derived {
+	busy, total, _, softirq := r.CPUTicks()
+	nan := math.NaN()
+	d := Derived{Window: r.Up1 - r.Up0, CtxtPerIO: nan, IPIPerIO: nan, DaemonReadsPerIO: nan, DaemonWritesPerIO: nan}
+	ios := r.IOPS * (p.Runtime + p.Ramp)
+	if ios > 0 {
+		if ctxt, ipis, ok := r.SchedCounts(); ok {
+			d.CtxtPerIO, d.IPIPerIO = ctxt/ios, ipis/ios
+		}
+		if rd, wr, ok := r.DaemonSyscalls(); ok {
+			d.DaemonReadsPerIO, d.DaemonWritesPerIO = rd/ios, wr/ios
+		}
+		d.GuestCPUPerIO = busy / userHZ / ios * 1e6
+		d.DaemonCPUPerIO = r.DaemonTicks() / userHZ / ios * 1e6
+	}
+	if total > 0 {
+		d.GuestIdlePct = 100 * (total - busy) / total
+		d.SoftirqPct = 100 * softirq / total
+	}
+	if d.Window > 0 {
+		d.DaemonPct = 100 * r.DaemonTicks() / userHZ / d.Window
+	}
+	if dt := r.DaemonTicks(); dt > 0 && r.Daemon1[1] >= r.Daemon0[1] {
+		d.DaemonSysPct = 100 * float64(r.Daemon1[1]-r.Daemon0[1]) / dt
+	}
+	return d
+}
+
+// Median of vs (the mean of the middle two for an even count); NaN for none.
+func Median(vs []float64) float64 {
+	if len(vs) == 0 {
+		return math.NaN()
+	}
+	s := append([]float64(nil), vs...)
+	sort.Float64s(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// Stat is the median, minimum and maximum over the rounds of one cell.
+type Stat struct {
+	Median, Min, Max float64
+	N                int
+}
+
+func stat(vs []float64) Stat {
+	if len(vs) == 0 {
+		return Stat{math.NaN(), math.NaN(), math.NaN(), 0}
+	}
+	s := Stat{Median: Median(vs), Min: vs[0], Max: vs[0], N: len(vs)}
+	for _, v := range vs {
+		s.Min = math.Min(s.Min, v)
+		s.Max = math.Max(s.Max, v)
+	}
+	return s
+}
+
+// cellKey names one cell of the summary: a metric (or CPU figure), a ch_count, a target.
+type cellKey struct {
+	metric string
+	ch     int
+	target string
+}
+
+// Summary holds the statistics of every cell, over the runs without transport errors.
+type Summary struct {
+	Cells map[cellKey]Stat
+	// PerRound holds each metric's value per round, for the paired ratios.
+	PerRound map[cellKey]map[int]float64
+	ChCounts []int
+	Excluded int // runs left out because ib_srp logged transport errors during them
+	Runs     int
+}
+
+// CPU figures summarised alongside the metrics.
+var cpuFigures = []struct {
+	key   string
+	value func(Derived) float64
+}{
+	{"guest-cpu-us-per-io", func(d Derived) float64 { return d.GuestCPUPerIO }},
+	{"daemon-cpu-us-per-io", func(d Derived) float64 { return d.DaemonCPUPerIO }},
+	{"guest-idle-pct", func(d Derived) float64 { return d.GuestIdlePct }},
+	{"daemon-pct", func(d Derived) float64 { return d.DaemonPct }},
+	{"ctxt-per-io", func(d Derived) float64 { return d.CtxtPerIO }},
+	{"ipi-per-io", func(d Derived) float64 { return d.IPIPerIO }},
+	{"daemon-reads-per-io", func(d Derived) float64 { return d.DaemonReadsPerIO }},
+	{"daemon-writes-per-io", func(d Derived) float64 { return d.DaemonWritesPerIO }},
+}
+
+// Summarize groups the runs into cells.
+func Summarize(runs []Run, p Params) Summary {
+	vals := map[cellKey][]float64{}
+	chs := map[int]bool{}
+	s := Summary{Cells: map[cellKey]Stat{}, PerRound: map[cellKey]map[int]float64{}, Runs: len(runs)}
+	for _, r := range runs {
+		if r.Errs > 0 {
+			s.Excluded++
+			continue
+		}
+		chs[r.Ch] = true
+		for _, m := range Metrics {
+			if m.Job == r.Job {
+				k := cellKey{m.Key, r.Ch, r.Target}
+				vals[k] = append(vals[k], m.Value(r))
+				if s.PerRound[k] == nil {
+					s.PerRound[k] = map[int]float64{}
+				}
+				s.PerRound[k][r.Round] = m.Value(r)
+			}
+		}
+		d := Derive(r, p)
+		for _, c := range cpuFigures {
+			if v := c.value(d); !math.IsNaN(v) {
+				k := cellKey{r.Job + "/" + c.key, r.Ch, r.Target}
+				vals[k] = append(vals[k], v)
+			}
+		}
+	}
+	for k, v := range vals {
+		s.Cells[k] = stat(v)
+	}
+	for ch := range chs {
+		s.ChCounts = append(s.ChCounts, ch)
+	}
+	sort.Ints(s.ChCounts)
+	return s
+}
+
+// Ratio returns the median of target over the median of LIO for a metric, NaN if either
+// is missing.
+func (s Summary) Ratio(metric string, ch int, target string) float64 {
+	a, ok1 := s.Cells[cellKey{metric, ch, target}]
+	b, ok2 := s.Cells[cellKey{metric, ch, refTarget}]
+	if !ok1 || !ok2 || b.Median == 0 {
+		return math.NaN()
+	}
+	return a.Median / b.Median
+}
+
+// PairedRatios returns, per round in which both ran, target over LIO: the block of each
+// target and the LIO block right after it, which saw nearly the same host load.
+func (s Summary) PairedRatios(metric string, ch int, target string) []float64 {
+	a, b := s.PerRound[cellKey{metric, ch, target}], s.PerRound[cellKey{metric, ch, refTarget}]
+	var out []float64
+	for round, v := range a {
+		if ref, ok := b[round]; ok && ref != 0 {
+			out = append(out, v/ref)
+		}
+	}
+	sort.Float64s(out)
+	return out
+}
+
+func (s Summary) cell(metric string, ch int, target string) (Stat, bool) {
+	c, ok := s.Cells[cellKey{metric, ch, target}]
+	return c, ok
+}
+
+// fmtNum prints a value with precision that suits its size.
+func fmtNum(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "-"
+	case math.Abs(v) >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case math.Abs(v) >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+}
+
+func fmtRatio(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+// WriteTable writes the Markdown tables: the metrics with ratios, then the CPU figures.
+func (s Summary) WriteTable(w io.Writer) {
+	fmt.Fprintln(w, "| job | unit | ch_count | LIO | srptarget memory | memory / LIO | srptarget null | null / LIO |")
+	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|")
+	for _, m := range Metrics {
+		for _, ch := range s.ChCounts {
+			row := []string{m.Label, m.Unit, strconv.Itoa(ch)}
+			for _, t := range targets {
+				c, ok := s.cell(m.Key, ch, t.key)
+				if !ok {
+					row = append(row, "-")
+				} else {
+					row = append(row, fmt.Sprintf("%s (%s-%s)", fmtNum(c.Median), fmtNum(c.Min), fmtNum(c.Max)))
+				}
+				if t.key != refTarget {
+					r := fmtRatio(s.Ratio(m.Key, ch, t.key))
+					if p := s.PairedRatios(m.Key, ch, t.key); len(p) > 1 {
+						r += fmt.Sprintf(" (%s-%s)", fmtRatio(p[0]), fmtRatio(p[len(p)-1]))
+					}
+					row = append(row, r)
+				}
+			}
+			fmt.Fprintln(w, "| "+strings.Join(row, " | ")+" |")
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Medians over the rounds (minimum-maximum in brackets). Ratio = srptarget / LIO of the medians:")
+	fmt.Fprintln(w, "above 1 is better for IOPS and MiB/s, worse for latency; in brackets the lowest and highest ratio of")
+	fmt.Fprintln(w, "one round's srptarget block to the LIO block run right after it (same round and ch_count).")
+	if s.Excluded > 0 {
+		fmt.Fprintf(w, "%d of %d runs left out: ib_srp logged transport errors during them.\n", s.Excluded, s.Runs)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| job | ch_count | guest CPU µs/I/O: LIO | srptarget memory | srptarget null | daemon CPU µs/I/O: memory | null | guest idle %: LIO | memory | null |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	s.writeFigureRows(w, []figureCols{
+		{"guest-cpu-us-per-io", []string{"lio", "srpt-mem", "srpt-null"}},
+		{"daemon-cpu-us-per-io", []string{"srpt-mem", "srpt-null"}},
+		{"guest-idle-pct", []string{"lio", "srpt-mem", "srpt-null"}},
+	})
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "CPU per I/O: busy guest CPU time (both vCPUs: fio, ib_srp, rxe, the target) over the I/Os of")
+	fmt.Fprintln(w, "ramp + runtime; daemon: srptarget's own user + system time (including the rxe work the kernel does")
+	fmt.Fprintln(w, "inside its ibv_post_send system calls). Idle: share of both vCPUs idle during the job.")
+	if !s.hasFigure("ctxt-per-io") {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| job | ch_count | context switches/I/O: LIO | srptarget memory | srptarget null | IPIs/I/O: LIO | srptarget memory | srptarget null | daemon read()/I/O: memory | null | daemon write()/I/O: memory | null |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	s.writeFigureRows(w, []figureCols{
+		{"ctxt-per-io", []string{"lio", "srpt-mem", "srpt-null"}},
+		{"ipi-per-io", []string{"lio", "srpt-mem", "srpt-null"}},
+		{"daemon-reads-per-io", []string{"srpt-mem", "srpt-null"}},
+		{"daemon-writes-per-io", []string{"srpt-mem", "srpt-null"}},
+	})
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Guest-wide context switches and IPIs (rescheduling, function call, TLB shootdown) per I/O; the")
+	fmt.Fprintln(w, "daemon's read() (completion-channel events) and write() (uverbs commands: the post-send doorbell,")
+	fmt.Fprintln(w, "the CQ re-arm) system calls per I/O, all threads.")
+}
+
+// figureCols is one group of columns of a figure table: a figure and the targets shown.
+type figureCols struct {
+	key     string
+	targets []string
+}
+
+func (s Summary) hasFigure(key string) bool {
+	for k := range s.Cells {
+		if strings.HasSuffix(k.metric, "/"+key) {
+			return true
+		}
+	}
+	return false
+}
+
+// writeFigureRows writes one row per job and ch_count with the medians of the figures.
+func (s Summary) writeFigureRows(w io.Writer, cols []figureCols) {
+	seen := map[string]bool{}
+	for _, m := range Metrics {
+		if seen[m.Job] {
+			continue
+		}
+		seen[m.Job] = true
+		for _, ch := range s.ChCounts {
+			row := []string{m.Job, strconv.Itoa(ch)}
+			for _, fig := range cols {
+				for _, t := range fig.targets {
+					c, ok := s.cell(m.Job+"/"+fig.key, ch, t)
+					if !ok {
+						row = append(row, "-")
+					} else {
+						row = append(row, fmtNum(c.Median))
+					}
+				}
+			}
+			fmt.Fprintln(w, "| "+strings.Join(row, " | ")+" |")
+		}
+	}
+}
+
+// runsHeader are the columns of runs.csv.
+var runsHeader = []string{"round", "ch_count", "target", "job", "profiled", "transport_errors",
+	"iops", "mib_s", "lat_mean_us", "lat_p50_us", "lat_p99_us", "lat_p999_us",
+	"window_s", "guest_idle_pct", "guest_softirq_pct", "guest_cpu_us_per_io", "daemon_cpu_pct", "daemon_sys_pct", "daemon_cpu_us_per_io",
+	"ctxt_per_io", "ipi_per_io", "daemon_reads_per_io", "daemon_writes_per_io"}
+
+// WriteRunsCSV writes one row per fio run.
+func WriteRunsCSV(w io.Writer, runs []Run, p Params) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(runsHeader); err != nil {
+		return err
+	}
+	f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	g := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
+	opt := func(v float64) string {
+		if math.IsNaN(v) {
+			return ""
+		}
+		return g(v)
+	}
+	for _, r := range runs {
+		d := Derive(r, p)
+		prof := "0"
+		if r.Profiled {
+			prof = "1"
+		}
+		if err := cw.Write([]string{strconv.Itoa(r.Round), strconv.Itoa(r.Ch), r.Target, r.Job, prof, strconv.Itoa(r.Errs),
+			f(r.IOPS), g(mib(r)), g(r.LatMean), f(r.P50), f(r.P99), f(r.P999),
+			g(d.Window), g(d.GuestIdlePct), g(d.SoftirqPct), g(d.GuestCPUPerIO), g(d.DaemonPct), g(d.DaemonSysPct), g(d.DaemonCPUPerIO),
+			opt(d.CtxtPerIO), opt(d.IPIPerIO), opt(d.DaemonReadsPerIO), opt(d.DaemonWritesPerIO)}); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// WriteSummaryCSV writes one row per metric, ch_count and target.
+func (s Summary) WriteSummaryCSV(w io.Writer) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write([]string{"metric", "unit", "ch_count", "target", "median", "min", "max", "n", "ratio_to_lio",
+		"paired_ratio_min", "paired_ratio_median", "paired_ratio_max"}); err != nil {
+		return err
+	}
+	g := func(v float64) string {
+		if math.IsNaN(v) {
+			return ""
+		}
+		return strconv.FormatFloat(v, 'f', 3, 64)
+	}
+	for _, m := range Metrics {
+		for _, ch := range s.ChCounts {
+			for _, t := range targets {
+				c, ok := s.cell(m.Key, ch, t.key)
+				if !ok {
+					continue
+				}
+				pr := stat(s.PairedRatios(m.Key, ch, t.key))
+				if err := cw.Write([]string{m.Key, m.Unit, strconv.Itoa(ch), t.key, g(c.Median), g(c.Min), g(c.Max),
+					strconv.Itoa(c.N), g(s.Ratio(m.Key, ch, t.key)), g(pr.Min), g(pr.Median), g(pr.Max)}); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}

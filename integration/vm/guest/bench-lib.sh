@@ -1,0 +1,169 @@
+# shellcheck shell=bash
+# bench-lib.sh - helpers for guest/bench.sh (bash), on top of lib.sh. bench.sh
+# (host) puts it at /lab/bench-lib.sh through SRPT_VM_FILES.
+#
+#   lio_setup_ramdisk PORT MIB     LIO ib_srpt: one rd_mcp RAM disk of MIB MiB at
+#                                  LUN 0 on RDMA/CM port PORT, ACL for $RXE_IP4
+#                                  (configfs steps of selftest.sh); sets LIO_GUID
+#   bench_disk_lun sdX             the LUN of a SCSI disk (L of H:C:T:L)
+#   bench_disk_for_lun L           the ib_srp disk with LUN L (sdX)
+#   bench_count_disks              number of ib_srp disks
+#   bench_login GUID PORT CH N     add_target ... ch_count=CH, wait for N disks;
+#                                  sets BENCH_HOST (sysfs scsi_host dir)
+#   bench_write_snap_script        /tmp/bench/snap.sh, which fio runs around each job
+#   bench_fio_job ...              one fio run, one BENCH line appended to $BENCH_RAW
+#
+# Output format of $BENCH_RAW (one line per fio run; the host's benchreport parses it):
+#   BENCH round=R ch=C target=T job=J profiled=0|1 errs=N cpu0=... ctxt0=... irq0=... dproc0=...
+#         dio0=... up0=... cpu1=... (the same keys with 1) | TERSE
+# where the counters (see bench_write_snap_script) are taken by fio's exec_prerun (0) and
+# exec_postrun (1), i.e. around ramp + runtime (dproc and dio are 0,0 for LIO: it runs in the
+# kernel); TERSE is fio's --terse-version=3 line with --lat_percentiles=1 (percentiles of total
+# latency).
+
+BENCH_CFG=/sys/kernel/config/target
+
+# lio_setup_ramdisk PORT MIB: the reference target, as selftest.sh configures it (IPv4 ACL only).
+lio_setup_ramdisk() {
+	local port=$1 mib=$2 gid0 tport tpg rd
+	modprobe target_core_mod && modprobe ib_srpt || return 1
+	LIO_GUID=$(cat /sys/module/ib_srpt/parameters/srpt_service_guid)
+	LIO_GUID=${LIO_GUID#0x}
+	gid0=$(cat "/sys/class/infiniband/$RXE/ports/1/gids/0")
+	tport=${gid0#fe80:0000:0000:0000:}
+	tpg=$BENCH_CFG/srpt/$tport/$tport
+	rd=$BENCH_CFG/core/rd_mcp_0/ramdisk0
+	mkdir -p /etc/target &&
+		mkdir -p "$rd" &&
+		echo "rd_pages=$((mib * 256))" >"$rd/control" &&
+		echo 1 >"$rd/enable" &&
+		echo srptbench-lio0 >"$rd/wwn/vpd_unit_serial" &&
+		mkdir "$BENCH_CFG/srpt" &&
+		echo "$port" >"$BENCH_CFG/srpt/discovery_auth/rdma_cm_port" &&
+		mkdir "$BENCH_CFG/srpt/$tport" &&
+		mkdir "$tpg" &&
+		mkdir "$tpg/lun/lun_0" &&
+		ln -s "$rd" "$tpg/lun/lun_0/ramdisk0" &&
+		mkdir "$tpg/acls/$RXE_IP4" &&
+		mkdir "$tpg/acls/$RXE_IP4/lun_0" &&
+		ln -s "$tpg/lun/lun_0" "$tpg/acls/$RXE_IP4/lun_0/lun_0" &&
+		echo 1 >"$tpg/enable"
+}
+
+bench_disk_lun() {
+	local a
+	a=$(basename "$(readlink -f "/sys/block/$1/device")")
+	echo "${a##*:}"
+}
+
+bench_disk_for_lun() {
+	local d
+	for d in $(srp_disks); do
+		[ "$(bench_disk_lun "$d")" = "$1" ] && { echo "$d"; return 0; }
+	done
+	return 1
+}
+
+bench_count_disks() { srp_disks | grep -c .; }
+
+bench_has_disks() { [ "$(bench_count_disks)" -ge "$1" ]; }
+
+# bench_login GUID PORT CH N: log in with ch_count=CH and wait (60 s) for N disks whose
+# block devices exist.
+bench_login() {
+	local guid=$1 port=$2 ch=$3 n=$4 d
+	srp_login "id_ext=$guid,ioc_guid=$guid,dest=$RXE_IP4:$port,ch_count=$ch" || return 1
+	wait_for 60 bench_has_disks "$n" || { echo "fewer than $n disks 60 s after add_target"; return 1; }
+	for d in $(srp_disks); do
+		wait_for 10 test -b "/dev/$d" || return 1
+	done
+	d=$(srp_disks | head -1)
+	# shellcheck disable=SC2034 # for bench.sh
+	BENCH_HOST=/sys/class/scsi_host/$(disk_host "$d")
+}
+
+# bench_write_snap_script: /tmp/bench/snap.sh FILE SUFFIX [PID] writes the counters the
+# per-run figures are computed from, each key ending in SUFFIX (0 before the job, 1 after):
+#   cpuS    the "cpu" line of /proc/stat (clock ticks)
+#   ctxtS   context switches of the guest (/proc/stat ctxt)
+#   irqS    rescheduling, function-call and TLB-shootdown IPIs (RES, CAL, TLB of
+#           /proc/interrupts, summed over the CPUs)
+#   dprocS  PID's utime,stime (fields 14 and 15 of /proc/PID/stat; the command name has no
+#           spaces here); 0,0 without PID
+#   dioS    PID's read() and write() system calls (syscr, syscw of /proc/PID/io, all its
+#           threads): completion-channel reads, and uverbs commands such as the post-send
+#           doorbell and the CQ re-arm
+#   upS     /proc/uptime
+# fio runs it with system(3), hence a script and not a function.
+bench_write_snap_script() {
+	mkdir -p /tmp/bench
+	cat >/tmp/bench/snap.sh <<'SNAP'
+#!/bin/bash
+s=$2
+cpu= ctxt=0
+while read -r k v rest; do
+	case $k in
+	cpu) cpu="$v $rest" ;;
+	ctxt) ctxt=$v ;;
+	esac
+done </proc/stat
+irq=$(awk '$1 == "RES:" || $1 == "CAL:" || $1 == "TLB:" {
+		n = 0; for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) n += $i
+		v[$1] = n }
+	END { printf "%d,%d,%d", v["RES:"], v["CAL:"], v["TLB:"] }' /proc/interrupts)
+dproc=0,0 dio=0,0
+if [ -n "$3" ] && [ -r "/proc/$3/stat" ]; then
+	read -r -a f <"/proc/$3/stat"
+	dproc=${f[13]},${f[14]}
+	r=0 w=0
+	while read -r k v; do
+		case $k in
+		syscr:) r=$v ;;
+		syscw:) w=$v ;;
+		esac
+	done <"/proc/$3/io"
+	dio=$r,$w
+fi
+read -r up _ </proc/uptime
+echo "cpu$s=${cpu// /,} ctxt$s=$ctxt irq$s=$irq dproc$s=$dproc dio$s=$dio up$s=$up" >"$1"
+SNAP
+	chmod 0755 /tmp/bench/snap.sh
+}
+
+# bench_fio_job ROUND CH TARGET JOB DEV PID PROFILED RW BS QD NUMJOBS
+# One time-based fio run on DEV (O_DIRECT, libaio, RAMP s of ramp, RUNTIME s measured).
+# NUMJOBS > 1 splits QD over that many threads, pinned one per CPU (so that with
+# ch_count=2 both blk-mq queues, hence both channels, carry commands).
+bench_fio_job() {
+	local round=$1 ch=$2 target=$3 job=$4 dev=$5 pid=$6 profiled=$7 rw=$8 bs=$9 qd=${10} nj=${11}
+	local snap=/tmp/bench/snap mark out rc errs pin=() s0 s1
+	mark=$(dmesg_mark)
+	rm -f "$snap.0" "$snap.1"
+	if [ "$nj" -gt 1 ]; then
+		pin=(--cpus_allowed="0-$((nj - 1))" --cpus_allowed_policy=split)
+	fi
+	out=$(fio --name="$job" --filename="$dev" --direct=1 --ioengine=libaio \
+		--rw="$rw" --bs="$bs" --iodepth="$qd" --numjobs="$nj" "${pin[@]}" --group_reporting \
+		--time_based --runtime="$BENCH_RUNTIME" --ramp_time="$BENCH_RAMP" \
+		--norandommap --randrepeat=0 --invalidate=1 \
+		--exec_prerun="/tmp/bench/snap.sh $snap.0 0 $pid" --exec_postrun="/tmp/bench/snap.sh $snap.1 1 $pid" \
+		--output-format=terse --terse-version=3 --lat_percentiles=1 --percentile_list=50:99:99.9 \
+		--eta=never 2>/tmp/bench/fio.err)
+	rc=$?
+	errs=$(srp_transport_errors "$mark" | grep -c .)
+	s0=$(cat "$snap.0" 2>/dev/null) s1=$(cat "$snap.1" 2>/dev/null)
+	out=$(grep -m1 '^3;' <<<"$out")
+	if [ $rc != 0 ] || [ -z "$out" ] || [ -z "$s0" ] || [ -z "$s1" ]; then
+		echo "SRPTVM: fio $target $job on $dev failed: rc $rc, terse '${out:0:80}', snapshots '$s0' '$s1'"
+		cat /tmp/bench/fio.err
+		BENCH_FAILED=$((BENCH_FAILED + 1))
+		return 1
+	fi
+	echo "BENCH round=$round ch=$ch target=$target job=$job profiled=$profiled errs=$errs $s0 $s1 | $out" >>"$BENCH_RAW"
+	[ "$errs" = 0 ] || {
+		echo "SRPTVM: ib_srp transport errors during $target $job:"
+		srp_transport_errors "$mark"
+		BENCH_ERRS=$((BENCH_ERRS + errs))
+	}
+	return 0
+}
