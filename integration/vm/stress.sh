@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# stress.sh - the faults a SAN sees, against srptarget in the test VM, with the
+# data checked: logout/login cycles under I/O, LUN and host resets under I/O,
+# 4 and 8 MiB commands, SIGKILL and restart of the daemon, removal of the RDMA
+# device under live sessions, storms of refused logins, two initiator ports
+# with four channels each and their own LUN maps. The scenarios and their
+# bounds are described at the top of guest/stress.sh. `make stress` runs all
+# of them, `make stress-quick` (quick=1) the subset CI runs on every push.
+#
+#   integration/vm/stress.sh [quick=1] [k=v ...]     # k=v go to guest/stress.sh
+#
+# Builds the daemon the way `make build` does (into $SRPT_VM_DIR/bin, not
+# bin/), builds (or reuses) the VM image, takes dm-mod, dm-multipath and
+# dm-round-robin from the image's own kernel package and dmsetup from Debian
+# (`apt-get download`, the version of the image's libdevmapper; cached), boots
+# the VM with guest/stress.sh and prints the check table.
+#
+# Needs what e2e.sh needs: a Debian 12 x86-64 host, root, the Debian archive,
+# Go, a C toolchain with libibverbs-dev and librdmacm-dev.
+#
+# Environment:
+#   GO                 the go command (default: go in PATH, else /usr/local/go/bin/go)
+#   SRPT_VM_DIR        work directory (default /tmp/srptarget-vm)
+#   SRPT_VM_TIMEOUT    seconds for the VM run (default 2400; 420 with quick=1)
+#   SRPT_VM_LOCK       a lock file: the VM run waits for it (flock), for hosts
+#                      where several people boot VMs on few cores
+#   other SRPT_VM_* variables as in run-vm.sh
+#
+# Output, in $SRPT_VM_DIR/logs:
+#   stress[-quick]-<time>.log          the serial console, host time on each line
+#   stress[-quick]-<time>.results      the check table (name|pass or fail|detail)
+#   stress[-quick]-<time>.daemon.log   srptarget's output as shown on the console
+#                                      (repetitive per-login lines thinned out)
+#   stress[-quick]-latest.*            links to the last run's files
+# Exit status: the guest test's (0: every check passed), see run-vm.sh; 3 when
+# the binary cannot be built.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm}
+VMDIR=$SRPT_VM_DIR
+
+T0US=${EPOCHREALTIME/./}
+elapsed() { local d=$(( (${EPOCHREALTIME/./} - T0US) / 1000 )); printf '%d.%01d' $((d / 1000)) $((d % 1000 / 100)); }
+log() { printf '[stress %6ss] %s\n' "$(elapsed)" "$*"; }
+die() { echo "stress.sh: error: $*" >&2; exit "${2:-2}"; }
+secs_since() { awk -v a="$1" -v b="$(elapsed)" 'BEGIN { printf "%.1f", b - a }'; }
+
+QUICK=0
+for a in "$@"; do
+	case $a in quick=1) QUICK=1 ;; esac
+done
+NAME=stress
+[ $QUICK = 1 ] && NAME=stress-quick
+
+[ "$(id -u)" = 0 ] || die "must run as root (image build, apt-get)"
+mkdir -p "$VMDIR/bin" "$VMDIR/logs" "$VMDIR/stress"
+
+# ------------------------------------------------------------------ build dependencies
+need=()
+[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
+[ -e /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
+command -v gcc >/dev/null || need+=(gcc libc6-dev)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+if [ ${#need[@]} -gt 0 ]; then
+	log "apt-get install ${need[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 || {
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+	} || die "apt-get install ${need[*]} failed" 3
+fi
+GO=${GO:-go}
+if ! command -v "$GO" >/dev/null && [ -x /usr/local/go/bin/go ]; then GO=/usr/local/go/bin/go; fi
+command -v "$GO" >/dev/null || die "no go command: install Go or set GO=" 3
+
+# ------------------------------------------------------------------ the daemon
+BIN=$VMDIR/bin/srptarget-stress
+log "go build -o $BIN ./cmd/srptarget"
+t=$(elapsed)
+(cd "$REPO" && "$GO" build -o "$BIN" ./cmd/srptarget) || die "building srptarget failed" 3
+# (not ldd | grep -q: with pipefail, grep's early exit can fail the pipeline)
+libs=$(ldd "$BIN" 2>/dev/null || true)
+grep -q 'librdmacm\.so' <<<"$libs" ||
+	die "$BIN does not link librdmacm: built without cgo? The daemon could not listen over RDMA/CM" 3
+build_s=$(secs_since "$t")
+log "built $BIN ($(stat -c %s "$BIN") bytes) in ${build_s}s"
+
+# ------------------------------------------------------------------ the image
+t=$(elapsed)
+"$HERE/build-image.sh"
+image_s=$(secs_since "$t")
+
+# ------------------------------------------------------------------ dm-multipath for the cycles scenario
+# The image has no device mapper (not needed by the other tests): the modules
+# come from the image's kernel package (already in debs/), dmsetup from the
+# Debian package of the same version as the image's libdevmapper, so that it
+# runs with the guest's libraries.
+t=$(elapsed)
+DMFILES=
+dm_prepare() {
+	local kver deb='' dmdir ver debname dsdir m
+	kver=$(sed -n 's/^kernel: linux-image-[^ ]* (\(.*\))$/\1/p' "$VMDIR/image/manifest.txt" | head -1)
+	[ -n "$kver" ] || { echo "no kernel version in $VMDIR/image/manifest.txt"; return 1; }
+	dmdir=$VMDIR/stress/dm-$kver
+	if [ ! -s "$dmdir/dm-round-robin.ko" ]; then
+		# under build-image.sh's lock: it prunes debs/ of old versions
+		exec 8>"$VMDIR/.build.lock"
+		flock -s 8
+		deb=$(find "$VMDIR/debs" -maxdepth 1 -name "linux-image-${kver}_*.deb" | head -1)
+		if [ -z "$deb" ]; then
+			flock -u 8
+			echo "no linux-image-$kver .deb in $VMDIR/debs"
+			return 1
+		fi
+		rm -rf "$dmdir.tmp"
+		mkdir -p "$dmdir.tmp"
+		dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$dmdir.tmp" --wildcards \
+			"./lib/modules/$kver/kernel/drivers/md/dm-mod.ko*" \
+			"./lib/modules/$kver/kernel/drivers/md/dm-multipath.ko*" \
+			"./lib/modules/$kver/kernel/drivers/md/dm-round-robin.ko*"
+		flock -u 8
+		exec 8>&-
+		for m in dm-mod dm-multipath dm-round-robin; do
+			[ -f "$dmdir.tmp/lib/modules/$kver/kernel/drivers/md/$m.ko" ] ||
+				{ echo "$m.ko not in $deb (compressed modules are not handled)"; return 1; }
+			mv "$dmdir.tmp/lib/modules/$kver/kernel/drivers/md/$m.ko" "$dmdir.tmp/"
+		done
+		rm -rf "$dmdir" "$dmdir.tmp/lib"
+		mv "$dmdir.tmp" "$dmdir"
+	fi
+	ver=$(sed -n 's/^ *libdevmapper1\.02\.1_\([^_]*\)_amd64\.deb$/\1/p' "$VMDIR/image/manifest.txt" | head -1)
+	ver=${ver//%3a/:}
+	[ -n "$ver" ] || { echo "no libdevmapper in $VMDIR/image/manifest.txt"; return 1; }
+	debname=dmsetup_${ver//:/%3a}_amd64.deb
+	# no ':' in the path: SRPT_VM_FILES separates host and guest path with it
+	dsdir=$VMDIR/stress/dmsetup-${ver//:/_}
+	if [ ! -x "$dsdir/sbin/dmsetup" ]; then
+		(cd "$VMDIR/stress" && apt-get download -q -o APT::Sandbox::User=root "dmsetup=$ver" >/dev/null 2>&1) ||
+			{ apt-get update -qq >/dev/null 2>&1 && (cd "$VMDIR/stress" && apt-get download -q -o APT::Sandbox::User=root "dmsetup=$ver" >/dev/null); } ||
+			{ echo "apt-get download dmsetup=$ver failed"; return 1; }
+		rm -rf "$dsdir"
+		dpkg-deb -x "$VMDIR/stress/$debname" "$dsdir"
+	fi
+	DMFILES="$dmdir/dm-mod.ko:/lab/dm/dm-mod.ko $dmdir/dm-multipath.ko:/lab/dm/dm-multipath.ko"
+	DMFILES="$DMFILES $dmdir/dm-round-robin.ko:/lab/dm/dm-round-robin.ko"
+	DMFILES="$DMFILES $dsdir/sbin/dmsetup:/usr/local/sbin/dmsetup"
+	echo "modules of kernel $kver (${deb:+from $(basename "$deb"), }in $dmdir), dmsetup $ver"
+}
+# not in $(...): dm_prepare sets DMFILES
+if dm_prepare >"$VMDIR/stress/dm.txt" 2>&1; then
+	log "dm-multipath: $(tail -1 "$VMDIR/stress/dm.txt")"
+else
+	# the guest's cycles scenario then fails, saying that dm-multipath is missing
+	log "warning: dm-multipath unavailable: $(tail -1 "$VMDIR/stress/dm.txt")"
+fi
+dm_s=$(secs_since "$t")
+
+# ------------------------------------------------------------------ the run
+stamp=$(date +%Y%m%d-%H%M%S)
+LOG=$VMDIR/logs/$NAME-$stamp.log
+RESULTS=${LOG%.log}.results
+DAEMON_LOG=${LOG%.log}.daemon.log
+if [ $QUICK = 1 ]; then
+	export SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-420}
+else
+	export SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-2400}
+fi
+FILES="$BIN:/usr/local/bin/srptarget $HERE/guest/stress-lib.sh:/lab/stress-lib.sh $DMFILES"
+runvm=("$HERE/run-vm.sh" "$HERE/guest/stress.sh" "$@")
+if [ -n "${SRPT_VM_LOCK:-}" ]; then
+	log "waiting for $SRPT_VM_LOCK"
+	runvm=(flock "$SRPT_VM_LOCK" "${runvm[@]}")
+fi
+log "VM run: guest/stress.sh $*"
+t=$(elapsed)
+rc=0
+SRPT_VM_FILES="$FILES" SRPT_VM_LOG="$LOG" "${runvm[@]}" || rc=$?
+vm_s=$(secs_since "$t")
+
+sed -n 's/^\[ *[0-9.]*\] \(srptarget\[[0-9]*\]\)| /\1 /p' "$LOG" >"$DAEMON_LOG" 2>/dev/null || true
+for f in "$LOG" "$RESULTS" "$DAEMON_LOG"; do
+	[ -e "$f" ] && ln -sfn "$(basename "$f")" "$VMDIR/logs/$NAME-latest${f#"${LOG%.log}"}"
+done
+
+pass=0 failn=0
+if [ -s "$RESULTS" ]; then
+	pass=$(grep -c '^[^|]*|pass|' "$RESULTS" || true)
+	failn=$(grep -c '^[^|]*|fail|' "$RESULTS" || true)
+fi
+echo
+echo "$NAME: $pass checks passed, $failn failed; guest rc $rc"
+if [ "$failn" -gt 0 ]; then
+	echo "$NAME: failed checks:"
+	grep '^[^|]*|fail|' "$RESULTS" | awk -F'|' '{ printf "  %s: %s\n", $1, substr($0, length($1) + length($2) + 3) }'
+fi
+boot=$(sed -n 's/^\[ *\([0-9.]*\)\] SRPTVM: init reached.*/\1/p' "$LOG" | head -1)
+echo "$NAME: times: go build ${build_s}s, image ${image_s}s, dm files ${dm_s}s, VM ${vm_s}s (boot ${boot:-?}s), total $(elapsed)s"
+echo "$NAME: serial log $LOG"
+echo "$NAME: results    $RESULTS"
+echo "$NAME: daemon log $DAEMON_LOG"
+exit "$rc"
