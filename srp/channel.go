@@ -634,7 +634,8 @@ func (ch *channel) answerTransport(c *cmdCtx, status scsi.Status, reason scsi.Re
 // the channel's FIFO when the pool is exhausted.
 func (ch *channel) getBuffers(c *cmdCtx) {
 	c.stage = stageNeedBuf
-	if ch.bufHead == nil && ch.tryBuffers(c) {
+	if ch.bufHead == nil && ch.allocBuffers(c) {
+		ch.startData(c)
 		return
 	}
 	ch.t.stats.bufferWaits.Add(1)
@@ -655,8 +656,8 @@ func (ch *channel) getBuffers(c *cmdCtx) {
 	ch.retryBufWaiters()
 }
 
-// tryBuffers allocates c's buffers and, on success, moves it on.
-func (ch *channel) tryBuffers(c *cmdCtx) bool {
+// allocBuffers allocates c's buffers, all or none.
+func (ch *channel) allocBuffers(c *cmdCtx) bool {
 	d := c.dataBuf()
 	buf, ok := ch.pool.alloc(d.Len())
 	if !ok {
@@ -671,6 +672,12 @@ func (ch *channel) tryBuffers(c *cmdCtx) bool {
 		c.table = tbl
 	}
 	c.buf = buf
+	return true
+}
+
+// startData moves a command that has its buffers on to its first data stage.
+func (ch *channel) startData(c *cmdCtx) {
+	d := c.dataBuf()
 	switch {
 	case d.External():
 		// The rest of the descriptors are in initiator memory: fetch them first, for
@@ -678,16 +685,20 @@ func (ch *channel) tryBuffers(c *cmdCtx) bool {
 		c.stage = stageTableRead
 		ch.newSQWork(c)
 	case c.in.Present():
-		c.cmd.DataIn = ch.pool.bytes(buf)
+		c.cmd.DataIn = ch.pool.bytes(c.buf)
 		ch.dispatch(c)
 	default:
 		c.stage = stageDataRead
 		ch.newSQWork(c)
 	}
-	return true
 }
 
 // retryBufWaiters gives freed buffers to waiting commands, in order.
+//
+// A command leaves the wait list only once its buffers are allocated: popping the last waiter
+// withdraws the channel from the pool's waiting count, and a buffer another channel freed
+// after a failed attempt then would signal no one, leaving the command to sleep until
+// BufferWait answers it BUSY.
 func (ch *channel) retryBufWaiters() {
 	for ch.bufHead != nil {
 		c := ch.bufHead
@@ -696,15 +707,11 @@ func (ch *channel) retryBufWaiters() {
 			ch.finishAborted(c)
 			continue
 		}
-		ch.popBuf()
-		if !ch.tryBuffers(c) {
-			c.next = ch.bufHead
-			ch.bufHead = c
-			if ch.bufTail == nil {
-				ch.bufTail = c
-			}
+		if !ch.allocBuffers(c) {
 			return
 		}
+		ch.popBuf()
+		ch.startData(c)
 	}
 }
 
