@@ -526,10 +526,7 @@ func (ch *channel) startIU(c *cmdCtx, i int32, n int) {
 	c.buf, c.table = noBuf, noBuf
 	c.batchWRs = 0
 	c.lunMap = nil
-	select { // a stale signal from a previous generation
-	case <-c.abortDone:
-	default:
-	}
+	c.discardAbortSignal()
 	b := ch.recvBuf(i)[:n]
 	if n < 16 {
 		// Not even a tag to answer with.
@@ -1102,13 +1099,7 @@ func (ch *channel) finish(c *cmdCtx, owed bool) {
 	c.cmd.DataIn, c.cmd.DataOut, c.cmd.CDB = nil, nil, nil
 	c.lunMap = nil
 	c.stage = stageNone
-	v := c.sg.Swap(sgNext(c.sg.Load(), ctxFree))
-	if sgState(v) == ctxAbortedTMF {
-		select {
-		case c.abortDone <- struct{}{}:
-		default:
-		}
-	}
+	c.free()
 	ch.busy--
 	ch.free = append(ch.free, c)
 	if len(ch.waitRecv) > 0 && ch.state != chClosing {

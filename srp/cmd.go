@@ -96,6 +96,28 @@ func (c *cmdCtx) activate(st uint64, seq uint64, tag Tag, lun uint64, lu *scsi.L
 	c.sg.Store((v>>8+1)<<8 | st)
 }
 
+// free moves the context to ctxFree, waking the task management function that claimed it, if
+// one did (waitClaimed).
+func (c *cmdCtx) free() {
+	v := c.sg.Swap(sgNext(c.sg.Load(), ctxFree))
+	if sgState(v) == ctxAbortedTMF {
+		select {
+		case c.abortDone <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// discardAbortSignal drops a wake-up left from an earlier generation, which nobody waited for.
+// A task management function may still be about to wait for that generation: waitClaimed
+// checks the state word, so the dropped signal only costs it a retry tick.
+func (c *cmdCtx) discardAbortSignal() {
+	select {
+	case <-c.abortDone:
+	default:
+	}
+}
+
 // transition moves from state from to state to; false when someone else moved it first.
 func (c *cmdCtx) transition(from, to uint64) bool {
 	v := c.sg.Load()

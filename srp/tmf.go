@@ -169,8 +169,8 @@ func claim(chs []*channel, before uint64, match func(*cmdCtx) bool) []claimedCmd
 			// The generation in v makes the swap fail if the context moved on to another
 			// command after match looked at it.
 			lun, tag := c.lun.Load(), c.tag.Load()
-			if c.sg.CompareAndSwap(v, sgNext(v, ctxAbortedTMF)) {
-				claimed = append(claimed, claimedCmd{c: c, lun: lun, tag: tag})
+			if nv := sgNext(v, ctxAbortedTMF); c.sg.CompareAndSwap(v, nv) {
+				claimed = append(claimed, claimedCmd{c: c, sg: nv, lun: lun, tag: tag})
 				n++
 			}
 		}
@@ -185,24 +185,33 @@ func claim(chs []*channel, before uint64, match func(*cmdCtx) bool) []claimedCmd
 // claimedCmd is a command claimed by task management, with its LUN and tag as they were.
 type claimedCmd struct {
 	c        *cmdCtx
+	sg       uint64 // the context's generation and state right after the claim
 	lun, tag uint64
 }
+
+// released reports whether the channel has released the claimed command: its context left
+// the state the claim put it in (finish frees it; only a new generation can follow).
+func (cl *claimedCmd) released() bool { return cl.c.sg.Load() != cl.sg }
 
 // waitClaimed waits until every claimed command has been released by its channel. While it
 // waits it re-issues ABORT TASK to the logical unit for each command still there (see
 // tmfRetry): one handed to a worker just before the claim may enter the logical unit after the
 // first abort looked for it. Only that command is aborted again, never the whole task set.
+//
+// Release is judged by the context's state word, not by the abortDone signal alone: while this
+// waits for one command, another claimed command's context may be released and already reused
+// for a new IU, whose start discards the signal as stale. The signal only wakes the wait early.
 func waitClaimed(claimed []claimedCmd) {
 	if len(claimed) == 0 {
 		return
 	}
 	t := time.NewTimer(tmfRetry)
 	defer t.Stop()
-	for _, cl := range claimed {
-		for waiting := true; waiting; {
+	for i := range claimed {
+		cl := &claimed[i]
+		for !cl.released() {
 			select {
 			case <-cl.c.abortDone:
-				waiting = false
 			case <-t.C:
 				// The tag stays the aborted command's until the initiator gets this
 				// function's response, so re-aborting it cannot hit another command.
