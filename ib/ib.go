@@ -240,6 +240,20 @@ type Conn interface {
 	RemoteAddr() netip.AddrPort
 }
 
+// NotifyArmer is implemented by connections that let the consumer decide when completions
+// raise Ready, as ibv_req_notify_cq does: an armed completion queue raises one event for the
+// next completion added to it, then stays quiet until armed again. A consumer that keeps
+// polling while it has work, and arms only before it waits, takes no wake-up per completion.
+//
+// Until the first ArmNotify the connection re-arms itself after every event, so consumers
+// that never call it lose nothing. After it, the consumer must arm before each wait and poll
+// once more after arming before it waits on Ready: a completion that arrived before the arm
+// raises no event. Connection events (established, disconnected, device removed) always
+// signal Ready.
+type NotifyArmer interface {
+	ArmNotify() error
+}
+
 // ProtectionDomain registers memory for use by the connections of one device.
 type ProtectionDomain interface {
 	// RegisterMemory registers buf. For the verbs implementation buf must not be Go heap

@@ -181,6 +181,10 @@ type Conn struct {
 	rq         recvQueue
 	cq         compQueue
 	events     []ib.Event
+	// consumerArms: ArmNotify was called, so a completion signals Ready only while armed,
+	// like a CQ armed with ibv_req_notify_cq (see ib.NotifyArmer).
+	consumerArms bool
+	armed        bool
 
 	blk        blockKind
 	blkIdx     uint64
@@ -194,7 +198,10 @@ type Conn struct {
 	src, dst [][]byte // scatter/gather scratch
 }
 
-var _ ib.Conn = (*Conn)(nil)
+var (
+	_ ib.Conn        = (*Conn)(nil)
+	_ ib.NotifyArmer = (*Conn)(nil)
+)
 
 func newConn(n *Node, caps ib.QPCaps, local, remote netip.AddrPort) *Conn {
 	return &Conn{
@@ -247,7 +254,20 @@ func (c *Conn) push(e cqEntry) {
 	}
 	c.cq.ring[c.cq.tail%uint64(len(c.cq.ring))] = e
 	c.cq.tail++
-	c.signal()
+	if !c.consumerArms || c.armed {
+		c.armed = false
+		c.signal()
+	}
+}
+
+// ArmNotify implements ib.NotifyArmer: the next completion signals Ready; completions already
+// queued do not.
+func (c *Conn) ArmNotify() error {
+	c.p.mu.Lock()
+	defer c.p.mu.Unlock()
+	c.consumerArms = true
+	c.armed = true
+	return nil
 }
 
 func (c *Conn) pushEvent(e ib.Event) {

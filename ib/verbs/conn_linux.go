@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -47,7 +48,11 @@ type Conn struct {
 
 	cqFile   *os.File
 	waitDone chan struct{}
-	unacked  int // completion events not yet acknowledged, written by waitCQ before waitDone
+	// consumerArms is set by the first ArmNotify: waitCQ then leaves re-arming to the
+	// consumer. armed is whether the CQ is armed and its event not yet read.
+	consumerArms atomic.Bool
+	armed        atomic.Bool
+	unacked      int // completion events not yet acknowledged, written by waitCQ before waitDone
 
 	// mu serialises the data path and teardown: every use of qp, cq and bufs holds it.
 	mu         sync.Mutex
@@ -68,7 +73,10 @@ type Conn struct {
 	connEv      chan cmEvent // while Route.Connect waits for the answer
 }
 
-var _ ib.Conn = (*Conn)(nil)
+var (
+	_ ib.Conn        = (*Conn)(nil)
+	_ ib.NotifyArmer = (*Conn)(nil)
+)
 
 // newConn builds the verbs side of a connection on dev for the CM id: completion channel and
 // CQ (armed, with the goroutine that waits on the channel), the RC QP in INIT, and the C
@@ -112,11 +120,13 @@ func newConn(dev *devCtx, loop *cmLoop, id *C.struct_rdma_cm_id, key uint64, cap
 		return nil, fmt.Errorf("ibv_create_cq(%d): %w", cqe, errnoOr(cerr, errnoENOMEM))
 	}
 	c.cq = cq
-	// Armed before anything can complete; from then on waitCQ re-arms after every event.
+	// Armed before anything can complete; from then on waitCQ re-arms after every event, or
+	// the consumer does (ArmNotify).
 	if e := C.srpt_req_notify_cq(cq); e != 0 {
 		c.teardown(false)
 		return nil, fmt.Errorf("ibv_req_notify_cq: %w", syscall.Errno(e))
 	}
+	c.armed.Store(true)
 	f, rc, perr := pollable(int(ch.fd), "completion channel")
 	if perr != nil {
 		c.teardown(false)
@@ -170,9 +180,11 @@ func (c *Conn) signal() {
 }
 
 // waitCQ waits, parked in the netpoller, for completion events. Per event it re-arms the CQ
-// and then signals Ready: a completion that arrives after the re-arm raises a new event, and
-// one that arrived before it is seen by the consumer's drain, which starts after the signal.
-// So no wake-up is lost without polling the CQ here.
+// (unless the consumer arms it, ArmNotify) and then signals Ready: a completion that arrives
+// after the re-arm raises a new event, and one that arrived before it is seen by the
+// consumer's drain, which starts after the signal. So no wake-up is lost without polling the
+// CQ here. When the consumer arms, armed is cleared before the signal, so that an ArmNotify
+// that still saw it set is followed by a wake-up, after which the consumer arms for real.
 func (c *Conn) waitCQ(rc syscall.RawConn) {
 	defer close(c.waitDone)
 	var e C.int
@@ -194,10 +206,38 @@ func (c *Conn) waitCQ(rc syscall.RawConn) {
 			C.ibv_ack_cq_events(c.cq, C.uint(unacked))
 			unacked = 0
 		}
-		C.srpt_req_notify_cq(c.cq)
+		if c.consumerArms.Load() {
+			c.armed.Store(false)
+		} else {
+			C.srpt_req_notify_cq(c.cq)
+		}
 		c.signal()
 	}
 	c.unacked = unacked
+}
+
+// ArmNotify implements ib.NotifyArmer: the next completion raises an event (and Ready). It
+// costs ibv_req_notify_cq only when the CQ's last event has been read since the last arm.
+func (c *Conn) ArmNotify() error {
+	c.consumerArms.Store(true)
+	if c.armed.Load() {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.usableLocked("arm completion notification"); err != nil {
+		return err
+	}
+	if c.released {
+		return nil
+	}
+	// Set before arming: the event may be read (and armed cleared) before req_notify returns.
+	c.armed.Store(true)
+	if e := C.srpt_req_notify_cq(c.cq); e != 0 {
+		c.armed.Store(false)
+		return errorf("arm completion notification on %v: ibv_req_notify_cq: %w", c, syscall.Errno(e))
+	}
+	return nil
 }
 
 // usableLocked reports why the data path cannot be used, under c.mu.
