@@ -45,6 +45,14 @@ type Backstore interface {
 	Close() error
 }
 
+// NonBlocking is implemented by stores that never wait for I/O: every operation is done in
+// memory (RAM, null). A caller may then run commands on a goroutine that must not block for
+// long, such as the transport's own, instead of handing them to a worker. Wrappers (Faulty)
+// do not forward it.
+type NonBlocking interface {
+	NonBlocking() bool
+}
+
 // Capabilities tells the SCSI layer what to advertise (thin provisioning, zeroing).
 type Capabilities struct {
 	// Unmap is true when Unmap really deallocates (punch hole, discard, RAM freed).

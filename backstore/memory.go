@@ -319,3 +319,6 @@ func (m *Memory) ReadOnly() bool            { return false }
 func (m *Memory) Capabilities() Capabilities {
 	return Capabilities{Unmap: true, UnmapZeroes: true}
 }
+
+// NonBlocking implements NonBlocking: every operation is a copy in RAM.
+func (m *Memory) NonBlocking() bool { return true }

@@ -87,3 +87,6 @@ func (n *Null) Close() error {
 	}
 	return nil
 }
+
+// NonBlocking implements NonBlocking: nothing is stored.
+func (n *Null) NonBlocking() bool { return true }

@@ -113,7 +113,15 @@ type LogicalUnit struct {
 	tasks   taskSet
 
 	ranges rangeLock // LBA ranges of writes in progress, for COMPARE AND WRITE (rangelock.go)
+
+	nonBlocking bool // the backstore never waits for I/O (backstore.NonBlocking)
 }
+
+// NonBlocking reports whether the logical unit's backstore never waits for I/O (RAM, null):
+// its commands take microseconds, and may run on a goroutine that must not block for long.
+// They can still wait in the task set or for an LBA range, behind commands that are
+// executing elsewhere.
+func (lu *LogicalUnit) NonBlocking() bool { return lu.nonBlocking }
 
 // nexusState is what the logical unit remembers of one I_T nexus.
 type nexusState struct {
@@ -130,6 +138,9 @@ func NewLogicalUnit(cfg Config) (*LogicalUnit, error) {
 		bs:  cfg.Backstore,
 	}
 	lu.nexuses.Store(&map[*Nexus]*nexusState{})
+	if nb, ok := cfg.Backstore.(backstore.NonBlocking); ok {
+		lu.nonBlocking = nb.NonBlocking()
+	}
 	lu.blockSize = cfg.Backstore.LogicalBlockSize()
 	for 1<<lu.blockShift < lu.blockSize {
 		lu.blockShift++
