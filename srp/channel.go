@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -150,6 +151,14 @@ type channel struct {
 	wrs         []ib.SendWR
 	sges        []ib.SGE
 	wcs         []ib.Completion
+	// The work requests queued by this pass of the loop, posted together by flushSends: one
+	// ibv_post_send (one system call on soft-RoCE) for all the responses of a poll batch.
+	batch     []ib.SendWR
+	batchSGEs []ib.SGE
+	// Completion waiting (Limits.Completion).
+	armer       ib.NotifyArmer // nil if the connection arms itself
+	notifyArmed bool           // armed by us and its event not yet taken from Ready
+	lastWork    int64          // nanotime of the last pass that found work (adaptive)
 }
 
 // channelParams are the outcome of a successful login check.
@@ -227,6 +236,10 @@ func newChannel(t *Target, sess *session, pool *bufPool, pd ib.ProtectionDomain,
 	ch.wrs = make([]ib.SendWR, 0, ch.maxDesc+1)
 	ch.sges = make([]ib.SGE, 0, ch.maxDesc+1)
 	ch.wcs = make([]ib.Completion, pollBatch)
+	// One command's chain always fits: at most maxDesc RDMA WRITEs and the response SEND.
+	batchCap := max(2*(ch.maxDesc+1), 256)
+	ch.batch = make([]ib.SendWR, 0, batchCap)
+	ch.batchSGEs = make([]ib.SGE, 0, batchCap)
 	ch.sqFree = ch.sqDepth
 	ch.recvPosted = ch.nrecv
 	ch.ledger = creditLedger{granted: int64(ch.credits)}
@@ -257,6 +270,9 @@ func (ch *channel) recvBuf(i int32) []byte {
 // start launches the channel's goroutines on an accepted connection.
 func (ch *channel) start(conn ib.Conn) {
 	ch.conn = conn
+	if a, ok := conn.(ib.NotifyArmer); ok && ch.t.lim.Completion != CompletionPoll {
+		ch.armer = a
+	}
 	ch.pool.register(ch.wake)
 	ch.wg.Add(ch.workers + 1)
 	for range ch.workers {
@@ -302,7 +318,7 @@ func (ch *channel) worker() {
 func (ch *channel) run() {
 	defer ch.teardown()
 	for {
-		ch.poll()
+		worked := ch.poll()
 		ch.checkStop()
 		if ch.abortScan.Swap(false) {
 			ch.scanAborted()
@@ -325,6 +341,7 @@ func (ch *channel) run() {
 				return
 			}
 		}
+		ch.flushSends()
 		var timerC <-chan time.Time
 		if ch.timerArmed {
 			timerC = ch.timer.C
@@ -333,18 +350,30 @@ func (ch *channel) run() {
 		if !ch.connClosed {
 			readyC = ch.conn.Ready()
 		}
+		// What is already there is taken without sleeping.
 		select {
 		case <-readyC:
+			ch.notifyArmed = false
+			continue
 		case c := <-ch.done:
-			ch.onDone(c)
-			for more := true; more; {
-				select {
-				case c := <-ch.done:
-					ch.onDone(c)
-				default:
-					more = false
-				}
-			}
+			ch.onDoneAll(c)
+			continue
+		case <-ch.wake:
+			continue
+		case <-timerC:
+			ch.timerArmed = false
+			ch.onTimer()
+			continue
+		default:
+		}
+		if readyC != nil && !ch.idle(worked) {
+			continue
+		}
+		select {
+		case <-readyC:
+			ch.notifyArmed = false
+		case c := <-ch.done:
+			ch.onDoneAll(c)
 		case <-ch.wake:
 		case <-timerC:
 			ch.timerArmed = false
@@ -353,21 +382,69 @@ func (ch *channel) run() {
 	}
 }
 
-// poll drains the completion queue and the connection events.
-func (ch *channel) poll() {
-	if ch.connClosed {
-		return
+// idle decides, when a pass of the loop found nothing more to do, whether the channel may
+// sleep now (Limits.Completion): a polling channel goes round again instead, and before
+// sleeping the completion queue is armed and polled once more, since a completion that arrived
+// before the arm raises no event.
+func (ch *channel) idle(worked bool) bool {
+	switch ch.t.lim.Completion {
+	case CompletionPoll:
+		runtime.Gosched()
+		return false
+	case CompletionAdaptive:
+		now := nanotime()
+		if worked {
+			ch.lastWork = now
+		}
+		if now-ch.lastWork < int64(ch.t.lim.PollWindow) {
+			runtime.Gosched()
+			return false
+		}
 	}
+	if ch.armer == nil || ch.notifyArmed {
+		return true
+	}
+	if err := ch.armer.ArmNotify(); err != nil {
+		// Closed or removed: the connection's events still signal Ready.
+		return true
+	}
+	ch.notifyArmed = true
+	return false
+}
+
+// onDoneAll takes back c and every other context the workers have returned meanwhile.
+func (ch *channel) onDoneAll(c *cmdCtx) {
+	ch.onDone(c)
+	for {
+		select {
+		case c := <-ch.done:
+			ch.onDone(c)
+		default:
+			return
+		}
+	}
+}
+
+// poll drains the completion queue and the connection events. It reports whether it found
+// any.
+func (ch *channel) poll() bool {
+	if ch.connClosed {
+		return false
+	}
+	found := false
 	for {
 		n, err := ch.conn.PollCompletions(ch.wcs)
 		if err != nil {
 			ch.log.Error("polling completions failed", zap.Error(err))
 			ch.noFlush = true
 			ch.beginClose("completion queue failed")
-			return
+			return true
 		}
 		for i := 0; i < n; i++ {
 			ch.onCompletion(&ch.wcs[i])
+		}
+		if n > 0 {
+			found = true
 		}
 		if n < len(ch.wcs) {
 			break
@@ -378,6 +455,7 @@ func (ch *channel) poll() {
 		if !ok {
 			break
 		}
+		found = true
 		switch ev {
 		case ib.EventEstablished:
 			ch.log.Debug("connection established")
@@ -388,6 +466,7 @@ func (ch *channel) poll() {
 			ch.beginClose("RDMA device removed")
 		}
 	}
+	return found
 }
 
 // checkStop acts on a stop request from another goroutine.
@@ -881,24 +960,49 @@ func (ch *channel) respond(c *cmdCtx) bool {
 	return true
 }
 
-// post posts one batch of c, whose last work request is signaled.
+// post queues one batch of c, whose last work request is signaled, for flushSends. Each work
+// request has one SGE (appendRDMA, respond, advance).
 func (ch *channel) post(c *cmdCtx, wrs []ib.SendWR) {
-	n, err := ch.conn.PostSend(wrs)
-	if err != nil {
-		// Part of the batch may be posted without its signaled end: completion accounting
-		// for this queue pair is no longer reliable. Close, without waiting for flushes; the
-		// memory is safe to free once the queue pair is closed.
-		if !errors.Is(err, ib.ErrClosed) && !errors.Is(err, ib.ErrDeviceRemoved) {
-			ch.log.Error("posting work requests failed", zap.Int("posted", n), zap.Int("batch", len(wrs)), zap.Error(err))
+	if len(ch.batch)+len(wrs) > cap(ch.batch) {
+		ch.flushSends()
+		if ch.state == chClosing && ch.noFlush {
+			ch.finish(c, false)
+			return
 		}
-		ch.noFlush = true
-		ch.finish(c, false)
-		ch.beginClose("post failed")
-		return
+	}
+	for i := range wrs {
+		wr := wrs[i]
+		k := len(ch.batchSGEs)
+		ch.batchSGEs = append(ch.batchSGEs, wr.SGL...)
+		wr.SGL = ch.batchSGEs[k:len(ch.batchSGEs):len(ch.batchSGEs)]
+		ch.batch = append(ch.batch, wr)
 	}
 	ch.sqFree -= len(wrs)
 	ch.sendBatches++
 	c.batchWRs = len(wrs)
+}
+
+// flushSends posts the queued work requests with one PostSend.
+func (ch *channel) flushSends() {
+	if len(ch.batch) == 0 {
+		return
+	}
+	n, err := ch.conn.PostSend(ch.batch)
+	total := len(ch.batch)
+	ch.t.stats.sendPosts.Add(1)
+	ch.t.stats.sendWRs.Add(uint64(n))
+	ch.batch, ch.batchSGEs = ch.batch[:0], ch.batchSGEs[:0]
+	if err != nil {
+		// Part of the chain may be posted without its signaled ends: completion accounting
+		// for this queue pair is no longer reliable. Close without waiting for flushes; the
+		// contexts and their memory are released once the queue pair is closed
+		// (forceRelease).
+		if !errors.Is(err, ib.ErrClosed) && !errors.Is(err, ib.ErrDeviceRemoved) {
+			ch.log.Error("posting work requests failed", zap.Int("posted", n), zap.Int("batch", total), zap.Error(err))
+		}
+		ch.noFlush = true
+		ch.beginClose("post failed")
+	}
 }
 
 // onSendCompletion handles a send-queue completion of context c.
@@ -1022,6 +1126,17 @@ func (ch *channel) dispatch(c *cmdCtx) {
 	}
 	c.stage = stageExec
 	ch.execCount++
+	if lu := c.lu.Load(); lu == nil || lu.NonBlocking() {
+		// RAM and null logical units never wait for I/O: running the command here saves two
+		// goroutine hand-offs. A command can still wait in the logical unit (for an older
+		// ORDERED command, or the LBA range of a COMPARE AND WRITE), but only for commands
+		// already executing on other goroutines, which finish without this one.
+		if c.state() == ctxCmd && !ch.closing.Load() {
+			c.lunMap.Execute(&c.cmd)
+		}
+		ch.onDone(c)
+		return
+	}
 	ch.work <- c
 }
 
@@ -1237,6 +1352,10 @@ func (ch *channel) ctlBuf(slot int) (off uint64, b []byte) {
 
 // postCtl sends the n-byte IU in control slot slot; false if it could not be posted.
 func (ch *channel) postCtl(slot int, n int) bool {
+	ch.flushSends() // in order after the responses already queued
+	if ch.noFlush {
+		return false
+	}
 	off, _ := ch.ctlBuf(slot)
 	sges := append(ch.sges[:0], ib.SGE{MR: ch.mr, Offset: off, Length: uint32(n)})
 	wrs := append(ch.wrs[:0], ib.SendWR{ID: idCtl | idLast | uint64(slot), Op: ib.OpSend, Signaled: true, SGL: sges})
@@ -1321,6 +1440,14 @@ func (ch *channel) beginClose(why string) {
 	if ch.state == chClosing {
 		return
 	}
+	if ch.noFlush {
+		ch.batch, ch.batchSGEs = ch.batch[:0], ch.batchSGEs[:0]
+	} else {
+		ch.flushSends() // before the QP leaves RTS: queued work then completes or flushes
+	}
+	if ch.state == chClosing {
+		return // flushSends failed and closed the channel
+	}
 	ch.state = chClosing
 	ch.closing.Store(true)
 	ch.closeReason = why
@@ -1386,6 +1513,7 @@ func (ch *channel) drained() bool {
 // failed post, or the drain timeout) and releases every context that is not with a worker:
 // after Close the queue pair no longer uses their memory.
 func (ch *channel) forceRelease() {
+	ch.batch, ch.batchSGEs = ch.batch[:0], ch.batchSGEs[:0]
 	if err := ch.conn.Close(); err != nil {
 		ch.log.Warn("closing the queue pair", zap.Error(err))
 	}

@@ -41,6 +41,10 @@ const (
 	DefaultSendQueueDepth = 4096
 	// DefaultDrainTimeout bounds the wait for flush completions when a channel closes.
 	DefaultDrainTimeout = 30 * time.Second
+	// DefaultCompletion is how channels wait for completions (see CompletionMode).
+	DefaultCompletion = CompletionEvent
+	// DefaultPollWindow is how long an adaptive channel keeps polling after its last work.
+	DefaultPollWindow = 50 * time.Microsecond
 
 	// MinTIIULen is the smallest MaxTIIULen: an SRP_RSP with 4 bytes of response data or the
 	// largest sense data the SCSI layer produces.
@@ -98,6 +102,55 @@ type Limits struct {
 	// memory, which nothing there needs. The pool's rkey is never sent to the initiator
 	// either way.
 	RemoteWriteForReadSinks bool
+	// Completion is how a channel with nothing to do waits for its next completion.
+	Completion CompletionMode
+	// PollWindow is how long a channel in CompletionAdaptive keeps polling after its last
+	// work before it sleeps.
+	PollWindow time.Duration
+}
+
+// CompletionMode is how a channel waits for completions when it has nothing to do. The
+// completion queue raises an event only when armed; an event wakes a goroutine parked in the
+// netpoller, which wakes the channel's goroutine: two wake-ups, usually two context switches.
+// Polling avoids them at the cost of CPU time spent spinning.
+type CompletionMode uint8
+
+const (
+	// CompletionDefault means DefaultCompletion.
+	CompletionDefault CompletionMode = iota
+	// CompletionEvent arms the completion queue and sleeps as soon as the channel has nothing
+	// to do.
+	CompletionEvent
+	// CompletionAdaptive keeps polling for PollWindow after the last work, then arms and
+	// sleeps: a burst of I/O is served without wake-ups, an idle channel costs nothing.
+	CompletionAdaptive
+	// CompletionPoll never sleeps while the channel is open: one CPU per channel, busy.
+	CompletionPoll
+)
+
+// String names the mode as the configuration does.
+func (m CompletionMode) String() string {
+	switch m {
+	case CompletionDefault:
+		return "default"
+	case CompletionEvent:
+		return "event"
+	case CompletionAdaptive:
+		return "adaptive"
+	case CompletionPoll:
+		return "poll"
+	}
+	return fmt.Sprintf("CompletionMode(%d)", uint8(m))
+}
+
+// ParseCompletionMode parses the configuration's names for the modes.
+func ParseCompletionMode(s string) (CompletionMode, error) {
+	for m := CompletionEvent; m <= CompletionPoll; m++ {
+		if s == m.String() {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("completion mode %q: want event, adaptive or poll", s)
 }
 
 // withDefaults returns l with zero fields replaced by their defaults.
@@ -135,6 +188,12 @@ func (l Limits) withDefaults() Limits {
 	if l.DrainTimeout == 0 {
 		l.DrainTimeout = DefaultDrainTimeout
 	}
+	if l.Completion == CompletionDefault {
+		l.Completion = DefaultCompletion
+	}
+	if l.PollWindow == 0 {
+		l.PollWindow = DefaultPollWindow
+	}
 	return l
 }
 
@@ -163,6 +222,10 @@ func (l Limits) validate() error {
 		return fmt.Errorf("workers per channel %d is less than 1", l.WorkersPerChannel)
 	case l.DrainTimeout < 0:
 		return fmt.Errorf("drain timeout %v is negative", l.DrainTimeout)
+	case l.Completion > CompletionPoll:
+		return fmt.Errorf("completion mode %v unknown", l.Completion)
+	case l.PollWindow < 0 || l.PollWindow > time.Second:
+		return fmt.Errorf("poll window %v outside [0, 1s]", l.PollWindow)
 	}
 	return nil
 }

@@ -386,6 +386,11 @@ type Stats struct {
 	// PoolInUse and PoolHighMark are bytes of data buffers, summed over devices.
 	PoolInUse    int64
 	PoolHighMark int64
+	// SendPosts counts the chains of send-queue work requests the channels posted (one
+	// PostSend each), SendWRs the work requests in them (RDMA READs and WRITEs, responses):
+	// SendWRs/SendPosts is how many a post carries on average.
+	SendPosts uint64
+	SendWRs   uint64
 }
 
 type counters struct {
@@ -400,6 +405,7 @@ type counters struct {
 	bufferWaits, bufferBusy        atomic.Uint64
 	creditViolations               atomic.Uint64
 	credReqs                       atomic.Uint64
+	sendPosts, sendWRs             atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -422,6 +428,8 @@ func (t *Target) Stats() Stats {
 		BufferBusy:       c.bufferBusy.Load(),
 		CreditViolations: c.creditViolations.Load(),
 		CreditRequests:   c.credReqs.Load(),
+		SendPosts:        c.sendPosts.Load(),
+		SendWRs:          c.sendWRs.Load(),
 	}
 	for i := range s.Rejects {
 		s.Rejects[i] = c.rejects[i].Load()
