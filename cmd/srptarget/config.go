@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -70,6 +71,17 @@ type LimitsConfig struct {
 	BufferPoolSize Size `yaml:"buffer_pool_size"`
 	// ImmediateData grants SRP-2 immediate data to initiators that ask for it (default true).
 	ImmediateData *bool `yaml:"immediate_data"`
+	// Completion is how an idle channel waits for work: event (sleep until the completion
+	// queue raises an event), adaptive (keep polling for poll_window after the last work,
+	// then sleep) or poll (never sleep: one busy CPU per channel). docs/benchmarks.md has the
+	// measurements behind the default.
+	Completion string `yaml:"completion"`
+	// PollWindow is how long an adaptive channel keeps polling after its last work, as a Go
+	// duration ("50us").
+	PollWindow string `yaml:"poll_window"`
+
+	completion srp.CompletionMode
+	pollWindow time.Duration
 }
 
 // LUNConfig is one logical unit.
@@ -412,6 +424,22 @@ func (v *validator) validate(c *Config) {
 	if lim.ImmediateData == nil {
 		yes := true
 		lim.ImmediateData = &yes
+	}
+	if lim.Completion == "" {
+		lim.completion = srp.DefaultCompletion
+		lim.Completion = lim.completion.String()
+	} else if m, err := srp.ParseCompletionMode(lim.Completion); err != nil {
+		v.errorf(at("limits", "completion"), "%q is not a completion mode: use event, adaptive or poll", lim.Completion)
+	} else {
+		lim.completion = m
+	}
+	if lim.PollWindow == "" {
+		lim.pollWindow = srp.DefaultPollWindow
+		lim.PollWindow = lim.pollWindow.String()
+	} else if d, err := time.ParseDuration(lim.PollWindow); err != nil || d <= 0 || d > time.Second {
+		v.errorf(at("limits", "poll_window"), "%q must be a duration between 1us and 1s, such as 50us", lim.PollWindow)
+	} else {
+		lim.pollWindow = d
 	}
 
 	luns := map[int]int{}

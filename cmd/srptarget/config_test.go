@@ -109,6 +109,11 @@ luns:
 				"t.yaml:4: limits.send_queue_depth: 8 is outside 16..65536",
 				"t.yaml:6: limits.buffer_pool_size: 8MiB must be at least max_transfer_size (16MiB) and at most 64GiB",
 			}},
+		{"completion mode and poll window", "listeners: [{address: 0.0.0.0, port: 1}]\nlimits:\n  completion: spin\n  poll_window: 5s\n",
+			[]string{
+				"t.yaml:3: limits.completion: \"spin\" is not a completion mode: use event, adaptive or poll",
+				"t.yaml:4: limits.poll_window: \"5s\" must be a duration between 1us and 1s, such as 50us",
+			}},
 		{"bad target id", "target: {id_ext: \"0x12\"}\nlisteners: [{address: 0.0.0.0, port: 1}]\n",
 			[]string{"t.yaml:1: target.id_ext: \"0x12\": want 16 hex digits (a 64-bit identifier such as 0x0002c90300a0b0c1)"}},
 	}

@@ -105,6 +105,8 @@ func limitsOf(c *Config) srp.Limits {
 		SendQueueDepth:       l.SendQueueDepth,
 		BufferPoolSize:       int64(l.BufferPoolSize),
 		DisableImmediateData: l.ImmediateData != nil && !*l.ImmediateData,
+		Completion:           l.completion,
+		PollWindow:           l.pollWindow,
 	}
 }
 
@@ -538,6 +540,8 @@ func (d *daemon) checkImmutable(cfg *Config) ConfigErrors {
 		{"send_queue_depth", o.SendQueueDepth, n.SendQueueDepth},
 		{"buffer_pool_size", o.BufferPoolSize, n.BufferPoolSize},
 		{"immediate_data", *o.ImmediateData, *n.ImmediateData},
+		{"completion", o.completion, n.completion},
+		{"poll_window", o.pollWindow, n.pollWindow},
 	} {
 		if c.old != c.new {
 			errs = append(errs, cfg.errorAt(at("limits", c.key), "limits cannot change while running (running with %v): restart srptarget to change them", c.old))
