@@ -15,6 +15,11 @@
 // its completion channel, one per open device for async events. Each Go->C crossing does one
 // short, non-blocking thing.
 //
+// The completion-channel goroutine re-arms the CQ after each event and signals Ready, until the
+// consumer calls ArmNotify (ib.NotifyArmer): from then on the consumer arms, and only before it
+// sleeps, so a busy connection raises no events at all (no epoll wake-up, no read of the
+// completion channel, no goroutine hand-off per burst of completions).
+//
 // # Data path
 //
 // Each connection preallocates, in C memory, an ibv_send_wr per send slot and an ibv_recv_wr
