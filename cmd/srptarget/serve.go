@@ -21,12 +21,21 @@ type serveOptions struct {
 	exit            func(code int)
 	shutdownTimeout time.Duration
 
+	// cpuProfile is the file of --cpuprofile ("" for none); cpuProfileWait leaves the profile
+	// to SIGUSR1 instead of starting it at start-up. pprofAddr is the listen address of
+	// --pprof ("" for none).
+	cpuProfile     string
+	cpuProfileWait bool
+	pprofAddr      string
+
 	// Test hooks: ready is called once the daemon serves, afterReload with the result of each
-	// SIGHUP reload, beforeShutdown once the first SIGTERM/SIGINT is handled (and the watcher
-	// for a second one runs) but before the target shuts down.
-	ready          func(*daemon)
-	afterReload    func(error)
-	beforeShutdown func()
+	// SIGHUP reload, afterProfileSignal once a SIGUSR1 or SIGUSR2 is handled, beforeShutdown
+	// once the first SIGTERM/SIGINT is handled (and the watcher for a second one runs) but
+	// before the target shuts down.
+	ready              func(*daemon)
+	afterReload        func(error)
+	afterProfileSignal func()
+	beforeShutdown     func()
 }
 
 // exitCodeError makes main exit with code without printing anything more: what went wrong
@@ -45,12 +54,55 @@ func signalExitCode(s os.Signal) int {
 
 // runServe starts the daemon and handles signals until it has shut down: SIGHUP reloads the
 // configuration, SIGTERM or SIGINT shut down gracefully, and another SIGTERM or SIGINT during
-// the shutdown exits at once. It returns nil after a clean shutdown (exit status 0).
+// the shutdown exits at once; SIGUSR1 and SIGUSR2 start and write the CPU profile. It returns
+// nil after a clean shutdown (exit status 0).
+//
+// The CPU profile and the pprof endpoint start before the daemon, so that they see its
+// start-up, and stop after it, so that they see its shutdown; the profile is written
+// whichever way runServe returns, a failed start included.
 func runServe(opts serveOptions) error {
 	log := opts.log
 	if opts.shutdownTimeout <= 0 {
 		opts.shutdownTimeout = DefaultShutdownTimeout
 	}
+	var prof *cpuProfiler
+	if opts.cpuProfile != "" {
+		var err error
+		if prof, err = newCPUProfiler(opts.cpuProfile, opts.cpuProfileWait, log); err != nil {
+			log.Error("start-up failed", zap.Error(err))
+			log.Error("srptarget did not start", zap.Int("errors", 1))
+			return exitCodeError{1}
+		}
+	}
+	var pp *pprofServer
+	err := func() error {
+		if opts.pprofAddr != "" {
+			var err error
+			if pp, err = startPprof(opts.pprofAddr, log); err != nil {
+				log.Error("start-up failed", zap.Error(err))
+				log.Error("srptarget did not start", zap.Int("errors", 1))
+				return exitCodeError{1}
+			}
+		}
+		return serveUntilStopped(opts, prof)
+	}()
+	if pp != nil {
+		pp.close(log)
+	}
+	if prof != nil {
+		if _, perr := prof.write("exit"); perr != nil {
+			log.Error("CPU profile lost", zap.Error(perr))
+		}
+	}
+	if err == nil {
+		log.Info("stopped")
+	}
+	return err
+}
+
+// serveUntilStopped is runServe without the profiling around it.
+func serveUntilStopped(opts serveOptions, prof *cpuProfiler) error {
+	log := opts.log
 	d := newDaemon(opts.daemonOptions)
 	if err := d.start(); err != nil {
 		logConfigErrors(log, err)
@@ -60,6 +112,12 @@ func runServe(opts serveOptions) error {
 	log.Info("srptarget ready: SIGHUP reloads the configuration, SIGTERM or SIGINT stops", zap.Int("pid", os.Getpid()))
 	if opts.ready != nil {
 		opts.ready(d)
+	}
+	profileSignal := func(sig os.Signal) {
+		handleProfileSignal(log, prof, sig)
+		if opts.afterProfileSignal != nil {
+			opts.afterProfileSignal()
+		}
 	}
 	var stopSig os.Signal
 	for stopSig == nil {
@@ -76,6 +134,8 @@ func runServe(opts serveOptions) error {
 			}
 		case syscall.SIGTERM, os.Interrupt:
 			stopSig = sig
+		case syscall.SIGUSR1, syscall.SIGUSR2:
+			profileSignal(sig)
 		default:
 			log.Debug("ignoring signal", zap.Stringer("signal", sig))
 		}
@@ -95,13 +155,23 @@ func runServe(opts serveOptions) error {
 					<-done
 					return
 				}
-				if sig == syscall.SIGTERM || sig == os.Interrupt {
+				switch {
+				case sig == syscall.SIGTERM || sig == os.Interrupt:
 					log.Error("second signal: exiting at once without finishing the shutdown", zap.Stringer("signal", sig))
+					// The profile of a shutdown that hangs is the one worth having.
+					if prof != nil {
+						if _, err := prof.write("second signal"); err != nil {
+							log.Error("CPU profile lost", zap.Error(err))
+						}
+					}
 					_ = log.Sync()
 					opts.exit(signalExitCode(sig))
 					return
+				case isProfileSignal(sig):
+					profileSignal(sig)
+				default:
+					log.Info("ignoring signal during shutdown", zap.Stringer("signal", sig))
 				}
-				log.Info("ignoring signal during shutdown", zap.Stringer("signal", sig))
 			}
 		}
 	}()
@@ -117,7 +187,6 @@ func runServe(opts serveOptions) error {
 		log.Error("shutdown incomplete", zap.Error(err))
 		return exitCodeError{1}
 	}
-	log.Info("stopped")
 	return nil
 }
 
@@ -145,9 +214,60 @@ func countErrors(err error) int {
 	return 1
 }
 
-func newServeCommand() *cobra.Command {
-	var configFile, logFormat, logLevel string
-	var shutdownTimeout time.Duration
+// serveFlags are the command line of `srptarget serve`.
+type serveFlags struct {
+	configFile      string
+	logFormat       string
+	logLevel        string
+	shutdownTimeout time.Duration
+	cpuProfile      string
+	cpuProfileWait  bool
+	pprofAddr       string
+}
+
+// check refuses flag combinations that would silently do nothing.
+func (f serveFlags) check() error {
+	if f.cpuProfileWait && f.cpuProfile == "" {
+		return errors.New("--cpuprofile-wait needs --cpuprofile FILE")
+	}
+	return nil
+}
+
+func newServeCommand() *cobra.Command { return newServeCommandWith(runServeCommand) }
+
+// runServeCommand runs the daemon on the host's RDMA devices, logging to stderr.
+func runServeCommand(f serveFlags) error {
+	log, err := newLogger(os.Stderr, f.logFormat, f.logLevel)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	sigs := make(chan os.Signal, 4)
+	// SIGUSR1 and SIGUSR2 are caught even without --cpuprofile: their default action would
+	// kill the daemon, and its initiators' disks with it.
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(sigs)
+	log.Info("srptarget starting", zap.String("version", version), zap.String("config", f.configFile))
+	return runServe(serveOptions{
+		daemonOptions: daemonOptions{
+			configFile: f.configFile,
+			log:        log,
+			listen:     rdmaListen(log),
+			devices:    rdmaDevices,
+			interfaces: hostAddrs,
+		},
+		signals:         sigs,
+		exit:            os.Exit,
+		shutdownTimeout: f.shutdownTimeout,
+		cpuProfile:      f.cpuProfile,
+		cpuProfileWait:  f.cpuProfileWait,
+		pprofAddr:       f.pprofAddr,
+	})
+}
+
+// newServeCommandWith builds the serve command around run (tests check what it gets).
+func newServeCommandWith(run func(serveFlags) error) *cobra.Command {
+	var f serveFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the SRP target",
@@ -155,36 +275,35 @@ func newServeCommand() *cobra.Command {
 
 SIGHUP reloads the configuration: it takes effect entirely or, on any error, not at all.
 SIGTERM or SIGINT log every initiator out, finish outstanding commands, flush every
-backstore and exit 0; a second signal exits at once.`,
+backstore and exit 0; a second signal exits at once.
+
+Profiling: --cpuprofile FILE profiles the daemon's CPU use (runtime/pprof, 100 Hz) from
+start-up, or with --cpuprofile-wait from the first SIGUSR1, and writes FILE on SIGUSR2
+and at exit (a second SIGTERM and a failed start included). SIGUSR1 starts a new profile,
+discarding one that runs; SIGUSR2 writes FILE (FILE.tmp until complete, then renamed) and
+profiles nothing until the next SIGUSR1. So "kill -USR1" and "kill -USR2" around a load
+profile exactly that load. --pprof ADDR serves net/http/pprof at http://ADDR/debug/pprof/;
+only one CPU profile runs at a time, so /debug/pprof/profile fails while --cpuprofile
+profiles.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(os.Stderr, logFormat, logLevel)
-			if err != nil {
+			if err := f.check(); err != nil {
 				return err
 			}
-			defer func() { _ = log.Sync() }()
-			sigs := make(chan os.Signal, 4)
-			signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
-			defer signal.Stop(sigs)
-			log.Info("srptarget starting", zap.String("version", version), zap.String("config", configFile))
-			return runServe(serveOptions{
-				daemonOptions: daemonOptions{
-					configFile: configFile,
-					log:        log,
-					listen:     rdmaListen(log),
-					devices:    rdmaDevices,
-					interfaces: hostAddrs,
-				},
-				signals:         sigs,
-				exit:            os.Exit,
-				shutdownTimeout: shutdownTimeout,
-			})
+			return run(f)
 		},
 	}
-	cmd.Flags().StringVar(&configFile, "config", "", "configuration file (YAML, see configs/README.md)")
-	cmd.Flags().StringVar(&logFormat, "log-format", "console", "log format: console or json")
-	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	cmd.Flags().DurationVar(&shutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "how long SIGTERM waits for outstanding commands")
+	cmd.Flags().StringVar(&f.configFile, "config", "", "configuration file (YAML, see configs/README.md)")
+	cmd.Flags().StringVar(&f.logFormat, "log-format", "console", "log format: console or json")
+	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	cmd.Flags().DurationVar(&f.shutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "how long SIGTERM waits for outstanding commands")
+	cmd.Flags().StringVar(&f.cpuProfile, "cpuprofile", "",
+		"write a CPU profile (go tool pprof) to `FILE`: from start-up until exit, or from SIGUSR1 (which restarts it) until SIGUSR2 or exit")
+	cmd.Flags().BoolVar(&f.cpuProfileWait, "cpuprofile-wait", false,
+		"with --cpuprofile: profile nothing from start-up; the first SIGUSR1 starts the profile")
+	cmd.Flags().StringVar(&f.pprofAddr, "pprof", "",
+		"serve net/http/pprof at http://`ADDR`/debug/pprof/ (e.g. 127.0.0.1:6060; off by default). Bind it to localhost: "+
+			"whoever reaches it reads the daemon's command line, stacks and memory")
 	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }

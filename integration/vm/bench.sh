@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # bench.sh - srptarget against LIO ib_srpt in one VM boot (`make bench-vm`): the same
 # fio jobs, the same rxe device, the same ib_srp settings, the targets alternating round
-# by round (guest/bench.sh has the details). Builds the daemon (with a CPU-profile hook,
-# see bench/cpuprofile.go.in) and the VM image, runs the VM under
-# `flock /tmp/srpt-vm-run.lock` so that two VMs on the machine do not measure each other,
-# and writes into $SRPT_VM_DIR/bench/<date-time>/:
+# by round (guest/bench.sh has the details). Builds the daemon and the VM image, runs the
+# VM under `flock /tmp/srpt-vm-run.lock` so that two VMs on the machine do not measure
+# each other, and writes into $SRPT_VM_DIR/bench/<date-time>/:
 #
 #   table.md      medians, minimum-maximum and the ratio srptarget/LIO per job (printed)
 #   runs.csv      every fio run: IOPS, MiB/s, latency, CPU per I/O, idle
 #   summary.csv   median/min/max/n and ratio per job, ch_count and target
 #   chart.png     the same as bars (gnuplot; chart.gp and *.dat beside it)
-#   srptarget.cpu.chN.pprof   CPU profiles of the daemon during one round (ch_count N),
+#   srptarget.cpu.chN.pprof   CPU profiles of the daemon during one round (ch_count N;
+#                             serve --cpuprofile, SIGUSR1/SIGUSR2 around the round),
 #   pprof-top20.chN.txt       their top 20 (go tool pprof -top), pprof-cum.chN.txt by
 #                             cumulative time; srptarget: the binary, for go tool pprof
 #   setup.txt     host CPU, load, qemu, guest kernel, fio, ib_srp parameters, job parameters
@@ -27,8 +27,8 @@
 #   GO                   the go command (default: go in PATH, else /usr/local/go/bin/go)
 #   SRPT_VM_DIR          work directory (default /tmp/srptarget-vm)
 #   SRPT_VM_TIMEOUT      seconds for the VM run (default 2400)
-#   SRPT_BENCH_PROFILE   1 (default): build with the profile hook and profile one round;
-#                        0: the plain `go build ./cmd/srptarget` binary, no profile
+#   SRPT_BENCH_PROFILE   1 (default): profile one round (guest argument profile=1);
+#                        0: no profile (profile=0, whatever the arguments say)
 #   SRPT_BENCH_LOCK      lock file shared with other VM runs (default /tmp/srpt-vm-run.lock)
 #   other SRPT_VM_* variables as in run-vm.sh
 # Exit status: the guest test's (run-vm.sh), 3 when the daemon cannot be built, 4 when
@@ -41,6 +41,8 @@ export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm}
 VMDIR=$SRPT_VM_DIR
 PROFILE=${SRPT_BENCH_PROFILE:-1}
 LOCK=${SRPT_BENCH_LOCK:-/tmp/srpt-vm-run.lock}
+# The guest's arg() takes the first profile=, so this one wins.
+[ "$PROFILE" = 1 ] || set -- profile=0 "$@"
 
 T0US=${EPOCHREALTIME/./}
 elapsed() { local d=$(( (${EPOCHREALTIME/./} - T0US) / 1000 )); printf '%d.%01d' $((d / 1000)) $((d % 1000 / 100)); }
@@ -73,20 +75,11 @@ OUT=$VMDIR/bench/$stamp
 mkdir -p "$OUT" "$VMDIR/run"
 
 # ------------------------------------------------------------------ the daemon
-# The binary is kept next to the results: go tool pprof symbolizes with it.
+# The binary is kept next to the results: go tool pprof symbolizes with it. The guest
+# profiles it with its own `serve --cpuprofile`.
 BIN=$OUT/srptarget
-if [ "$PROFILE" = 1 ]; then
-	# cmd/srptarget has no --cpuprofile flag and no pprof endpoint: the hook is added at
-	# build time, as if it were a file of package main, without touching cmd/.
-	ov=$(mktemp -d "$VMDIR/run/bench-overlay.XXXXXX")
-	trap 'rm -rf "$ov"' EXIT
-	printf '{"Replace":{"%s":"%s"}}\n' "$REPO/cmd/srptarget/zz_bench_cpuprofile.go" "$HERE/bench/cpuprofile.go.in" >"$ov/overlay.json"
-	log "go build -overlay (CPU-profile hook) -o $BIN ./cmd/srptarget"
-	(cd "$REPO" && "$GO" build -overlay "$ov/overlay.json" -o "$BIN" ./cmd/srptarget) || die "building srptarget failed" 3
-else
-	log "go build -o $BIN ./cmd/srptarget"
-	(cd "$REPO" && "$GO" build -o "$BIN" ./cmd/srptarget) || die "building srptarget failed" 3
-fi
+log "go build -o $BIN ./cmd/srptarget"
+(cd "$REPO" && "$GO" build -o "$BIN" ./cmd/srptarget) || die "building srptarget failed" 3
 readelf -d "$BIN" 2>/dev/null | grep -q 'librdmacm\.so' || die "$BIN does not link librdmacm: built without cgo?" 3
 
 # ------------------------------------------------------------------ the image
@@ -98,7 +91,7 @@ readelf -d "$BIN" 2>/dev/null | grep -q 'librdmacm\.so' || die "$BIN does not li
 	echo "host cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cpus"
 	echo "host kernel: $(uname -r)"
 	echo "qemu: $(qemu-system-x86_64 --version | head -1), TCG (-accel tcg,thread=multi), -cpu ${SRPT_VM_CPU:-qemu64} -smp ${SRPT_VM_SMP:-2} -m ${SRPT_VM_MEM:-3G}"
-	echo "srptarget: $(cd "$REPO" && git describe --always --dirty 2>/dev/null || echo unknown), profile hook $PROFILE"
+	echo "srptarget: $(cd "$REPO" && git describe --always --dirty 2>/dev/null || echo unknown), SRPT_BENCH_PROFILE=$PROFILE"
 	echo "guest arguments: ${*:-(defaults)}"
 } >"$OUT/setup.txt"
 
@@ -111,7 +104,7 @@ readelf -d "$BIN" 2>/dev/null | grep -q 'librdmacm\.so' || die "$BIN does not li
 	done
 ) >"$OUT/hostload.txt" 2>/dev/null &
 sampler=$!
-trap 'kill "$sampler" 2>/dev/null || true; rm -rf "${ov:-}"' EXIT
+trap 'kill "$sampler" 2>/dev/null || true' EXIT
 
 log "waiting for $LOCK (other VM runs)"
 rc=0

@@ -19,9 +19,10 @@
 # (hence each RDMA channel) carries half of the commands.
 #   randread-4k-qd32  randwrite-4k-qd32  read-128k-qd32  write-128k-qd32  randread-4k-qd1
 #
-# During the srptarget blocks of one round (profile_round; one profile per ch_count in
-# profile_ch) the daemon writes a CPU profile, if it was built with
-# integration/vm/bench/cpuprofile.go.in (bench.sh does that).
+# During the srptarget blocks of one round (profile_round, or the last round if there are
+# fewer; one profile per ch_count in profile_ch) the daemon writes a CPU profile: it runs
+# with `serve --cpuprofile FILE --cpuprofile-wait`, SIGUSR1 before the block's jobs starts
+# the profile, SIGUSR2 after them writes FILE. The other rounds run unprofiled.
 #
 # Output on the console, after the measurements (printing during them would cost guest
 # CPU): BENCHINFO lines (setup), the BENCH lines between "SRPTVM-BENCH: raw begin/end"
@@ -35,7 +36,8 @@
 #   jobs="randread-4k-qd32 randwrite-4k-qd32 read-128k-qd32 write-128k-qd32 randread-4k-qd1"
 #   srpt_luns="mem null"   which srptarget LUNs to measure
 #   srpt_port=5555  lio_port=5000
-#   profile=1  profile_round=2  profile_ch="1 2"   (profile=0: none)
+#   profile=1  profile_round=2  profile_ch="1 2"   (profile=0: none; profile_round
+#              beyond rounds means the last round)
 #   srp_params=    ib_srp module parameters (lib.sh), the same for both targets
 # shellcheck disable=SC2317 # functions called through check and wait_for
 # shellcheck source=lib.sh
@@ -56,6 +58,7 @@ LIO_PORT=$(arg lio_port 5000)
 PROFILE=$(arg profile 1)
 PROFILE_ROUND=$(arg profile_round 2)
 PROFILE_CH=$(arg profile_ch "1 2")
+[ "$PROFILE_ROUND" -gt "$ROUNDS" ] && PROFILE_ROUND=$ROUNDS
 
 BENCH_RAW=/tmp/bench/raw.txt
 BENCH_FAILED=0
@@ -110,13 +113,13 @@ step "srptarget binary"
 libs=$(/lib64/ld-linux-x86-64.so.2 --list "$BIN" 2>&1)
 grep -q 'not found' <<<"$libs" && fail "$BIN needs libraries the image lacks: $(grep 'not found' <<<"$libs" | awk '{print $1}' | tr '\n' ' ')"
 grep -q 'librdmacm\.so' <<<"$libs" || fail "$BIN does not link librdmacm (built without cgo?)"
-HOOK=0
-grep -q -a SRPT_BENCH_CPUPROFILE "$BIN" && HOOK=1
-[ "$PROFILE" = 1 ] && [ $HOOK = 0 ] && {
-	echo "SRPTVM: $BIN has no CPU-profile hook (built without bench/cpuprofile.go.in): no profile"
+CAN_PROFILE=0
+"$BIN" serve --help 2>&1 | grep -q -- '--cpuprofile-wait' && CAN_PROFILE=1
+[ "$PROFILE" = 1 ] && [ $CAN_PROFILE = 0 ] && {
+	echo "SRPTVM: $BIN serve has no --cpuprofile-wait flag (an older build): no profile"
 	PROFILE=0
 }
-record "srptarget binary" pass "$(stat -c %s "$BIN") bytes, $("$BIN" version 2>&1 | head -1), profile hook $HOOK"
+record "srptarget binary" pass "$(stat -c %s "$BIN") bytes, $("$BIN" version 2>&1 | head -1), --cpuprofile $CAN_PROFILE"
 
 step "soft-RoCE"
 setup_rxe || fail "soft-RoCE setup (rdma_rxe on dummy0)"
@@ -142,10 +145,11 @@ acls:
     luns: [0, 1]
 EOF
 cat "$CONFIG"
-env=()
-[ "$PROFILE" = 1 ] && env=(SRPT_BENCH_CPUPROFILE="$PROF")
-echo "SRPTVM\$ ${env[*]} $BIN serve --config $CONFIG >$DLOG 2>&1 &"
-env "${env[@]}" "$BIN" serve --config "$CONFIG" >"$DLOG" 2>&1 &
+# The profile runs only between SIGUSR1 and SIGUSR2 (block below): --cpuprofile-wait.
+profargs=()
+[ "$PROFILE" = 1 ] && profargs=(--cpuprofile "$PROF" --cpuprofile-wait)
+echo "SRPTVM\$ $BIN serve --config $CONFIG ${profargs[*]} >$DLOG 2>&1 &"
+"$BIN" serve --config "$CONFIG" "${profargs[@]}" >"$DLOG" 2>&1 &
 PID=$!
 srpt_listening() { daemon_alive && cm_listening "$SRPT_PORT"; }
 if wait_for 30 srpt_listening; then
@@ -213,11 +217,12 @@ block() {
 			run_jobs "$round" "$ch" "srpt-$lun" "/dev/$d" "$PID" "$profiled" || nfail=$((nfail + $?))
 		done
 		if [ $profiled = 1 ]; then
+			# The daemon writes FILE.tmp and renames it: FILE appears complete.
 			kill -USR2 "$PID"
 			if wait_for 20 test -s "$PROF"; then
 				mv "$PROF" "/tmp/bench/srptarget.cpu.ch$ch.pprof"
 			else
-				echo "SRPTVM: no profile written: $(grep cpuprofile "$DLOG")"
+				echo "SRPTVM: no profile written: $(grep -i 'CPU profile' "$DLOG")"
 			fi
 		fi
 	else

@@ -1,0 +1,391 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestServeProfilingFlags(t *testing.T) {
+	defaults := serveFlags{configFile: "c.yaml", logFormat: "console", logLevel: "info", shutdownTimeout: DefaultShutdownTimeout}
+	with := func(change func(*serveFlags)) serveFlags {
+		f := defaults
+		change(&f)
+		return f
+	}
+	tests := []struct {
+		name    string
+		args    []string
+		want    serveFlags
+		wantErr string
+	}{
+		{name: "defaults: no profile, no endpoint", args: []string{"--config", "c.yaml"}, want: defaults},
+		{
+			name: "cpuprofile from start-up",
+			args: []string{"--config", "c.yaml", "--cpuprofile", "/tmp/cpu.pprof"},
+			want: with(func(f *serveFlags) { f.cpuProfile = "/tmp/cpu.pprof" }),
+		},
+		{
+			name: "cpuprofile on SIGUSR1 and pprof",
+			args: []string{"--config=c.yaml", "--cpuprofile=/tmp/cpu.pprof", "--cpuprofile-wait", "--pprof", "127.0.0.1:6060"},
+			want: with(func(f *serveFlags) {
+				f.cpuProfile, f.cpuProfileWait, f.pprofAddr = "/tmp/cpu.pprof", true, "127.0.0.1:6060"
+			}),
+		},
+		{name: "cpuprofile-wait alone", args: []string{"--config", "c.yaml", "--cpuprofile-wait"}, wantErr: "--cpuprofile-wait needs --cpuprofile FILE"},
+		{name: "pprof without address", args: []string{"--config", "c.yaml", "--pprof"}, wantErr: "flag needs an argument: --pprof"},
+		{name: "cpuprofile without file", args: []string{"--config", "c.yaml", "--cpuprofile"}, wantErr: "flag needs an argument: --cpuprofile"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got *serveFlags
+			cmd := newServeCommandWith(func(f serveFlags) error { got = &f; return nil })
+			cmd.SetArgs(tt.args)
+			cmd.SetOut(io.Discard)
+			cmd.SetErr(io.Discard)
+			err := cmd.Execute()
+			if tt.wantErr != "" {
+				require.EqualError(t, err, tt.wantErr)
+				require.Nil(t, got, "the daemon must not run")
+				return
+			}
+			require.NoError(t, err)
+			require.NotNil(t, got)
+			require.Equal(t, tt.want, *got)
+		})
+	}
+}
+
+// cpuSink keeps the compiler from removing the loops of the burn functions.
+var cpuSink uint64
+
+// burnCPU spins until the process has used d more CPU time, so that a 100 Hz profile holds
+// samples of its caller however busy the machine is.
+func burnCPU(t *testing.T, d time.Duration) {
+	t.Helper()
+	start := cpuTime(t)
+	for cpuTime(t)-start < d {
+		for i := range 1 << 16 {
+			cpuSink += uint64(i) * 2654435761
+		}
+	}
+}
+
+func cpuTime(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+//go:noinline
+func profiledWindowA(t *testing.T) { burnCPU(t, 200*time.Millisecond) }
+
+//go:noinline
+func profiledWindowB(t *testing.T) { burnCPU(t, 200*time.Millisecond) }
+
+// readProfile checks that path holds a complete gzip stream (magic, CRC and length) of a
+// runtime/pprof CPU profile, whose string table names the sample types "samples/count" and
+// "cpu/nanoseconds", and returns the uncompressed protocol buffer.
+func readProfile(t *testing.T, path string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Greater(t, len(raw), 2)
+	require.Equal(t, []byte{0x1f, 0x8b}, raw[:2], "gzip magic")
+	zr, err := gzip.NewReader(bytes.NewReader(raw))
+	require.NoError(t, err)
+	pb, err := io.ReadAll(zr)
+	require.NoError(t, err, "the gzip stream is complete")
+	require.NoError(t, zr.Close())
+	for _, s := range []string{"samples", "count", "cpu", "nanoseconds"} {
+		require.True(t, bytes.Contains(pb, []byte(s)), "the profile has no string %q: not a CPU profile", s)
+	}
+	return pb
+}
+
+// profileSignal sends sig and waits until it is handled.
+func (e *env) profileSignal(sig os.Signal, handled <-chan struct{}) {
+	e.t.Helper()
+	e.sigs <- sig
+	select {
+	case <-handled:
+	case <-time.After(10 * time.Second):
+		e.t.Fatalf("%v not handled in 10 s", sig)
+	}
+}
+
+func TestCPUProfileWholeRun(t *testing.T) {
+	e := newEnv(t, e2eConfig)
+	prof := filepath.Join(e.dir, "cpu.pprof")
+	e.opts.cpuProfile = prof
+	e.start()
+	require.Equal(t, 1, e.count("CPU profile started", "path", prof, "trigger", "start-up"))
+	profiledWindowA(t)
+	_, err := os.Stat(prof)
+	require.ErrorIs(t, err, os.ErrNotExist, "written only at exit")
+	require.NoError(t, e.stop(syscall.SIGTERM))
+
+	pb := readProfile(t, prof)
+	require.True(t, bytes.Contains(pb, []byte("profiledWindowA")), "the profile holds the samples of the run")
+	_, err = os.Stat(prof + ".tmp")
+	require.ErrorIs(t, err, os.ErrNotExist)
+	written := e.logs.FilterMessage("CPU profile written").All()
+	require.Len(t, written, 1)
+	fi, err := os.Stat(prof)
+	require.NoError(t, err)
+	m := written[0].ContextMap()
+	require.Equal(t, prof, m["path"])
+	require.Equal(t, "exit", m["trigger"])
+	require.Equal(t, fi.Size(), m["bytes"])
+	require.GreaterOrEqual(t, m["duration"], 200*time.Millisecond)
+	// The profile covers the shutdown: it is written after it, before the last line.
+	all := e.logs.All()
+	require.Equal(t, "stopped", all[len(all)-1].Message)
+	require.Equal(t, "CPU profile written", all[len(all)-2].Message)
+}
+
+func TestCPUProfileSignalWindows(t *testing.T) {
+	e := newEnv(t, e2eConfig)
+	prof := filepath.Join(e.dir, "cpu.pprof")
+	e.opts.cpuProfile = prof
+	e.opts.cpuProfileWait = true
+	handled := make(chan struct{}, 1)
+	e.opts.afterProfileSignal = func() { handled <- struct{}{} }
+	e.start()
+	require.Equal(t, 1, e.count("CPU profile: waiting for SIGUSR1 to start one, SIGUSR2 writes it", "path", prof))
+	require.Zero(t, e.logs.FilterMessage("CPU profile started").Len())
+	_, err := os.Stat(prof + ".tmp")
+	require.ErrorIs(t, err, os.ErrNotExist, "the writability check leaves nothing behind")
+
+	// SIGUSR2 with no profile running writes nothing.
+	e.profileSignal(syscall.SIGUSR2, handled)
+	require.Equal(t, 1, e.count("SIGUSR2: no CPU profile runs, nothing written (SIGUSR1 starts one)", "path", prof))
+	_, err = os.Stat(prof)
+	require.ErrorIs(t, err, os.ErrNotExist)
+
+	// Window 1: SIGUSR1 ... SIGUSR2.
+	e.profileSignal(syscall.SIGUSR1, handled)
+	require.Equal(t, 1, e.count("CPU profile started", "path", prof, "trigger", "SIGUSR1"))
+	profiledWindowA(t)
+	e.profileSignal(syscall.SIGUSR2, handled)
+	require.Equal(t, 1, e.count("CPU profile written", "path", prof, "trigger", "SIGUSR2"))
+	pb := readProfile(t, prof)
+	require.True(t, bytes.Contains(pb, []byte("profiledWindowA")))
+	require.False(t, bytes.Contains(pb, []byte("profiledWindowB")))
+	first := prof + ".1"
+	require.NoError(t, os.Rename(prof, first))
+
+	// Window 2: a second SIGUSR1 discards what the first collected; SIGUSR2 writes FILE again.
+	e.profileSignal(syscall.SIGUSR1, handled)
+	profiledWindowA(t)
+	e.profileSignal(syscall.SIGUSR1, handled)
+	require.Equal(t, 1, e.logs.FilterMessage("CPU profile discarded: a new one starts").Len())
+	profiledWindowB(t)
+	e.profileSignal(syscall.SIGUSR2, handled)
+	pb = readProfile(t, prof)
+	require.True(t, bytes.Contains(pb, []byte("profiledWindowB")))
+	require.False(t, bytes.Contains(pb, []byte("profiledWindowA")), "the discarded window is not in the profile")
+	readProfile(t, first)
+
+	// No profile runs at exit: nothing more is written.
+	require.NoError(t, e.stop(syscall.SIGTERM))
+	require.Equal(t, 2, e.logs.FilterMessage("CPU profile written").Len())
+	require.Zero(t, e.logs.FilterMessage("CPU profile lost").Len())
+}
+
+func TestCPUProfileUnwritableFailsStart(t *testing.T) {
+	for _, wait := range []bool{false, true} {
+		for _, tt := range []struct {
+			name string
+			path func(dir string) string
+			want string
+		}{
+			{
+				name: "no such directory",
+				path: func(dir string) string { return filepath.Join(dir, "missing", "cpu.pprof") },
+				want: "--cpuprofile DIR/missing/cpu.pprof: open DIR/missing/cpu.pprof.tmp: no such file or directory",
+			},
+			{
+				name: "a directory",
+				path: func(dir string) string { return dir },
+				want: "--cpuprofile DIR: is a directory",
+			},
+		} {
+			t.Run(fmt.Sprintf("%s/wait=%v", tt.name, wait), func(t *testing.T) {
+				e := newEnv(t, e2eConfig)
+				e.opts.cpuProfile = tt.path(e.dir)
+				e.opts.cpuProfileWait = wait
+				require.Equal(t, exitCodeError{1}, runServe(e.opts))
+				require.Equal(t, 1, e.count("start-up failed", "error", strings.ReplaceAll(tt.want, "DIR", e.dir)), e.logText())
+				require.Equal(t, 1, e.count("srptarget did not start", "errors", 1))
+				// The daemon did not start: no file created, the port is free.
+				_, err := os.Stat(filepath.Join(e.dir, "lun1.img"))
+				require.ErrorIs(t, err, os.ErrNotExist)
+				ln, err := e.node.Listen(5555)
+				require.NoError(t, err)
+				require.NoError(t, ln.Close())
+			})
+		}
+	}
+}
+
+func TestCPUProfileWrittenWhenTheStartFails(t *testing.T) {
+	e := newEnv(t, e2eConfig)
+	other, err := e.node.Listen(5555)
+	require.NoError(t, err)
+	defer other.Close()
+	prof := filepath.Join(e.dir, "cpu.pprof")
+	e.opts.cpuProfile = prof
+	require.Equal(t, exitCodeError{1}, runServe(e.opts))
+	require.Equal(t, 1, e.count("srptarget did not start", "errors", 1))
+	require.Equal(t, 1, e.count("CPU profile written", "path", prof, "trigger", "exit"))
+	readProfile(t, prof)
+}
+
+func TestCPUProfileWrittenOnSecondSignal(t *testing.T) {
+	e := newEnv(t, e2eConfig)
+	prof := filepath.Join(e.dir, "cpu.pprof")
+	e.opts.cpuProfile = prof
+	got := make(chan int, 1)
+	var atExit []byte
+	e.opts.beforeShutdown = func() {
+		e.sigs <- os.Interrupt
+		got <- <-e.exits
+		// The process would end here: the profile must already be complete.
+		atExit, _ = os.ReadFile(prof)
+	}
+	e.start()
+	require.NoError(t, e.stop(syscall.SIGTERM))
+	require.Equal(t, 128+int(syscall.SIGINT), <-got)
+	final, err := os.ReadFile(prof)
+	require.NoError(t, err)
+	require.Equal(t, final, atExit, "the profile was complete when the process would have exited")
+	readProfile(t, prof)
+	require.Equal(t, 1, e.count("CPU profile written", "path", prof, "trigger", "second signal"))
+	require.Equal(t, 1, e.logs.FilterMessage("CPU profile written").Len(), "not written twice")
+}
+
+func TestProfileSignalsWithoutCPUProfileAreIgnored(t *testing.T) {
+	e := newEnv(t, e2eConfig)
+	handled := make(chan struct{}, 1)
+	e.opts.afterProfileSignal = func() { handled <- struct{}{} }
+	e.start()
+	for _, sig := range []os.Signal{syscall.SIGUSR1, syscall.SIGUSR2} {
+		e.profileSignal(sig, handled)
+		require.Equal(t, 1, e.count("ignoring signal: SIGUSR1 and SIGUSR2 start and write the CPU profile of --cpuprofile, which is not set",
+			"signal", sig))
+	}
+	ch, err := e.login(rwInitiator, "", 5555)
+	require.NoError(t, err, "the daemon still serves")
+	require.NoError(t, ch.Close())
+	require.NoError(t, e.stop(syscall.SIGTERM))
+	require.Zero(t, e.logs.FilterMessage("CPU profile written").Len())
+}
+
+// httpGet fetches url without keeping the connection (no goroutine outlives the test).
+func httpGet(url string) (int, string, error) {
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	rsp, err := c.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer rsp.Body.Close()
+	body, err := io.ReadAll(rsp.Body)
+	return rsp.StatusCode, string(body), err
+}
+
+// registerOnDefaultMux puts on http.DefaultServeMux something the pprof endpoint must not
+// serve (once: -count=N runs the test again in the same process).
+var registerOnDefaultMux = sync.OnceFunc(func() {
+	http.HandleFunc("/srptarget-test-default-mux", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "default mux") })
+})
+
+func TestPprofEndpoint(t *testing.T) {
+	registerOnDefaultMux()
+	e := newEnv(t, e2eConfig)
+	e.opts.pprofAddr = "127.0.0.1:0"
+	e.start()
+	listening := e.logs.FilterMessage("pprof endpoint listening").All()
+	require.Len(t, listening, 1)
+	addr := listening[0].ContextMap()["address"].(string)
+	require.Equal(t, "http://"+addr+"/debug/pprof/", listening[0].ContextMap()["url"])
+	require.Zero(t, e.logs.FilterMessage("the pprof endpoint is not bound to localhost: whoever reaches it reads the daemon's command line, stacks and memory").Len())
+
+	for _, tt := range []struct {
+		path     string
+		status   int
+		contains string
+	}{
+		{"/debug/pprof/", http.StatusOK, "goroutine"},
+		{"/debug/pprof/goroutine?debug=1", http.StatusOK, "serveUntilStopped"}, // this daemon's stacks
+		{"/debug/pprof/cmdline", http.StatusOK, os.Args[0]},
+		{"/debug/pprof/symbol", http.StatusOK, "num_symbols"},
+		{"/srptarget-test-default-mux", http.StatusNotFound, ""},
+	} {
+		status, body, err := httpGet("http://" + addr + tt.path)
+		require.NoError(t, err, tt.path)
+		require.Equal(t, tt.status, status, "%s: %s", tt.path, body)
+		require.Contains(t, body, tt.contains, tt.path)
+	}
+
+	require.NoError(t, e.stop(syscall.SIGTERM))
+	require.Equal(t, 1, e.count("pprof endpoint closed", "address", addr))
+	_, _, err := httpGet("http://" + addr + "/debug/pprof/")
+	require.ErrorIs(t, err, syscall.ECONNREFUSED, "the endpoint is closed with the daemon")
+}
+
+func TestPprofAddressInUseFailsStart(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+	e := newEnv(t, e2eConfig)
+	prof := filepath.Join(e.dir, "cpu.pprof")
+	e.opts.cpuProfile = prof
+	e.opts.pprofAddr = busy.Addr().String()
+	require.Equal(t, exitCodeError{1}, runServe(e.opts))
+	require.Equal(t, 1, e.count("start-up failed", "error",
+		"--pprof "+busy.Addr().String()+": listen tcp "+busy.Addr().String()+": bind: address already in use"))
+	require.Equal(t, 1, e.count("srptarget did not start", "errors", 1))
+	_, err = os.Stat(filepath.Join(e.dir, "lun1.img"))
+	require.ErrorIs(t, err, os.ErrNotExist, "the daemon did not start")
+	// The profile started before the endpoint failed is written all the same.
+	readProfile(t, prof)
+}
+
+func TestPprofNotOnLoopbackWarns(t *testing.T) {
+	for _, tt := range []struct {
+		addr     string
+		loopback bool
+	}{
+		{"127.0.0.1:6060", true},
+		{"127.1.2.3:6060", true},
+		{"[::1]:6060", true},
+		{"localhost:6060", true},
+		{":6060", false},
+		{"0.0.0.0:6060", false},
+		{"[::]:6060", false},
+		{"192.0.2.1:6060", false},
+		{"pprof.example:6060", false},
+		{"no-port", false},
+	} {
+		require.Equal(t, tt.loopback, isLoopback(tt.addr), tt.addr)
+	}
+
+	e := newEnv(t, e2eConfig)
+	e.opts.pprofAddr = ":0"
+	e.start()
+	require.Equal(t, 1, e.logs.FilterMessage("the pprof endpoint is not bound to localhost: whoever reaches it reads the daemon's command line, stacks and memory").Len())
+	require.NoError(t, e.stop(syscall.SIGTERM))
+}
