@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    ?= ./...
 GOFILES  = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*')
 
-.PHONY: all build test check fmt-check vet unit bench fuzz clean e2e demo
+.PHONY: all build test check fmt-check vet unit bench bench-go fuzz clean e2e demo
 
 all: build
 
@@ -23,8 +23,9 @@ vet:
 unit:
 	$(GO) test -race -count=1 $(PKGS)
 
-# check: everything CI runs.
-check: test build e2e
+# check: everything CI runs: the Go tests, then the VM end-to-end run and the quick half of the
+# stress scenarios (the kernel's ib_srp against the daemon over soft-RoCE).
+check: test build e2e stress-quick
 
 # e2e: the daemon against the Linux SRP initiator (ib_srp) over soft-RoCE in a qemu VM
 # (integration/vm/README.md): builds the daemon and the VM image, runs the checks, keeps the
@@ -36,16 +37,18 @@ e2e:
 demo:
 	GO="$(GO)" integration/vm/demo.sh
 
-# bench: the Go benchmarks of the I/O path (ns/op, allocs/op).
-bench:
+# bench-go: the Go benchmarks of the I/O path (ns/op, allocs/op) over the in-memory fabric.
+bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
-# bench-vm: srptarget against LIO ib_srpt in one qemu VM boot (soft-RoCE, the kernel's ib_srp),
+# bench: srptarget against LIO ib_srpt in one qemu VM boot (soft-RoCE, the kernel's ib_srp),
 # the same fio jobs alternating between the targets, with a CPU profile of the daemon; table,
-# CSV and chart in $$SRPT_VM_DIR/bench/<date-time> (docs/benchmarks.md). Needs root; 13-20 min.
+# CSV and chart in $$SRPT_VM_DIR/bench/<date-time> (docs/benchmarks.md), then the Go benchmarks.
+# Needs root; 15-30 min. BENCH_ARGS go to the guest (e.g. BENCH_ARGS='rounds=5').
 .PHONY: bench-vm
+bench: bench-vm bench-go
 bench-vm:
-	GO="$(GO)" integration/vm/bench.sh
+	GO="$(GO)" integration/vm/bench.sh $(BENCH_ARGS)
 
 # fuzz: each fuzz target for FUZZTIME (one at a time, as go test requires).
 FUZZTIME ?= 10s
