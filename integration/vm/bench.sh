@@ -5,12 +5,15 @@
 # VM under `flock /tmp/srpt-vm-run.lock` so that two VMs on the machine do not measure
 # each other, and writes into $SRPT_VM_DIR/bench/<date-time>/:
 #
-#   table.md      medians, minimum-maximum and the ratio srptarget/LIO per job (printed)
+#   table.md      medians, minimum-maximum and the ratio srptarget/LIO per job (printed),
+#                 a column per target: LIO, srptarget's memory and null LUN, each once
+#                 per completion mode with srpt_modes="event adaptive poll" (below)
 #   runs.csv      every fio run: IOPS, MiB/s, latency, CPU per I/O, idle
 #   summary.csv   median/min/max/n and ratio per job, ch_count and target
 #   chart.png     the same as bars (gnuplot; chart.gp and *.dat beside it)
 #   srptarget.cpu.chN.pprof   CPU profiles of the daemon during one round (ch_count N;
-#                             serve --cpuprofile, SIGUSR1/SIGUSR2 around the round),
+#                             serve --cpuprofile, SIGUSR1/SIGUSR2 around the round; the
+#                             daemon of the first srpt_modes entry, or profile_mode=),
 #   pprof-top20.chN.txt       their top 20 (go tool pprof -top), pprof-cum.chN.txt by
 #                             cumulative time; srptarget: the binary, for go tool pprof
 #   setup.txt     host CPU, load, qemu, guest kernel, fio, ib_srp parameters, job parameters
@@ -19,6 +22,13 @@
 #   ($SRPT_VM_DIR/bench/latest points to the last run)
 #
 #   integration/vm/bench.sh [k=v ...]      # k=v go to guest/bench.sh, e.g. rounds=5 runtime=8
+#   integration/vm/bench.sh srpt_modes="event adaptive poll"   # a daemon per completion mode
+#
+# srpt_modes (guest/bench.sh): srptarget's limits.completion modes to compare, one daemon
+# each, in one boot, each against the same LIO blocks: event (the default), adaptive, poll,
+# or MODE:WINDOW to set limits.poll_window (adaptive:20us). With one mode the targets are
+# srpt-mem and srpt-null, as before; with several srpt-mem-MODE and srpt-null-MODE
+# (adaptive:20us: srpt-mem-adaptive20us).
 #
 # Needs what e2e.sh needs (root, Debian 12, Go, libibverbs-dev, librdmacm-dev, missing
 # packages are installed with apt-get), plus gnuplot-nox for the chart.
@@ -26,7 +36,9 @@
 # Environment:
 #   GO                   the go command (default: go in PATH, else /usr/local/go/bin/go)
 #   SRPT_VM_DIR          work directory (default /tmp/srptarget-vm)
-#   SRPT_VM_TIMEOUT      seconds for the VM run (default 2400)
+#   SRPT_VM_TIMEOUT      seconds for the VM run (default 2400, plus 900 per srpt_modes
+#                        entry beyond the first: a daemon adds about 9 min to a run with
+#                        the default rounds, jobs and ch_counts)
 #   SRPT_BENCH_PROFILE   1 (default): profile one round (guest argument profile=1);
 #                        0: no profile (profile=0, whatever the arguments say)
 #   SRPT_BENCH_LOCK      lock file shared with other VM runs (default /tmp/srpt-vm-run.lock)
@@ -86,6 +98,17 @@ readelf -d "$BIN" 2>/dev/null | grep -q 'librdmacm\.so' || die "$BIN does not li
 "$HERE/build-image.sh"
 
 # ------------------------------------------------------------------ the run
+# Each more completion mode adds a third of the fio runs of a default run (and its prefill).
+nmodes=1
+for a in "$@"; do
+	case $a in srpt_modes=*)
+		read -r -a m <<<"${a#srpt_modes=}"
+		nmodes=${#m[@]}
+		break
+		;;
+	esac
+done
+TIMEOUT=${SRPT_VM_TIMEOUT:-$((2400 + 900 * (nmodes > 1 ? nmodes - 1 : 0)))}
 {
 	echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 	echo "host cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cpus"
@@ -112,7 +135,7 @@ exec 8>"$LOCK"
 flock 8
 log "lock held; host load average $(cut -d' ' -f1-3 /proc/loadavg); VM run: guest/bench.sh $*"
 echo "host load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/setup.txt"
-SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-2400} SRPT_VM_LOG="$OUT/console.log" \
+SRPT_VM_TIMEOUT=$TIMEOUT SRPT_VM_LOG="$OUT/console.log" \
 	SRPT_VM_FILES="$BIN:/usr/local/bin/srptarget $HERE/guest/bench-lib.sh:/lab/bench-lib.sh" \
 	"$HERE/run-vm.sh" "$HERE/guest/bench.sh" "$@" || rc=$?
 echo "host load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/setup.txt"

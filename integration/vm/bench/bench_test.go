@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -212,7 +214,7 @@ func TestSummarize(t *testing.T) {
 	var b bytes.Buffer
 	s.WriteTable(&b)
 	require.Contains(t, b.String(), "| 4 KiB random read, QD 32 | IOPS | 1 | 1000 (800-1200) | 600 (500-700) | 0.60 (0.50-0.75) | 1300 (1100-1500) | 1.30 (0.92-1.50) |\n")
-	require.Contains(t, b.String(), "| 4 KiB random write, QD 32 | IOPS | 1 | - | - | - | - | - |\n")
+	require.NotContains(t, b.String(), "4 KiB random write", "a job that did not run has no row")
 	require.Contains(t, b.String(), "1 of 9 runs left out")
 
 	b.Reset()
@@ -243,13 +245,25 @@ func TestRunWritesFiles(t *testing.T) {
 	require.Contains(t, string(csvData), "2,1,srpt-mem,randread-4k-qd32,1,0,1024,4.00,31.25,30,99,150,6.00,30.00,10.00,1139.32,33.33,90.00,325.52,1.00,1.00,1.00,2.00\n")
 	table, err := os.ReadFile(filepath.Join(dir, "table.md"))
 	require.NoError(t, err)
-	require.Contains(t, string(table), "| randread-4k-qd32 | 1 | 1.00 | 1.00 | - | 1.00 | 1.00 | - | 1.00 | - | 2.00 | - |\n")
+	// the data have no srpt-null runs (srpt_luns=mem), hence no such column
+	require.Contains(t, string(table), "| job | ch_count | context switches/I/O: LIO | srptarget memory | IPIs/I/O: LIO | srptarget memory | daemon read()/I/O: memory | daemon write()/I/O: memory |\n")
+	require.Contains(t, string(table), "| randread-4k-qd32 | 1 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 | 2.00 |\n")
+	require.NotContains(t, string(table), "randwrite", "jobs that did not run have no rows")
 	iops, err := os.ReadFile(filepath.Join(dir, "iops.dat"))
 	require.NoError(t, err)
-	require.Contains(t, string(iops), "\"read ch1\" 1024.000 1024.000 1024.000 1024.000 1024.000 1024.000 - - -\n")
+	require.Equal(t, "# label, then median min max for: lio srpt-mem\n\"read ch1\" 1024.000 1024.000 1024.000 1024.000 1024.000 1024.000\n", string(iops))
+	mibs, err := os.ReadFile(filepath.Join(dir, "mibs.dat"))
+	require.NoError(t, err)
+	require.Equal(t, "# label, then median min max for: lio srpt-mem\n", string(mibs))
 	gp, err := os.ReadFile(filepath.Join(dir, "chart.gp"))
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(string(gp), "set terminal png\nset termoption noenhanced\nset output 'chart.png'\n"), string(gp))
+	// one job: the panels without data are left out (gnuplot: "x range is invalid")
+	require.Contains(t, string(gp), "set multiplot layout 1,3 ")
+	require.Contains(t, string(gp), "plot 'iops.dat' using 2:3:4:xtic(1) title \"LIO\"")
+	require.NotContains(t, string(gp), "mibs.dat")
+	require.NotContains(t, string(gp), "latmean.dat")
+	gnuplot(t, dir)
 
 	require.ErrorContains(t, run(filepath.Join(dir, "info.txt"), info, dir, "", "", &out), "no BENCH lines")
 	require.NoError(t, os.WriteFile(info, []byte("BENCHINFO kernel=6.1\n"), 0o644))
@@ -290,4 +304,207 @@ func TestRelative(t *testing.T) {
 	require.Equal(t, 0.5, s.relative(byKey["randread-4k-qd1-mean"], 2, "srpt-mem"))
 	require.Equal(t, 2.0, s.relative(byKey["randread-4k-qd32"], 2, "srpt-mem"))
 	require.True(t, math.IsNaN(s.relative(byKey["randread-4k-qd1-p99"], 2, "srpt-mem")))
+}
+
+// gnuplot draws chart.png from the chart.gp in dir, as integration/vm/bench.sh does.
+func gnuplot(t *testing.T, dir string) {
+	t.Helper()
+	if _, err := exec.LookPath("gnuplot"); err != nil {
+		t.Log("gnuplot is not installed: chart.gp is not drawn")
+		return
+	}
+	cmd := exec.Command("gnuplot", "chart.gp")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.NotContains(t, string(out), "invalid")
+	st, err := os.Stat(filepath.Join(dir, "chart.png"))
+	require.NoError(t, err)
+	require.NotZero(t, st.Size())
+}
+
+func TestTargets(t *testing.T) {
+	tests := []struct {
+		name   string
+		seen   []string // targets in the order of the runs
+		modes  []string
+		keys   []string
+		labels []string
+		shorts []string
+	}{
+		{"one daemon", []string{"srpt-null", "lio", "srpt-mem"}, nil,
+			[]string{"lio", "srpt-mem", "srpt-null"},
+			[]string{"LIO", "srptarget memory", "srptarget null"},
+			[]string{"LIO", "memory", "null"}},
+		{"no LIO run: the reference column stays", []string{"srpt-mem"}, nil,
+			[]string{"lio", "srpt-mem"}, []string{"LIO", "srptarget memory"}, []string{"LIO", "memory"}},
+		{"modes in the order given, memory before null",
+			[]string{"srpt-null-poll", "srpt-mem-poll", "lio", "srpt-mem-adaptive20us", "srpt-null-event", "srpt-mem-event"},
+			[]string{"event", "adaptive20us", "poll"},
+			[]string{"lio", "srpt-mem-event", "srpt-mem-adaptive20us", "srpt-mem-poll", "srpt-null-event", "srpt-null-poll"},
+			[]string{"LIO", "srptarget memory event", "srptarget memory adaptive20us", "srptarget memory poll", "srptarget null event", "srptarget null poll"},
+			[]string{"LIO", "memory event", "memory adaptive20us", "memory poll", "null event", "null poll"}},
+		{"modes unknown to the guest info: order of appearance, after the known",
+			[]string{"srpt-mem-poll", "srpt-mem-spin", "srpt-mem-event", "srpt-mem-adaptive"},
+			[]string{"event"},
+			[]string{"lio", "srpt-mem-event", "srpt-mem-poll", "srpt-mem-spin", "srpt-mem-adaptive"},
+			[]string{"LIO", "srptarget memory event", "srptarget memory poll", "srptarget memory spin", "srptarget memory adaptive"},
+			[]string{"LIO", "memory event", "memory poll", "memory spin", "memory adaptive"}},
+		{"other names last, in order of appearance",
+			[]string{"scst", "srpt-file", "srpt-null", "spdk", "srpt-mem"}, nil,
+			[]string{"lio", "srpt-mem", "srpt-null", "srpt-file", "scst", "spdk"},
+			[]string{"LIO", "srptarget memory", "srptarget null", "srptarget file", "scst", "spdk"},
+			[]string{"LIO", "memory", "null", "file", "scst", "spdk"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var runs []Run
+			for _, k := range tc.seen {
+				runs = append(runs, Run{Target: k}, Run{Target: k})
+			}
+			var keys, labels, shorts []string
+			for _, tg := range Targets(runs, tc.modes) {
+				keys, labels, shorts = append(keys, tg.Key), append(labels, tg.Label), append(shorts, tg.Short)
+			}
+			require.Equal(t, tc.keys, keys)
+			require.Equal(t, tc.labels, labels)
+			require.Equal(t, tc.shorts, shorts)
+		})
+	}
+	require.Equal(t, Target{Key: "srpt-null-adaptive20us", Label: "srptarget null adaptive20us", Short: "null adaptive20us", LUN: "null", Mode: "adaptive20us"},
+		ParseTarget("srpt-null-adaptive20us"))
+}
+
+// benchLine is a BENCH line of randread-4k-qd32 for target in round with the given IOPS.
+func benchLine(target string, round int, iops float64) string {
+	return strings.NewReplacer("round=2", fmt.Sprintf("round=%d", round), "target=srpt-mem", "target="+target).
+		Replace(fmt.Sprintf(head, "randread-4k-qd32")) + " | " + terse(false, "4096", fmt.Sprint(iops), "31.25", "30", "99", "150")
+}
+
+// cells splits a Markdown table row into its cells.
+func cells(row string) []string {
+	return strings.Split(strings.TrimSuffix(strings.TrimPrefix(row, "| "), " |"), " | ")
+}
+
+func TestReportTables(t *testing.T) {
+	// IOPS of randread-4k-qd32 at ch_count 1 in rounds 1 and 2, per target, in the order the
+	// guest printed them (round 2 rotated the modes)
+	type tgt struct {
+		key  string
+		iops [2]float64
+	}
+	tests := []struct {
+		name    string
+		info    string
+		targets []tgt
+		// want: the header of the metrics table, its randread-4k-qd32 row, the headers of the
+		// two figure tables, and the ratio.dat row
+		header, row, cpuHeader, schedHeader, ratio string
+		modesNote                                  bool
+	}{
+		{
+			name: "one daemon: the columns of docs/benchmarks.md",
+			info: "BENCHINFO srpt_modes=event\n",
+			targets: []tgt{
+				{"srpt-mem", [2]float64{500, 1000}}, {"srpt-null", [2]float64{800, 1000}}, {"lio", [2]float64{1000, 2000}},
+			},
+			header:      "| job | unit | ch_count | LIO | srptarget memory | memory / LIO | srptarget null | null / LIO |",
+			row:         "| 4 KiB random read, QD 32 | IOPS | 1 | 1500 (1000-2000) | 750 (500-1000) | 0.50 (0.50-0.50) | 900 (800-1000) | 0.60 (0.50-0.80) |",
+			cpuHeader:   "| job | ch_count | guest CPU µs/I/O: LIO | srptarget memory | srptarget null | daemon CPU µs/I/O: memory | null | guest idle %: LIO | memory | null |",
+			schedHeader: "| job | ch_count | context switches/I/O: LIO | srptarget memory | srptarget null | IPIs/I/O: LIO | srptarget memory | srptarget null | daemon read()/I/O: memory | null | daemon write()/I/O: memory | null |",
+			ratio:       "\"4k rr qd32 ch1\" 0.500 0.600\n",
+		},
+		{
+			name: "three modes, both LUNs",
+			info: "BENCHINFO srpt_modes=event adaptive:20us poll\n",
+			// printed in another order than the columns': the columns follow srpt_modes
+			targets: []tgt{
+				{"srpt-null-poll", [2]float64{1200, 3000}}, {"srpt-mem-poll", [2]float64{900, 2100}},
+				{"lio", [2]float64{1000, 2000}}, {"srpt-mem-adaptive20us", [2]float64{600, 1400}},
+				{"srpt-null-event", [2]float64{800, 1000}}, {"srpt-mem-event", [2]float64{500, 1000}},
+			},
+			header: "| job | unit | ch_count | LIO | srptarget memory event | memory event / LIO | srptarget memory adaptive20us | memory adaptive20us / LIO | " +
+				"srptarget memory poll | memory poll / LIO | srptarget null event | null event / LIO | srptarget null poll | null poll / LIO |",
+			row: "| 4 KiB random read, QD 32 | IOPS | 1 | 1500 (1000-2000) | 750 (500-1000) | 0.50 (0.50-0.50) | 1000 (600-1400) | 0.67 (0.60-0.70) | " +
+				"1500 (900-2100) | 1.00 (0.90-1.05) | 900 (800-1000) | 0.60 (0.50-0.80) | 2100 (1200-3000) | 1.40 (1.20-1.50) |",
+			cpuHeader: "| job | ch_count | guest CPU µs/I/O: LIO | srptarget memory event | srptarget memory adaptive20us | srptarget memory poll | " +
+				"srptarget null event | srptarget null poll | daemon CPU µs/I/O: memory event | memory adaptive20us | memory poll | null event | null poll | " +
+				"guest idle %: LIO | memory event | memory adaptive20us | memory poll | null event | null poll |",
+			schedHeader: "| job | ch_count | context switches/I/O: LIO | srptarget memory event | srptarget memory adaptive20us | srptarget memory poll | " +
+				"srptarget null event | srptarget null poll | IPIs/I/O: LIO | srptarget memory event | srptarget memory adaptive20us | srptarget memory poll | " +
+				"srptarget null event | srptarget null poll | daemon read()/I/O: memory event | memory adaptive20us | memory poll | null event | null poll | " +
+				"daemon write()/I/O: memory event | memory adaptive20us | memory poll | null event | null poll |",
+			ratio:     "\"4k rr qd32 ch1\" 0.500 0.667 1.000 0.600 1.400\n",
+			modesNote: true,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			var raw strings.Builder
+			for round := 1; round <= 2; round++ {
+				for _, tg := range tc.targets {
+					fmt.Fprintln(&raw, benchLine(tg.key, round, tg.iops[round-1]))
+				}
+			}
+			rawPath, infoPath := filepath.Join(dir, "raw.txt"), filepath.Join(dir, "info.txt")
+			require.NoError(t, os.WriteFile(rawPath, []byte(raw.String()), 0o644))
+			require.NoError(t, os.WriteFile(infoPath, []byte("BENCHINFO runtime=5 ramp=1 rounds=2 ch_counts=1\n"+tc.info), 0o644))
+			var out bytes.Buffer
+			require.NoError(t, run(rawPath, infoPath, dir, "title", "set terminal png size 1200,800", &out))
+			lines := strings.Split(out.String(), "\n")
+
+			// the metrics table: one row (one job, one ch_count), a value and a ratio per
+			// srptarget target
+			require.Equal(t, tc.header, lines[0])
+			require.Equal(t, "|---|---|---|"+strings.Repeat("---:|", len(cells(tc.header))-3), lines[1])
+			require.Equal(t, tc.row, lines[2])
+			require.Equal(t, "", lines[3])
+			require.Len(t, cells(tc.row), 3+1+2*(len(tc.targets)-1))
+			require.Equal(t, tc.modesNote, strings.Contains(out.String(), "one daemon per completion mode"))
+
+			// the figure tables: a column per target and figure, the daemon's only for srptarget
+			for _, h := range []string{tc.cpuHeader, tc.schedHeader} {
+				i := slices.Index(lines, h)
+				require.GreaterOrEqual(t, i, 0, "no line %q in\n%s", h, out.String())
+				require.Len(t, cells(lines[i+2]), len(cells(h)), lines[i+2])
+				require.True(t, strings.HasPrefix(lines[i+2], "| randread-4k-qd32 | 1 | "), lines[i+2])
+			}
+			require.Len(t, cells(tc.cpuHeader), 2+3*len(tc.targets)-1)
+			require.Len(t, cells(tc.schedHeader), 2+4*len(tc.targets)-2)
+
+			// summary.csv: a row per target with its ratio to LIO and the paired ratios
+			sum, err := os.ReadFile(filepath.Join(dir, "summary.csv"))
+			require.NoError(t, err)
+			for _, tg := range tc.targets {
+				med := (tg.iops[0] + tg.iops[1]) / 2
+				want := fmt.Sprintf("randread-4k-qd32,IOPS,1,%s,%.3f,%.3f,%.3f,2,%.3f,%.3f,%.3f,%.3f\n", tg.key,
+					med, min(tg.iops[0], tg.iops[1]), max(tg.iops[0], tg.iops[1]), med/1500,
+					min(tg.iops[0]/1000, tg.iops[1]/2000), (tg.iops[0]/1000+tg.iops[1]/2000)/2, max(tg.iops[0]/1000, tg.iops[1]/2000))
+				require.Contains(t, string(sum), want)
+			}
+
+			// the chart: a bar per target, a ratio bar per srptarget target
+			iops, err := os.ReadFile(filepath.Join(dir, "iops.dat"))
+			require.NoError(t, err)
+			require.Len(t, strings.Fields(strings.Split(string(iops), "\n")[1]), 1+1+3*len(tc.targets))
+			ratio, err := os.ReadFile(filepath.Join(dir, "ratio.dat"))
+			require.NoError(t, err)
+			require.Contains(t, string(ratio), tc.ratio)
+			gp, err := os.ReadFile(filepath.Join(dir, "chart.gp"))
+			require.NoError(t, err)
+			// header: job, unit, ch_count, LIO, then a value and a ratio column per target
+			head := cells(tc.header)
+			require.Contains(t, string(gp), `plot 'iops.dat' using 2:3:4:xtic(1) title "LIO" lc rgb "#4c72b0"`)
+			require.Contains(t, string(gp), `plot 'ratio.dat' using 2:xtic(1) title `+fmt.Sprintf("%q", head[5]))
+			for i := 1; i < len(tc.targets); i++ {
+				c := 2 + 3*i
+				require.Contains(t, string(gp), fmt.Sprintf("'' using %d:%d:%d title %q lc rgb %q", c, c+1, c+2, head[2+2*i], colours[i]))
+				if i > 1 {
+					require.Contains(t, string(gp), fmt.Sprintf("'' using %d title %q lc rgb %q", i+1, head[3+2*i], colours[i]))
+				}
+			}
+			gnuplot(t, dir)
+		})
+	}
 }

@@ -2,6 +2,8 @@
 // run by integration/vm/bench.sh) into runs.csv (one row per fio run), summary.csv (median,
 // minimum and maximum per job, ch_count and target, and the ratio to LIO), table.md (the
 // Markdown tables of docs/benchmarks.md) and the gnuplot data and script of chart.png.
+// The targets are those of the data: LIO, the reference, then srptarget's (one per LUN,
+// or one per LUN and completion mode when the guest ran a daemon per mode).
 //
 //	go run ./integration/vm/bench -raw raw.txt -info info.txt -out DIR
 //
@@ -77,7 +79,8 @@ func run(rawPath, infoPath, out, title, terminal string, stdout io.Writer) error
 	return nil
 }
 
-// readParams reads runtime, ramp and the vCPU count from the BENCHINFO lines.
+// readParams reads runtime, ramp, the vCPU count and the completion modes (srpt_modes)
+// from the BENCHINFO lines.
 func readParams(path string) (Params, error) {
 	var p Params
 	f, err := os.Open(path)
@@ -92,6 +95,13 @@ func readParams(path string) (Params, error) {
 			// "<model name> x N"
 			if i := strings.LastIndex(rest, " x "); i >= 0 {
 				p.NCPU, _ = strconv.Atoi(strings.TrimSpace(rest[i+3:]))
+			}
+			continue
+		}
+		if rest, ok := strings.CutPrefix(line, "srpt_modes="); ok {
+			// "event adaptive:20us poll": the BENCH lines name them event, adaptive20us, poll
+			for _, m := range strings.Fields(rest) {
+				p.Modes = append(p.Modes, strings.ReplaceAll(m, ":", ""))
 			}
 			continue
 		}

@@ -31,7 +31,7 @@ const (
 type Run struct {
 	Round    int
 	Ch       int
-	Target   string // srpt-mem, srpt-null or lio
+	Target   string // lio, srpt-mem, srpt-null; srpt-mem-MODE, srpt-null-MODE with a daemon per mode
 	Job      string // randread-4k-qd32, ...
 	Profiled bool   // the daemon wrote a CPU profile during this run
 	Errs     int    // ib_srp transport error lines logged during the run

@@ -13,14 +13,102 @@ import (
 // userHZ is the unit of /proc/stat and /proc/PID/stat times (USER_HZ, 100 on x86 Linux).
 const userHZ = 100
 
-// Targets in the order of every table and chart; LIO is the reference of the ratios.
-var targets = []struct{ key, label string }{
-	{"lio", "LIO"},
-	{"srpt-mem", "srptarget memory"},
-	{"srpt-null", "srptarget null"},
+// refTarget is the reference of every ratio: LIO ib_srpt, the kernel's own SRP target.
+const refTarget = "lio"
+
+// Target is one target of the benchmark as the BENCH lines name it: LIO, or one LUN of one
+// srptarget daemon. guest/bench.sh names srptarget's targets srpt-LUN with one daemon and
+// srpt-LUN-MODE with one daemon per completion mode (srpt-mem-adaptive20us: adaptive with
+// a poll window of 20us).
+type Target struct {
+	Key   string // as in the BENCH lines: lio, srpt-mem, srpt-null-poll
+	Label string // column title: LIO, srptarget memory, srptarget memory poll
+	Short string // column title after the first of a group, and in ratio titles: memory poll
+	LUN   string // mem, null; empty for LIO and for names of unknown form
+	Mode  string // the completion mode (and poll window), empty with one daemon
 }
 
-const refTarget = "lio"
+// lunNames are how the titles name srptarget's LUNs, in the order of the columns.
+var lunNames = []struct{ key, name string }{{"mem", "memory"}, {"null", "null"}}
+
+// ParseTarget describes the target that BENCH lines call key.
+func ParseTarget(key string) Target {
+	if key == refTarget {
+		return Target{Key: key, Label: "LIO", Short: "LIO"}
+	}
+	rest, ok := strings.CutPrefix(key, "srpt-")
+	if !ok || rest == "" {
+		return Target{Key: key, Label: key, Short: key}
+	}
+	lun, mode, _ := strings.Cut(rest, "-")
+	short := lun
+	for _, l := range lunNames {
+		if l.key == lun {
+			short = l.name
+		}
+	}
+	if mode != "" {
+		short += " " + mode
+	}
+	return Target{Key: key, Label: "srptarget " + short, Short: short, LUN: lun, Mode: mode}
+}
+
+// Targets returns the targets of the runs in the order of every table and chart: LIO (even
+// when no run has it: the reference column stays), then srptarget's, the memory LUN before
+// the null LUN and, per LUN, the completion modes in the order modes gives them (that of
+// guest/bench.sh's srpt_modes); then targets of other names. Ties keep the order in which
+// the targets first appear in runs.
+func Targets(runs []Run, modes []string) []Target {
+	seen := map[string]bool{refTarget: true}
+	var found []Target
+	for _, r := range runs {
+		if !seen[r.Target] {
+			seen[r.Target] = true
+			found = append(found, ParseTarget(r.Target))
+		}
+	}
+	// sort keys: the LUN's rank (mem, null, other LUNs, not srptarget), the first
+	// appearance of the LUN (orders LUNs of other names), the mode's rank, first appearance
+	type rank struct{ lun, lunSeen, mode, seen int }
+	lunSeen := map[string]int{}
+	ranks := map[string]rank{}
+	for i, t := range found {
+		if _, ok := lunSeen[t.LUN]; !ok {
+			lunSeen[t.LUN] = i
+		}
+		r := rank{lun: len(lunNames), lunSeen: lunSeen[t.LUN], mode: len(modes), seen: i}
+		if t.LUN == "" {
+			r.lun = len(lunNames) + 1
+		}
+		for k, l := range lunNames {
+			if l.key == t.LUN {
+				r.lun = k
+			}
+		}
+		if t.Mode == "" {
+			r.mode = -1
+		}
+		for k, m := range modes {
+			if m == t.Mode {
+				r.mode = k
+			}
+		}
+		ranks[t.Key] = r
+	}
+	sort.Slice(found, func(i, j int) bool {
+		a, b := ranks[found[i].Key], ranks[found[j].Key]
+		switch {
+		case a.lun != b.lun:
+			return a.lun < b.lun
+		case a.lunSeen != b.lunSeen:
+			return a.lunSeen < b.lunSeen
+		case a.mode != b.mode:
+			return a.mode < b.mode
+		}
+		return a.seen < b.seen
+	})
+	return append([]Target{ParseTarget(refTarget)}, found...)
+}
 
 // Metric is one number a job is judged by.
 type Metric struct {
@@ -44,10 +132,14 @@ var Metrics = []Metric{
 	{"randread-4k-qd1-p99", "randread-4k-qd1", "4 KiB random read, QD 1: p99 latency", "µs", false, func(r Run) float64 { return r.P99 }},
 }
 
-// Params are the job parameters the per-I/O CPU figures need.
+// Params are the job parameters the per-I/O CPU figures need, and the order of the
+// completion modes for the columns.
 type Params struct {
 	Runtime, Ramp float64 // s
 	NCPU          int
+	// Modes are the names of guest/bench.sh's srpt_modes (adaptive:20us is adaptive20us),
+	// in the order given; nil when the guest did not say (then: order of appearance).
+	Modes []string
 }
 
 // Derived are the per-run figures computed from the raw counters.
@@ -139,6 +231,8 @@ type cellKey struct {
 // Summary holds the statistics of every cell, over the runs without transport errors.
 type Summary struct {
 	Cells map[cellKey]Stat
+	// Targets are the columns, LIO first (see Targets).
+	Targets []Target
 	// PerRound holds each metric's value per round, for the paired ratios.
 	PerRound map[cellKey]map[int]float64
 	ChCounts []int
@@ -165,7 +259,8 @@ var cpuFigures = []struct {
 func Summarize(runs []Run, p Params) Summary {
 	vals := map[cellKey][]float64{}
 	chs := map[int]bool{}
-	s := Summary{Cells: map[cellKey]Stat{}, PerRound: map[cellKey]map[int]float64{}, Runs: len(runs)}
+	s := Summary{Cells: map[cellKey]Stat{}, PerRound: map[cellKey]map[int]float64{}, Runs: len(runs),
+		Targets: Targets(runs, p.Modes)}
 	for _, r := range runs {
 		if r.Errs > 0 {
 			s.Excluded++
@@ -211,8 +306,9 @@ func (s Summary) Ratio(metric string, ch int, target string) float64 {
 	return a.Median / b.Median
 }
 
-// PairedRatios returns, per round in which both ran, target over LIO: the block of each
-// target and the LIO block right after it, which saw nearly the same host load.
+// PairedRatios returns, per round in which both ran, target over LIO: a target's block and
+// the LIO block of the same round and ch_count, which ran right after the srptarget
+// blocks of that round and saw nearly the same host load.
 func (s Summary) PairedRatios(metric string, ch int, target string) []float64 {
 	a, b := s.PerRound[cellKey{metric, ch, target}], s.PerRound[cellKey{metric, ch, refTarget}]
 	var out []float64
@@ -251,45 +347,91 @@ func fmtRatio(v float64) string {
 	return strconv.FormatFloat(v, 'f', 2, 64)
 }
 
-// WriteTable writes the Markdown tables: the metrics with ratios, then the CPU figures.
+// srptTargets are the targets other than LIO.
+func (s Summary) srptTargets() []Target {
+	var out []Target
+	for _, t := range s.Targets {
+		if t.Key != refTarget {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// hasModes tells whether srptarget ran one daemon per completion mode.
+func (s Summary) hasModes() bool {
+	for _, t := range s.Targets {
+		if t.Mode != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// writeRow writes one Markdown table row.
+func writeRow(w io.Writer, cells []string) {
+	fmt.Fprintln(w, "| "+strings.Join(cells, " | ")+" |")
+}
+
+// writeHeader writes a Markdown table header: left-aligned columns, then right-aligned ones.
+func writeHeader(w io.Writer, left, right []string) {
+	writeRow(w, append(append([]string(nil), left...), right...))
+	fmt.Fprintln(w, "|"+strings.Repeat("---|", len(left))+strings.Repeat("---:|", len(right)))
+}
+
+// WriteTable writes the Markdown tables: the metrics with a column per target and a ratio
+// to LIO per srptarget target, then the CPU figures.
 func (s Summary) WriteTable(w io.Writer) {
-	fmt.Fprintln(w, "| job | unit | ch_count | LIO | srptarget memory | memory / LIO | srptarget null | null / LIO |")
-	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|")
+	var cols []string
+	for _, t := range s.Targets {
+		cols = append(cols, t.Label)
+		if t.Key != refTarget {
+			cols = append(cols, t.Short+" / LIO")
+		}
+	}
+	writeHeader(w, []string{"job", "unit", "ch_count"}, cols)
 	for _, m := range Metrics {
 		for _, ch := range s.ChCounts {
 			row := []string{m.Label, m.Unit, strconv.Itoa(ch)}
-			for _, t := range targets {
-				c, ok := s.cell(m.Key, ch, t.key)
+			has := false
+			for _, t := range s.Targets {
+				c, ok := s.cell(m.Key, ch, t.Key)
+				has = has || ok
 				if !ok {
 					row = append(row, "-")
 				} else {
 					row = append(row, fmt.Sprintf("%s (%s-%s)", fmtNum(c.Median), fmtNum(c.Min), fmtNum(c.Max)))
 				}
-				if t.key != refTarget {
-					r := fmtRatio(s.Ratio(m.Key, ch, t.key))
-					if p := s.PairedRatios(m.Key, ch, t.key); len(p) > 1 {
+				if t.Key != refTarget {
+					r := fmtRatio(s.Ratio(m.Key, ch, t.Key))
+					if p := s.PairedRatios(m.Key, ch, t.Key); len(p) > 1 {
 						r += fmt.Sprintf(" (%s-%s)", fmtRatio(p[0]), fmtRatio(p[len(p)-1]))
 					}
 					row = append(row, r)
 				}
 			}
-			fmt.Fprintln(w, "| "+strings.Join(row, " | ")+" |")
+			if has { // a job that did not run (guest argument jobs=) has no row
+				writeRow(w, row)
+			}
 		}
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Medians over the rounds (minimum-maximum in brackets). Ratio = srptarget / LIO of the medians:")
 	fmt.Fprintln(w, "above 1 is better for IOPS and MiB/s, worse for latency; in brackets the lowest and highest ratio of")
 	fmt.Fprintln(w, "one round's srptarget block to the LIO block run right after it (same round and ch_count).")
+	if s.hasModes() {
+		fmt.Fprintln(w, "srptarget ran one daemon per completion mode (limits.completion; adaptive20us: adaptive with")
+		fmt.Fprintln(w, "poll_window 20us), each with its own memory and null LUN; per round and ch_count every daemon's")
+		fmt.Fprintln(w, "block ran, in an order rotated by one each round, then LIO's.")
+	}
 	if s.Excluded > 0 {
 		fmt.Fprintf(w, "%d of %d runs left out: ib_srp logged transport errors during them.\n", s.Excluded, s.Runs)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| job | ch_count | guest CPU µs/I/O: LIO | srptarget memory | srptarget null | daemon CPU µs/I/O: memory | null | guest idle %: LIO | memory | null |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-	s.writeFigureRows(w, []figureCols{
-		{"guest-cpu-us-per-io", []string{"lio", "srpt-mem", "srpt-null"}},
-		{"daemon-cpu-us-per-io", []string{"srpt-mem", "srpt-null"}},
-		{"guest-idle-pct", []string{"lio", "srpt-mem", "srpt-null"}},
+	s.writeFigureTable(w, []figureCols{
+		{"guest-cpu-us-per-io", "guest CPU µs/I/O", false, true},
+		{"daemon-cpu-us-per-io", "daemon CPU µs/I/O", true, false},
+		{"guest-idle-pct", "guest idle %", false, false},
 	})
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "CPU per I/O: busy guest CPU time (both vCPUs: fio, ib_srp, rxe, the target) over the I/Os of")
@@ -299,13 +441,11 @@ func (s Summary) WriteTable(w io.Writer) {
 		return
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| job | ch_count | context switches/I/O: LIO | srptarget memory | srptarget null | IPIs/I/O: LIO | srptarget memory | srptarget null | daemon read()/I/O: memory | null | daemon write()/I/O: memory | null |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-	s.writeFigureRows(w, []figureCols{
-		{"ctxt-per-io", []string{"lio", "srpt-mem", "srpt-null"}},
-		{"ipi-per-io", []string{"lio", "srpt-mem", "srpt-null"}},
-		{"daemon-reads-per-io", []string{"srpt-mem", "srpt-null"}},
-		{"daemon-writes-per-io", []string{"srpt-mem", "srpt-null"}},
+	s.writeFigureTable(w, []figureCols{
+		{"ctxt-per-io", "context switches/I/O", false, true},
+		{"ipi-per-io", "IPIs/I/O", false, true},
+		{"daemon-reads-per-io", "daemon read()/I/O", true, false},
+		{"daemon-writes-per-io", "daemon write()/I/O", true, false},
 	})
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Guest-wide context switches and IPIs (rescheduling, function call, TLB shootdown) per I/O; the")
@@ -313,10 +453,12 @@ func (s Summary) WriteTable(w io.Writer) {
 	fmt.Fprintln(w, "the CQ re-arm) system calls per I/O, all threads.")
 }
 
-// figureCols is one group of columns of a figure table: a figure and the targets shown.
+// figureCols is one group of columns of a figure table: a figure, one column per target.
 type figureCols struct {
-	key     string
-	targets []string
+	key   string
+	title string // heads the group's first column: "title: LIO"
+	srpt  bool   // srptarget's targets only (a figure of the daemon)
+	long  bool   // srptarget's columns titled "srptarget memory", not "memory"
 }
 
 func (s Summary) hasFigure(key string) bool {
@@ -328,8 +470,30 @@ func (s Summary) hasFigure(key string) bool {
 	return false
 }
 
-// writeFigureRows writes one row per job and ch_count with the medians of the figures.
-func (s Summary) writeFigureRows(w io.Writer, cols []figureCols) {
+// writeFigureTable writes a table of figures: one row per job and ch_count, one group of
+// columns (the medians per target) per figure.
+func (s Summary) writeFigureTable(w io.Writer, groups []figureCols) {
+	var head []string
+	type col struct{ key, target string }
+	var cols []col
+	for _, g := range groups {
+		ts := s.Targets
+		if g.srpt {
+			ts = s.srptTargets()
+		}
+		for i, t := range ts {
+			name := t.Short
+			if g.long {
+				name = t.Label
+			}
+			if i == 0 {
+				name = g.title + ": " + name
+			}
+			head = append(head, name)
+			cols = append(cols, col{g.key, t.Key})
+		}
+	}
+	writeHeader(w, []string{"job", "ch_count"}, head)
 	seen := map[string]bool{}
 	for _, m := range Metrics {
 		if seen[m.Job] {
@@ -338,17 +502,18 @@ func (s Summary) writeFigureRows(w io.Writer, cols []figureCols) {
 		seen[m.Job] = true
 		for _, ch := range s.ChCounts {
 			row := []string{m.Job, strconv.Itoa(ch)}
-			for _, fig := range cols {
-				for _, t := range fig.targets {
-					c, ok := s.cell(m.Job+"/"+fig.key, ch, t)
-					if !ok {
-						row = append(row, "-")
-					} else {
-						row = append(row, fmtNum(c.Median))
-					}
+			has := false
+			for _, c := range cols {
+				if st, ok := s.cell(m.Job+"/"+c.key, ch, c.target); ok {
+					row = append(row, fmtNum(st.Median))
+					has = true
+				} else {
+					row = append(row, "-")
 				}
 			}
-			fmt.Fprintln(w, "| "+strings.Join(row, " | ")+" |")
+			if has {
+				writeRow(w, row)
+			}
 		}
 	}
 }
@@ -405,14 +570,14 @@ func (s Summary) WriteSummaryCSV(w io.Writer) error {
 	}
 	for _, m := range Metrics {
 		for _, ch := range s.ChCounts {
-			for _, t := range targets {
-				c, ok := s.cell(m.Key, ch, t.key)
+			for _, t := range s.Targets {
+				c, ok := s.cell(m.Key, ch, t.Key)
 				if !ok {
 					continue
 				}
-				pr := stat(s.PairedRatios(m.Key, ch, t.key))
-				if err := cw.Write([]string{m.Key, m.Unit, strconv.Itoa(ch), t.key, g(c.Median), g(c.Min), g(c.Max),
-					strconv.Itoa(c.N), g(s.Ratio(m.Key, ch, t.key)), g(pr.Min), g(pr.Median), g(pr.Max)}); err != nil {
+				pr := stat(s.PairedRatios(m.Key, ch, t.Key))
+				if err := cw.Write([]string{m.Key, m.Unit, strconv.Itoa(ch), t.Key, g(c.Median), g(c.Min), g(c.Max),
+					strconv.Itoa(c.N), g(s.Ratio(m.Key, ch, t.Key)), g(pr.Min), g(pr.Median), g(pr.Max)}); err != nil {
 					return err
 				}
 			}
