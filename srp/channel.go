@@ -392,11 +392,15 @@ func (ch *channel) idle(worked bool) bool {
 		runtime.Gosched()
 		return false
 	case CompletionAdaptive:
+		// Poll only while something of ours is in flight (a response not yet completed, data
+		// being fetched, a command executing), so that an idle channel of a latency-bound
+		// initiator (queue depth 1: the next command is a round trip away) sleeps at once, and
+		// a busy one keeps going without wake-ups.
 		now := nanotime()
 		if worked {
 			ch.lastWork = now
 		}
-		if now-ch.lastWork < int64(ch.t.lim.PollWindow) {
+		if ch.busy > 0 && now-ch.lastWork < int64(ch.t.lim.PollWindow) {
 			runtime.Gosched()
 			return false
 		}
