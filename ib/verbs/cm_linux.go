@@ -60,6 +60,14 @@ type cmEvent struct {
 	peer      []byte
 }
 
+// cmaMu orders the librdmacm calls that can make librdmacm re-read its device list
+// (sync_devices_list, on a device lookup that misses and in ucma_init when its list is empty),
+// and so free its verbs context of a removed device, before srpt_release_cma closes that
+// context's files (devCtx.closeRemoved): those calls hold it shared, srpt_release_cma
+// exclusively. Calls that look up no device (accept, reject, connect, disconnect, destroy) do
+// without it.
+var cmaMu sync.RWMutex
+
 var (
 	loopMu  sync.Mutex
 	curLoop *cmLoop
@@ -76,7 +84,9 @@ func acquireLoop() (*cmLoop, error) {
 	if l := curLoop; l != nil && l.tryAcquire() {
 		return l, nil
 	}
+	cmaMu.RLock()
 	ch, err := C.rdma_create_event_channel()
+	cmaMu.RUnlock()
 	if ch == nil {
 		return nil, errorf("rdma_create_event_channel: %w", setupError(errnoFrom(err, errnoENODEV)))
 	}
@@ -170,7 +180,10 @@ func (l *cmLoop) handler(key uint64) cmHandler {
 // createID creates an id on the loop's channel; the caller holds a reference.
 func (l *cmLoop) createID(key uint64) (*C.struct_rdma_cm_id, error) {
 	var id *C.struct_rdma_cm_id
-	if e := C.srpt_create_id(l.ch, C.uint64_t(key), &id); e != 0 {
+	cmaMu.RLock()
+	e := C.srpt_create_id(l.ch, C.uint64_t(key), &id)
+	cmaMu.RUnlock()
+	if e != 0 {
 		return nil, errorf("rdma_create_id: %w", setupError(syscall.Errno(e)))
 	}
 	return id, nil
@@ -180,7 +193,9 @@ func (l *cmLoop) run() {
 	defer close(l.done)
 	var e C.int
 	read := func(uintptr) bool {
+		cmaMu.RLock()
 		e = C.srpt_get_cm_event(l.ch, l.ev)
+		cmaMu.RUnlock()
 		return e != C.EAGAIN
 	}
 	for {

@@ -454,9 +454,17 @@ func (c *Conn) commEstablished() {
 }
 
 // deviceRemoved queues EventDeviceRemoved and releases the connection's verbs and CM
-// resources at once; Close then has nothing left to do but mark it closed.
+// resources at once; Close then has nothing left to do but mark it closed. A Route.Connect
+// still waiting for the answer is told too: the removal may have been reported on another id
+// of the device, and this one's events end with its destruction.
 func (c *Conn) deviceRemoved() {
 	c.evMu.Lock()
+	if c.connEv != nil {
+		select {
+		case c.connEv <- cmEvent{typ: C.RDMA_CM_EVENT_DEVICE_REMOVAL}:
+		default:
+		}
+	}
 	if !c.removedEv {
 		c.removedEv = true
 		c.pushLocked(ib.EventDeviceRemoved)

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/srptarget/srptarget/ib"
@@ -32,6 +33,13 @@ import (
 // A devCtx lives while something holds a reference: a listener bound to the device, an
 // unanswered connection request, a Route, a connection, a memory region. The last release
 // deallocates the PD and closes the context.
+//
+// When the device goes away, the devCtx does not wait for its users: remove destroys every
+// QP, CQ, completion channel and CM id on it, deregisters every memory region still
+// registered, and closes the PD and the context; and it closes the files of librdmacm's own
+// context of the device too, which librdmacm would keep open (srpt_release_cma). The users
+// find their objects dead (ErrDeviceRemoved) and their Close and Deregister succeed without
+// doing anything more.
 type devCtx struct {
 	device *C.struct_ibv_device // identity while open (libibverbs keeps it alive for the context)
 	name   string
@@ -42,13 +50,36 @@ type devCtx struct {
 
 	async     *os.File
 	asyncDone chan struct{}
+	gone      chan struct{} // closed by remove
 
-	mu      sync.Mutex
-	refs    int
-	removed bool
-	closed  bool
-	members map[devMember]struct{}
-	qps     map[uint32]*Conn // by QP number, for IBV_EVENT_COMM_EST
+	mu       sync.Mutex
+	refs     int
+	removed  bool
+	closed   bool
+	members  map[devMember]struct{}
+	mrs      map[*mr]struct{}      // registered and not yet deregistered
+	qps      map[uint32]*Conn      // by QP number, for IBV_EVENT_COMM_EST
+	sentinel *sentinel             // nil until an address of the device is known
+	cma      C.struct_srpt_cma_ref // librdmacm's own context of the device
+	freed    removalCounts         // what remove released, for the notice
+}
+
+// removalCounts is what a device's removal released on its own, for the log.
+type removalCounts struct {
+	conns, listeners, requests, routes, mrs int
+}
+
+func (n *removalCounts) count(m devMember) {
+	switch m.(type) {
+	case *Conn:
+		n.conns++
+	case *Listener:
+		n.listeners++
+	case *connRequest:
+		n.requests++
+	case *Route:
+		n.routes++
+	}
 }
 
 // devMember is something that must react to the device's removal.
@@ -65,7 +96,9 @@ var (
 const maxInlineProbe = 1024
 
 // openDev returns the devCtx of device with a reference for the caller, opening it if needed.
-func openDev(device *C.struct_ibv_device) (*devCtx, error) {
+// id is an RDMA/CM id on the device: its verbs context is librdmacm's, which the devCtx
+// records to have it closed when the device goes away.
+func openDev(device *C.struct_ibv_device, id *C.struct_rdma_cm_id) (*devCtx, error) {
 	if device == nil {
 		return nil, errorf("no device behind the RDMA/CM id: %w", ErrNoDevice)
 	}
@@ -73,6 +106,11 @@ func openDev(device *C.struct_ibv_device) (*devCtx, error) {
 	defer devMu.Unlock()
 	if d := devs[device]; d != nil {
 		if err := d.acquire(); err == nil {
+			d.mu.Lock()
+			if d.cma.ctx == nil {
+				C.srpt_cma_ref(id, &d.cma)
+			}
+			d.mu.Unlock()
 			return d, nil
 		}
 	}
@@ -81,8 +119,11 @@ func openDev(device *C.struct_ibv_device) (*devCtx, error) {
 		name:    C.GoString(C.ibv_get_device_name(device)),
 		refs:    1,
 		members: map[devMember]struct{}{},
+		mrs:     map[*mr]struct{}{},
 		qps:     map[uint32]*Conn{},
+		gone:    make(chan struct{}),
 	}
+	C.srpt_cma_ref(id, &d.cma) // best effort: without it, librdmacm's context is left to librdmacm
 	ctx, err := C.ibv_open_device(device)
 	if ctx == nil {
 		return nil, errorf("open device %s: %w", d.name, errnoOr(err, errnoENODEV))
@@ -152,7 +193,8 @@ func (d *devCtx) acquire() error {
 	return nil
 }
 
-// release drops a reference; the last one closes the context.
+// release drops a reference; the last one closes the context (after a removal, on another
+// goroutine: see closeRemoved).
 func (d *devCtx) release() {
 	d.mu.Lock()
 	d.refs--
@@ -161,20 +203,78 @@ func (d *devCtx) release() {
 		return
 	}
 	d.closed = true
+	s := d.sentinel
+	d.sentinel = nil
+	removed := d.removed
 	d.mu.Unlock()
 	devMu.Lock()
 	if devs[d.device] == d {
 		delete(devs, d.device)
 	}
 	devMu.Unlock()
+	if s != nil {
+		s.destroy()
+	}
+	if removed {
+		go d.closeRemoved()
+		return
+	}
+	d.closeVerbs()
+}
+
+// closeVerbs stops the async event goroutine and closes the PD and the context.
+func (d *devCtx) closeVerbs() {
 	d.async.Close()
 	<-d.asyncDone
 	C.ibv_dealloc_pd(d.pd)
 	C.ibv_close_device(d.ctx)
 	openContexts.Add(-1)
-	if d.isRemoved() {
-		C.srpt_sync_devices()
+}
+
+// How long closeRemoved waits for libibverbs to stop listing a removed device before it leaves
+// librdmacm's context alone (a fatal error of a device that stays registered).
+const (
+	unlistPoll    = 50 * time.Millisecond
+	unlistTimeout = 30 * time.Second
+)
+
+// closeRemoved closes both verbs contexts of a removed device, librdmacm's and ours, once
+// libibverbs no longer lists the device (it stops as soon as the kernel starts unregistering
+// it, before it waits for the files to close). Ours stays open until then so that the device
+// pointer srpt_release_cma compares cannot name a new device. Then it tells the listeners'
+// Logf what was released.
+func (d *devCtx) closeRemoved() {
+	d.mu.Lock()
+	ref := d.cma
+	freed := d.freed
+	d.mu.Unlock()
+	how := C.int(C.SRPT_CMA_NONE)
+	for deadline := time.Now().Add(unlistTimeout); ; {
+		cmaMu.Lock()
+		how = C.srpt_release_cma(d.device, &ref)
+		cmaMu.Unlock()
+		if how != C.SRPT_CMA_LISTED || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(unlistPoll)
 	}
+	d.closeVerbs()
+	var cma string
+	switch how {
+	case C.SRPT_CMA_CLOSED:
+		cma = "closed by librdmacm"
+	case C.SRPT_CMA_DETACHED:
+		cma = "closed here (librdmacm would keep it open until it next re-reads the device list, " +
+			"or for ever when no device is left)"
+	case C.SRPT_CMA_LISTED:
+		cma = fmt.Sprintf("left open: the device is still listed after %v", unlistTimeout)
+	default:
+		cma = "none"
+	}
+	notice("verbs: RDMA device removed: %s; released %d connections, %d listeners, %d connection requests, "+
+		"%d routes and %d memory regions still registered, closed this package's verbs context; "+
+		"librdmacm's context of the device: %s",
+		d.name, freed.conns, freed.listeners, freed.requests, freed.routes, freed.mrs, cma)
 }
 
 func (d *devCtx) isRemoved() bool {
@@ -213,9 +313,13 @@ func (d *devCtx) delQP(qpn uint32) {
 }
 
 // remove handles the device's removal, reported by RDMA/CM (RDMA_CM_EVENT_DEVICE_REMOVAL on
-// any id of the device) or by the device itself (IBV_EVENT_DEVICE_FATAL): every member is told
-// and releases what it holds, so that the context can close as soon as the engine has closed
-// its connections and deregistered its memory regions.
+// any id of the device, the sentinel's included) or by the device itself
+// (IBV_EVENT_DEVICE_FATAL). It does not wait for the engine: a driver that cannot disassociate
+// user contexts (rxe) finishes unregistering only once every file of the device is closed, and
+// an engine may keep memory registered for as long as the device lives (a buffer pool). So
+// every member releases what it holds (connections their QP, CQ, completion channel and CM id;
+// listeners, requests and routes their CM id), then every memory region still registered is
+// deregistered here, and the last reference closes the PD and both verbs contexts.
 func (d *devCtx) remove() {
 	d.mu.Lock()
 	if d.removed || d.closed {
@@ -230,18 +334,38 @@ func (d *devCtx) remove() {
 	for m := range d.members {
 		members = append(members, m)
 	}
+	mrs := make([]*mr, 0, len(d.mrs))
+	for m := range d.mrs {
+		mrs = append(mrs, m)
+	}
+	clear(d.mrs)
+	s := d.sentinel
+	d.sentinel = nil
 	d.mu.Unlock()
+	close(d.gone)
 	devMu.Lock()
 	if devs[d.device] == d {
 		delete(devs, d.device)
 	}
 	devMu.Unlock()
+	if s != nil {
+		s.destroy()
+	}
+	var freed removalCounts
 	for _, m := range members {
+		freed.count(m)
 		m.deviceRemoved()
 	}
-	// librdmacm closes its own context of the device once it knows the device is gone and no
-	// id uses it: the members destroyed theirs above.
-	C.srpt_sync_devices()
+	// After the QPs: no work request can name a region any more.
+	for _, m := range mrs {
+		if m.deviceRemoved() {
+			freed.mrs++
+			d.release()
+		}
+	}
+	d.mu.Lock()
+	d.freed = freed
+	d.mu.Unlock()
 	d.release()
 }
 
@@ -285,6 +409,13 @@ type pdHandle struct{ d *devCtx }
 
 var _ ib.ProtectionDomain = pdHandle{}
 
+// Removed is closed when the device is gone: its regions are deregistered already, and the
+// protection domain takes no new one. An engine that keeps memory registered while no
+// connection is open (a buffer pool per device) learns from it that it can unmap the memory:
+// its connections may all have ended before the removal (the initiator disconnected first),
+// so none reported EventDeviceRemoved. A device added back is a new protection domain.
+func (p pdHandle) Removed() <-chan struct{} { return p.d.gone }
+
 // RegisterMemory implements ib.ProtectionDomain with ibv_reg_mr. buf must not be Go heap
 // memory: the HCA keeps using it after the call, which Go forbids (use an ib.Slab). The region
 // holds a reference on the device until Deregister.
@@ -312,24 +443,35 @@ func (p pdHandle) RegisterMemory(buf []byte, access ib.Access) (ib.MR, error) {
 		flags |= C.IBV_ACCESS_REMOTE_READ
 	}
 	base := unsafe.Pointer(unsafe.SliceData(buf))
-	m, err := C.srpt_reg_mr(d.pd, base, C.size_t(len(buf)), flags)
-	if m == nil {
+	vm, err := C.srpt_reg_mr(d.pd, base, C.size_t(len(buf)), flags)
+	if vm == nil {
 		d.release()
 		return nil, errorf("register %d bytes on %s: ibv_reg_mr: %w", len(buf), d, errnoOr(err, errnoEINVAL))
 	}
-	return &mr{
+	m := &mr{
 		dev:    d,
-		mr:     m,
+		mr:     vm,
 		buf:    buf,
 		addr:   uint64(uintptr(base)),
-		lkey:   uint32(m.lkey),
-		rkey:   uint32(m.rkey),
+		lkey:   uint32(vm.lkey),
+		rkey:   uint32(vm.rkey),
 		access: access,
-	}, nil
+	}
+	d.mu.Lock()
+	if d.removed {
+		// The removal swept the regions before this one was in the set.
+		d.mu.Unlock()
+		C.ibv_dereg_mr(vm)
+		d.release()
+		return nil, errorf("register %d bytes on %s: %w", len(buf), d, ib.ErrDeviceRemoved)
+	}
+	d.mrs[m] = struct{}{}
+	d.mu.Unlock()
+	return m, nil
 }
 
 // mr is an ib.MR registered with ibv_reg_mr. Its fields are immutable; dead is set once by
-// Deregister.
+// Deregister, gone (under mu) when the device's removal deregistered it.
 type mr struct {
 	dev    *devCtx
 	mr     *C.struct_ibv_mr
@@ -341,6 +483,7 @@ type mr struct {
 
 	mu   sync.Mutex
 	dead atomic.Bool
+	gone bool
 }
 
 var _ ib.MR = (*mr)(nil)
@@ -356,19 +499,40 @@ func (m *mr) String() string {
 }
 
 // Deregister implements ib.MR with ibv_dereg_mr and releases the region's reference on the
-// device. After the device's removal it still succeeds: the context is being torn down.
+// device. After the device's removal it still succeeds: the removal deregistered the region
+// already, or the context is being torn down.
 func (m *mr) Deregister() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.dead.Load() {
 		return errorf("deregister %v: %w", m, ib.ErrClosed)
 	}
+	if m.gone {
+		m.dead.Store(true)
+		return nil
+	}
 	if e := C.ibv_dereg_mr(m.mr); e != 0 && !m.dev.isRemoved() {
 		return errorf("deregister %v: %w", m, syscall.Errno(e))
 	}
 	m.dead.Store(true)
+	m.dev.mu.Lock()
+	delete(m.dev.mrs, m)
+	m.dev.mu.Unlock()
 	m.dev.release()
 	return nil
+}
+
+// deviceRemoved deregisters the region for the device's removal unless Deregister did; true
+// means the caller releases the region's reference.
+func (m *mr) deviceRemoved() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.dead.Load() || m.gone {
+		return false
+	}
+	C.ibv_dereg_mr(m.mr) // an error changes nothing: the device is gone either way
+	m.gone = true
+	return true
 }
 
 // Devices lists the RDMA devices with their ports and GIDs. An empty list and no error mean
@@ -466,5 +630,81 @@ func (d *devCtx) zoneOf(a netip.Addr) string {
 	return zoneName(int(idx))
 }
 
-// syncDevices is srpt_sync_devices, for tests.
-func syncDevices() { C.srpt_sync_devices() }
+// sentinel is an RDMA/CM id bound to an address of the device (port 0) for as long as the
+// devCtx is open, so that the device's removal is reported (RDMA_CM_EVENT_DEVICE_REMOVAL)
+// even when no listener, request, route or connection is on it and only memory regions hold
+// the context: a buffer pool outlives the connections, and rxe reports nothing on the
+// context's async event file (the kernel sends IBV_EVENT_DEVICE_FATAL only to devices that
+// disassociate their user contexts).
+type sentinel struct {
+	d    *devCtx
+	loop *cmLoop
+	key  uint64
+	id   *C.struct_rdma_cm_id
+}
+
+func (s *sentinel) cmEvent(ev *cmEvent) {
+	if ev.typ == C.RDMA_CM_EVENT_DEVICE_REMOVAL {
+		s.d.remove()
+	}
+}
+
+func (s *sentinel) destroy() {
+	s.loop.unregister(s.key)
+	C.rdma_destroy_id(s.id)
+	s.loop.release()
+}
+
+// watch gives the device its sentinel, bound to addr (an address of the device, with its
+// zone if link-local), unless it has one. A failure is not the caller's: the next user of the
+// device tries again, and meanwhile the removal is still reported on the ids of the device.
+func (d *devCtx) watch(loop *cmLoop, addr netip.Addr) {
+	d.mu.Lock()
+	skip := d.sentinel != nil || d.removed || d.closed
+	d.mu.Unlock()
+	if skip {
+		return
+	}
+	s, err := newSentinel(d, loop, addr)
+	if err != nil {
+		return
+	}
+	d.mu.Lock()
+	if d.sentinel == nil && !d.removed && !d.closed {
+		d.sentinel, s = s, nil
+	}
+	d.mu.Unlock()
+	if s != nil {
+		s.destroy()
+	}
+}
+
+func newSentinel(d *devCtx, loop *cmLoop, addr netip.Addr) (*sentinel, error) {
+	sa, err := encodeSockaddr(netip.AddrPortFrom(addr, 0))
+	if err != nil {
+		return nil, err
+	}
+	if !loop.tryAcquire() {
+		return nil, ib.ErrClosed
+	}
+	s := &sentinel{d: d, loop: loop, key: newKey()}
+	id, err := loop.createID(s.key)
+	if err != nil {
+		loop.release()
+		return nil, err
+	}
+	s.id = id
+	loop.register(s.key, s)
+	cmaMu.RLock()
+	e := C.srpt_bind(id, (*C.uint8_t)(unsafe.Pointer(&sa[0])))
+	cmaMu.RUnlock()
+	if e != 0 {
+		s.destroy()
+		return nil, syscall.Errno(e)
+	}
+	if C.srpt_id_device(id) != d.device {
+		s.destroy()
+		return nil, fmt.Errorf("%v is not an address of %s", addr, d)
+	}
+	return s, nil
+}

@@ -72,11 +72,14 @@ func Listen(addr netip.AddrPort, opts Options) (*Listener, error) {
 		l.shutdown(ib.ErrClosed) // releases the id, the device and the loop, once
 		return nil, errorf("listen %v: %w", addr, err)
 	}
-	if e := C.srpt_bind(id, (*C.uint8_t)(unsafe.Pointer(&sa[0]))); e != 0 {
+	cmaMu.RLock()
+	e := C.srpt_bind(id, (*C.uint8_t)(unsafe.Pointer(&sa[0])))
+	cmaMu.RUnlock()
+	if e != 0 {
 		return fail(fmt.Errorf("rdma_bind_addr: %w", bindError(syscall.Errno(e))))
 	}
 	if device := C.srpt_id_device(id); device != nil {
-		d, err := openDev(device)
+		d, err := openDev(device, id)
 		if err != nil {
 			return fail(err)
 		}
@@ -89,12 +92,45 @@ func Listen(addr netip.AddrPort, opts Options) (*Listener, error) {
 	var local sockaddr
 	C.srpt_addrs(id, (*C.uint8_t)(unsafe.Pointer(&local[0])), nil)
 	l.addr = inheritZone(decodeSockaddr(local[:]), addr.Addr().Zone())
+	if l.dev != nil {
+		l.dev.watch(loop, l.addr.Addr())
+	}
 	// Registered once l.dev and l.addr are set: the loop reads them.
 	loop.register(l.key, l)
-	if r, err := C.rdma_listen(id, C.int(backlog)); r != 0 {
+	cmaMu.RLock()
+	r, err := C.rdma_listen(id, C.int(backlog))
+	cmaMu.RUnlock()
+	if r != 0 {
 		return fail(fmt.Errorf("rdma_listen: %w", errnoFrom(err, errnoEINVAL)))
 	}
+	if l.logf != nil {
+		noticeMu.Lock()
+		noticeTo[l] = struct{}{}
+		noticeMu.Unlock()
+	}
 	return l, nil
+}
+
+var (
+	// noticeTo are the open listeners with a Logf: the oldest one receives the notices that
+	// concern no listener in particular (a device's removal).
+	noticeMu sync.Mutex
+	noticeTo = map[*Listener]struct{}{}
+)
+
+// notice logs through the Logf of the oldest open listener that has one, if any.
+func notice(format string, args ...any) {
+	noticeMu.Lock()
+	var to *Listener
+	for l := range noticeTo {
+		if to == nil || l.key < to.key {
+			to = l
+		}
+	}
+	noticeMu.Unlock()
+	if to != nil {
+		to.logf(format, args...)
+	}
 }
 
 // Addr is the bound address, with the port the kernel picked if the caller gave 0.
@@ -152,6 +188,9 @@ func (l *Listener) shutdown(reason error) {
 	id := l.id
 	l.id = nil
 	l.mu.Unlock()
+	noticeMu.Lock()
+	delete(noticeTo, l)
+	noticeMu.Unlock()
 	for drained := false; !drained; {
 		select {
 		case r := <-l.reqs:
@@ -199,7 +238,7 @@ func (l *Listener) onRequest(loop *cmLoop, ev *cmEvent) {
 		depth: ev.rr,
 	}
 	C.srpt_set_key(ev.id, C.uint64_t(r.key))
-	d, err := openDev(ev.device)
+	d, err := openDev(ev.device, ev.id)
 	if err != nil {
 		reject("%v", err)
 		loop.release()
@@ -217,6 +256,7 @@ func (l *Listener) onRequest(loop *cmLoop, ev *cmEvent) {
 		loop.release()
 		return
 	}
+	d.watch(loop, r.local.Addr())
 	loop.register(r.key, r)
 	l.mu.Lock()
 	queued := false

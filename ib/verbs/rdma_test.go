@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -837,104 +836,4 @@ func echo(s side, rounds int, busy bool) error {
 		}
 	}
 	return nil
-}
-
-// TestDeviceRemoval deletes the device (rdma link delete) with a listener, a connection and
-// registered memory in use. Destructive: it runs only when SRPT_VERBS_REMOVE_DEVICE names the
-// device, as the last test of the VM run.
-func TestDeviceRemoval(t *testing.T) {
-	dev := os.Getenv("SRPT_VERBS_REMOVE_DEVICE")
-	if dev == "" {
-		t.Skip("destructive: set SRPT_VERBS_REMOVE_DEVICE=<rxe device> (the VM harness does)")
-	}
-	a := testAddrs(t)[0]
-	before, err := Devices()
-	require.NoError(t, err)
-	l := newLink(t, a, defaultLinkOpts())
-	nextErr := make(chan error, 1)
-	go func() {
-		_, err := l.ln.Next(context.Background())
-		nextErr <- err
-	}()
-
-	del := exec.Command("rdma", "link", "delete", dev)
-	var out bytes.Buffer
-	del.Stdout, del.Stderr = &out, &out
-	require.NoError(t, del.Start())
-	delDone := make(chan error, 1)
-	go func() { delDone <- del.Wait() }()
-
-	for _, c := range []ib.Conn{l.tgt.c, l.ini.c} {
-		for {
-			e, ok := c.PollEvent()
-			if ok && e == ib.EventDeviceRemoved {
-				break
-			}
-			if !ok {
-				select {
-				case <-c.Ready():
-				case <-time.After(waitLimit):
-					t.Fatalf("%v: no EventDeviceRemoved", c)
-				}
-			}
-		}
-		_, err := c.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpRDMAWrite}})
-		require.ErrorIs(t, err, ib.ErrDeviceRemoved)
-		n, err := c.PollCompletions(make([]ib.Completion, 4))
-		require.NoError(t, err)
-		require.Zero(t, n, "no flushes after removal")
-	}
-	select {
-	case err := <-nextErr:
-		require.ErrorIs(t, err, ib.ErrDeviceRemoved)
-	case <-time.After(waitLimit):
-		t.Fatal("Listener.Next did not fail")
-	}
-	// The engine's part: close the connections, deregister the memory. Then the kernel can
-	// finish unregistering the device.
-	require.NoError(t, l.tgt.c.Close())
-	require.NoError(t, l.ini.c.Close())
-	require.NoError(t, l.tgt.mr.Deregister())
-	require.NoError(t, l.ini.mr.Deregister())
-	// The removal handling (on the RDMA/CM event goroutine) may still be finishing.
-	require.Eventually(t, func() bool { return openContexts.Load() == 0 }, waitLimit, 10*time.Millisecond,
-		"this package's verbs context of the device is closed")
-	if len(before) == 1 {
-		// librdmacm (rdma-core 44 to current, librdmacm/cma.c sync_devices_list) gives up
-		// when the device list is empty, so it never learns that the last device is gone
-		// and keeps its own context of it open until the process exits.
-		t.Logf("%s was the only RDMA device: librdmacm keeps its context open until the process exits, "+
-			"so rdma link delete finishes only then (add a second device to test the full path)", dev)
-		return
-	}
-	select {
-	case err := <-delDone:
-		require.NoError(t, err, "rdma link delete: %s", out.String())
-	case <-time.After(waitLimit):
-		t.Errorf("rdma link delete did not finish after everything was released; open files:\n%s", openFiles())
-		syncDevices()
-		select {
-		case <-delDone:
-			t.Logf("rdma link delete finished after another srpt_sync_devices")
-		case <-time.After(10 * time.Second):
-			t.Fatalf("rdma link delete still not finished; open files:\n%s", openFiles())
-		}
-	}
-	devs, err := Devices()
-	require.NoError(t, err)
-	require.Len(t, devs, len(before)-1)
-	for _, d := range devs {
-		require.NotEqual(t, dev, d.Name)
-	}
-}
-
-// openFiles lists this process's file descriptors and what they are.
-func openFiles() string {
-	var b strings.Builder
-	ents, _ := os.ReadDir("/proc/self/fd")
-	for _, e := range ents {
-		target, _ := os.Readlink("/proc/self/fd/" + e.Name())
-		fmt.Fprintf(&b, "  fd %s -> %s\n", e.Name(), target)
-	}
-	return b.String()
 }

@@ -75,19 +75,25 @@ func Resolve(ctx context.Context, dst netip.AddrPort, opts ResolveOptions) (*Rou
 		return nil, errorf("resolve %v: %w", dst, err)
 	}
 	ms := C.int(timeout / time.Millisecond)
-	if e := C.srpt_resolve_addr(id, src, (*C.uint8_t)(unsafe.Pointer(&dsa[0])), ms); e != 0 {
+	cmaMu.RLock()
+	e := C.srpt_resolve_addr(id, src, (*C.uint8_t)(unsafe.Pointer(&dsa[0])), ms)
+	cmaMu.RUnlock()
+	if e != 0 {
 		return fail(fmt.Errorf("rdma_resolve_addr: %w", bindError(syscall.Errno(e))))
 	}
 	if err := r.wait(ctx, C.RDMA_CM_EVENT_ADDR_RESOLVED); err != nil {
 		return fail(err)
 	}
-	if rc, err := C.rdma_resolve_route(id, ms); rc != 0 {
+	cmaMu.RLock()
+	rc, err := C.rdma_resolve_route(id, ms)
+	cmaMu.RUnlock()
+	if rc != 0 {
 		return fail(fmt.Errorf("rdma_resolve_route: %w", errnoFrom(err, errnoEIO)))
 	}
 	if err := r.wait(ctx, C.RDMA_CM_EVENT_ROUTE_RESOLVED); err != nil {
 		return fail(err)
 	}
-	d, err := openDev(C.srpt_id_device(id))
+	d, err := openDev(C.srpt_id_device(id), id)
 	if err != nil {
 		return fail(err)
 	}
@@ -100,6 +106,7 @@ func Resolve(ctx context.Context, dst netip.AddrPort, opts ResolveOptions) (*Rou
 	var local sockaddr
 	C.srpt_addrs(id, (*C.uint8_t)(unsafe.Pointer(&local[0])), nil)
 	r.local = inheritZone(decodeSockaddr(local[:]), dst.Addr().Zone())
+	d.watch(r.loop, r.local.Addr())
 	return r, nil
 }
 

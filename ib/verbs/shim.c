@@ -10,6 +10,8 @@
 #include <string.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "shim.h"
 
 const int srpt_off_rdma_remote_addr = offsetof(struct ibv_send_wr, wr.rdma.remote_addr);
@@ -197,6 +199,94 @@ void srpt_sync_devices(void)
 
 	if (l)
 		rdma_free_devices(l);
+}
+
+// srpt_cma_ref records librdmacm's verbs context of id's device and the identity of its
+// command file (fstat), for srpt_release_cma.
+int srpt_cma_ref(struct rdma_cm_id *id, struct srpt_cma_ref *out)
+{
+	struct stat st;
+
+	memset(out, 0, sizeof(*out));
+	out->cmd_fd = -1;
+	if (!id->verbs)
+		return ENODEV;
+	errno = 0;
+	if (fstat(id->verbs->cmd_fd, &st))
+		return err_or(EBADF);
+	out->ctx = id->verbs;
+	out->cmd_fd = id->verbs->cmd_fd;
+	out->st_dev = st.st_dev;
+	out->st_ino = st.st_ino;
+	out->st_rdev = st.st_rdev;
+	return 0;
+}
+
+// cma_open reports whether the recorded command file is still open under its number. librdmacm
+// closes it only when it frees the context (ibv_close_device -> verbs_uninit_context), so while
+// it is open the context is alive. A device's /dev/infiniband/uverbsN node is a new inode each
+// time the device is registered, so another file under the same number does not match.
+static int cma_open(const struct srpt_cma_ref *ref)
+{
+	struct stat st;
+
+	if (ref->cmd_fd < 0 || fstat(ref->cmd_fd, &st))
+		return 0;
+	return st.st_dev == ref->st_dev && st.st_ino == ref->st_ino && st.st_rdev == ref->st_rdev;
+}
+
+// srpt_release_cma makes sure librdmacm's own verbs context of a removed device is closed, once
+// libibverbs no longer lists the device (dev must be kept alive by an open context of the
+// caller, so that the pointer cannot name another device). A driver that cannot disassociate
+// user contexts (rxe) finishes unregistering only when every file of the device is closed,
+// this one included, and librdmacm (rdma-core 44, librdmacm/cma.c) closes it only in
+// remove_cma_dev, which runs when sync_devices_list finds the device gone (with no id on it),
+// or at the last ucma_put_device of a device found gone. sync_devices_list runs when a lookup
+// misses (a new device) or on rdma_get_devices, and it returns ENODEV before comparing
+// anything when libibverbs lists no device at all: librdmacm keeps the context open until a
+// device appears, or for ever when the last device went. And forcing a sync with
+// rdma_get_devices is unsafe before rdma-core 52: sync_devices_list sorts the device pointers
+// with a comparison that truncates their difference to int (dev_cmp, fixed by c4a5ac8bb) and
+// then walks both lists in step; misordered, the walk inserts a device again and then removes
+// every entry of it, which can empty librdmacm's device list, after which its next ucma_init
+// re-initialises with its mutex held and deadlocks in ucma_set_af_ib_support.
+//
+// So the context's command and event files are closed here, and set to -1 in the context,
+// which verbs_uninit_context (libibverbs/device.c) skips when librdmacm frees the context at
+// its next sync. Nothing of the context is used meanwhile: every rdma_cm_id on the device is
+// gone (so ucma_put_device cannot free it), and a new device never matches the old entry
+// (ucma_get_cma_device matches the kernel's device index, which is new). The caller makes sure
+// that no librdmacm call that could sync runs at the same time (librdmacm would free the
+// context under this function's feet).
+int srpt_release_cma(struct ibv_device *dev, struct srpt_cma_ref *ref)
+{
+	struct ibv_device **list;
+	int n = 0, i, listed = 0, cmd, async;
+
+	list = ibv_get_device_list(&n);
+	if (!list)
+		return SRPT_CMA_LISTED; // cannot tell yet
+	for (i = 0; i < n; i++)
+		if (list[i] == dev)
+			listed = 1;
+	ibv_free_device_list(list);
+	if (listed)
+		return SRPT_CMA_LISTED;
+	if (!ref->ctx)
+		return SRPT_CMA_NONE;
+	if (!cma_open(ref)) {
+		ref->ctx = NULL;
+		return SRPT_CMA_CLOSED;
+	}
+	cmd = ref->ctx->cmd_fd;
+	async = ref->ctx->async_fd;
+	ref->ctx->cmd_fd = -1;
+	ref->ctx->async_fd = -1;
+	close(cmd);
+	if (async >= 0)
+		close(async);
+	ref->ctx = NULL;
+	return SRPT_CMA_DETACHED;
 }
 
 struct ibv_qp *srpt_create_qp(struct ibv_pd *pd, struct ibv_cq *cq, uint32_t sq, uint32_t rq,

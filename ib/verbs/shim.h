@@ -44,6 +44,25 @@ int srpt_connect(struct rdma_cm_id *id, uint32_t qpn, const void *pd, uint8_t pd
 int srpt_reject(struct rdma_cm_id *id, const void *pd, uint8_t pdlen);
 void srpt_sync_devices(void);
 
+// srpt_cma_ref identifies librdmacm's own verbs context of a device (rdma_cm_id.verbs, shared
+// by every id on the device) and the command file it was opened with, so that the file can be
+// told apart from a later one with the same number.
+struct srpt_cma_ref {
+	struct ibv_context *ctx; // NULL: none recorded
+	int cmd_fd;
+	uint64_t st_dev;
+	uint64_t st_ino;
+	uint64_t st_rdev;
+};
+int srpt_cma_ref(struct rdma_cm_id *id, struct srpt_cma_ref *out);
+
+// Results of srpt_release_cma.
+#define SRPT_CMA_LISTED 1   // libibverbs still lists the device: try again later
+#define SRPT_CMA_CLOSED 2   // librdmacm's context of the device is closed (by librdmacm)
+#define SRPT_CMA_DETACHED 3 // its files were closed here (librdmacm keeps the context itself)
+#define SRPT_CMA_NONE 4     // no context recorded
+int srpt_release_cma(struct ibv_device *dev, struct srpt_cma_ref *ref);
+
 struct ibv_qp *srpt_create_qp(struct ibv_pd *pd, struct ibv_cq *cq, uint32_t sq, uint32_t rq,
 			      uint32_t send_sge, uint32_t recv_sge, uint32_t inline_data);
 int srpt_qp_init(struct rdma_cm_id *id, struct ibv_qp *qp);
