@@ -77,6 +77,7 @@ daemon_start() {
 	echo "SRPTVM\$ GOGC=$DAEMON_GOGC $BIN serve --config $CONFIG  (instance $INSTANCE, log $DLOG)"
 	GOGC=$DAEMON_GOGC GOTRACEBACK=all "$BIN" serve --config "$CONFIG" >"$DLOG" 2>&1 &
 	PID=$!
+	STUCK=''
 	# "uptime threads rss_kib" twice a second, for the peaks (res_check) and the record
 	(
 		while [ -r "/proc/$PID/status" ]; do
@@ -120,6 +121,27 @@ daemon_crashes() {
 	grep -nE '^(panic: |fatal error: |runtime: |SIGSEGV|SIGBUS|unexpected fault)|	(DPANIC|PANIC|FATAL)	' "$1" | head -5
 }
 
+# unclosed_channels: the channel numbers the current instance accepted and has
+# not logged as closed.
+unclosed_channels() {
+	awk -F'\t' '$3 == "login accepted" || $3 == "channel closed" {
+			if (match($4, /"channel": [0-9]+/)) { c = substr($4, RSTART + 11, RLENGTH - 11); n[c] += ($3 == "login accepted") ? 1 : -1 } }
+		END { for (c in n) if (n[c] > 0) print c }' "$DLOG" | sort -n | tr '\n' ' ' | sed 's/ $//'
+}
+
+# new_unclosed_channels: unclosed_channels that no earlier check reported
+# (STUCK, reset per instance), so that one stuck channel fails one scenario.
+new_unclosed_channels() {
+	local c out=''
+	for c in $(unclosed_channels); do
+		[[ " $STUCK " == *" $c "* ]] || out="$out $c"
+	done
+	echo "${out# }"
+}
+
+# channel_lines N: every log line of channel N of the current instance.
+channel_lines() { grep -E "\"channel\": $1[,}]" "$DLOG"; }
+
 # daemon_open_channels: logins accepted minus channels closed, in the current log.
 daemon_open_channels() {
 	local a c
@@ -159,7 +181,23 @@ daemon_goroutines() {
 	[ "$(grep -cE '^goroutine [0-9]+ ' "$GR_DUMP")" -gt 0 ] || { echo "SRPTVM: $name: no goroutine dump in $DLOG"; return 1; }
 	echo "SRPTVM: goroutines of instance $INSTANCE at SIGQUIT ($name): $GR_COUNT"
 	sed 's/^/SRPTVM:   /' "$GR_FILE"
-	PID=
+}
+
+# goroutine_stacks [MAX]: the goroutines of the last dump (GR_DUMP) that are not
+# the runtime's, grouped by identical stack (state and functions, without
+# arguments), most frequent first; each group shown by the full stack (with
+# files and lines) of its first goroutine.
+goroutine_stacks() {
+	awk -v max="${1:-8}" '
+		function out() { if (g && c !~ /^runtime\./) { n[k]++; if (!(k in first)) first[k] = st } }
+		/^goroutine [0-9]+ .*\[.*\]:/ { out(); g = ($2 != "0"); c = ""; st = $0; k = $0; sub(/^goroutine [0-9]+ [^[]*/, "", k); sub(/, [0-9]+ minutes/, "", k); next }
+		/^created by / { c = $3; k = k " <- " $3; st = st "\n  " $0; next }
+		/^[a-zA-Z_].*\(/ { f = $0; sub(/\([^()]*\)$/, "", f); k = k " " f; st = st "\n  " $0; next }
+		/^\t/ { st = st "\n  " $0; next }
+		END { out(); m = 0
+			for (x in n) order[++m] = x
+			for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (n[order[j]] > n[order[i]]) { t = order[i]; order[i] = order[j]; order[j] = t }
+			for (i = 1; i <= m && i <= max; i++) printf "SRPTVM: %d goroutine(s) like\n  %s\n", n[order[i]], first[order[i]] }' "$GR_DUMP"
 }
 
 # ------------------------------------------------------------------ resources
@@ -208,9 +246,21 @@ res_check() {
 		[ "${pk[0]}" -gt "$tbase" ] && tbase=${pk[0]}
 		peak=", peak while running ${pk[0]} threads, $(mib "${pk[1]}") MiB"
 	fi
-	local detail
+	local detail open='' c
 	detail="threads ${b[0]}->${a[0]} (bound $tbase+$tslack), fds ${b[1]}->${a[1]} (bound +0), RSS $(mib "${b[2]}")->$(mib "${a[2]}") MiB (bound +$(mib "$rslack") MiB)$peak"
-	if [ "${a[1]}" -le "${b[1]}" ] && [ "${a[0]}" -le $((tbase + tslack)) ] && [ "${a[2]}" -le $((b[2] + rslack)) ]; then
+	if [ -n "$t0" ]; then
+		# after the scenario's logouts every channel must have closed
+		open=$(new_unclosed_channels)
+		if [ -n "$open" ]; then
+			STUCK="$STUCK $open"
+			detail="$detail; channels never closed: $open"
+			for c in $open; do
+				echo "SRPTVM: ---- log of channel $c, still open"
+				channel_lines "$c" | cut -c1-600
+			done
+		fi
+	fi
+	if [ -z "$open" ] && [ "${a[1]}" -le "${b[1]}" ] && [ "${a[0]}" -le $((tbase + tslack)) ] && [ "${a[2]}" -le $((b[2] + rslack)) ]; then
 		record "$name" pass "$detail"
 	else
 		record "$name" fail "$detail; open files now: $(res_fds)"
@@ -218,11 +268,12 @@ res_check() {
 	fi
 }
 
-# wait_quiet SECS FDS: no channel open (by the log) and at most FDS open files.
+# wait_quiet SECS FDS: no channel open (by the log; channels already reported
+# as stuck aside) and at most FDS open files.
 quiet() {
 	local r
 	read -r -a r <<<"$(res_now)"
-	[ "$(daemon_open_channels)" -le 0 ] && [ "${r[1]}" -le "$1" ]
+	[ -z "$(new_unclosed_channels)" ] && [ "${r[1]}" -le "$1" ]
 }
 wait_quiet() {
 	wait_for "$1" quiet "$2"
