@@ -254,6 +254,13 @@ type NotifyArmer interface {
 	ArmNotify() error
 }
 
+// RemovalNotifier is implemented by protection domains whose device can go away (verbs):
+// Removed is closed once the device was removed. The memory registered in the domain is then
+// no longer in use by the device, and may be unmapped once no connection uses it either.
+type RemovalNotifier interface {
+	Removed() <-chan struct{}
+}
+
 // ProtectionDomain registers memory for use by the connections of one device.
 type ProtectionDomain interface {
 	// RegisterMemory registers buf. For the verbs implementation buf must not be Go heap

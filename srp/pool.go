@@ -40,6 +40,10 @@ type bufPool struct {
 	inUse    atomic.Int64 // bytes handed out
 	highMark atomic.Int64
 	waiting  atomic.Int32 // channels with commands waiting for a buffer
+
+	closeOnce sync.Once
+	closing   chan struct{} // closed by close
+	closeErr  error
 }
 
 // newBufPool maps size bytes (rounded up to a multiple of the largest block) and registers
@@ -89,6 +93,7 @@ func newBufPoolMem(size int64, maxBuf uint32) (*bufPool, error) {
 		return nil, fmt.Errorf("srp: buffer pool of %d bytes is too large", size)
 	}
 	p := &bufPool{
+		closing:  make(chan struct{}),
 		mem:      make([]byte, size),
 		maxOrder: maxOrder,
 		heads:    make([]int32, maxOrder+1),
@@ -106,19 +111,28 @@ func newBufPoolMem(size int64, maxBuf uint32) (*bufPool, error) {
 	return p, nil
 }
 
-// close deregisters and unmaps the pool. Every buffer must have been freed and every queue
-// pair that used it closed.
+// close deregisters and unmaps the pool, once. Every buffer must have been freed and every
+// queue pair that used it closed.
 func (p *bufPool) close() error {
-	var err error
-	if p.mr != nil {
-		err = p.mr.Deregister()
-	}
-	if p.slab != nil {
-		if cerr := p.slab.Close(); err == nil {
-			err = cerr
+	p.closeOnce.Do(func() {
+		close(p.closing)
+		if p.mr != nil {
+			p.closeErr = p.mr.Deregister()
 		}
-	}
-	return err
+		if p.slab != nil {
+			if cerr := p.slab.Close(); p.closeErr == nil {
+				p.closeErr = cerr
+			}
+		}
+	})
+	return p.closeErr
+}
+
+// unused reports whether no channel uses the pool any more and every buffer is back.
+func (p *bufPool) unused() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.waiters) == 0 && p.inUse.Load() == 0
 }
 
 // poolBuf is one allocated block.

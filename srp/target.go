@@ -90,6 +90,7 @@ type Target struct {
 	sessions  map[nexusKey]*session
 	channels  map[*channel]struct{}
 	pools     map[ib.ProtectionDomain]*bufPool
+	retiring  sync.WaitGroup // pools of removed devices waiting for their channels
 	logins    sync.WaitGroup // login handlers in progress
 	serving   sync.WaitGroup // Serve loops
 	chans     sync.WaitGroup // channel goroutines (poll loops)
@@ -244,6 +245,7 @@ func (t *Target) Shutdown(ctx context.Context) error {
 			t.log.Warn("releasing buffer pool", zap.Error(perr))
 		}
 	}
+	t.retiring.Wait()
 	t.log.Info("shut down")
 	return err
 }
@@ -281,7 +283,43 @@ func (t *Target) pool(pd ib.ProtectionDomain) (*bufPool, error) {
 	t.pools[pd] = p
 	t.log.Info("registered data buffer pool", zap.Int64("bytes", p.size()), zap.Int64("largest_buffer", int64(poolMinBlock)<<p.maxOrder),
 		zap.Bool("remote_write", t.lim.RemoteWriteForReadSinks))
+	if rn, ok := pd.(ib.RemovalNotifier); ok {
+		t.retiring.Add(1)
+		go t.retirePool(pd, p, rn.Removed())
+	}
 	return p, nil
+}
+
+// retirePool releases the buffer pool of a device once the device is removed and the pool's
+// channels have closed: otherwise every removal and re-add of a device (rdma link del/add)
+// would leave a pool's memory mapped for the life of the process. A device added again gets
+// a new protection domain, hence a new pool. Target shutdown closes a pool that is still in
+// the map; a retired one is closed here.
+func (t *Target) retirePool(pd ib.ProtectionDomain, p *bufPool, removed <-chan struct{}) {
+	defer t.retiring.Done()
+	select {
+	case <-removed:
+	case <-p.closing:
+		return // Shutdown closes it
+	}
+	t.mu.Lock()
+	if t.pools[pd] != p {
+		t.mu.Unlock()
+		return // Shutdown took it
+	}
+	delete(t.pools, pd)
+	t.mu.Unlock()
+	t.log.Info("RDMA device removed: releasing its data buffer pool once its channels have closed", zap.Int64("bytes", p.size()))
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for !p.unused() {
+		<-tick.C
+	}
+	if err := p.close(); err != nil {
+		t.log.Warn("releasing the buffer pool of a removed device", zap.Error(err))
+		return
+	}
+	t.log.Info("released the data buffer pool of a removed device", zap.Int64("bytes", p.size()))
 }
 
 // session returns the session of key, creating it.

@@ -407,7 +407,10 @@ func (d *devCtx) watchAsync(rc syscall.RawConn) {
 // pdHandle is the ib.ProtectionDomain of a devCtx.
 type pdHandle struct{ d *devCtx }
 
-var _ ib.ProtectionDomain = pdHandle{}
+var (
+	_ ib.ProtectionDomain = pdHandle{}
+	_ ib.RemovalNotifier  = pdHandle{}
+)
 
 // Removed is closed when the device is gone: its regions are deregistered already, and the
 // protection domain takes no new one. An engine that keeps memory registered while no

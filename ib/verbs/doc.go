@@ -42,12 +42,19 @@
 // # Device removal
 //
 // RDMA_CM_EVENT_DEVICE_REMOVAL on any id of a device (or IBV_EVENT_DEVICE_FATAL) marks the
-// device removed: every connection on it queues EventDeviceRemoved and releases its QP, CQ,
-// completion channel and CM id at once; unanswered requests are dropped; a listener bound to
-// the device returns ErrDeviceRemoved from Next. The engine then closes its connections and
-// deregisters its memory regions; the last one closes the protection domain and the context.
-// Drivers that cannot disassociate user contexts (rxe among them) finish unregistering the
-// device only after that, so a prompt Deregister matters.
+// device removed. A sentinel id bound to the device's address reports it when nothing else of
+// ours is on the device but registered memory. The package then releases everything itself:
+// every connection queues EventDeviceRemoved and loses its QP, CQ, completion channel and CM
+// id; unanswered requests are dropped; a listener bound to the device returns
+// ErrDeviceRemoved from Next; memory regions still registered are deregistered (a later
+// Deregister returns nil); and the protection domain's Removed channel (ib.RemovalNotifier) is
+// closed, so that the engine can unmap memory it keeps registered between connections. The
+// last reference closes the PD and our context, and once libibverbs no longer lists the
+// device, librdmacm's own context of it is closed too (rdma-core 44 would keep it open until
+// its device list is re-synced, never if the last device went; see srpt_release_cma). Drivers
+// that cannot disassociate user contexts (rxe among them) finish unregistering the device
+// only when every file of it is closed: `rdma link del` then returns at once. A device added
+// again is a new device, with a new protection domain.
 //
 // # Differences from ib/memfabric a caller may notice
 //

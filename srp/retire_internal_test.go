@@ -1,0 +1,98 @@
+package srp
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/ib/memfabric"
+)
+
+// removablePD is a protection domain whose device can be removed (ib.RemovalNotifier).
+type removablePD struct {
+	ib.ProtectionDomain
+	gone chan struct{}
+}
+
+func (p *removablePD) Removed() <-chan struct{} { return p.gone }
+
+// TestRetirePoolOfRemovedDevice: when a device goes, its buffer pool leaves the target at once
+// (a device added again gets a new one) and is unmapped once its channels are gone and its
+// buffers are back, not before.
+func TestRetirePoolOfRemovedDevice(t *testing.T) {
+	fab := memfabric.New(memfabric.Options{})
+	t.Cleanup(func() { _ = fab.Close() })
+	node, err := fab.NewNode(netip.MustParseAddr("192.0.2.9"))
+	require.NoError(t, err)
+	tgt, err := New(Config{Limits: Limits{BufferPoolSize: 1 << 20, MaxTransferLen: 64 << 10}})
+	require.NoError(t, err)
+	pd := &removablePD{ProtectionDomain: node.PD(), gone: make(chan struct{})}
+	p, err := tgt.pool(pd)
+	require.NoError(t, err)
+	same, err := tgt.pool(pd)
+	require.NoError(t, err)
+	require.Same(t, p, same)
+
+	// A channel still registered and a buffer still out.
+	wake := make(chan struct{}, 1)
+	p.register(wake)
+	buf, ok := p.alloc(4096)
+	require.True(t, ok)
+
+	close(pd.gone)
+	require.Eventually(t, func() bool {
+		tgt.mu.Lock()
+		defer tgt.mu.Unlock()
+		return tgt.pools[pd] == nil
+	}, 5*time.Second, time.Millisecond, "the removed device's pool leaves the target")
+	require.Never(t, func() bool {
+		select {
+		case <-p.closing:
+			return true
+		default:
+			return false
+		}
+	}, 300*time.Millisecond, 10*time.Millisecond, "not unmapped while a buffer is out and a channel uses it")
+
+	p.release(buf)
+	p.unregister(wake)
+	require.Eventually(t, func() bool {
+		select {
+		case <-p.closing:
+			return true
+		default:
+			return false
+		}
+	}, 5*time.Second, time.Millisecond, "unmapped once unused")
+	require.NoError(t, p.close(), "closing again is harmless")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, tgt.Shutdown(ctx))
+}
+
+// TestShutdownClosesRemovablePools: a pool whose device is still there is closed by Shutdown,
+// and its watcher ends.
+func TestShutdownClosesRemovablePools(t *testing.T) {
+	fab := memfabric.New(memfabric.Options{})
+	t.Cleanup(func() { _ = fab.Close() })
+	node, err := fab.NewNode(netip.MustParseAddr("192.0.2.10"))
+	require.NoError(t, err)
+	tgt, err := New(Config{Limits: Limits{BufferPoolSize: 1 << 20, MaxTransferLen: 64 << 10}})
+	require.NoError(t, err)
+	pd := &removablePD{ProtectionDomain: node.PD(), gone: make(chan struct{})}
+	p, err := tgt.pool(pd)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, tgt.Shutdown(ctx))
+	select {
+	case <-p.closing:
+	default:
+		t.Fatal("Shutdown did not close the pool")
+	}
+}
