@@ -420,9 +420,9 @@ func (s Summary) WriteTable(w io.Writer) {
 	fmt.Fprintln(w, "above 1 is better for IOPS and MiB/s, worse for latency; in brackets the lowest and highest ratio of")
 	fmt.Fprintln(w, "one round's srptarget block to the LIO block run right after it (same round and ch_count).")
 	if s.hasModes() {
-		fmt.Fprintln(w, "srptarget ran one daemon per completion mode (limits.completion; adaptive20us: adaptive with")
-		fmt.Fprintln(w, "poll_window 20us), each with its own memory and null LUN; per round and ch_count every daemon's")
-		fmt.Fprintln(w, "block ran, in an order rotated by one each round, then LIO's.")
+		fmt.Fprintln(w, "srptarget ran one daemon per completion mode (limits.completion; a name such as adaptive20us")
+		fmt.Fprintln(w, "means adaptive with poll_window 20us), each with its own memory and null LUN; per round and")
+		fmt.Fprintln(w, "ch_count every daemon's block ran, in an order rotated by one each round, then LIO's.")
 	}
 	if s.Excluded > 0 {
 		fmt.Fprintf(w, "%d of %d runs left out: ib_srp logged transport errors during them.\n", s.Excluded, s.Runs)
