@@ -534,12 +534,29 @@ echo "$L1_PATH after ext4: $fsize bytes, $((fblocks * 512)) allocated"
 step "fio: 4 KiB random writes, iodepth 32, one job per CPU, on LUN 0"
 ncpu=$(nproc)
 qp_psns() { rdma resource show qp 2>/dev/null | grep "comm $(basename "$BIN")" | grep -o 'lqpn [0-9]*.*sq-psn [0-9]*' | awk '{print $2 ":" $NF}'; }
-qp_before=$(qp_psns)
-fio_run "fio 4k randwrite qd32" --name=rand4k --filename="$DEV0" --rw=randwrite --bs=4k --iodepth=32 \
-	--numjobs="$ncpu" --size=$((64 / ncpu))M --offset_increment=$((64 / ncpu))M \
-	--cpus_allowed=0-$((ncpu - 1)) --cpus_allowed_policy=split --io_size="$SMALL_IO"
-qp_after=$(qp_psns)
-echo "target QPs (lqpn:sq-psn) before: $qp_before; after: $qp_after"
+# fio4k NAME: the 4 KiB run, with the target QPs' send PSNs before and after it.
+fio4k() {
+	qp_before=$(qp_psns)
+	fio_run "$1" --name=rand4k --filename="$DEV0" --rw=randwrite --bs=4k --iodepth=32 \
+		--numjobs="$ncpu" --size=$((64 / ncpu))M --offset_increment=$((64 / ncpu))M \
+		--cpus_allowed=0-$((ncpu - 1)) --cpus_allowed_policy=split --io_size="$SMALL_IO"
+	qp_after=$(qp_psns)
+	echo "target QPs (lqpn:sq-psn) before: $qp_before; after: $qp_after"
+}
+# The soft-RoCE FRWR race (lib.sh srp_errors_summary, README) is a bug of the
+# initiator's own memory registration in rdma_rxe 6.1: its QP fails a REG_MR,
+# ib_srp reconnects (new QPs, so the channel check below cannot compare), fio
+# goes on after the reconnect. When it hits this run, the run is repeated once
+# on the new session; the session check then requires the repeat to be clean.
+frwr_mark=$(dmesg_mark)
+fio4k "fio 4k randwrite qd32"
+FRWR_RETRY_MARK=
+if dmesg_since "$frwr_mark" | grep -q 'rxe_reg_fast_mr.*not free'; then
+	echo "SRPTVM: the soft-RoCE FRWR race hit the 4 KiB run (rdma_rxe: rxe_reg_fast_mr ... not free; ib_srp reconnected): running it once more"
+	wait_for 30 eval '[ "$(rport_state)" = running ]'
+	FRWR_RETRY_MARK=$(dmesg_mark)
+	fio4k "fio 4k randwrite qd32 (again, after the soft-RoCE FRWR race)"
+fi
 # Every target QP of the session sent responses during the run: both channels carried commands.
 moved=0 total=0
 for a in $qp_after; do
@@ -560,6 +577,9 @@ fio_run "fio 128k seq write" --name=seq128k --filename="$DEV1" --rw=write --bs=1
 errs=$(srp_transport_errors "$n0")
 if [ -z "$errs" ]; then
 	record "srp session" pass "no transport errors or reconnects"
+elif [ -n "$FRWR_RETRY_MARK" ] && [ -z "$(srp_transport_errors "$FRWR_RETRY_MARK")" ]; then
+	echo "$errs"
+	record "srp session" pass "none since the repeated 4 KiB run; before it, the initiator's soft-RoCE FRWR race (rdma_rxe 6.1 bug, README): $(srp_errors_summary "$errs")"
 else
 	echo "$errs"
 	record "srp session" fail "$(srp_errors_summary "$errs")"
