@@ -357,6 +357,9 @@ func (ch *channel) run() {
 			continue
 		case c := <-ch.done:
 			ch.onDoneAll(c)
+			if ch.t.lim.Completion == CompletionAdaptive {
+				ch.lastWork = nanotime()
+			}
 			continue
 		case <-ch.wake:
 			continue
@@ -392,15 +395,14 @@ func (ch *channel) idle(worked bool) bool {
 		runtime.Gosched()
 		return false
 	case CompletionAdaptive:
-		// Poll only while something of ours is in flight (a response not yet completed, data
-		// being fetched, a command executing), so that an idle channel of a latency-bound
-		// initiator (queue depth 1: the next command is a round trip away) sleeps at once, and
-		// a busy one keeps going without wake-ups.
+		// Keep polling for PollWindow after the last work: a window longer than the
+		// initiator's round trip catches its next command without a wake-up, and a channel
+		// with no I/O for that long sleeps and costs nothing.
 		now := nanotime()
 		if worked {
 			ch.lastWork = now
 		}
-		if ch.busy > 0 && now-ch.lastWork < int64(ch.t.lim.PollWindow) {
+		if now-ch.lastWork < int64(ch.t.lim.PollWindow) {
 			runtime.Gosched()
 			return false
 		}

@@ -121,9 +121,9 @@ const (
 	// CompletionEvent arms the completion queue and sleeps as soon as the channel has nothing
 	// to do.
 	CompletionEvent
-	// CompletionAdaptive keeps polling while the channel has requests in progress, for at most
-	// PollWindow after the last work, then arms and sleeps: a burst of I/O is served without
-	// wake-ups, an idle channel costs nothing.
+	// CompletionAdaptive keeps polling for PollWindow after the last work, then arms and
+	// sleeps: with a window longer than the initiator's round trip, a stream of I/O (queue
+	// depth 1 included) is served without wake-ups; a channel idle for a window costs nothing.
 	CompletionAdaptive
 	// CompletionPoll never sleeps while the channel is open: one CPU per channel, busy.
 	CompletionPoll
