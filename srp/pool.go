@@ -50,16 +50,20 @@ type bufPool struct {
 // them in pd. maxBuf is the largest buffer a command may ask for. remoteWrite adds remote
 // write access, which iWARP requires of RDMA READ sinks (Limits.RemoteWriteForReadSinks).
 func newBufPool(pd ib.ProtectionDomain, size int64, maxBuf uint32, remoteWrite bool) (*bufPool, error) {
-	p, err := newBufPoolMem(size, maxBuf)
+	size, maxOrder, err := poolGeometry(size, maxBuf)
 	if err != nil {
 		return nil, err
 	}
-	slab, err := ib.NewSlab(len(p.mem))
+	// The memory is a slab outside the Go heap: registered memory must not be Go memory
+	// (cgo), and a slab goes back to the kernel the moment the pool closes, where a heap
+	// allocation would stay in the process until the garbage collector and the scavenger
+	// got round to it (a device removed and added back would then hold two pools).
+	slab, err := ib.NewSlab(int(size))
 	if err != nil {
-		return nil, fmt.Errorf("srp: buffer pool of %d bytes: %w", len(p.mem), err)
+		return nil, fmt.Errorf("srp: buffer pool of %d bytes: %w", size, err)
 	}
+	p := newBufPoolOver(slab.Bytes()[:size], maxOrder)
 	p.slab = slab
-	p.mem = slab.Bytes()[:len(p.mem)]
 	// Local write: RDMA READ data lands here. No remote access on IB and RoCE: the initiator
 	// never touches target memory. iWARP places READ responses through the sink's STag, which
 	// needs remote write.
@@ -76,9 +80,18 @@ func newBufPool(pd ib.ProtectionDomain, size int64, maxBuf uint32, remoteWrite b
 	return p, nil
 }
 
-// newBufPoolMem builds the allocator over Go memory (or only sizes it; newBufPool replaces the
-// memory with a slab). Tests use it directly.
+// newBufPoolMem builds the allocator over Go memory, unregistered. Tests use it.
 func newBufPoolMem(size int64, maxBuf uint32) (*bufPool, error) {
+	size, maxOrder, err := poolGeometry(size, maxBuf)
+	if err != nil {
+		return nil, err
+	}
+	return newBufPoolOver(make([]byte, size), maxOrder), nil
+}
+
+// poolGeometry rounds size up to a whole number of the largest blocks, which hold maxBuf
+// bytes (at least poolMinBlock), and returns it with the largest block's order.
+func poolGeometry(size int64, maxBuf uint32) (int64, int, error) {
 	if maxBuf < poolMinBlock {
 		maxBuf = poolMinBlock
 	}
@@ -88,13 +101,18 @@ func newBufPoolMem(size int64, maxBuf uint32) (*bufPool, error) {
 		size = top
 	}
 	size = (size + top - 1) / top * top
-	units := size / poolMinBlock
-	if units > 1<<30 {
-		return nil, fmt.Errorf("srp: buffer pool of %d bytes is too large", size)
+	if size/poolMinBlock > 1<<30 {
+		return 0, 0, fmt.Errorf("srp: buffer pool of %d bytes is too large", size)
 	}
+	return size, maxOrder, nil
+}
+
+// newBufPoolOver builds the allocator over mem, whose length poolGeometry gave, all free.
+func newBufPoolOver(mem []byte, maxOrder int) *bufPool {
+	units := int64(len(mem)) / poolMinBlock
 	p := &bufPool{
 		closing:  make(chan struct{}),
-		mem:      make([]byte, size),
+		mem:      mem,
 		maxOrder: maxOrder,
 		heads:    make([]int32, maxOrder+1),
 		next:     make([]int32, units),
@@ -108,7 +126,7 @@ func newBufPoolMem(size int64, maxBuf uint32) (*bufPool, error) {
 	for u := int32(units) - int32(1)<<maxOrder; u >= 0; u -= int32(1) << maxOrder {
 		p.push(u, maxOrder)
 	}
-	return p, nil
+	return p
 }
 
 // close deregisters and unmaps the pool, once. Every buffer must have been freed and every
