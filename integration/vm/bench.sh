@@ -25,10 +25,11 @@
 #   integration/vm/bench.sh srpt_modes="event adaptive poll"   # a daemon per completion mode
 #
 # srpt_modes (guest/bench.sh): srptarget's limits.completion modes to compare, one daemon
-# each, in one boot, each against the same LIO blocks: event (the default), adaptive, poll,
-# or MODE:WINDOW to set limits.poll_window (adaptive:20us). With one mode the targets are
-# srpt-mem and srpt-null, as before; with several srpt-mem-MODE and srpt-null-MODE
-# (adaptive:20us: srpt-mem-adaptive20us).
+# each, in one boot, each against the same LIO blocks: adaptive (the default), event, poll,
+# MODE:WINDOW to set limits.poll_window (adaptive:20us), or MODE:WINDOW:pN to run that
+# daemon with GOMAXPROCS=N (adaptive:2ms:p1). With one mode the targets are srpt-mem and
+# srpt-null, as before; with several srpt-mem-NAME and srpt-null-NAME, NAME being the
+# entry without colons (adaptive:20us: srpt-mem-adaptive20us).
 #
 # Needs what e2e.sh needs (root, Debian 12, Go, libibverbs-dev, librdmacm-dev, missing
 # packages are installed with apt-get), plus gnuplot-nox for the chart.

@@ -46,9 +46,10 @@
 #   rounds=3  runtime=5  ramp=1  ch_counts="1 2"  size_mib=256
 #   jobs="randread-4k-qd32 randwrite-4k-qd32 read-128k-qd32 write-128k-qd32 randread-4k-qd1"
 #   srpt_luns="mem null"   which srptarget LUNs to measure
-#   srpt_modes=event       completion modes, one daemon each: event, adaptive, poll, and
-#                          MODE:WINDOW for a poll_window (adaptive:20us); e.g.
-#                          srpt_modes="event adaptive poll"
+#   srpt_modes=adaptive    completion modes, one daemon each: event, adaptive, poll,
+#                          MODE:WINDOW for a poll_window (adaptive:20us), and
+#                          MODE:WINDOW:pN to run that daemon with GOMAXPROCS=N
+#                          (adaptive:2ms:p1); e.g. srpt_modes="event adaptive poll"
 #   srpt_port=5555  lio_port=5000   (daemon N of srpt_modes listens on srpt_port+N)
 #   profile=1  profile_round=2  profile_ch="1 2"   (profile=0: none; profile_round
 #              beyond rounds means the last round)
@@ -69,7 +70,7 @@ CH_COUNTS=$(arg ch_counts "1 2")
 SIZE_MIB=$(arg size_mib 256)
 JOBS=$(arg jobs "randread-4k-qd32 randwrite-4k-qd32 read-128k-qd32 write-128k-qd32 randread-4k-qd1")
 SRPT_LUNS=$(arg srpt_luns "mem null")
-SRPT_MODES=$(arg srpt_modes event)
+SRPT_MODES=$(arg srpt_modes adaptive)
 SRPT_PORT=$(arg srpt_port 5555)
 LIO_PORT=$(arg lio_port 5000)
 PROFILE=$(arg profile 1)
@@ -107,23 +108,24 @@ done
 # The srptarget daemons, one per srpt_modes entry, described by parallel arrays:
 #   D_ENTRY  the entry as given (adaptive:20us)   D_MODE  limits.completion (adaptive)
 #   D_WIN    limits.poll_window, empty for the daemon's default (20us)
+#   D_PROCS  the daemon's GOMAXPROCS, empty for Go's default (one per CPU)
 #   D_NAME   the mode and the window (adaptive20us), for check names and BENCH targets
 #   D_SUFFIX what follows srpt-mem / srpt-null in the BENCH lines: empty with one daemon
 #   D_PORT, D_CONF, D_LOG, D_PID
-D_ENTRY=() D_MODE=() D_WIN=() D_NAME=() D_SUFFIX=() D_PORT=() D_CONF=() D_LOG=() D_PID=()
+D_ENTRY=() D_MODE=() D_WIN=() D_PROCS=() D_NAME=() D_SUFFIX=() D_PORT=() D_CONF=() D_LOG=() D_PID=()
 read -r -a entries <<<"$SRPT_MODES"
 [ ${#entries[@]} -gt 0 ] || fail "srpt_modes is empty"
 for i in "${!entries[@]}"; do
 	e=${entries[$i]}
-	mode=${e%%:*}
-	win=
-	[[ $e == *:* ]] && win=${e#*:}
+	IFS=: read -r mode win procs extra <<<"$e"
 	case $mode in
 	event | adaptive | poll) ;;
 	*) fail "srpt_modes: '$e': the mode is event, adaptive or poll (MODE:WINDOW sets poll_window, e.g. adaptive:20us)" ;;
 	esac
 	[ -z "$win" ] || [[ $win =~ ^[0-9]+(ns|us|ms|s)$ ]] || fail "srpt_modes: '$e': the poll window is a duration such as 20us"
-	name=$mode$win
+	[ -z "$procs" ] || [[ $procs =~ ^p[1-9][0-9]*$ ]] || fail "srpt_modes: '$e': the third field is pN, the daemon's GOMAXPROCS (e.g. adaptive:2ms:p1)"
+	[ -z "$extra" ] || fail "srpt_modes: '$e': at most MODE:WINDOW:pN"
+	name=$mode$win$procs
 	for n in "${D_NAME[@]}"; do
 		[ "$n" = "$name" ] && fail "srpt_modes: $name twice"
 	done
@@ -132,6 +134,7 @@ for i in "${!entries[@]}"; do
 	D_ENTRY+=("$e")
 	D_MODE+=("$mode")
 	D_WIN+=("$win")
+	D_PROCS+=("${procs#p}")
 	D_NAME+=("$name")
 	D_PORT+=("$port")
 	if [ ${#entries[@]} = 1 ]; then
@@ -244,8 +247,10 @@ EOF
 	# The profile runs only between SIGUSR1 and SIGUSR2 (block below): --cpuprofile-wait.
 	profargs=()
 	[ "$PROFILE" = 1 ] && [ "$i" = "$PROF_D" ] && profargs=(--cpuprofile "$PROF" --cpuprofile-wait)
-	echo "SRPTVM\$ $BIN serve --config ${D_CONF[$i]} ${profargs[*]} >${D_LOG[$i]} 2>&1 &"
-	"$BIN" serve --config "${D_CONF[$i]}" "${profargs[@]}" >"${D_LOG[$i]}" 2>&1 &
+	genv=()
+	[ -z "${D_PROCS[$i]}" ] || genv=("GOMAXPROCS=${D_PROCS[$i]}")
+	echo "SRPTVM\$ ${genv[*]}${genv:+ }$BIN serve --config ${D_CONF[$i]} ${profargs[*]} >${D_LOG[$i]} 2>&1 &"
+	env "${genv[@]}" "$BIN" serve --config "${D_CONF[$i]}" "${profargs[@]}" >"${D_LOG[$i]}" 2>&1 &
 	D_PID[i]=$!
 done
 srpt_listening() { daemon_alive "$1" && cm_listening "${D_PORT[$1]}"; }
