@@ -158,8 +158,19 @@ type channel struct {
 	// Completion waiting (Limits.Completion).
 	armer       ib.NotifyArmer // nil if the connection arms itself
 	notifyArmed bool           // armed by us and its event not yet taken from Ready
-	lastWork    int64          // nanotime of the last pass that found work (adaptive)
+	// Adaptive: the idle passes since the last work, and the clock when the first of them
+	// read it (0: not read yet; -1: the window is over). The clock is read once per clockEvery idle passes, not on
+	// every pass: in a VM whose clocksource is the HPET (as TCG guests get) each read is a
+	// system call and a trapped device access, and reading it on every spin cost the daemon
+	// an eighth of its CPU time.
+	idleSpins int
+	lastWork  int64
 }
+
+// clockEvery is how many idle passes of an adaptive channel go by between clock reads. A pass
+// is a completion-queue poll and a yield, microseconds at most, so the poll window ends at
+// most a few hundred microseconds late on the slowest machines.
+const clockEvery = 32
 
 // channelParams are the outcome of a successful login check.
 type channelParams struct {
@@ -357,9 +368,7 @@ func (ch *channel) run() {
 			continue
 		case c := <-ch.done:
 			ch.onDoneAll(c)
-			if ch.t.lim.Completion == CompletionAdaptive {
-				ch.lastWork = nanotime()
-			}
+			ch.idleSpins, ch.lastWork = 0, 0
 			continue
 		case <-ch.wake:
 			continue
@@ -398,13 +407,24 @@ func (ch *channel) idle(worked bool) bool {
 		// Keep polling for PollWindow after the last work: a window longer than the
 		// initiator's round trip catches its next command without a wake-up, and a channel
 		// with no I/O for that long sleeps and costs nothing.
-		now := nanotime()
 		if worked {
-			ch.lastWork = now
+			ch.idleSpins, ch.lastWork = 0, 0
 		}
-		if now-ch.lastWork < int64(ch.t.lim.PollWindow) {
-			runtime.Gosched()
-			return false
+		if ch.lastWork >= 0 {
+			ch.idleSpins++
+			if ch.idleSpins%clockEvery != 0 {
+				runtime.Gosched()
+				return false
+			}
+			now := nanotime()
+			if ch.lastWork == 0 {
+				ch.lastWork = now
+			}
+			if now-ch.lastWork < int64(ch.t.lim.PollWindow) {
+				runtime.Gosched()
+				return false
+			}
+			ch.lastWork = -1 // the window is over until the next work
 		}
 	}
 	if ch.armer == nil || ch.notifyArmed {
