@@ -239,7 +239,27 @@ srp_login() {
 	fi
 	local f=/sys/class/infiniband_srp/srp-$RXE-1/add_target
 	[ -e "$f" ] || { echo "no $f"; return 1; }
-	run sh -c "echo '$1' > $f"
+	# A target port deleted by srp_logout stays on ib_srp's list until its removal
+	# work has also disconnected and freed the channels, which ends after the
+	# disks are gone: add_target for the same target meanwhile fails with EEXIST
+	# ("Already connected"). Retry that for up to 10 s; any other error at once.
+	local i out
+	echo "SRPTVM\$ sh -c echo '$1' > $f"
+	for i in $(seq 0 49); do
+		if out=$(sh -c "echo '$1' > $f" 2>&1); then
+			[ "$i" -eq 0 ] || echo "SRPTVM: add_target: EEXIST $i time(s) while the previous target port was being removed"
+			return 0
+		fi
+		case $out in
+		*"File exists"*) sleep 0.2 ;;
+		*)
+			echo "$out" >&2
+			return 1
+			;;
+		esac
+	done
+	echo "$out" >&2
+	return 1
 }
 
 # inq_id DEV: "VENDOR/PRODUCT" from the standard INQUIRY data (sg_inq), trimmed.
