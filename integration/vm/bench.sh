@@ -2,8 +2,9 @@
 # bench.sh - srptarget against LIO ib_srpt in one VM boot (`make bench-vm`): the same
 # fio jobs, the same rxe device, the same ib_srp settings, the targets alternating round
 # by round (guest/bench.sh has the details). Builds the daemon and the VM image, runs the
-# VM under `flock /tmp/srpt-vm-run.lock` so that two VMs on the machine do not measure
-# each other, and writes into $SRPT_VM_DIR/bench/<date-time>/:
+# VM under `flock /tmp/srpt-vm-run.lock` (every run-vm.sh holds it shared while its VM
+# runs) so that two VMs on the machine do not measure each other, and writes into
+# $SRPT_VM_DIR/bench/<date-time>/:
 #
 #   table.md      medians, minimum-maximum and the ratio srptarget/LIO per job (printed),
 #                 a column per target: LIO, srptarget's memory and null LUN, each once
@@ -136,7 +137,7 @@ exec 8>"$LOCK"
 flock 8
 log "lock held; host load average $(cut -d' ' -f1-3 /proc/loadavg); VM run: guest/bench.sh $*"
 echo "host load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/setup.txt"
-SRPT_VM_TIMEOUT=$TIMEOUT SRPT_VM_LOG="$OUT/console.log" \
+SRPT_VM_RUN_LOCK_HELD=1 SRPT_VM_TIMEOUT=$TIMEOUT SRPT_VM_LOG="$OUT/console.log" \
 	SRPT_VM_FILES="$BIN:/usr/local/bin/srptarget $HERE/guest/bench-lib.sh:/lab/bench-lib.sh" \
 	"$HERE/run-vm.sh" "$HERE/guest/bench.sh" "$@" || rc=$?
 echo "host load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/setup.txt"

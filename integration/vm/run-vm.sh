@@ -33,6 +33,13 @@
 #                      progress and check lines)
 #   SRPT_VM_INTERACTIVE=1  console on this terminal, no log (Ctrl-A x quits
 #                      qemu); with shell=1 a shell starts after the test
+#   SRPT_VM_RUN_LOCK   the lock every VM run holds shared while qemu runs and
+#                      bench.sh holds exclusively (default /tmp/srpt-vm-run.lock;
+#                      empty: none), so that a benchmark never shares the host
+#                      with another VM of this harness: it waits for the VMs
+#                      running, and VMs started meanwhile wait for it
+#   SRPT_VM_RUN_LOCK_HELD=1  the caller already holds that lock (bench.sh, or
+#                      stress.sh with SRPT_VM_LOCK): do not take it again
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -113,6 +120,15 @@ cp "$IMAGE/vmlinuz" "$kernel"
 cat "$IMAGE/initramfs.cpio.gz" "$ov.cpio.gz" >"$initrd"
 flock -u 9
 exec 9>&-
+
+RUNLOCK=${SRPT_VM_RUN_LOCK-/tmp/srpt-vm-run.lock}
+if [ -n "$RUNLOCK" ] && [ -z "${SRPT_VM_RUN_LOCK_HELD:-}" ]; then
+	exec 7>>"$RUNLOCK"
+	if ! flock -s -n 7; then
+		echo "run-vm: waiting for $RUNLOCK (held by a benchmark)"
+		flock -s 7
+	fi
+fi
 
 # ------------------------------------------------------------------ qemu
 # oops=panic + panic=-1 + -no-reboot: a kernel oops ends the run at once

@@ -171,6 +171,10 @@ runvm=("$HERE/run-vm.sh" "$HERE/guest/stress.sh" "$@")
 if [ -n "${SRPT_VM_LOCK:-}" ]; then
 	log "waiting for $SRPT_VM_LOCK"
 	runvm=(flock "$SRPT_VM_LOCK" "${runvm[@]}")
+	# run-vm.sh's own shared lock on the same file would wait for ours for ever.
+	if [ "$SRPT_VM_LOCK" = "${SRPT_VM_RUN_LOCK-/tmp/srpt-vm-run.lock}" ]; then
+		export SRPT_VM_RUN_LOCK_HELD=1
+	fi
 fi
 log "VM run: guest/stress.sh $*"
 t=$(elapsed)
