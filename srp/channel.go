@@ -158,11 +158,8 @@ type channel struct {
 	// Completion waiting (Limits.Completion).
 	armer       ib.NotifyArmer // nil if the connection arms itself
 	notifyArmed bool           // armed by us and its event not yet taken from Ready
-	// Adaptive: the idle passes since the last work, and the clock when the first of them
-	// read it (0: not read yet; -1: the window is over). The clock is read once per clockEvery idle passes, not on
-	// every pass: in a VM whose clocksource is the HPET (as TCG guests get) each read is a
-	// system call and a trapped device access, and reading it on every spin cost the daemon
-	// an eighth of its CPU time.
+	// Adaptive (pollWindowOpen): the idle passes since the last work, and the clock when the
+	// first of them read it (0: not read yet; -1: the window is over).
 	idleSpins int
 	lastWork  int64
 }
@@ -368,7 +365,7 @@ func (ch *channel) run() {
 			continue
 		case c := <-ch.done:
 			ch.onDoneAll(c)
-			ch.idleSpins, ch.lastWork = 0, 0
+			ch.noteWork()
 			continue
 		case <-ch.wake:
 			continue
@@ -408,23 +405,11 @@ func (ch *channel) idle(worked bool) bool {
 		// initiator's round trip catches its next command without a wake-up, and a channel
 		// with no I/O for that long sleeps and costs nothing.
 		if worked {
-			ch.idleSpins, ch.lastWork = 0, 0
+			ch.noteWork()
 		}
-		if ch.lastWork >= 0 {
-			ch.idleSpins++
-			if ch.idleSpins%clockEvery != 0 {
-				runtime.Gosched()
-				return false
-			}
-			now := nanotime()
-			if ch.lastWork == 0 {
-				ch.lastWork = now
-			}
-			if now-ch.lastWork < int64(ch.t.lim.PollWindow) {
-				runtime.Gosched()
-				return false
-			}
-			ch.lastWork = -1 // the window is over until the next work
+		if ch.pollWindowOpen() {
+			runtime.Gosched()
+			return false
 		}
 	}
 	if ch.armer == nil || ch.notifyArmed {
@@ -435,6 +420,33 @@ func (ch *channel) idle(worked bool) bool {
 		return true
 	}
 	ch.notifyArmed = true
+	return false
+}
+
+// noteWork opens a new poll window (adaptive): the channel found work.
+func (ch *channel) noteWork() { ch.idleSpins, ch.lastWork = 0, 0 }
+
+// pollWindowOpen counts an idle pass of an adaptive channel and reports whether its poll
+// window is still open. The clock is read once per clockEvery passes, not on every one: in a
+// VM whose clocksource is the HPET (as TCG guests get) each read is a system call and a
+// trapped device access, and reading it on every pass cost the daemon an eighth of its CPU
+// time. The first read starts the window; once it is over it stays over until noteWork.
+func (ch *channel) pollWindowOpen() bool {
+	if ch.lastWork < 0 {
+		return false
+	}
+	ch.idleSpins++
+	if ch.idleSpins%clockEvery != 0 {
+		return true
+	}
+	now := nanotime()
+	if ch.lastWork == 0 {
+		ch.lastWork = now
+	}
+	if now-ch.lastWork < int64(ch.t.lim.PollWindow) {
+		return true
+	}
+	ch.lastWork = -1
 	return false
 }
 
