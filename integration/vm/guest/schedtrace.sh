@@ -13,7 +13,7 @@
 #                    skipped), total and per I/O, then the pairs seen more than 50 times
 #   switch A -> B    the 25 most frequent sched_switch pairs (comm, CPU number stripped)
 #   wake A wakes B   the 20 most frequent wakeups (waker's comm, wakee's comm)
-#   task T ticks     CPU ticks (utime + stime) per command name over the 2 s
+#   task T ticks     CPU ticks (utime + stime) over the 2 s, per command name
 #   softirq S n      softirqs raised during the 2 s
 #
 # and, when /lab/mmswitch is there (the host wrapper builds it), its MMSWITCH lines: the
@@ -69,13 +69,13 @@ mount -t tracefs nodev $T 2>/dev/null
 [ -e $T/events/sched/sched_switch/enable ] || fail "no tracefs at $T"
 echo 20000 >$T/buffer_size_kb
 
-# ticks: "command ticks" per command name (utime + stime of every process, /N stripped).
+# ticks: "pid command ticks" per process (utime + stime).
 ticks() {
 	local p f
 	for p in /proc/[0-9]*; do
 		read -r -a f <"$p/stat" 2>/dev/null || continue
-		echo "${f[1]} $((f[13] + f[14]))"
-	done | awk '{ gsub(/\/[0-9]+/, "", $1); a[$1] += $2 } END { for (k in a) print k, a[k] }'
+		echo "${f[0]} ${f[1]} $((f[13] + f[14]))"
+	done
 }
 
 # measure NAME DEV: prefill DEV once, run the job, trace 2 s of it, print the lines.
@@ -127,7 +127,9 @@ measure() {
 		sort | uniq -c | sort -rn | head -25 | awk -v p="$p $name" '{ print p, "switch", $2, $3, $4, $1 }'
 	grep 'sched_wakeup:' $T/trace | sed -E 's/^ *([^ ]+)-[0-9]+ .*comm=([^ ]+) .*/\1 wakes \2/; s/\/[0-9]+//g' |
 		sort | uniq -c | sort -rn | head -20 | awk -v p="$p $name" '{ print p, "wake", $2, $3, $4, $1 }'
-	awk 'NR == FNR { a[$1] = $2; next } { d = $2 - a[$1]; if (d > 0) print d, $1 }' /tmp/st/t0 /tmp/st/t1 |
+	# Per process, then summed by command name: a kworker's name changes with the work queue
+	# it last ran, so the name at the end counts (processes started since count from 0).
+	awk 'NR == FNR { a[$1] = $3; next } { d = $3 - a[$1]; gsub(/\/[0-9]+/, "", $2); if (d > 0) sum[$2] += d } END { for (c in sum) print sum[c], c }' /tmp/st/t0 /tmp/st/t1 |
 		sort -rn | head -12 | awk -v p="$p $name" '{ print p, "task", $2, $1 }'
 	paste /tmp/st/s0 /tmp/st/s1 | awk -v p="$p $name" 'NR > 1 { n = NF / 2; a = 0; b = 0
 		for (i = 2; i <= n; i++) a += $i; for (i = n + 2; i <= NF; i++) b += $i
