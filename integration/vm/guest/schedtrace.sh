@@ -3,14 +3,17 @@
 # fio job (4 KiB random read at QD 32, two threads pinned one per vCPU, as in bench.sh):
 # the kernel's sched_switch and sched_wakeup tracepoints for 2 s in the middle of a 12 s
 # run, plus /proc counters. Host side: integration/vm/schedtrace.sh. For each target and
-# ch_count it prints, on lines starting with "SCHEDTRACE <target>-ch<N>":
+# ch_count it prints, on lines starting with "SCHEDTRACE <target>-r<round>-ch<N>":
 #
 #   iops=            fio's IOPS over the whole run
 #   ctxt=            context switches of the guest during the 2 s
 #   cpu=             /proc/stat user nice system idle iowait irq softirq ticks, 2 s
 #   mm_switches=     switches on a CPU from one user process to another (an address-space
 #                    switch: kernel threads borrow the page tables they find, so they are
-#                    skipped), total and per I/O, then the pairs seen more than 50 times
+#                    skipped; the daemon's threads count as one process, other threads by
+#                    their thread id, which counts a switch between two threads of fio as
+#                    one too: an upper bound), total and per I/O, then the pairs seen more
+#                    than 50 times ("mm A => B n")
 #   switch A -> B    the 25 most frequent sched_switch pairs (comm, CPU number stripped)
 #   wake A wakes B   the 20 most frequent wakeups (waker's comm, wakee's comm)
 #   task T ticks     CPU ticks (utime + stime) over the 2 s, per command name
