@@ -1,6 +1,7 @@
 package scsi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -115,6 +116,13 @@ type LogicalUnit struct {
 	ranges rangeLock // LBA ranges of writes in progress, for COMPARE AND WRITE (rangelock.go)
 
 	nonBlocking bool // the backstore never waits for I/O (backstore.NonBlocking)
+
+	// Commands holding the logical unit (Hold), and its retirement (Retire): a reload that
+	// removes or replaces it closes the backstore only once they are done.
+	holds    atomic.Int64
+	retiring atomic.Bool
+	idleOnce sync.Once
+	idle     chan struct{} // closed once retiring with no holds
 }
 
 // NonBlocking reports whether the logical unit's backstore never waits for I/O (RAM, null):
@@ -138,6 +146,7 @@ func NewLogicalUnit(cfg Config) (*LogicalUnit, error) {
 		bs:  cfg.Backstore,
 	}
 	lu.nexuses.Store(&map[*Nexus]*nexusState{})
+	lu.idle = make(chan struct{})
 	if nb, ok := cfg.Backstore.(backstore.NonBlocking); ok {
 		lu.nonBlocking = nb.NonBlocking()
 	}
@@ -162,6 +171,47 @@ func (lu *LogicalUnit) Blocks() uint64 { return lu.blocks.Load() }
 
 // Close closes the backstore. Commands must no longer be submitted.
 func (lu *LogicalUnit) Close() error { return lu.bs.Close() }
+
+// Hold counts a command that is going to run on the logical unit, from the moment its LUN is
+// looked up (before its data-out transfer) until Release. It fails once Retire has begun: the
+// caller's LUN map is out of date and the command must look its LUN up in the current one.
+func (lu *LogicalUnit) Hold() bool {
+	lu.holds.Add(1)
+	if lu.retiring.Load() {
+		lu.Release()
+		return false
+	}
+	return true
+}
+
+// Release ends a successful Hold.
+func (lu *LogicalUnit) Release() {
+	if lu.holds.Add(-1) == 0 && lu.retiring.Load() {
+		lu.idleOnce.Do(func() { close(lu.idle) })
+	}
+}
+
+// Holds reports how many commands hold the logical unit.
+func (lu *LogicalUnit) Holds() int64 { return lu.holds.Load() }
+
+// Retire takes the logical unit out of service once no LUN map hands it out any more (a
+// reload removed or replaced it): later Holds fail, the commands that hold it run to the end,
+// and then the backstore is closed. If ctx ends first the backstore is closed anyway, and the
+// commands still holding it fail with LOGICAL UNIT COMMUNICATION FAILURE (drained is false).
+// Closing at once instead would fail every command that was still moving its data, and a
+// write failed that way reaches the application as an I/O error.
+func (lu *LogicalUnit) Retire(ctx context.Context) (drained bool, err error) {
+	lu.retiring.Store(true)
+	if lu.holds.Load() == 0 {
+		lu.idleOnce.Do(func() { close(lu.idle) })
+	}
+	select {
+	case <-lu.idle:
+		drained = true
+	case <-ctx.Done():
+	}
+	return drained, lu.Close()
+}
 
 // RefreshCapacity re-reads the backstore's size. When it changed, every nexus gets the unit
 // attention CAPACITY DATA HAS CHANGED and changed is true.
