@@ -672,11 +672,10 @@ func (ch *channel) startCmd(c *cmdCtx, b []byte) {
 	c.cmd.Tag = uint64(tag)
 	c.cmd.LUN = lun
 	c.cmd.DataIn, c.cmd.DataOut = nil, nil
-	m := ch.sess.lunMap.Load()
+	m, lu, held := ch.holdLU(lun)
 	c.lunMap = m
-	var lu *scsi.LogicalUnit
-	if mp := m.Lookup(lun); mp != nil {
-		lu = mp.LU
+	if held {
+		c.held = lu
 	}
 	c.activate(ctxCmd, ch.t.seq.Add(1), tag, lun, lu)
 
@@ -725,6 +724,31 @@ func (ch *channel) startCmd(c *cmdCtx, b []byte) {
 		ch.dispatch(c)
 	default:
 		ch.getBuffers(c)
+	}
+}
+
+// holdLU looks lun up in the session's LUN map and holds the logical unit it names, so that a
+// reload that removes or replaces the unit closes its backstore only after this command
+// (scsi.LogicalUnit.Retire). A unit that is retiring is no longer in the session's current map
+// (SetAuthorizer publishes the new maps before the daemon retires the old units): the lookup
+// is made again in that map. Only a map that still hands out a retiring unit (a login that
+// raced the reload) gives it unheld; the command then fails on the closed backstore with
+// LOGICAL UNIT COMMUNICATION FAILURE.
+func (ch *channel) holdLU(lun uint64) (m *scsi.LUNMap, lu *scsi.LogicalUnit, held bool) {
+	var tried *scsi.LUNMap
+	for {
+		m = ch.sess.lunMap.Load()
+		mp := m.Lookup(lun)
+		if mp == nil {
+			return m, nil, false
+		}
+		if mp.LU.Hold() {
+			return m, mp.LU, true
+		}
+		if m == tried {
+			return m, mp.LU, false
+		}
+		tried = m
 	}
 }
 
@@ -1251,6 +1275,10 @@ func (ch *channel) finish(c *cmdCtx, owed bool) {
 	}
 	c.cmd.DataIn, c.cmd.DataOut, c.cmd.CDB = nil, nil, nil
 	c.lunMap = nil
+	if c.held != nil {
+		c.held.Release()
+		c.held = nil
+	}
 	c.stage = stageNone
 	c.free()
 	ch.busy--

@@ -66,6 +66,7 @@ type cmdCtx struct {
 	real      bool    // a command the target works on (not answered by the transport)
 	xportFail bool    // answered by the transport: no residuals
 	lunMap    *scsi.LUNMap
+	held      *scsi.LogicalUnit // the logical unit this command holds (Hold), released in finish
 	cmd       scsi.Command
 	tm        tmReq
 	next      *cmdCtx // wait lists

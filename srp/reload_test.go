@@ -210,3 +210,76 @@ func TestReloadRacingLogin(t *testing.T) {
 	require.NotNil(t, ch)
 	require.Equal(t, []uint16{0, 1}, reportLUNs(t, ch), "the newer configuration wins")
 }
+
+// TestRetireAfterReloadWaitsForCommands: a reload removes LUN 0 while a read and a write are
+// inside its logical unit. Retiring the unit waits for both, which complete GOOD (the read
+// with the data written before); a command sent after the reload gets LOGICAL UNIT NOT
+// SUPPORTED without touching the retiring unit. Before Hold/Retire the unit was closed at once
+// and both commands failed with LOGICAL UNIT COMMUNICATION FAILURE, which Linux reports to
+// the application as an I/O error.
+func TestRetireAfterReloadWaitsForCommands(t *testing.T) {
+	h := newHarness(t, harnessOpts{luns: 2, gate: true})
+	ch := h.login(h.cfg())
+	clearUA(t, ch, 0)
+	clearUA(t, ch, 1)
+	pattern := make([]byte, 4096)
+	for i := range pattern {
+		pattern[i] = byte(i*7 + 3)
+	}
+	rsp, err := ch.Do(ctxT(t), &srptest.Request{CDB: srptest.CDBWrite10(0, 8), DataOut: pattern})
+	require.NoError(t, err)
+	require.NoError(t, rsp.Err())
+
+	h.gate.hold()
+	read, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096})
+	require.NoError(t, err)
+	write, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBWrite10(8, 8), DataOut: make([]byte, 4096)})
+	require.NoError(t, err)
+	waitFor(t, "a read and a write in the backstore", func() bool { return h.gate.entered.Load() == 2 })
+
+	// The reload: LUN 0 is gone from the new map, then its unit retires (the daemon's order).
+	lu0 := h.lus[0]
+	only1, err := scsi.NewLUNMap([]scsi.Mapping{{LUN: 1, LU: h.lus[1]}})
+	require.NoError(t, err)
+	h.tgt.SetAuthorizer(srp.AllowAll(only1))
+	h.lus = h.lus[1:] // retired below: the harness must not close it again
+	type result struct {
+		drained bool
+		err     error
+	}
+	retired := make(chan result, 1)
+	go func() {
+		d, err := lu0.Retire(ctxT(t))
+		retired <- result{d, err}
+	}()
+	select {
+	case <-retired:
+		t.Fatal("the logical unit retired with two commands inside it")
+	case <-time.After(50 * time.Millisecond):
+	}
+	require.EqualValues(t, 2, lu0.Holds())
+
+	rsp, err = ch.TestUnitReady(ctxT(t), 0)
+	require.NoError(t, err)
+	k, asc, ascq := senseOf(t, rsp)
+	require.Equal(t, []uint8{0x05, 0x25, 0x00}, []uint8{k, asc, ascq}, "LOGICAL UNIT NOT SUPPORTED after the reload")
+	require.EqualValues(t, 2, lu0.Holds(), "the command to the removed LUN held nothing")
+
+	h.gate.release()
+	rsp, err = read.Wait(ctxT(t))
+	require.NoError(t, err)
+	require.NoError(t, rsp.Err())
+	require.Equal(t, pattern, rsp.DataIn)
+	rsp, err = write.Wait(ctxT(t))
+	require.NoError(t, err)
+	require.NoError(t, rsp.Err())
+	select {
+	case r := <-retired:
+		require.True(t, r.drained)
+		require.NoError(t, r.err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Retire did not return after the commands completed")
+	}
+	require.Zero(t, lu0.Holds())
+	h.waitIdle()
+}
