@@ -383,14 +383,52 @@ func (d *daemon) commit(p *plan) {
 	}
 	for num, st := range old {
 		if p.luns[num] != st {
-			_ = st.lu.Close()
+			d.retire(st)
 		}
 	}
+	// d.stores keeps the backstores the running logical units use, and only those: a store
+	// left to a retiring unit is closed when the unit's commands are done, and must not be
+	// found by a later reload meanwhile.
+	inUse := make(map[*sharedStore]bool, len(d.luns))
+	for _, st := range d.luns {
+		inUse[st.store] = true
+	}
 	for k, s := range d.stores {
-		if s.refs.Load() == 0 {
+		if !inUse[s] {
 			delete(d.stores, k)
 		}
 	}
+}
+
+// retireTimeout bounds how long a logical unit removed or replaced by a reload waits for the
+// commands in progress on it before its backstore is closed under them.
+const retireTimeout = srp.DefaultDrainTimeout
+
+// retire takes a logical unit that a reload removed or replaced out of service. The new LUN
+// maps are published already, so no new command reaches it; the commands that hold it (from
+// before the reload, some still moving their data) run to the end, then its backstore
+// reference is dropped (the last one flushes and closes it). Closing at once would fail them
+// with LOGICAL UNIT COMMUNICATION FAILURE, an I/O error for the application. The wait is on
+// its own goroutine, tracked by closers, so that a reload never waits for it.
+func (d *daemon) retire(st *lunState) {
+	d.closers.Add(1)
+	go func() {
+		defer d.closers.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), retireTimeout)
+		defer cancel()
+		holds := st.lu.Holds()
+		drained, err := st.lu.Retire(ctx)
+		switch {
+		case err != nil:
+			d.log.Warn("closing a retired logical unit", zap.Int("lun", st.num), zap.Error(err))
+		case !drained:
+			d.log.Warn("retired logical unit closed with commands still in progress: they fail with LOGICAL UNIT COMMUNICATION FAILURE",
+				zap.Int("lun", st.num), zap.Duration("waited", retireTimeout), zap.Int64("commands", st.lu.Holds()))
+		case holds > 0:
+			d.log.Info("retired logical unit closed after its commands in progress finished",
+				zap.Int("lun", st.num), zap.Int64("commands", holds))
+		}
+	}()
 }
 
 // serve runs the engine's Serve loop for one listener until the listener is removed by a

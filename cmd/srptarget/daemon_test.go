@@ -604,3 +604,43 @@ func TestReloadChangedLUNKeepsItsBackstore(t *testing.T) {
 	}
 	require.NoError(t, e.stop(syscall.SIGINT))
 }
+
+// TestReloadRemoveAndReAddLUN: a reload removes the file LUN 1, the next one adds it back. The
+// removed unit retires on its own goroutine, so its backstore must leave the daemon's stores at
+// once: the second reload opens the file afresh instead of reusing a store that is closing,
+// and reads back what was written before the removal.
+func TestReloadRemoveAndReAddLUN(t *testing.T) {
+	e := newEnv(t, e2eConfig)
+	e.start()
+	ch, err := e.login(rwInitiator, "", 5555)
+	require.NoError(t, err)
+	defer ch.Close()
+	clearUA(t, ch, 0)
+	clearUA(t, ch, 1)
+	ctx := context.Background()
+	data := pattern(4096, 9)
+	rsp, err := ch.Write10(ctx, 1, 0, data, 512)
+	require.NoError(t, err)
+	require.NoError(t, rsp.Err())
+	store1 := e.d.luns[1].store
+
+	without1 := strings.Replace(e2eConfig, "  - lun: 1\n    backstore: file\n    path: DIR/lun1.img\n    create: true\n    size: 8MiB\n", "", 1)
+	without1 = strings.ReplaceAll(without1, "luns: [0, 1]", "luns: [0]")
+	require.NotEqual(t, e2eConfig, without1)
+	e.writeConfig(without1)
+	require.NoError(t, e.reload())
+	require.Equal(t, 1, e.count("configuration reloaded", "luns_removed", "[1]"))
+	for _, s := range e.d.stores {
+		require.NotSame(t, store1, s, "the removed LUN's backstore is still offered to later reloads")
+	}
+
+	e.writeConfig(e2eConfig)
+	require.NoError(t, e.reload())
+	require.NotSame(t, store1, e.d.luns[1].store)
+	clearUA(t, ch, 1)
+	rsp, err = ch.Read10(ctx, 1, 0, 8, 512)
+	require.NoError(t, err)
+	require.NoError(t, rsp.Err())
+	require.Equal(t, data, rsp.DataIn)
+	require.NoError(t, e.stop(syscall.SIGINT))
+}

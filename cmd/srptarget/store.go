@@ -59,11 +59,12 @@ func (k storeKey) String() string {
 // closes the real backstore.
 //
 // It also makes closing safe while commands may still run: a reload swaps the LUN maps first
-// and closes removed logical units afterwards, but a command that picked up the old map just
-// before the swap can still be on its way into the backstore. Every operation holds mu shared;
-// closing takes it exclusively, so it waits for operations already inside and refuses later
-// ones with backstore.ErrClosed. Closing happens on its own goroutine (tracked by closers) so
-// that a reload never waits for a slow device.
+// and retires removed logical units afterwards (daemon.retire: their commands in progress
+// finish first), but a unit retired after retireTimeout, or one a racing login still maps,
+// can see a command on its way into the backstore after its reference is gone. Every
+// operation holds mu shared; closing takes it exclusively, so it waits for operations already
+// inside and refuses later ones with backstore.ErrClosed. Closing happens on its own goroutine
+// (tracked by closers) so that a reload never waits for a slow device.
 type sharedStore struct {
 	backstore.Backstore
 	key     storeKey
