@@ -10,7 +10,7 @@
 #   instance 1, "reference": one login and logout, then SIGQUIT: the number of
 #     goroutines of an idle daemon that has served a session (the yardstick for
 #     the goroutine checks; the daemon has no debug endpoint).
-#   instance 2 runs multiport, large, cycles, resets and rejects in turn, and is
+#   instance 2 runs multiport, large, cycles, resets, reload and rejects in turn, and is
 #   then SIGQUIT for its goroutines:
 #   multiport: two initiator ports (initiator_ext a1 and b2) logged in at once
 #     with ch_count=4 each, each ACL its own LUN map: port a1 sees only LUN 2,
@@ -35,6 +35,12 @@
 #     escalates it to a host reset: ib_srp disconnects and logs in again) while
 #     fio writes, as blktests srp/014 (which flips a device the error handler
 #     set offline back to running, counted here).
+#   reload: SIGHUP every 2 s (reloads=, 4 with quick=1, else 10) alternating
+#     between the configuration and one that gives LUN 0 and LUN 1 a vendor
+#     string, so that each reload replaces both logical units (over the same
+#     backstores) while fio writes and verifies on LUN 1: every reload must
+#     succeed, fio must verify without error, and no command may fail because
+#     its logical unit was retired (configs/README.md, "Reloading").
 #   rejects: logins the target must refuse, alternately with a wrong target
 #     port identifier (id_ext) and from an initiator port no ACL admits; then
 #     a good login still works.
@@ -74,8 +80,9 @@
 #     GOROUTINE_SLACK (0) more than the reference.
 #
 # Arguments (k=v): quick=1 (the CI subset: multiport, large 4 MiB direct only,
-#   cycles=5, resets_secs=15, rejects=100; no kill and devdel), cycles=20,
-#   resets_secs=30, rejects=1000, port=5555, port2=5556, only=LIST (comma
+#   cycles=5, resets_secs=15, reloads=4, rejects=100; no kill and devdel),
+#   cycles=20, resets_secs=30, reloads=10, rejects=1000, port=5555,
+#   port2=5556, only=LIST (comma
 #   separated scenario names: run only these, for debugging).
 # shellcheck disable=SC2317 # functions called through check/wait_for
 # shellcheck source=lib.sh
@@ -85,9 +92,9 @@
 
 QUICK=$(arg quick 0)
 if [ "$QUICK" = 1 ]; then
-	CYCLES=$(arg cycles 5) RESET_SECS=$(arg resets_secs 15) REJECTS=$(arg rejects 100)
+	CYCLES=$(arg cycles 5) RESET_SECS=$(arg resets_secs 15) REJECTS=$(arg rejects 100) RELOADS=$(arg reloads 4)
 else
-	CYCLES=$(arg cycles 20) RESET_SECS=$(arg resets_secs 30) REJECTS=$(arg rejects 1000)
+	CYCLES=$(arg cycles 20) RESET_SECS=$(arg resets_secs 30) REJECTS=$(arg rejects 1000) RELOADS=$(arg reloads 10)
 fi
 PORT=$(arg port 5555)
 PORT2=$(arg port2 5556)
@@ -579,6 +586,69 @@ if want resets; then
 fi
 
 # ------------------------------------------------------------------ rejects
+# ------------------------------------------------------------------ reload
+if want reload; then
+	scenario reload "$RELOADS configuration reloads under I/O"
+	before=$(res_now)
+	# Configuration B: LUN 0 and LUN 1 get a vendor string, so every reload replaces both
+	# logical units (over the same backstores) while fio writes to LUN 1.
+	CONFIG_B=$STRESS_DIR/reload-b.yaml
+	sed -e 's/^    serial: stress0$/    serial: stress0\n    vendor: RELOADB/' \
+		-e 's/^    serial: stress1$/    serial: stress1\n    vendor: RELOADB/' "$CONFIG" >"$CONFIG_B"
+	cp "$CONFIG" "$STRESS_DIR/reload-a.yaml"
+	if ! grep -c 'vendor: RELOADB' "$CONFIG_B" | grep -qx 2 || ! "$BIN" validate --config "$CONFIG_B" >/tmp/validate-b.txt 2>&1; then
+		record "reload: configuration B" fail "$(head -2 /tmp/validate-b.txt)"
+	elif login_wait "reload: login" "ch_count=2" "0 1"; then
+		d0=$(wc -l <"$DLOG")
+		DEV1=$(host_lun_dev "$H" 1)
+		fio_loop_start reload "$STRESS_DIR/reload.stop" --name=reload --filename="$DEV1" --direct=1 \
+			--rw=randwrite --bs=64k --iodepth=16 --size=32M --offset=128M
+		reloaded() { [ "$(tail -n +$((d0 + 1)) "$DLOG" | grep -cE 'configuration reloaded|reload failed')" -ge "$1" ]; }
+		nhup=0
+		for i in $(seq 1 "$RELOADS"); do
+			sleep 2
+			if [ $((i % 2)) = 1 ]; then cp "$CONFIG_B" "$CONFIG"; else cp "$STRESS_DIR/reload-a.yaml" "$CONFIG"; fi
+			kill -HUP "$PID"
+			nhup=$((nhup + 1))
+			wait_for 20 reloaded "$nhup" || break
+		done
+		cp "$STRESS_DIR/reload-a.yaml" "$CONFIG"
+		if [ $((nhup % 2)) = 1 ]; then
+			kill -HUP "$PID"
+			nhup=$((nhup + 1))
+			wait_for 20 reloaded "$nhup"
+		fi
+		touch "$STRESS_DIR/reload.stop"
+		fio_loop_wait 300
+		log=$(tail -n +$((d0 + 1)) "$DLOG")
+		nok=$(grep -c 'configuration reloaded' <<<"$log")
+		nfail=$(grep -c 'reload failed' <<<"$log")
+		nret=$(grep -c 'retired logical unit closed after its commands in progress finished' <<<"$log")
+		nlate=$(grep -c 'retired logical unit closed with commands still in progress' <<<"$log")
+		if [ "$nok" = "$nhup" ] && [ "$nfail" = 0 ]; then
+			record "reload: $nhup reloads" pass "$nok times 'configuration reloaded' (LUN 0 and LUN 1 replaced each time); $nret retired unit(s) had commands in progress and closed after them"
+		else
+			record "reload: $nhup reloads" fail "$nok reloaded, $nfail failed: $(grep -m1 -E 'configuration error|reload failed' <<<"$log" | cut -f3- | cut -c1-200)"
+		fi
+		if [ -z "$FL_FAIL" ] && [ "$FL_RUNS" -gt 0 ]; then
+			record "reload: fio verify" pass "$FL_RUNS runs, $FL_WRITES writes, $FL_READS verify reads, 0 verify errors, 0 I/O errors while the units were replaced"
+		else
+			record "reload: fio verify" fail "${FL_FAIL:-no fio run}"
+		fi
+		sense=$(dmesg_since "$SC_DMESG" | grep -ciE 'Hardware Error|Logical unit communication failure')
+		if [ "$nlate" = 0 ] && [ "$sense" = 0 ]; then
+			record "reload: no command failed by the retirement" pass "no 'closed with commands still in progress' in the daemon's log, no HARDWARE ERROR sense in the kernel's"
+		else
+			record "reload: no command failed by the retirement" fail "$nlate late closes in the daemon's log, $sense HARDWARE ERROR / LOGICAL UNIT COMMUNICATION FAILURE lines in the kernel's"
+		fi
+		logout_host "$H"
+	fi
+	wait_quiet 20 "$(fds_of "$before")"
+	res_check "reload: resources" "$before" "$(res_now)" "" "" "$SC_T0"
+	daemon_ok "reload: daemon"
+	scenario_end
+fi
+
 if want rejects; then
 	scenario rejects "$REJECTS logins to refuse"
 	before=$(res_now)
