@@ -196,8 +196,9 @@ func (lu *LogicalUnit) Holds() int64 { return lu.holds.Load() }
 
 // Retire takes the logical unit out of service once no LUN map hands it out any more (a
 // reload removed or replaced it): later Holds fail, the commands that hold it run to the end,
-// and then the backstore is closed. If ctx ends first the backstore is closed anyway, and the
-// commands still holding it fail with LOGICAL UNIT COMMUNICATION FAILURE (drained is false).
+// and then the backstore is closed. If ctx ends first the backstore is closed anyway (drained is
+// false): of the commands still holding it, those that reach the backstore afterwards fail
+// with LOGICAL UNIT COMMUNICATION FAILURE.
 // Closing at once instead would fail every command that was still moving its data, and a
 // write failed that way reaches the application as an I/O error.
 func (lu *LogicalUnit) Retire(ctx context.Context) (drained bool, err error) {

@@ -422,7 +422,7 @@ func (d *daemon) retire(st *lunState) {
 		case err != nil:
 			d.log.Warn("closing a retired logical unit", zap.Int("lun", st.num), zap.Error(err))
 		case !drained:
-			d.log.Warn("retired logical unit closed with commands still in progress: they fail with LOGICAL UNIT COMMUNICATION FAILURE",
+			d.log.Warn("retired logical unit closed with commands still in progress: those that reach its backstore now fail with LOGICAL UNIT COMMUNICATION FAILURE",
 				zap.Int("lun", st.num), zap.Duration("waited", retireTimeout), zap.Int64("commands", st.lu.Holds()))
 		case holds > 0:
 			d.log.Info("retired logical unit closed after its commands in progress finished",

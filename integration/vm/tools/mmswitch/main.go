@@ -32,14 +32,8 @@ import (
 )
 
 func main() {
-	if len(os.Args) == 4 && os.Args[1] == "-child" {
-		n, err1 := strconv.Atoi(os.Args[2])
-		pages, err2 := strconv.Atoi(os.Args[3])
-		if err1 != nil || err2 != nil {
-			fatal(fmt.Errorf("child: bad arguments %q", os.Args[2:]))
-		}
-		// The parent passes the pipe ends as fds 3 (read) and 4 (write).
-		fatal(echo(3, 4, n, pages))
+	if isChild(os.Args) {
+		fatal(childMain(os.Args))
 		return
 	}
 	n := flag.Int("n", 20000, "round trips per measurement")
@@ -56,6 +50,20 @@ func main() {
 			fmt.Printf("MMSWITCH pages=%d mode=%s round_trip_us=%.1f\n", pages, mode, rt.Seconds()*1e6/float64(*n))
 		}
 	}
+}
+
+// isChild reports whether args are those measure gives the re-executed binary.
+func isChild(args []string) bool { return len(args) == 4 && args[1] == "-child" }
+
+// childMain is the echo end in the process measure starts: "-child N PAGES", the pipe ends
+// as fds 3 (read) and 4 (write).
+func childMain(args []string) error {
+	n, err1 := strconv.Atoi(args[2])
+	pages, err2 := strconv.Atoi(args[3])
+	if err1 != nil || err2 != nil {
+		return fmt.Errorf("child: bad arguments %q", args[2:])
+	}
+	return echo(3, 4, n, pages)
 }
 
 func fatal(err error) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,13 +9,8 @@ import (
 
 // TestMain plays the echo end when measure re-executes the test binary as the child process.
 func TestMain(m *testing.M) {
-	if len(os.Args) == 4 && os.Args[1] == "-child" {
-		n, err1 := strconv.Atoi(os.Args[2])
-		pages, err2 := strconv.Atoi(os.Args[3])
-		if err1 != nil || err2 != nil {
-			os.Exit(2)
-		}
-		if err := echo(3, 4, n, pages); err != nil {
+	if isChild(os.Args) {
+		if err := childMain(os.Args); err != nil {
 			os.Exit(1)
 		}
 		os.Exit(0)
