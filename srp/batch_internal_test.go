@@ -3,6 +3,7 @@ package srp
 import (
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -39,7 +40,7 @@ func (r *recordConn) RemoteAddr() netip.AddrPort                   { return neti
 func TestPostBatches(t *testing.T) {
 	mr := &fakeMR{buf: make([]byte, 1<<16)}
 	rec := &recordConn{}
-	ch := &channel{t: &Target{}, conn: rec, sqFree: 100,
+	ch := &channel{t: &Target{lim: Limits{}.withDefaults()}, conn: rec, sqFree: 100, timer: time.NewTimer(time.Hour),
 		batch: make([]ib.SendWR, 0, 4), batchSGEs: make([]ib.SGE, 0, 4)}
 	ctxs := make([]cmdCtx, 3)
 	chain := func(c int, n int) []ib.SendWR {

@@ -162,7 +162,24 @@ type channel struct {
 	// first of them read it (0: not read yet; -1: the window is over).
 	idleSpins int
 	lastWork  int64
+
+	// Data buffers held (bytes of pool blocks), against the quota Limits.MaxChannelBuffer.
+	bufHeld  int64
+	bufQuota int64
+	// The stall watchdog (watchdog): sendProgress counts send-queue completions; wdAt is the
+	// next check (zero: not armed), wdSeen the count at the last check that saw progress, at
+	// wdSince.
+	sendProgress uint64
+	wdSeen       uint64
+	wdAt         time.Time
+	wdSince      time.Time
+	// BUSY answers are logged at most once per busyLogEvery per channel, with a count.
+	busyLogAt int64
+	busyCount int
 }
+
+// busyLogEvery is how often a channel may log that it answered BUSY for want of a buffer.
+const busyLogEvery = 10 * time.Second
 
 // clockEvery is how many idle passes of an adaptive channel go by between clock reads. A pass
 // is a completion-queue poll and a yield, microseconds at most, so the poll window ends at
@@ -249,6 +266,7 @@ func newChannel(t *Target, sess *session, pool *bufPool, pd ib.ProtectionDomain,
 	ch.batch = make([]ib.SendWR, 0, batchCap)
 	ch.batchSGEs = make([]ib.SGE, 0, batchCap)
 	ch.sqFree = ch.sqDepth
+	ch.bufQuota = lim.MaxChannelBuffer
 	ch.recvPosted = ch.nrecv
 	ch.ledger = creditLedger{granted: int64(ch.credits)}
 	ch.timer = time.NewTimer(time.Hour)
@@ -545,6 +563,7 @@ func (ch *channel) onCompletion(wc *ib.Completion) {
 			return
 		}
 		ch.sendBatches--
+		ch.sendProgress++
 		ch.sqFree++
 		ch.ctlBusy[slot] = false
 		if wc.Status != ib.StatusSuccess && wc.Status != ib.StatusWRFlushError {
@@ -794,9 +813,19 @@ func (ch *channel) getBuffers(c *cmdCtx) {
 	ch.retryBufWaiters()
 }
 
-// allocBuffers allocates c's buffers, all or none.
+// allocBuffers allocates c's buffers, all or none, within the channel's share of the pool
+// (Limits.MaxChannelBuffer): a channel whose initiator stops taking its responses holds at
+// most that share until the stall watchdog closes it. A channel that holds nothing may take
+// one command's buffers whatever their size, so that no command waits for ever.
 func (ch *channel) allocBuffers(c *cmdCtx) bool {
 	d := c.dataBuf()
+	need := ch.pool.blockBytes(d.Len())
+	if d.External() {
+		need += ch.pool.blockBytes(uint32(d.TableLen() * DirectBufSize))
+	}
+	if ch.bufHeld > 0 && ch.bufHeld+need > ch.bufQuota {
+		return false
+	}
 	buf, ok := ch.pool.alloc(d.Len())
 	if !ok {
 		return false
@@ -810,7 +839,16 @@ func (ch *channel) allocBuffers(c *cmdCtx) bool {
 		c.table = tbl
 	}
 	c.buf = buf
+	ch.bufHeld += need
 	return true
+}
+
+// releaseBuffers gives c's buffers back to the pool.
+func (ch *channel) releaseBuffers(c *cmdCtx) {
+	ch.bufHeld -= c.buf.bytes() + c.table.bytes()
+	ch.pool.release(c.buf)
+	ch.pool.release(c.table)
+	c.buf, c.table = noBuf, noBuf
 }
 
 // startData moves a command that has its buffers on to its first data stage.
@@ -1042,6 +1080,7 @@ func (ch *channel) post(c *cmdCtx, wrs []ib.SendWR) {
 	ch.sqFree -= len(wrs)
 	ch.sendBatches++
 	c.batchWRs = len(wrs)
+	ch.armWatchdog()
 }
 
 // flushSends posts the queued work requests with one PostSend.
@@ -1082,6 +1121,7 @@ func (ch *channel) onSendCompletion(c *cmdCtx, wc *ib.Completion) {
 		return
 	}
 	ch.sendBatches--
+	ch.sendProgress++
 	ch.sqFree += c.batchWRs
 	c.batchWRs = 0
 	if wc.Status != ib.StatusSuccess {
@@ -1120,9 +1160,7 @@ func (ch *channel) onTableRead(c *cmdCtx) {
 	table := ch.pool.bytes(c.table)
 	d := c.dataBuf()
 	if sum := tableTotal(table); sum != uint64(d.Len()) {
-		ch.pool.release(c.buf)
-		ch.pool.release(c.table)
-		c.buf, c.table = noBuf, noBuf
+		ch.releaseBuffers(c)
 		ch.active--
 		c.real = false
 		ch.answerTransport(c, scsi.StatusCheckCondition, scsi.ReasonInvalidFieldInCommandIU,
@@ -1257,9 +1295,7 @@ func (ch *channel) finishAborted(c *cmdCtx) {
 // finish releases c: buffers back to the pool, its receive buffer re-posted (unless closing),
 // and the context back on the free list, then starts an IU parked for want of a context.
 func (ch *channel) finish(c *cmdCtx, owed bool) {
-	ch.pool.release(c.buf)
-	ch.pool.release(c.table)
-	c.buf, c.table = noBuf, noBuf
+	ch.releaseBuffers(c)
 	if c.recv >= 0 {
 		if ch.state != chClosing {
 			ch.repost(c.recv)
@@ -1385,20 +1421,89 @@ func (ch *channel) onTimer() {
 			ch.log.Warn("still waiting for commands to leave the logical units", zap.Int("commands", ch.execCount))
 			ch.armTimer(now.Add(ch.t.lim.DrainTimeout))
 		}
+		if !ch.noFlush && now.Before(ch.drainAt) {
+			// The timer fired for something armed before the close (a buffer wait, the
+			// watchdog): the drain deadline still needs it.
+			ch.armTimer(ch.drainAt)
+		}
 		return
 	}
-	deadline := nanotime() - int64(ch.t.lim.BufferWait)
+	if !ch.wdAt.IsZero() && !now.Before(ch.wdAt) {
+		ch.watchdog(now)
+		if ch.state == chClosing {
+			return
+		}
+	}
+	clock := nanotime()
+	deadline := clock - int64(ch.t.lim.BufferWait)
 	for ch.bufHead != nil && ch.bufHead.waitSince <= deadline {
 		c := ch.bufHead
 		ch.popBuf()
 		ch.t.stats.bufferBusy.Add(1)
+		ch.busyCount++
 		ch.active--
 		c.real = false
 		ch.answerTransport(c, scsi.StatusBusy, scsi.ReasonNone, "")
 	}
+	if ch.busyCount > 0 && (ch.busyLogAt == 0 || clock-ch.busyLogAt >= int64(busyLogEvery)) {
+		// Silent BUSY answers hide a starved target: say so, at most once per busyLogEvery.
+		ch.log.Warn("commands answered BUSY: no data buffer within buffer_wait",
+			zap.Int("commands", ch.busyCount), zap.Duration("buffer_wait", ch.t.lim.BufferWait),
+			zap.Int64("channel_buffer_bytes", ch.bufHeld), zap.Int64("max_channel_buffer", ch.bufQuota),
+			zap.Int64("pool_in_use", ch.pool.inUse.Load()), zap.Int64("pool_size", ch.pool.size()))
+		ch.busyCount, ch.busyLogAt = 0, clock
+	}
 	if ch.bufHead != nil {
 		ch.armTimer(time.Now().Add(time.Duration(ch.bufHead.waitSince - deadline)))
 	}
+	if !ch.wdAt.IsZero() {
+		ch.armTimer(ch.wdAt)
+	}
+}
+
+// watchdogPeriod is how often the stall watchdog looks at a channel with work outstanding:
+// a stall is noticed between RDMATimeout and RDMATimeout + watchdogPeriod after the last
+// completion.
+func (ch *channel) watchdogPeriod() time.Duration { return ch.t.lim.RDMATimeout / 4 }
+
+// armWatchdog starts watching the send queue when work is posted; a watchdog already armed
+// stays as it is, so a busy channel reads the clock once per watchdogPeriod, not per post.
+func (ch *channel) armWatchdog() {
+	if !ch.wdAt.IsZero() {
+		return
+	}
+	now := time.Now()
+	ch.wdSeen, ch.wdSince = ch.sendProgress, now
+	ch.wdAt = now.Add(ch.watchdogPeriod())
+	ch.armTimer(ch.wdAt)
+}
+
+// watchdog closes the channel when work requests are outstanding and none has completed for
+// Limits.RDMATimeout. Send-queue work completes in order on a reliable connection, so one
+// that makes no progress holds up all behind it: an initiator that posts no receive buffers
+// leaves the response SENDs in RNR retry for ever (ib_srp asks for infinite RNR retries),
+// and with them the data buffers of its commands. Disconnecting moves the queue pair to the
+// error state; the flushed work requests give the buffers back, and the commands end without
+// a response.
+func (ch *channel) watchdog(now time.Time) {
+	if ch.sendBatches == 0 {
+		ch.wdAt = time.Time{}
+		return
+	}
+	if ch.sendProgress != ch.wdSeen {
+		ch.wdSeen, ch.wdSince = ch.sendProgress, now
+	} else if stalled := now.Sub(ch.wdSince); stalled >= ch.t.lim.RDMATimeout {
+		ch.t.stats.rdmaStalls.Add(1)
+		ch.log.Warn("RDMA stalled: no work request completed within rdma_timeout; closing the channel and aborting its commands",
+			zap.Duration("stalled", stalled), zap.Duration("rdma_timeout", ch.t.lim.RDMATimeout),
+			zap.Int("work_batches_outstanding", ch.sendBatches), zap.Int("commands", ch.active),
+			zap.Int64("buffer_bytes", ch.bufHeld),
+			zap.String("hint", "the initiator stopped taking responses (no receive buffers posted, or hung); a healthy initiator reconnects"))
+		ch.wdAt = time.Time{}
+		ch.beginClose("RDMA stalled for " + stalled.Round(time.Millisecond).String())
+		return
+	}
+	ch.wdAt = now.Add(ch.watchdogPeriod())
 }
 
 func (ch *channel) armTimer(at time.Time) {
@@ -1432,6 +1537,7 @@ func (ch *channel) postCtl(slot int, n int) bool {
 	ch.ctlBusy[slot] = true
 	ch.sqFree--
 	ch.sendBatches++
+	ch.armWatchdog()
 	return true
 }
 

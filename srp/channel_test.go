@@ -372,7 +372,7 @@ func TestChannelSpareReceive(t *testing.T) {
 		lim.MaxQueueDepth = tc.depth
 		f := linuxLogin()
 		req := &fakeReq{priv: loginBytes(t, f), respRes: 4, pd: node.PD(), limits: lim}
-		sess := tgt.session(nexusKey{f.InitiatorPortID, f.TargetPortID})
+		sess, _ := tgt.acquireSession(nexusKey{f.InitiatorPortID, f.TargetPortID})
 		ch, ap, err := tgt.prepareChannel(sess, req, &f)
 		require.NoError(t, err)
 		require.Equal(t, tc.credits, ch.credits)

@@ -49,6 +49,28 @@ const (
 	// queue-depth-1 stream is served without a wake-up, and short enough that a channel
 	// whose I/O has stopped sleeps again almost at once.
 	DefaultPollWindow = 2 * time.Millisecond
+	// DefaultRDMATimeout is how long a channel's work requests may make no progress before
+	// the channel is closed: long enough for a congested fabric or a busy initiator, short
+	// enough that one initiator that stops taking its responses cannot hold the target's
+	// buffers for long. SCST's srpt aborts commands whose completion did not come within 80 s
+	// (ib_srpt.c RDMA_COMPL_TIMEOUT_S); Linux's SCSI layer times a command out after 30 s.
+	DefaultRDMATimeout = 30 * time.Second
+	// DefaultChannelBufferShare is the default share of a device's buffer pool that one
+	// channel may hold: a quarter, so that a channel that stops completing its work holds at
+	// most that much until the stall timeout closes it, and the others keep three quarters.
+	DefaultChannelBufferShare = 4
+	// DefaultMaxSessions bounds the I_T nexuses the target remembers. Each live channel costs
+	// about 1.2 MiB of registered memory and 0.8 MiB of heap with the default credits, and a
+	// session without channels a few kilobytes; 256 sessions with one channel each is about
+	// 500 MiB, a tenth of a small server.
+	DefaultMaxSessions = 256
+	// DefaultMaxChannelsTotal bounds the RDMA channels of the whole target (about 2 MiB each,
+	// see DefaultMaxSessions): 512 is about 1 GiB.
+	DefaultMaxChannelsTotal = 512
+	// DefaultMaxLoginsInProgress bounds the logins handled at once. A login is quick unless
+	// it waits for the nexus's previous channels to close (MULTI-CHANNEL ACTION single); a
+	// flood of logins beyond this is refused at once instead of piling up goroutines.
+	DefaultMaxLoginsInProgress = 32
 
 	// MinTIIULen is the smallest MaxTIIULen: an SRP_RSP with 4 bytes of response data or the
 	// largest sense data the SCSI layer produces.
@@ -111,6 +133,31 @@ type Limits struct {
 	// PollWindow is how long a channel in CompletionAdaptive keeps polling after its last
 	// work before it sleeps.
 	PollWindow time.Duration
+	// RDMATimeout is how long a channel with work requests outstanding may see none of them
+	// complete before it is closed as stalled: its commands are aborted and its buffers go
+	// back to the pool. An initiator that posts no receive buffers leaves the target's
+	// responses in RNR retry for ever (ib_srp asks for an infinite RNR retry count, and the
+	// target cannot change it once connected), with each command's data buffer held; this
+	// bounds how long. Task management waits are bounded by it as well.
+	RDMATimeout time.Duration
+	// MaxChannelBuffer bounds the data-buffer memory one channel may hold at once, so that
+	// one initiator cannot take the whole pool of a device: a command that would go beyond
+	// it waits like one that finds the pool empty (then BUSY). A channel that holds nothing
+	// may always take one command's buffers, so no command is refused for it. Default: a
+	// quarter of BufferPoolSize (DefaultChannelBufferShare).
+	MaxChannelBuffer int64
+	// MaxSessions bounds the I_T nexuses the target keeps. A session without channels is
+	// kept so that unit attentions reach its initiator when it logs in again; when a new
+	// nexus needs room, the one without channels the longest is forgotten. A login that
+	// finds every session with channels is refused with INSUFFICIENT RESOURCES.
+	MaxSessions int
+	// MaxChannelsTotal bounds the RDMA channels of the target across all nexuses (each pins
+	// its receive and send buffers); a login beyond it is refused with INSUFFICIENT
+	// RESOURCES.
+	MaxChannelsTotal int
+	// MaxLoginsInProgress bounds the connection requests being answered at once; a request
+	// beyond it is refused at once with INSUFFICIENT RESOURCES.
+	MaxLoginsInProgress int
 }
 
 // CompletionMode is how a channel waits for completions when it has nothing to do. The
@@ -199,6 +246,21 @@ func (l Limits) withDefaults() Limits {
 	if l.PollWindow == 0 {
 		l.PollWindow = DefaultPollWindow
 	}
+	if l.RDMATimeout == 0 {
+		l.RDMATimeout = DefaultRDMATimeout
+	}
+	if l.MaxChannelBuffer == 0 {
+		l.MaxChannelBuffer = l.BufferPoolSize / DefaultChannelBufferShare
+	}
+	if l.MaxSessions == 0 {
+		l.MaxSessions = DefaultMaxSessions
+	}
+	if l.MaxChannelsTotal == 0 {
+		l.MaxChannelsTotal = DefaultMaxChannelsTotal
+	}
+	if l.MaxLoginsInProgress == 0 {
+		l.MaxLoginsInProgress = DefaultMaxLoginsInProgress
+	}
 	return l
 }
 
@@ -231,6 +293,16 @@ func (l Limits) validate() error {
 		return fmt.Errorf("completion mode %v unknown", l.Completion)
 	case l.PollWindow < 0 || l.PollWindow > time.Second:
 		return fmt.Errorf("poll window %v outside [0, 1s]", l.PollWindow)
+	case l.RDMATimeout < time.Millisecond:
+		return fmt.Errorf("RDMA timeout %v is less than 1ms", l.RDMATimeout)
+	case l.MaxChannelBuffer < poolMinBlock:
+		return fmt.Errorf("max channel buffer %d is less than %d", l.MaxChannelBuffer, poolMinBlock)
+	case l.MaxSessions < 1:
+		return fmt.Errorf("max sessions %d is less than 1", l.MaxSessions)
+	case l.MaxChannelsTotal < 1:
+		return fmt.Errorf("max channels total %d is less than 1", l.MaxChannelsTotal)
+	case l.MaxLoginsInProgress < 1:
+		return fmt.Errorf("max logins in progress %d is less than 1", l.MaxLoginsInProgress)
 	}
 	return nil
 }

@@ -187,7 +187,14 @@ func (t *Target) login(req ib.ConnRequest, lps uint16) {
 		return
 	}
 
-	sess := t.session(nexusKey{initiator: f.InitiatorPortID, target: f.TargetPortID})
+	sess, ok := t.acquireSession(nexusKey{initiator: f.InitiatorPortID, target: f.TargetPortID})
+	if !ok {
+		t.reject(req, f.Tag, LoginRejInsufficientResources, log,
+			fmt.Sprintf("the target has %d I_T nexuses with channels (max_sessions %d)", t.lim.MaxSessions, t.lim.MaxSessions),
+			"raise limits.max_sessions, or log out initiators that are no longer used")
+		return
+	}
+	defer t.releaseSession(sess)
 	sess.loginMu.Lock()
 	defer sess.loginMu.Unlock()
 	sess.waitReset()
@@ -202,6 +209,17 @@ func (t *Target) login(req ib.ConnRequest, lps uint16) {
 				fmt.Sprintf("raise limits.max_channels or set ch_count=%d or lower on the initiator", t.lim.MaxChannels))
 			return
 		}
+		if cur := sess.lunMap.Load(); n > 0 && cur != m && !sameMappings(cur, m) {
+			// Access is decided per channel, as LIO and SCST decide it: a channel that
+			// joins the nexus must not change the LUNs its other channels see. Initiator
+			// port identifiers are not authenticated, so this is what keeps a login from
+			// another address with the same identifier from taking over the nexus's LUNs.
+			t.reject(req, f.Tag, LoginRejUnableAssociateChannel, log,
+				fmt.Sprintf("the access control list grants this login (from %v) %d LUNs, other than the %d LUNs of the nexus's %d channels",
+					src.Addr(), len(m.Mappings()), len(cur.Mappings()), n),
+				"make every address this initiator port logs in from match the same ACL, or give each host its own initiator port id")
+			return
+		}
 		if n > 0 {
 			result = LoginRspMultiChanMaintained
 		}
@@ -211,6 +229,18 @@ func (t *Target) login(req ib.ConnRequest, lps uint16) {
 		}
 	}
 
+	if total, ok := t.reserveChannel(); !ok {
+		t.reject(req, f.Tag, LoginRejInsufficientResources, log,
+			fmt.Sprintf("the target has %d channels (max_channels_total %d)", total, t.lim.MaxChannelsTotal),
+			"raise limits.max_channels_total, or lower ch_count on the initiators")
+		return
+	}
+	reserved := true
+	defer func() {
+		if reserved {
+			t.unreserveChannel()
+		}
+	}()
 	ch, ap, err := t.prepareChannel(sess, req, &f)
 	if err != nil {
 		t.reject(req, f.Tag, LoginRejInsufficientResources, log, err.Error(),
@@ -231,7 +261,10 @@ func (t *Target) login(req ib.ConnRequest, lps uint16) {
 		RspFlags:    flags,
 	})
 	ap.PrivateData = rsp[:]
-	if !t.addChannel(ch) {
+	added := t.addChannel(ch)
+	reserved = false
+	t.unreserveChannel()
+	if !added {
 		ch.release()
 		t.reject(req, f.Tag, LoginRejInsufficientResources, log, "target is shutting down", "wait for the target to restart")
 		return
@@ -351,7 +384,15 @@ func (t *Target) reject(req ib.ConnRequest, tag Tag, reason LoginRejReason, log 
 	if i := int(reason) - int(LoginRejUnableEstablishChannel); i >= 0 && i < len(t.stats.rejects) {
 		t.stats.rejects[i].Add(1)
 	}
-	log.Warn("login rejected", zap.Stringer("reason", reason), zap.String("detail", detail), zap.String("fix", hint))
+	// One line per refusal, except in a flood: per source address at most rejectLogBurst
+	// lines per rejectLogEvery, then one that says how many were left out.
+	if ok, suppressed := t.logLimit.allow(req.RemoteAddr().Addr().String(), time.Now()); ok {
+		fields := []zap.Field{zap.Stringer("reason", reason), zap.String("detail", detail), zap.String("fix", hint)}
+		if suppressed > 0 {
+			fields = append(fields, zap.Int("similar_lines_suppressed", suppressed))
+		}
+		log.Warn("login rejected", fields...)
+	}
 	if err := req.Reject(b[:]); err != nil {
 		log.Warn("sending SRP_LOGIN_REJ failed", zap.Error(err))
 	}

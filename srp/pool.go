@@ -3,6 +3,7 @@ package srp
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -162,6 +163,14 @@ type poolBuf struct {
 
 var noBuf = poolBuf{unit: -1}
 
+// bytes is the size of the block (0 for noBuf): what it takes from the pool.
+func (b poolBuf) bytes() int64 {
+	if !b.valid() {
+		return 0
+	}
+	return int64(poolMinBlock) << b.order
+}
+
 func (b poolBuf) valid() bool { return b.unit >= 0 }
 
 // offset is the block's byte offset in the pool (and in its MR).
@@ -184,6 +193,16 @@ func (p *bufPool) orderFor(n uint32) int {
 		return -1
 	}
 	return o
+}
+
+// blockBytes is the size of the block alloc would hand out for n bytes (0 if none can hold
+// them; alloc then fails).
+func (p *bufPool) blockBytes(n uint32) int64 {
+	o := p.orderFor(n)
+	if o < 0 {
+		return 0
+	}
+	return int64(poolMinBlock) << o
 }
 
 // alloc returns a block of at least n bytes (n > 0), or ok false when none is free now.
@@ -285,11 +304,8 @@ func (p *bufPool) register(w chan struct{}) {
 
 func (p *bufPool) unregister(w chan struct{}) {
 	p.mu.Lock()
-	for i, x := range p.waiters {
-		if x == w {
-			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
-			break
-		}
+	if i := slices.Index(p.waiters, w); i >= 0 {
+		p.waiters = slices.Delete(p.waiters, i, i+1) // clears the vacated slot
 	}
 	p.mu.Unlock()
 }

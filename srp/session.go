@@ -2,8 +2,10 @@ package srp
 
 import (
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -17,7 +19,8 @@ type nexusKey struct {
 
 // session is one I_T nexus. It outlives its channels: the scsi.Nexus pointer must stay the same
 // across relogins so that unit attentions (I_T NEXUS LOSS OCCURRED, REPORTED LUNS DATA HAS
-// CHANGED) reach the initiator when it comes back.
+// CHANGED) reach the initiator when it comes back. It is forgotten only when a new nexus needs
+// room (Limits.MaxSessions): then the one without channels for the longest goes.
 type session struct {
 	t      *Target
 	key    nexusKey
@@ -35,6 +38,43 @@ type session struct {
 	// done; a login waits for it, so that a reset meant for the old channels' commands cannot
 	// abort the new ones.
 	resetting chan struct{}
+	// idleSince is when the session last had no channel (its creation, or the loss of its
+	// last channel): the oldest idle session is forgotten first.
+	idleSince time.Time
+
+	// logins counts login handlers using the session (guarded by Target.mu): a session is
+	// forgotten only when none is.
+	logins int
+}
+
+// evictable reports whether the session may be forgotten (no channel, no login using it and
+// no nexus reset in progress) and since when it has had no channel. Target.mu held.
+func (s *session) evictable() (idleSince time.Time, ok bool) {
+	if s.logins > 0 {
+		return time.Time{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.channels) > 0 {
+		return time.Time{}, false
+	}
+	if s.resetting != nil {
+		select {
+		case <-s.resetting:
+		default:
+			return time.Time{}, false
+		}
+	}
+	return s.idleSince, true
+}
+
+// forget drops what the logical units remember of the nexus, once the target has forgotten
+// the session to make room for another (Limits.MaxSessions).
+func (s *session) forget() {
+	if m := s.lunMap.Load(); m != nil {
+		m.ForgetNexus(s.nexus)
+	}
+	s.log.Info("forgot an I_T nexus without channels to make room for a new one (max_sessions)")
 }
 
 // startReset records a nexus reset in progress and returns the channel to close when done.
@@ -58,10 +98,11 @@ func (s *session) waitReset() {
 
 func newSession(t *Target, key nexusKey) *session {
 	return &session{
-		t:     t,
-		key:   key,
-		nexus: &scsi.Nexus{InitiatorPort: key.initiator.String(), Port: t.port},
-		log:   t.log.With(zap.Stringer("initiator", key.initiator)),
+		t:         t,
+		key:       key,
+		nexus:     &scsi.Nexus{InitiatorPort: key.initiator.String(), Port: t.port},
+		log:       t.log.With(zap.Stringer("initiator", key.initiator)),
+		idleSince: time.Now(),
 	}
 }
 
@@ -94,6 +135,7 @@ func (s *session) detachAll() []*channel {
 	defer s.mu.Unlock()
 	chs := s.channels
 	s.channels = nil
+	s.idleSince = time.Now()
 	for _, ch := range chs {
 		ch.detached.Store(true)
 	}
@@ -105,37 +147,50 @@ func (s *session) detachAll() []*channel {
 func (s *session) remove(ch *channel) (last bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i, x := range s.channels {
-		if x == ch {
-			s.channels = append(s.channels[:i], s.channels[i+1:]...)
-			return len(s.channels) == 0
+	if i := slices.Index(s.channels, ch); i >= 0 {
+		// slices.Delete clears the vacated slot: a closed channel (and its connection)
+		// must not stay reachable from the session's array.
+		s.channels = slices.Delete(s.channels, i, i+1)
+		if len(s.channels) == 0 {
+			s.idleSince = time.Now()
+			return true
 		}
 	}
 	return false
 }
 
-// reauthorize applies a new Authorizer to a live session.
+// reauthorize applies a new Authorizer to a live session, channel by channel, as LIO and SCST
+// decide access per channel: each channel is authorized with its own source address. The
+// nexus has one LUN map, that of its oldest channel still admitted; a channel now refused,
+// or granted a different map than that one, is disconnected (rather than changing what the
+// other channels see).
 func (s *session) reauthorize(a Authorizer) {
-	s.mu.Lock()
-	n, src := len(s.channels), s.src
-	s.mu.Unlock()
-	if n == 0 {
+	chs := s.channelList()
+	if len(chs) == 0 {
 		return
 	}
-	var m *scsi.LUNMap
-	var err error
-	if a != nil {
-		m, err = a.Authorize(s.key.initiator, s.key.target, src)
-	}
-	if a == nil || err != nil || m == nil {
-		s.log.Warn("access revoked by the new configuration: disconnecting the session",
-			zap.Int("channels", n), zap.Error(err))
-		for _, ch := range s.channelList() {
-			ch.requestStop(stopHard, "access revoked by configuration reload", TLogoutNoReason)
+	var keep *scsi.LUNMap
+	for _, ch := range chs {
+		var m *scsi.LUNMap
+		var err error
+		if a != nil {
+			m, err = a.Authorize(s.key.initiator, s.key.target, ch.remote)
 		}
-		return
+		switch {
+		case a == nil || err != nil || m == nil:
+			ch.log.Warn("access revoked by the new configuration: disconnecting the channel", zap.Error(err))
+			ch.requestStop(stopHard, "access revoked by configuration reload", TLogoutNoReason)
+		case keep == nil:
+			keep = m
+		case m != keep && !sameMappings(m, keep):
+			ch.log.Warn("the new configuration grants this channel's source other LUNs than the nexus's first channel: disconnecting the channel",
+				zap.Int("luns", len(m.Mappings())), zap.Int("nexus_luns", len(keep.Mappings())))
+			ch.requestStop(stopHard, "access changed by configuration reload", TLogoutNoReason)
+		}
 	}
-	s.switchMap(m, "configuration reload")
+	if keep != nil {
+		s.switchMap(keep, "configuration reload")
+	}
 }
 
 // switchMap makes m the session's LUN map. When the logical units the initiator sees through

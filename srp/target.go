@@ -84,16 +84,24 @@ type Target struct {
 	// task management function affects only the commands that arrived before it.
 	seq atomic.Uint64
 
+	// loginSlots holds a token per login being handled (Limits.MaxLoginsInProgress).
+	loginSlots chan struct{}
+	// logLimit keeps floods of refused logins from flooding the log.
+	logLimit *logLimiter
+
 	mu        sync.Mutex
 	shutting  bool
 	listeners map[ib.Listener]struct{}
 	sessions  map[nexusKey]*session
 	channels  map[*channel]struct{}
-	pools     map[ib.ProtectionDomain]*bufPool
-	retiring  sync.WaitGroup // pools of removed devices waiting for their channels
-	logins    sync.WaitGroup // login handlers in progress
-	serving   sync.WaitGroup // Serve loops
-	chans     sync.WaitGroup // channel goroutines (poll loops)
+	// chReserved counts channels of logins in progress that passed the MaxChannelsTotal check
+	// and are not in channels yet.
+	chReserved int
+	pools      map[ib.ProtectionDomain]*bufPool
+	retiring   sync.WaitGroup // pools of removed devices waiting for their channels
+	logins     sync.WaitGroup // login handlers in progress
+	serving    sync.WaitGroup // Serve loops
+	chans      sync.WaitGroup // channel goroutines (poll loops)
 }
 
 type authHolder struct{ a Authorizer }
@@ -113,14 +121,16 @@ func New(cfg Config) (*Target, error) {
 		port = &scsi.TargetPort{Name: cfg.TargetPortID.String(), RelativeID: 1}
 	}
 	t := &Target{
-		cfg:       cfg,
-		lim:       lim,
-		log:       log.With(zap.Stringer("target_port", cfg.TargetPortID)),
-		port:      port,
-		listeners: make(map[ib.Listener]struct{}),
-		sessions:  make(map[nexusKey]*session),
-		channels:  make(map[*channel]struct{}),
-		pools:     make(map[ib.ProtectionDomain]*bufPool),
+		cfg:        cfg,
+		lim:        lim,
+		log:        log.With(zap.Stringer("target_port", cfg.TargetPortID)),
+		port:       port,
+		listeners:  make(map[ib.Listener]struct{}),
+		sessions:   make(map[nexusKey]*session),
+		channels:   make(map[*channel]struct{}),
+		pools:      make(map[ib.ProtectionDomain]*bufPool),
+		loginSlots: make(chan struct{}, lim.MaxLoginsInProgress),
+		logLimit:   newLogLimiter(rejectLogBurst, rejectLogEvery),
 	}
 	t.auth.Store(&authHolder{cfg.Authorizer})
 	return t, nil
@@ -171,10 +181,22 @@ func (t *Target) Serve(ctx context.Context, l ib.Listener) error {
 			t.rejectShutdown(req, lps)
 			return ErrTargetClosed
 		}
+		select {
+		case t.loginSlots <- struct{}{}:
+		default:
+			// A flood of connection requests: refuse at once rather than pile up handlers
+			// (each may wait for a nexus's old channels to close).
+			t.mu.Unlock()
+			t.rejectBusy(req, lps)
+			continue
+		}
 		t.logins.Add(1)
 		t.mu.Unlock()
 		go func() {
-			defer t.logins.Done()
+			defer func() {
+				<-t.loginSlots
+				t.logins.Done()
+			}()
 			t.login(req, lps)
 		}()
 	}
@@ -187,6 +209,19 @@ func (t *Target) rejectShutdown(req ib.ConnRequest, lps uint16) {
 		tag = f.Tag
 	}
 	t.reject(req, tag, LoginRejInsufficientResources, t.log, "target is shutting down", "wait for the target to restart")
+}
+
+// rejectBusy answers a request that found every login slot taken.
+func (t *Target) rejectBusy(req ib.ConnRequest, lps uint16) {
+	var tag Tag
+	log := t.log.With(zap.Stringer("src", req.RemoteAddr()))
+	if f, _, err := parseLogin(req, lps); err == nil {
+		tag = f.Tag
+		log = log.With(zap.Stringer("initiator", f.InitiatorPortID))
+	}
+	t.reject(req, tag, LoginRejInsufficientResources, log,
+		fmt.Sprintf("%d logins already in progress (max_logins_in_progress)", t.lim.MaxLoginsInProgress),
+		"the initiator retries; if logins arrive this fast legitimately, raise limits.max_logins_in_progress")
 }
 
 // Shutdown stops accepting logins, sends SRP_T_LOGOUT on every channel, lets outstanding
@@ -322,16 +357,75 @@ func (t *Target) retirePool(pd ib.ProtectionDomain, p *bufPool, removed <-chan s
 	t.log.Info("released the data buffer pool of a removed device", zap.Int64("bytes", p.size()))
 }
 
-// session returns the session of key, creating it.
-func (t *Target) session(key nexusKey) *session {
+// acquireSession returns the session of key for a login, creating it, and counts the login
+// until releaseSession. When the target has Limits.MaxSessions sessions already, the one
+// without channels for the longest is forgotten to make room; when every session has
+// channels (or a login or reset in progress), ok is false.
+func (t *Target) acquireSession(key nexusKey) (s *session, ok bool) {
+	var evicted *session
+	defer func() {
+		if evicted != nil {
+			evicted.forget()
+		}
+	}()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := t.sessions[key]
+	s = t.sessions[key]
 	if s == nil {
+		if len(t.sessions) >= t.lim.MaxSessions {
+			if evicted = t.oldestIdleLocked(); evicted == nil {
+				return nil, false
+			}
+			delete(t.sessions, evicted.key)
+		}
 		s = newSession(t, key)
 		t.sessions[key] = s
 	}
-	return s
+	s.logins++
+	return s, true
+}
+
+// releaseSession ends a login's use of s.
+func (t *Target) releaseSession(s *session) {
+	t.mu.Lock()
+	s.logins--
+	t.mu.Unlock()
+}
+
+// oldestIdleLocked returns the evictable session idle for the longest, or nil. t.mu held.
+func (t *Target) oldestIdleLocked() *session {
+	var oldest *session
+	var oldestSince time.Time
+	for _, s := range t.sessions {
+		since, ok := s.evictable()
+		if !ok {
+			continue
+		}
+		if oldest == nil || since.Before(oldestSince) {
+			oldest, oldestSince = s, since
+		}
+	}
+	return oldest
+}
+
+// reserveChannel counts a channel about to be set up against Limits.MaxChannelsTotal; false
+// when the target has that many. unreserveChannel undoes it once the channel is recorded
+// (addChannel) or given up.
+func (t *Target) reserveChannel() (n int, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n = len(t.channels) + t.chReserved
+	if n >= t.lim.MaxChannelsTotal {
+		return n, false
+	}
+	t.chReserved++
+	return n, true
+}
+
+func (t *Target) unreserveChannel() {
+	t.mu.Lock()
+	t.chReserved--
+	t.mu.Unlock()
 }
 
 // sessionList returns a snapshot of the sessions.
@@ -415,6 +509,8 @@ type Stats struct {
 	// answered BUSY after Limits.BufferWait.
 	BufferWaits uint64
 	BufferBusy  uint64
+	// RDMAStalls counts channels closed by the stall watchdog (Limits.RDMATimeout).
+	RDMAStalls uint64
 	// CreditViolations counts responses that would have granted more credits than receive
 	// buffers were posted. It must stay 0; it exists to catch bugs.
 	CreditViolations uint64
@@ -442,6 +538,7 @@ type counters struct {
 	protocolErrors, rdmaErrors     atomic.Uint64
 	bufferWaits, bufferBusy        atomic.Uint64
 	creditViolations               atomic.Uint64
+	rdmaStalls                     atomic.Uint64
 	credReqs                       atomic.Uint64
 	sendPosts, sendWRs             atomic.Uint64
 }
@@ -465,6 +562,7 @@ func (t *Target) Stats() Stats {
 		BufferWaits:      c.bufferWaits.Load(),
 		BufferBusy:       c.bufferBusy.Load(),
 		CreditViolations: c.creditViolations.Load(),
+		RDMAStalls:       c.rdmaStalls.Load(),
 		CreditRequests:   c.credReqs.Load(),
 		SendPosts:        c.sendPosts.Load(),
 		SendWRs:          c.sendWRs.Load(),

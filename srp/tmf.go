@@ -1,6 +1,7 @@
 package srp
 
 import (
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -195,16 +196,26 @@ func (cl *claimedCmd) released() bool { return cl.c.sg.Load() != cl.sg }
 
 // waitClaimed waits until every claimed command has been released by its channel. While it
 // waits it re-issues ABORT TASK to the logical unit for each command still there (see
-// tmfRetry): one handed to a worker just before the claim may enter the logical unit after the
+// tmfRetry): one handed to a worker just before the claim can enter the logical unit after the
 // first abort looked for it. Only that command is aborted again, never the whole task set.
 //
 // Release is judged by the context's state word, not by the abortDone signal alone: while this
 // waits for one command, another claimed command's context may be released and already reused
 // for a new IU, whose start discards the signal as stale. The signal only wakes the wait early.
+//
+// The wait is bounded by Limits.RDMATimeout: a claimed command whose RDMA is stuck behind a
+// response its initiator never takes (no receive buffer posted) would otherwise hold this
+// function, and every command behind it on the requesting channel, as long as that other
+// initiator likes. When the time is up, the channels that still hold claimed commands are
+// closed: their queue pairs flush and release the commands, and the function completes. The
+// stuck channel is closed first, as SCST's srpt aborts commands whose RDMA does not complete.
 func waitClaimed(claimed []claimedCmd) {
 	if len(claimed) == 0 {
 		return
 	}
+	timeout := claimed[0].c.ch.t.lim.RDMATimeout
+	deadline := time.Now().Add(timeout)
+	closed := false
 	t := time.NewTimer(tmfRetry)
 	defer t.Stop()
 	for i := range claimed {
@@ -219,8 +230,30 @@ func waitClaimed(claimed []claimedCmd) {
 				if m := s.lunMap.Load(); m != nil {
 					m.AbortTask(s.nexus, cl.lun, cl.tag)
 				}
+				if !closed && !time.Now().Before(deadline) {
+					closed = true
+					closeHolders(claimed[i:], timeout)
+				}
 				t.Reset(tmfRetry)
 			}
 		}
+	}
+}
+
+// closeHolders closes the channels of the claimed commands not yet released, once each.
+func closeHolders(claimed []claimedCmd, waited time.Duration) {
+	var done []*channel
+	for i := range claimed {
+		cl := &claimed[i]
+		ch := cl.c.ch
+		if cl.released() || slices.Contains(done, ch) {
+			continue
+		}
+		done = append(done, ch)
+		ch.t.stats.rdmaStalls.Add(1)
+		ch.log.Warn("task management waited rdma_timeout for a command of this channel to stop: closing the channel",
+			zap.Duration("rdma_timeout", waited), zap.Uint64("tag", cl.tag), zap.Uint64("lun", cl.lun),
+			zap.String("hint", "the initiator stopped taking responses (no receive buffers posted, or hung)"))
+		ch.requestStop(stopHard, "task management timed out waiting for its commands", TLogoutNoReason)
 	}
 }

@@ -15,7 +15,7 @@ import (
 // at once for a new IU, whose start discards the release signal as stale. The function must
 // still see the second command released.
 func TestWaitClaimedContextReused(t *testing.T) {
-	ch := &channel{sess: &session{nexus: &scsi.Nexus{}}, wake: make(chan struct{}, 1)}
+	ch := &channel{t: &Target{lim: Limits{}.withDefaults()}, sess: &session{nexus: &scsi.Nexus{}}, wake: make(chan struct{}, 1)}
 	ch.ctxs = make([]cmdCtx, 2)
 	for i := range ch.ctxs {
 		c := &ch.ctxs[i]
