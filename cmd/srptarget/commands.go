@@ -33,6 +33,8 @@ func validateText(file string, cfg *Config) string {
 	lim := &cfg.Limits
 	fmt.Fprintf(&b, "limits: max_it_iu_len %d, credits %d, max_channels %d, max_transfer_size %v, send_queue_depth %d, buffer_pool_size %v, immediate_data %t\n",
 		lim.MaxIUSize, lim.Credits, lim.MaxChannels, lim.MaxTransferSize, lim.SendQueueDepth, lim.BufferPoolSize, *lim.ImmediateData)
+	fmt.Fprintf(&b, "        rdma_timeout %v, max_channel_buffer %v (%s), max_sessions %d, max_channels_total %d, max_logins_in_progress %d\n",
+		lim.rdmaTimeout, Size(lim.maxChannelBuffer), lim.MaxChannelBuffer, lim.MaxSessions, lim.MaxChannelsTotal, lim.MaxLoginsInProgress)
 
 	fmt.Fprintf(&b, "LUNs (%d):\n", len(cfg.LUNs))
 	luns := slices.Clone(cfg.LUNs)

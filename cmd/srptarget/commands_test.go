@@ -54,6 +54,7 @@ listeners (2):
   0.0.0.0:5555
   [fe80::1%eth0]:5555
 limits: max_it_iu_len 8276, credits 64, max_channels 16, max_transfer_size 4MiB, send_queue_depth 4096, buffer_pool_size 64MiB, immediate_data true
+        rdma_timeout 30s, max_channel_buffer 16MiB (25%), max_sessions 256, max_channels_total 512, max_logins_in_progress 32
 LUNs (2):
   LUN 0: memory, 1GiB, 512-byte blocks
   LUN 1: null, 64MiB, 4096-byte blocks, vendor "LIO-ORG", write cache off
@@ -73,6 +74,7 @@ target: id_ext and ioc_guid from the node GUID of the first RDMA device (at star
 listeners (1):
   [::]:5555
 limits: max_it_iu_len 8276, credits 128, max_channels 16, max_transfer_size 8MiB, send_queue_depth 4096, buffer_pool_size 64MiB, immediate_data true
+        rdma_timeout 30s, max_channel_buffer 16MiB (25%), max_sessions 256, max_channels_total 512, max_logins_in_progress 32
 LUNs (2):
   LUN 0: null, 1MiB, 512-byte blocks
   LUN 5: memory, 1MiB, 512-byte blocks, read-only

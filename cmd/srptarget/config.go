@@ -79,9 +79,24 @@ type LimitsConfig struct {
 	// PollWindow is how long an adaptive channel keeps polling after its last work, as a Go
 	// duration ("50us").
 	PollWindow string `yaml:"poll_window"`
+	// RDMATimeout is how long a channel's RDMA work may make no progress before the channel
+	// is closed and its buffers freed (an initiator that stopped taking responses), as a Go
+	// duration ("30s"). Task management waits are bounded by it too.
+	RDMATimeout string `yaml:"rdma_timeout"`
+	// MaxChannelBuffer is how much of the buffer pool one channel may hold: a size ("16MiB")
+	// or a percentage of buffer_pool_size ("25%").
+	MaxChannelBuffer string `yaml:"max_channel_buffer"`
+	// MaxSessions bounds the initiator sessions (I_T nexuses) the target keeps.
+	MaxSessions int `yaml:"max_sessions"`
+	// MaxChannelsTotal bounds the channels of all initiators together.
+	MaxChannelsTotal int `yaml:"max_channels_total"`
+	// MaxLoginsInProgress bounds the logins handled at once; more are refused at once.
+	MaxLoginsInProgress int `yaml:"max_logins_in_progress"`
 
-	completion srp.CompletionMode
-	pollWindow time.Duration
+	completion       srp.CompletionMode
+	pollWindow       time.Duration
+	rdmaTimeout      time.Duration
+	maxChannelBuffer int64
 }
 
 // LUNConfig is one logical unit.
@@ -137,6 +152,12 @@ const (
 	DefaultBlockSize       = 512
 	DefaultSendQueueDepth  = srp.DefaultSendQueueDepth
 	DefaultBufferPoolSize  = srp.DefaultBufferPoolSize
+	DefaultRDMATimeout     = srp.DefaultRDMATimeout
+	// DefaultMaxChannelBuffer is the share of the buffer pool one channel may hold.
+	DefaultMaxChannelBuffer    = "25%"
+	DefaultMaxSessions         = srp.DefaultMaxSessions
+	DefaultMaxChannelsTotal    = srp.DefaultMaxChannelsTotal
+	DefaultMaxLoginsInProgress = srp.DefaultMaxLoginsInProgress
 	// MinIUSize is the smallest MAX IT IU LENGTH that still lets Linux log in without
 	// immediate data with its default 12 descriptors (48 + 16 + 20 + 12 × 16 = 276) — Linux
 	// with immediate data needs 8260.
@@ -171,6 +192,29 @@ var sizeUnits = map[string]int64{
 }
 
 var sizePattern = regexp.MustCompile(`^\s*([0-9]+)\s*([A-Za-z]*)\s*$`)
+
+// parseShare parses max_channel_buffer: a size, or a percentage of pool (1% to 100%). The
+// result is at least 4 KiB, the smallest buffer.
+func parseShare(s string, pool int64) (int64, error) {
+	var n int64
+	if pct, ok := strings.CutSuffix(s, "%"); ok {
+		p, err := strconv.Atoi(strings.TrimSpace(pct))
+		if err != nil || p < 1 || p > 100 {
+			return 0, fmt.Errorf("%q: a percentage must be a whole number from 1%% to 100%% of buffer_pool_size", s)
+		}
+		n = pool * int64(p) / 100
+	} else {
+		sz, err := ParseSize(s)
+		if err != nil {
+			return 0, fmt.Errorf("%q: want a size such as 16MiB, or a percentage of buffer_pool_size such as 25%%", s)
+		}
+		if int64(sz) > pool {
+			return 0, fmt.Errorf("%v is more than buffer_pool_size (%v)", sz, Size(pool))
+		}
+		n = int64(sz)
+	}
+	return max(n, 4096), nil
+}
 
 // ParseSize parses a size with an optional binary unit (KiB, MiB, GiB, TiB, PiB, or K, M, G, T
 // meaning the same). Decimal units (KB, MB) are refused: disks sold in GB are not what a block
@@ -440,6 +484,40 @@ func (v *validator) validate(c *Config) {
 		v.errorf(at("limits", "poll_window"), "%q must be a duration between 1us and 1s, such as 50us", lim.PollWindow)
 	} else {
 		lim.pollWindow = d
+	}
+	if lim.RDMATimeout == "" {
+		lim.rdmaTimeout = DefaultRDMATimeout
+		lim.RDMATimeout = lim.rdmaTimeout.String()
+	} else if d, err := time.ParseDuration(lim.RDMATimeout); err != nil || d < 100*time.Millisecond || d > time.Hour {
+		v.errorf(at("limits", "rdma_timeout"), "%q must be a duration between 100ms and 1h, such as 30s", lim.RDMATimeout)
+	} else {
+		lim.rdmaTimeout = d
+	}
+	if lim.MaxChannelBuffer == "" {
+		lim.MaxChannelBuffer = DefaultMaxChannelBuffer
+	}
+	if n, err := parseShare(lim.MaxChannelBuffer, int64(lim.BufferPoolSize)); err != nil {
+		v.errorf(at("limits", "max_channel_buffer"), "%v", err)
+	} else {
+		lim.maxChannelBuffer = n
+	}
+	for _, c := range []struct {
+		key      string
+		val      *int
+		def, max int
+	}{
+		{"max_sessions", &lim.MaxSessions, DefaultMaxSessions, 65536},
+		{"max_channels_total", &lim.MaxChannelsTotal, DefaultMaxChannelsTotal, 65536},
+		{"max_logins_in_progress", &lim.MaxLoginsInProgress, DefaultMaxLoginsInProgress, 1024},
+	} {
+		if *c.val == 0 {
+			*c.val = c.def
+		} else if *c.val < 1 || *c.val > c.max {
+			v.errorf(at("limits", c.key), "%d is outside 1..%d", *c.val, c.max)
+		}
+	}
+	if lim.MaxChannelsTotal < lim.MaxChannels {
+		v.errorf(at("limits", "max_channels_total"), "%d is less than max_channels (%d): no initiator could open max_channels channels", lim.MaxChannelsTotal, lim.MaxChannels)
 	}
 
 	luns := map[int]int{}

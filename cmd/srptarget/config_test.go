@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/srptarget/srptarget/srp"
 )
 
 const goodConfig = `
@@ -57,6 +59,35 @@ func TestParseConfigGoodFillsDefaults(t *testing.T) {
 	require.Equal(t, DefaultSendQueueDepth, cfg.Limits.SendQueueDepth)
 	require.Equal(t, Size(DefaultBufferPoolSize), cfg.Limits.BufferPoolSize)
 	require.True(t, *cfg.Limits.ImmediateData)
+	lim := limitsOf(cfg)
+	require.Equal(t, srp.DefaultRDMATimeout, lim.RDMATimeout)
+	require.Equal(t, int64(DefaultBufferPoolSize/4), lim.MaxChannelBuffer)
+	require.Equal(t, srp.DefaultMaxSessions, lim.MaxSessions)
+	require.Equal(t, srp.DefaultMaxChannelsTotal, lim.MaxChannelsTotal)
+	require.Equal(t, srp.DefaultMaxLoginsInProgress, lim.MaxLoginsInProgress)
+}
+
+func TestParseShare(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		pool int64
+		want int64
+	}{
+		{"25%", 64 << 20, 16 << 20},
+		{"100%", 64 << 20, 64 << 20},
+		{"1%", 64 << 20, 671088},
+		{"1%", 100 << 10, 4096}, // never below one 4 KiB buffer
+		{"16MiB", 64 << 20, 16 << 20},
+		{"4096", 64 << 20, 4096},
+	} {
+		got, err := parseShare(tc.in, tc.pool)
+		require.NoError(t, err, tc.in)
+		require.Equal(t, tc.want, got, tc.in)
+	}
+	for _, bad := range []string{"", "%", "101%", "-5%", "2.5%", "1GB", "128MiB"} {
+		_, err := parseShare(bad, 64<<20)
+		require.Error(t, err, bad)
+	}
 }
 
 func TestParseConfigErrorsNameLineAndKey(t *testing.T) {
@@ -114,6 +145,16 @@ luns:
 				"t.yaml:3: limits.completion: \"spin\" is not a completion mode: use event, adaptive or poll",
 				"t.yaml:4: limits.poll_window: \"5s\" must be a duration between 1us and 1s, such as 50us",
 			}},
+		{"isolation limits out of range", "listeners: [{address: 0.0.0.0, port: 1}]\nlimits:\n  rdma_timeout: 10ms\n  max_channel_buffer: 0%\n  max_sessions: -1\n  max_channels_total: 8\n  max_logins_in_progress: 5000\n",
+			[]string{
+				"t.yaml:3: limits.rdma_timeout: \"10ms\" must be a duration between 100ms and 1h, such as 30s",
+				"t.yaml:4: limits.max_channel_buffer: \"0%\": a percentage must be a whole number from 1% to 100% of buffer_pool_size",
+				"t.yaml:5: limits.max_sessions: -1 is outside 1..65536",
+				"t.yaml:7: limits.max_logins_in_progress: 5000 is outside 1..1024",
+				"t.yaml:6: limits.max_channels_total: 8 is less than max_channels (16): no initiator could open max_channels channels",
+			}},
+		{"channel buffer above the pool", "listeners: [{address: 0.0.0.0, port: 1}]\nlimits:\n  max_channel_buffer: 1GiB\n",
+			[]string{"t.yaml:3: limits.max_channel_buffer: 1GiB is more than buffer_pool_size (64MiB)"}},
 		{"bad target id", "target: {id_ext: \"0x12\"}\nlisteners: [{address: 0.0.0.0, port: 1}]\n",
 			[]string{"t.yaml:1: target.id_ext: \"0x12\": want 16 hex digits (a 64-bit identifier such as 0x0002c90300a0b0c1)"}},
 	}

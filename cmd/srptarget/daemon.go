@@ -107,6 +107,11 @@ func limitsOf(c *Config) srp.Limits {
 		DisableImmediateData: l.ImmediateData != nil && !*l.ImmediateData,
 		Completion:           l.completion,
 		PollWindow:           l.pollWindow,
+		RDMATimeout:          l.rdmaTimeout,
+		MaxChannelBuffer:     l.maxChannelBuffer,
+		MaxSessions:          l.MaxSessions,
+		MaxChannelsTotal:     l.MaxChannelsTotal,
+		MaxLoginsInProgress:  l.MaxLoginsInProgress,
 	}
 }
 
@@ -580,6 +585,11 @@ func (d *daemon) checkImmutable(cfg *Config) ConfigErrors {
 		{"immediate_data", *o.ImmediateData, *n.ImmediateData},
 		{"completion", o.completion, n.completion},
 		{"poll_window", o.pollWindow, n.pollWindow},
+		{"rdma_timeout", o.rdmaTimeout, n.rdmaTimeout},
+		{"max_channel_buffer", o.maxChannelBuffer, n.maxChannelBuffer},
+		{"max_sessions", o.MaxSessions, n.MaxSessions},
+		{"max_channels_total", o.MaxChannelsTotal, n.MaxChannelsTotal},
+		{"max_logins_in_progress", o.MaxLoginsInProgress, n.MaxLoginsInProgress},
 	} {
 		if c.old != c.new {
 			errs = append(errs, cfg.errorAt(at("limits", c.key), "limits cannot change while running (running with %v): restart srptarget to change them", c.old))
