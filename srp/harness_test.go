@@ -80,12 +80,17 @@ func newGateStore(inner backstore.Backstore) *gateStore {
 	return g
 }
 
-// hold makes later operations wait until release.
+// hold makes later operations wait until release. Holding a gate already held keeps it:
+// operations waiting at it must not be left behind at a gate nobody releases.
 func (g *gateStore) hold() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.entered.Store(0)
-	g.gate = make(chan struct{})
+	select {
+	case <-g.gate:
+		g.gate = make(chan struct{})
+	default:
+	}
 }
 
 // release lets waiting and later operations through.
