@@ -92,7 +92,7 @@ func TestSecStuckInitiatorCannotBlockLUNReset(t *testing.T) {
 	r := newRawConn(t, h, "198.19.4.1", 1)
 	r.send(tur(1))
 	require.Equal(t, srp.Tag(1), srp.Rsp(r.recv()).Tag()) // its only receive buffer is used up
-	r.send(tur(2)[:20])                                     // answered at once: the SEND waits in RNR
+	r.send(tur(2)[:20])                                   // answered at once: the SEND waits in RNR
 	data := pattern(5, 4096)
 	dmr, err := r.pd.RegisterMemory(data, ib.AccessRemoteRead)
 	require.NoError(t, err)
