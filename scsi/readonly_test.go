@@ -4,10 +4,13 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/srptarget/srptarget/backstore"
 )
 
 // Tests of what an initiator for which the logical unit is write-protected (a read-only mapping,
-// or a read-only logical unit) may do to state that other initiators share.
+// or a read-only logical unit) may do to state that other initiators share: the mode parameters
+// and other nexuses' commands.
 
 // TestWriteProtectedCommandTable pins which commands a write-protected initiator is refused:
 // every command that changes the medium, and MODE SELECT, which changes the logical unit's
@@ -100,6 +103,98 @@ func TestModeSelectWriteProtected(t *testing.T) {
 			if len(tc.param) > 0 {
 				require.NotEqual(t, before, lu.mode.current())
 				require.Equal(t, ReasonModeParametersChanged, lu.PendingUA(testNexus))
+			}
+		})
+	}
+}
+
+// TestTaskManagementWriteProtected checks CLEAR TASK SET and LOGICAL UNIT RESET sent by one
+// nexus while another nexus has a command running on the same logical unit, each nexus with
+// its own LUN map as the transport gives them. From a read-write mapping they act on every
+// nexus (SAM-5); from a write-protected one (read-only mapping or read-only logical unit) only
+// on the sender's commands: the other nexus's command completes GOOD, it gets no unit
+// attention, and the mode parameters are not reset. The answer is FUNCTION COMPLETE either way.
+func TestTaskManagementWriteProtected(t *testing.T) {
+	type tmf struct {
+		name string
+		do   func(m *LUNMap, n *Nexus) TMFResponse
+	}
+	clearTaskSet := tmf{"CLEAR TASK SET", func(m *LUNMap, n *Nexus) TMFResponse { return m.ClearTaskSet(n, EncodeLUN(0)) }}
+	luReset := tmf{"LOGICAL UNIT RESET", func(m *LUNMap, n *Nexus) TMFResponse { return m.LogicalUnitReset(n, EncodeLUN(0)) }}
+	for _, tc := range []struct {
+		name       string
+		fn         tmf
+		roMapping  bool // the sender's mapping is read-only
+		luReadOnly bool // the logical unit is read-only for everyone
+		// What happens to the other nexus: its command aborted, the unit attention it gets
+		// (ReasonNone: none), and for the sender.
+		otherAborted bool
+		otherUA      Reason
+		senderUA     Reason
+		modeReset    bool
+	}{
+		{"read-write mapping", clearTaskSet, false, false,
+			true, ReasonCommandsClearedByAnotherInitiator, ReasonNone, false},
+		{"read-only mapping", clearTaskSet, true, false,
+			false, ReasonNone, ReasonNone, false},
+		{"read-only logical unit", clearTaskSet, false, true,
+			false, ReasonNone, ReasonNone, false},
+		{"read-write mapping", luReset, false, false,
+			true, ReasonBusDeviceResetFunctionOccurred, ReasonBusDeviceResetFunctionOccurred, true},
+		{"read-only mapping", luReset, true, false,
+			false, ReasonNone, ReasonBusDeviceResetFunctionOccurred, false},
+		{"read-only logical unit", luReset, false, true,
+			false, ReasonNone, ReasonBusDeviceResetFunctionOccurred, false},
+	} {
+		t.Run(tc.fn.name+" from a "+tc.name, func(t *testing.T) {
+			mem, err := backstore.NewMemory(64*512, 512)
+			require.NoError(t, err)
+			g := newGateStore(mem)
+			lu, otherMap := newLUOver(t, g, func(cfg *Config) { cfg.ReadOnly = tc.luReadOnly })
+			senderMap, err := NewLUNMap([]Mapping{{LUN: 0, LU: lu, ReadOnly: tc.roMapping}})
+			require.NoError(t, err)
+			require.Equal(t, tc.roMapping || tc.luReadOnly, senderMap.Lookup(EncodeLUN(0)).WriteProtected())
+			// WCE off, as a MODE SELECT from a read-write initiator would leave it: a reset
+			// returns it to the default (on).
+			lu.mode.wce.Store(false)
+
+			openOther, openOwn := g.gate(1*512), g.gate(2*512)
+			other := start(otherMap, otherNexus, 1, TaskSimple, cdb10(0x28, 0, 1, 1), nil, 512)
+			g.requireEntered(t, 1*512)
+			own := start(senderMap, testNexus, 1, TaskSimple, cdb10(0x28, 0, 2, 1), nil, 512)
+			g.requireEntered(t, 2*512)
+
+			r := tmfAsync(func() TMFResponse { return tc.fn.do(senderMap, testNexus) })
+			waitFor(t, "the function to wait for a running command", func() bool { return lu.aborters() == 1 })
+			require.True(t, own.c.Aborted())
+			require.Equal(t, tc.otherAborted, other.c.Aborted())
+			requireTMFBlocked(t, r)
+			openOwn()
+			own.wait(t)
+			if tc.otherAborted {
+				requireTMFBlocked(t, r)
+				openOther()
+				requireTMF(t, r, TMFComplete)
+				require.True(t, other.wait(t).Aborted())
+			} else {
+				// The function is done while the other nexus's command is still running.
+				requireTMF(t, r, TMFComplete)
+				other.requireRunning(t)
+				openOther()
+				checkGood(t, other.wait(t))
+				require.False(t, other.c.Aborted())
+			}
+
+			require.Equal(t, tc.modeReset, lu.writeCacheEnabled(), "WCE reset to its default")
+			for _, x := range []struct {
+				m  *LUNMap
+				n  *Nexus
+				ua Reason
+			}{{otherMap, otherNexus, tc.otherUA}, {senderMap, testNexus, tc.senderUA}} {
+				if x.ua != ReasonNone {
+					requireSense(t, turFrom(x.m, x.n), x.ua)
+				}
+				checkGood(t, turFrom(x.m, x.n))
 			}
 		})
 	}
