@@ -113,7 +113,8 @@ func FuzzCDB(f *testing.F) {
 	})
 }
 
-// FuzzModeSelect sends any parameter list with MODE SELECT(6) or (10). A list that is refused
+// FuzzModeSelect sends any parameter list with MODE SELECT(6) or (10). Through the read-only
+// mapping it is refused with WRITE PROTECTED and changes nothing. A list that is refused
 // changes nothing and establishes no unit attention; one that is accepted can be read back with
 // MODE SENSE and sent again unchanged; only a change establishes MODE PARAMETERS CHANGED, for the
 // other nexus.
@@ -134,7 +135,13 @@ func FuzzModeSelect(f *testing.F) {
 		if ten {
 			cdb = []byte{0x55, 0x10, 0, 0, 0, 0, 0, byte(plen >> 8), byte(plen), 0}
 		}
-		c := run(m, testNexus, 0, cdb, param, 0)
+		c := run(m, testNexus, 1, cdb, param, 0)
+		checkResult(t, c)
+		requireSense(t, c, ReasonWriteProtected)
+		require.Equal(t, before, lu.mode.current(), "MODE SELECT through the read-only mapping changed something")
+		require.Equal(t, ReasonNone, lu.PendingUA(otherNexus))
+
+		c = run(m, testNexus, 0, cdb, param, 0)
 		checkResult(t, c)
 		after := lu.mode.current()
 		require.Equal(t, before.qam, after.qam, "QUEUE ALGORITHM MODIFIER is not changeable")

@@ -339,7 +339,7 @@ func (lu *LogicalUnit) Execute(c *Command) {
 		c.fail(ReasonInvalidFieldInCommandIU)
 		return
 	}
-	if op.flags&opWritesMedium != 0 && (lu.cfg.ReadOnly || lu.bs.ReadOnly() || c.readOnly) {
+	if op.flags&opWriteProtected != 0 && lu.writeProtected(c) {
 		c.fail(ReasonWriteProtected)
 		return
 	}

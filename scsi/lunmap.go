@@ -13,6 +13,16 @@ type Mapping struct {
 	ReadOnly bool
 }
 
+// WriteProtected reports whether the logical unit is write-protected for the initiators of
+// the mapping: the mapping, the logical unit or its backstore is read-only (MODE SENSE then
+// reports WP). Such an initiator may not change what other initiators share: its writes and
+// MODE SELECT get WRITE PROTECTED, and its CLEAR TASK SET and LOGICAL UNIT RESET reach only its
+// own commands (LUNMap.ClearTaskSet, LUNMap.LogicalUnitReset). A transport that aborts
+// commands itself must scope them the same way.
+func (mp *Mapping) WriteProtected() bool {
+	return mp.ReadOnly || mp.LU.cfg.ReadOnly || mp.LU.bs.ReadOnly()
+}
+
 // LUNMap is what a group of initiators sees: LUN numbers mapped to logical units. It is
 // immutable; a configuration reload builds a new one. It is the transport's entry point for
 // commands and for task management.
@@ -123,20 +133,41 @@ func (m *LUNMap) AbortTaskSet(n *Nexus, raw uint64) TMFResponse {
 	return TMFIncorrectLUN
 }
 
-// ClearTaskSet aborts every command on the LUN raw.
+// ClearTaskSet aborts every command on the LUN raw, from every nexus (SAM-5 CLEAR TASK SET).
+// From a write-protected mapping (Mapping.WriteProtected) it aborts only nexus n's commands, as
+// ABORT TASK SET: an initiator that may not write must not be able to make other initiators'
+// commands fail either. It still answers FUNCTION COMPLETE, which is true of the commands it
+// can see. (LIO refuses CLEAR TASK SET from everyone with FUNCTION NOT SUPPORTED, in
+// target_tmr_work, drivers/target/target_core_transport.c.)
 func (m *LUNMap) ClearTaskSet(n *Nexus, raw uint64) TMFResponse {
-	if lu := m.lu(raw); lu != nil {
-		return lu.ClearTaskSet(n)
+	mp := m.Lookup(raw)
+	switch {
+	case mp == nil:
+		return TMFIncorrectLUN
+	case mp.WriteProtected():
+		return mp.LU.AbortTaskSet(n)
 	}
-	return TMFIncorrectLUN
+	return mp.LU.ClearTaskSet(n)
 }
 
-// LogicalUnitReset resets the LUN raw.
+// LogicalUnitReset resets the LUN raw: every nexus's commands are aborted, mode parameters
+// return to their defaults, and every nexus gets a unit attention (SAM-5 LOGICAL UNIT RESET).
+// From a write-protected mapping (Mapping.WriteProtected) only nexus n's commands are aborted
+// and only n gets the unit attention; the mode parameters, which such an initiator cannot have
+// changed, stay. It answers FUNCTION COMPLETE all the same, since the initiator's own commands
+// are all gone, which is what its error handler asked for: ib_srp's srp_reset_device
+// (drivers/infiniband/ulp/srp/ib_srp.c) takes any other response as FAILED, and the SCSI
+// error handler then escalates to srp_reset_host, a reconnect. LIO resets for everyone
+// (core_tmr_lun_reset, drivers/target/target_core_tmr.c).
 func (m *LUNMap) LogicalUnitReset(n *Nexus, raw uint64) TMFResponse {
-	if lu := m.lu(raw); lu != nil {
-		return lu.Reset(n)
+	mp := m.Lookup(raw)
+	switch {
+	case mp == nil:
+		return TMFIncorrectLUN
+	case mp.WriteProtected():
+		return mp.LU.resetNexus(n)
 	}
-	return TMFIncorrectLUN
+	return mp.LU.Reset(n)
 }
 
 // QueryTask reports whether the command with tag of nexus n is in the LUN's task set.

@@ -53,7 +53,7 @@ func TestLUNMapRouting(t *testing.T) {
 }
 
 // TestLUNMapReadOnly checks a read-only mapping: the header's WP bit, and the framework's refusal
-// of commands that write (MODE SELECT is not one: it changes no medium).
+// of commands that change shared state (MODE SELECT too: TestModeSelectWriteProtected).
 func TestLUNMapReadOnly(t *testing.T) {
 	lu := newTestLU(t, 100, 512, nil)
 	m, err := NewLUNMap([]Mapping{{LUN: 0, LU: lu}, {LUN: 1, LU: lu, ReadOnly: true}})
@@ -64,7 +64,8 @@ func TestLUNMapReadOnly(t *testing.T) {
 	c = run(m, testNexus, 0, modeSense6(true, 0, 0x08, 0, 4), nil, 4)
 	requireData(t, c, []byte{0x17, 0x00, 0x10, 0x00}, 4)
 	param := cat([]byte{0x00, 0x00, 0x00, 0x00}, cachingNoWCE)
-	requireGood(t, run(m, testNexus, 1, modeSelect6(true, false, byte(len(param))), param, 0))
+	requireSense(t, run(m, testNexus, 1, modeSelect6(true, false, byte(len(param))), param, 0), ReasonWriteProtected)
+	requireGood(t, run(m, testNexus, 0, modeSelect6(true, false, byte(len(param))), param, 0))
 	// A write through the read-only mapping, if the SBC half has WRITE(10).
 	if lookupCommand([]byte{0x2A}) != nil {
 		c = run(m, testNexus, 1, []byte{0x2A, 0, 0, 0, 0, 0, 0, 0, 1, 0}, make([]byte, 512), 0)

@@ -113,8 +113,9 @@ func fillIECPage(p []byte, v modeValues) {
 	p[2] = 0x08 // DEXCPT
 }
 
-// writeProtected reports whether writes through c are refused: a read-only logical unit or
-// backstore, or a read-only mapping.
+// writeProtected reports whether the logical unit is write-protected for c: a read-only
+// logical unit or backstore, or a read-only mapping. MODE SENSE then reports WP, and the
+// commands of opWriteProtected (writes and MODE SELECT) are refused.
 func (lu *LogicalUnit) writeProtected(c *Command) bool {
 	return lu.cfg.ReadOnly || lu.bs.ReadOnly() || c.readOnly
 }
@@ -246,7 +247,8 @@ func modeSense(lu *LogicalUnit, c *Command) {
 // capacity and block length (neither can be changed), and any number of caching, control and
 // informational exceptions pages, in which only the changeable bits may differ from the current
 // values. The whole list is checked before anything changes; the changes take effect at once,
-// and every other nexus gets MODE PARAMETERS CHANGED.
+// and every other nexus gets MODE PARAMETERS CHANGED. An initiator for which the logical unit
+// is write-protected never gets here (opChangesModePages): the parameters are shared.
 //
 // Fields SPC-4 and SBC-3 call reserved for MODE SELECT but that an application client copies
 // from MODE SENSE data are ignored rather than refused: MODE DATA LENGTH and the

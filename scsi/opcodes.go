@@ -11,9 +11,30 @@ const (
 	// opReportsNoUA marks INQUIRY, REPORT LUNS and REQUEST SENSE, which run despite a pending
 	// unit attention (SPC-4 5.14).
 	opReportsNoUA opFlags = 1 << iota
-	// opWritesMedium marks commands refused with WRITE PROTECTED on a read-only mapping.
+	// opWritesMedium marks commands that change the medium.
 	opWritesMedium
+	// opChangesModePages marks MODE SELECT: the mode parameters are the logical unit's, shared
+	// by every nexus (a change reaches the others as MODE PARAMETERS CHANGED), so an initiator
+	// that may not write must not change them either (WCE decides whether other initiators'
+	// writes reach stable storage before they complete).
+	opChangesModePages
 )
+
+// opWriteProtected are the commands refused with DATA PROTECT, WRITE PROTECTED when the
+// logical unit is write-protected for the command (LogicalUnit.writeProtected: a read-only
+// logical unit or backstore, or a read-only mapping): everything that changes state another
+// initiator shares.
+//
+// LIO refuses every command whose data direction is DMA_TO_DEVICE on a read-only LUN mapping
+// (transport_lookup_cmd_lun, drivers/target/target_core_device.c). The data-out commands of
+// this package are the writes (WRITE, WRITE AND VERIFY, WRITE SAME, COMPARE AND WRITE, UNMAP),
+// MODE SELECT(6)/(10), and VERIFY with BYTCHK 01b or 11b. All but VERIFY are refused here, as
+// in LIO. VERIFY is not: it only compares the data-out buffer with the medium (SBC-3 VERIFY
+// (10)), which changes nothing and tells the initiator no more than READ does. Deciding by what
+// a command does rather than by its data direction keeps the rule in this table, where REPORT
+// SUPPORTED OPERATION CODES and the tests read it, and does not depend on the transport
+// reporting a data direction.
+const opWriteProtected = opWritesMedium | opChangesModePages
 
 // opInfo describes one supported command: how to run it and what REPORT SUPPORTED OPERATION
 // CODES says of it.

@@ -41,6 +41,19 @@ func (lu *LogicalUnit) Reset(n *Nexus) TMFResponse {
 	return TMFComplete
 }
 
+// resetNexus is LOGICAL UNIT RESET from a write-protected mapping (see
+// LUNMap.LogicalUnitReset): the part of a reset that concerns only nexus n. Its commands are
+// aborted and it gets BUS DEVICE RESET FUNCTION OCCURRED, so that to n it looks like the reset
+// it asked for; other nexuses' commands, their unit attentions and the mode parameters are
+// left alone.
+func (lu *LogicalUnit) resetNexus(n *Nexus) TMFResponse {
+	lu.mu.Lock()
+	defer lu.mu.Unlock()
+	lu.tasks.abortLocked(func(c *Command) bool { return c.Nexus == n })
+	lu.establishUALocked(n, nil, ReasonBusDeviceResetFunctionOccurred)
+	return TMFComplete
+}
+
 // NexusReset handles an I_T NEXUS RESET, or the loss of the nexus (logout, disconnect): the
 // nexus's commands are aborted and it gets the unit attention I_T NEXUS LOSS OCCURRED when it
 // comes back.

@@ -113,7 +113,9 @@ func (ch *channel) runTMF(tm *tmReq) TskMgmtRspCode {
 		return tmfCode(r)
 	case TskClearTaskSet:
 		// Commands of other nexuses in their transport phase are left alone: the logical
-		// unit tells those nexuses with a unit attention only about commands it held.
+		// unit tells those nexuses with a unit attention only about commands it held. From a
+		// write-protected mapping the logical unit leaves other nexuses' commands alone too
+		// (scsi.LUNMap.ClearTaskSet acts as ABORT TASK SET).
 		claimed := claim(s.channelList(), tm.seq, func(c *cmdCtx) bool { return c.lun.Load() == lun })
 		r := m.ClearTaskSet(n, lun)
 		waitClaimed(claimed)
@@ -121,15 +123,22 @@ func (ch *channel) runTMF(tm *tmReq) TskMgmtRspCode {
 	case TskLUNReset:
 		// A LUN reset covers the logical unit's commands from every channel and every
 		// nexus (ib_srp sends it on channel 0 only, pitfall 7); other nexuses may map the
-		// logical unit at another LUN, so commands are matched by logical unit.
+		// logical unit at another LUN, so commands are matched by logical unit. From a
+		// write-protected mapping it covers only this nexus's channels, as in the logical
+		// unit (scsi.LUNMap.LogicalUnitReset): an initiator that may not write may not make
+		// other initiators' commands fail either.
 		mp := m.Lookup(lun)
 		if mp == nil {
 			return tmfCode(m.LogicalUnitReset(n, lun))
 		}
 		lu := mp.LU
 		var chs []*channel
-		for _, other := range ch.t.sessionList() {
-			chs = append(chs, other.channelList()...)
+		if mp.WriteProtected() {
+			chs = s.channelList()
+		} else {
+			for _, other := range ch.t.sessionList() {
+				chs = append(chs, other.channelList()...)
+			}
 		}
 		claimed := claim(chs, tm.seq, func(c *cmdCtx) bool { return c.lu.Load() == lu })
 		r := m.LogicalUnitReset(n, lun)

@@ -685,20 +685,27 @@ func ParseListenAddress(s string) (netip.Addr, error) {
 	return a, nil
 }
 
-// ParseSourcePrefix parses an ACL source: an address (a one-address prefix) or a prefix.
+// ParseSourcePrefix parses an ACL source: an address (a one-address prefix) or a prefix. An
+// IPv4-mapped IPv6 address, or a prefix inside ::ffff:0:0/96, becomes its IPv4 form: Authorize
+// unmaps the login's source address, so written as it is it would never match.
 func ParseSourcePrefix(s string) (netip.Prefix, error) {
 	if strings.Contains(s, "/") {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
 			return netip.Prefix{}, fmt.Errorf("%q is not an address prefix such as 10.0.0.0/8", s)
 		}
-		return p.Masked(), nil
+		p = p.Masked()
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		return p, nil
 	}
 	a, err := netip.ParseAddr(s)
 	if err != nil {
 		return netip.Prefix{}, fmt.Errorf("%q is not an address or prefix", s)
 	}
-	return netip.PrefixFrom(a.WithZone(""), a.BitLen()), nil
+	a = a.Unmap().WithZone("")
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // initiatorPattern allows hex digits, 0x, and the wildcards * and ?.
