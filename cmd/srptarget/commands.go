@@ -60,6 +60,9 @@ func validateText(file string, cfg *Config) string {
 			inACL[n] = true
 		}
 	}
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintf(&b, "warning: %v\n", w)
+	}
 	if len(cfg.ACLs) == 0 {
 		b.WriteString("warning: no ACLs: every login will be refused\n")
 	}
@@ -94,6 +97,9 @@ func lunSummary(l *LUNConfig) []string {
 	}
 	if l.ReadOnly {
 		s = append(s, "read-only")
+	}
+	if l.AllowSharedFile {
+		s = append(s, "shared file allowed")
 	}
 	for _, kv := range [][2]string{{"vendor", l.Vendor}, {"product", l.Product}, {"revision", l.Revision}, {"serial", l.Serial}} {
 		if kv[1] != "" {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"net/netip"
 	"os"
@@ -32,7 +33,13 @@ type Config struct {
 	// validation (a backstore that fails to open) can still name the file and line.
 	file string
 	root *yaml.Node
+	// warnings are problems that do not stop the configuration from loading, such as a path
+	// that the user who validates cannot look at (the daemon may run as another user).
+	warnings ConfigErrors
 }
+
+// Warnings returns what validation found questionable but not wrong.
+func (c *Config) Warnings() ConfigErrors { return c.warnings }
 
 // TargetConfig is the target's SRP identity. Both halves of the target port identifier an
 // initiator names in add_target must match: id_ext and ioc_guid.
@@ -111,6 +118,10 @@ type LUNConfig struct {
 	// ThinProvisioning advertises UNMAP and WRITE SAME with UNMAP (default true where the
 	// backstore can deallocate).
 	ThinProvisioning *bool `yaml:"thin_provisioning"`
+	// AllowSharedFile accepts a file that another user owns or that its group or others can
+	// write, or a world-writable device node (file and block). Without it such a backstore is
+	// refused: whoever can write it reads and changes what every initiator stores there.
+	AllowSharedFile bool `yaml:"allow_shared_file"`
 }
 
 // ACLConfig grants a set of initiators access to LUNs. An initiator matches when its port
@@ -266,7 +277,7 @@ func ParseConfig(file string, data []byte) (*Config, error) {
 	if len(v.errs) > 0 {
 		return nil, v.errs
 	}
-	cfg.file, cfg.root = file, &root
+	cfg.file, cfg.root, cfg.warnings = file, &root, v.warns
 	return &cfg, nil
 }
 
@@ -279,15 +290,21 @@ func cleanYAMLError(err error) string {
 }
 
 type validator struct {
-	file string
-	root *yaml.Node
-	errs ConfigErrors
+	file  string
+	root  *yaml.Node
+	errs  ConfigErrors
+	warns ConfigErrors
 }
 
 // errorf records a problem at the YAML path (keys and indexes), with the line of the deepest
 // node of the path that exists.
 func (v *validator) errorf(p []any, format string, args ...any) {
 	v.errs = append(v.errs, &ConfigError{File: v.file, Line: lineOf(v.root, p), Path: pathString(p), Msg: fmt.Sprintf(format, args...)})
+}
+
+// warnf records a warning as errorf records an error.
+func (v *validator) warnf(p []any, format string, args ...any) {
+	v.warns = append(v.warns, &ConfigError{File: v.file, Line: lineOf(v.root, p), Path: pathString(p), Msg: fmt.Sprintf(format, args...)})
 }
 
 func pathString(p []any) string {
@@ -512,8 +529,14 @@ func (v *validator) validateLUN(c *Config, i int, luns map[int]int, paths map[st
 			v.errorf(at("luns", i, "path"), "a file backstore needs a path")
 			break
 		}
-		if st, err := os.Stat(l.Path); err == nil {
-			if !st.Mode().IsRegular() {
+		// Lstat: a symbolic link is refused when the daemon opens the file (see
+		// backstore.ErrSymlink), so it is an error here too.
+		if st, err := os.Lstat(l.Path); err == nil {
+			switch {
+			case st.Mode()&os.ModeSymlink != 0:
+				target, _ := os.Readlink(l.Path)
+				v.errorf(at("luns", i, "path"), "%s is a symbolic link to %s: name the real file (links are not followed, so that whoever can change one cannot point the LUN at another file)", l.Path, target)
+			case !st.Mode().IsRegular():
 				v.errorf(at("luns", i, "path"), "%s is not a regular file (use backstore: block for devices)", l.Path)
 			}
 		} else if os.IsNotExist(err) {
@@ -522,6 +545,10 @@ func (v *validator) validateLUN(c *Config, i int, luns map[int]int, paths map[st
 			} else if l.Size == 0 {
 				v.errorf(at("luns", i, "size"), "create: true needs a size")
 			}
+		} else if errors.Is(err, fs.ErrPermission) {
+			// Backstores normally live in a directory only the daemon's user can enter, and
+			// validate is often run by someone else: the daemon checks the file when it opens it.
+			v.warnf(at("luns", i, "path"), "cannot check %s: %v (validate as the user srptarget runs as to check it)", l.Path, err)
 		} else {
 			v.errorf(at("luns", i, "path"), "%v", err)
 		}
@@ -544,6 +571,9 @@ func (v *validator) validateLUN(c *Config, i int, luns map[int]int, paths map[st
 	case "memory", "null":
 		if l.Size == 0 {
 			v.errorf(at("luns", i, "size"), "a %s backstore needs a size", l.Backstore)
+		}
+		if l.AllowSharedFile {
+			v.errorf(at("luns", i, "allow_shared_file"), "allow_shared_file applies to file and block backstores only")
 		}
 		if l.Path != "" {
 			v.errorf(at("luns", i, "path"), "a %s backstore has no path", l.Backstore)

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/srptarget/srptarget/backstore"
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
@@ -119,6 +120,7 @@ func (d *daemon) start() error {
 	if err != nil {
 		return err
 	}
+	d.logWarnings(cfg)
 	ident, err := resolveIdentity(cfg.Target, d.opts.devices)
 	if err != nil {
 		return cfg.errorAt(at("target"), "%v", err)
@@ -205,7 +207,13 @@ func (d *daemon) planLUN(p *plan, i int) *ConfigError {
 		}
 		var err error
 		s, err = openStore(&l, d.log, &d.closers)
-		if err != nil {
+		var shared *backstore.SharedFileError
+		switch {
+		case errors.As(err, &shared):
+			return cfg.errorAt(at("luns", i, "path"), "opening the backstore: %v (allow_shared_file: true on this LUN)", err)
+		case errors.Is(err, backstore.ErrSymlink):
+			return cfg.errorAt(at("luns", i, "path"), "opening the backstore: %v", err)
+		case err != nil:
 			return cfg.errorAt(at("luns", i), "opening the backstore: %v", err)
 		}
 		s.onErr = d.recordCloseErr
@@ -493,6 +501,7 @@ func (d *daemon) reloadLocked() error {
 	if err != nil {
 		return err
 	}
+	d.logWarnings(cfg)
 	if errs := d.checkImmutable(cfg); len(errs) > 0 {
 		return errs
 	}
@@ -618,6 +627,13 @@ func (d *daemon) shutdown(ctx context.Context) error {
 		d.log.Info("every backstore flushed and closed")
 	}
 	return errors.Join(errs...)
+}
+
+// logWarnings logs what validation found questionable, one line each.
+func (d *daemon) logWarnings(cfg *Config) {
+	for _, w := range cfg.Warnings() {
+		d.log.Warn("configuration warning", zap.String("warning", w.Error()), zap.String("file", w.File), zap.Int("line", w.Line))
+	}
 }
 
 // logStartup logs what the target serves and how an initiator logs in.
