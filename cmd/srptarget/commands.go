@@ -148,7 +148,9 @@ func newValidateCommand() *cobra.Command {
 		Use:   "validate",
 		Short: "Check a configuration file and summarise it",
 		Long: `Check a configuration file the way serve and a reload do (without opening backstores
-or listening) and print a summary, or every error with its line number and a non-zero exit.`,
+or listening) and print a summary, or every error with its line number and a non-zero exit.
+A file that serve would refuse for its owner or mode (writable by others than root or the
+daemon's user) is a warning here: validate is often run by another user than the daemon's.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := LoadConfig(configFile)
@@ -156,6 +158,7 @@ or listening) and print a summary, or every error with its line number and a non
 				printConfigErrors(cmd.ErrOrStderr(), configFile, err)
 				return exitCodeError{1}
 			}
+			cfg.warnings = append(configFileWarnings(configFile), cfg.warnings...)
 			_, err = io.WriteString(cmd.OutOrStdout(), validateText(configFile, cfg))
 			return err
 		},

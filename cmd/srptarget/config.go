@@ -10,12 +10,14 @@ import (
 	"net/netip"
 	"os"
 	"path"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/sys/unix"
 
 	"github.com/srptarget/srptarget/srp"
 )
@@ -254,6 +256,79 @@ func LoadConfig(file string) (*Config, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	return ParseConfig(file, data)
+}
+
+// LoadTrustedConfig is LoadConfig for the daemon, which acts on what the file says with its
+// own privileges: export any file or device, open it to any initiator. So, as sshd(8) does
+// with its configuration and keys (StrictModes), it refuses a file that someone else could
+// have written: one not owned by root or by the daemon's effective uid, or writable by its
+// group or others. The check is made on the open descriptor (fstat(2)), on the very file that
+// is then read.
+func LoadTrustedConfig(file string) (*Config, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("config %s: fstat: %w", file, err)
+	}
+	if msg := configFileProblem(file, st.Uid, st.Mode, uint32(os.Geteuid())); msg != "" {
+		return nil, &ConfigError{File: file, Msg: "refusing the configuration file: " + msg}
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return ParseConfig(file, data)
+}
+
+// configFileProblem says why LoadTrustedConfig refuses a configuration file owned by uid with
+// mode mode, for a daemon whose effective uid is euid, with the commands that fix it; "" when
+// it accepts the file.
+func configFileProblem(file string, uid, mode, euid uint32) string {
+	var what, fixes []string
+	if uid != 0 && uid != euid {
+		what = append(what, fmt.Sprintf("it is owned by uid %d, neither root nor uid %d that srptarget runs as", uid, euid))
+		fixes = append(fixes, "`chown root "+file+"`")
+	}
+	if w := mode & 0o022; w != 0 {
+		who := "its group and others"
+		switch w {
+		case 0o020:
+			who = "its group"
+		case 0o002:
+			who = "every user"
+		}
+		what = append(what, fmt.Sprintf("its mode %04o lets %s write it", mode&0o7777, who))
+		fixes = append(fixes, "`chmod go-w "+file+"`")
+	}
+	if len(what) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s, and whoever can change it can export any file of this host to any initiator; fix it with %s",
+		strings.Join(what, " and "), strings.Join(fixes, " and "))
+}
+
+// configFileWarnings is the check of LoadTrustedConfig as validate makes it. People validate
+// files they do not own, as users the daemon does not run as, so what serve would refuse is
+// a warning here; and a file owned by an ordinary user (a configuration in a checkout), which
+// serve accepts only when it runs as that user, gets a warning that root's daemon refuses it.
+func configFileWarnings(file string) ConfigErrors {
+	var st unix.Stat_t
+	if err := unix.Stat(file, &st); err != nil {
+		return nil // LoadConfig reported it
+	}
+	euid := uint32(os.Geteuid())
+	if msg := configFileProblem(file, st.Uid, st.Mode, euid); msg != "" {
+		return ConfigErrors{{File: file, Msg: "serve refuses this file: " + msg}}
+	}
+	if st.Uid != 0 {
+		return ConfigErrors{{File: file, Msg: fmt.Sprintf("owned by uid %d: serve accepts it only when srptarget runs as that user, and refuses it when it runs as root; "+
+			"for root, install a copy as root's (`sudo install -D -m 0644 %s /etc/srptarget/%s`)", st.Uid, file, filepath.Base(file))}}
+	}
+	return nil
 }
 
 // ParseConfig decodes data strictly (unknown keys are errors), fills defaults and validates.

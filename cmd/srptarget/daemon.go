@@ -116,7 +116,7 @@ func limitsOf(c *Config) srp.Limits {
 func (d *daemon) start() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	cfg, err := LoadConfig(d.opts.configFile)
+	cfg, err := LoadTrustedConfig(d.opts.configFile)
 	if err != nil {
 		return err
 	}
@@ -497,7 +497,7 @@ func (d *daemon) reload() error {
 }
 
 func (d *daemon) reloadLocked() error {
-	cfg, err := LoadConfig(d.opts.configFile)
+	cfg, err := LoadTrustedConfig(d.opts.configFile)
 	if err != nil {
 		return err
 	}

@@ -150,3 +150,111 @@ func TestReloadRefusesSharedBackstore(t *testing.T) {
 	require.True(t, e.d.luns[3].cfg.AllowSharedFile, "the running LUN 3 is unchanged")
 	require.NoError(t, e.stop(syscall.SIGTERM))
 }
+
+func TestConfigFileProblem(t *testing.T) {
+	const f = "/etc/srptarget.yaml"
+	cases := []struct {
+		name            string
+		uid, mode, euid uint32
+		want            string // "" accepted
+	}{
+		{name: "root's, 0644, root daemon", uid: 0, mode: 0o100644, euid: 0},
+		{name: "root's, 0600, daemon user", uid: 0, mode: 0o100600, euid: 998},
+		{name: "daemon user's own", uid: 998, mode: 0o100640, euid: 998},
+		{name: "group-writable", uid: 0, mode: 0o100664, euid: 0,
+			want: "its mode 0664 lets its group write it, and whoever can change it can export any file of this host to any initiator; fix it with `chmod go-w /etc/srptarget.yaml`"},
+		{name: "world-writable", uid: 0, mode: 0o100646, euid: 0,
+			want: "its mode 0646 lets every user write it, and whoever can change it can export any file of this host to any initiator; fix it with `chmod go-w /etc/srptarget.yaml`"},
+		{name: "another user's", uid: 1000, mode: 0o100644, euid: 0,
+			want: "it is owned by uid 1000, neither root nor uid 0 that srptarget runs as, and whoever can change it can export any file of this host to any initiator; fix it with `chown root /etc/srptarget.yaml`"},
+		{name: "another user's, writable by all", uid: 1000, mode: 0o100666, euid: 998,
+			want: "it is owned by uid 1000, neither root nor uid 998 that srptarget runs as and its mode 0666 lets its group and others write it, and whoever can change it can export any file of this host to any initiator; fix it with `chown root /etc/srptarget.yaml` and `chmod go-w /etc/srptarget.yaml`"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			require.Equal(t, c.want, configFileProblem(f, c.uid, c.mode, c.euid))
+		})
+	}
+}
+
+// TestServeRefusesUnsafeConfigFile: serve does not start on a configuration file others can
+// write, and says how to fix it.
+func TestServeRefusesUnsafeConfigFile(t *testing.T) {
+	cases := []struct {
+		name  string
+		mode  os.FileMode
+		owner int // -1: unchanged
+		want  string
+	}{
+		{name: "group-writable", mode: 0o660, owner: -1, want: "its mode 0660 lets its group write it"},
+		{name: "world-writable", mode: 0o666, owner: -1, want: "its mode 0666 lets its group and others write it"},
+		{name: "another user's", mode: 0o644, owner: 65534, want: "it is owned by uid 65534, neither root nor uid 0 that srptarget runs as"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.owner >= 0 && os.Geteuid() != 0 {
+				t.Skip("giving a file to another user needs root")
+			}
+			e := newEnv(t, e2eConfig)
+			require.NoError(t, os.Chmod(e.file, c.mode))
+			if c.owner >= 0 {
+				require.NoError(t, os.Chown(e.file, c.owner, -1))
+			}
+			require.Equal(t, exitCodeError{1}, runServe(e.opts))
+			require.Equal(t, 1, e.count("configuration error", "error", e.file+": refusing the configuration file: "+
+				configFileProblem(e.file, uint32(max(c.owner, 0)), uint32(c.mode), uint32(os.Geteuid()))), e.logText())
+			require.Contains(t, e.logText(), c.want)
+			_, err := os.Stat(filepath.Join(e.dir, "lun1.img"))
+			require.ErrorIs(t, err, os.ErrNotExist, "nothing was opened")
+		})
+	}
+}
+
+// TestReloadRefusesUnsafeConfigFile: a reload from a file others can write fails and keeps the
+// running configuration, as one that does not validate; once fixed, the reload takes it.
+func TestReloadRefusesUnsafeConfigFile(t *testing.T) {
+	e := newEnv(t, e2eConfig)
+	e.start()
+	running := e.d.cfg
+	require.NoError(t, os.Chmod(e.file, 0o602))
+	e.writeConfig(e2eReloadConfig) // keeps the mode
+	var one *ConfigError
+	require.ErrorAs(t, e.reload(), &one)
+	require.Equal(t, e.file+": refusing the configuration file: its mode 0602 lets every user write it, and whoever can change it can export any file of this host to any initiator; fix it with `chmod go-w "+e.file+"`", one.Error())
+	require.Equal(t, 1, e.count("reload failed: the running configuration is unchanged", "errors", 1))
+	require.Same(t, running, e.d.cfg)
+	require.Contains(t, e.d.luns, 1)
+
+	require.NoError(t, os.Chmod(e.file, 0o600))
+	require.NoError(t, e.reload())
+	require.NotContains(t, e.d.luns, 1)
+	require.Contains(t, e.d.luns, 2)
+	require.NoError(t, e.stop(syscall.SIGTERM))
+}
+
+// TestValidateWarnsAboutUnsafeConfigFile: what serve refuses is a warning for validate, which
+// still exits 0.
+func TestValidateWarnsAboutUnsafeConfigFile(t *testing.T) {
+	const cfg = "listeners: [{address: 0.0.0.0, port: 5555}]\nluns: [{lun: 0, backstore: null, size: 1MiB}]\nacls: [{initiators: [\"*\"], luns: [0]}]\n"
+	file := writeFile(t, "w.yaml", cfg)
+	out, _, err := run(t, noDeps, "validate", "--config", file)
+	require.NoError(t, err)
+	require.NotContains(t, out, "warning")
+
+	require.NoError(t, os.Chmod(file, 0o666))
+	out, errOut, err := run(t, noDeps, "validate", "--config", file)
+	require.NoError(t, err)
+	require.Empty(t, errOut)
+	require.Contains(t, out, file+": OK\n")
+	require.Contains(t, out, "\nwarning: "+file+": serve refuses this file: its mode 0666 lets its group and others write it, "+
+		"and whoever can change it can export any file of this host to any initiator; fix it with `chmod go-w "+file+"`\n")
+
+	if os.Geteuid() != 0 {
+		return
+	}
+	require.NoError(t, os.Chmod(file, 0o644))
+	require.NoError(t, os.Chown(file, 65534, -1))
+	out, _, err = run(t, noDeps, "validate", "--config", file)
+	require.NoError(t, err)
+	require.Contains(t, out, "\nwarning: "+file+": serve refuses this file: it is owned by uid 65534, neither root nor uid 0 that srptarget runs as")
+}
