@@ -30,6 +30,9 @@ type daemonOptions struct {
 	listen     listenFunc
 	devices    devicesFunc
 	interfaces interfacesFunc
+	// memlock checks that the memory the engine registers can be pinned; nil skips the check
+	// (memfabric pins nothing).
+	memlock memlockFunc
 }
 
 // daemon is `srptarget serve` without its signal handling: the SRP target built from a
@@ -125,6 +128,9 @@ func (d *daemon) start() error {
 	if err != nil {
 		return cfg.errorAt(at("target"), "%v", err)
 	}
+	if err := d.checkMemlock(cfg); err != nil {
+		return err
+	}
 	d.target, err = srp.New(srp.Config{
 		TargetPortID: ident.portID(),
 		Limits:       limitsOf(cfg),
@@ -140,6 +146,33 @@ func (d *daemon) start() error {
 	}
 	d.commit(p)
 	d.logStartup()
+	return nil
+}
+
+// checkMemlock fails the start when the buffer pools and one initiator's channels could not
+// be registered: better than a daemon that starts and then refuses every login. The limits
+// cannot change on reload, so start-up is the one place to check.
+func (d *daemon) checkMemlock(cfg *Config) error {
+	if d.opts.memlock == nil {
+		return nil
+	}
+	devices := 1
+	if d.opts.devices != nil {
+		if devs, err := d.opts.devices(); err == nil && len(devs) > 0 {
+			devices = len(devs)
+		}
+	}
+	need, pool, channel := memlockNeed(&cfg.Limits, devices)
+	s, err := d.opts.memlock(need, pool, channel, devices, cfg.Limits.MaxChannels)
+	if err != nil {
+		return err
+	}
+	if s.raisedFrom != 0 {
+		d.log.Info("raised the soft RLIMIT_MEMLOCK to the hard limit, for the memory registered for RDMA",
+			zap.String("from", limitString(s.raisedFrom)), zap.String("to", limitString(s.cur)), zap.String("needed", humanBytes(need)))
+	}
+	d.log.Debug("locked memory", zap.String("needed", humanBytes(need)), zap.Int("devices", devices),
+		zap.Bool("cap_ipc_lock", s.capIPCLock), zap.String("rlimit_memlock", limitString(s.cur)))
 	return nil
 }
 
