@@ -83,7 +83,7 @@ func TestOpenFileRefusesSharedFiles(t *testing.T) {
 			wantErr: []string{"mode 0666 lets group and others write it"}},
 		{name: "owned by another user", mode: 0o600, owner: other,
 			wantErr: []string{"owned by uid 65534 instead of uid " + strconv.Itoa(euid) + " that opens it", "`chown " + strconv.Itoa(euid) + " "}},
-		// The planted demo file of the security review: nobody's, mode 0666.
+		// What a local user plants where a backstore will be created: nobody's, mode 0666.
 		{name: "another user's world-writable file", mode: 0o666, owner: other,
 			wantErr: []string{"owned by uid 65534", "and its mode 0666 lets group and others write it", "`chown ", "` and `chmod go-w "}},
 	}

@@ -79,7 +79,7 @@ func sharedFileConfig(extra string) string {
 	return strings.Replace(cfg, "luns: [0, 1]\n  - sources", "luns: [0, 1, 3]\n  - sources", 1)
 }
 
-// plantShared makes DIR/shared.img as the security review's attacker did: owned by nobody
+// plantShared makes DIR/shared.img as another local user would plant it: owned by nobody
 // (when the test runs as root) and writable by everyone.
 func plantShared(t *testing.T, dir string) string {
 	t.Helper()
