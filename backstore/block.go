@@ -19,6 +19,10 @@ type BlockOptions struct {
 	// by another exclusive opener: exporting a device that the target host also writes to
 	// corrupts it.
 	Shared bool
+	// AllowSharedFile accepts a device node that every user can write (mode o+w). Without it
+	// OpenBlock refuses one with a *SharedFileError: whoever can write the disk reads and
+	// changes what initiators store on it.
+	AllowSharedFile bool
 }
 
 // Block is a backstore on a block device (a disk, a partition, an LVM volume, a loop device).
@@ -33,6 +37,15 @@ var _ Backstore = (*Block)(nil)
 
 // OpenBlock opens the block device at path. The sizes come from the device: BLKGETSIZE64,
 // BLKSSZGET (logical block) and BLKPBSZGET (physical block).
+//
+// Unlike OpenFile, OpenBlock follows a symbolic link: the stable names of disks are links
+// that udev makes (/dev/disk/by-id/*, /dev/mapper/*, /dev/VG/LV) in directories only root can
+// write, and refusing them would push configurations to /dev/sdX names that change between
+// boots. What matters is what was opened: the open descriptor must be a block device
+// (fstat(2)), so a link can lead to no other kind of file, and its node must not be
+// world-writable unless opts.AllowSharedFile. The owner is not checked: device nodes belong
+// to root and group disk (mode 0660), and a daemon running as another user opens them as a
+// member of that group.
 func OpenBlock(path string, opts BlockOptions) (*Block, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
@@ -73,6 +86,11 @@ func OpenBlock(path string, opts BlockOptions) (*Block, error) {
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFBLK {
 		return fail(fmt.Errorf("backstore %s: not a block device (mode %#o)", path, st.Mode&unix.S_IFMT))
+	}
+	if !opts.AllowSharedFile {
+		if err := checkPrivateDevice(path, &st); err != nil {
+			return fail(err)
+		}
 	}
 
 	lbs, err := unix.IoctlGetUint32(dfd, unix.BLKSSZGET)

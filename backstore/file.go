@@ -17,7 +17,9 @@ type FileOptions struct {
 	// LogicalBlockSize. An existing file keeps its own size and Size is ignored.
 	Size int64
 	// Create allows OpenFile to create the file when it does not exist. Without it a missing
-	// file is an error, so that a typo in a path cannot silently export an empty disk.
+	// file is an error, so that a typo in a path cannot silently export an empty disk. A new
+	// file gets mode 0600, and missing directories on its path are made with mode 0700: the
+	// data initiators store is nobody else's business.
 	Create bool
 	// ReadOnly opens the file for reading only: writes, Unmap and WriteZeroes fail with EROFS.
 	ReadOnly bool
@@ -31,6 +33,11 @@ type FileOptions struct {
 	// transfer through it, bypassing the page cache. The initiator has its own cache, so a
 	// second one in the target only costs memory and a copy.
 	Direct bool
+	// AllowSharedFile accepts an existing file that another user can write: one not owned by
+	// the process's effective uid, or group- or world-writable. Without it OpenFile refuses
+	// such a file with a *SharedFileError, because that user could read and change what every
+	// initiator stores on it. It never makes OpenFile follow a symbolic link (ErrSymlink).
+	AllowSharedFile bool
 }
 
 // File is a backstore on a regular file. Holes in a sparse file read back as zeroes, and
@@ -47,6 +54,10 @@ var _ Backstore = (*File)(nil)
 
 // OpenFile opens (and with opts.Create, creates) the regular file at path as a backstore.
 // The capacity is the file's size rounded down to a whole number of logical blocks.
+//
+// The last component of path must not be a symbolic link (ErrSymlink), and the file must
+// belong to the process's effective uid and be writable by nobody else, unless
+// opts.AllowSharedFile (*SharedFileError).
 func OpenFile(path string, opts FileOptions) (*File, error) {
 	lbs := opts.LogicalBlockSize
 	if lbs == 0 {
@@ -63,11 +74,16 @@ func OpenFile(path string, opts FileOptions) (*File, error) {
 		return nil, fmt.Errorf("backstore %s: physical block size %d is not a power-of-two multiple of the logical block size %d", path, pbs, lbs)
 	}
 
-	// Stat before opening: opening a FIFO would block, and a block device has its own type.
+	// Look before opening: opening a FIFO would block, and a block device has its own type.
+	// Lstat, because a symbolic link is refused rather than followed (ErrSymlink); the open
+	// below has O_NOFOLLOW for a link that appears meanwhile.
 	var st unix.Stat_t
-	err := unix.Stat(path, &st)
+	err := unix.Lstat(path, &st)
 	switch {
 	case err == nil:
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			return nil, symlinkError(path)
+		}
 		if err := checkRegular(path, st.Mode); err != nil {
 			return nil, err
 		}
@@ -103,6 +119,11 @@ func OpenFile(path string, opts FileOptions) (*File, error) {
 	if err := checkRegular(path, st.Mode); err != nil {
 		return fail(err)
 	}
+	if !opts.AllowSharedFile {
+		if err := checkPrivateFile(path, &st); err != nil {
+			return fail(err)
+		}
+	}
 	size := st.Size - st.Size%int64(lbs)
 	if size <= 0 {
 		return fail(fmt.Errorf("backstore %s: size %d is less than one %d-byte block", path, st.Size, lbs))
@@ -120,7 +141,7 @@ func OpenFile(path string, opts FileOptions) (*File, error) {
 		if lbs < off {
 			return fail(fmt.Errorf("backstore %s: logical block size %d is smaller than the O_DIRECT alignment %d of the filesystem", path, lbs, off))
 		}
-		f.dfd, err = reopen(path, fd, flags|unix.O_DIRECT)
+		f.dfd, err = reopen(path, fd, flags|unix.O_DIRECT|unix.O_NOFOLLOW)
 		if err != nil {
 			return fail(fmt.Errorf("backstore %s: open with O_DIRECT: %w", path, err))
 		}
@@ -131,12 +152,22 @@ func OpenFile(path string, opts FileOptions) (*File, error) {
 
 // openOrCreate opens path, creating it when allowed. A new file is made under a temporary
 // name, given its size and only then linked to path, so that a concurrent opener never sees
-// it empty; losing the race to another creator just opens the file the other made.
+// it empty; losing the race to another creator just opens the file the other made. A
+// directory missing on the way is made, mode 0700.
 func openOrCreate(path string, flags int, opts FileOptions) (fd int, created bool, err error) {
+	madeDir := false
 	for {
-		fd, err = openRetry(path, flags, 0)
+		fd, err = openRetry(path, flags|unix.O_NOFOLLOW, 0)
 		if err == nil {
 			return fd, false, nil
+		}
+		if err == unix.ELOOP {
+			// O_NOFOLLOW met a symbolic link as the last component (open(2)); ELOOP also
+			// means too many links on the way, which Lstat tells apart.
+			var st unix.Stat_t
+			if unix.Lstat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+				return -1, false, symlinkError(path)
+			}
 		}
 		if err != unix.ENOENT || !opts.Create {
 			return -1, false, fmt.Errorf("backstore %s: open: %w", path, err)
@@ -155,6 +186,15 @@ func openOrCreate(path string, flags int, opts FileOptions) (fd int, created boo
 		if err == nil {
 			return fd, true, nil
 		}
+		if err == unix.ENOENT && !madeDir {
+			// The directory is missing (the file itself is made with O_EXCL). 0700: only the
+			// daemon's user can list it or reach the file inside.
+			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+				return -1, false, fmt.Errorf("backstore %s: create its directory: %w", path, err)
+			}
+			madeDir = true
+			continue
+		}
 		if err != unix.EEXIST {
 			return -1, false, fmt.Errorf("backstore %s: create: %w", path, err)
 		}
@@ -163,9 +203,11 @@ func openOrCreate(path string, flags int, opts FileOptions) (fd int, created boo
 
 var tmpSeq atomic.Uint64
 
-// createSized creates a sparse file of size bytes at path, or fails with EEXIST when path
-// exists. The file is made under a temporary name in the same directory and hard-linked into
-// place; link(2) never replaces an existing name.
+// createSized creates a sparse file of size bytes at path, mode 0600, or fails with EEXIST
+// when path exists. The file is made under a temporary name in the same directory and
+// hard-linked into place; link(2) never replaces an existing name. Every creating open has
+// O_EXCL|O_NOFOLLOW: O_EXCL alone already fails on any existing name, a symbolic link
+// included (open(2)), and O_NOFOLLOW says so.
 func createSized(path string, flags int, size int64) (int, error) {
 	dir, base := filepath.Split(path)
 	var tmp string
@@ -173,7 +215,7 @@ func createSized(path string, flags int, size int64) (int, error) {
 	for {
 		tmp = filepath.Join(dir, fmt.Sprintf(".%s.%d.%d.tmp", base, os.Getpid(), tmpSeq.Add(1)))
 		var err error
-		fd, err = openRetry(tmp, flags|unix.O_CREAT|unix.O_EXCL, 0o600)
+		fd, err = openRetry(tmp, flags|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, 0o600)
 		if err == nil {
 			break
 		}
@@ -196,7 +238,7 @@ func createSized(path string, flags int, size int64) (int, error) {
 	}
 	// A filesystem without hard links (vfat, some FUSE): create in place. A concurrent opener
 	// may then see the file empty for a moment, and refuses it as smaller than a block.
-	fd, err = openRetry(path, flags|unix.O_CREAT|unix.O_EXCL, 0o600)
+	fd, err = openRetry(path, flags|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return -1, err
 	}

@@ -62,6 +62,9 @@ func validateText(file string, cfg *Config) string {
 			inACL[n] = true
 		}
 	}
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintf(&b, "warning: %v\n", w)
+	}
 	if len(cfg.ACLs) == 0 {
 		b.WriteString("warning: no ACLs: every login will be refused\n")
 	}
@@ -96,6 +99,9 @@ func lunSummary(l *LUNConfig) []string {
 	}
 	if l.ReadOnly {
 		s = append(s, "read-only")
+	}
+	if l.AllowSharedFile {
+		s = append(s, "shared file allowed")
 	}
 	for _, kv := range [][2]string{{"vendor", l.Vendor}, {"product", l.Product}, {"revision", l.Revision}, {"serial", l.Serial}} {
 		if kv[1] != "" {
@@ -144,7 +150,9 @@ func newValidateCommand() *cobra.Command {
 		Use:   "validate",
 		Short: "Check a configuration file and summarise it",
 		Long: `Check a configuration file the way serve and a reload do (without opening backstores
-or listening) and print a summary, or every error with its line number and a non-zero exit.`,
+or listening) and print a summary, or every error with its line number and a non-zero exit.
+A file that serve would refuse for its owner or mode (writable by others than root or the
+daemon's user) is a warning here: validate is often run by another user than the daemon's.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := LoadConfig(configFile)
@@ -152,6 +160,7 @@ or listening) and print a summary, or every error with its line number and a non
 				printConfigErrors(cmd.ErrOrStderr(), configFile, err)
 				return exitCodeError{1}
 			}
+			cfg.warnings = append(configFileWarnings(configFile), cfg.warnings...)
 			_, err = io.WriteString(cmd.OutOrStdout(), validateText(configFile, cfg))
 			return err
 		},

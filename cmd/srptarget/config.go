@@ -5,16 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"net/netip"
 	"os"
 	"path"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/sys/unix"
 
 	"github.com/srptarget/srptarget/srp"
 )
@@ -32,7 +35,13 @@ type Config struct {
 	// validation (a backstore that fails to open) can still name the file and line.
 	file string
 	root *yaml.Node
+	// warnings are problems that do not stop the configuration from loading, such as a path
+	// that the user who validates cannot look at (the daemon may run as another user).
+	warnings ConfigErrors
 }
+
+// Warnings returns what validation found questionable but not wrong.
+func (c *Config) Warnings() ConfigErrors { return c.warnings }
 
 // TargetConfig is the target's SRP identity. Both halves of the target port identifier an
 // initiator names in add_target must match: id_ext and ioc_guid.
@@ -126,6 +135,10 @@ type LUNConfig struct {
 	// ThinProvisioning advertises UNMAP and WRITE SAME with UNMAP (default true where the
 	// backstore can deallocate).
 	ThinProvisioning *bool `yaml:"thin_provisioning"`
+	// AllowSharedFile accepts a file that another user owns or that its group or others can
+	// write, or a world-writable device node (file and block). Without it such a backstore is
+	// refused: whoever can write it reads and changes what every initiator stores there.
+	AllowSharedFile bool `yaml:"allow_shared_file"`
 }
 
 // ACLConfig grants a set of initiators access to LUNs. An initiator matches when its port
@@ -289,6 +302,79 @@ func LoadConfig(file string) (*Config, error) {
 	return ParseConfig(file, data)
 }
 
+// LoadTrustedConfig is LoadConfig for the daemon, which acts on what the file says with its
+// own privileges: export any file or device, open it to any initiator. So, as sshd(8) does
+// with its configuration and keys (StrictModes), it refuses a file that someone else could
+// have written: one not owned by root or by the daemon's effective uid, or writable by its
+// group or others. The check is made on the open descriptor (fstat(2)), on the very file that
+// is then read.
+func LoadTrustedConfig(file string) (*Config, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("config %s: fstat: %w", file, err)
+	}
+	if msg := configFileProblem(file, st.Uid, st.Mode, uint32(os.Geteuid())); msg != "" {
+		return nil, &ConfigError{File: file, Msg: "refusing the configuration file: " + msg}
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return ParseConfig(file, data)
+}
+
+// configFileProblem says why LoadTrustedConfig refuses a configuration file owned by uid with
+// mode mode, for a daemon whose effective uid is euid, with the commands that fix it; "" when
+// it accepts the file.
+func configFileProblem(file string, uid, mode, euid uint32) string {
+	var what, fixes []string
+	if uid != 0 && uid != euid {
+		what = append(what, fmt.Sprintf("it is owned by uid %d, neither root nor uid %d that srptarget runs as", uid, euid))
+		fixes = append(fixes, "`chown root "+file+"`")
+	}
+	if w := mode & 0o022; w != 0 {
+		who := "its group and others"
+		switch w {
+		case 0o020:
+			who = "its group"
+		case 0o002:
+			who = "every user"
+		}
+		what = append(what, fmt.Sprintf("its mode %04o lets %s write it", mode&0o7777, who))
+		fixes = append(fixes, "`chmod go-w "+file+"`")
+	}
+	if len(what) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s, and whoever can change it can export any file of this host to any initiator; fix it with %s",
+		strings.Join(what, " and "), strings.Join(fixes, " and "))
+}
+
+// configFileWarnings is the check of LoadTrustedConfig as validate makes it. People validate
+// files they do not own, as users the daemon does not run as, so what serve would refuse is
+// a warning here; and a file owned by an ordinary user (a configuration in a checkout), which
+// serve accepts only when it runs as that user, gets a warning that root's daemon refuses it.
+func configFileWarnings(file string) ConfigErrors {
+	var st unix.Stat_t
+	if err := unix.Stat(file, &st); err != nil {
+		return nil // LoadConfig reported it
+	}
+	euid := uint32(os.Geteuid())
+	if msg := configFileProblem(file, st.Uid, st.Mode, euid); msg != "" {
+		return ConfigErrors{{File: file, Msg: "serve refuses this file: " + msg}}
+	}
+	if st.Uid != 0 {
+		return ConfigErrors{{File: file, Msg: fmt.Sprintf("owned by uid %d: serve accepts it only when srptarget runs as that user, and refuses it when it runs as root; "+
+			"for root, install a copy as root's (`sudo install -D -m 0644 %s /etc/srptarget/%s`)", st.Uid, file, filepath.Base(file))}}
+	}
+	return nil
+}
+
 // ParseConfig decodes data strictly (unknown keys are errors), fills defaults and validates.
 // Errors name the file, the line and the key.
 func ParseConfig(file string, data []byte) (*Config, error) {
@@ -310,7 +396,7 @@ func ParseConfig(file string, data []byte) (*Config, error) {
 	if len(v.errs) > 0 {
 		return nil, v.errs
 	}
-	cfg.file, cfg.root = file, &root
+	cfg.file, cfg.root, cfg.warnings = file, &root, v.warns
 	return &cfg, nil
 }
 
@@ -323,15 +409,21 @@ func cleanYAMLError(err error) string {
 }
 
 type validator struct {
-	file string
-	root *yaml.Node
-	errs ConfigErrors
+	file  string
+	root  *yaml.Node
+	errs  ConfigErrors
+	warns ConfigErrors
 }
 
 // errorf records a problem at the YAML path (keys and indexes), with the line of the deepest
 // node of the path that exists.
 func (v *validator) errorf(p []any, format string, args ...any) {
 	v.errs = append(v.errs, &ConfigError{File: v.file, Line: lineOf(v.root, p), Path: pathString(p), Msg: fmt.Sprintf(format, args...)})
+}
+
+// warnf records a warning as errorf records an error.
+func (v *validator) warnf(p []any, format string, args ...any) {
+	v.warns = append(v.warns, &ConfigError{File: v.file, Line: lineOf(v.root, p), Path: pathString(p), Msg: fmt.Sprintf(format, args...)})
 }
 
 func pathString(p []any) string {
@@ -590,8 +682,14 @@ func (v *validator) validateLUN(c *Config, i int, luns map[int]int, paths map[st
 			v.errorf(at("luns", i, "path"), "a file backstore needs a path")
 			break
 		}
-		if st, err := os.Stat(l.Path); err == nil {
-			if !st.Mode().IsRegular() {
+		// Lstat: a symbolic link is refused when the daemon opens the file (see
+		// backstore.ErrSymlink), so it is an error here too.
+		if st, err := os.Lstat(l.Path); err == nil {
+			switch {
+			case st.Mode()&os.ModeSymlink != 0:
+				target, _ := os.Readlink(l.Path)
+				v.errorf(at("luns", i, "path"), "%s is a symbolic link to %s: name the real file (links are not followed, so that whoever can change one cannot point the LUN at another file)", l.Path, target)
+			case !st.Mode().IsRegular():
 				v.errorf(at("luns", i, "path"), "%s is not a regular file (use backstore: block for devices)", l.Path)
 			}
 		} else if os.IsNotExist(err) {
@@ -600,6 +698,10 @@ func (v *validator) validateLUN(c *Config, i int, luns map[int]int, paths map[st
 			} else if l.Size == 0 {
 				v.errorf(at("luns", i, "size"), "create: true needs a size")
 			}
+		} else if errors.Is(err, fs.ErrPermission) {
+			// Backstores normally live in a directory only the daemon's user can enter, and
+			// validate is often run by someone else: the daemon checks the file when it opens it.
+			v.warnf(at("luns", i, "path"), "cannot check %s: %v (validate as the user srptarget runs as to check it)", l.Path, err)
 		} else {
 			v.errorf(at("luns", i, "path"), "%v", err)
 		}
@@ -622,6 +724,9 @@ func (v *validator) validateLUN(c *Config, i int, luns map[int]int, paths map[st
 	case "memory", "null":
 		if l.Size == 0 {
 			v.errorf(at("luns", i, "size"), "a %s backstore needs a size", l.Backstore)
+		}
+		if l.AllowSharedFile {
+			v.errorf(at("luns", i, "allow_shared_file"), "allow_shared_file applies to file and block backstores only")
 		}
 		if l.Path != "" {
 			v.errorf(at("luns", i, "path"), "a %s backstore has no path", l.Backstore)

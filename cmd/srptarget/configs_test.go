@@ -36,7 +36,12 @@ func TestDemoConfig(t *testing.T) {
 	require.Equal(t, BackstoreKind("memory"), cfg.LUNs[0].Backstore)
 	require.Equal(t, Size(1<<30), cfg.LUNs[0].Size)
 	require.Equal(t, BackstoreKind("file"), cfg.LUNs[1].Backstore)
-	require.True(t, strings.HasPrefix(cfg.LUNs[1].Path, "/tmp/"))
+	// A private directory of the daemon's, never a world-writable one such as /tmp where
+	// another user could plant the file first.
+	require.Equal(t, "/var/lib/srptarget/demo/lun1.img", cfg.LUNs[1].Path)
+	for _, shared := range []string{"/tmp/", "/var/tmp/", "/dev/shm/"} {
+		require.False(t, strings.HasPrefix(cfg.LUNs[1].Path, shared), cfg.LUNs[1].Path)
+	}
 	require.True(t, cfg.LUNs[1].Create)
 	require.Equal(t, []ACLConfig{{Initiators: []string{"*"}, LUNs: []int{0, 1}}}, cfg.ACLs)
 }

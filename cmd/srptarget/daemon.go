@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/srptarget/srptarget/backstore"
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
@@ -29,6 +30,9 @@ type daemonOptions struct {
 	listen     listenFunc
 	devices    devicesFunc
 	interfaces interfacesFunc
+	// memlock checks that the memory the engine registers can be pinned; nil skips the check
+	// (memfabric pins nothing).
+	memlock memlockFunc
 }
 
 // daemon is `srptarget serve` without its signal handling: the SRP target built from a
@@ -120,13 +124,17 @@ func limitsOf(c *Config) srp.Limits {
 func (d *daemon) start() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	cfg, err := LoadConfig(d.opts.configFile)
+	cfg, err := LoadTrustedConfig(d.opts.configFile)
 	if err != nil {
 		return err
 	}
+	d.logWarnings(cfg)
 	ident, err := resolveIdentity(cfg.Target, d.opts.devices)
 	if err != nil {
 		return cfg.errorAt(at("target"), "%v", err)
+	}
+	if err := d.checkMemlock(cfg); err != nil {
+		return err
 	}
 	d.target, err = srp.New(srp.Config{
 		TargetPortID: ident.portID(),
@@ -143,6 +151,33 @@ func (d *daemon) start() error {
 	}
 	d.commit(p)
 	d.logStartup()
+	return nil
+}
+
+// checkMemlock fails the start when the buffer pools and one initiator's channels could not
+// be registered: better than a daemon that starts and then refuses every login. The limits
+// cannot change on reload, so start-up is the one place to check.
+func (d *daemon) checkMemlock(cfg *Config) error {
+	if d.opts.memlock == nil {
+		return nil
+	}
+	devices := 1
+	if d.opts.devices != nil {
+		if devs, err := d.opts.devices(); err == nil && len(devs) > 0 {
+			devices = len(devs)
+		}
+	}
+	need, pool, channel := memlockNeed(&cfg.Limits, devices)
+	s, err := d.opts.memlock(need, pool, channel, devices, cfg.Limits.MaxChannels)
+	if err != nil {
+		return err
+	}
+	if s.raisedFrom != 0 {
+		d.log.Info("raised the soft RLIMIT_MEMLOCK to the hard limit, for the memory registered for RDMA",
+			zap.String("from", limitString(s.raisedFrom)), zap.String("to", limitString(s.cur)), zap.String("needed", humanBytes(need)))
+	}
+	d.log.Debug("locked memory", zap.String("needed", humanBytes(need)), zap.Int("devices", devices),
+		zap.Bool("cap_ipc_lock", s.capIPCLock), zap.String("rlimit_memlock", limitString(s.cur)))
 	return nil
 }
 
@@ -210,7 +245,13 @@ func (d *daemon) planLUN(p *plan, i int) *ConfigError {
 		}
 		var err error
 		s, err = openStore(&l, d.log, &d.closers)
-		if err != nil {
+		var shared *backstore.SharedFileError
+		switch {
+		case errors.As(err, &shared):
+			return cfg.errorAt(at("luns", i, "path"), "opening the backstore: %v (allow_shared_file: true on this LUN)", err)
+		case errors.Is(err, backstore.ErrSymlink):
+			return cfg.errorAt(at("luns", i, "path"), "opening the backstore: %v", err)
+		case err != nil:
 			return cfg.errorAt(at("luns", i), "opening the backstore: %v", err)
 		}
 		s.onErr = d.recordCloseErr
@@ -494,10 +535,11 @@ func (d *daemon) reload() error {
 }
 
 func (d *daemon) reloadLocked() error {
-	cfg, err := LoadConfig(d.opts.configFile)
+	cfg, err := LoadTrustedConfig(d.opts.configFile)
 	if err != nil {
 		return err
 	}
+	d.logWarnings(cfg)
 	if errs := d.checkImmutable(cfg); len(errs) > 0 {
 		return errs
 	}
@@ -628,6 +670,13 @@ func (d *daemon) shutdown(ctx context.Context) error {
 		d.log.Info("every backstore flushed and closed")
 	}
 	return errors.Join(errs...)
+}
+
+// logWarnings logs what validation found questionable, one line each.
+func (d *daemon) logWarnings(cfg *Config) {
+	for _, w := range cfg.Warnings() {
+		d.log.Warn("configuration warning", zap.String("warning", w.Error()), zap.String("file", w.File), zap.Int("line", w.Line))
+	}
 }
 
 // logStartup logs what the target serves and how an initiator logs in.

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -23,7 +24,9 @@ import (
 // nor the rounds it measures unprofiled (the profiler's 100 Hz signals cost CPU).
 //
 // The profile is collected in FILE.tmp and renamed to FILE when complete, so that a script
-// that waits for FILE never reads half a profile; each write replaces FILE.
+// that waits for FILE never reads half a profile; each write replaces FILE. Neither name is
+// followed if it is a symbolic link: FILE.tmp is created exclusively (createTmp), and
+// rename(2) replaces a link at FILE rather than writing through it.
 type cpuProfiler struct {
 	path string
 	log  *zap.Logger
@@ -41,9 +44,9 @@ func newCPUProfiler(path string, wait bool, log *zap.Logger) (*cpuProfiler, erro
 		return nil, fmt.Errorf("--cpuprofile %s: is a directory", path)
 	}
 	if wait {
-		f, err := os.Create(p.tmp())
+		f, err := p.createTmp()
 		if err != nil {
-			return nil, fmt.Errorf("--cpuprofile %s: %w", path, err)
+			return nil, err
 		}
 		_ = f.Close()
 		_ = os.Remove(p.tmp())
@@ -58,6 +61,24 @@ func newCPUProfiler(path string, wait bool, log *zap.Logger) (*cpuProfiler, erro
 
 func (p *cpuProfiler) tmp() string { return p.path + ".tmp" }
 
+// createTmp makes FILE.tmp afresh, with O_CREAT|O_EXCL|O_NOFOLLOW. The daemon often runs as
+// root with FILE in /tmp, where another user could plant FILE.tmp as a symbolic link to a
+// file of root's that a plain create would truncate and overwrite with the profile; with
+// O_EXCL the open fails on any existing name and never follows a link (open(2)). Whatever is
+// there (a profile of an earlier run that never got renamed, or such a link) is removed
+// first: unlink(2) removes the link itself, not what it points to.
+func (p *cpuProfiler) createTmp() (*os.File, error) {
+	tmp := p.tmp()
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("--cpuprofile %s: removing the old %s: %w", p.path, tmp, err)
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile %s: %w", p.path, err)
+	}
+	return f, nil
+}
+
 // begin starts a profile; one already running is discarded.
 func (p *cpuProfiler) begin(trigger string) error {
 	p.mu.Lock()
@@ -69,9 +90,9 @@ func (p *cpuProfiler) begin(trigger string) error {
 		p.log.Info("CPU profile discarded: a new one starts", zap.String("path", p.path),
 			zap.Duration("discarded", time.Since(p.start).Round(time.Millisecond)))
 	}
-	f, err := os.Create(p.tmp())
+	f, err := p.createTmp()
 	if err != nil {
-		return fmt.Errorf("--cpuprofile %s: %w", p.path, err)
+		return err
 	}
 	if err := rpprof.StartCPUProfile(f); err != nil {
 		// Another CPU profile runs: /debug/pprof/profile of --pprof, or go test -cpuprofile.

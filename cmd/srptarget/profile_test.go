@@ -389,3 +389,38 @@ func TestPprofNotOnLoopbackWarns(t *testing.T) {
 	require.Equal(t, 1, e.logs.FilterMessage("the pprof endpoint is not bound to localhost: whoever reaches it reads the daemon's command line, stacks and memory").Len())
 	require.NoError(t, e.stop(syscall.SIGTERM))
 }
+
+// TestCPUProfileDoesNotFollowPlantedLink: FILE.tmp planted as a link to another file (as a
+// local user could in /tmp) is replaced, never written through, whether the profile starts at
+// start-up or waits for SIGUSR1.
+func TestCPUProfileDoesNotFollowPlantedLink(t *testing.T) {
+	for _, wait := range []bool{false, true} {
+		t.Run(fmt.Sprintf("wait=%v", wait), func(t *testing.T) {
+			e := newEnv(t, e2eConfig)
+			victim := filepath.Join(e.dir, "victim")
+			require.NoError(t, os.WriteFile(victim, []byte("precious"), 0o600))
+			prof := filepath.Join(e.dir, "cpu.pprof")
+			require.NoError(t, os.Symlink(victim, prof+".tmp"))
+			e.opts.cpuProfile = prof
+			e.opts.cpuProfileWait = wait
+			handled := make(chan struct{}, 1)
+			e.opts.afterProfileSignal = func() { handled <- struct{}{} }
+			e.start()
+			if wait {
+				_, err := os.Lstat(prof + ".tmp")
+				require.ErrorIs(t, err, os.ErrNotExist, "the writability check removed the link and left nothing")
+				require.NoError(t, os.Symlink(victim, prof+".tmp"))
+				e.profileSignal(syscall.SIGUSR1, handled)
+			}
+			fi, err := os.Lstat(prof + ".tmp")
+			require.NoError(t, err)
+			require.True(t, fi.Mode().IsRegular(), "FILE.tmp is the daemon's own file, mode %v", fi.Mode())
+			profiledWindowA(t)
+			require.NoError(t, e.stop(syscall.SIGTERM))
+			readProfile(t, prof)
+			data, err := os.ReadFile(victim)
+			require.NoError(t, err)
+			require.Equal(t, "precious", string(data))
+		})
+	}
+}

@@ -255,6 +255,7 @@ func runServeCommand(f serveFlags) error {
 			listen:     rdmaListen(log),
 			devices:    rdmaDevices,
 			interfaces: hostAddrs,
+			memlock:    ensureMemlock,
 		},
 		signals:         sigs,
 		exit:            os.Exit,

@@ -26,10 +26,13 @@ type storeKey struct {
 	blockSize int // 0 for block devices: the device has its own
 	create    bool
 	readOnly  bool
+	// allowShared is part of the key so that a reload that withdraws allow_shared_file opens
+	// the file again, under the owner and mode checks.
+	allowShared bool
 }
 
 func storeKeyOf(l *LUNConfig) storeKey {
-	k := storeKey{kind: l.Backstore, size: l.Size, blockSize: l.BlockSize, create: l.Create, readOnly: l.ReadOnly}
+	k := storeKey{kind: l.Backstore, size: l.Size, blockSize: l.BlockSize, create: l.Create, readOnly: l.ReadOnly, allowShared: l.AllowSharedFile}
 	switch l.Backstore {
 	case "file", "block":
 		k.path = filepath.Clean(l.Path)
@@ -85,7 +88,7 @@ func openStore(l *LUNConfig, log *zap.Logger, closers *sync.WaitGroup) (*sharedS
 	var err error
 	switch l.Backstore {
 	case "file":
-		if _, statErr := os.Stat(l.Path); errors.Is(statErr, os.ErrNotExist) {
+		if _, statErr := os.Lstat(l.Path); errors.Is(statErr, os.ErrNotExist) {
 			s.created = true
 		}
 		var f *backstore.File
@@ -94,13 +97,14 @@ func openStore(l *LUNConfig, log *zap.Logger, closers *sync.WaitGroup) (*sharedS
 			Create:           l.Create,
 			ReadOnly:         l.ReadOnly,
 			LogicalBlockSize: uint32(l.BlockSize),
+			AllowSharedFile:  l.AllowSharedFile,
 		})
 		if err == nil {
 			s.Backstore = f
 		}
 	case "block":
 		var b *backstore.Block
-		b, err = backstore.OpenBlock(l.Path, backstore.BlockOptions{ReadOnly: l.ReadOnly})
+		b, err = backstore.OpenBlock(l.Path, backstore.BlockOptions{ReadOnly: l.ReadOnly, AllowSharedFile: l.AllowSharedFile})
 		if err == nil {
 			s.Backstore = b
 		}

@@ -51,7 +51,7 @@ luns:
     size: 1GiB
   - lun: 1
     backstore: file
-    path: /tmp/srptarget-demo-lun1.img
+    path: /var/lib/srptarget/demo/lun1.img
     create: true
     size: 1GiB
 acls:

@@ -42,6 +42,9 @@ say "soft-RoCE: rxe0 on dummy0, $RXE_IP4 and $RXE_IP6, node GUID $RXE_GUID (targ
 record rxe pass "rxe0 on $RXE_NETDEV"
 
 step "srptarget"
+# serve refuses a configuration file that its group or others can write; the copy run-vm.sh
+# made keeps the mode of the host's file, which a umask of 002 leaves group-writable.
+chmod go-w "$CONFIG"
 say ""
 show cat "$CONFIG"
 say ""
