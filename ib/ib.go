@@ -261,6 +261,13 @@ type RemovalNotifier interface {
 	Removed() <-chan struct{}
 }
 
+// DeviceListener is implemented by listeners that know the device their address belongs to:
+// PD is that device's protection domain, the one its connection requests will name. ok is
+// false for a listener on a wildcard address, which serves every device.
+type DeviceListener interface {
+	PD() (pd ProtectionDomain, ok bool)
+}
+
 // ProtectionDomain registers memory for use by the connections of one device.
 type ProtectionDomain interface {
 	// RegisterMemory registers buf. For the verbs implementation buf must not be Go heap

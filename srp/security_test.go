@@ -263,3 +263,29 @@ func TestSecGlobalLimits(t *testing.T) {
 		h.login(cfgFor(h, 2)) // the slot is free again
 	})
 }
+
+// failingPD refuses every registration, as ibv_reg_mr does beyond RLIMIT_MEMLOCK.
+type failingPD struct{}
+
+func (failingPD) RegisterMemory([]byte, ib.Access) (ib.MR, error) {
+	return nil, errors.New("ibv_reg_mr: cannot allocate memory")
+}
+
+// deviceListener is a listener bound to a device whose memory cannot be registered.
+type deviceListener struct{ ib.Listener }
+
+func (deviceListener) PD() (ib.ProtectionDomain, bool) { return failingPD{}, true }
+
+// TestSecPrepareRegistersThePool: the buffer pool of a listener's device is registered before
+// any login, and a host that cannot pin it learns so then, with the fix.
+func TestSecPrepareRegistersThePool(t *testing.T) {
+	h := newHarness(t, harnessOpts{noServe: true})
+	require.NoError(t, h.tgt.Prepare(h.ln))
+	_, ok := h.logged("registered data buffer pool")
+	require.True(t, ok, "Prepare registered no pool")
+
+	err := h.tgt.Prepare(deviceListener{h.ln})
+	require.ErrorContains(t, err, "cannot allocate memory")
+	require.ErrorContains(t, err, "LimitMEMLOCK")
+	require.ErrorContains(t, err, "CAP_IPC_LOCK")
+}

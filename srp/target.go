@@ -211,6 +211,26 @@ func (t *Target) rejectShutdown(req ib.ConnRequest, lps uint16) {
 	t.reject(req, tag, LoginRejInsufficientResources, t.log, "target is shutting down", "wait for the target to restart")
 }
 
+// Prepare registers the data buffer pool of the device l is bound to (ib.DeviceListener), so
+// that a host that cannot pin that much memory fails now, with the fix in the error, instead
+// of refusing every login later with INSUFFICIENT RESOURCES. A listener on a wildcard address
+// gets its pools with the first login on each device.
+func (t *Target) Prepare(l ib.Listener) error {
+	dl, ok := l.(ib.DeviceListener)
+	if !ok {
+		return nil
+	}
+	pd, ok := dl.PD()
+	if !ok {
+		return nil
+	}
+	if _, err := t.pool(pd); err != nil {
+		return fmt.Errorf("%w; the data buffer pool (limits.buffer_pool_size, %d bytes per RDMA device) must be locked in memory: raise the locked-memory limit (LimitMEMLOCK= in the systemd unit, ulimit -l) or grant CAP_IPC_LOCK, or lower buffer_pool_size",
+			err, t.lim.BufferPoolSize)
+	}
+	return nil
+}
+
 // rejectBusy answers a request that found every login slot taken.
 func (t *Target) rejectBusy(req ib.ConnRequest, lps uint16) {
 	var tag Tag

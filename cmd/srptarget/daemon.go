@@ -384,6 +384,13 @@ func (d *daemon) planListeners(p *plan) ConfigErrors {
 			errs = append(errs, p.cfg.errorAt(at("listeners", i), "listening on %v: %v", ap, err))
 			continue
 		}
+		// The buffer pool of the listener's device is registered now: a host that cannot pin
+		// it fails here, with the fix, rather than refusing every login later.
+		if err := d.target.Prepare(ln); err != nil {
+			_ = ln.Close()
+			errs = append(errs, p.cfg.errorAt(at("listeners", i), "listening on %v: %v", ap, err))
+			continue
+		}
 		p.newListeners = append(p.newListeners, &listenerState{addr: ap, ln: ln})
 	}
 	return errs

@@ -62,6 +62,9 @@ func (l *listener) Next(ctx context.Context) (ib.ConnRequest, error) {
 
 func (l *listener) Addr() netip.AddrPort { return l.addr }
 
+// PD is the node's protection domain (ib.DeviceListener): a node is one device.
+func (l *listener) PD() (ib.ProtectionDomain, bool) { return l.node.pd, true }
+
 // RDMAPortSpace returns the listener's port space as librdmacm numbers it (ib.Listener has no
 // such method; the SRP target looks for it to choose the SRP_LOGIN_REQ layout).
 func (l *listener) RDMAPortSpace() uint16 { return uint16(l.ps) }

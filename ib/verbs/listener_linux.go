@@ -136,6 +136,15 @@ func notice(format string, args ...any) {
 // Addr is the bound address, with the port the kernel picked if the caller gave 0.
 func (l *Listener) Addr() netip.AddrPort { return l.addr }
 
+// PD is the protection domain of the device the listener's address belongs to
+// (ib.DeviceListener); a listener on a wildcard address has none.
+func (l *Listener) PD() (ib.ProtectionDomain, bool) {
+	if l.dev == nil {
+		return nil, false
+	}
+	return pdHandle{l.dev}, true
+}
+
 func (l *Listener) String() string { return "listener " + l.addr.String() }
 
 // Next implements ib.Listener.
