@@ -176,6 +176,10 @@ type channel struct {
 	// BUSY answers are logged at most once per busyLogEvery per channel, with a count.
 	busyLogAt int64
 	busyCount int
+	// Refused commands are logged at most rejectLogBurst times per rejectLogEvery.
+	refusedAt         int64
+	refusedN          int
+	refusedSuppressed int
 }
 
 // busyLogEvery is how often a channel may log that it answered BUSY for want of a buffer.
@@ -780,11 +784,33 @@ func (ch *channel) answerTransport(c *cmdCtx, status scsi.Status, reason scsi.Re
 	if reason != scsi.ReasonNone {
 		c.cmd.SenseLength = scsi.BuildSense(c.cmd.Sense[:], false, reason, scsi.SenseInfo{})
 		ch.t.stats.transportErrors.Add(1)
-		ch.log.Warn("SRP_CMD refused", zap.Uint64("tag", c.tag.Load()), zap.Stringer("reason", reason),
-			zap.String("why", why))
+		if ok, suppressed := ch.refusalLogAllowed(); ok {
+			fields := []zap.Field{zap.Uint64("tag", c.tag.Load()), zap.Stringer("reason", reason), zap.String("why", why)}
+			if suppressed > 0 {
+				fields = append(fields, zap.Int("similar_lines_suppressed", suppressed))
+			}
+			ch.log.Warn("SRP_CMD refused", fields...)
+		}
 	}
 	c.stage = stageRespond
 	ch.newSQWork(c)
+}
+
+// refusalLogAllowed rate-limits the log lines of refused commands per channel, as
+// rejectLogBurst per rejectLogEvery (a broken or hostile initiator may send nothing else), and
+// says how many were left out since the last line.
+func (ch *channel) refusalLogAllowed() (ok bool, suppressed int) {
+	now := nanotime()
+	if ch.refusedAt == 0 || now-ch.refusedAt >= int64(rejectLogEvery) {
+		ch.refusedAt, ch.refusedN = now, 0
+	}
+	if ch.refusedN >= rejectLogBurst {
+		ch.refusedSuppressed++
+		return false, 0
+	}
+	ch.refusedN++
+	suppressed, ch.refusedSuppressed = ch.refusedSuppressed, 0
+	return true, suppressed
 }
 
 // getBuffers gets the data buffer (and the scratch buffer of an external table), waiting in

@@ -289,3 +289,39 @@ func TestSecPrepareRegistersThePool(t *testing.T) {
 	require.ErrorContains(t, err, "LimitMEMLOCK")
 	require.ErrorContains(t, err, "CAP_IPC_LOCK")
 }
+
+// TestSecRefusedCommandsLogRateLimited: an initiator that sends only commands the transport
+// refuses gets each one answered, but the log gets at most 5 lines per 10 s of them.
+func TestSecRefusedCommandsLogRateLimited(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	ch := h.login(h.cfg())
+	for i := range 20 {
+		rsp, err := ch.Do(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096, Attr: srp.TaskAttr(3)})
+		require.NoError(t, err)
+		k, asc, ascq := senseOf(t, rsp)
+		require.Equal(t, []uint8{0x05, 0x0E, 0x03}, []uint8{k, asc, ascq}, "command %d", i) // INVALID FIELD IN COMMAND IU
+	}
+	require.Len(t, h.logs.FilterMessage("SRP_CMD refused").All(), 5)
+	require.Equal(t, uint64(20), h.tgt.Stats().TransportErrors)
+}
+
+// TestSecRefusedLoginsLogRateLimited: a storm of refused logins from one address is refused
+// every time, logged 5 times.
+func TestSecRefusedLoginsLogRateLimited(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.tgt.SetAuthorizer(srp.AuthorizerFunc(func(srp.PortID, srp.PortID, netip.AddrPort) (*scsi.LUNMap, error) {
+		return nil, srp.ErrNotAuthorized
+	}))
+	node, err := h.fab.NewNode(netip.MustParseAddr("198.19.8.1"))
+	require.NoError(t, err)
+	for i := range 12 {
+		cfg := h.cfg()
+		cfg.Node = node
+		cfg.InitiatorPortID = srp.PortID{0xfc, 15: byte(i)} // every one a new identifier
+		_, err := h.loginErr(cfg)
+		var rej *srptest.LoginRejectedError
+		require.True(t, errors.As(err, &rej), "login %d: %v", i, err)
+	}
+	require.Equal(t, uint64(12), h.tgt.Stats().LoginsRejected)
+	require.Len(t, h.logs.FilterMessage("login rejected").All(), 5)
+}
