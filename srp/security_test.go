@@ -260,7 +260,11 @@ func TestSecGlobalLimits(t *testing.T) {
 		requireRefused(t, err)
 		close(release)
 		require.NoError(t, <-slow)
-		h.login(cfgFor(h, 2)) // the slot is free again
+		// The slot is free again once the first handler has returned (just after its REP).
+		waitFor(t, "a login after the slow one", func() bool {
+			_, err := h.loginErr(cfgFor(h, 2))
+			return err == nil
+		})
 	})
 }
 
