@@ -25,7 +25,7 @@
 # Environment:
 #   GO                 the go command (default: go in PATH, else /usr/local/go/bin/go)
 #   SRPT_VM_DIR        work directory (default /tmp/srptarget-vm)
-#   SRPT_VM_TIMEOUT    seconds for the VM run (default 2400; 420 with quick=1)
+#   SRPT_VM_TIMEOUT    seconds for the VM run (default 2400; 500 with quick=1)
 #   SRPT_VM_LOCK       a lock file: the VM run waits for it (flock), for hosts
 #                      where several people boot VMs on few cores
 #   other SRPT_VM_* variables as in run-vm.sh
@@ -172,7 +172,7 @@ LOG=$VMDIR/logs/$NAME-$stamp.log
 RESULTS=${LOG%.log}.results
 DAEMON_LOG=${LOG%.log}.daemon.log
 if [ $QUICK = 1 ]; then
-	export SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-420}
+	export SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-500}
 else
 	export SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-2400}
 fi
