@@ -69,11 +69,11 @@
 #     behind it on the send queue waits, and until the daemon closes the
 #     channel the commands keep their pool buffers. Meanwhile ib_srp on the
 #     first listener ($PORT) writes and verifies 64 KiB blocks on LUN 0. Pass:
-#     0 verify errors, the victim's disk never goes longer than rdma_timeout +
-#     5 s without completing an I/O (sampled from /sys/block/sdX/stat every
-#     0.25 s), the daemon logs a WARN line saying it closed the stalled
-#     channel, srpflood sees the disconnect, and the goroutines are back to
-#     the reference.
+#     0 verify errors, the victim's disk never goes longer than rdma_timeout
+#     (10 s here) + 5 s without completing an I/O (sampled from
+#     /sys/block/sdX/stat every 0.25 s), the daemon logs a WARN line saying
+#     it closed srpflood's stalled channel, srpflood sees the disconnect, and
+#     the goroutines are back to the reference.
 #
 # Bounds (per scenario, measured on a quiet daemon: no channel open; the
 # daemon has no debug endpoint, so /proc and a SIGQUIT goroutine dump it is):
@@ -97,11 +97,12 @@
 #   cycles=20, resets_secs=30, reloads=10, rejects=1000, port=5555,
 #   port2=5556, only=LIST (comma
 #   separated scenario names: run only these, for debugging);
-#   hog: hog_rdma_timeout= (limits.rdma_timeout written to the daemon's
-#   configuration, e.g. 10s; empty: not written, the daemon's default 30s is
-#   assumed for the bound), hog_secs= (how long srpflood holds the connection
-#   unless disconnected: the timeout + 15 s), hog_commands=16,
-#   hog_stall_re=stalled (what the daemon's WARN line says).
+#   hog: hog_rdma_timeout=10s (limits.rdma_timeout of the daemon instance;
+#   empty: not written, the daemon's default 30s), hog_max_channel_buffer=
+#   (limits.max_channel_buffer, e.g. 100%; empty: the daemon's default),
+#   hog_secs= (how long srpflood holds the connection unless disconnected:
+#   the timeout + 15 s), hog_commands=16, hog_stall_re='^RDMA stalled: '
+#   (the message of the daemon's WARN line).
 # shellcheck disable=SC2317 # functions called through check/wait_for
 # shellcheck source=lib.sh
 . /lab/lib.sh
@@ -1048,31 +1049,34 @@ if want hog; then
 	# victim's disk completed no I/O at all stays within the daemon's rdma_timeout + 5 s;
 	# the daemon logs that it closed the stalled channel and stays up.
 	HOG_EXT=00000000000000f1
-	# limits.rdma_timeout of the daemon: empty = not in the configuration (the daemon's
-	# default, HOG_DEFAULT_TIMEOUT). Set it (e.g. hog_rdma_timeout=10s, or change the default
-	# here) once the daemon knows the key: its configuration is strict.
-	HOG_RDMA_TIMEOUT=$(arg hog_rdma_timeout "")
+	# limits.rdma_timeout written to the daemon's configuration for this instance; empty
+	# (hog_rdma_timeout=): none, the daemon's default HOG_DEFAULT_TIMEOUT.
+	HOG_RDMA_TIMEOUT=$(arg hog_rdma_timeout 10s)
 	HOG_DEFAULT_TIMEOUT=30s
+	# limits.max_channel_buffer: empty, the daemon's default (25% of the pool); 100% leaves
+	# the victim only the stall watchdog.
+	HOG_MAX_CHANNEL_BUFFER=$(arg hog_max_channel_buffer "")
 	HOG_TIMEOUT_S=$(secs "${HOG_RDMA_TIMEOUT:-$HOG_DEFAULT_TIMEOUT}")
 	HOG_BOUND_S=$((HOG_TIMEOUT_S + 5))
 	# srpflood holds the connection this long unless the target closes it first: longer than
 	# the bound, so that a daemon that never closes the channel fails.
 	HOG_SECS=$(arg hog_secs $((HOG_TIMEOUT_S + 15)))
 	HOG_COMMANDS=$(arg hog_commands 16)
-	# The daemon's line for the channel it closed: a WARN whose message says "stalled".
-	HOG_STALL_RE=$(arg hog_stall_re 'stalled')
+	# The daemon's line for the channel it closed (srp/channel.go, watchdog): WARN "RDMA
+	# stalled: no work request completed within rdma_timeout; closing the channel and
+	# aborting its commands", naming srpflood's initiator port.
+	HOG_STALL_RE=$(arg hog_stall_re '^RDMA stalled: ')
 	scenario hog "srpflood holds the buffer pool (no receives, RNR retry 7) for up to ${HOG_SECS}s while ib_srp verifies on the other listener"
 	CONFIG_HOG=$STRESS_DIR/hog.yaml
 	{
-		if [ -n "$HOG_RDMA_TIMEOUT" ]; then
-			sed "s/^  max_transfer_size: 8MiB\$/&\n  rdma_timeout: $HOG_RDMA_TIMEOUT/" "$CONFIG"
-		else
-			cat "$CONFIG"
-		fi
+		add=
+		[ -n "$HOG_RDMA_TIMEOUT" ] && add="$add\n  rdma_timeout: $HOG_RDMA_TIMEOUT"
+		[ -n "$HOG_MAX_CHANNEL_BUFFER" ] && add="$add\n  max_channel_buffer: \"$HOG_MAX_CHANNEL_BUFFER\""
+		sed "s/^  max_transfer_size: 8MiB\$/&$add/" "$CONFIG"
 		# acls: is the configuration's last section
 		printf '  # srpflood (the hog scenario)\n  - initiators: ["0x%s*"]\n    luns: [3]\n' "$HOG_EXT"
 	} >"$CONFIG_HOG"
-	echo "SRPTVM: $CONFIG_HOG: rdma_timeout ${HOG_RDMA_TIMEOUT:-not set (default $HOG_DEFAULT_TIMEOUT)}; bound on the victim's stall ${HOG_BOUND_S}s; srpflood holds up to ${HOG_SECS}s with $HOG_COMMANDS commands"
+	echo "SRPTVM: $CONFIG_HOG: rdma_timeout ${HOG_RDMA_TIMEOUT:-not set (default $HOG_DEFAULT_TIMEOUT)}, max_channel_buffer ${HOG_MAX_CHANNEL_BUFFER:-not set (default)}; bound on the victim's stall ${HOG_BOUND_S}s; srpflood holds up to ${HOG_SECS}s with $HOG_COMMANDS commands"
 	diff "$CONFIG" "$CONFIG_HOG"
 	FLOOD=$(command -v srpflood)
 	if [ -z "$FLOOD" ]; then
@@ -1159,7 +1163,12 @@ if want hog; then
 			after_n=$(hog_count "$samples" "$t_end" "$t_fio")
 			rel() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.1f", a - b }'; }
 			errs=$(srp_transport_errors "$SC_DMESG")
-			detail="longest time without a completed I/O ${st} s (uptime $ss to $se: $(rel "$ss" "$t_sent") to $(rel "$se" "$t_sent") s from srpflood's commands); bound ${HOG_BOUND_S} s (rdma_timeout ${HOG_RDMA_TIMEOUT:-default $HOG_DEFAULT_TIMEOUT} + 5); I/Os completed: $before_n in the $(rel "$t_sent" "$t_io") s before srpflood's commands, $during_n in the $(rel "$t_end" "$t_sent") s until srpflood ended ($reason), $after_n in the $(rel "$t_fio" "$t_end") s after; ib_srp: ${errs:+$(srp_errors_summary "$errs")}${errs:-no transport errors}"
+			log=$(tail -n +$((d0 + 1)) "$DLOG")
+			# the daemon logs its BUSY answers per channel, with a count, at most every 10 s
+			vid=0x0000000000000000$RXE_GUID
+			busy=$(grep '	commands answered BUSY' <<<"$log" | grep -F "\"initiator\": \"$vid\"" |
+				sed -n 's/.*"commands": \([0-9]*\).*/\1/p' | awk '{ n += $1 } END { print n + 0 }')
+			detail="longest time without a completed I/O ${st} s (uptime $ss to $se: $(rel "$ss" "$t_sent") to $(rel "$se" "$t_sent") s from srpflood's commands); bound ${HOG_BOUND_S} s (rdma_timeout ${HOG_RDMA_TIMEOUT:-default $HOG_DEFAULT_TIMEOUT} + 5); I/Os completed: $before_n in the $(rel "$t_sent" "$t_io") s before srpflood's commands, $during_n in the $(rel "$t_end" "$t_sent") s until srpflood ended ($reason), $after_n in the $(rel "$t_fio" "$t_end") s after; ib_srp: ${errs:+$(srp_errors_summary "$errs")}${errs:-no transport errors}; daemon: $busy BUSY answers to ib_srp logged"
 			if awk -v s="$st" -v b="$HOG_BOUND_S" 'BEGIN { exit !(s != "" && s <= b) }'; then
 				record "hog: victim I/O stall" pass "$detail"
 			else
@@ -1167,14 +1176,14 @@ if want hog; then
 			fi
 			# The daemon's account: a WARN line matching HOG_STALL_RE (to be named exactly by
 			# the engine's watchdog), for the channel of srpflood's initiator port.
-			log=$(tail -n +$((d0 + 1)) "$DLOG")
-			warn=$(awk -F'\t' -v re="$HOG_STALL_RE" '$2 == "WARN" && $0 ~ re' <<<"$log" | head -1 | cut -f3- | cut -c1-400)
 			fid=0x$HOG_EXT$RXE_GUID
+			warn=$(awk -F'\t' -v re="$HOG_STALL_RE" '$2 == "WARN" && $3 ~ re' <<<"$log" | grep -F "\"initiator\": \"$fid\"" |
+				head -1 | cut -f3- | cut -c1-500)
 			acc=$(grep '	login accepted	' <<<"$log" | grep -c "\"initiator\": \"$fid\"")
 			if [ -n "$warn" ] && [ "$reason" = disconnected ]; then
 				record "hog: daemon closed the stalled channel" pass "$warn; srpflood disconnected by the target $after s after its commands"
 			else
-				[ -n "$warn" ] || warn="no WARN line matching \"$HOG_STALL_RE\" in the log of instance $hog_instance"
+				[ -n "$warn" ] || warn="no WARN line matching \"$HOG_STALL_RE\" for $fid in the log of instance $hog_instance"
 				held=
 				[ "$reason" = duration ] && held=": it held the connection as long as it wanted"
 				record "hog: daemon closed the stalled channel" fail "$warn ($acc login(s) of $fid accepted); srpflood: ${reason:-no end line}${after:+ after $after s}$held"
