@@ -1049,11 +1049,11 @@ if want hog; then
 	# sends HOG_COMMANDS READ(10) of 8 MiB each: the target's first response SEND retries
 	# for ever (RNR), the work requests behind it wait, and a target that holds each
 	# command's data buffer until its SEND completes lends srpflood its whole 64 MiB buffer
-	# pool for as long as it stays. Meanwhile ib_srp (initiator_ext 0, the first listener, LUN 0) writes and
-	# verifies with fio, 64 KiB writes (above max_imm_data, so they need a pool buffer as the
-	# verify reads do). Pass: fio verifies with no error, and the longest time in which the
-	# victim's disk completed no I/O at all stays within the daemon's rdma_timeout + 5 s;
-	# the daemon logs that it closed the stalled channel and stays up.
+	# pool for as long as it stays. Meanwhile ib_srp (initiator_ext 0, the first listener,
+	# LUN 0) writes and verifies with fio, 64 KiB writes (above max_imm_data, so they need a
+	# pool buffer as the verify reads do). Pass: fio verifies with no error, and the longest
+	# time in which the victim's disk completed no I/O at all stays within the daemon's
+	# rdma_timeout + 5 s; the daemon logs that it closed the stalled channel and stays up.
 	HOG_EXT=00000000000000f1
 	# limits.rdma_timeout written to the daemon's configuration for this instance; empty
 	# (hog_rdma_timeout=): none, the daemon's default HOG_DEFAULT_TIMEOUT.
