@@ -64,8 +64,9 @@ clean:
 
 # stress: the faults a SAN sees, in the VM, with the data checked (integration/vm/guest/stress.sh):
 # logout/login cycles and resets under I/O, 4/8 MiB commands, SIGKILL and restart, RDMA device
-# removal, refused-login storms, two initiator ports x 4 channels. stress-quick: the subset CI runs
-# on every push (under 5 minutes of VM time). Needs root; logs in $$SRPT_VM_DIR/logs.
+# removal, refused-login storms, two initiator ports x 4 channels, an initiator that never takes
+# its responses (tools/srpflood) beside one that verifies. stress-quick: the subset CI runs on every
+# push (under 5 minutes of VM time). Needs root; logs in $$SRPT_VM_DIR/logs.
 .PHONY: stress stress-quick
 stress:
 	GO="$(GO)" integration/vm/stress.sh

@@ -3,17 +3,21 @@
 # data checked: logout/login cycles under I/O, LUN and host resets under I/O,
 # 4 and 8 MiB commands, SIGKILL and restart of the daemon, removal of the RDMA
 # device under live sessions, storms of refused logins, two initiator ports
-# with four channels each and their own LUN maps. The scenarios and their
-# bounds are described at the top of guest/stress.sh. `make stress` runs all
-# of them, `make stress-quick` (quick=1) the subset CI runs on every push.
+# with four channels each and their own LUN maps, an initiator that never
+# posts a receive and so holds the target's data buffers (tools/srpflood).
+# The scenarios and their bounds are described at the top of guest/stress.sh.
+# `make stress` runs all of them, `make stress-quick` (quick=1) the subset CI
+# runs on every push.
 #
 #   integration/vm/stress.sh [quick=1] [k=v ...]     # k=v go to guest/stress.sh
+#   integration/vm/stress.sh only=hog                # one scenario (see guest/stress.sh)
 #
 # Builds the daemon the way `make build` does (into $SRPT_VM_DIR/bin, not
-# bin/), builds (or reuses) the VM image, takes dm-mod, dm-multipath and
-# dm-round-robin from the image's own kernel package and dmsetup from Debian
-# (`apt-get download`, the version of the image's libdevmapper; cached), boots
-# the VM with guest/stress.sh and prints the check table.
+# bin/) and tools/srpflood next to it, builds (or reuses) the VM image, takes
+# dm-mod, dm-multipath and dm-round-robin from the image's own kernel package
+# and dmsetup from Debian (`apt-get download`, the version of the image's
+# libdevmapper; cached), boots the VM with guest/stress.sh and prints the
+# check table.
 #
 # Needs what e2e.sh needs: a Debian 12 x86-64 host, root, the Debian archive,
 # Go, a C toolchain with libibverbs-dev and librdmacm-dev.
@@ -21,7 +25,7 @@
 # Environment:
 #   GO                 the go command (default: go in PATH, else /usr/local/go/bin/go)
 #   SRPT_VM_DIR        work directory (default /tmp/srptarget-vm)
-#   SRPT_VM_TIMEOUT    seconds for the VM run (default 2400; 420 with quick=1)
+#   SRPT_VM_TIMEOUT    seconds for the VM run (default 2400; 500 with quick=1)
 #   SRPT_VM_LOCK       a lock file: the VM run waits for it (flock), for hosts
 #                      where several people boot VMs on few cores
 #   other SRPT_VM_* variables as in run-vm.sh
@@ -83,8 +87,14 @@ t=$(elapsed)
 libs=$(ldd "$BIN" 2>/dev/null || true)
 grep -q 'librdmacm\.so' <<<"$libs" ||
 	die "$BIN does not link librdmacm: built without cgo? The daemon could not listen over RDMA/CM" 3
+# srpflood, the misbehaving initiator of the hog scenario (cgo, like the daemon: it uses
+# ib/verbs over the guest's rdma-core)
+FLOOD=$VMDIR/bin/srpflood
+(cd "$REPO" && "$GO" build -o "$FLOOD" ./integration/vm/tools/srpflood) || die "building srpflood failed" 3
+libs=$(ldd "$FLOOD" 2>/dev/null || true)
+grep -q 'librdmacm\.so' <<<"$libs" || die "$FLOOD does not link librdmacm: built without cgo?" 3
 build_s=$(secs_since "$t")
-log "built $BIN ($(stat -c %s "$BIN") bytes) in ${build_s}s"
+log "built $BIN ($(stat -c %s "$BIN") bytes) and $FLOOD in ${build_s}s"
 
 # ------------------------------------------------------------------ the image
 t=$(elapsed)
@@ -162,11 +172,11 @@ LOG=$VMDIR/logs/$NAME-$stamp.log
 RESULTS=${LOG%.log}.results
 DAEMON_LOG=${LOG%.log}.daemon.log
 if [ $QUICK = 1 ]; then
-	export SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-420}
+	export SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-500}
 else
 	export SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-2400}
 fi
-FILES="$BIN:/usr/local/bin/srptarget $HERE/guest/stress-lib.sh:/lab/stress-lib.sh $DMFILES"
+FILES="$BIN:/usr/local/bin/srptarget $FLOOD:/usr/local/bin/srpflood $HERE/guest/stress-lib.sh:/lab/stress-lib.sh $DMFILES"
 runvm=("$HERE/run-vm.sh" "$HERE/guest/stress.sh" "$@")
 if [ -n "${SRPT_VM_LOCK:-}" ]; then
 	log "waiting for $SRPT_VM_LOCK"
