@@ -254,6 +254,13 @@ type NotifyArmer interface {
 	ArmNotify() error
 }
 
+// QPNumberer is implemented by connections that know their queue pair number (verbs: the
+// qp_num of struct ibv_qp, the QPN the peer's CM messages name), so that an operator can
+// match a channel with what the initiator side shows (ibv_devinfo, rdma resource show qp).
+type QPNumberer interface {
+	QPNum() uint32
+}
+
 // RemovalNotifier is implemented by protection domains whose device can go away (verbs):
 // Removed is closed once the device was removed. The memory registered in the domain is then
 // no longer in use by the device, and may be unmapped once no connection uses it either.

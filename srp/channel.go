@@ -180,6 +180,15 @@ type channel struct {
 	refusedAt         int64
 	refusedN          int
 	refusedSuppressed int
+
+	// For operators (Target.Sessions): loginAt and qpn are set before the goroutines start;
+	// pubActive and pubGranted are copies of active and ledger.granted that the channel
+	// goroutine publishes once per pass of its loop (publish), so that reading them takes no
+	// lock on the I/O path.
+	loginAt    time.Time
+	qpn        uint32
+	pubActive  atomic.Int32
+	pubGranted atomic.Int64
 }
 
 // busyLogEvery is how often a channel may log that it answered BUSY for want of a buffer.
@@ -297,6 +306,16 @@ func (ch *channel) recvBuf(i int32) []byte {
 	return ch.mem[off : off+int(ch.maxIT)]
 }
 
+// accepted records, before the channel is added to its session (where Target.Sessions reads
+// it), when its login was accepted and its queue pair number.
+func (ch *channel) accepted(conn ib.Conn) {
+	ch.loginAt = time.Now()
+	if q, ok := conn.(ib.QPNumberer); ok {
+		ch.qpn = q.QPNum()
+	}
+	ch.publish()
+}
+
 // start launches the channel's goroutines on an accepted connection.
 func (ch *channel) start(conn ib.Conn) {
 	ch.conn = conn
@@ -372,6 +391,7 @@ func (ch *channel) run() {
 			}
 		}
 		ch.flushSends()
+		ch.publish()
 		var timerC <-chan time.Time
 		if ch.timerArmed {
 			timerC = ch.timer.C
@@ -410,6 +430,17 @@ func (ch *channel) run() {
 			ch.timerArmed = false
 			ch.onTimer()
 		}
+	}
+}
+
+// publish makes the channel's commands in progress and credits visible to Target.Sessions:
+// two loads and, when a value changed, a store, once per pass of the loop.
+func (ch *channel) publish() {
+	if a := int32(ch.active); ch.pubActive.Load() != a {
+		ch.pubActive.Store(a)
+	}
+	if g := ch.ledger.granted; ch.pubGranted.Load() != g {
+		ch.pubGranted.Store(g)
 	}
 }
 

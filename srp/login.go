@@ -285,6 +285,7 @@ func (t *Target) login(req ib.ConnRequest, lps uint16) {
 	// sessions without a channel: a reload that changed what this initiator sees is noticed
 	// here, against the map of its previous login.
 	sess.switchMap(m, "login after a configuration change")
+	ch.accepted(conn)
 	nch := sess.add(ch, src)
 	if cur := t.auth.Load(); cur != held {
 		// SetAuthorizer ran after Authorize above but may have found the session without

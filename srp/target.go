@@ -484,6 +484,27 @@ type SessionInfo struct {
 	TargetPortID    PortID
 	Channels        int
 	Remote          netip.AddrPort
+	// LUNMap is the map the session's commands go to (the Authorizer's answer), ChannelInfo
+	// its live channels in login order.
+	LUNMap      *scsi.LUNMap
+	ChannelInfo []ChannelInfo
+}
+
+// ChannelInfo describes one RDMA channel of a session. InFlight and CreditsHeld are published
+// by the channel's goroutine once per pass of its loop, so they may lag by one pass.
+type ChannelInfo struct {
+	ID     uint64
+	Remote netip.AddrPort
+	// QPNum is the queue pair number, 0 when the connection does not expose it
+	// (ib.QPNumberer).
+	QPNum uint32
+	// Credits is what the login granted (the initial REQUEST LIMIT DELTA); CreditsHeld the
+	// credits the initiator holds now, as far as the target knows.
+	Credits     int
+	CreditsHeld int64
+	// InFlight counts the commands the target works on.
+	InFlight  int
+	LoginTime time.Time
 }
 
 // Sessions lists the sessions that have at least one channel.
@@ -492,15 +513,40 @@ func (t *Target) Sessions() []SessionInfo {
 	for _, s := range t.sessionList() {
 		s.mu.Lock()
 		n, remote := len(s.channels), s.src
+		chs := make([]ChannelInfo, 0, n)
+		for _, ch := range s.channels {
+			chs = append(chs, ChannelInfo{
+				ID:          ch.id,
+				Remote:      ch.remote,
+				QPNum:       ch.qpn,
+				Credits:     ch.credits,
+				CreditsHeld: ch.pubGranted.Load(),
+				InFlight:    int(ch.pubActive.Load()),
+				LoginTime:   ch.loginAt,
+			})
+		}
 		s.mu.Unlock()
 		if n > 0 {
-			out = append(out, SessionInfo{InitiatorPortID: s.key.initiator, TargetPortID: s.key.target, Channels: n, Remote: remote})
+			out = append(out, SessionInfo{InitiatorPortID: s.key.initiator, TargetPortID: s.key.target, Channels: n, Remote: remote,
+				LUNMap: s.lunMap.Load(), ChannelInfo: chs})
 		}
 	}
 	slices.SortFunc(out, func(a, b SessionInfo) int {
 		return slices.Compare(a.InitiatorPortID[:], b.InitiatorPortID[:])
 	})
 	return out
+}
+
+// PoolUse returns the bytes of data buffers in use and the size of the buffer pools, summed
+// over the RDMA devices that have one.
+func (t *Target) PoolUse() (inUse, size int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range t.pools {
+		inUse += p.inUse.Load()
+		size += p.size()
+	}
+	return inUse, size
 }
 
 // Stats is a snapshot of the target's counters.

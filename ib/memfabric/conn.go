@@ -163,6 +163,7 @@ type Conn struct {
 	local, remote netip.AddrPort
 	caps          ib.QPCaps
 	ready         chan struct{}
+	qpn           uint32 // set before the connection is visible to another goroutine
 
 	// Set before the connection is visible to another goroutine, or under p.mu.
 	p           *pair
@@ -201,7 +202,11 @@ type Conn struct {
 var (
 	_ ib.Conn        = (*Conn)(nil)
 	_ ib.NotifyArmer = (*Conn)(nil)
+	_ ib.QPNumberer  = (*Conn)(nil)
 )
+
+// QPNum is the queue pair number, unique in the fabric (as qp_num is on a device).
+func (c *Conn) QPNum() uint32 { return c.qpn }
 
 func newConn(n *Node, caps ib.QPCaps, local, remote netip.AddrPort) *Conn {
 	return &Conn{

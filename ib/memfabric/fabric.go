@@ -113,6 +113,7 @@ type Fabric struct {
 
 	mrSeq  atomic.Uint64
 	keySeq atomic.Uint32
+	qpSeq  atomic.Uint32 // queue pair numbers, unique in the fabric as in an HCA
 
 	mu     sync.Mutex
 	nodes  map[netip.Addr]*Node
@@ -398,6 +399,7 @@ func (n *Node) newConn(p *pair, caps ib.QPCaps, local, remote netip.AddrPort, ep
 	}
 	c := newConn(n, caps, local, remote)
 	c.p = p
+	c.qpn = n.f.qpSeq.Add(1)
 	n.conns[c] = struct{}{}
 	return c, nil
 }

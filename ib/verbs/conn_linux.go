@@ -561,3 +561,8 @@ func (c *Conn) teardown(removed bool) {
 	c.loop.release()
 	c.signal()
 }
+
+var _ ib.QPNumberer = (*Conn)(nil)
+
+// QPNum is the queue pair number (struct ibv_qp's qp_num, libibverbs/verbs.h).
+func (c *Conn) QPNum() uint32 { return c.qpn }
