@@ -192,12 +192,20 @@ type plan struct {
 	auth         *aclAuthorizer
 	newListeners []*listenerState
 	keep         map[netip.AddrPort]bool
+	// dryRun plans without opening new listeners (wouldListen lists them) or creating files:
+	// `srptarget reload --dry-run` shows the plan, then rolls it back.
+	dryRun      bool
+	wouldListen []netip.AddrPort
 }
 
 // plan builds cfg next to the running configuration. On error it has released everything it
 // opened and returns every problem as ConfigErrors.
-func (d *daemon) plan(cfg *Config) (*plan, error) {
+func (d *daemon) plan(cfg *Config) (*plan, error) { return d.planWith(cfg, false) }
+
+// planWith is plan, or with dryRun a plan for `reload --dry-run` only (see plan.dryRun).
+func (d *daemon) planWith(cfg *Config, dryRun bool) (*plan, error) {
 	p := &plan{
+		dryRun: dryRun,
 		cfg:    cfg,
 		luns:   make(map[int]*lunState),
 		opened: make(map[storeKey]*sharedStore),
@@ -244,7 +252,15 @@ func (d *daemon) planLUN(p *plan, i int) *ConfigError {
 			}
 		}
 		var err error
-		s, err = openStore(&l, d.log, &d.closers)
+		if p.dryRun && l.Backstore == "file" && l.Create && !pathExists(l.Path) {
+			// A dry run creates no file: a null backstore of the size it would have stands in.
+			s, err = openStore(&LUNConfig{LUN: l.LUN, Backstore: "null", Size: l.Size, BlockSize: l.BlockSize}, d.log, &d.closers)
+			if err == nil {
+				s.key = sk
+			}
+		} else {
+			s, err = openStore(&l, d.log, &d.closers)
+		}
 		var shared *backstore.SharedFileError
 		switch {
 		case errors.As(err, &shared):
@@ -373,6 +389,10 @@ func (d *daemon) planListeners(p *plan) ConfigErrors {
 		ap := netip.AddrPortFrom(addr, lc.Port)
 		if ls := d.listeners[ap]; ls != nil && !ls.failed.Load() {
 			p.keep[ap] = true
+			continue
+		}
+		if p.dryRun {
+			p.wouldListen = append(p.wouldListen, ap)
 			continue
 		}
 		if d.opts.listen == nil {
@@ -515,13 +535,27 @@ var errReloadStopped = errors.New("the target is shutting down")
 // error the running configuration stays as it was, and every error is logged with its file and
 // line.
 func (d *daemon) reload() error {
+	_, err := d.reloadReport(false)
+	return err
+}
+
+// reloadReport is reload for the control socket: it also says what changed (or, with dryRun,
+// what would change: the plan is rolled back and nothing is applied) and, when the reload is
+// refused, every error as the log has it.
+func (d *daemon) reloadReport(dryRun bool) (*reloadResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	res := &reloadResult{DryRun: dryRun}
 	if d.stopped {
-		return errReloadStopped
+		res.Errors = []string{errReloadStopped.Error()}
+		return res, errReloadStopped
 	}
-	d.log.Info("reloading the configuration", zap.String("config", d.opts.configFile))
-	err := d.reloadLocked()
+	if dryRun {
+		d.log.Info("planning a reload without applying it (dry run)", zap.String("config", d.opts.configFile))
+	} else {
+		d.log.Info("reloading the configuration", zap.String("config", d.opts.configFile))
+	}
+	err := d.reloadLocked(res)
 	if err != nil {
 		var errs ConfigErrors
 		var one *ConfigError
@@ -532,21 +566,35 @@ func (d *daemon) reload() error {
 		default:
 			errs = ConfigErrors{{File: d.opts.configFile, Msg: err.Error()}}
 		}
+		res.Errors = res.Errors[:0]
 		for _, e := range errs {
-			d.log.Error("configuration error", zap.String("error", e.Error()), zap.String("file", e.File), zap.Int("line", e.Line))
+			res.Errors = append(res.Errors, e.Error())
+			if !dryRun {
+				d.log.Error("configuration error", zap.String("error", e.Error()), zap.String("file", e.File), zap.Int("line", e.Line))
+			}
 		}
-		d.log.Error("reload failed: the running configuration is unchanged", zap.Int("errors", len(errs)))
-		return err
+		if !dryRun {
+			d.log.Error("reload failed: the running configuration is unchanged", zap.Int("errors", len(errs)))
+		}
+		return res, err
 	}
-	return nil
+	res.Applied = !dryRun
+	return res, nil
 }
 
-func (d *daemon) reloadLocked() error {
+// reloadLocked loads, plans and, unless res.DryRun, commits the configuration file; res gets
+// the changes.
+func (d *daemon) reloadLocked(res *reloadResult) error {
 	cfg, err := LoadTrustedConfig(d.opts.configFile)
 	if err != nil {
 		return err
 	}
-	d.logWarnings(cfg)
+	if !res.DryRun {
+		d.logWarnings(cfg)
+	}
+	for _, w := range cfg.Warnings() {
+		res.Warnings = append(res.Warnings, w.Error())
+	}
 	if errs := d.checkImmutable(cfg); len(errs) > 0 {
 		return errs
 	}
@@ -554,11 +602,11 @@ func (d *daemon) reloadLocked() error {
 	for ap, ls := range d.listeners {
 		oldListeners[ap] = !ls.failed.Load()
 	}
-	p, err := d.plan(cfg)
+	p, err := d.planWith(cfg, res.DryRun)
 	if err != nil {
 		return err
 	}
-	var added, changed, removed, kept []int
+	added, changed, removed, kept := []int{}, []int{}, []int{}, []int{}
 	for num, st := range p.luns {
 		switch prev := oldLUNs[num]; {
 		case prev == nil:
@@ -576,6 +624,12 @@ func (d *daemon) reloadLocked() error {
 	}
 	for _, s := range [][]int{added, changed, removed, kept} {
 		slices.Sort(s)
+	}
+	res.LUNsAdded, res.LUNsChanged, res.LUNsRemoved, res.LUNsUnchanged = added, changed, removed, kept
+	d.describePlan(p, res)
+	if res.DryRun {
+		p.rollback()
+		return nil
 	}
 	d.commit(p)
 	for _, num := range kept {

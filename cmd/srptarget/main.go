@@ -45,6 +45,7 @@ func newRootCommandWith(deps loginLineDeps) *cobra.Command {
 		newDevicesCommand(deps),
 		newVersionCommand(),
 	)
+	root.AddCommand(newControlCommands()...)
 	return root
 }
 

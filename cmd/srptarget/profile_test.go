@@ -19,7 +19,7 @@ import (
 )
 
 func TestServeProfilingFlags(t *testing.T) {
-	defaults := serveFlags{configFile: "c.yaml", logFormat: "console", logLevel: "info", shutdownTimeout: DefaultShutdownTimeout}
+	defaults := serveFlags{configFile: "c.yaml", logFormat: "console", logLevel: "info", shutdownTimeout: DefaultShutdownTimeout, controlPath: DefaultControlSocket}
 	with := func(change func(*serveFlags)) serveFlags {
 		f := defaults
 		change(&f)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -27,6 +28,10 @@ type serveOptions struct {
 	cpuProfile     string
 	cpuProfileWait bool
 	pprofAddr      string
+	// controlPath is the control socket ("" for none), controlGroup its group ("" to keep
+	// the daemon's).
+	controlPath  string
+	controlGroup string
 
 	// Test hooks: ready is called once the daemon serves, afterReload with the result of each
 	// SIGHUP reload, afterProfileSignal once a SIGUSR1 or SIGUSR2 is handled, beforeShutdown
@@ -103,11 +108,31 @@ func runServe(opts serveOptions) error {
 // serveUntilStopped is runServe without the profiling around it.
 func serveUntilStopped(opts serveOptions, prof *cpuProfiler) error {
 	log := opts.log
+	// The control socket is made first: a second daemon on the same socket stops here, before
+	// it opens (and claims) any backstore.
+	var ctlLn *net.UnixListener
+	if opts.controlPath != "" {
+		var err error
+		if ctlLn, err = listenControl(opts.controlPath, opts.controlGroup, log); err != nil {
+			log.Error("start-up failed", zap.Error(err))
+			log.Error("srptarget did not start", zap.Int("errors", 1))
+			return exitCodeError{1}
+		}
+	}
 	d := newDaemon(opts.daemonOptions)
 	if err := d.start(); err != nil {
+		if ctlLn != nil {
+			_ = ctlLn.Close()
+		}
 		logConfigErrors(log, err)
 		log.Error("srptarget did not start", zap.Int("errors", countErrors(err)))
 		return exitCodeError{1}
+	}
+	var ctl *controlServer
+	if ctlLn != nil {
+		ctl = serveControl(d, ctlLn, opts.controlPath)
+		log.Info("control socket: srptarget status, sessions, luns, stats, reload, acl-check",
+			zap.String("path", opts.controlPath), zap.String("group", opts.controlGroup))
 	}
 	log.Info("srptarget ready: SIGHUP reloads the configuration, SIGTERM or SIGINT stops", zap.Int("pid", os.Getpid()))
 	if opts.ready != nil {
@@ -142,6 +167,11 @@ func serveUntilStopped(opts serveOptions, prof *cpuProfiler) error {
 	}
 	log.Info("shutting down: logging every channel out and finishing outstanding commands; a second signal exits at once",
 		zap.Stringer("signal", stopSig), zap.Duration("timeout", opts.shutdownTimeout))
+	if ctl != nil {
+		// No more requests: the socket file is removed now, so that a client finds no
+		// daemon rather than one that hangs in its shutdown.
+		ctl.close()
+	}
 	done := make(chan struct{})
 	watcher := make(chan struct{})
 	go func() {
@@ -223,6 +253,8 @@ type serveFlags struct {
 	cpuProfile      string
 	cpuProfileWait  bool
 	pprofAddr       string
+	controlPath     string
+	controlGroup    string
 }
 
 // check refuses flag combinations that would silently do nothing.
@@ -263,6 +295,8 @@ func runServeCommand(f serveFlags) error {
 		cpuProfile:      f.cpuProfile,
 		cpuProfileWait:  f.cpuProfileWait,
 		pprofAddr:       f.pprofAddr,
+		controlPath:     f.controlPath,
+		controlGroup:    f.controlGroup,
 	})
 }
 
@@ -305,6 +339,10 @@ profiles.`,
 	cmd.Flags().StringVar(&f.pprofAddr, "pprof", "",
 		"serve net/http/pprof at http://`ADDR`/debug/pprof/ (e.g. 127.0.0.1:6060; off by default). Bind it to localhost: "+
 			"whoever reaches it reads the daemon's command line, stacks and memory")
+	cmd.Flags().StringVar(&f.controlPath, "control", DefaultControlSocket,
+		"the control socket (Unix, mode 0660) for srptarget status, sessions, luns, stats, reload and acl-check; \"\" for none")
+	cmd.Flags().StringVar(&f.controlGroup, "control-group", "",
+		"the group (name or number) that owns the control socket: its members may use the commands, reload included")
 	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }
