@@ -215,7 +215,7 @@ func listenControl(path, group string, log *zap.Logger) (*net.UnixListener, erro
 	dir := filepath.Dir(path)
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		if err := os.MkdirAll(dir, controlDirMode); err != nil {
-			return nil, fmt.Errorf("control socket: making its directory: %w", err)
+			return nil, fmt.Errorf("control socket: making its directory: %w%s", err, controlPermHint(err))
 		}
 		// MkdirAll's mode is masked by the umask: set it as documented.
 		if err := os.Chmod(dir, controlDirMode); err != nil {
@@ -242,7 +242,7 @@ func listenControl(path, group string, log *zap.Logger) (*net.UnixListener, erro
 	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
-		return nil, fmt.Errorf("control socket: %w", err)
+		return nil, fmt.Errorf("control socket: %w%s", err, controlPermHint(err))
 	}
 	// bind(2) makes the file with the umask applied; until the chmod the directory (0750)
 	// keeps others out.
@@ -257,6 +257,14 @@ func listenControl(path, group string, log *zap.Logger) (*net.UnixListener, erro
 		}
 	}
 	return ln, nil
+}
+
+// controlPermHint is the fix for a socket the daemon's user may not make.
+func controlPermHint(err error) string {
+	if !errors.Is(err, os.ErrPermission) {
+		return ""
+	}
+	return `; run as root, give the daemon's user the directory (systemd: RuntimeDirectory=srptarget), or choose another path with --control (--control "" for none)`
 }
 
 // lookupGroup resolves a group name or number (getgrnam(3)).

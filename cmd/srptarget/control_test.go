@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -80,6 +81,24 @@ func TestControlSocketFileModesAndRemoval(t *testing.T) {
 	require.NoError(t, e.stop(syscall.SIGTERM))
 	_, err = os.Lstat(e.opts.controlPath)
 	require.ErrorIs(t, err, os.ErrNotExist, "the socket is removed at shutdown")
+}
+
+func TestControlSocketGroup(t *testing.T) {
+	gid := os.Getgid()
+	e := newControlEnv(t, e2eConfig)
+	e.opts.controlGroup = strconv.Itoa(gid)
+	e.start()
+	for _, p := range []string{e.opts.controlPath, filepath.Dir(e.opts.controlPath)} {
+		fi, err := os.Lstat(p)
+		require.NoError(t, err)
+		require.Equal(t, uint32(gid), fi.Sys().(*syscall.Stat_t).Gid, p)
+	}
+	require.NoError(t, e.stop(syscall.SIGTERM))
+
+	e = newControlEnv(t, e2eConfig)
+	e.opts.controlGroup = "no-such-group-srptarget"
+	require.Equal(t, exitCodeError{1}, runServe(e.opts))
+	require.Contains(t, e.logText(), `control socket: group "no-such-group-srptarget": group: unknown group no-such-group-srptarget`)
 }
 
 func TestControlSocketStaleReplacedLiveRefused(t *testing.T) {
