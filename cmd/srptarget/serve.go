@@ -312,6 +312,9 @@ SIGHUP reloads the configuration: it takes effect entirely or, on any error, not
 SIGTERM or SIGINT log every initiator out, finish outstanding commands, flush every
 backstore and exit 0; a second signal exits at once.
 
+The control socket (--control, a Unix socket with mode 0660) answers srptarget status,
+sessions, luns, stats, reload and acl-check.
+
 Profiling: --cpuprofile FILE profiles the daemon's CPU use (runtime/pprof, 100 Hz) from
 start-up, or with --cpuprofile-wait from the first SIGUSR1, and writes FILE on SIGUSR2
 and at exit (a second SIGTERM and a failed start included). SIGUSR1 starts a new profile,
