@@ -19,6 +19,10 @@ func TestSessionsChannelInfo(t *testing.T) {
 	clearUA(t, chs[0], 0)
 	clearUA(t, chs[1], 0)
 
+	waitFor(t, "the channels' commands done", func() bool {
+		s := h.tgt.Sessions()
+		return len(s) == 1 && len(s[0].ChannelInfo) == 2 && s[0].ChannelInfo[0].InFlight == 0 && s[0].ChannelInfo[1].InFlight == 0
+	})
 	s := h.tgt.Sessions()
 	require.Len(t, s, 1)
 	require.NotNil(t, s[0].LUNMap)

@@ -146,6 +146,7 @@ func TestControlStatusSessionsLUNsStats(t *testing.T) {
 	defer ro.Close()
 	clearUA(t, ro, 0)
 
+	e.waitQuiet()
 	var st statusInfo
 	e.ctlJSON(&st, "status")
 	require.Equal(t, "dev", st.Version)
@@ -242,6 +243,23 @@ initiator 0x0000000000000000000000000000bbbb from 198.51.100.7, admitted by acls
 	require.NoError(t, err)
 	require.Regexp(t, `(?m)^logins_accepted +2$`, out)
 	require.NoError(t, e.stop(syscall.SIGTERM))
+}
+
+// waitQuiet waits until every channel has published that its commands are done and its
+// credits are back (the channel goroutine does once per pass of its loop, after the initiator
+// may have seen the response).
+func (e *env) waitQuiet() {
+	e.t.Helper()
+	require.Eventually(e.t, func() bool {
+		for _, s := range e.d.target.Sessions() {
+			for _, c := range s.ChannelInfo {
+				if c.InFlight != 0 || c.CreditsHeld != int64(c.Credits) {
+					return false
+				}
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond)
 }
 
 // normalize replaces what changes from run to run with fixed values.
