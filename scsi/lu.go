@@ -235,6 +235,10 @@ func (lu *LogicalUnit) descriptorSense() bool { return lu.mode.dSense.Load() }
 // writeCacheEnabled reports the caching mode page's WCE bit.
 func (lu *LogicalUnit) writeCacheEnabled() bool { return lu.mode.wce.Load() }
 
+// WriteCacheEnabled reports the caching mode page's WCE bit now: an initiator may have changed
+// the configured value with MODE SELECT (SBC-3 6.4.6), and operators want the current one.
+func (lu *LogicalUnit) WriteCacheEnabled() bool { return lu.writeCacheEnabled() }
+
 // nexus returns the state of nexus n, creating it (with the unit attention POWER ON, RESET, OR
 // BUS DEVICE RESET OCCURRED pending) on first access.
 func (lu *LogicalUnit) nexus(n *Nexus) *nexusState {

@@ -214,6 +214,7 @@ func TestModeSelect(t *testing.T) {
 		require.Equal(t, 24, c.TransferLength)
 		require.Equal(t, cachingNoWCE, modeSense6Page(t, m, testNexus, 0x08))
 		require.False(t, lu.writeCacheEnabled())
+		require.False(t, lu.WriteCacheEnabled(), "what srptarget luns shows")
 		// The default is still WCE.
 		c = run(m, testNexus, 0, modeSense6(true, 2, 0x08, 0, 255), nil, 255)
 		requireData(t, c, cat([]byte{0x17, 0x00, 0x10, 0x00}, cachingCurrent), 24)

@@ -125,12 +125,13 @@ type channelInfo struct {
 }
 
 type lunInfo struct {
-	LUN              int      `json:"lun"`
-	Backstore        string   `json:"backstore"`
-	Path             string   `json:"path,omitempty"`
-	Size             uint64   `json:"size"`
-	BlockSize        uint32   `json:"block_size"`
-	ReadOnly         bool     `json:"read_only"`
+	LUN       int    `json:"lun"`
+	Backstore string `json:"backstore"`
+	Path      string `json:"path,omitempty"`
+	Size      uint64 `json:"size"`
+	BlockSize uint32 `json:"block_size"`
+	ReadOnly  bool   `json:"read_only"`
+	// WriteCache is the WCE bit now, which an initiator may have changed with MODE SELECT.
 	WriteCache       bool     `json:"write_cache"`
 	ThinProvisioning bool     `json:"thin_provisioning"`
 	Serial           string   `json:"serial"`
@@ -562,7 +563,7 @@ func (d *daemon) lunsInfo() []lunInfo {
 			Size:             st.lu.Blocks() * uint64(st.lu.BlockSize()),
 			BlockSize:        st.lu.BlockSize(),
 			ReadOnly:         st.key.readOnly,
-			WriteCache:       st.key.writeCache,
+			WriteCache:       st.lu.WriteCacheEnabled(),
 			ThinProvisioning: st.key.thin,
 			Serial:           st.key.serial,
 			Sessions:         []string{},
