@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 )
@@ -27,6 +28,10 @@ type serveOptions struct {
 	cpuProfile     string
 	cpuProfileWait bool
 	pprofAddr      string
+
+	// devicePoll is how often the daemon looks for an RDMA device while it waits for one
+	// (DefaultDevicePoll when 0; tests make it short).
+	devicePoll time.Duration
 
 	// Test hooks: ready is called once the daemon serves, afterReload with the result of each
 	// SIGHUP reload, afterProfileSignal once a SIGUSR1 or SIGUSR2 is handled, beforeShutdown
@@ -103,13 +108,13 @@ func runServe(opts serveOptions) error {
 // serveUntilStopped is runServe without the profiling around it.
 func serveUntilStopped(opts serveOptions, prof *cpuProfiler) error {
 	log := opts.log
-	d := newDaemon(opts.daemonOptions)
-	if err := d.start(); err != nil {
-		logConfigErrors(log, err)
-		log.Error("srptarget did not start", zap.Int("errors", countErrors(err)))
-		return exitCodeError{1}
+	d, startErr := startWhenDevice(opts, prof)
+	if startErr != nil || d == nil {
+		return startErr
 	}
 	log.Info("srptarget ready: SIGHUP reloads the configuration, SIGTERM or SIGINT stops", zap.Int("pid", os.Getpid()))
+	// Listeners and buffer pools are up: systemd (Type=notify) may start what is ordered after.
+	notify(log, sddaemon.SdNotifyReady, "STATUS=serving")
 	if opts.ready != nil {
 		opts.ready(d)
 	}
@@ -128,7 +133,13 @@ func serveUntilStopped(opts serveOptions, prof *cpuProfiler) error {
 		}
 		switch sig {
 		case syscall.SIGHUP:
+			notifyReloading(log)
 			err := d.reload()
+			status := "STATUS=serving"
+			if err != nil {
+				status = "STATUS=serving; the last reload failed and changed nothing"
+			}
+			notify(log, sddaemon.SdNotifyReady, status)
 			if opts.afterReload != nil {
 				opts.afterReload(err)
 			}
@@ -140,6 +151,7 @@ func serveUntilStopped(opts serveOptions, prof *cpuProfiler) error {
 			log.Debug("ignoring signal", zap.Stringer("signal", sig))
 		}
 	}
+	notify(log, sddaemon.SdNotifyStopping, "STATUS=shutting down")
 	log.Info("shutting down: logging every channel out and finishing outstanding commands; a second signal exits at once",
 		zap.Stringer("signal", stopSig), zap.Duration("timeout", opts.shutdownTimeout))
 	done := make(chan struct{})
