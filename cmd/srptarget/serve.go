@@ -226,6 +226,11 @@ func countErrors(err error) int {
 	return 1
 }
 
+// DefaultConfigFile is the configuration that serve, validate and login-line read without
+// --config: where `make install` puts the example (as srptarget.yaml.example) and where the
+// systemd unit points.
+const DefaultConfigFile = "/etc/srptarget/srptarget.yaml"
+
 // serveFlags are the command line of `srptarget serve`.
 type serveFlags struct {
 	configFile      string
@@ -306,7 +311,7 @@ profiles.`,
 			return run(f)
 		},
 	}
-	cmd.Flags().StringVar(&f.configFile, "config", "", "configuration file (YAML, see configs/README.md)")
+	cmd.Flags().StringVar(&f.configFile, "config", DefaultConfigFile, "configuration file (YAML, see configs/README.md)")
 	cmd.Flags().StringVar(&f.logFormat, "log-format", "console", "log format: console or json")
 	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.Flags().DurationVar(&f.shutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "how long SIGTERM waits for outstanding commands")
@@ -317,6 +322,5 @@ profiles.`,
 	cmd.Flags().StringVar(&f.pprofAddr, "pprof", "",
 		"serve net/http/pprof at http://`ADDR`/debug/pprof/ (e.g. 127.0.0.1:6060; off by default). Bind it to localhost: "+
 			"whoever reaches it reads the daemon's command line, stacks and memory")
-	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }
