@@ -295,6 +295,13 @@ SIGHUP reloads the configuration: it takes effect entirely or, on any error, not
 SIGTERM or SIGINT log every initiator out, finish outstanding commands, flush every
 backstore and exit 0; a second signal exits at once.
 
+Without --config it reads /etc/srptarget/srptarget.yaml. When the host has no RDMA
+device yet, or none with a listener's address (the adapter's driver or rdma_rxe loads
+after srptarget at boot), it checks the configuration, logs that it waits and starts
+listening when the device appears (checked every second); SIGTERM stops it meanwhile.
+Under systemd (Type=notify, configs/srptarget.service) it reports READY=1 once it
+listens (or waits), RELOADING=1 and READY=1 around a reload and STOPPING=1 (sd_notify(3)).
+
 Profiling: --cpuprofile FILE profiles the daemon's CPU use (runtime/pprof, 100 Hz) from
 start-up, or with --cpuprofile-wait from the first SIGUSR1, and writes FILE on SIGUSR2
 and at exit (a second SIGTERM and a failed start included). SIGUSR1 starts a new profile,
