@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -38,6 +41,22 @@ func deviceMissing(devices devicesFunc) bool {
 	return len(devs) == 0
 }
 
+// hostState is what a start that found no device depends on: the RDMA devices, with their
+// ports' states and GIDs (a RoCE port gains a GID when its netdev gains an address), and the
+// host's addresses (an IPoIB address is in no GID). A wait ends when it changes.
+func hostState(opts daemonOptions) string {
+	var b strings.Builder
+	if opts.devices != nil {
+		devs, err := opts.devices()
+		fmt.Fprintf(&b, "%+v %v", devs, err)
+	}
+	if opts.interfaces != nil {
+		addrs, err := opts.interfaces()
+		fmt.Fprintf(&b, "|%+v %v", addrs, err)
+	}
+	return b.String()
+}
+
 // startWhenDevice starts the daemon. At boot, systemd may start srptarget before the HCA's
 // driver or rdma_rxe has created the RDMA device, or before the address of a listener is on
 // it; rather than fail (and leave the disks of its initiators away until someone restarts
@@ -45,6 +64,10 @@ func deviceMissing(devices devicesFunc) bool {
 // list shows a device and every listener can listen. It returns the started daemon; nil and
 // nil when SIGTERM or SIGINT came during the wait; or exitCodeError after logging why the
 // start failed.
+//
+// A start that failed only because a listener found no device is tried again when the
+// devices or the host's addresses change (hostState), or on SIGHUP, not at every poll: each
+// attempt opens the backstores and registers a buffer pool per device, and logs it.
 //
 // While it waits it has told systemd READY=1 with STATUS= saying that it waits: the service
 // is up and will serve without anyone's help, and a unit that stayed "activating" would hold
@@ -65,24 +88,32 @@ func startWhenDevice(opts serveOptions, prof *cpuProfiler) (*daemon, error) {
 		log.Warn("no RDMA device yet: waiting for one (the driver of the adapter, or rdma_rxe, may not be loaded yet); SIGTERM stops",
 			zap.Duration("poll", poll))
 		notify(log, sddaemon.SdNotifyReady, "STATUS=waiting for an RDMA device")
-		if stop := waitForDevice(opts, prof, poll); stop {
+		if stop := waitForDevice(opts, prof, poll, hostState(opts.daemonOptions)); stop {
 			return nil, nil
 		}
 	}
 	logged := ""
 	for {
+		before := hostState(opts.daemonOptions)
 		d := newDaemon(opts.daemonOptions)
 		err := d.start()
 		if err == nil {
 			return d, nil
+		}
+		if d.target != nil {
+			// The failed start may have registered the buffer pool of a device whose
+			// listener did listen: release it before the next attempt.
+			if serr := d.target.Shutdown(context.Background()); serr != nil {
+				log.Warn("releasing the target of a failed start", zap.Error(serr))
+			}
 		}
 		if !d.noDevice && !deviceMissing(opts.devices) {
 			logConfigErrors(log, err)
 			log.Error("srptarget did not start", zap.Int("errors", countErrors(err)))
 			return nil, exitCodeError{1}
 		}
-		// Once per distinct failure, not once per poll: an address that never comes (a typo)
-		// must not fill the journal.
+		// Once per distinct failure: an address that never comes (a typo) must not fill the
+		// journal.
 		if msg := err.Error(); msg != logged {
 			logged = msg
 			var errs ConfigErrors
@@ -91,33 +122,40 @@ func startWhenDevice(opts serveOptions, prof *cpuProfiler) (*daemon, error) {
 					log.Warn("cannot listen yet", zap.String("error", e.Error()), zap.String("file", e.File), zap.Int("line", e.Line))
 				}
 			}
-			log.Warn("no RDMA device has the address of a listener yet: waiting, and trying again every poll; SIGTERM stops",
+			log.Warn("no RDMA device has the address of a listener yet: waiting, and trying again when the RDMA devices or the host's addresses change, or on SIGHUP; SIGTERM stops",
 				zap.Duration("poll", poll))
 			notify(log, sddaemon.SdNotifyReady, "STATUS=waiting for an RDMA device")
 		}
-		if stop := waitForDevice(opts, prof, poll); stop {
+		if stop := waitForDevice(opts, prof, poll, before); stop {
 			return nil, nil
 		}
 	}
 }
 
-// waitForDevice waits (the caller has told systemd so), handling signals, until the device list shows an RDMA device (at least
-// one poll interval, so that a start that keeps failing is tried once a poll). It reports true
-// when SIGTERM or SIGINT (or the end of the signals) asked it to stop instead.
-func waitForDevice(opts serveOptions, prof *cpuProfiler, poll time.Duration) (stop bool) {
+// waitForDevice waits (the caller has told systemd so), handling signals, until the device
+// list shows an RDMA device and hostState differs from since, or until a SIGHUP finds a
+// device. It reports true when SIGTERM or SIGINT (or the end of the signals) asked it to stop
+// instead.
+func waitForDevice(opts serveOptions, prof *cpuProfiler, poll time.Duration, since string) (stop bool) {
 	log := opts.log
 	ticker := time.NewTicker(poll)
 	defer ticker.Stop()
 	for missing := false; ; {
 		select {
 		case <-ticker.C:
-			if !deviceMissing(opts.devices) {
-				if missing {
-					log.Info("an RDMA device is present: starting")
-				}
-				return false
+			if deviceMissing(opts.devices) {
+				missing = true
+				continue
 			}
-			missing = true
+			if hostState(opts.daemonOptions) == since {
+				continue
+			}
+			if missing {
+				log.Info("an RDMA device is present: starting")
+			} else {
+				log.Info("the RDMA devices or the host's addresses changed: trying to start again")
+			}
+			return false
 		case sig, ok := <-opts.signals:
 			if !ok {
 				sig = syscall.SIGTERM
@@ -129,18 +167,21 @@ func waitForDevice(opts serveOptions, prof *cpuProfiler, poll time.Duration) (st
 				return true
 			case sig == syscall.SIGHUP:
 				// Nothing runs yet: check the file, so that whoever reloads learns now whether
-				// it will start.
+				// it will start, and try to start if there is a device.
 				notifyReloading(log)
 				_, err := LoadTrustedConfig(opts.configFile)
 				if err != nil {
 					logConfigErrors(log, err)
 					log.Error("reload while waiting for an RDMA device: the configuration has errors; it is read again when a device appears")
 				} else {
-					log.Info("reload while waiting for an RDMA device: the configuration is valid; it is read again when a device appears")
+					log.Info("reload while waiting for an RDMA device: the configuration is valid")
 				}
 				notify(log, sddaemon.SdNotifyReady, "STATUS=waiting for an RDMA device")
 				if opts.afterReload != nil {
 					opts.afterReload(err)
+				}
+				if err == nil && !deviceMissing(opts.devices) {
+					return false
 				}
 			case isProfileSignal(sig):
 				handleProfileSignal(log, prof, sig)

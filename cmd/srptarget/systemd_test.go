@@ -96,38 +96,29 @@ func TestNotifyProtocol(t *testing.T) {
 // errNoDeviceYet is what the RDMA seams return before the device exists (rdmaError's mark).
 var errNoDeviceYet = fmt.Errorf("verbs: no RDMA device: %w", errNoRDMAKernel)
 
-// TestServeWaitsForDevice starts serve on a host whose RDMA device comes later, seen either
-// by the device list or by the listen call, and checks that it waits, tells systemd, then
-// listens and serves without a reload.
+// TestServeWaitsForDevice starts serve on a host whose RDMA device comes later (the device
+// list is empty, or says that the kernel has no RDMA yet) and checks that it waits, tells
+// systemd, then listens and serves without a reload.
 func TestServeWaitsForDevice(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		// missingPolls: how many calls of the device list say "no device"; listenFails: how
-		// many listen calls fail with "no device".
-		missingPolls, listenFails int32
-		listErr                   error // the device list's answer while missing; nil: an empty list
-		wantLog                   string
+		name         string
+		missingPolls int32 // how many calls of the device list say "no device"
+		listErr      error // the device list's answer while missing; nil: an empty list
+		wantLog      string
 	}{
 		{name: "empty device list", missingPolls: 3, wantLog: "no RDMA device yet: waiting for one (the driver of the adapter, or rdma_rxe, may not be loaded yet); SIGTERM stops"},
 		{name: "no RDMA in the kernel yet", missingPolls: 3, listErr: errNoDeviceYet, wantLog: "no RDMA device yet: waiting for one (the driver of the adapter, or rdma_rxe, may not be loaded yet); SIGTERM stops"},
-		{name: "listen finds no device", listenFails: 2, wantLog: "no RDMA device has the address of a listener yet: waiting, and trying again every poll; SIGTERM stops"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sock := newNotifySocket(t)
 			e := newEnv(t, e2eConfig)
-			var polls, listens atomic.Int32
+			var polls atomic.Int32
 			e.opts.devicePoll = 10 * time.Millisecond
 			e.opts.devices = func() ([]rdmaDevice, error) {
 				if polls.Add(1) <= tc.missingPolls {
 					return nil, tc.listErr
 				}
 				return []rdmaDevice{{Name: "rxe0", NodeGUID: 0x0002c90300a34270}}, nil
-			}
-			e.opts.listen = func(ap netip.AddrPort) (ib.Listener, error) {
-				if listens.Add(1) <= tc.listenFails {
-					return nil, fmt.Errorf("listen %v: %w", ap, errNoDeviceYet)
-				}
-				return e.listen(ap)
 			}
 			e.start()
 			require.Equal(t, 1, e.count(tc.wantLog), e.logText())
@@ -143,6 +134,57 @@ func TestServeWaitsForDevice(t *testing.T) {
 			require.NoError(t, e.stop(syscall.SIGTERM))
 		})
 	}
+}
+
+// TestServeRetriesWhenAddressesChange: the device is there but not yet the listener's address
+// (rdma_bind_addr fails with EADDRNOTAVAIL). serve waits without trying again while nothing
+// changes (each attempt opens the backstores and registers a buffer pool), and starts once
+// the host's addresses change.
+func TestServeRetriesWhenAddressesChange(t *testing.T) {
+	sock := newNotifySocket(t)
+	e := newEnv(t, e2eConfig)
+	var addrUp atomic.Bool
+	var listens atomic.Int32
+	e.opts.devicePoll = 10 * time.Millisecond
+	e.opts.devices = func() ([]rdmaDevice, error) {
+		return []rdmaDevice{{Name: "rxe0", NodeGUID: 0x0002c90300a34270}}, nil
+	}
+	e.opts.interfaces = func() ([]hostAddr, error) {
+		if !addrUp.Load() {
+			return nil, nil
+		}
+		return []hostAddr{{Iface: "dummy0", Addr: testTargetAddr}}, nil
+	}
+	e.opts.listen = func(ap netip.AddrPort) (ib.Listener, error) {
+		listens.Add(1)
+		if !addrUp.Load() {
+			return nil, fmt.Errorf("listen %v: rdma_bind_addr: %w", ap, errNoDeviceYet)
+		}
+		return e.listen(ap)
+	}
+	const waiting = "no RDMA device has the address of a listener yet: waiting, and trying again when the RDMA devices or the host's addresses change, or on SIGHUP; SIGTERM stops"
+	attemptsWhileDown := make(chan int32, 1)
+	go func() { // no require here: not the test's goroutine
+		for end := time.Now().Add(10 * time.Second); e.count(waiting) == 0 && time.Now().Before(end); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(20 * e.opts.devicePoll)
+		attemptsWhileDown <- listens.Load()
+		addrUp.Store(true)
+	}()
+	e.start()
+	require.Equal(t, int32(1), <-attemptsWhileDown, "no new attempt while nothing changes")
+	require.Equal(t, 1, e.count("the RDMA devices or the host's addresses changed: trying to start again"), e.logText())
+	require.Equal(t, 1, e.count("cannot listen yet"))
+	require.Equal(t, 1, e.count("listening", "address", "192.0.2.1:5555"))
+	m := sock.next()
+	require.Equal(t, "waiting for an RDMA device", m["STATUS"])
+	require.Equal(t, "serving", sock.next()["STATUS"])
+
+	ch, err := e.login(rwInitiator, "", 5555)
+	require.NoError(t, err)
+	require.NoError(t, ch.Close())
+	require.NoError(t, e.stop(syscall.SIGTERM))
 }
 
 // TestServeStopsWhileWaitingForDevice: SIGTERM ends the wait at once, with exit status 0.

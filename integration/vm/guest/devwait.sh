@@ -3,8 +3,10 @@
 # (no rdma_rxe, no ib_uverbs, no rdma_ucm: as when systemd starts it before the
 # adapter's driver), says that it waits, and listens without being told once
 # setup_rxe has made rxe0 and its address; ib_srp then logs in, and SIGTERM
-# stops it with status 0. Then a second instance waits again and SIGTERM ends
-# the wait at once. Run on the host:
+# stops it with status 0. A second instance, configured for an address rxe0's
+# netdev does not have, waits without retrying until `ip addr add` gives it the
+# address, then listens; a third one is stopped by SIGTERM while it waits. Run on
+# the host:
 #   go build -o /tmp/srptarget-vm/bin/srptarget ./cmd/srptarget
 #   SRPT_VM_FILES="/tmp/srptarget-vm/bin/srptarget:/usr/local/bin/srptarget" \
 #     integration/vm/run-vm.sh integration/vm/guest/devwait.sh
@@ -68,7 +70,7 @@ kill -TERM "$PID"
 wait "$PID"
 check_eq "exit status after SIGTERM" 0 "$?"
 
-step "second instance: waits for the address, SIGTERM ends the wait"
+step "second instance: rxe0 is up but not the listener's address"
 sed -i 's/169.254.50.1/169.254.77.7/' "$CONFIG"
 "$BIN" serve >"$DLOG.2" 2>&1 &
 PID=$!
@@ -77,12 +79,31 @@ if wait_for 10 grep -q "cannot listen yet" "$DLOG.2"; then
 else
 	record "waits for a listener's address" fail "$(tail -3 "$DLOG.2")"
 fi
+sleep 3
+check_eq "no new attempt while nothing changes" 1 "$(grep -c 'cannot listen yet' "$DLOG.2")"
+t0=$(uptime_s)
+run ip addr add 169.254.77.7/16 dev "$RXE_NETDEV"
+if wait_for 10 cm_listening "$PORT"; then
+	record "listens once the address is added" pass "$(since "$t0") s, no reload"
+else
+	record "listens once the address is added" fail "$(tail -5 "$DLOG.2")"
+fi
+kill -TERM "$PID"
+wait "$PID"
+check_eq "exit status after SIGTERM (second instance)" 0 "$?"
+sed 's/^/srptarget[2]| /' "$DLOG.2"
+
+step "third instance: SIGTERM ends the wait"
+sed -i 's/169.254.77.7/169.254.88.8/' "$CONFIG"
+"$BIN" serve >"$DLOG.3" 2>&1 &
+PID=$!
+wait_for 10 grep -q "cannot listen yet" "$DLOG.3" || record "third instance waits" fail "$(tail -3 "$DLOG.3")"
 t0=$(uptime_s)
 kill -TERM "$PID"
 wait "$PID"
 rc=$?
 check_eq "SIGTERM while waiting: exit status" 0 "$rc"
 record "SIGTERM while waiting: prompt" "$(awk -v s="$(since "$t0")" 'BEGIN { print (s < 2) ? "pass" : "fail" }')" "$(since "$t0") s"
-sed 's/^/srptarget[2]| /' "$DLOG.2"
+sed 's/^/srptarget[3]| /' "$DLOG.3"
 kill "$TAILPID" 2>/dev/null
 finish
