@@ -23,9 +23,10 @@ vet:
 unit:
 	$(GO) test -race -count=1 $(PKGS)
 
-# check: everything CI runs: the Go tests, then the VM end-to-end run and the quick half of the
-# stress scenarios (the kernel's ib_srp against the daemon over soft-RoCE).
-check: test build e2e stress-quick
+# check: everything CI runs: the Go tests, make install into a temporary directory, then the VM
+# end-to-end run and the quick half of the stress scenarios (the kernel's ib_srp against the
+# daemon over soft-RoCE).
+check: test build install-test e2e stress-quick
 
 # e2e: the daemon against the Linux SRP initiator (ib_srp) over soft-RoCE in a qemu VM
 # (integration/vm/README.md): builds the daemon and the VM image, runs the checks, keeps the
@@ -61,6 +62,64 @@ fuzz:
 
 clean:
 	rm -rf bin
+
+# install: the binary, the systemd unit, the example configuration, the man pages and the
+# shell completions, under DESTDIR (for packaging; empty by default) and PREFIX.
+#   sudo make install                         # /usr/local/bin/srptarget, /usr/local/lib/systemd/system/...
+#   make install DESTDIR=/tmp/pkg PREFIX=/usr # a package tree
+# The unit goes to $(PREFIX)/lib/systemd/system, not /lib/systemd/system: systemd reads units
+# from /usr/local/lib/systemd/system ("installed by the administrator", systemd.unit(5)) as
+# well as /usr/lib/systemd/system, so both prefixes work, and a local install stays out of the
+# package manager's directory. Its ExecStart= is rewritten to $(BINDIR). The configuration
+# is in /etc whatever PREFIX is (serve's default --config is /etc/srptarget/srptarget.yaml):
+# only srptarget.yaml.example is written, never srptarget.yaml. The sysusers.d(5) file makes
+# the unit's user: systemd-sysusers reads /etc/sysusers.d, /run and /usr/lib only, hence
+# SYSUSERSDIR in /etc. Completions go where bash-completion, zsh and fish look for them.
+PREFIX      ?= /usr/local
+BINDIR      ?= $(PREFIX)/bin
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+MANDIR      ?= $(PREFIX)/share/man
+SYSCONFDIR  ?= /etc
+SYSUSERSDIR ?= $(SYSCONFDIR)/sysusers.d
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/site-functions
+FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
+INSTALL     ?= install
+
+.PHONY: install uninstall install-test
+install: build
+	rm -rf bin/man && bin/srptarget gen-man bin/man
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man1 \
+	  $(DESTDIR)$(SYSCONFDIR)/srptarget $(DESTDIR)$(SYSUSERSDIR) \
+	  $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
+	$(INSTALL) -m 0755 bin/srptarget $(DESTDIR)$(BINDIR)/srptarget
+	sed 's|/usr/local/bin/srptarget|$(BINDIR)/srptarget|' configs/srptarget.service >bin/srptarget.service
+	$(INSTALL) -m 0644 bin/srptarget.service $(DESTDIR)$(UNITDIR)/srptarget.service
+	$(INSTALL) -m 0644 configs/srptarget.sysusers $(DESTDIR)$(SYSUSERSDIR)/srptarget.conf
+	$(INSTALL) -m 0644 configs/example.yaml $(DESTDIR)$(SYSCONFDIR)/srptarget/srptarget.yaml.example
+	$(INSTALL) -m 0644 bin/man/*.1 $(DESTDIR)$(MANDIR)/man1/
+	bin/srptarget completion bash >bin/srptarget.bash
+	bin/srptarget completion zsh >bin/_srptarget
+	bin/srptarget completion fish >bin/srptarget.fish
+	$(INSTALL) -m 0644 bin/srptarget.bash $(DESTDIR)$(BASHCOMPDIR)/srptarget
+	$(INSTALL) -m 0644 bin/_srptarget $(DESTDIR)$(ZSHCOMPDIR)/_srptarget
+	$(INSTALL) -m 0644 bin/srptarget.fish $(DESTDIR)$(FISHCOMPDIR)/srptarget.fish
+	@if [ -z "$(DESTDIR)" ]; then \
+	  echo "installed. Next: systemd-sysusers; write $(SYSCONFDIR)/srptarget/srptarget.yaml (from the .example);"; \
+	  echo "  srptarget validate; systemctl daemon-reload; systemctl enable --now srptarget"; \
+	fi
+
+# uninstall: what install wrote, except the configuration directory (it may hold srptarget.yaml).
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/srptarget $(DESTDIR)$(UNITDIR)/srptarget.service \
+	  $(DESTDIR)$(SYSUSERSDIR)/srptarget.conf $(DESTDIR)$(SYSCONFDIR)/srptarget/srptarget.yaml.example \
+	  $(DESTDIR)$(MANDIR)/man1/srptarget.1 $(DESTDIR)$(MANDIR)/man1/srptarget-*.1 \
+	  $(DESTDIR)$(BASHCOMPDIR)/srptarget $(DESTDIR)$(ZSHCOMPDIR)/_srptarget $(DESTDIR)$(FISHCOMPDIR)/srptarget.fish
+
+# install-test: make install into a temporary DESTDIR, list and check what it wrote
+# (integration/install-test.sh).
+install-test:
+	MAKE="$(MAKE)" integration/install-test.sh
 
 # stress: the faults a SAN sees, in the VM, with the data checked (integration/vm/guest/stress.sh):
 # logout/login cycles and resets under I/O, 4/8 MiB commands, SIGKILL and restart, RDMA device

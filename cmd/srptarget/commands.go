@@ -165,8 +165,7 @@ daemon's user) is a warning here: validate is often run by another user than the
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&configFile, "config", "", "configuration file")
-	_ = cmd.MarkFlagRequired("config")
+	cmd.Flags().StringVar(&configFile, "config", DefaultConfigFile, "configuration file")
 	return cmd
 }
 
@@ -196,8 +195,7 @@ func newLoginLineCommand(deps loginLineDeps) *cobra.Command {
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&configFile, "config", "", "configuration file")
-	_ = cmd.MarkFlagRequired("config")
+	cmd.Flags().StringVar(&configFile, "config", DefaultConfigFile, "configuration file")
 	return cmd
 }
 

@@ -124,8 +124,6 @@ acls:
 	require.Equal(t, exitCodeError{1}, err)
 	require.Contains(t, errOut, "missing.yaml: no such file or directory")
 
-	_, _, err = run(t, noDeps, "validate")
-	require.EqualError(t, err, `required flag(s) "config" not set`)
 }
 
 const loginLineConfig = `target:
@@ -343,10 +341,30 @@ func TestNewLogger(t *testing.T) {
 }
 
 func TestServeFlags(t *testing.T) {
-	_, _, err := run(t, noDeps, "serve")
-	require.EqualError(t, err, `required flag(s) "config" not set`)
-	_, _, err = run(t, noDeps, "serve", "--config", "x.yaml", "--log-format", "text")
+	_, _, err := run(t, noDeps, "serve", "--config", "x.yaml", "--log-format", "text")
 	require.EqualError(t, err, `--log-format "text": want console or json`)
 	_, _, err = run(t, noDeps, "serve", "--config", "x.yaml", "--log-level", "verbose")
 	require.EqualError(t, err, `--log-level "verbose": want debug, info, warn or error`)
+}
+
+// Without --config, serve, validate and login-line read /etc/srptarget/srptarget.yaml, where
+// make install and the systemd unit put it.
+func TestDefaultConfigFile(t *testing.T) {
+	var got serveFlags
+	serve := newServeCommandWith(func(f serveFlags) error { got = f; return nil })
+	serve.SetArgs(nil)
+	require.NoError(t, serve.Execute())
+	require.Equal(t, "/etc/srptarget/srptarget.yaml", got.configFile)
+
+	root := newRootCommandWith(noDeps)
+	for _, name := range []string{"serve", "validate", "login-line"} {
+		t.Run(name, func(t *testing.T) {
+			cmd, _, err := root.Find([]string{name})
+			require.NoError(t, err)
+			f := cmd.Flags().Lookup("config")
+			require.NotNil(t, f)
+			require.Equal(t, DefaultConfigFile, f.DefValue)
+			require.Contains(t, cmd.Flags().FlagUsages(), "(default \"/etc/srptarget/srptarget.yaml\")")
+		})
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -68,9 +69,11 @@ type controlResponse struct {
 }
 
 type statusInfo struct {
-	Version          string         `json:"version"`
-	PID              int            `json:"pid"`
-	Config           string         `json:"config"`
+	Version string `json:"version"`
+	PID     int    `json:"pid"`
+	Config  string `json:"config"`
+	// State is "serving", or "waiting for an RDMA device" (serve started before the device).
+	State            string         `json:"state"`
 	Started          time.Time      `json:"started"`
 	UptimeSeconds    float64        `json:"uptime_seconds"`
 	IDExt            string         `json:"id_ext"`
@@ -188,7 +191,10 @@ type aclCheckResult struct {
 
 // controlServer serves the control socket of one daemon.
 type controlServer struct {
-	d       *daemon
+	// daemon is nil while serve waits for an RDMA device (startWhenDevice): status then says
+	// so, and the other commands answer that the daemon is not serving yet.
+	daemon  atomic.Pointer[daemon]
+	opts    daemonOptions
 	log     *zap.Logger
 	path    string
 	ln      *net.UnixListener
@@ -285,11 +291,12 @@ func lookupGroup(group string) (int, error) {
 	return gid, nil
 }
 
-// serveControl serves requests about d on ln (from listenControl) until close.
-func serveControl(d *daemon, ln *net.UnixListener, path string) *controlServer {
+// serveControl serves requests on ln (from listenControl) until close, about the daemon that
+// setDaemon names once it has started.
+func serveControl(ln *net.UnixListener, path string, opts daemonOptions) *controlServer {
 	s := &controlServer{
-		d:       d,
-		log:     d.log.With(zap.String("control", path)),
+		opts:    opts,
+		log:     opts.log.With(zap.String("control", path)),
 		path:    path,
 		ln:      ln,
 		started: time.Now(),
@@ -300,6 +307,12 @@ func serveControl(d *daemon, ln *net.UnixListener, path string) *controlServer {
 	go s.accept()
 	return s
 }
+
+// setDaemon makes d the daemon the requests are about.
+func (s *controlServer) setDaemon(d *daemon) { s.daemon.Store(d) }
+
+// errNotServing answers the commands that need a started daemon while serve waits.
+var errNotServing = errors.New("the daemon is waiting for an RDMA device and serves nothing yet (srptarget status says why)")
 
 func (s *controlServer) accept() {
 	defer s.wg.Done()
@@ -393,21 +406,37 @@ func (s *controlServer) handle(line []byte) controlResponse {
 	}
 	var result any
 	var err error
+	d := s.daemon.Load()
 	switch req.Command {
 	case "status":
-		result = s.status()
-	case "sessions":
-		result = s.d.sessionsInfo()
-	case "luns":
-		result = s.d.lunsInfo()
-	case "stats":
-		result = statEntries(s.d.target.Stats())
-	case "reload":
-		s.log.Info("reload requested on the control socket", zap.Bool("dry_run", req.DryRun))
-		// The outcome is in the result either way, errors included.
-		result, _ = s.d.reloadReport(req.DryRun)
-	case "acl-check":
-		result, err = s.d.aclCheck(req.Initiator, req.Source)
+		result = s.status(d)
+	case "sessions", "luns", "stats", "reload", "acl-check":
+		if d == nil {
+			err = errNotServing
+			break
+		}
+		switch req.Command {
+		case "sessions":
+			result = d.sessionsInfo()
+		case "luns":
+			result = d.lunsInfo()
+		case "stats":
+			result = statEntries(d.target.Stats())
+		case "reload":
+			s.log.Info("reload requested on the control socket", zap.Bool("dry_run", req.DryRun))
+			// The outcome is in the result either way, errors included. systemd hears of it
+			// as of a SIGHUP reload.
+			if !req.DryRun {
+				notifyReloading(s.log)
+			}
+			var rerr error
+			result, rerr = d.reloadReport(req.DryRun)
+			if !req.DryRun {
+				notifyReloaded(s.log, rerr)
+			}
+		case "acl-check":
+			result, err = d.aclCheck(req.Initiator, req.Source)
+		}
 	default:
 		err = fmt.Errorf("unknown command %q", req.Command)
 	}
@@ -433,16 +462,38 @@ func (s *controlServer) close() {
 	s.wg.Wait()
 }
 
-func (s *controlServer) status() statusInfo {
-	d := s.d
+// deviceNames lists the RDMA devices for status, or says why it cannot.
+func deviceNames(devices devicesFunc) (names []string, why string) {
+	names = []string{}
+	if devices == nil {
+		return names, errNoRDMA.Error()
+	}
+	devs, err := devices()
+	if err != nil {
+		return names, err.Error()
+	}
+	for _, dev := range devs {
+		names = append(names, dev.Name)
+	}
+	slices.Sort(names)
+	return names, ""
+}
+
+func (s *controlServer) status(d *daemon) statusInfo {
 	st := statusInfo{
 		Version:       version,
 		PID:           os.Getpid(),
-		Config:        d.opts.configFile,
+		Config:        s.opts.configFile,
+		State:         "serving",
 		Started:       s.started.UTC().Truncate(time.Second),
 		UptimeSeconds: time.Since(s.started).Round(time.Second).Seconds(),
 		Listeners:     []listenerInfo{},
 		Devices:       []string{},
+	}
+	if d == nil {
+		st.State = "waiting for an RDMA device"
+		st.Devices, st.DevicesError = deviceNames(s.opts.devices)
+		return st
 	}
 	d.mu.Lock()
 	st.IDExt = fmt.Sprintf("%016x", d.ident.idExt)
@@ -457,16 +508,7 @@ func (s *controlServer) status() statusInfo {
 	}
 	d.mu.Unlock()
 	slices.SortFunc(st.Listeners, func(a, b listenerInfo) int { return strings.Compare(a.Address, b.Address) })
-	if d.opts.devices == nil {
-		st.DevicesError = errNoRDMA.Error()
-	} else if devs, err := d.opts.devices(); err != nil {
-		st.DevicesError = err.Error()
-	} else {
-		for _, dev := range devs {
-			st.Devices = append(st.Devices, dev.Name)
-		}
-		slices.Sort(st.Devices)
-	}
+	st.Devices, st.DevicesError = deviceNames(d.opts.devices)
 	st.BufferPoolInUse, st.BufferPoolSize = d.target.PoolUse()
 	for _, si := range d.target.Sessions() {
 		st.Sessions++

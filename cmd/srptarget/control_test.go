@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -473,5 +474,46 @@ func TestControlProtocol(t *testing.T) {
 	// The connection still answers after errors: one answer per request line.
 	rsp := ask(`{"version":1,"command":"stats"}`)
 	require.True(t, rsp.OK)
+	require.NoError(t, e.stop(syscall.SIGTERM))
+}
+
+// TestControlAnswersWhileWaitingForDevice: serve started before the RDMA device answers
+// status on its control socket (and says that it waits), refuses the commands that need a
+// running target with the reason, and serves them once the device is there.
+func TestControlAnswersWhileWaitingForDevice(t *testing.T) {
+	e := newControlEnv(t, e2eConfig)
+	var deviceUp atomic.Bool
+	e.opts.devicePoll = 10 * time.Millisecond
+	e.opts.devices = func() ([]rdmaDevice, error) {
+		if !deviceUp.Load() {
+			return nil, nil
+		}
+		return []rdmaDevice{{Name: "rxe0", NodeGUID: 0x0002c90300a34270}}, nil
+	}
+	ready := make(chan *daemon, 1)
+	e.opts.ready = func(d *daemon) { ready <- d }
+	go func() { e.served <- runServe(e.opts) }()
+
+	var st statusInfo
+	require.Eventually(t, func() bool {
+		_, err := os.Lstat(e.opts.controlPath)
+		return err == nil
+	}, 10*time.Second, time.Millisecond, "the control socket while waiting")
+	e.ctlJSON(&st, "status")
+	require.Equal(t, "waiting for an RDMA device", st.State)
+	require.Empty(t, st.Listeners)
+	out, errOut, err := e.ctl("sessions")
+	require.Error(t, err, out)
+	require.Contains(t, out+errOut+err.Error(), "waiting for an RDMA device")
+
+	deviceUp.Store(true)
+	select {
+	case e.d = <-ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the daemon did not start once the device appeared")
+	}
+	e.ctlJSON(&st, "status")
+	require.Equal(t, "serving", st.State)
+	require.Len(t, st.Listeners, 1)
 	require.NoError(t, e.stop(syscall.SIGTERM))
 }

@@ -55,6 +55,9 @@ type daemon struct {
 	stores    map[storeKey]*sharedStore
 	listeners map[netip.AddrPort]*listenerState
 	stopped   bool
+	// noDevice: a listener could not listen because no RDMA device has its address (yet);
+	// serve waits for one instead of failing (startWhenDevice).
+	noDevice bool
 }
 
 // lunState is one logical unit of the running configuration.
@@ -401,6 +404,7 @@ func (d *daemon) planListeners(p *plan) ConfigErrors {
 		}
 		ln, err := d.opts.listen(ap)
 		if err != nil {
+			d.noDevice = d.noDevice || isNoDevice(err)
 			errs = append(errs, p.cfg.errorAt(at("listeners", i), "listening on %v: %v", ap, err))
 			continue
 		}

@@ -44,6 +44,7 @@ func newRootCommandWith(deps loginLineDeps) *cobra.Command {
 		newLoginLineCommand(deps),
 		newDevicesCommand(deps),
 		newVersionCommand(),
+		newGenManCommand(),
 	)
 	root.AddCommand(newControlCommands()...)
 	return root

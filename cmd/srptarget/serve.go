@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
 	"os/signal"
 	"strconv"
 	"syscall"
 	"time"
 
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 )
@@ -32,6 +32,10 @@ type serveOptions struct {
 	// the daemon's).
 	controlPath  string
 	controlGroup string
+
+	// devicePoll is how often the daemon looks for an RDMA device while it waits for one
+	// (DefaultDevicePoll when 0; tests make it short).
+	devicePoll time.Duration
 
 	// Test hooks: ready is called once the daemon serves, afterReload with the result of each
 	// SIGHUP reload, afterProfileSignal once a SIGUSR1 or SIGUSR2 is handled, beforeShutdown
@@ -109,32 +113,32 @@ func runServe(opts serveOptions) error {
 func serveUntilStopped(opts serveOptions, prof *cpuProfiler) error {
 	log := opts.log
 	// The control socket is made first: a second daemon on the same socket stops here, before
-	// it opens (and claims) any backstore.
-	var ctlLn *net.UnixListener
+	// it opens (and claims) any backstore. It answers while the daemon waits for a device.
+	var ctl *controlServer
 	if opts.controlPath != "" {
-		var err error
-		if ctlLn, err = listenControl(opts.controlPath, opts.controlGroup, log); err != nil {
+		ctlLn, err := listenControl(opts.controlPath, opts.controlGroup, log)
+		if err != nil {
 			log.Error("start-up failed", zap.Error(err))
 			log.Error("srptarget did not start", zap.Int("errors", 1))
 			return exitCodeError{1}
 		}
-	}
-	d := newDaemon(opts.daemonOptions)
-	if err := d.start(); err != nil {
-		if ctlLn != nil {
-			_ = ctlLn.Close()
-		}
-		logConfigErrors(log, err)
-		log.Error("srptarget did not start", zap.Int("errors", countErrors(err)))
-		return exitCodeError{1}
-	}
-	var ctl *controlServer
-	if ctlLn != nil {
-		ctl = serveControl(d, ctlLn, opts.controlPath)
+		ctl = serveControl(ctlLn, opts.controlPath, opts.daemonOptions)
 		log.Info("control socket: srptarget status, sessions, luns, stats, reload, acl-check",
 			zap.String("path", opts.controlPath), zap.String("group", opts.controlGroup))
 	}
+	d, startErr := startWhenDevice(opts, prof)
+	if startErr != nil || d == nil {
+		if ctl != nil {
+			ctl.close()
+		}
+		return startErr
+	}
+	if ctl != nil {
+		ctl.setDaemon(d)
+	}
 	log.Info("srptarget ready: SIGHUP reloads the configuration, SIGTERM or SIGINT stops", zap.Int("pid", os.Getpid()))
+	// Listeners and buffer pools are up: systemd (Type=notify) may start what is ordered after.
+	notify(log, sddaemon.SdNotifyReady, "STATUS=serving")
 	if opts.ready != nil {
 		opts.ready(d)
 	}
@@ -153,7 +157,9 @@ func serveUntilStopped(opts serveOptions, prof *cpuProfiler) error {
 		}
 		switch sig {
 		case syscall.SIGHUP:
+			notifyReloading(log)
 			err := d.reload()
+			notifyReloaded(log, err)
 			if opts.afterReload != nil {
 				opts.afterReload(err)
 			}
@@ -165,6 +171,7 @@ func serveUntilStopped(opts serveOptions, prof *cpuProfiler) error {
 			log.Debug("ignoring signal", zap.Stringer("signal", sig))
 		}
 	}
+	notify(log, sddaemon.SdNotifyStopping, "STATUS=shutting down")
 	log.Info("shutting down: logging every channel out and finishing outstanding commands; a second signal exits at once",
 		zap.Stringer("signal", stopSig), zap.Duration("timeout", opts.shutdownTimeout))
 	if ctl != nil {
@@ -244,6 +251,11 @@ func countErrors(err error) int {
 	return 1
 }
 
+// DefaultConfigFile is the configuration that serve, validate and login-line read without
+// --config: where `make install` puts the example (as srptarget.yaml.example) and where the
+// systemd unit points.
+const DefaultConfigFile = "/etc/srptarget/srptarget.yaml"
+
 // serveFlags are the command line of `srptarget serve`.
 type serveFlags struct {
 	configFile      string
@@ -315,6 +327,14 @@ backstore and exit 0; a second signal exits at once.
 The control socket (--control, a Unix socket with mode 0660) answers srptarget status,
 sessions, luns, stats, reload and acl-check.
 
+Without --config it reads /etc/srptarget/srptarget.yaml. When the host has no RDMA
+device yet, or none with a listener's address (the adapter's driver or rdma_rxe loads
+after srptarget at boot), it checks the configuration, logs that it waits and starts
+listening when the device appears (checked every second); SIGTERM stops it meanwhile, and
+srptarget status says that it waits. Under systemd (Type=notify, configs/srptarget.service)
+it reports READY=1 once it listens (or waits), RELOADING=1 and READY=1 around a reload and
+STOPPING=1 (sd_notify(3)).
+
 Profiling: --cpuprofile FILE profiles the daemon's CPU use (runtime/pprof, 100 Hz) from
 start-up, or with --cpuprofile-wait from the first SIGUSR1, and writes FILE on SIGUSR2
 and at exit (a second SIGTERM and a failed start included). SIGUSR1 starts a new profile,
@@ -331,7 +351,7 @@ profiles.`,
 			return run(f)
 		},
 	}
-	cmd.Flags().StringVar(&f.configFile, "config", "", "configuration file (YAML, see configs/README.md)")
+	cmd.Flags().StringVar(&f.configFile, "config", DefaultConfigFile, "configuration file (YAML, see configs/README.md)")
 	cmd.Flags().StringVar(&f.logFormat, "log-format", "console", "log format: console or json")
 	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.Flags().DurationVar(&f.shutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "how long SIGTERM waits for outstanding commands")
@@ -346,6 +366,5 @@ profiles.`,
 		"the control socket (Unix, mode 0660) for srptarget status, sessions, luns, stats, reload and acl-check; \"\" for none")
 	cmd.Flags().StringVar(&f.controlGroup, "control-group", "",
 		"the group (name or number) that owns the control socket: its members may use the commands, reload included")
-	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }
