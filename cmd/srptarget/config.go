@@ -255,7 +255,7 @@ func (s Size) String() string {
 	for _, u := range []struct {
 		name string
 		mult int64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+	}{{"PiB", 1 << 50}, {"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
 		if s != 0 && int64(s)%u.mult == 0 {
 			return fmt.Sprintf("%d%s", int64(s)/u.mult, u.name)
 		}
@@ -390,16 +390,18 @@ func ParseConfig(file string, data []byte) (*Config, error) {
 		return nil, &ConfigError{File: file, Msg: "the file is empty"}
 	}
 	typeErrs, meant := checkDocument(file, &root)
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(len(typeErrs) == 0)
 	var cfg Config
-	if err := dec.Decode(&cfg); err != nil {
-		// With typeErrs the decode is partial (the values it could not take stay zero) and
-		// only serves to validate the rest of the file; its errors are those of typeErrs.
-		var terr *yaml.TypeError
-		if len(typeErrs) == 0 {
+	if len(typeErrs) == 0 {
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil {
 			return nil, &ConfigError{File: file, Msg: cleanYAMLError(err)}
-		} else if !errors.As(err, &terr) {
+		}
+	} else if err := root.Decode(&cfg); err != nil {
+		// checkDocument has set the values it refused to null, so this partial decode, which
+		// only serves to validate the rest of the file, should take everything else.
+		var terr *yaml.TypeError
+		if !errors.As(err, &terr) {
 			return nil, typeErrs
 		}
 	}
@@ -760,6 +762,8 @@ func (v *validator) validateLUN(c *Config, i int, luns map[int]int, paths map[st
 			if l.Create {
 				v.checkFileDir(at("luns", i, "path"), l.Path)
 			}
+		} else if errors.Is(err, unix.ENOTDIR) {
+			v.checkFileDir(at("luns", i, "path"), l.Path)
 		} else if errors.Is(err, fs.ErrPermission) {
 			// Backstores normally live in a directory only the daemon's user can enter, and
 			// validate is often run by someone else: the daemon checks the file when it opens it.
@@ -844,14 +848,14 @@ func (v *validator) checkFileDir(p []any, file string) {
 		st, err := os.Stat(d)
 		switch {
 		case err == nil && !st.IsDir():
-			v.errorf(p, "%s is not a directory, so %s cannot be made in it", d, filepath.Base(file))
+			v.errorf(p, "%s is not a directory, so %s cannot be in it", d, filepath.Base(file))
 			return
 		case err == nil && d == dir:
 			return
 		case err == nil:
 			v.warnf(p, "directory %s does not exist: serve makes it (mode 0700) with the file", dir)
 			return
-		case !errors.Is(err, fs.ErrNotExist) || d == filepath.Dir(d):
+		case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENOTDIR) || d == filepath.Dir(d):
 			return // not ours to look at (the daemon's user may be able to): serve checks it
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -32,6 +33,26 @@ type nodeChecker struct {
 	file  string
 	errs  ConfigErrors
 	meant []string
+	// aliased are the anchored nodes already checked through an alias: each is checked once
+	// that way, so that an anchor that contains itself (&a [*a]) or aliases of aliases (the
+	// "billion laughs") cannot make the walk endless or exponential.
+	aliased map[*yaml.Node]bool
+}
+
+// deref returns the node an alias stands for, or nil when it was checked through an alias
+// already.
+func (c *nodeChecker) deref(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode {
+		if n.Alias == nil || c.aliased[n.Alias] {
+			return nil
+		}
+		if c.aliased == nil {
+			c.aliased = map[*yaml.Node]bool{}
+		}
+		c.aliased[n.Alias] = true
+		n = n.Alias
+	}
+	return n
 }
 
 func (c *nodeChecker) errorf(n *yaml.Node, p []any, format string, args ...any) {
@@ -46,11 +67,19 @@ var (
 	yaml11Bools = []string{"y", "yes", "n", "no", "on", "off"}
 )
 
-// check reports what is wrong with node n as a value of Go type t at path p.
+// check reports what is wrong with node n as a value of Go type t at path p. A value that is
+// wrong itself (not one inside it) is replaced by null, so that the partial decode that
+// ParseConfig validates next leaves it at zero rather than failing on it.
 func (c *nodeChecker) check(n *yaml.Node, t reflect.Type, p []any) {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
+	if n = c.deref(n); n == nil {
+		return
 	}
+	before := len(c.errs)
+	defer func() {
+		if len(c.errs) > before && c.errs[len(c.errs)-1].Path == pathString(p) {
+			*n = yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Line: n.Line, Column: n.Column}
+		}
+	}()
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -117,9 +146,15 @@ func (c *nodeChecker) checkInteger(n *yaml.Node, t reflect.Type, p []any) {
 	}
 	quoted := n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0
 	if n.ShortTag() != "!!int" {
-		if _, err := strconv.ParseInt(n.Value, 0, 64); err == nil && quoted {
+		_, err := strconv.ParseInt(n.Value, 0, 64)
+		switch {
+		case err == nil && quoted:
 			c.errorf(n, p, "%q is quoted, which makes it a string: write the number without quotes", n.Value)
-		} else {
+		case errors.Is(err, strconv.ErrRange):
+			c.errorf(n, p, "%s is too large", n.Value)
+		case n.ShortTag() == "!!float":
+			c.errorf(n, p, "%s is not a whole number", n.Value)
+		default:
 			c.errorf(n, p, "%q is not a whole number", n.Value)
 		}
 		return
@@ -156,12 +191,18 @@ func (c *nodeChecker) checkMapping(n *yaml.Node, t reflect.Type, p []any) {
 		names = append(names, name)
 	}
 	seen := map[string]int{}
+	var dups []int // the pairs whose key came earlier, dropped for the partial decode
+	defer func() {
+		for _, i := range slices.Backward(dups) {
+			n.Content = slices.Delete(n.Content, i, i+2)
+		}
+	}()
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if k.Value == "<<" && k.ShortTag() == "!!merge" {
 			// A merge key (<<: *anchor) brings in the keys of another mapping.
-			for v.Kind == yaml.AliasNode && v.Alias != nil {
-				v = v.Alias
+			if v = c.deref(v); v == nil {
+				continue
 			}
 			if v.Kind == yaml.SequenceNode {
 				for _, m := range v.Content {
@@ -184,6 +225,7 @@ func (c *nodeChecker) checkMapping(n *yaml.Node, t reflect.Type, p []any) {
 		}
 		if line, dup := seen[k.Value]; dup {
 			c.errorf(k, kp, "given twice (also at line %d)", line)
+			dups = append(dups, i)
 			continue
 		}
 		seen[k.Value] = k.Line
