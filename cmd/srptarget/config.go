@@ -604,6 +604,10 @@ func (v *validator) validate(c *Config) {
 		lim.BufferPoolSize = max(DefaultBufferPoolSize, lim.MaxTransferSize)
 	} else if lim.BufferPoolSize < lim.MaxTransferSize || lim.BufferPoolSize > 64<<30 {
 		v.errorf(at("limits", "buffer_pool_size"), "%v must be at least max_transfer_size (%v) and at most 64GiB", lim.BufferPoolSize, lim.MaxTransferSize)
+	} else if ram, err := totalRAM(); err == nil && int64(lim.BufferPoolSize) > ram {
+		// The pool is pinned (registered for RDMA, see mlock(2)) on each device: it cannot be
+		// swapped out, so one larger than RAM can never be registered.
+		v.errorf(at("limits", "buffer_pool_size"), "%v is more than this machine's RAM (%v): the pool is locked in RAM for RDMA, once per device", lim.BufferPoolSize, Size(ram))
 	}
 	if lim.ImmediateData == nil {
 		yes := true
@@ -665,6 +669,7 @@ func (v *validator) validate(c *Config) {
 	for i := range c.LUNs {
 		v.validateLUN(c, i, luns, paths)
 	}
+	v.checkMemoryTotal(c)
 
 	for i, a := range c.ACLs {
 		if len(a.Initiators) == 0 && len(a.Sources) == 0 {
@@ -858,6 +863,27 @@ func (v *validator) checkFileDir(p []any, file string) {
 		case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENOTDIR) || d == filepath.Dir(d):
 			return // not ours to look at (the daemon's user may be able to): serve checks it
 		}
+	}
+}
+
+// checkMemoryTotal warns when the memory LUNs, each smaller than RAM, are larger together:
+// they can be used as long as initiators leave them sparse, and the daemon is killed when
+// they do not.
+func (v *validator) checkMemoryTotal(c *Config) {
+	ram, err := totalRAM()
+	if err != nil {
+		return
+	}
+	var total Size
+	var count int
+	for _, l := range c.LUNs {
+		if l.Backstore == "memory" && int64(l.Size) <= ram {
+			total += l.Size
+			count++
+		}
+	}
+	if count > 1 && int64(total) > ram {
+		v.warnf(at("luns"), "the %d memory LUNs hold %v together, more than this machine's RAM (%v): the daemon runs out of memory if initiators fill them", count, total, Size(ram))
 	}
 }
 
