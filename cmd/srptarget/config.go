@@ -421,14 +421,15 @@ func ParseConfig(file string, data []byte) (*Config, error) {
 	return &cfg, nil
 }
 
-// nearAny reports whether path is at, under or above the path of one of errs: validation of
-// a value the decoder refused (left at zero) would only add a wrong second error about it.
+// nearAny reports whether path is at, under or above the path of one of errs (or errs has an
+// error about the whole document): validation of a value the decoder refused (left at zero)
+// would only add a wrong second error about it.
 func nearAny(path string, errs ConfigErrors) bool {
 	under := func(p, parent string) bool {
 		return p == parent || parent != "" && (strings.HasPrefix(p, parent+".") || strings.HasPrefix(p, parent+"["))
 	}
 	for _, e := range errs {
-		if under(path, e.Path) || under(e.Path, path) {
+		if e.Path == "" || under(path, e.Path) || under(e.Path, path) {
 			return true
 		}
 	}
