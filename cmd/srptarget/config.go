@@ -384,7 +384,7 @@ func configFileWarnings(file string) ConfigErrors {
 func ParseConfig(file string, data []byte) (*Config, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, syntaxError(file, err)
+		return nil, syntaxError(file, data, err)
 	}
 	if len(root.Content) == 0 {
 		return nil, &ConfigError{File: file, Msg: "the file is empty"}
@@ -439,14 +439,34 @@ func nearAny(path string, errs ConfigErrors) bool {
 // yamlLine is the line yaml.v3 puts at the start of its syntax errors.
 var yamlLine = regexp.MustCompile(`^yaml: line ([0-9]+): `)
 
-// syntaxError turns a YAML syntax error into a ConfigError that has its line.
-func syntaxError(file string, err error) *ConfigError {
+// syntaxError turns a YAML syntax error into a ConfigError that has its line. yaml.v3 gives
+// the line where the block it was parsing starts (a mis-indented line 8 in a list that starts
+// at line 5 is "line 5"), so the line of the problem is found as the first line at which the
+// file, cut there, fails with the same error; files of more than maxSyntaxProbe lines are not
+// probed, as each probe parses the file again.
+func syntaxError(file string, data []byte, err error) *ConfigError {
+	const maxSyntaxProbe = 2000
 	s := err.Error()
-	if m := yamlLine.FindStringSubmatch(s); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		return &ConfigError{File: file, Line: line, Msg: s[len(m[0]):]}
+	m := yamlLine.FindStringSubmatch(s)
+	if m == nil {
+		return &ConfigError{File: file, Msg: cleanYAMLError(err)}
 	}
-	return &ConfigError{File: file, Msg: cleanYAMLError(err)}
+	line, _ := strconv.Atoi(m[1])
+	msg := s[len(m[0]):]
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	if len(lines) > maxSyntaxProbe {
+		return &ConfigError{File: file, Line: line, Msg: msg}
+	}
+	for n := line; n < len(lines); n++ {
+		var root yaml.Node
+		if perr := yaml.Unmarshal(bytes.Join(lines[:n], nil), &root); perr != nil {
+			if perr.Error() == s && n > line {
+				return &ConfigError{File: file, Line: n, Msg: fmt.Sprintf("%s (in what starts at line %d)", msg, line)}
+			}
+			break
+		}
+	}
+	return &ConfigError{File: file, Line: line, Msg: msg}
 }
 
 // cleanYAMLError drops the library's "yaml: " prefixes; its messages already carry line numbers.
