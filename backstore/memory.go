@@ -10,24 +10,87 @@ import (
 const (
 	memChunkShift = 20
 	// memChunkSize is the unit in which Memory allocates RAM: large enough that the chunk
-	// table stays small (8 MiB of pointers for a 1 TiB disk), small enough that a sparse disk
-	// holding a filesystem's scattered metadata stays small too.
+	// table stays small (8 MiB of pointers for a fully written 1 TiB disk), small enough
+	// that a sparse disk holding a filesystem's scattered metadata stays small too.
 	memChunkSize = 1 << memChunkShift
 	// memStripes is the number of locks that guard the chunks; chunk i is guarded by lock
 	// i%memStripes. Transfers to different chunks rarely contend, and a lock per chunk would
 	// cost memory for every chunk of a mostly empty disk.
 	memStripes = 64
+
+	// The chunk table is a three-level radix tree, allocated as it is written: a flat table of
+	// 8 bytes per chunk would be made whole at start-up, 800 GiB for a 100 PiB disk, and a
+	// disk larger than RAM would crash the daemon before any initiator wrote to it. A leaf
+	// holds the pointers of 4096 chunks (32 KiB for 4 GiB of disk), a mid level those of 4096
+	// leaves (16 TiB of disk), and the top level, the only part made up front, one pointer per
+	// 16 TiB: 4 MiB for the largest size an int64 holds.
+	memLeafBits  = 12
+	memLeafSize  = 1 << memLeafBits
+	memMidBits   = 12
+	memMidSize   = 1 << memMidBits
+	memTopShift  = memLeafBits + memMidBits // chunk index to top-level index
+	memLevelMask = memLeafSize - 1
 )
 
 type memChunk = [memChunkSize]byte
 
-// memTable is one generation of Memory's chunk table. Chunk slots are read and written only
-// under their stripe lock; a new table (Resize, Close) is published only while every stripe
-// lock is held, so a caller that holds any stripe lock and loads the table sees the current one.
+// memLeaf is the last level: chunk slots, nil for a chunk never written or unmapped (reads as
+// zeroes). Each slot is read and written only under its chunk's stripe lock.
+type memLeaf [memLeafSize]*memChunk
+
+// memMid is the middle level. Its slots are set once, by compare-and-swap, by whichever
+// writer needs the leaf first: writers of different stripes may race for it.
+type memMid [memMidSize]atomic.Pointer[memLeaf]
+
+// memTable is one generation of Memory's chunk table. A new table (Resize, Close) is
+// published only while every stripe lock is held, so a caller that holds any stripe lock and
+// loads the table sees the current one.
 type memTable struct {
 	size   int64
 	closed bool
-	chunks []*memChunk // nil: never written, or unmapped; reads as zeroes
+	top    []atomic.Pointer[memMid]
+}
+
+func newMemTable(size int64) *memTable {
+	return &memTable{size: size, top: make([]atomic.Pointer[memMid], (memChunkCount(size)+memMidSize*memLeafSize-1)>>memTopShift)}
+}
+
+// chunk returns chunk idx, nil when it was never written; the caller holds its stripe lock.
+// It makes no allocation.
+func (t *memTable) chunk(idx int64) *memChunk {
+	mid := t.top[idx>>memTopShift].Load()
+	if mid == nil {
+		return nil
+	}
+	leaf := mid[idx>>memLeafBits&memLevelMask].Load()
+	if leaf == nil {
+		return nil
+	}
+	return leaf[idx&memLevelMask]
+}
+
+// slot returns the slot of chunk idx, making its mid level and leaf when alloc is true, or
+// nil when they do not exist and alloc is false; the caller holds the chunk's stripe lock.
+func (t *memTable) slot(idx int64, alloc bool) **memChunk {
+	top := &t.top[idx>>memTopShift]
+	mid := top.Load()
+	if mid == nil {
+		if !alloc {
+			return nil
+		}
+		top.CompareAndSwap(nil, new(memMid)) // or another stripe's writer made it first
+		mid = top.Load()
+	}
+	ls := &mid[idx>>memLeafBits&memLevelMask]
+	leaf := ls.Load()
+	if leaf == nil {
+		if !alloc {
+			return nil
+		}
+		ls.CompareAndSwap(nil, new(memLeaf))
+		leaf = ls.Load()
+	}
+	return &leaf[idx&memLevelMask]
 }
 
 // memStripe is a lock padded to its own cache line, so that two cores taking neighbouring
@@ -63,7 +126,7 @@ func NewMemory(size int64, logicalBlockSize uint32) (*Memory, error) {
 		return nil, err
 	}
 	m := &Memory{lbs: logicalBlockSize}
-	m.table.Store(&memTable{size: size, chunks: make([]*memChunk, memChunkCount(size))})
+	m.table.Store(newMemTable(size))
 	return m, nil
 }
 
@@ -74,8 +137,14 @@ func checkMemSize(size int64, lbs uint32) error {
 	return nil
 }
 
-func memChunkCount(size int64) int {
-	return int((size + memChunkSize - 1) >> memChunkShift)
+// memChunkCount is the number of chunks of a disk of size bytes (written so as not to
+// overflow for sizes near the int64 limit).
+func memChunkCount(size int64) int64 {
+	n := size >> memChunkShift
+	if size&(memChunkSize-1) != 0 {
+		n++
+	}
+	return n
 }
 
 func memError(op string, off int64, err error) error {
@@ -160,7 +229,7 @@ func (m *Memory) ReadAt(p []byte, off int64) error {
 			}
 			return memRangeError("read", off, int64(n), t.size)
 		}
-		if c := t.chunks[idx]; c != nil {
+		if c := t.chunk(idx); c != nil {
 			copy(p[:n], c[in:])
 		} else {
 			clear(p[:n])
@@ -196,10 +265,10 @@ func (m *Memory) WriteAt(p []byte, off int64, fua bool) error {
 			}
 			return memRangeError("write", off, int64(n), t.size)
 		}
-		c := t.chunks[idx]
+		c := t.chunk(idx)
 		if c == nil {
 			c = new(memChunk)
-			t.chunks[idx] = c
+			*t.slot(idx, true) = c
 			m.allocated.Add(memChunkSize)
 		}
 		copy(c[in:], p[:n])
@@ -225,11 +294,11 @@ func (m *Memory) zeroRange(op string, off, length int64) error {
 	return m.forChunks(op, off, length, true, func(t *memTable, idx int64, in, n int) {
 		start := idx << memChunkShift
 		chunkEnd := min(start+memChunkSize, t.size)
-		c := t.chunks[idx]
+		c := t.chunk(idx)
 		switch {
 		case c == nil:
 		case in == 0 && end >= chunkEnd:
-			t.chunks[idx] = nil
+			*t.slot(idx, false) = nil
 			m.allocated.Add(-memChunkSize)
 		default:
 			clear(c[in : in+n])
@@ -265,20 +334,43 @@ func (m *Memory) Resize(newSize int64) error {
 		return err
 	}
 	return m.replaceTable(func(old *memTable) *memTable {
-		t := &memTable{size: newSize, chunks: make([]*memChunk, memChunkCount(newSize))}
-		copy(t.chunks, old.chunks)
-		for _, c := range old.chunks[min(len(old.chunks), len(t.chunks)):] {
-			if c != nil {
-				m.allocated.Add(-memChunkSize)
-			}
+		t := newMemTable(newSize)
+		// The levels below the top are shared with the old table: every stripe lock is held.
+		for i := range min(len(t.top), len(old.top)) {
+			t.top[i].Store(old.top[i].Load())
 		}
+		m.dropChunks(old, memChunkCount(newSize))
 		if tail := newSize & (memChunkSize - 1); tail != 0 && newSize < old.size {
-			if c := t.chunks[len(t.chunks)-1]; c != nil {
+			if c := t.chunk(memChunkCount(newSize) - 1); c != nil {
 				clear(c[tail:])
 			}
 		}
 		return t
 	})
+}
+
+// dropChunks frees the chunks of t from index from on, so that space a later Resize adds back
+// reads as zeroes. It visits only the levels that exist; every stripe lock is held.
+func (m *Memory) dropChunks(t *memTable, from int64) {
+	for ti := from >> memTopShift; ti < int64(len(t.top)); ti++ {
+		mid := t.top[ti].Load()
+		if mid == nil {
+			continue
+		}
+		for mi := range mid {
+			leaf := mid[mi].Load()
+			if leaf == nil {
+				continue
+			}
+			base := ti<<memTopShift | int64(mi)<<memLeafBits
+			for li := range leaf {
+				if base+int64(li) >= from && leaf[li] != nil {
+					leaf[li] = nil
+					m.allocated.Add(-memChunkSize)
+				}
+			}
+		}
+	}
 }
 
 // Close drops the data; every later call fails with ErrClosed.

@@ -2,6 +2,8 @@ package backstore
 
 import (
 	"bytes"
+	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -191,4 +193,46 @@ func TestNullReadsZeroes(t *testing.T) {
 	require.NoError(t, n.ReadAt(p, 0))
 	require.Equal(t, make([]byte, 4096), p)
 	require.Equal(t, Capabilities{Unmap: true, UnmapZeroes: true}, n.Capabilities())
+}
+
+// TestMemoryHugeIsLazy: the chunk table is made as it is written, so a disk far larger than
+// RAM costs nothing until it is written, and a shrink frees only what was written.
+func TestMemoryHugeIsLazy(t *testing.T) {
+	const MiB = memChunkSize
+	sizes := []struct {
+		name string
+		size int64
+	}{
+		{"100 PiB", 100 << 50},
+		{"the largest int64 multiple of 512", math.MaxInt64 &^ 511},
+	}
+	for _, tc := range sizes {
+		t.Run(tc.name, func(t *testing.T) {
+			var before runtime.MemStats
+			runtime.ReadMemStats(&before)
+			m, err := NewMemory(tc.size, 512)
+			require.NoError(t, err)
+			var after runtime.MemStats
+			runtime.ReadMemStats(&after)
+			require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(8<<20), "NewMemory allocated in proportion to the size")
+
+			end := tc.size - 4096
+			p := bytes.Repeat([]byte{7}, 4096)
+			require.NoError(t, m.WriteAt(p, end, false))
+			require.NoError(t, m.WriteAt(p, 0, false))
+			require.Equal(t, int64(2*MiB), m.Allocated())
+			got := make([]byte, 4096)
+			require.NoError(t, m.ReadAt(got, end))
+			require.Equal(t, p, got)
+			require.NoError(t, m.ReadAt(got, tc.size/2))
+			require.Equal(t, make([]byte, 4096), got, "a chunk never written reads as zeroes")
+
+			require.NoError(t, m.Resize(16*MiB))
+			require.Equal(t, int64(MiB), m.Allocated(), "the shrink kept the chunk at the old end")
+			require.NoError(t, m.Resize(tc.size))
+			require.NoError(t, m.ReadAt(got, end))
+			require.Equal(t, make([]byte, 4096), got, "space added back reads as zeroes")
+			require.NoError(t, m.Close())
+		})
+	}
 }

@@ -44,6 +44,8 @@ func validateText(file string, cfg *Config) string {
 	}
 
 	fmt.Fprintf(&b, "ACLs (%d):\n", len(cfg.ACLs))
+	// inACL is where each LUN is granted: true in an ACL that can match, false in ACLs that
+	// all come after one that matches everything they name (shadowedBy).
 	inACL := map[int]bool{}
 	for i, a := range cfg.ACLs {
 		var who []string
@@ -58,8 +60,9 @@ func validateText(file string, cfg *Config) string {
 			access = ", read-only"
 		}
 		fmt.Fprintf(&b, "  acls[%d]: %s -> LUNs %s%s\n", i, strings.Join(who, " or "), strings.Trim(intList(a.LUNs), "[]"), access)
+		live, _ := shadowedBy(cfg.ACLs, i)
 		for _, n := range a.LUNs {
-			inACL[n] = true
+			inACL[n] = inACL[n] || live < 0
 		}
 	}
 	for _, w := range cfg.Warnings() {
@@ -69,8 +72,10 @@ func validateText(file string, cfg *Config) string {
 		b.WriteString("warning: no ACLs: every login will be refused\n")
 	}
 	for _, l := range luns {
-		if len(cfg.ACLs) > 0 && !inACL[*l.LUN] {
+		if live, listed := inACL[*l.LUN]; len(cfg.ACLs) > 0 && !listed {
 			fmt.Fprintf(&b, "warning: LUN %d is in no ACL: no initiator sees it\n", *l.LUN)
+		} else if listed && !live {
+			fmt.Fprintf(&b, "warning: LUN %d is only in ACLs that are never used: no initiator sees it\n", *l.LUN)
 		}
 	}
 	return b.String()

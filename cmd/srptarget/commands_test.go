@@ -62,6 +62,9 @@ ACLs (3):
   acls[0]: initiators * -> LUNs 0
   acls[1]: sources 10.0.0.0/8, 192.168.1.7 -> LUNs 0, 1, read-only
   acls[2]: initiators 0x4e49c9ffff0a0b0c* -> LUNs 1
+warning: `+file+`:26: acls[1]: never used: acls[0] comes first and matches every initiator (initiators: ["*"]), and the first matching ACL wins
+warning: `+file+`:29: acls[2]: never used: acls[0] comes first and matches every initiator (initiators: ["*"]), and the first matching ACL wins
+warning: LUN 1 is only in ACLs that are never used: no initiator sees it
 `, out)
 }
 
@@ -109,8 +112,8 @@ acls:
 	require.Equal(t, exitCodeError{1}, err)
 	require.Empty(t, out)
 	require.Equal(t, file+`:7: luns[0].size: 1000 is not a multiple of the block size 512
-`+file+`:11: luns[1].block_size: a block device has its own block size; remove block_size
 `+file+`:10: luns[1].path: /dev/null is not a block device
+`+file+`:11: luns[1].block_size: a block device has its own block size; remove block_size
 `+file+`:14: acls[0].luns[1]: LUN 9 is not defined under luns
 `+file+`: 4 errors
 `, errOut)
@@ -118,7 +121,7 @@ acls:
 	file = writeFile(t, "syntax.yaml", "listeners: [\n")
 	_, errOut, err = run(t, noDeps, "validate", "--config", file)
 	require.Equal(t, exitCodeError{1}, err)
-	require.Equal(t, file+": line 1: did not find expected node content\n"+file+": 1 error\n", errOut)
+	require.Equal(t, file+":1: did not find expected node content\n"+file+": 1 error\n", errOut)
 
 	_, errOut, err = run(t, noDeps, "validate", "--config", filepath.Join(t.TempDir(), "missing.yaml"))
 	require.Equal(t, exitCodeError{1}, err)

@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -188,11 +189,13 @@ type Size int64
 // UnmarshalYAML accepts an integer or a string with a unit.
 func (s *Size) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("line %d: a size is a number or a string such as 10GiB", n.Line)
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: a size is a number or a string such as 10GiB", n.Line)}}
 	}
 	v, err := ParseSize(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %w", n.Line, err)
+		// A TypeError lets the decoder go on with the rest of the file (any other error
+		// stops it), so that ParseConfig can validate the rest; checkDocument reports it.
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
 	}
 	*s = v
 	return nil
@@ -235,11 +238,11 @@ func parseShare(s string, pool int64) (int64, error) {
 func ParseSize(s string) (Size, error) {
 	m := sizePattern.FindStringSubmatch(s)
 	if m == nil {
-		return 0, fmt.Errorf("size %q: want a whole number with an optional unit (KiB, MiB, GiB, TiB)", s)
+		return 0, fmt.Errorf("size %q: want a whole number with an optional unit (KiB, MiB, GiB, TiB, PiB, or K, M, G, T)", s)
 	}
 	mult, ok := sizeUnits[m[2]]
 	if !ok {
-		return 0, fmt.Errorf("size %q: unknown unit %q (use KiB, MiB, GiB, TiB)", s, m[2])
+		return 0, fmt.Errorf("size %q: unknown unit %q (use KiB, MiB, GiB, TiB, PiB, or K, M, G, T: units are binary)", s, m[2])
 	}
 	n, err := strconv.ParseInt(m[1], 10, 64)
 	if err != nil || n > math.MaxInt64/mult {
@@ -252,7 +255,7 @@ func (s Size) String() string {
 	for _, u := range []struct {
 		name string
 		mult int64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+	}{{"PiB", 1 << 50}, {"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
 		if s != 0 && int64(s)%u.mult == 0 {
 			return fmt.Sprintf("%d%s", int64(s)/u.mult, u.name)
 		}
@@ -376,28 +379,94 @@ func configFileWarnings(file string) ConfigErrors {
 }
 
 // ParseConfig decodes data strictly (unknown keys are errors), fills defaults and validates.
-// Errors name the file, the line and the key.
+// Errors name the file, the line and the key, and come all at once, in file order: the keys
+// and values the decoder would refuse (checkDocument) and what validation finds in the rest.
 func ParseConfig(file string, data []byte) (*Config, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, &ConfigError{File: file, Msg: cleanYAMLError(err)}
+		return nil, syntaxError(file, data, err)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
+	if len(root.Content) == 0 {
+		return nil, &ConfigError{File: file, Msg: "the file is empty"}
+	}
+	typeErrs, meant := checkDocument(file, &root)
 	var cfg Config
-	if err := dec.Decode(&cfg); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, &ConfigError{File: file, Msg: "the file is empty"}
+	if len(typeErrs) == 0 {
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil {
+			return nil, &ConfigError{File: file, Msg: cleanYAMLError(err)}
 		}
-		return nil, &ConfigError{File: file, Msg: cleanYAMLError(err)}
+	} else if err := root.Decode(&cfg); err != nil {
+		// checkDocument has set the values it refused to null, so this partial decode, which
+		// only serves to validate the rest of the file, should take everything else.
+		var terr *yaml.TypeError
+		if !errors.As(err, &terr) {
+			return nil, typeErrs
+		}
 	}
 	v := validator{file: file, root: &root}
 	v.validate(&cfg)
-	if len(v.errs) > 0 {
-		return nil, v.errs
+	errs := typeErrs
+	for _, e := range v.errs {
+		if !nearAny(e.Path, typeErrs) && !slices.Contains(meant, e.Path) {
+			errs = append(errs, e)
+		}
+	}
+	if len(errs) > 0 {
+		slices.SortStableFunc(errs, func(a, b *ConfigError) int { return a.Line - b.Line })
+		return nil, errs
 	}
 	cfg.file, cfg.root, cfg.warnings = file, &root, v.warns
 	return &cfg, nil
+}
+
+// nearAny reports whether path is at, under or above the path of one of errs (or errs has an
+// error about the whole document): validation of a value the decoder refused (left at zero)
+// would only add a wrong second error about it.
+func nearAny(path string, errs ConfigErrors) bool {
+	under := func(p, parent string) bool {
+		return p == parent || parent != "" && (strings.HasPrefix(p, parent+".") || strings.HasPrefix(p, parent+"["))
+	}
+	for _, e := range errs {
+		if e.Path == "" || under(path, e.Path) || under(e.Path, path) {
+			return true
+		}
+	}
+	return false
+}
+
+// yamlLine is the line yaml.v3 puts at the start of its syntax errors.
+var yamlLine = regexp.MustCompile(`^yaml: line ([0-9]+): `)
+
+// syntaxError turns a YAML syntax error into a ConfigError that has its line. yaml.v3 gives
+// the line where the block it was parsing starts (a mis-indented line 8 in a list that starts
+// at line 5 is "line 5"), so the line of the problem is found as the first line at which the
+// file, cut there, fails with the same error; files of more than maxSyntaxProbe lines are not
+// probed, as each probe parses the file again.
+func syntaxError(file string, data []byte, err error) *ConfigError {
+	const maxSyntaxProbe = 2000
+	s := err.Error()
+	m := yamlLine.FindStringSubmatch(s)
+	if m == nil {
+		return &ConfigError{File: file, Msg: cleanYAMLError(err)}
+	}
+	line, _ := strconv.Atoi(m[1])
+	msg := s[len(m[0]):]
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	if len(lines) > maxSyntaxProbe {
+		return &ConfigError{File: file, Line: line, Msg: msg}
+	}
+	for n := line; n < len(lines); n++ {
+		var root yaml.Node
+		if perr := yaml.Unmarshal(bytes.Join(lines[:n], nil), &root); perr != nil {
+			if perr.Error() == s && n > line {
+				return &ConfigError{File: file, Line: n, Msg: fmt.Sprintf("%s (in what starts at line %d)", msg, line)}
+			}
+			break
+		}
+	}
+	return &ConfigError{File: file, Line: line, Msg: msg}
 }
 
 // cleanYAMLError drops the library's "yaml: " prefixes; its messages already carry line numbers.
@@ -556,6 +625,10 @@ func (v *validator) validate(c *Config) {
 		lim.BufferPoolSize = max(DefaultBufferPoolSize, lim.MaxTransferSize)
 	} else if lim.BufferPoolSize < lim.MaxTransferSize || lim.BufferPoolSize > 64<<30 {
 		v.errorf(at("limits", "buffer_pool_size"), "%v must be at least max_transfer_size (%v) and at most 64GiB", lim.BufferPoolSize, lim.MaxTransferSize)
+	} else if ram, err := totalRAM(); err == nil && int64(lim.BufferPoolSize) > ram {
+		// The pool is pinned (registered for RDMA, see mlock(2)) on each device: it cannot be
+		// swapped out, so one larger than RAM can never be registered.
+		v.errorf(at("limits", "buffer_pool_size"), "%v is more than this machine's RAM (%v): the pool is locked in RAM for RDMA, once per device", lim.BufferPoolSize, Size(ram))
 	}
 	if lim.ImmediateData == nil {
 		yes := true
@@ -617,6 +690,7 @@ func (v *validator) validate(c *Config) {
 	for i := range c.LUNs {
 		v.validateLUN(c, i, luns, paths)
 	}
+	v.checkMemoryTotal(c)
 
 	for i, a := range c.ACLs {
 		if len(a.Initiators) == 0 && len(a.Sources) == 0 {
@@ -634,6 +708,9 @@ func (v *validator) validate(c *Config) {
 		}
 		if len(a.LUNs) == 0 {
 			v.errorf(at("acls", i, "luns"), "no LUNs listed")
+		}
+		if j, why := shadowedBy(c.ACLs, i); j >= 0 {
+			v.warnf(at("acls", i), "never used: acls[%d] comes first and %s, and the first matching ACL wins", j, why)
 		}
 		seen := map[int]bool{}
 		for j, n := range a.LUNs {
@@ -676,10 +753,20 @@ func (v *validator) validateLUN(c *Config, i int, luns map[int]int, paths map[st
 	if l.Size != 0 && l.Size%Size(l.BlockSize) != 0 {
 		v.errorf(at("luns", i, "size"), "%v is not a multiple of the block size %d", l.Size, l.BlockSize)
 	}
+	if l.Path != "" && !filepath.IsAbs(l.Path) {
+		// serve resolves a relative path against its working directory, which is / under
+		// systemd and wherever validate happened to run otherwise: the same file would name
+		// different backstores. Resolving it against the configuration's directory instead
+		// would surprise anyone who knows open(2), so it is refused.
+		v.errorf(at("luns", i, "path"), "%s is a relative path: write the whole path, from / (serve resolves paths against its working directory, / under systemd)", l.Path)
+	}
 	switch l.Backstore {
 	case "file":
 		if l.Path == "" {
 			v.errorf(at("luns", i, "path"), "a file backstore needs a path")
+			break
+		}
+		if !filepath.IsAbs(l.Path) {
 			break
 		}
 		// Lstat: a symbolic link is refused when the daemon opens the file (see
@@ -698,6 +785,11 @@ func (v *validator) validateLUN(c *Config, i int, luns map[int]int, paths map[st
 			} else if l.Size == 0 {
 				v.errorf(at("luns", i, "size"), "create: true needs a size")
 			}
+			if l.Create {
+				v.checkFileDir(at("luns", i, "path"), l.Path)
+			}
+		} else if errors.Is(err, unix.ENOTDIR) {
+			v.checkFileDir(at("luns", i, "path"), l.Path)
 		} else if errors.Is(err, fs.ErrPermission) {
 			// Backstores normally live in a directory only the daemon's user can enter, and
 			// validate is often run by someone else: the daemon checks the file when it opens it.
@@ -708,6 +800,9 @@ func (v *validator) validateLUN(c *Config, i int, luns map[int]int, paths map[st
 	case "block":
 		if l.Path == "" {
 			v.errorf(at("luns", i, "path"), "a block backstore needs a path")
+			break
+		}
+		if !filepath.IsAbs(l.Path) {
 			break
 		}
 		if st, err := os.Stat(l.Path); err != nil {
@@ -724,6 +819,13 @@ func (v *validator) validateLUN(c *Config, i int, luns map[int]int, paths map[st
 	case "memory", "null":
 		if l.Size == 0 {
 			v.errorf(at("luns", i, "size"), "a %s backstore needs a size", l.Backstore)
+		}
+		if l.Backstore == "memory" {
+			// A memory LUN allocates RAM as it is written: one bigger than the machine would
+			// have the kernel's OOM killer end the daemon once initiators fill it.
+			if ram, err := totalRAM(); err == nil && int64(l.Size) > ram {
+				v.errorf(at("luns", i, "size"), "%v is more than this machine's RAM (%v): a memory LUN keeps all its data in RAM", l.Size, Size(ram))
+			}
 		}
 		if l.AllowSharedFile {
 			v.errorf(at("luns", i, "allow_shared_file"), "allow_shared_file applies to file and block backstores only")
@@ -760,6 +862,60 @@ func (v *validator) validateLUN(c *Config, i int, luns map[int]int, paths map[st
 			}
 		}
 	}
+}
+
+// checkFileDir checks the directory a file backstore with create: true is made in. serve
+// makes a missing directory (mode 0700, see backstore.OpenFile), which is worth a warning: a
+// typo in the path makes a new directory tree rather than failing. A directory that cannot
+// be made, because what should be one of its parents is a file, is an error.
+func (v *validator) checkFileDir(p []any, file string) {
+	dir := filepath.Dir(file)
+	for d := dir; ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		switch {
+		case err == nil && !st.IsDir():
+			v.errorf(p, "%s is not a directory, so %s cannot be in it", d, filepath.Base(file))
+			return
+		case err == nil && d == dir:
+			return
+		case err == nil:
+			v.warnf(p, "directory %s does not exist: serve makes it (mode 0700) with the file", dir)
+			return
+		case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENOTDIR) || d == filepath.Dir(d):
+			return // not ours to look at (the daemon's user may be able to): serve checks it
+		}
+	}
+}
+
+// checkMemoryTotal warns when the memory LUNs, each smaller than RAM, are larger together:
+// they can be used as long as initiators leave them sparse, and the daemon is killed when
+// they do not.
+func (v *validator) checkMemoryTotal(c *Config) {
+	ram, err := totalRAM()
+	if err != nil {
+		return
+	}
+	var total Size
+	var count int
+	for _, l := range c.LUNs {
+		if l.Backstore == "memory" && int64(l.Size) <= ram {
+			total += l.Size
+			count++
+		}
+	}
+	if count > 1 && int64(total) > ram {
+		v.warnf(at("luns"), "the %d memory LUNs hold %v together, more than this machine's RAM (%v): the daemon runs out of memory if initiators fill them", count, total, Size(ram))
+	}
+}
+
+// totalRAM returns the machine's RAM in bytes (sysinfo(2) totalram, MemTotal of
+// /proc/meminfo). It is a variable so that tests give every machine the same RAM.
+var totalRAM = func() (int64, error) {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return 0, fmt.Errorf("sysinfo: %w", err)
+	}
+	return int64(si.Totalram) * int64(si.Unit), nil
 }
 
 // ParseEUI64 parses 16 hex digits, with an optional 0x prefix and optional colons.

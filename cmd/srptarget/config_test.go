@@ -100,7 +100,7 @@ func TestParseConfigErrorsNameLineAndKey(t *testing.T) {
 		want []string // each error's text, in order
 	}{
 		{"unknown key", "listeners: [{address: 0.0.0.0, port: 1}]\nluns:\n  - lun: 0\n    backstore: memory\n    sise: 1GiB\n",
-			[]string{"t.yaml: line 5: field sise not found in type main.LUNConfig"}},
+			[]string{"t.yaml:5: luns[0].sise: unknown key (did you mean size?)"}},
 		{"no listener", "luns: []\n", []string{"t.yaml:1: listeners: at least one listener is needed (address and port)"}},
 		{"duplicate lun and bad size", `listeners: [{address: 0.0.0.0, port: 1}]
 luns:
@@ -126,13 +126,13 @@ luns:
 		{"link-local without zone", "listeners: [{address: \"fe80::1\", port: 1}]\n",
 			[]string{"t.yaml:1: listeners[0].address: \"fe80::1\" is link-local: add the interface, e.g. fe80::1%eth0"}},
 		{"decimal unit refused", "listeners: [{address: 0.0.0.0, port: 1}]\nluns: [{lun: 0, backstore: null, size: 1GB}]\n",
-			[]string{"t.yaml: line 2: size \"1GB\": unknown unit \"GB\" (use KiB, MiB, GiB, TiB)"}},
+			[]string{"t.yaml:2: luns[0].size: size \"1GB\": unknown unit \"GB\" (use KiB, MiB, GiB, TiB, PiB, or K, M, G, T: units are binary)"}},
 		{"create on memory", "listeners: [{address: 0.0.0.0, port: 1}]\nluns: [{lun: 0, backstore: memory, size: 1MiB, create: true}]\n",
 			[]string{"t.yaml:2: luns[0].create: create applies to files only"}},
 		{"block_size on a block device", "listeners: [{address: 0.0.0.0, port: 1}]\nluns:\n  - lun: 0\n    backstore: block\n    path: /dev/null\n    block_size: 4096\n",
 			[]string{
-				"t.yaml:6: luns[0].block_size: a block device has its own block size; remove block_size",
 				"t.yaml:5: luns[0].path: /dev/null is not a block device",
+				"t.yaml:6: luns[0].block_size: a block device has its own block size; remove block_size",
 			}},
 		{"limits out of range", "listeners: [{address: 0.0.0.0, port: 1}]\nlimits:\n  max_it_iu_len: 100\n  send_queue_depth: 8\n  max_transfer_size: 16MiB\n  buffer_pool_size: 8MiB\n",
 			[]string{
@@ -150,8 +150,8 @@ luns:
 				"t.yaml:3: limits.rdma_timeout: \"10ms\" must be a duration between 100ms and 1h, such as 30s",
 				"t.yaml:4: limits.max_channel_buffer: \"0%\": a percentage must be a whole number from 1% to 100% of buffer_pool_size",
 				"t.yaml:5: limits.max_sessions: -1 is outside 1..65536",
-				"t.yaml:7: limits.max_logins_in_progress: 5000 is outside 1..1024",
 				"t.yaml:6: limits.max_channels_total: 8 is less than max_channels (16): no initiator could open max_channels channels",
+				"t.yaml:7: limits.max_logins_in_progress: 5000 is outside 1..1024",
 			}},
 		{"channel buffer above the pool", "listeners: [{address: 0.0.0.0, port: 1}]\nlimits:\n  max_channel_buffer: 1GiB\n",
 			[]string{"t.yaml:3: limits.max_channel_buffer: 1GiB is more than buffer_pool_size (64MiB)"}},

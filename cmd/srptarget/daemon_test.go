@@ -501,6 +501,20 @@ func TestServeStartFailureLeavesNothingOpen(t *testing.T) {
 	require.ErrorIs(t, err, os.ErrNotExist)
 }
 
+// TestServeStartFailureRemovesMadeDirectories: a file made by create: true in directories
+// that did not exist takes them along when the start fails.
+func TestServeStartFailureRemovesMadeDirectories(t *testing.T) {
+	e := newEnv(t, strings.Replace(e2eConfig, "DIR/lun1.img", "DIR/new/deeper/lun1.img", 1))
+	other, err := e.node.Listen(5555)
+	require.NoError(t, err)
+	defer other.Close()
+	require.Equal(t, exitCodeError{1}, runServe(e.opts))
+	_, err = os.Stat(filepath.Join(e.dir, "new"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+	_, err = os.Stat(e.dir)
+	require.NoError(t, err, "a directory that existed before was removed")
+}
+
 func TestReloadFailureChangesNothing(t *testing.T) {
 	e := newEnv(t, e2eConfig)
 	e.start()

@@ -16,6 +16,8 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(e2eBadConfig))
 	f.Add([]byte("listeners: [{address: \"fe80::1\", port: 0}]\nluns: [{lun: -1, backstore: null}]\nacls: [{luns: [0, 0]}]\n"))
 	f.Add([]byte("luns:\n  - backstore: null\n    lun: 1\n  - backstore: null\n    lun: 1\n"))
+	f.Add([]byte("listeners: &a [*a]\nluns: &b\n  - <<: *b\n    blocksize: yes\n    size: 1EiB\n    lun: \"1\"\n    lun: 2\n"))
+	f.Add([]byte("limits: {immediate_data: on, credits: 1.5, max_sessions: 99999999999999999999}\nacls: {luns: x}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := ParseConfig("f.yaml", data)
 		if err == nil {
@@ -31,13 +33,24 @@ func FuzzParseConfig(f *testing.F) {
 			require.NotEmpty(t, errs)
 			for _, e := range errs {
 				require.Equal(t, "f.yaml", e.File)
+				requireNoGoTypes(t, e)
 			}
 		case errors.As(err, &one):
 			require.Equal(t, "f.yaml", one.File)
+			requireNoGoTypes(t, one)
 		default:
 			t.Fatalf("error of type %T: %v", err, err)
 		}
 	})
+}
+
+// requireNoGoTypes fails when an error shows the YAML library's Go-facing wording (a Go type
+// name, "cannot unmarshal"): the file's author writes YAML and cannot act on it.
+func requireNoGoTypes(t *testing.T, e *ConfigError) {
+	t.Helper()
+	for _, leak := range []string{"main.", "unmarshal", "!!", "yaml:"} {
+		require.NotContains(t, e.Msg, leak)
+	}
 }
 
 // FuzzParseSize: a parsed size prints as a string that parses back to it.

@@ -78,6 +78,10 @@ type sharedStore struct {
 	// onErr receives flush and close failures, so that shutdown can exit non-zero.
 	onErr func(error)
 
+	// madeDirs are the directories the file's creation made (backstore.OpenFile makes the
+	// missing ones), deepest first: a failed start or reload removes them too.
+	madeDirs []string
+
 	mu     sync.RWMutex
 	closed bool
 }
@@ -90,6 +94,9 @@ func openStore(l *LUNConfig, log *zap.Logger, closers *sync.WaitGroup) (*sharedS
 	case "file":
 		if _, statErr := os.Lstat(l.Path); errors.Is(statErr, os.ErrNotExist) {
 			s.created = true
+			if l.Create {
+				s.madeDirs = missingDirs(l.Path)
+			}
 		}
 		var f *backstore.File
 		f, err = backstore.OpenFile(l.Path, backstore.FileOptions{
@@ -124,9 +131,32 @@ func openStore(l *LUNConfig, log *zap.Logger, closers *sync.WaitGroup) (*sharedS
 		err = fmt.Errorf("unknown backstore %q", l.Backstore)
 	}
 	if err != nil {
+		removeDirs(s.madeDirs)
 		return nil, err
 	}
 	return s, nil
+}
+
+// missingDirs returns the directories above path that do not exist, deepest first.
+func missingDirs(path string) []string {
+	var dirs []string
+	for d := filepath.Dir(path); d != filepath.Dir(d); d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		dirs = append(dirs, d)
+	}
+	return dirs
+}
+
+// removeDirs removes dirs, deepest first, as long as they are empty: rmdir(2) refuses a
+// directory that something else has been put in since.
+func removeDirs(dirs []string) {
+	for _, d := range dirs {
+		if os.Remove(d) != nil {
+			return
+		}
+	}
 }
 
 func (s *sharedStore) acquire() { s.refs.Add(1) }
@@ -227,6 +257,7 @@ func (s *sharedStore) finish(discard bool) {
 		if err := os.Remove(s.key.path); err != nil {
 			log.Warn("removing the file made for a failed reload", zap.Error(err))
 		}
+		removeDirs(s.madeDirs)
 		return
 	}
 	log.Debug("backstore flushed and closed")
