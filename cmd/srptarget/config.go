@@ -864,10 +864,15 @@ func (v *validator) validateLUN(c *Config, i int, luns map[int]int, paths map[st
 	}
 }
 
-// checkFileDir checks the directory a file backstore with create: true is made in. serve
-// makes a missing directory (mode 0700, see backstore.OpenFile), which is worth a warning: a
-// typo in the path makes a new directory tree rather than failing. A directory that cannot
-// be made, because what should be one of its parents is a file, is an error.
+// StateDir is the daemon's own directory (systemd's StateDirectory=srptarget makes it): files
+// created under it may be in directories that do not exist yet.
+const StateDir = "/var/lib/srptarget"
+
+// checkFileDir checks the directory a file backstore with create: true is made in. A missing
+// directory is an error, so that a typo in the path fails rather than making a new directory
+// tree somewhere, except under StateDir, the daemon's own, where serve makes it (mode 0700,
+// see backstore.OpenFile) and validate only warns. A directory that cannot be made, because
+// what should be one of its parents is a file, is an error.
 func (v *validator) checkFileDir(p []any, file string) {
 	dir := filepath.Dir(file)
 	for d := dir; ; d = filepath.Dir(d) {
@@ -878,13 +883,21 @@ func (v *validator) checkFileDir(p []any, file string) {
 			return
 		case err == nil && d == dir:
 			return
-		case err == nil:
+		case err == nil && inStateDir(dir):
 			v.warnf(p, "directory %s does not exist: serve makes it (mode 0700) with the file", dir)
+			return
+		case err == nil:
+			v.errorf(p, "directory %s does not exist: make it (install -d -m 0700 %s), or correct the path; only under %s does serve make missing directories", dir, dir, StateDir)
 			return
 		case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENOTDIR) || d == filepath.Dir(d):
 			return // not ours to look at (the daemon's user may be able to): serve checks it
 		}
 	}
+}
+
+// inStateDir reports whether dir is StateDir or below it.
+func inStateDir(dir string) bool {
+	return dir == StateDir || strings.HasPrefix(dir, StateDir+"/")
 }
 
 // checkMemoryTotal warns when the memory LUNs, each smaller than RAM, are larger together:

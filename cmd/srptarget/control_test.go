@@ -292,7 +292,9 @@ func TestControlReload(t *testing.T) {
 	require.Equal(t, []uint16{0, 1}, reportLUNs(t, rw))
 
 	// The dry run shows LUN 2 added and LUN 1 retired, and applies nothing: no file made, no
-	// listener opened, no unit attention, the same LUNs.
+	// listener opened, no unit attention, the same LUNs. (LUN 3's directory must exist: only
+	// under the daemon's state directory does serve make missing ones.)
+	require.NoError(t, os.Mkdir(filepath.Join(e.dir, "new"), 0o700))
 	e.writeConfig(strings.Replace(e2eReloadConfig, "acls:", `  - lun: 3
     backstore: file
     path: DIR/new/lun3.img
@@ -322,7 +324,7 @@ acls:`, 1))
   listeners removed: none
   initiator 0x0000000000000000000000000000aaaa: loses LUNs 1, gains LUNs 2
 `, out)
-	_, err = os.Stat(filepath.Join(e.dir, "new"))
+	_, err = os.Stat(filepath.Join(e.dir, "new", "lun3.img"))
 	require.ErrorIs(t, err, os.ErrNotExist, "a dry run makes no file")
 	require.True(t, do(t, rw, &srptest.Request{LUN: 0, CDB: srptest.CDBTestUnitReady()}).Good(), "no unit attention")
 	require.Equal(t, []uint16{0, 1}, reportLUNs(t, rw))
@@ -496,9 +498,14 @@ func TestControlAnswersWhileWaitingForDevice(t *testing.T) {
 
 	var st statusInfo
 	require.Eventually(t, func() bool {
-		_, err := os.Lstat(e.opts.controlPath)
+		_, _, err := e.ctl("status")
 		return err == nil
-	}, 10*time.Second, time.Millisecond, "the control socket while waiting")
+	}, 10*time.Second, 5*time.Millisecond, "the control socket while waiting")
+	select {
+	case err := <-e.served:
+		t.Fatalf("serve returned while it should wait: %v\n%s", err, e.logText())
+	default:
+	}
 	e.ctlJSON(&st, "status")
 	require.Equal(t, "waiting for an RDMA device", st.State)
 	require.Empty(t, st.Listeners)
@@ -510,7 +517,7 @@ func TestControlAnswersWhileWaitingForDevice(t *testing.T) {
 	select {
 	case e.d = <-ready:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the daemon did not start once the device appeared")
+		t.Fatalf("the daemon did not start once the device appeared\n%s", e.logText())
 	}
 	e.ctlJSON(&st, "status")
 	require.Equal(t, "serving", st.State)

@@ -78,6 +78,9 @@ func startWhenDevice(opts serveOptions, prof *cpuProfiler) (*daemon, error) {
 	if poll <= 0 {
 		poll = DefaultDevicePoll
 	}
+	// The state is taken before the device list is looked at: a device that appears in
+	// between then differs from it, and the wait ends at its first poll.
+	initial := hostState(opts.daemonOptions)
 	if deviceMissing(opts.devices) {
 		// A configuration that can never start fails now, not once a device appears.
 		if _, err := LoadTrustedConfig(opts.configFile); err != nil {
@@ -88,7 +91,7 @@ func startWhenDevice(opts serveOptions, prof *cpuProfiler) (*daemon, error) {
 		log.Warn("no RDMA device yet: waiting for one (the driver of the adapter, or rdma_rxe, may not be loaded yet); SIGTERM stops",
 			zap.Duration("poll", poll))
 		notify(log, sddaemon.SdNotifyReady, "STATUS=waiting for an RDMA device")
-		if stop := waitForDevice(opts, prof, poll, hostState(opts.daemonOptions)); stop {
+		if stop := waitForDevice(opts, prof, poll, initial); stop {
 			return nil, nil
 		}
 	}
