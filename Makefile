@@ -26,7 +26,7 @@ unit:
 # check: everything CI runs: the Go tests, make install into a temporary directory, then the VM
 # end-to-end run and the quick half of the stress scenarios (the kernel's ib_srp against the
 # daemon over soft-RoCE).
-check: test build install-test e2e stress-quick
+check: test build install-test nordma-test e2e stress-quick
 
 # e2e: the daemon against the Linux SRP initiator (ib_srp) over soft-RoCE in a qemu VM
 # (integration/vm/README.md): builds the daemon and the VM image, runs the checks, keeps the
@@ -115,6 +115,13 @@ uninstall:
 	  $(DESTDIR)$(SYSUSERSDIR)/srptarget.conf $(DESTDIR)$(SYSCONFDIR)/srptarget/srptarget.yaml.example \
 	  $(DESTDIR)$(MANDIR)/man1/srptarget.1 $(DESTDIR)$(MANDIR)/man1/srptarget-*.1 \
 	  $(DESTDIR)$(BASHCOMPDIR)/srptarget $(DESTDIR)$(ZSHCOMPDIR)/_srptarget $(DESTDIR)$(FISHCOMPDIR)/srptarget.fish
+
+# nordma-test: the daemon on a host without RDMA (this one, CI): serve waits for a device,
+# status answers on the control socket, /metrics answers, SIGTERM stops it
+# (integration/nordma-test.sh).
+.PHONY: nordma-test
+nordma-test: build
+	integration/nordma-test.sh
 
 # install-test: make install into a temporary DESTDIR, list and check what it wrote
 # (integration/install-test.sh).

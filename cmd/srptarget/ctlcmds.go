@@ -92,22 +92,32 @@ func statusText(st *statusInfo) string {
 	fmt.Fprintf(&b, "srptarget %s, pid %d, up %v (since %s)\n", st.Version, st.PID,
 		time.Duration(st.UptimeSeconds)*time.Second, st.Started.Format(time.RFC3339))
 	fmt.Fprintf(&b, "config: %s\n", st.Config)
+	if st.State != "" && st.State != "serving" {
+		// Nothing below is known before the daemon has started.
+		fmt.Fprintf(&b, "state: %s\n", st.State)
+		fmt.Fprintf(&b, "RDMA devices: %s\n", statusDevicesText(st))
+		return b.String()
+	}
 	fmt.Fprintf(&b, "target: id_ext=%s ioc_guid=%s (from the %s)\n", st.IDExt, st.IOCGUID, st.IdentityFrom)
 	b.WriteString("listeners:\n")
 	for _, l := range st.Listeners {
 		fmt.Fprintf(&b, "  %s: %s\n", l.Address, l.State)
 	}
-	switch {
-	case st.DevicesError != "":
-		fmt.Fprintf(&b, "RDMA devices: unknown (%s)\n", st.DevicesError)
-	case len(st.Devices) == 0:
-		b.WriteString("RDMA devices: none\n")
-	default:
-		fmt.Fprintf(&b, "RDMA devices: %s\n", strings.Join(st.Devices, ", "))
-	}
+	fmt.Fprintf(&b, "RDMA devices: %s\n", statusDevicesText(st))
 	fmt.Fprintf(&b, "buffer pool: %s in use of %s\n", humanBytes(st.BufferPoolInUse), humanBytes(st.BufferPoolSize))
 	fmt.Fprintf(&b, "sessions: %d, channels: %d, commands in flight: %d\n", st.Sessions, st.Channels, st.CommandsInFlight)
 	return b.String()
+}
+
+// statusDevicesText is the RDMA devices line of status.
+func statusDevicesText(st *statusInfo) string {
+	switch {
+	case st.DevicesError != "":
+		return "unknown (" + st.DevicesError + ")"
+	case len(st.Devices) == 0:
+		return "none"
+	}
+	return strings.Join(st.Devices, ", ")
 }
 
 func newSessionsCommand() *cobra.Command {

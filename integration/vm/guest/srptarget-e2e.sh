@@ -549,7 +549,12 @@ fio4k() {
 # goes on after the reconnect. When it hits this run, the run is repeated once
 # on the new session; the session check then requires the repeat to be clean.
 frwr_mark=$(dmesg_mark)
+# srptarget sessions --json on the control socket half a second into the run (the daemon
+# runs with the default socket, /run/srptarget/control.sock).
+( sleep 0.5; "$BIN" sessions --json >/tmp/sessions.json 2>&1 ) &
+SESSIONS_PID=$!
 fio4k "fio 4k randwrite qd32"
+wait "$SESSIONS_PID"
 FRWR_RETRY_MARK=
 if dmesg_since "$frwr_mark" | grep -q 'rxe_reg_fast_mr.*not free'; then
 	echo "SRPTVM: the soft-RoCE FRWR race hit the 4 KiB run (rdma_rxe: rxe_reg_fast_mr ... not free; ib_srp reconnected): running it once more"
@@ -570,6 +575,20 @@ else
 	record "both channels used" fail "$moved of $total target QPs sent during the run ($qp_before -> $qp_after)"
 fi
 
+# The session as the control socket shows it: the initiator port id ib_srp logged in with
+# (initiator_ext 0, then rxe0's port GUID), and its two channels, whose queue pair numbers
+# are the target QPs the kernel lists.
+want_id=0x0000000000000000$(printf '%016x' "0x$RXE_GUID")
+cat /tmp/sessions.json; echo
+got_ids=$(grep -o '"initiator": *"0x[0-9a-f]*"' /tmp/sessions.json | cut -d'"' -f4 | sort -u | tr '\n' ' ')
+got_qpns=$(grep -o '"qp_num": *[0-9]*' /tmp/sessions.json | cut -d: -f2 | tr -d ' ' | sort -n | tr '\n' ' ')
+want_qpns=$(for a in $qp_after; do echo "${a%%:*}"; done | sort -n | tr '\n' ' ')
+if [ "$got_ids" = "$want_id " ] && [ "$(wc -w <<<"$got_qpns")" = 2 ] && [ "$got_qpns" = "$want_qpns" ]; then
+	record "srptarget sessions --json" pass "during fio: initiator $want_id with 2 channels, QPs $got_qpns(as rdma resource lists them)"
+else
+	record "srptarget sessions --json" fail "initiators '$got_ids' (want $want_id), channel QPs '$got_qpns' (want '$want_qpns'): $(head -c 300 /tmp/sessions.json)"
+fi
+
 step "fio: 128 KiB sequential writes on LUN 1"
 fio_run "fio 128k seq write" --name=seq128k --filename="$DEV1" --rw=write --bs=128k --iodepth=16 \
 	--size=96M
@@ -584,6 +603,41 @@ else
 	echo "$errs"
 	record "srp session" fail "$(srp_errors_summary "$errs")"
 fi
+
+# ------------------------------------------------------------------ reload on the control socket
+step "srptarget reload --dry-run, then reload: LUN 2 added"
+host=$(disk_host "${DEV0##*/}")
+lun2_seen() { ls -d /sys/class/scsi_device/"${host#host}":*:*:2 >/dev/null 2>&1; }
+cp "$CONFIG" /tmp/config-before-reload.yaml
+sed -e 's/^    luns: \[0, 1\]$/    luns: [0, 1, 2]/' -e 's/^acls:$/  - lun: 2\n    backstore: memory\n    size: 16MiB\n\nacls:/' \
+	/tmp/config-before-reload.yaml >"$CONFIG"
+echo "SRPTVM\$ $BIN reload --dry-run"
+"$BIN" reload --dry-run >/tmp/reload-dry.txt 2>&1
+drc=$?
+cat /tmp/reload-dry.txt
+echo "- - -" >"/sys/class/scsi_host/$host/scan"
+if [ $drc = 0 ] && grep -q '^  LUNs added: 2$' /tmp/reload-dry.txt && ! lun2_seen; then
+	record "reload --dry-run" pass "$(grep -m1 'LUNs added' /tmp/reload-dry.txt | sed 's/^ *//'), applied nothing: a rescan finds no LUN 2"
+else
+	record "reload --dry-run" fail "exit $drc; LUN 2 seen after a rescan: $(lun2_seen && echo yes || echo no); $(tr '\n' ' ' </tmp/reload-dry.txt | head -c 300)"
+fi
+echo "SRPTVM\$ $BIN reload"
+"$BIN" reload >/tmp/reload.txt 2>&1
+rrc=$?
+cat /tmp/reload.txt
+# The initiator gets REPORTED LUNS DATA HAS CHANGED; with no udev here, rescan by hand.
+rescan_lun2() { echo "- - -" >"/sys/class/scsi_host/$host/scan"; lun2_seen; }
+if [ $rrc = 0 ] && wait_for 15 rescan_lun2; then
+	record "reload applies" pass "exit 0; the initiator sees LUN 2 ($(ls -d /sys/class/scsi_device/"${host#host}":*:*:2 | xargs -n1 basename))"
+else
+	record "reload applies" fail "exit $rrc; LUN 2 seen: $(lun2_seen && echo yes || echo no); $(tr '\n' ' ' </tmp/reload.txt | head -c 300)"
+fi
+# Back to the configuration the rest of the run expects, and the disk of LUN 2 removed.
+cp /tmp/config-before-reload.yaml "$CONFIG"
+"$BIN" reload >/tmp/reload-back.txt 2>&1 || { cat /tmp/reload-back.txt; record "reload back" fail "$(head -1 /tmp/reload-back.txt)"; }
+for d in /sys/class/scsi_device/"${host#host}":*:*:2; do
+	[ -e "$d/device/delete" ] && echo 1 >"$d/device/delete"
+done
 
 # ------------------------------------------------------------------ logout, login again
 step "logout and login again"

@@ -1,0 +1,92 @@
+#!/bin/bash
+# The daemon on a host without RDMA (this build machine, CI): `srptarget serve` starts and
+# stays up waiting for a device, `srptarget status` answers on the control socket and says
+# that it waits, the commands that need a running target say why they cannot answer, the
+# metrics endpoint answers (when the binary has --metrics), and SIGTERM stops it at once.
+# Uses bin/srptarget (make build). Run from anywhere; `make nordma-test` runs it.
+set -u
+cd "$(dirname "$0")/.."
+BIN=${BIN:-bin/srptarget}
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+ok() { echo "ok: $*"; }
+if ls /sys/class/infiniband/* >/dev/null 2>&1; then
+	echo "this host has RDMA devices: the test needs one without; skipped"
+	echo "0 passed, 0 failed, 1 skipped"
+	exit 0
+fi
+dir=$(mktemp -d)
+pid=
+trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
+chmod 0755 "$dir"
+cat >"$dir/srptarget.yaml" <<YAML
+target: {id_ext: "0x0002c90300a0b0c1", ioc_guid: "0x0002c90300a0b0c1"}
+listeners: [{address: "0.0.0.0", port: 5555}]
+luns: [{lun: 0, backstore: memory, size: 16MiB}]
+acls: [{initiators: ["*"], luns: [0]}]
+YAML
+chmod 0644 "$dir/srptarget.yaml"
+args=(serve --config "$dir/srptarget.yaml" --control "$dir/control.sock")
+metrics=
+if "$BIN" serve --help 2>&1 | grep -q -- '--metrics'; then
+	port=$((20000 + RANDOM % 20000))
+	metrics=127.0.0.1:$port
+	args+=(--metrics "$metrics")
+fi
+"$BIN" "${args[@]}" >"$dir/daemon.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do
+	out=$("$BIN" status --control "$dir/control.sock" 2>&1) && break
+	sleep 0.1
+done
+passed=0
+if grep -q 'waiting for an RDMA device' <<<"$out"; then
+	ok "status answers while serve waits: $(grep -m1 -i 'state\|waiting' <<<"$out")"
+	passed=$((passed + 1))
+else
+	bad "status: $out"
+fi
+if out=$("$BIN" sessions --control "$dir/control.sock" 2>&1); then
+	bad "sessions answered while waiting: $out"
+elif grep -q 'waiting for an RDMA device' <<<"$out"; then
+	ok "sessions says why it cannot answer"
+	passed=$((passed + 1))
+else
+	bad "sessions: $out"
+fi
+if [ -n "$metrics" ]; then
+	if body=$(curl -fsS "http://$metrics/metrics" 2>&1 || wget -qO- "http://$metrics/metrics" 2>&1) &&
+		grep -q '^srptarget_' <<<"$body"; then
+		ok "/metrics answers ($(grep -c '^srptarget_' <<<"$body") srptarget_ samples)"
+		passed=$((passed + 1))
+	else
+		bad "/metrics: $(head -3 <<<"$body")"
+	fi
+fi
+kill -TERM "$pid"
+start=$(date +%s%N)
+for _ in $(seq 50); do
+	kill -0 "$pid" 2>/dev/null || break
+	sleep 0.1
+done
+if kill -0 "$pid" 2>/dev/null; then
+	bad "still running 5 s after SIGTERM"
+else
+	wait "$pid"
+	rc=$?
+	ms=$((($(date +%s%N) - start) / 1000000))
+	if [ "$rc" = 0 ]; then
+		ok "SIGTERM stopped it in $ms ms, exit 0"
+		passed=$((passed + 1))
+	else
+		bad "exit status $rc after SIGTERM"
+	fi
+	pid=
+fi
+[ -e "$dir/control.sock" ] && bad "the control socket was left behind"
+if [ "$fail" != 0 ]; then
+	echo "daemon log:"
+	cat "$dir/daemon.log"
+fi
+echo "$passed passed, $fail failed"
+exit "$fail"
