@@ -102,6 +102,11 @@ finish() {
 	exit 0
 }
 
+# dstat NAME: the counter NAME of the running daemon, read from its control socket
+# (srptarget stats; the default socket /run/srptarget/control.sock), empty when it does not
+# answer. Checks count with it rather than by grepping the daemon's log, whose wording may change.
+dstat() { "${BIN:-/usr/local/bin/srptarget}" stats 2>/dev/null | awk -v n="$1" '$1 == n { print $2 }'; }
+
 wait_for() {
 	local secs=$1 end
 	shift

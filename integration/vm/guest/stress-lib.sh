@@ -142,12 +142,13 @@ new_unclosed_channels() {
 # channel_lines N: every log line of channel N of the current instance.
 channel_lines() { grep -E "\"channel\": $1[,}]" "$DLOG"; }
 
-# daemon_open_channels: logins accepted minus channels closed, in the current log.
-daemon_open_channels() {
-	local a c
-	a=$(grep -c '	login accepted	' "$DLOG")
-	c=$(grep -c '	channel closed	' "$DLOG")
-	echo $((a - c))
+# daemon_open_channels: the channels the daemon has open (srptarget stats on its control
+# socket); empty when it does not answer.
+daemon_open_channels() { dstat channels_open; }
+
+# session_channels ID: the channels of initiator port ID's session (srptarget sessions).
+session_channels() {
+	"$BIN" sessions 2>/dev/null | awk -v id="$1" '/^initiator / { on = ($2 == id) } on && /^  channel / { n++ } END { print n + 0 }'
 }
 
 # daemon_goroutines NAME: SIGQUIT the daemon (Go prints every goroutine and exits

@@ -291,7 +291,7 @@ if login_wait "reference login" "ch_count=2" "0 1"; then
 	dd if=/tmp/ref.bin of="$(host_lun_dev "$H" 0)" bs=1M oflag=direct status=none
 	logout_host "$H"
 fi
-wait_for 20 eval '[ "$(daemon_open_channels)" -le 0 ]'
+wait_for 20 eval '[ "$(daemon_open_channels)" = 0 ]'
 sleep 2
 REF_RES=$(res_now)
 echo "SRPTVM: reference resources (threads fds rss_kib): $REF_RES; open files: $(res_fds)"
@@ -333,14 +333,14 @@ if want multiport; then
 	HB=$H
 	if [ $ok = 1 ]; then
 		ida=0x00000000000000a1$RXE_GUID idb=0x00000000000000b2$RXE_GUID
-		na=$(tail -n +$((d0 + 1)) "$DLOG" | grep '	login accepted	' | grep -c "\"initiator\": \"$ida\"")
-		nb=$(tail -n +$((d0 + 1)) "$DLOG" | grep '	login accepted	' | grep -c "\"initiator\": \"$idb\"")
+		na=$(session_channels "$ida")
+		nb=$(session_channels "$idb")
 		ca=$(cat "/sys/class/scsi_host/$HA/ch_count") cb=$(cat "/sys/class/scsi_host/$HB/ch_count")
 		open=$(daemon_open_channels)
 		if [ "$ca" = 4 ] && [ "$cb" = 4 ] && [ "$na" = 4 ] && [ "$nb" = 4 ] && [ "$open" = 8 ]; then
-			record "multiport: 2 ports x 4 channels" pass "ib_srp ch_count $ca and $cb; daemon: 4 logins accepted for $ida, 4 for $idb, 8 channels open"
+			record "multiport: 2 ports x 4 channels" pass "ib_srp ch_count $ca and $cb; daemon (srptarget sessions, stats): 4 channels for $ida, 4 for $idb, 8 channels open"
 		else
-			record "multiport: 2 ports x 4 channels" fail "ib_srp ch_count $ca/$cb; daemon logins accepted $na for $ida, $nb for $idb; open channels $open"
+			record "multiport: 2 ports x 4 channels" fail "ib_srp ch_count $ca/$cb; daemon (srptarget sessions, stats): $na channels for $ida, $nb for $idb; open channels $open"
 		fi
 		DA=$(host_lun_dev "$HA" 2) DB=$(host_lun_dev "$HB" 3)
 		la=$(sg_luns "$DA" 2>&1 | grep -oE '^ +[0-9a-f]{16}' | tr -d ' ' | tr '\n' ' ')
@@ -555,7 +555,7 @@ if want resets; then
 		D=$(host_lun_dev "$H" 0)
 		d=${D#/dev/}
 		n0=$(dmesg_mark)
-		d0=$(wc -l <"$DLOG")
+		tmf0=$(dstat task_mgmt) relog0=$(dstat logins_accepted)
 		fio_loop_start resets /tmp/resets.stop --name=resets --filename="$D" --direct=1 --sync=1 \
 			--rw=randwrite --bs=64k --iodepth=16 --size=16M --offset=32M --verify_backlog=64
 		wait_for 20 eval "[ \"\$(disk_writes $d | cut -d' ' -f1)\" -gt 16 ]"
@@ -582,10 +582,10 @@ if want resets; then
 		fi
 		tail -20 /tmp/sg_reset.txt
 		reconn=$(dmesg_since "$n0" | grep -c 'reconnect succeeded')
-		tmf=$(tail -n +$((d0 + 1)) "$DLOG" | grep -c '	task management function done	')
-		relog=$(tail -n +$((d0 + 1)) "$DLOG" | grep -c '	login accepted	')
+		tmf=$(($(dstat task_mgmt) - tmf0))
+		relog=$(($(dstat logins_accepted) - relog0))
 		rport=$(cat "$(rport_of "$H")/state" 2>/dev/null)
-		detail="sg_reset -d: $lun_ok ok, $lun_bad failed; sg_reset -b: $host_ok ok, $host_bad failed; kernel: $reconn reconnects; daemon: $tmf task management functions done, $relog logins accepted; device set offline $offline time(s); rport $rport"
+		detail="sg_reset -d: $lun_ok ok, $lun_bad failed; sg_reset -b: $host_ok ok, $host_bad failed; kernel: $reconn reconnects; daemon (srptarget stats): $tmf task management functions, $relog logins accepted; device set offline $offline time(s); rport $rport"
 		if [ "$lun_bad" = 0 ] && [ "$host_bad" = 0 ] && [ "$reconn" -ge 1 ] && [ "$tmf" -ge 1 ] && [ "$rport" = running ]; then
 			record "resets: LUN and host resets" pass "$detail"
 		else
