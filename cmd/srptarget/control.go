@@ -421,7 +421,9 @@ func (s *controlServer) handle(line []byte) controlResponse {
 		case "luns":
 			result = d.lunsInfo()
 		case "stats":
-			result = statEntries(d.target.Stats())
+			result = append(statEntries(d.target.Stats()),
+				statEntry{"reloads_applied", int64(d.reloadsApplied.Load())},
+				statEntry{"reloads_failed", int64(d.reloadsFailed.Load())})
 		case "reload":
 			s.log.Info("reload requested on the control socket", zap.Bool("dry_run", req.DryRun))
 			// The outcome is in the result either way, errors included. systemd hears of it

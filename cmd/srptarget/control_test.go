@@ -374,6 +374,15 @@ acls:`, 1))
 	e.writeConfig(e2eConfig)
 	require.NoError(t, e.reload())
 	require.Equal(t, 2, e.logs.FilterMessage("configuration reloaded").Len())
+	// Counted for srptarget stats: two applied (socket, SIGHUP), one refused, dry runs not.
+	var es []statEntry
+	e.ctlJSON(&es, "stats")
+	counts := map[string]int64{}
+	for _, s := range es {
+		counts[s.Name] = s.Value
+	}
+	require.Equal(t, int64(2), counts["reloads_applied"])
+	require.Equal(t, int64(1), counts["reloads_failed"])
 	require.NoError(t, e.stop(syscall.SIGTERM))
 }
 

@@ -40,6 +40,9 @@ type daemonOptions struct {
 type daemon struct {
 	opts    daemonOptions
 	log     *zap.Logger
+	// Reloads applied and refused (SIGHUP or the control socket; dry runs not counted), for
+	// srptarget stats.
+	reloadsApplied, reloadsFailed atomic.Uint64
 	closers sync.WaitGroup // backstores being flushed and closed
 	serving sync.WaitGroup // Serve loops
 
@@ -578,11 +581,15 @@ func (d *daemon) reloadReport(dryRun bool) (*reloadResult, error) {
 			}
 		}
 		if !dryRun {
+			d.reloadsFailed.Add(1)
 			d.log.Error("reload failed: the running configuration is unchanged", zap.Int("errors", len(errs)))
 		}
 		return res, err
 	}
 	res.Applied = !dryRun
+	if !dryRun {
+		d.reloadsApplied.Add(1)
+	}
 	return res, nil
 }
 

@@ -619,10 +619,11 @@ if want reload; then
 		record "reload: configuration B" fail "$(head -2 /tmp/validate-b.txt)"
 	elif login_wait "reload: login" "ch_count=2" "0 1"; then
 		d0=$(wc -l <"$DLOG")
+		ok0=$(dstat reloads_applied) fail0=$(dstat reloads_failed) r0=$((ok0 + fail0))
 		DEV1=$(host_lun_dev "$H" 1)
 		fio_loop_start reload "$STRESS_DIR/reload.stop" --name=reload --filename="$DEV1" --direct=1 \
 			--rw=randwrite --bs=64k --iodepth=16 --size=32M --offset=128M
-		reloaded() { [ "$(tail -n +$((d0 + 1)) "$DLOG" | grep -cE 'configuration reloaded|reload failed')" -ge "$1" ]; }
+		reloaded() { [ "$(($(dstat reloads_applied) + $(dstat reloads_failed) - r0))" -ge "$1" ]; }
 		nhup=0
 		for i in $(seq 1 "$RELOADS"); do
 			sleep 2
@@ -640,12 +641,12 @@ if want reload; then
 		touch "$STRESS_DIR/reload.stop"
 		fio_loop_wait 300
 		log=$(tail -n +$((d0 + 1)) "$DLOG")
-		nok=$(grep -c 'configuration reloaded' <<<"$log")
-		nfail=$(grep -c 'reload failed' <<<"$log")
+		nok=$(($(dstat reloads_applied) - ok0))
+		nfail=$(($(dstat reloads_failed) - fail0))
 		nret=$(grep -c 'retired logical unit closed after its commands in progress finished' <<<"$log")
 		nlate=$(grep -c 'retired logical unit closed with commands still in progress' <<<"$log")
 		if [ "$nok" = "$nhup" ] && [ "$nfail" = 0 ]; then
-			record "reload: $nhup reloads" pass "$nok times 'configuration reloaded' (LUN 0 and LUN 1 replaced each time); $nret retired unit(s) had commands in progress and closed after them"
+			record "reload: $nhup reloads" pass "$nok reloads applied (srptarget stats; LUN 0 and LUN 1 replaced each time); $nret retired unit(s) had commands in progress and closed after them"
 		else
 			record "reload: $nhup reloads" fail "$nok reloaded, $nfail failed: $(grep -m1 -E 'configuration error|reload failed' <<<"$log" | cut -f3- | cut -c1-200)"
 		fi
