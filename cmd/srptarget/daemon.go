@@ -38,13 +38,13 @@ type daemonOptions struct {
 // daemon is `srptarget serve` without its signal handling: the SRP target built from a
 // configuration, rebuilt in place by reload.
 type daemon struct {
-	opts    daemonOptions
-	log     *zap.Logger
+	opts daemonOptions
+	log  *zap.Logger
 	// Reloads applied and refused (SIGHUP or the control socket; dry runs not counted), for
 	// srptarget stats.
 	reloadsApplied, reloadsFailed atomic.Uint64
-	closers sync.WaitGroup // backstores being flushed and closed
-	serving sync.WaitGroup // Serve loops
+	closers                       sync.WaitGroup // backstores being flushed and closed
+	serving                       sync.WaitGroup // Serve loops
 
 	closeErrMu sync.Mutex
 	closeErrs  []error // flush and close failures, reported by shutdown
