@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 
@@ -151,13 +152,20 @@ func printConfigErrors(w io.Writer, file string, err error) {
 
 func newValidateCommand() *cobra.Command {
 	var configFile string
+	var diff bool
+	var ctl controlFlags
 	cmd := &cobra.Command{
 		Use:   "validate",
 		Short: "Check a configuration file and summarise it",
 		Long: `Check a configuration file the way serve and a reload do (without opening backstores
 or listening) and print a summary, or every error with its line number and a non-zero exit.
 A file that serve would refuse for its owner or mode (writable by others than root or the
-daemon's user) is a warning here: validate is often run by another user than the daemon's.`,
+daemon's user) is a warning here: validate is often run by another user than the daemon's.
+
+--diff also asks the running daemon (on its control socket) what a reload with this file
+would change, as srptarget reload --dry-run does for the daemon's own file: the LUNs added,
+changed and retired, the listeners, and the initiators that would lose or gain LUNs or be
+disconnected. The file's text is sent; nothing is applied.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := LoadConfig(configFile)
@@ -166,11 +174,32 @@ daemon's user) is a warning here: validate is often run by another user than the
 				return exitCodeError{1}
 			}
 			cfg.warnings = append(configFileWarnings(configFile), cfg.warnings...)
-			_, err = io.WriteString(cmd.OutOrStdout(), validateText(configFile, cfg))
-			return err
+			if _, err := io.WriteString(cmd.OutOrStdout(), validateText(configFile, cfg)); err != nil || !diff {
+				return err
+			}
+			data, err := os.ReadFile(configFile)
+			if err != nil {
+				return err
+			}
+			var res reloadResult
+			req := controlRequest{Command: "reload", DryRun: true, ConfigYAML: string(data), ConfigName: configFile}
+			if done, err := ctl.call(cmd, req, &res); done || err != nil {
+				return err
+			}
+			_, _ = io.WriteString(cmd.OutOrStdout(), "against the running daemon: "+reloadText(&res))
+			for _, e := range res.Errors {
+				fmt.Fprintln(cmd.ErrOrStderr(), e)
+			}
+			if len(res.Errors) > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "the running daemon would refuse it: %d %s\n", len(res.Errors), plural(len(res.Errors), "error"))
+				return exitCodeError{1}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&configFile, "config", DefaultConfigFile, "configuration file")
+	cmd.Flags().BoolVar(&diff, "diff", false, "also print what a reload with this file would change in the running daemon (control socket)")
+	ctl.add(cmd)
 	return cmd
 }
 

@@ -57,6 +57,11 @@ type controlRequest struct {
 	DryRun    bool   `json:"dry_run,omitempty"`
 	Initiator string `json:"initiator,omitempty"`
 	Source    string `json:"source,omitempty"`
+	// ConfigYAML, for a dry-run reload only (validate --diff), is a configuration to plan
+	// instead of the daemon's file, named ConfigName in messages. The client sends the text:
+	// the daemon reads no file a client names.
+	ConfigYAML string `json:"config_yaml,omitempty"`
+	ConfigName string `json:"config_name,omitempty"`
 }
 
 // controlResponse is one answer line. OK is false when the request could not be answered at
@@ -162,6 +167,11 @@ type reloadResult struct {
 	ListenersAdded   []string        `json:"listeners_added"`
 	ListenersRemoved []string        `json:"listeners_removed"`
 	Sessions         []sessionChange `json:"sessions"`
+
+	// candidate, when set, is the configuration a dry run plans instead of the daemon's file
+	// (validate --diff), named candidateName.
+	candidate     []byte
+	candidateName string
 }
 
 // sessionChange is what a reload does to one logged-in initiator: the LUNs it loses (removed
@@ -428,11 +438,19 @@ func (s *controlServer) handle(line []byte) controlResponse {
 			s.log.Info("reload requested on the control socket", zap.Bool("dry_run", req.DryRun))
 			// The outcome is in the result either way, errors included. systemd hears of it
 			// as of a SIGHUP reload.
+			if req.ConfigYAML != "" && !req.DryRun {
+				err = errors.New("a configuration sent with the request can only be planned (dry run), not applied: write the file and reload")
+				break
+			}
 			if !req.DryRun {
 				notifyReloading(s.log)
 			}
 			var rerr error
-			result, rerr = d.reloadReport(req.DryRun)
+			if req.ConfigYAML != "" {
+				result, rerr = d.reloadReportText(req.ConfigName, []byte(req.ConfigYAML))
+			} else {
+				result, rerr = d.reloadReport(req.DryRun)
+			}
 			if !req.DryRun {
 				notifyReloaded(s.log, rerr)
 			}

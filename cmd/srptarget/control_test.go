@@ -533,3 +533,33 @@ func TestControlAnswersWhileWaitingForDevice(t *testing.T) {
 	require.Len(t, st.Listeners, 1)
 	require.NoError(t, e.stop(syscall.SIGTERM))
 }
+
+// TestValidateDiff: validate --diff shows what a reload with another file would change in the
+// running daemon, and changes nothing; a file that the daemon would refuse exits 1.
+func TestValidateDiff(t *testing.T) {
+	e := newControlEnv(t, e2eConfig)
+	e.start()
+	rw, err := e.login(rwInitiator, "", 5555)
+	require.NoError(t, err)
+	defer rw.Close()
+	clearUA(t, rw, 0)
+
+	other := filepath.Join(e.dir, "candidate.yaml")
+	require.NoError(t, os.WriteFile(other, []byte(strings.ReplaceAll(e2eReloadConfig, "DIR", e.dir)), 0o644))
+	out, errOut, err := e.ctl("validate", "--config", other, "--diff")
+	require.NoError(t, err, errOut)
+	require.Contains(t, out, other+": OK\n")
+	require.Contains(t, out, "against the running daemon: dry run: nothing applied; the reload would change:\n  LUNs added: 2\n")
+	require.Contains(t, out, "  initiator 0x0000000000000000000000000000aaaa: loses LUNs 1, gains LUNs 2\n")
+	require.Equal(t, []uint16{0, 1}, reportLUNs(t, rw), "validate --diff applied something")
+	require.True(t, do(t, rw, &srptest.Request{LUN: 0, CDB: srptest.CDBTestUnitReady()}).Good(), "no unit attention")
+
+	// Valid on its own, refused by the running daemon: the target identity cannot change.
+	moved := strings.Replace(strings.ReplaceAll(e2eConfig, "DIR", e.dir), `id_ext: "0002c90300a34270"`, `id_ext: "1111111111111111"`, 1)
+	require.NoError(t, os.WriteFile(other, []byte(moved), 0o644))
+	_, errOut, err = e.ctl("validate", "--config", other, "--diff")
+	require.Equal(t, 1, exitCode(err), errOut)
+	require.Contains(t, errOut, "the target identity cannot change while running")
+	require.Contains(t, errOut, "the running daemon would refuse it: 1 error")
+	require.NoError(t, e.stop(syscall.SIGTERM))
+}

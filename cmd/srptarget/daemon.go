@@ -550,9 +550,22 @@ func (d *daemon) reload() error {
 // what would change: the plan is rolled back and nothing is applied) and, when the reload is
 // refused, every error as the log has it.
 func (d *daemon) reloadReport(dryRun bool) (*reloadResult, error) {
+	return d.reloadReportOf(&reloadResult{DryRun: dryRun})
+}
+
+// reloadReportText plans, without applying anything, the configuration text data (named
+// name in messages) in place of the daemon's file: validate --diff.
+func (d *daemon) reloadReportText(name string, data []byte) (*reloadResult, error) {
+	if name == "" {
+		name = "configuration"
+	}
+	return d.reloadReportOf(&reloadResult{DryRun: true, candidate: data, candidateName: name})
+}
+
+func (d *daemon) reloadReportOf(res *reloadResult) (*reloadResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	res := &reloadResult{DryRun: dryRun}
+	dryRun := res.DryRun
 	if d.stopped {
 		res.Errors = []string{errReloadStopped.Error()}
 		return res, errReloadStopped
@@ -596,7 +609,13 @@ func (d *daemon) reloadReport(dryRun bool) (*reloadResult, error) {
 // reloadLocked loads, plans and, unless res.DryRun, commits the configuration file; res gets
 // the changes.
 func (d *daemon) reloadLocked(res *reloadResult) error {
-	cfg, err := LoadTrustedConfig(d.opts.configFile)
+	var cfg *Config
+	var err error
+	if res.candidate != nil {
+		cfg, err = ParseConfig(res.candidateName, res.candidate)
+	} else {
+		cfg, err = LoadTrustedConfig(d.opts.configFile)
+	}
 	if err != nil {
 		return err
 	}
