@@ -148,7 +148,7 @@ daemon_open_channels() { dstat channels_open; }
 
 # session_channels ID: the channels of initiator port ID's session (srptarget sessions).
 session_channels() {
-	"$BIN" sessions 2>/dev/null | awk -v id="$1" '/^initiator / { on = ($2 == id) } on && /^  channel / { n++ } END { print n + 0 }'
+	"$BIN" sessions 2>/dev/null | awk -v id="$1" '/^initiator / { on = ($2 "" == id "") } on && /^  channel / { n++ } END { print n + 0 }'
 }
 
 # daemon_goroutines NAME: SIGQUIT the daemon (Go prints every goroutine and exits
