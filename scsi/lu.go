@@ -123,7 +123,13 @@ type LogicalUnit struct {
 	retiring atomic.Bool
 	idleOnce sync.Once
 	idle     chan struct{} // closed once retiring with no holds
+
+	stats LUStats // kept by the transport (Stats)
 }
+
+// Stats returns the logical unit's command counters, which the transport updates as its
+// commands arrive and end, and a monitoring exporter reads.
+func (lu *LogicalUnit) Stats() *LUStats { return &lu.stats }
 
 // NonBlocking reports whether the logical unit's backstore never waits for I/O (RAM, null):
 // its commands take microseconds, and may run on a goroutine that must not block for long.
