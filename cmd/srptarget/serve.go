@@ -27,6 +27,8 @@ type serveOptions struct {
 	cpuProfile     string
 	cpuProfileWait bool
 	pprofAddr      string
+	// metricsAddr is the listen address of --metrics ("" for none).
+	metricsAddr string
 
 	// Test hooks: ready is called once the daemon serves, afterReload with the result of each
 	// SIGHUP reload, afterProfileSignal once a SIGUSR1 or SIGUSR2 is handled, beforeShutdown
@@ -75,6 +77,7 @@ func runServe(opts serveOptions) error {
 		}
 	}
 	var pp *pprofServer
+	var ms *metricsServer
 	err := func() error {
 		if opts.pprofAddr != "" {
 			var err error
@@ -84,8 +87,20 @@ func runServe(opts serveOptions) error {
 				return exitCodeError{1}
 			}
 		}
+		if opts.metricsAddr != "" {
+			var err error
+			if ms, err = startMetrics(opts.metricsAddr, log); err != nil {
+				log.Error("start-up failed", zap.Error(err))
+				log.Error("srptarget did not start", zap.Int("errors", 1))
+				return exitCodeError{1}
+			}
+			opts.metrics = ms.collector
+		}
 		return serveUntilStopped(opts, prof)
 	}()
+	if ms != nil {
+		ms.close(log)
+	}
 	if pp != nil {
 		pp.close(log)
 	}
@@ -223,6 +238,7 @@ type serveFlags struct {
 	cpuProfile      string
 	cpuProfileWait  bool
 	pprofAddr       string
+	metricsAddr     string
 }
 
 // check refuses flag combinations that would silently do nothing.
@@ -263,6 +279,7 @@ func runServeCommand(f serveFlags) error {
 		cpuProfile:      f.cpuProfile,
 		cpuProfileWait:  f.cpuProfileWait,
 		pprofAddr:       f.pprofAddr,
+		metricsAddr:     f.metricsAddr,
 	})
 }
 
@@ -285,7 +302,12 @@ discarding one that runs; SIGUSR2 writes FILE (FILE.tmp until complete, then ren
 profiles nothing until the next SIGUSR1. So "kill -USR1" and "kill -USR2" around a load
 profile exactly that load. --pprof ADDR serves net/http/pprof at http://ADDR/debug/pprof/;
 only one CPU profile runs at a time, so /debug/pprof/profile fails while --cpuprofile
-profiles.`,
+profiles.
+
+Metrics: --metrics ADDR serves Prometheus metrics at http://ADDR/metrics: per LUN
+commands, bytes, errors by sense key, latency histograms and commands in flight; per
+target logins, sessions, channels, buffer pool use, BUSY answers, task management and
+RDMA errors (docs/metrics.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.check(); err != nil {
@@ -305,6 +327,9 @@ profiles.`,
 	cmd.Flags().StringVar(&f.pprofAddr, "pprof", "",
 		"serve net/http/pprof at http://`ADDR`/debug/pprof/ (e.g. 127.0.0.1:6060; off by default). Bind it to localhost: "+
 			"whoever reaches it reads the daemon's command line, stacks and memory")
+	cmd.Flags().StringVar(&f.metricsAddr, "metrics", "",
+		"serve Prometheus metrics at http://`ADDR`/metrics (e.g. 127.0.0.1:9464; off by default; docs/metrics.md). Bind it to localhost "+
+			"or a management network: whoever reaches it sees the LUNs, their load and the sessions")
 	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }
