@@ -128,8 +128,16 @@ type LogicalUnit struct {
 }
 
 // Stats returns the logical unit's command counters, which the transport updates as its
-// commands arrive and end, and a monitoring exporter reads.
+// commands end.
 func (lu *LogicalUnit) Stats() *LUStats { return &lu.stats }
+
+// StatsSnapshot reads the counters of Stats and the commands in flight, for a monitoring
+// exporter.
+func (lu *LogicalUnit) StatsSnapshot() LUStatsSnapshot {
+	s := lu.stats.snapshot()
+	s.InFlight = lu.Holds()
+	return s
+}
 
 // NonBlocking reports whether the logical unit's backstore never waits for I/O (RAM, null):
 // its commands take microseconds, and may run on a goroutine that must not block for long.

@@ -155,22 +155,19 @@ func (h *Histogram) Snapshot() HistogramSnapshot {
 // the response has been delivered, which this package never sees). They live in the
 // LogicalUnit, which every session that maps it shares, so that a monitoring system sees one
 // series per logical unit whichever initiators use it, and a reload that keeps the unit
-// keeps its counters. Every method is a few atomic operations: nothing allocates or locks.
+// keeps its counters.
+//
+// A command costs three atomic adds at most (a latency bucket, the latency sum, the bytes),
+// four with a CHECK CONDITION: every channel of every initiator that uses the logical unit
+// adds to the same cache lines, so nothing is counted twice. The number of commands of a
+// class is its histogram's count, and the commands in flight are the logical unit's holds
+// (LogicalUnit.Hold), which the transport takes anyway.
 type LUStats struct {
-	commands  [NumOpClasses]atomic.Uint64
 	latency   [NumOpClasses]Histogram
 	bytesIn   atomic.Uint64 // data-in: sent to the initiator
 	bytesOut  atomic.Uint64 // data-out: received from the initiator
 	senseKeys [16]atomic.Uint64
-	inFlight  atomic.Int64
 }
-
-// Begin counts a command that arrived for the logical unit; End must follow once it is over,
-// whether it got a response or not.
-func (s *LUStats) Begin() { s.inFlight.Add(1) }
-
-// End ends what Begin counted.
-func (s *LUStats) End() { s.inFlight.Add(-1) }
 
 // Complete counts a command whose response was delivered: its class, the data it moved each
 // way, the sense key of a CHECK CONDITION, and its latency in nanoseconds.
@@ -178,7 +175,6 @@ func (s *LUStats) Complete(class OpClass, c *Command, dataIn, dataOut uint64, la
 	if class >= NumOpClasses {
 		class = OpOther
 	}
-	s.commands[class].Add(1)
 	s.latency[class].Observe(latencyNanos)
 	if dataIn > 0 {
 		s.bytesIn.Add(dataIn)
@@ -201,21 +197,21 @@ type LUStatsSnapshot struct {
 	BytesIn, BytesOut uint64
 	// SenseKeys counts CHECK CONDITION responses by sense key (index: the SenseKey).
 	SenseKeys [16]uint64
-	// InFlight is the number of commands that arrived and are not over.
+	// InFlight is the number of commands holding the logical unit (LogicalUnit.Holds): those
+	// that arrived and are not over.
 	InFlight int64
 }
 
-// Snapshot reads the counters.
-func (s *LUStats) Snapshot() LUStatsSnapshot {
+// snapshot reads the counters.
+func (s *LUStats) snapshot() LUStatsSnapshot {
 	var out LUStatsSnapshot
-	for i := range s.commands {
-		out.Commands[i] = s.commands[i].Load()
+	for i := range s.latency {
 		out.Latency[i] = s.latency[i].Snapshot()
+		out.Commands[i] = out.Latency[i].Count
 	}
 	out.BytesIn, out.BytesOut = s.bytesIn.Load(), s.bytesOut.Load()
 	for i := range s.senseKeys {
 		out.SenseKeys[i] = s.senseKeys[i].Load()
 	}
-	out.InFlight = s.inFlight.Load()
 	return out
 }

@@ -95,17 +95,18 @@ func TestLUStatsComplete(t *testing.T) {
 		{"BUSY, no sense", false, StatusBusy, ReasonNone, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var s LUStats
+			lu := newTestLU(t, 16, 512, nil)
+			s := lu.Stats()
 			var c Command
 			c.Status = tc.status
 			if tc.reason != ReasonNone {
 				c.SenseLength = BuildSense(c.Sense[:], tc.descriptor, tc.reason, SenseInfo{})
 			}
-			s.Begin()
-			require.Equal(t, int64(1), s.Snapshot().InFlight)
+			require.True(t, lu.Hold())
+			require.Equal(t, int64(1), lu.StatsSnapshot().InFlight, "commands in flight are the holds")
 			s.Complete(OpRead, &c, 4096, 0, 30e3)
-			s.End()
-			snap := s.Snapshot()
+			lu.Release()
+			snap := lu.StatsSnapshot()
 			require.Equal(t, int64(0), snap.InFlight)
 			require.Equal(t, [NumOpClasses]uint64{1, 0, 0}, snap.Commands)
 			require.Equal(t, uint64(1), snap.Latency[OpRead].Count)
@@ -127,9 +128,7 @@ func TestLUStatsCompleteAllocatesNothing(t *testing.T) {
 	c.Status = StatusCheckCondition
 	c.SenseLength = BuildSense(c.Sense[:], false, ReasonUnrecoveredReadError, SenseInfo{})
 	allocs := testing.AllocsPerRun(100, func() {
-		s.Begin()
 		s.Complete(OpWrite, &c, 0, 512, 1e6)
-		s.End()
 	})
 	require.Zero(t, allocs)
 }

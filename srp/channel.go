@@ -720,7 +720,6 @@ func (ch *channel) startCmd(c *cmdCtx, b []byte) {
 			// The operation code only: the CDB's additional length is not validated yet.
 			c.class = scsi.ClassOf(b[cmdCDB : cmdCDB+1])
 		}
-		lu.Stats().Begin()
 	}
 
 	if ch.state == chDraining {
@@ -1366,10 +1365,7 @@ func (ch *channel) finish(c *cmdCtx, owed bool) {
 		c.held.Release()
 		c.held = nil
 	}
-	if c.statLU != nil {
-		c.statLU.Stats().End()
-		c.statLU = nil
-	}
+	c.statLU = nil
 	c.stage = stageNone
 	c.free()
 	ch.busy--

@@ -34,8 +34,8 @@ func TestLogicalUnitStats(t *testing.T) {
 	ch := h.login(h.cfg())
 	clearUA(t, ch, 0)
 	ctx := ctxT(t)
-	waitFor(t, "the unit attention's command to end", func() bool { return lu.Stats().Snapshot().InFlight == 0 })
-	before := lu.Stats().Snapshot()
+	waitFor(t, "the unit attention's command to end", func() bool { return lu.StatsSnapshot().InFlight == 0 })
+	before := lu.StatsSnapshot()
 
 	const writes, reads, blocks = 5, 7, 8
 	for i := 0; i < writes; i++ {
@@ -61,10 +61,10 @@ func TestLogicalUnitStats(t *testing.T) {
 	// The counters are updated at the response's send completion, which the target may see
 	// after the initiator has the response.
 	waitFor(t, "every command to end", func() bool {
-		s := lu.Stats().Snapshot()
+		s := lu.StatsSnapshot()
 		return s.InFlight == 0 && s.Commands[scsi.OpOther]-before.Commands[scsi.OpOther] == 1
 	})
-	after := lu.Stats().Snapshot()
+	after := lu.StatsSnapshot()
 	require.Equal(t, uint64(writes), after.Commands[scsi.OpWrite]-before.Commands[scsi.OpWrite])
 	require.Equal(t, uint64(reads+1), after.Commands[scsi.OpRead]-before.Commands[scsi.OpRead])
 	for class := range scsi.NumOpClasses {
@@ -76,7 +76,7 @@ func TestLogicalUnitStats(t *testing.T) {
 	require.Equal(t, uint64(reads*blocks*testBlockSize), after.BytesIn-before.BytesIn)
 	require.Equal(t, uint64(1), after.SenseKeys[scsi.SenseMediumError]-before.SenseKeys[scsi.SenseMediumError])
 	require.Equal(t, uint64(1), after.SenseKeys[scsi.SenseIllegalRequest]-before.SenseKeys[scsi.SenseIllegalRequest])
-	require.Equal(t, scsi.LUStatsSnapshot{}, idle.Stats().Snapshot(), "LUN 1 saw no command")
+	require.Equal(t, scsi.LUStatsSnapshot{}, idle.StatsSnapshot(), "LUN 1 saw no command")
 }
 
 // TestTaskManagementStatsByFunction checks Stats.TaskMgmtByFunc.

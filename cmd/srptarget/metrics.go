@@ -78,7 +78,7 @@ var (
 	descLUNErrors = newDesc("lun_errors_total",
 		"CHECK CONDITION responses, by sense key (SPC-4 name).", "lun", "serial", "sense_key")
 	descLUNInFlight = newDesc("lun_commands_in_flight",
-		"Commands that arrived and have not ended (response not yet delivered).", lunLabels...)
+		"Commands that arrived and have not ended (holding the logical unit until their response is delivered).", lunLabels...)
 )
 
 // Per-target metric descriptions.
@@ -205,7 +205,7 @@ func collectTarget(ch chan<- prometheus.Metric, t *srp.Target) {
 }
 
 func collectLUN(ch chan<- prometheus.Metric, l *lunMetrics) {
-	s := l.lu.Stats().Snapshot()
+	s := l.lu.StatsSnapshot()
 	for class := range scsi.NumOpClasses {
 		op := class.String()
 		counter(ch, descLUNCommands, s.Commands[class], l.lun, l.serial, op)

@@ -134,11 +134,9 @@ func TestDaemonCollector(t *testing.T) {
 			cmd.Status = scsi.StatusCheckCondition
 			cmd.SenseLength = scsi.BuildSense(cmd.Sense[:], false, tc.reason, scsi.SenseInfo{})
 		}
-		lu.Stats().Begin()
 		lu.Stats().Complete(tc.class, &cmd, tc.in, tc.out, tc.ns)
-		lu.Stats().End()
 	}
-	lu.Stats().Begin() // one still in flight
+	require.True(t, lu.Hold()) // one command in flight
 
 	fams := gather(t, c)
 	lun := map[string]string{"lun": "7", "serial": "metrics0007"}
@@ -201,7 +199,7 @@ func TestDaemonCollector(t *testing.T) {
 	}
 	require.Equal(t, dto.MetricType_GAUGE, fams["srptarget_lun_commands_in_flight"].GetType())
 	require.Equal(t, dto.MetricType_HISTOGRAM, fams["srptarget_lun_command_duration_seconds"].GetType())
-	lu.Stats().End()
+	lu.Release()
 }
 
 // TestMetricsEndpoint runs `serve --metrics 127.0.0.1:0`, does known I/O from an initiator
