@@ -123,6 +123,20 @@ type LogicalUnit struct {
 	retiring atomic.Bool
 	idleOnce sync.Once
 	idle     chan struct{} // closed once retiring with no holds
+
+	stats LUStats // kept by the transport (Stats)
+}
+
+// Stats returns the logical unit's command counters, which the transport updates as its
+// commands end.
+func (lu *LogicalUnit) Stats() *LUStats { return &lu.stats }
+
+// StatsSnapshot reads the counters of Stats and the commands in flight, for a monitoring
+// exporter.
+func (lu *LogicalUnit) StatsSnapshot() LUStatsSnapshot {
+	s := lu.stats.snapshot()
+	s.InFlight = lu.Holds()
+	return s
 }
 
 // NonBlocking reports whether the logical unit's backstore never waits for I/O (RAM, null):

@@ -162,6 +162,13 @@ type channel struct {
 	// first of them read it (0: not read yet; -1: the window is over).
 	idleSpins int
 	lastWork  int64
+	// pollNow is the clock (nanotime) read once per PollCompletions call that returned
+	// completions, and the time of all of them: the arrival of the IUs it delivered and the
+	// end of the commands whose response SEND it completed (scsi.LUStats latency). One read
+	// per batch rather than two per command, because clock reads are expensive where the
+	// clocksource traps (pollWindowOpen); latencies come out late by at most the time taken to
+	// handle one batch.
+	pollNow int64
 
 	// Data buffers held (bytes of pool blocks), against the quota Limits.MaxChannelBuffer.
 	bufHeld  int64
@@ -531,6 +538,9 @@ func (ch *channel) poll() bool {
 			ch.beginClose("completion queue failed")
 			return true
 		}
+		if n > 0 {
+			ch.pollNow = nanotime()
+		}
 		for i := 0; i < n; i++ {
 			ch.onCompletion(&ch.wcs[i])
 		}
@@ -658,10 +668,10 @@ func (ch *channel) handleIU(i int32, n int) {
 			// Every context is busy, some of them only waiting for their SEND completion
 			// (the initiator may send as soon as it sees a response). Park the IU; it
 			// starts when a context is freed.
-			ch.waitRecv = append(ch.waitRecv, parkedIU{i, int32(n)})
+			ch.waitRecv = append(ch.waitRecv, parkedIU{i, int32(n), ch.pollNow})
 			return
 		}
-		ch.startIU(c, i, n)
+		ch.startIU(c, i, n, ch.pollNow)
 	case OpILogout:
 		ch.log.Info("initiator logged out (SRP_I_LOGOUT)")
 		ch.repost(i)
@@ -689,9 +699,11 @@ func (ch *channel) allocCtx() *cmdCtx {
 	return c
 }
 
-// startIU starts an SRP_CMD or SRP_TSK_MGMT held in receive buffer i with context c.
-func (ch *channel) startIU(c *cmdCtx, i int32, n int) {
+// startIU starts an SRP_CMD or SRP_TSK_MGMT held in receive buffer i with context c; it
+// arrived at nanotime at.
+func (ch *channel) startIU(c *cmdCtx, i int32, n int, at int64) {
 	c.recv = i
+	c.arrived = at
 	c.stage = stageNone
 	c.real, c.xportFail = false, false
 	c.buf, c.table = noBuf, noBuf
@@ -732,6 +744,14 @@ func (ch *channel) startCmd(c *cmdCtx, b []byte) {
 		c.held = lu
 	}
 	c.activate(ctxCmd, ch.t.seq.Add(1), tag, lun, lu)
+	if lu != nil {
+		c.statLU = lu
+		c.class = scsi.OpOther
+		if len(b) >= CmdMinSize {
+			// The operation code only: the CDB's additional length is not validated yet.
+			c.class = scsi.ClassOf(b[cmdCDB : cmdCDB+1])
+		}
+	}
 
 	if ch.state == chDraining {
 		ch.answerTransport(c, scsi.StatusBusy, scsi.ReasonNone, "")
@@ -1110,6 +1130,7 @@ func (ch *channel) respond(c *cmdCtx) bool {
 		SGL:      sges[len(sges)-1:],
 	})
 	c.stage = stageSent
+	c.written = written
 	ch.post(c, wrs)
 	if written > 0 {
 		ch.t.stats.bytesIn.Add(uint64(written))
@@ -1201,6 +1222,9 @@ func (ch *channel) onSendCompletion(c *cmdCtx, wc *ib.Completion) {
 		ch.t.stats.bytesOut.Add(uint64(len(c.cmd.DataOut)))
 		ch.dispatch(c)
 	case stageSent:
+		if c.statLU != nil {
+			c.statLU.Stats().Complete(c.class, &c.cmd, uint64(c.written), uint64(len(c.cmd.DataOut)), ch.pollNow-c.arrived)
+		}
 		ch.finish(c, false)
 	default:
 		ch.log.Error("internal error: send completion in an unexpected stage", zap.Uint8("stage", uint8(c.stage)))
@@ -1372,6 +1396,7 @@ func (ch *channel) finish(c *cmdCtx, owed bool) {
 		c.held.Release()
 		c.held = nil
 	}
+	c.statLU = nil
 	c.stage = stageNone
 	c.free()
 	ch.busy--
@@ -1380,12 +1405,15 @@ func (ch *channel) finish(c *cmdCtx, owed bool) {
 		p := ch.waitRecv[0]
 		copy(ch.waitRecv, ch.waitRecv[1:])
 		ch.waitRecv = ch.waitRecv[:len(ch.waitRecv)-1]
-		ch.startIU(ch.allocCtx(), p.recv, int(p.n))
+		ch.startIU(ch.allocCtx(), p.recv, int(p.n), p.at)
 	}
 }
 
-// parkedIU is an IU that arrived while every context was busy.
-type parkedIU struct{ recv, n int32 }
+// parkedIU is an IU that arrived (at nanotime at) while every context was busy.
+type parkedIU struct {
+	recv, n int32
+	at      int64
+}
 
 // repost posts receive buffer i again.
 func (ch *channel) repost(i int32) {

@@ -72,6 +72,13 @@ type cmdCtx struct {
 	next      *cmdCtx // wait lists
 	waitSince int64   // monotonic nanoseconds, buffer waits
 	sendOff   uint64  // send buffer offset in the channel's region
+	// Per-logical-unit statistics (scsi.LUStats): the unit the command counts against (nil:
+	// none, or not an SRP_CMD), when its IU arrived (channel.pollNow), its operation class,
+	// and the data-in bytes its response carried.
+	statLU  *scsi.LogicalUnit
+	arrived int64
+	class   scsi.OpClass
+	written uint32
 }
 
 // tmReq is a task management request and its outcome.

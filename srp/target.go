@@ -559,6 +559,9 @@ type Stats struct {
 	ChannelsClosed uint64
 	Commands       uint64
 	TaskMgmt       uint64
+	// TaskMgmtByFunc counts SRP_TSK_MGMTs by function, in the order of TaskMgmtFuncs; the last
+	// element counts the others (functions SRP does not define, malformed IUs).
+	TaskMgmtByFunc [len(TaskMgmtFuncs) + 1]uint64
 	// Aborted counts commands that ended without a response (task management, nexus loss).
 	Aborted uint64
 	// BytesIn is data-in (RDMA WRITE to the initiator), BytesOut data-out (RDMA READ and
@@ -583,9 +586,11 @@ type Stats struct {
 	// CreditRequests counts SRP_CRED_REQs sent: credits owed to a channel with nothing
 	// outstanding (its commands aborted by task management on another channel).
 	CreditRequests uint64
-	// PoolInUse and PoolHighMark are bytes of data buffers, summed over devices.
+	// PoolInUse and PoolHighMark are bytes of data buffers, summed over devices; PoolSize is
+	// the pools' size, also summed (limits.buffer_pool_size per device with a pool).
 	PoolInUse    int64
 	PoolHighMark int64
+	PoolSize     int64
 	// SendPosts counts the chains of send-queue work requests the channels posted (one
 	// PostSend each), SendWRs the work requests in them (RDMA READs and WRITEs, responses):
 	// SendWRs/SendPosts is how many a post carries on average.
@@ -599,6 +604,7 @@ type counters struct {
 	channelsOpen                   atomic.Int64
 	channelsClosed                 atomic.Uint64
 	commands, taskMgmt, aborted    atomic.Uint64
+	taskMgmtByFunc                 [len(TaskMgmtFuncs) + 1]atomic.Uint64
 	bytesIn, bytesOut              atomic.Uint64
 	transportErrors                atomic.Uint64
 	protocolErrors, rdmaErrors     atomic.Uint64
@@ -636,10 +642,14 @@ func (t *Target) Stats() Stats {
 	for i := range s.Rejects {
 		s.Rejects[i] = c.rejects[i].Load()
 	}
+	for i := range s.TaskMgmtByFunc {
+		s.TaskMgmtByFunc[i] = c.taskMgmtByFunc[i].Load()
+	}
 	t.mu.Lock()
 	for _, p := range t.pools {
 		s.PoolInUse += p.inUse.Load()
 		s.PoolHighMark += p.highMark.Load()
+		s.PoolSize += p.size()
 	}
 	t.mu.Unlock()
 	return s

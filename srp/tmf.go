@@ -40,6 +40,20 @@ const tmfRetry = 20 * time.Millisecond
 const TaskManagementFunctions = scsi.TMFAbortTask | scsi.TMFAbortTaskSet | scsi.TMFClearTaskSet |
 	scsi.TMFLogicalUnitRst | scsi.TMFClearACA
 
+// TaskMgmtFuncs are the task management functions Stats.TaskMgmtByFunc counts one by one: those
+// SRP r16a defines (table 16).
+var TaskMgmtFuncs = [...]TskMgmtFunc{TskAbortTask, TskAbortTaskSet, TskClearTaskSet, TskLUNReset, TskClearACA}
+
+// taskMgmtIndex is fn's index in TaskMgmtFuncs, or len(TaskMgmtFuncs) for another function.
+func taskMgmtIndex(fn TskMgmtFunc) int {
+	for i, f := range TaskMgmtFuncs {
+		if f == fn {
+			return i
+		}
+	}
+	return len(TaskMgmtFuncs)
+}
+
 // startTMF queues an SRP_TSK_MGMT for the task management goroutine.
 func (ch *channel) startTMF(c *cmdCtx, b []byte) {
 	ch.t.stats.taskMgmt.Add(1)
@@ -52,6 +66,7 @@ func (ch *channel) startTMF(c *cmdCtx, b []byte) {
 	c.activate(ctxTMF, seq, tag, 0, nil)
 	c.tm = tmReq{seq: seq}
 	if err := iu.Validate(); err != nil {
+		ch.t.stats.taskMgmtByFunc[len(TaskMgmtFuncs)].Add(1)
 		ch.log.Warn("malformed SRP_TSK_MGMT", zap.Uint64("tag", uint64(tag)), zap.Error(err))
 		c.tm.code = TskMgmtReqInvalid
 		c.stage = stageRespond
@@ -59,6 +74,7 @@ func (ch *channel) startTMF(c *cmdCtx, b []byte) {
 		return
 	}
 	c.tm.fn, c.tm.lun, c.tm.taskTag = iu.Func(), iu.LUN(), iu.TaskTag()
+	ch.t.stats.taskMgmtByFunc[taskMgmtIndex(c.tm.fn)].Add(1)
 	c.stage = stageTMF
 	ch.execCount++
 	ch.tmfActive++

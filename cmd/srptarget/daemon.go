@@ -33,6 +33,9 @@ type daemonOptions struct {
 	// memlock checks that the memory the engine registers can be pinned; nil skips the check
 	// (memfabric pins nothing).
 	memlock memlockFunc
+	// metrics gets the target and logical units of each configuration put in service, for
+	// `serve --metrics`; nil without it.
+	metrics *daemonCollector
 }
 
 // daemon is `srptarget serve` without its signal handling: the SRP target built from a
@@ -478,6 +481,9 @@ func (d *daemon) commit(p *plan) {
 			delete(d.stores, k)
 		}
 	}
+	if d.opts.metrics != nil {
+		d.opts.metrics.set(newMetricsView(d.target, d.luns))
+	}
 }
 
 // retireTimeout bounds how long a logical unit removed or replaced by a reload waits for the
@@ -752,6 +758,9 @@ func (d *daemon) shutdown(ctx context.Context) error {
 		_ = st.lu.Close()
 	}
 	d.luns = map[int]*lunState{}
+	if d.opts.metrics != nil {
+		d.opts.metrics.set(newMetricsView(d.target, d.luns))
+	}
 	d.closers.Wait()
 	d.stores = map[storeKey]*sharedStore{}
 	d.closeErrMu.Lock()

@@ -36,6 +36,8 @@ type serveOptions struct {
 	// devicePoll is how often the daemon looks for an RDMA device while it waits for one
 	// (DefaultDevicePoll when 0; tests make it short).
 	devicePoll time.Duration
+	// metricsAddr is the listen address of --metrics ("" for none).
+	metricsAddr string
 
 	// Test hooks: ready is called once the daemon serves, afterReload with the result of each
 	// SIGHUP reload, afterProfileSignal once a SIGUSR1 or SIGUSR2 is handled, beforeShutdown
@@ -84,6 +86,7 @@ func runServe(opts serveOptions) error {
 		}
 	}
 	var pp *pprofServer
+	var ms *metricsServer
 	err := func() error {
 		if opts.pprofAddr != "" {
 			var err error
@@ -93,8 +96,20 @@ func runServe(opts serveOptions) error {
 				return exitCodeError{1}
 			}
 		}
+		if opts.metricsAddr != "" {
+			var err error
+			if ms, err = startMetrics(opts.metricsAddr, log); err != nil {
+				log.Error("start-up failed", zap.Error(err))
+				log.Error("srptarget did not start", zap.Int("errors", 1))
+				return exitCodeError{1}
+			}
+			opts.metrics = ms.collector
+		}
 		return serveUntilStopped(opts, prof)
 	}()
+	if ms != nil {
+		ms.close(log)
+	}
 	if pp != nil {
 		pp.close(log)
 	}
@@ -267,6 +282,7 @@ type serveFlags struct {
 	pprofAddr       string
 	controlPath     string
 	controlGroup    string
+	metricsAddr     string
 }
 
 // check refuses flag combinations that would silently do nothing.
@@ -309,6 +325,7 @@ func runServeCommand(f serveFlags) error {
 		pprofAddr:       f.pprofAddr,
 		controlPath:     f.controlPath,
 		controlGroup:    f.controlGroup,
+		metricsAddr:     f.metricsAddr,
 	})
 }
 
@@ -342,7 +359,12 @@ discarding one that runs; SIGUSR2 writes FILE (FILE.tmp until complete, then ren
 profiles nothing until the next SIGUSR1. So "kill -USR1" and "kill -USR2" around a load
 profile exactly that load. --pprof ADDR serves net/http/pprof at http://ADDR/debug/pprof/;
 only one CPU profile runs at a time, so /debug/pprof/profile fails while --cpuprofile
-profiles.`,
+profiles.
+
+Metrics: --metrics ADDR serves Prometheus metrics at http://ADDR/metrics: per LUN
+commands, bytes, errors by sense key, latency histograms and commands in flight; per
+target logins, sessions, channels, buffer pool use, BUSY answers, task management and
+RDMA errors (docs/metrics.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.check(); err != nil {
@@ -366,5 +388,8 @@ profiles.`,
 		"the control socket (Unix, mode 0660) for srptarget status, sessions, luns, stats, reload and acl-check; \"\" for none")
 	cmd.Flags().StringVar(&f.controlGroup, "control-group", "",
 		"the group (name or number) that owns the control socket: its members may use the commands, reload included")
+	cmd.Flags().StringVar(&f.metricsAddr, "metrics", "",
+		"serve Prometheus metrics at http://`ADDR`/metrics (e.g. 127.0.0.1:9464; off by default; docs/metrics.md). Bind it to localhost "+
+			"or a management network: whoever reaches it sees the LUNs, their load and the sessions")
 	return cmd
 }

@@ -1,0 +1,297 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp"
+)
+
+// The metrics of `serve --metrics ADDR` (docs/metrics.md). The engine keeps plain atomic
+// counters and fixed-bucket histograms (srp.Target.Stats, scsi.LogicalUnit.Stats); this
+// collector reads them when Prometheus scrapes, so client_golang is never on the I/O path and
+// a daemon without --metrics pays only for the atomic adds.
+
+// metricsView is what the collector reads of the daemon: the target and the logical units of
+// the running configuration, published by daemon.commit and shutdown. It is swapped as a
+// whole (atomic.Pointer) so that a scrape never waits for a reload, which holds daemon.mu
+// while it opens backstores.
+type metricsView struct {
+	target *srp.Target
+	luns   []lunMetrics // in LUN order
+}
+
+// lunMetrics names one logical unit: its LUN (the same for every ACL: LUN numbers are global
+// in the configuration) and its unit serial number.
+type lunMetrics struct {
+	lun    string
+	serial string
+	lu     *scsi.LogicalUnit
+}
+
+// newMetricsView builds the view of a running configuration.
+func newMetricsView(t *srp.Target, luns map[int]*lunState) *metricsView {
+	v := &metricsView{target: t, luns: make([]lunMetrics, 0, len(luns))}
+	for _, st := range luns {
+		v.luns = append(v.luns, lunMetrics{lun: strconv.Itoa(st.num), serial: st.key.serial, lu: st.lu})
+	}
+	slices.SortFunc(v.luns, func(a, b lunMetrics) int {
+		na, _ := strconv.Atoi(a.lun)
+		nb, _ := strconv.Atoi(b.lun)
+		return na - nb
+	})
+	return v
+}
+
+const metricsNamespace = "srptarget"
+
+func newDesc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(metricsNamespace+"_"+name, help, labels, nil)
+}
+
+// Per-LUN metric descriptions.
+var (
+	lunLabels = []string{"lun", "serial"}
+
+	descLUNCommands = newDesc("lun_commands_total",
+		"SCSI commands answered, by operation class (read: READ; write: WRITE, WRITE AND VERIFY; other: the rest).",
+		"lun", "serial", "op")
+	descLUNLatency = newDesc("lun_command_duration_seconds",
+		"Time from the arrival of the SRP_CMD to the send completion of its SRP_RSP, by operation class.",
+		"lun", "serial", "op")
+	descLUNReadBytes = newDesc("lun_read_bytes_total",
+		"Data-in bytes sent to initiators (RDMA WRITE) by answered commands.", lunLabels...)
+	descLUNWrittenBytes = newDesc("lun_written_bytes_total",
+		"Data-out bytes received from initiators (RDMA READ or immediate data) by answered commands.", lunLabels...)
+	descLUNErrors = newDesc("lun_errors_total",
+		"CHECK CONDITION responses, by sense key (SPC-4 name).", "lun", "serial", "sense_key")
+	descLUNInFlight = newDesc("lun_commands_in_flight",
+		"Commands that arrived and have not ended (holding the logical unit until their response is delivered).", lunLabels...)
+)
+
+// Per-target metric descriptions.
+var (
+	descLoginsAccepted = newDesc("logins_accepted_total", "SRP logins accepted.")
+	descLoginsRejected = newDesc("logins_rejected_total",
+		"SRP logins refused (SRP_LOGIN_REJ), by reason (include/scsi/srp.h SRP_LOGIN_REJ_*, lower case).", "reason")
+	descSessions        = newDesc("sessions", "I_T nexuses with at least one channel.")
+	descChannels        = newDesc("channels", "Open RDMA channels.")
+	descChannelsClosed  = newDesc("channels_closed_total", "RDMA channels closed.")
+	descCommands        = newDesc("commands_total", "SRP_CMD IUs received, every LUN included.")
+	descAborted         = newDesc("commands_aborted_total", "Commands ended without a response (task management, nexus loss).")
+	descTaskMgmt        = newDesc("task_management_total", "SRP_TSK_MGMT IUs received, by function (SAM name; \"other\": undefined or malformed).", "function")
+	descDataInBytes     = newDesc("data_in_bytes_total", "Data-in bytes sent to initiators, every LUN included.")
+	descDataOutBytes    = newDesc("data_out_bytes_total", "Data-out bytes received from initiators, every LUN included.")
+	descTransportErrors = newDesc("transport_errors_total", "Commands refused by the SRP transport itself (malformed SRP_CMD, limits).")
+	descProtocolErrors  = newDesc("protocol_errors_total", "Channels closed for a protocol violation.")
+	descRDMAErrors      = newDesc("rdma_errors_total", "Failed RDMA work requests (flushes excluded).")
+	descRDMAStalls      = newDesc("rdma_stalls_total", "Channels closed because the initiator stopped taking RDMA traffic for limits.rdma_timeout.")
+	descBufferWaits     = newDesc("buffer_waits_total", "Commands that waited for a data buffer.")
+	descBusy            = newDesc("busy_total", "Commands answered BUSY after waiting limits.buffer_wait for a data buffer.")
+	descPoolInUse       = newDesc("buffer_pool_in_use_bytes", "Data buffer bytes in use, summed over RDMA devices.")
+	descPoolHighMark    = newDesc("buffer_pool_high_water_bytes", "Most data buffer bytes ever in use at once, summed over RDMA devices.")
+	descPoolSize        = newDesc("buffer_pool_size_bytes", "Size of the registered data buffer pools, summed over RDMA devices.")
+	descCreditRequests  = newDesc("credit_requests_total", "SRP_CRED_REQ IUs sent to return credits of aborted commands.")
+)
+
+// loginRejectReasons are the label values of Stats.Rejects, in its order (SRP r16a table 14).
+var loginRejectReasons = [len(srp.Stats{}.Rejects)]string{
+	"unable_establish_channel",
+	"insufficient_resources",
+	"req_it_iu_length_too_large",
+	"unable_associate_channel",
+	"unsupported_descriptor_fmt",
+	"multi_channel_unsupported",
+	"channel_limit_reached",
+}
+
+// exportedSenseKeys are the sense keys always exported, 0 included, so that a rate over them
+// has a series from the start: those SPC-4 names (table 28), the reserved 0xC excepted.
+var exportedSenseKeys = []scsi.SenseKey{
+	0x0, 0x1, 0x2, 0x3, 0x4, 0x5, 0x6, 0x7, 0x8, 0x9, 0xA, 0xB, 0xD, 0xE, 0xF,
+}
+
+// latencyBoundsSeconds are scsi.LatencyBounds in seconds.
+var latencyBoundsSeconds = func() []float64 {
+	out := make([]float64, len(scsi.LatencyBounds))
+	for i, ns := range scsi.LatencyBounds {
+		out[i] = time.Duration(ns).Seconds()
+	}
+	return out
+}()
+
+// daemonCollector is the prometheus.Collector of the daemon's metrics.
+type daemonCollector struct {
+	view atomic.Pointer[metricsView]
+}
+
+// set publishes what the next scrape reads.
+func (c *daemonCollector) set(v *metricsView) { c.view.Store(v) }
+
+// Describe sends every description Collect may use.
+func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		descLUNCommands, descLUNLatency, descLUNReadBytes, descLUNWrittenBytes, descLUNErrors, descLUNInFlight,
+		descLoginsAccepted, descLoginsRejected, descSessions, descChannels, descChannelsClosed, descCommands,
+		descAborted, descTaskMgmt, descDataInBytes, descDataOutBytes, descTransportErrors, descProtocolErrors,
+		descRDMAErrors, descRDMAStalls, descBufferWaits, descBusy, descPoolInUse, descPoolHighMark, descPoolSize,
+		descCreditRequests,
+	} {
+		ch <- d
+	}
+}
+
+// Collect reads the counters. Before the daemon has started it sends nothing.
+func (c *daemonCollector) Collect(ch chan<- prometheus.Metric) {
+	v := c.view.Load()
+	if v == nil {
+		return
+	}
+	if v.target != nil {
+		collectTarget(ch, v.target)
+	}
+	for i := range v.luns {
+		collectLUN(ch, &v.luns[i])
+	}
+}
+
+func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v uint64, labels ...string) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+}
+
+func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v int64, labels ...string) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
+}
+
+func collectTarget(ch chan<- prometheus.Metric, t *srp.Target) {
+	s := t.Stats()
+	counter(ch, descLoginsAccepted, s.LoginsAccepted)
+	for i, reason := range loginRejectReasons {
+		counter(ch, descLoginsRejected, s.Rejects[i], reason)
+	}
+	gauge(ch, descSessions, int64(len(t.Sessions())))
+	gauge(ch, descChannels, s.ChannelsOpen)
+	counter(ch, descChannelsClosed, s.ChannelsClosed)
+	counter(ch, descCommands, s.Commands)
+	counter(ch, descAborted, s.Aborted)
+	for i, fn := range srp.TaskMgmtFuncs {
+		counter(ch, descTaskMgmt, s.TaskMgmtByFunc[i], fn.String())
+	}
+	counter(ch, descTaskMgmt, s.TaskMgmtByFunc[len(srp.TaskMgmtFuncs)], "other")
+	counter(ch, descDataInBytes, s.BytesIn)
+	counter(ch, descDataOutBytes, s.BytesOut)
+	counter(ch, descTransportErrors, s.TransportErrors)
+	counter(ch, descProtocolErrors, s.ProtocolErrors)
+	counter(ch, descRDMAErrors, s.RDMAErrors)
+	counter(ch, descRDMAStalls, s.RDMAStalls)
+	counter(ch, descBufferWaits, s.BufferWaits)
+	counter(ch, descBusy, s.BufferBusy)
+	gauge(ch, descPoolInUse, s.PoolInUse)
+	gauge(ch, descPoolHighMark, s.PoolHighMark)
+	gauge(ch, descPoolSize, s.PoolSize)
+	counter(ch, descCreditRequests, s.CreditRequests)
+}
+
+func collectLUN(ch chan<- prometheus.Metric, l *lunMetrics) {
+	s := l.lu.StatsSnapshot()
+	for class := range scsi.NumOpClasses {
+		op := class.String()
+		counter(ch, descLUNCommands, s.Commands[class], l.lun, l.serial, op)
+		h := &s.Latency[class]
+		buckets := make(map[float64]uint64, len(latencyBoundsSeconds))
+		for i, le := range latencyBoundsSeconds {
+			buckets[le] = h.Buckets[i]
+		}
+		ch <- prometheus.MustNewConstHistogram(descLUNLatency, h.Count, time.Duration(h.SumNanos).Seconds(), buckets,
+			l.lun, l.serial, op)
+	}
+	counter(ch, descLUNReadBytes, s.BytesIn, l.lun, l.serial)
+	counter(ch, descLUNWrittenBytes, s.BytesOut, l.lun, l.serial)
+	for _, k := range exportedSenseKeys {
+		counter(ch, descLUNErrors, s.SenseKeys[k], l.lun, l.serial, k.String())
+	}
+	gauge(ch, descLUNInFlight, s.InFlight, l.lun, l.serial)
+}
+
+// metricsServer is the HTTP endpoint of `serve --metrics ADDR`: /metrics only, on a
+// ServeMux of its own, from a registry of its own (the daemon's collector, and the Go runtime
+// and process collectors every Go exporter has).
+type metricsServer struct {
+	srv       *http.Server
+	addr      net.Addr
+	done      chan struct{}
+	collector *daemonCollector
+}
+
+// startMetrics listens on addr and serves /metrics until close. The collector reports
+// nothing until the daemon publishes its view (daemonCollector.set). Metrics tell whoever
+// reaches the port which LUNs exist, how busy they are and how many initiators are logged
+// in, hence the warning unless addr is a loopback address.
+func startMetrics(addr string, log *zap.Logger) (*metricsServer, error) {
+	reg := prometheus.NewRegistry()
+	dc := &daemonCollector{}
+	if err := reg.Register(dc); err != nil {
+		return nil, fmt.Errorf("--metrics: registering the collector: %w", err)
+	}
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return nil, fmt.Errorf("--metrics: registering the Go collector: %w", err)
+	}
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, fmt.Errorf("--metrics: registering the process collector: %w", err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics %s: %w", addr, err)
+	}
+	mlog := log.Named("metrics")
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:      zap.NewStdLog(mlog),
+		ErrorHandling: promhttp.ContinueOnError,
+		// A scrape that stalls must not pile up: Prometheus times out after 10 s by default.
+		MaxRequestsInFlight: 4,
+		Timeout:             10 * time.Second,
+	}))
+	s := &metricsServer{
+		srv: &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          zap.NewStdLog(mlog),
+		},
+		addr:      ln.Addr(),
+		done:      make(chan struct{}),
+		collector: dc,
+	}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics endpoint stopped", zap.Error(err))
+		}
+	}()
+	log.Info("metrics endpoint listening", zap.String("address", s.addr.String()),
+		zap.String("url", "http://"+s.addr.String()+"/metrics"))
+	if !isLoopback(addr) {
+		log.Warn("the metrics endpoint is not bound to localhost: whoever reaches it sees the LUNs, their load and the sessions",
+			zap.String("address", s.addr.String()))
+	}
+	return s, nil
+}
+
+// close stops listening, closes every connection and waits for the server to stop.
+func (s *metricsServer) close(log *zap.Logger) {
+	_ = s.srv.Close()
+	<-s.done
+	log.Info("metrics endpoint closed", zap.String("address", s.addr.String()))
+}

@@ -1,0 +1,315 @@
+package main
+
+import (
+	"net"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+
+	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/srptest"
+)
+
+// findMetric returns the metric of family name whose labels include want, or nil.
+func findMetric(fams map[string]*dto.MetricFamily, name string, want map[string]string) *dto.Metric {
+	f := fams[name]
+	if f == nil {
+		return nil
+	}
+next:
+	for _, m := range f.GetMetric() {
+		have := map[string]string{}
+		for _, lp := range m.GetLabel() {
+			have[lp.GetName()] = lp.GetValue()
+		}
+		for k, v := range want {
+			if have[k] != v {
+				continue next
+			}
+		}
+		return m
+	}
+	return nil
+}
+
+// value is the value of a counter or gauge, or the sample count of a histogram; -1 when the
+// metric is missing.
+func value(fams map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+	m := findMetric(fams, name, labels)
+	switch {
+	case m == nil:
+		return -1
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	case m.Histogram != nil:
+		return float64(m.GetHistogram().GetSampleCount())
+	}
+	return -1
+}
+
+// gather collects a registry holding only c.
+func gather(t *testing.T, c prometheus.Collector) map[string]*dto.MetricFamily {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(c))
+	fams, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]*dto.MetricFamily{}
+	for _, f := range fams {
+		out[f.GetName()] = f
+	}
+	return out
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// scrape fetches and parses http://addr/metrics.
+func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	rsp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer rsp.Body.Close()
+	require.Equal(t, http.StatusOK, rsp.StatusCode)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(rsp.Body)
+	require.NoError(t, err)
+	return fams
+}
+
+// TestDaemonCollector checks names, labels and values of the collector in-process, on a
+// logical unit whose counters are set directly: every metric is described (the pedantic
+// registry checks Collect against Describe), histogram buckets are cumulative in seconds, and
+// each sense key gets its SPC-4 name.
+func TestDaemonCollector(t *testing.T) {
+	bs, err := backstore.NewMemory(1<<20, 512)
+	require.NoError(t, err)
+	lu, err := scsi.NewLogicalUnit(scsi.Config{Backstore: bs, Serial: "metrics0007"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lu.Close() })
+	tgt, err := srp.New(srp.Config{TargetPortID: testPortID})
+	require.NoError(t, err)
+
+	c := &daemonCollector{}
+	require.Empty(t, gather(t, c), "nothing before the daemon has started")
+	c.set(newMetricsView(tgt, map[int]*lunState{7: {num: 7, key: luKey{serial: "metrics0007"}, lu: lu}}))
+
+	var cmd scsi.Command
+	for _, tc := range []struct {
+		class  scsi.OpClass
+		reason scsi.Reason
+		in     uint64
+		out    uint64
+		ns     int64
+	}{
+		{scsi.OpRead, scsi.ReasonNone, 4096, 0, 40e3},
+		{scsi.OpRead, scsi.ReasonUnrecoveredReadError, 0, 0, 2e6},
+		{scsi.OpWrite, scsi.ReasonNone, 0, 8192, 60e3},
+		{scsi.OpOther, scsi.ReasonInvalidCommandOperationCode, 0, 0, 3e3},
+		{scsi.OpOther, scsi.ReasonWriteProtected, 0, 0, 3e3},
+	} {
+		cmd.Reset()
+		if tc.reason != scsi.ReasonNone {
+			cmd.Status = scsi.StatusCheckCondition
+			cmd.SenseLength = scsi.BuildSense(cmd.Sense[:], false, tc.reason, scsi.SenseInfo{})
+		}
+		lu.Stats().Complete(tc.class, &cmd, tc.in, tc.out, tc.ns)
+	}
+	require.True(t, lu.Hold()) // one command in flight
+
+	fams := gather(t, c)
+	lun := map[string]string{"lun": "7", "serial": "metrics0007"}
+	with := func(k, v string) map[string]string {
+		m := map[string]string{k: v}
+		for k, v := range lun {
+			m[k] = v
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"srptarget_lun_commands_total", with("op", "read"), 2},
+		{"srptarget_lun_commands_total", with("op", "write"), 1},
+		{"srptarget_lun_commands_total", with("op", "other"), 2},
+		{"srptarget_lun_command_duration_seconds", with("op", "read"), 2},
+		{"srptarget_lun_command_duration_seconds", with("op", "write"), 1},
+		{"srptarget_lun_read_bytes_total", lun, 4096},
+		{"srptarget_lun_written_bytes_total", lun, 8192},
+		{"srptarget_lun_errors_total", with("sense_key", "MEDIUM ERROR"), 1},
+		{"srptarget_lun_errors_total", with("sense_key", "ILLEGAL REQUEST"), 1},
+		{"srptarget_lun_errors_total", with("sense_key", "DATA PROTECT"), 1},
+		{"srptarget_lun_errors_total", with("sense_key", "NOT READY"), 0},
+		{"srptarget_lun_errors_total", with("sense_key", "ABORTED COMMAND"), 0},
+		{"srptarget_lun_commands_in_flight", lun, 1},
+		{"srptarget_logins_accepted_total", nil, 0},
+		{"srptarget_logins_rejected_total", map[string]string{"reason": "insufficient_resources"}, 0},
+		{"srptarget_task_management_total", map[string]string{"function": "LOGICAL UNIT RESET"}, 0},
+		{"srptarget_task_management_total", map[string]string{"function": "other"}, 0},
+		{"srptarget_sessions", nil, 0},
+		{"srptarget_channels", nil, 0},
+		{"srptarget_busy_total", nil, 0},
+		{"srptarget_rdma_errors_total", nil, 0},
+		{"srptarget_rdma_stalls_total", nil, 0},
+		{"srptarget_buffer_pool_in_use_bytes", nil, 0},
+		{"srptarget_buffer_pool_size_bytes", nil, 0},
+	} {
+		require.Equal(t, tc.want, value(fams, tc.name, tc.labels), "%s%v", tc.name, tc.labels)
+	}
+	require.Len(t, fams["srptarget_lun_errors_total"].GetMetric(), len(exportedSenseKeys))
+	require.Len(t, fams["srptarget_logins_rejected_total"].GetMetric(), 7)
+
+	h := findMetric(fams, "srptarget_lun_command_duration_seconds", with("op", "read")).GetHistogram()
+	require.InDelta(t, 2.04e-3, h.GetSampleSum(), 1e-12)
+	for _, b := range h.GetBucket() {
+		var want uint64
+		switch le := b.GetUpperBound(); {
+		case le >= 2e-3:
+			want = 2
+		case le >= 40e-6:
+			want = 1
+		}
+		require.Equal(t, want, b.GetCumulativeCount(), "le %v", b.GetUpperBound())
+	}
+	for _, name := range []string{"srptarget_lun_commands_total", "srptarget_logins_accepted_total", "srptarget_lun_read_bytes_total"} {
+		require.Equal(t, dto.MetricType_COUNTER, fams[name].GetType(), name)
+	}
+	require.Equal(t, dto.MetricType_GAUGE, fams["srptarget_lun_commands_in_flight"].GetType())
+	require.Equal(t, dto.MetricType_HISTOGRAM, fams["srptarget_lun_command_duration_seconds"].GetType())
+	lu.Release()
+}
+
+// TestMetricsEndpoint runs `serve --metrics 127.0.0.1:0`, does known I/O from an initiator
+// over the in-memory fabric and reads the counters back from /metrics.
+func TestMetricsEndpoint(t *testing.T) {
+	registerOnDefaultMux()
+	e := newEnv(t, e2eConfig)
+	e.opts.metricsAddr = "127.0.0.1:0"
+	e.start()
+	listening := e.logs.FilterMessage("metrics endpoint listening").All()
+	require.Len(t, listening, 1)
+	addr := listening[0].ContextMap()["address"].(string)
+	require.Equal(t, "http://"+addr+"/metrics", listening[0].ContextMap()["url"])
+	require.Zero(t, e.logs.FilterMessage("the metrics endpoint is not bound to localhost: whoever reaches it sees the LUNs, their load and the sessions").Len())
+
+	ch, err := e.login(rwInitiator, "", 5555)
+	require.NoError(t, err)
+	defer ch.Close()
+	_, err = e.login(strangerInitiator, "", 5555)
+	require.Error(t, err, "no ACL for this initiator")
+	clearUA(t, ch, 0)
+	ctx := t.Context()
+	const writes, reads, blocks = 4, 6, 16
+	for i := 0; i < writes; i++ {
+		do(t, ch, &srptest.Request{CDB: srptest.CDBWrite10(uint32(i*blocks), blocks), DataOut: make([]byte, blocks*512)})
+	}
+	for i := 0; i < reads; i++ {
+		rsp, err := ch.Read10(ctx, 0, uint32(i*blocks), blocks, 512)
+		require.NoError(t, err)
+		require.NoError(t, rsp.Err())
+	}
+	rsp := do(t, ch, &srptest.Request{CDB: []byte{0xFF, 0, 0, 0, 0, 0}})
+	requireSense(t, rsp, senseIllegalRequest, 0x20, 0x00)
+
+	lun0 := func(kv ...string) map[string]string {
+		m := map[string]string{"lun": "0", "serial": "0002c90300a342700000"}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	// The counters move at the send completion of each response, which may come after the
+	// initiator has it.
+	var fams map[string]*dto.MetricFamily
+	waitFor(t, "the commands to end", func() bool {
+		fams = scrape(t, addr)
+		return value(fams, "srptarget_lun_commands_in_flight", lun0()) == 0 &&
+			value(fams, "srptarget_lun_errors_total", lun0("sense_key", "ILLEGAL REQUEST")) == 1
+	})
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"srptarget_lun_commands_total", lun0("op", "write"), writes},
+		{"srptarget_lun_commands_total", lun0("op", "read"), reads},
+		{"srptarget_lun_command_duration_seconds", lun0("op", "write"), writes},
+		{"srptarget_lun_command_duration_seconds", lun0("op", "read"), reads},
+		{"srptarget_lun_written_bytes_total", lun0(), writes * blocks * 512},
+		{"srptarget_lun_read_bytes_total", lun0(), reads * blocks * 512},
+		{"srptarget_lun_errors_total", lun0("sense_key", "MEDIUM ERROR"), 0},
+		{"srptarget_lun_commands_total", map[string]string{"lun": "1", "op": "read"}, 0},
+		{"srptarget_logins_accepted_total", nil, 1},
+		{"srptarget_logins_rejected_total", map[string]string{"reason": "channel_limit_reached"}, 1}, // an ACL refusal, as LIO answers it
+		{"srptarget_sessions", nil, 1},
+		{"srptarget_channels", nil, 1},
+		{"srptarget_buffer_pool_size_bytes", nil, 16 << 20},
+	} {
+		require.Equal(t, tc.want, value(fams, tc.name, tc.labels), "%s%v", tc.name, tc.labels)
+	}
+	// The clear of the unit attention: TEST UNIT READY, "other", with UNIT ATTENTION.
+	require.GreaterOrEqual(t, value(fams, "srptarget_lun_errors_total", lun0("sense_key", "UNIT ATTENTION")), 1.0)
+	require.Equal(t, value(fams, "srptarget_lun_commands_total", lun0("op", "other")),
+		value(fams, "srptarget_lun_command_duration_seconds", lun0("op", "other")))
+	require.NotNil(t, fams["go_goroutines"], "the Go runtime collector")
+
+	status, body, err := httpGet("http://" + addr + "/srptarget-test-default-mux")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNotFound, status, body)
+
+	require.NoError(t, e.stop(syscall.SIGTERM))
+	require.Equal(t, 1, e.count("metrics endpoint closed", "address", addr))
+	_, _, err = httpGet("http://" + addr + "/metrics")
+	require.ErrorIs(t, err, syscall.ECONNREFUSED, "the endpoint is closed with the daemon")
+}
+
+func TestMetricsAddressInUseFailsStart(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+	e := newEnv(t, e2eConfig)
+	e.opts.metricsAddr = busy.Addr().String()
+	require.Equal(t, exitCodeError{1}, runServe(e.opts))
+	require.Equal(t, 1, e.count("start-up failed", "error",
+		"--metrics "+busy.Addr().String()+": listen tcp "+busy.Addr().String()+": bind: address already in use"))
+}
+
+func TestMetricsNotOnLoopbackWarns(t *testing.T) {
+	e := newEnv(t, e2eConfig)
+	e.opts.metricsAddr = ":0"
+	e.start()
+	require.Equal(t, 1, e.logs.FilterMessage("the metrics endpoint is not bound to localhost: whoever reaches it sees the LUNs, their load and the sessions").Len())
+	require.NoError(t, e.stop(syscall.SIGTERM))
+}
+
+func TestServeMetricsFlag(t *testing.T) {
+	var got serveFlags
+	cmd := newServeCommandWith(func(f serveFlags) error { got = f; return nil })
+	cmd.SetArgs([]string{"--config", "c.yaml", "--metrics", "127.0.0.1:9464"})
+	require.NoError(t, cmd.Execute())
+	require.Equal(t, "127.0.0.1:9464", got.metricsAddr)
+	require.True(t, strings.Contains(cmd.Long, "docs/metrics.md"))
+}

@@ -1,0 +1,104 @@
+package srp_test
+
+import (
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/srptest"
+)
+
+// TestLogicalUnitStats checks the per-logical-unit counters the channels keep
+// (scsi.LogicalUnit.Stats): commands and latencies by class, bytes each way, and CHECK
+// CONDITIONs by sense key, after known I/O; a logical unit nobody used stays at zero.
+func TestLogicalUnitStats(t *testing.T) {
+	mem, err := backstore.NewMemory(testLUNSize, testBlockSize)
+	require.NoError(t, err)
+	faulty := backstore.NewFaulty(mem)
+	const badLBA = 1000
+	faulty.Inject(backstore.OpRead, badLBA*testBlockSize, testBlockSize, syscall.EIO)
+	lu, err := scsi.NewLogicalUnit(scsi.Config{Backstore: faulty, Serial: "stats0001"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lu.Close() })
+	idle, err := scsi.NewLogicalUnit(scsi.Config{Backstore: mustMemory(t), Serial: "stats0002"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = idle.Close() })
+	m, err := scsi.NewLUNMap([]scsi.Mapping{{LUN: 0, LU: lu}, {LUN: 1, LU: idle}})
+	require.NoError(t, err)
+
+	h := newHarness(t, harnessOpts{auth: srp.AllowAll(m)})
+	ch := h.login(h.cfg())
+	clearUA(t, ch, 0)
+	ctx := ctxT(t)
+	waitFor(t, "the unit attention's command to end", func() bool { return lu.StatsSnapshot().InFlight == 0 })
+	before := lu.StatsSnapshot()
+
+	const writes, reads, blocks = 5, 7, 8
+	for i := 0; i < writes; i++ {
+		rsp, err := ch.Write10(ctx, 0, uint32(i*blocks), pattern(i, blocks*testBlockSize), testBlockSize)
+		require.NoError(t, err)
+		require.NoError(t, rsp.Err())
+	}
+	for i := 0; i < reads; i++ {
+		rsp, err := ch.Read10(ctx, 0, uint32(i*blocks), blocks, testBlockSize)
+		require.NoError(t, err)
+		require.NoError(t, rsp.Err())
+	}
+	// MEDIUM ERROR (a read), ILLEGAL REQUEST (an unsupported operation code: "other").
+	rsp, err := ch.Read10(ctx, 0, badLBA, 1, testBlockSize)
+	require.NoError(t, err)
+	k, _, _ := senseOf(t, rsp)
+	require.Equal(t, uint8(scsi.SenseMediumError), k)
+	rsp, err = ch.Do(ctx, &srptest.Request{CDB: []byte{0xFF, 0, 0, 0, 0, 0}})
+	require.NoError(t, err)
+	k, _, _ = senseOf(t, rsp)
+	require.Equal(t, uint8(scsi.SenseIllegalRequest), k)
+
+	// The counters are updated at the response's send completion, which the target may see
+	// after the initiator has the response.
+	waitFor(t, "every command to end", func() bool {
+		s := lu.StatsSnapshot()
+		return s.InFlight == 0 && s.Commands[scsi.OpOther]-before.Commands[scsi.OpOther] == 1
+	})
+	after := lu.StatsSnapshot()
+	require.Equal(t, uint64(writes), after.Commands[scsi.OpWrite]-before.Commands[scsi.OpWrite])
+	require.Equal(t, uint64(reads+1), after.Commands[scsi.OpRead]-before.Commands[scsi.OpRead])
+	for class := range scsi.NumOpClasses {
+		require.Equal(t, after.Commands[class], after.Latency[class].Count, "histogram count of %v", class)
+		require.Equal(t, after.Commands[class]-before.Commands[class], after.Latency[class].Count-before.Latency[class].Count)
+	}
+	require.Positive(t, after.Latency[scsi.OpRead].SumNanos, "latency measured")
+	require.Equal(t, uint64(writes*blocks*testBlockSize), after.BytesOut-before.BytesOut)
+	require.Equal(t, uint64(reads*blocks*testBlockSize), after.BytesIn-before.BytesIn)
+	require.Equal(t, uint64(1), after.SenseKeys[scsi.SenseMediumError]-before.SenseKeys[scsi.SenseMediumError])
+	require.Equal(t, uint64(1), after.SenseKeys[scsi.SenseIllegalRequest]-before.SenseKeys[scsi.SenseIllegalRequest])
+	require.Equal(t, scsi.LUStatsSnapshot{}, idle.StatsSnapshot(), "LUN 1 saw no command")
+}
+
+// TestTaskManagementStatsByFunction checks Stats.TaskMgmtByFunc.
+func TestTaskManagementStatsByFunction(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	ch := h.login(h.cfg())
+	ctx := ctxT(t)
+	for _, fn := range []srp.TskMgmtFunc{srp.TskAbortTask, srp.TskLUNReset, srp.TskLUNReset} {
+		_, err := ch.TaskMgmt(ctx, fn, 0, 0x1234)
+		require.NoError(t, err)
+	}
+	st := h.waitStats("three task management functions", func(s srp.Stats) bool { return s.TaskMgmt == 3 })
+	want := [len(srp.TaskMgmtFuncs) + 1]uint64{}
+	want[0], want[3] = 1, 2 // ABORT TASK, LOGICAL UNIT RESET
+	require.Equal(t, want, st.TaskMgmtByFunc)
+	require.Equal(t, srp.TskLUNReset, srp.TaskMgmtFuncs[3])
+	require.Positive(t, st.PoolSize)
+}
+
+func mustMemory(t *testing.T) backstore.Backstore {
+	t.Helper()
+	m, err := backstore.NewMemory(testLUNSize, testBlockSize)
+	require.NoError(t, err)
+	return m
+}
