@@ -84,7 +84,23 @@ MAX_TRANSFER_MIB=8
 ACL_PATTERN="0x0000000000000000*"
 BAD_INITIATOR_EXT=00000000deadbeef
 
+# The daemon's Prometheus endpoint (serve --metrics).
+METRICS=127.0.0.1:9464
+
 # ------------------------------------------------------------------ helpers
+# metric NAME LABELS: the sum of the samples of NAME whose labels contain every one of the
+# comma-separated LABELS (e.g. 'lun="0",op="read"'), from /metrics.
+metric() {
+	busybox wget -qO- "http://$METRICS/metrics" 2>/dev/null | awk -v name="$1" -v want="$2" '
+		$1 == name || index($1, name "{") == 1 {
+			ok = 1; n = split(want, w, ",")
+			for (i = 1; i <= n; i++) if (index($1, w[i]) == 0) ok = 0
+			if (ok) sum += $2
+		}
+		END { printf "%d\n", sum }'
+}
+# disk_ios sdX: reads + writes completed (/sys/block/sdX/stat fields 1 and 5).
+disk_ios() { awk '{ print $1 + $5 }' "/sys/block/$1/stat"; }
 # daemon_alive: the daemon started last is still running (a zombie counts as gone).
 daemon_alive() {
 	[ -n "$PID" ] && [ -r "/proc/$PID/stat" ] && ! grep -qE '^[0-9]+ \(.*\) Z' "/proc/$PID/stat" 2>/dev/null
@@ -96,9 +112,9 @@ start_daemon() {
 	INSTANCE=$((INSTANCE + 1))
 	DLOG=$DLOG_DIR/srptarget-$INSTANCE.log
 	: >"$DLOG"
-	echo "SRPTVM\$ $BIN serve --config $CONFIG  (instance $INSTANCE, log $DLOG)"
+	echo "SRPTVM\$ $BIN serve --config $CONFIG --metrics $METRICS  (instance $INSTANCE, log $DLOG)"
 	# not through run(): $! must be the daemon's PID
-	"$BIN" serve --config "$CONFIG" >"$DLOG" 2>&1 &
+	"$BIN" serve --config "$CONFIG" --metrics "$METRICS" >"$DLOG" 2>&1 &
 	PID=$!
 	# (an earlier instance's tail stays: tail -f polls once a second and
 	# would otherwise lose that instance's last lines)
@@ -554,6 +570,12 @@ frwr_mark=$(dmesg_mark)
 # runs with the default socket, /run/srptarget/control.sock).
 ( sleep 0.5; "$BIN" sessions --json >/tmp/sessions.json 2>&1 ) &
 SESSIONS_PID=$!
+# /metrics before and after: LUN 0's read and write commands must grow by what the disk
+# completed (fio's writes and verify reads, as the block layer sent them).
+lun0_rw() { metric srptarget_lun_commands_total 'lun="0",op="read"'; metric srptarget_lun_commands_total 'lun="0",op="write"'; }
+lun0_hist() { metric srptarget_lun_command_duration_seconds_count 'lun="0",op="read"'; metric srptarget_lun_command_duration_seconds_count 'lun="0",op="write"'; }
+sum2() { awk '{ s += $1 } END { print s + 0 }'; }
+m0=$(lun0_rw | sum2) h0=$(lun0_hist | sum2) io0=$(disk_ios "${DEV0##*/}")
 fio4k "fio 4k randwrite qd32"
 wait "$SESSIONS_PID"
 FRWR_RETRY_MARK=
@@ -574,6 +596,14 @@ if [ "$total" = 2 ] && [ "$moved" = 2 ]; then
 	record "both channels used" pass "the send PSNs of both target QPs advanced during the run ($qp_before -> $qp_after)"
 else
 	record "both channels used" fail "$moved of $total target QPs sent during the run ($qp_before -> $qp_after)"
+fi
+
+m1=$(lun0_rw | sum2) h1=$(lun0_hist | sum2) io1=$(disk_ios "${DEV0##*/}")
+dm=$((m1 - m0)) dh=$((h1 - h0)) dio=$((io1 - io0))
+if [ "$dio" -gt 0 ] && [ $(((dm - dio) * 100)) -le "$dio" ] && [ $(((dio - dm) * 100)) -le "$dio" ] && [ "$dh" = "$dm" ]; then
+	record "metrics: LUN 0 commands" pass "/metrics read+write commands +$dm, the disk completed +$dio (within 1 %); latency histogram count +$dh"
+else
+	record "metrics: LUN 0 commands" fail "/metrics read+write commands +$dm, histogram count +$dh, the disk completed +$dio"
 fi
 
 # The session as the control socket shows it: the initiator port id ib_srp logged in with
