@@ -56,8 +56,8 @@ else
 fi
 if [ -n "$metrics" ]; then
 	if body=$(curl -fsS "http://$metrics/metrics" 2>&1 || wget -qO- "http://$metrics/metrics" 2>&1) &&
-		grep -q '^srptarget_' <<<"$body"; then
-		ok "/metrics answers ($(grep -c '^srptarget_' <<<"$body") srptarget_ samples)"
+		grep -q '^srptarget_serving 0$' <<<"$body"; then
+		ok "/metrics answers: srptarget_serving 0 while it waits"
 		passed=$((passed + 1))
 	else
 		bad "/metrics: $(head -3 <<<"$body")"

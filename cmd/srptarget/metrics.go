@@ -104,6 +104,7 @@ var (
 	descPoolHighMark    = newDesc("buffer_pool_high_water_bytes", "Most data buffer bytes ever in use at once, summed over RDMA devices.")
 	descPoolSize        = newDesc("buffer_pool_size_bytes", "Size of the registered data buffer pools, summed over RDMA devices.")
 	descCreditRequests  = newDesc("credit_requests_total", "SRP_CRED_REQ IUs sent to return credits of aborted commands.")
+	descServing         = newDesc("serving", "1 when the daemon serves; 0 while serve waits for an RDMA device (it started before the device) and nothing else is known yet.")
 )
 
 // loginRejectReasons are the label values of Stats.Rejects, in its order (SRP r16a table 14).
@@ -147,7 +148,7 @@ func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
 		descLoginsAccepted, descLoginsRejected, descSessions, descChannels, descChannelsClosed, descCommands,
 		descAborted, descTaskMgmt, descDataInBytes, descDataOutBytes, descTransportErrors, descProtocolErrors,
 		descRDMAErrors, descRDMAStalls, descBufferWaits, descBusy, descPoolInUse, descPoolHighMark, descPoolSize,
-		descCreditRequests,
+		descCreditRequests, descServing,
 	} {
 		ch <- d
 	}
@@ -157,8 +158,10 @@ func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *daemonCollector) Collect(ch chan<- prometheus.Metric) {
 	v := c.view.Load()
 	if v == nil {
+		ch <- prometheus.MustNewConstMetric(descServing, prometheus.GaugeValue, 0)
 		return
 	}
+	ch <- prometheus.MustNewConstMetric(descServing, prometheus.GaugeValue, 1)
 	if v.target != nil {
 		collectTarget(ch, v.target)
 	}

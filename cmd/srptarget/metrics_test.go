@@ -112,7 +112,9 @@ func TestDaemonCollector(t *testing.T) {
 	require.NoError(t, err)
 
 	c := &daemonCollector{}
-	require.Empty(t, gather(t, c), "nothing before the daemon has started")
+	before := gather(t, c)
+	require.Len(t, before, 1, "nothing but srptarget_serving before the daemon has started")
+	require.Equal(t, 0.0, before["srptarget_serving"].GetMetric()[0].GetGauge().GetValue())
 	c.set(newMetricsView(tgt, map[int]*lunState{7: {num: 7, key: luKey{serial: "metrics0007"}, lu: lu}}))
 
 	var cmd scsi.Command
