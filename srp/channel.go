@@ -538,7 +538,7 @@ func (ch *channel) poll() bool {
 			ch.beginClose("completion queue failed")
 			return true
 		}
-		if n > 0 {
+		if n > 0 && ch.t.cfg.MeasureLatency {
 			ch.pollNow = nanotime()
 		}
 		for i := 0; i < n; i++ {

@@ -63,6 +63,7 @@ type harnessOpts struct {
 	logLevel  zapcore.Level
 	targetPID *srp.PortID
 	gate      bool // LUN 0's backstore can be held (h.gate)
+	latency   bool // srp.Config.MeasureLatency
 }
 
 // gateStore holds reads and writes while closed, so that tests can keep commands inside the
@@ -182,10 +183,11 @@ func newHarness(t testing.TB, opts harnessOpts) *harness {
 		pid = *opts.targetPID
 	}
 	h.tgt, err = srp.New(srp.Config{
-		TargetPortID: pid,
-		Limits:       opts.limits,
-		Authorizer:   auth,
-		Logger:       zap.New(core),
+		TargetPortID:   pid,
+		Limits:         opts.limits,
+		Authorizer:     auth,
+		Logger:         zap.New(core),
+		MeasureLatency: opts.latency,
 	})
 	require.NoError(t, err)
 	h.ln, err = h.node.Listen(testPort)

@@ -30,7 +30,7 @@ func TestLogicalUnitStats(t *testing.T) {
 	m, err := scsi.NewLUNMap([]scsi.Mapping{{LUN: 0, LU: lu}, {LUN: 1, LU: idle}})
 	require.NoError(t, err)
 
-	h := newHarness(t, harnessOpts{auth: srp.AllowAll(m)})
+	h := newHarness(t, harnessOpts{auth: srp.AllowAll(m), latency: true})
 	ch := h.login(h.cfg())
 	clearUA(t, ch, 0)
 	ctx := ctxT(t)
@@ -101,4 +101,24 @@ func mustMemory(t *testing.T) backstore.Backstore {
 	m, err := backstore.NewMemory(testLUNSize, testBlockSize)
 	require.NoError(t, err)
 	return m
+}
+
+// TestLogicalUnitStatsWithoutLatency: without Config.MeasureLatency the commands are still
+// counted, with no clock read (latency 0).
+func TestLogicalUnitStatsWithoutLatency(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	ch := h.login(h.cfg())
+	clearUA(t, ch, 0)
+	lu := h.lus[0]
+	waitFor(t, "the unit attention's command to end", func() bool { return lu.StatsSnapshot().InFlight == 0 })
+	before := lu.StatsSnapshot()
+	for i := range 3 {
+		rsp, err := ch.Read10(ctxT(t), 0, uint32(i*8), 8, testBlockSize)
+		require.NoError(t, err)
+		require.NoError(t, rsp.Err())
+	}
+	waitFor(t, "the reads counted", func() bool {
+		return lu.StatsSnapshot().Commands[scsi.OpRead]-before.Commands[scsi.OpRead] == 3
+	})
+	require.Zero(t, lu.StatsSnapshot().Latency[scsi.OpRead].SumNanos, "a clock was read")
 }

@@ -149,6 +149,9 @@ func (d *daemon) start() error {
 		TargetPortID: ident.portID(),
 		Limits:       limitsOf(cfg),
 		Logger:       d.log,
+		// The latency histograms cost a clock read per completion batch: only when
+		// --metrics exports them.
+		MeasureLatency: d.opts.metrics != nil,
 	})
 	if err != nil {
 		return cfg.errorAt(at("limits"), "%v", err)
