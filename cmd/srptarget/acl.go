@@ -30,6 +30,20 @@ type aclEntry struct {
 
 var _ srp.Authorizer = (*aclAuthorizer)(nil)
 
+// newACLEntry makes the entry of acls[i] of cfg, its LUN map not yet set.
+func newACLEntry(cfg *Config, i int) (*aclEntry, *ConfigError) {
+	c := cfg.ACLs[i]
+	e := &aclEntry{index: i, cfg: c, initiators: c.Initiators}
+	for _, s := range c.Sources {
+		pfx, err := ParseSourcePrefix(s)
+		if err != nil {
+			return nil, cfg.errorAt(at("acls", i, "sources"), "%v", err)
+		}
+		e.sources = append(e.sources, pfx)
+	}
+	return e, nil
+}
+
 // matches reports whether the initiator port id (0x + 32 hex digits) or its source address
 // (unmapped, without zone) is in the ACL.
 func (e *aclEntry) matches(id string, src netip.Addr) bool {

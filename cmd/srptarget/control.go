@@ -873,14 +873,10 @@ func aclCheckFile(file, initiator, source string) (*aclCheckResult, error) {
 		roLUN[*l.LUN] = l.ReadOnly
 	}
 	slices.Sort(a.luns)
-	for i, c := range cfg.ACLs {
-		e := &aclEntry{index: i, cfg: c, initiators: c.Initiators}
-		for _, s := range c.Sources {
-			pfx, err := ParseSourcePrefix(s)
-			if err != nil {
-				return nil, cfg.errorAt(at("acls", i, "sources"), "%v", err)
-			}
-			e.sources = append(e.sources, pfx)
+	for i := range cfg.ACLs {
+		e, cerr := newACLEntry(cfg, i)
+		if cerr != nil {
+			return nil, cerr
 		}
 		a.acls = append(a.acls, e)
 	}

@@ -371,13 +371,9 @@ func buildAuthorizer(cfg *Config, luns map[int]*lunState) (*aclAuthorizer, *Conf
 	}
 	slices.Sort(a.luns)
 	for i, c := range cfg.ACLs {
-		e := &aclEntry{index: i, cfg: c, initiators: c.Initiators}
-		for _, s := range c.Sources {
-			pfx, err := ParseSourcePrefix(s)
-			if err != nil {
-				return nil, cfg.errorAt(at("acls", i, "sources"), "%v", err)
-			}
-			e.sources = append(e.sources, pfx)
+		e, cerr := newACLEntry(cfg, i)
+		if cerr != nil {
+			return nil, cerr
 		}
 		maps := make([]scsi.Mapping, 0, len(c.LUNs))
 		for _, n := range c.LUNs {
