@@ -56,8 +56,9 @@ const (
 	pollBatch = 64
 	// spareRecvs is the receive buffer posted beyond the credits granted: the initiator
 	// answers an SRP_CRED_REQ with an SRP_CRED_RSP that consumes no credit, so a target that
-	// sends SRP_CRED_REQ needs one receive more than it grants (srp-protocol.md 2.5; ib_srp
-	// assumes at most one such request outstanding).
+	// sends SRP_CRED_REQ needs one receive more than it grants (SRP r16a: SRP_CRED_RSP carries no
+	// REQUEST LIMIT DELTA of its own; ib_srp, drivers/infiniband/ulp/srp/ib_srp.c
+	// srp_process_cred_req, assumes at most one such request outstanding).
 	spareRecvs = 1
 )
 
@@ -1820,7 +1821,7 @@ func (ch *channel) teardown() {
 	ch.t.removeChannel(ch)
 }
 
-// creditLedger is the channel's request limit bookkeeping (srp-protocol.md 2.5). The
+// creditLedger is the channel's request limit bookkeeping (SRP r16a REQUEST LIMIT DELTA). The
 // initiator spends one credit per SRP_CMD and SRP_TSK_MGMT; every SRP_RSP gives back its
 // REQUEST LIMIT DELTA. The target answers each request with a delta of 1 plus the credits of
 // requests that ended without a response (aborted commands: ib_srp forgets them without

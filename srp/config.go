@@ -86,7 +86,7 @@ const (
 type Limits struct {
 	// MaxITIULen is the MAXIMUM INITIATOR-TO-TARGET IU LENGTH: the size of each receive buffer.
 	// Logins asking for more are rejected (a smaller answer would make ib_srp overrun the
-	// buffers, see srp-protocol.md pitfall 2).
+	// buffers: drivers/infiniband/ulp/srp/ib_srp.c sizes its IUs from what it asked for).
 	MaxITIULen uint32
 	// MaxTIIULen is the MAXIMUM TARGET-TO-INITIATOR IU LENGTH advertised at login. ib_srp sizes
 	// its receive ring with it once and does not resize on reconnect, so it is a constant of
@@ -123,8 +123,8 @@ type Limits struct {
 	// as local write. iWARP needs it: the sink of an RDMA READ (where data-out and external
 	// descriptor tables land) is written through its STag like the target of an RDMA WRITE,
 	// so without remote write every SCSI WRITE that is not immediate data fails and takes the
-	// channel down (srp-protocol.md pitfall 18; the kernel's rdma_rw does the same for
-	// iWARP). Leave it off on InfiniBand and RoCE: it lets the pool's rkey write target
+	// channel down (the kernel's rdma_rw, drivers/infiniband/core/rw.c, registers iWARP READ
+	// sinks with IB_ACCESS_REMOTE_WRITE for this reason). Leave it off on InfiniBand and RoCE: it lets the pool's rkey write target
 	// memory, which nothing there needs. The pool's rkey is never sent to the initiator
 	// either way.
 	RemoteWriteForReadSinks bool

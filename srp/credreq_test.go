@@ -11,7 +11,7 @@ import (
 	"github.com/srptarget/srptarget/srp/srptest"
 )
 
-// credReqBytes is an SRP_CRED_REQ written out by hand (srp-protocol.md 1.11): opcode 81h,
+// credReqBytes is an SRP_CRED_REQ written out by hand (include/scsi/srp.h struct srp_cred_req): opcode 81h,
 // SOLNT 0, REQUEST LIMIT DELTA, TAG.
 func credReqBytes(delta uint32, tag uint64) []byte {
 	b := []byte{0x81, 0, 0, 0, byte(delta >> 24), byte(delta >> 16), byte(delta >> 8), byte(delta)}

@@ -81,7 +81,8 @@ func grantImmediate(f *LoginReqFields, lim *Limits) uint16 {
 }
 
 // RDMA/CM port spaces, numbered as librdmacm's enum rdma_port_space. The port space a login
-// arrives in decides the layout of its SRP_LOGIN_REQ (srp-protocol.md 3.2-3.4).
+// arrives in decides the layout of its SRP_LOGIN_REQ (include/scsi/srp.h: struct srp_login_req for the
+// IB CM, struct srp_login_req_rdma for RDMA/CM).
 const (
 	// PortSpaceTCP (RDMA_PS_TCP): rdma_connect to an IP address (RoCE, iWARP, IPoIB; ib_srp's
 	// dest=). The private data is the 56-byte srp_login_req_rdma: RDMA/CM's own header takes

@@ -25,7 +25,7 @@ func requireRej(t *testing.T, raw []byte, reason uint32, tag uint64) {
 	require.Equal(t, make([]byte, len(raw)-srp.LoginRejSize), raw[srp.LoginRejSize:])
 }
 
-// rejBytes is an SRP_LOGIN_REJ written out by hand (srp-protocol.md 1.4): opcode C2, reason,
+// rejBytes is an SRP_LOGIN_REJ written out by hand (include/scsi/srp.h struct srp_login_rej): opcode C2, reason,
 // tag, supported buffer formats 0x0006 (direct + indirect).
 func rejBytes(reason uint32, tag uint64) []byte {
 	b := make([]byte, 32)

@@ -104,8 +104,9 @@ func (ch *channel) tmfLoop() {
 // buffer or a send-queue slot, queued for a worker, or finished but not yet answered: claimed
 // here with one compare-and-swap on their context, they end without a response), and in the
 // logical unit (scsi.LUNMap's functions, which return when the aborted commands have left the
-// logical unit). Response codes follow LIO (srp-protocol.md 5.9): FUNCTION COMPLETE → 0x00,
-// rejected → 0x04, anything else (unknown LUN) → 0x05. Codes SRP r16a does not define are
+// logical unit). Response codes follow LIO (drivers/infiniband/ulp/srpt/ib_srpt.c,
+// tcm_to_srp_tsk_mgmt_status): FUNCTION COMPLETE → 0x00, rejected → 0x04, anything else
+// (unknown LUN) → 0x05. Codes SRP r16a does not define are
 // answered 0x04 without touching any command (see the comment at the top of this file).
 func (ch *channel) runTMF(tm *tmReq) TskMgmtRspCode {
 	s := ch.sess

@@ -69,8 +69,8 @@ const (
 	// PortSpaceIB (RDMA_PS_IB) is RDMA/CM with AF_IB addresses, the only way user space can
 	// receive native IB CM REQs (ib_srp's dgid=...,service_id=0x013fPPPP): no CMA header, so a
 	// request carries the full MaxIBConnRequestPrivateData = 92 bytes of REQ private data and
-	// the listener gets them raw, starting with the 64-byte SRP_LOGIN_REQ (srp-protocol.md
-	// 3.3-3.4). Node addresses stand in for GIDs and the port for the low 16 bits of the
+	// the listener gets them raw, starting with the 64-byte SRP_LOGIN_REQ (include/scsi/srp.h
+	// struct srp_login_req). Node addresses stand in for GIDs and the port for the low 16 bits of the
 	// service ID 0x00000000013FPPPP.
 	PortSpaceIB PortSpace = 0x013F
 )
