@@ -42,14 +42,21 @@ demo:
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
-# bench: srptarget against LIO ib_srpt in one qemu VM boot (soft-RoCE, the kernel's ib_srp),
-# the same fio jobs alternating between the targets, with a CPU profile of the daemon; table,
-# CSV and chart in $$SRPT_VM_DIR/bench/<date-time> (docs/benchmarks.md), then the Go benchmarks.
-# Needs root; 15-30 min. BENCH_ARGS go to the guest (e.g. BENCH_ARGS='rounds=5').
-.PHONY: bench-vm
-bench: bench-vm bench-go
-bench-vm:
+# bench: srptarget against LIO ib_srpt, each target on a host of its own: two qemu VMs on one
+# virtual link (a 1-vCPU target VM with both targets, a 2-vCPU initiator VM with ib_srp and
+# fio), soft-RoCE on each, the same fio jobs alternating between the targets; the target
+# host's CPU per I/O. Table, CSV and chart in $$SRPT_VM_DIR/bench/2host-<date-time>
+# (docs/benchmarks.md, "Two hosts"), then the Go benchmarks. Needs root; about 10 min.
+# BENCH_ARGS go to both guests (e.g. BENCH_ARGS='rounds=5').
+# bench-loopback: the one-VM bench (initiator and targets in one VM), with the daemon's CPU
+# profile, scheduler and system-call counts, and srpt_modes; bench-vm is its old name.
+.PHONY: bench-2host bench-loopback bench-vm
+bench: bench-2host bench-go
+bench-2host:
+	GO="$(GO)" integration/vm/bench-2host.sh $(BENCH_ARGS)
+bench-loopback:
 	GO="$(GO)" integration/vm/bench.sh $(BENCH_ARGS)
+bench-vm: bench-loopback
 
 # fuzz: each fuzz target for FUZZTIME (one at a time, as go test requires).
 FUZZTIME ?= 10s

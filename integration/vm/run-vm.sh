@@ -25,6 +25,13 @@
 #                      its test 60 s earlier (below 150: after half of it) and
 #                      dumps diagnostics
 #   SRPT_VM_SMP        vCPUs (2)      SRPT_VM_MEM   memory (3G)
+#   SRPT_VM_NIC        none (default: no network card), or one virtio NIC on a
+#                      link between two VMs (bench-2host.sh): unix-server:PATH:MAC
+#                      in the first VM, unix-client:PATH:MAC in the second, a qemu
+#                      "stream" netdev over the Unix socket PATH (qemu-options(7),
+#                      -netdev stream). Not the TCP "socket" netdev (Nagle and
+#                      delayed ACKs put ~40 ms into small exchanges) nor UDP (frames
+#                      dropped under load, which soft-RoCE recovers from slowly)
 #   SRPT_VM_CPU        qemu CPU model (qemu64: faster than "max" under TCG
 #                      for the rxe data path, see README.md)
 #   SRPT_VM_APPEND     extra kernel command line
@@ -131,6 +138,19 @@ if [ -n "$RUNLOCK" ] && [ -z "${SRPT_VM_RUN_LOCK_HELD:-}" ]; then
 fi
 
 # ------------------------------------------------------------------ qemu
+case ${SRPT_VM_NIC:-none} in
+none) NIC=(-nic none) ;;
+unix-server:*:* | unix-client:*:*)
+	nic_mode=${SRPT_VM_NIC%%:*}
+	nic_rest=${SRPT_VM_NIC#*:}
+	nic_path=${nic_rest%%:*}
+	nic_mac=${nic_rest#*:}
+	nic_srv=off
+	[ "$nic_mode" = unix-server ] && nic_srv=on
+	NIC=(-netdev "stream,id=n0,server=$nic_srv,addr.type=unix,addr.path=$nic_path" -device "virtio-net-pci,netdev=n0,mac=$nic_mac")
+	;;
+*) die "SRPT_VM_NIC must be none, unix-server:PATH:MAC or unix-client:PATH:MAC" ;;
+esac
 # oops=panic + panic=-1 + -no-reboot: a kernel oops ends the run at once
 # instead of leaving a hung guest. log_buf_len: room for debug output.
 APPEND="console=ttyS0,115200 panic=-1 oops=panic mitigations=off nokaslr log_buf_len=4M ${SRPT_VM_APPEND:-}"
@@ -138,7 +158,7 @@ APPEND="console=ttyS0,115200 panic=-1 oops=panic mitigations=off nokaslr log_buf
 QEMU=(qemu-system-x86_64
 	-machine q35 -accel tcg,thread=multi -cpu "${SRPT_VM_CPU:-qemu64}"
 	-smp "${SRPT_VM_SMP:-2}" -m "${SRPT_VM_MEM:-3G}"
-	-nographic -no-reboot -nic none
+	-nographic -no-reboot "${NIC[@]}"
 	-kernel "$kernel" -initrd "$initrd"
 	-append "$APPEND")
 
@@ -158,6 +178,7 @@ echo "run-vm: $name, log $LOG"
 	echo "run-vm: host load average at start: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) host cpus"
 } >"$LOG"
 T0US=${EPOCHREALTIME/./}
+echo "run-vm: t0 epoch us $T0US" >>"$LOG"
 set +e
 # Every console line goes to the log with the host time since qemu started;
 # progress and check lines (or all, with SRPT_VM_VERBOSE=1) also to stdout.

@@ -64,6 +64,9 @@ func datNum(v float64) string {
 func (s Summary) WriteChart(dir, title, terminal string) error {
 	var drawn []panel
 	for _, p := range panels {
+		if s.TargetHost && p.file == "cpu.dat" {
+			p.title = "target host CPU per I/O (lower is better)"
+		}
 		var b strings.Builder
 		fmt.Fprintln(&b, "# label, then median min max for: "+s.targetKeys(s.Targets))
 		rows := 0

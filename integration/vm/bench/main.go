@@ -29,14 +29,15 @@ func main() {
 	out := flag.String("out", ".", "output directory")
 	title := flag.String("title", "srptarget vs LIO ib_srpt, ib_srp over soft-RoCE, qemu TCG", "chart title")
 	terminal := flag.String("terminal", "set terminal pngcairo size 1950,1150 font 'DejaVu Sans,11'", "gnuplot terminal line")
+	samples := flag.String("target-samples", "", "the two-host bench's target-samples.txt: CPU figures of the target host")
 	flag.Parse()
-	if err := run(*raw, *info, *out, *title, *terminal, os.Stdout); err != nil {
+	if err := run(*raw, *info, *out, *title, *terminal, *samples, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(rawPath, infoPath, out, title, terminal string, stdout io.Writer) error {
+func run(rawPath, infoPath, out, title, terminal, samplesPath string, stdout io.Writer) error {
 	if rawPath == "" || infoPath == "" {
 		return errors.New("-raw and -info are required")
 	}
@@ -50,6 +51,16 @@ func run(rawPath, infoPath, out, title, terminal string, stdout io.Writer) error
 	}
 	if len(runs) == 0 {
 		return fmt.Errorf("%s: no BENCH lines", rawPath)
+	}
+	if samplesPath != "" {
+		samples, err := readTargetSamples(samplesPath)
+		if err != nil {
+			return err
+		}
+		p.TargetHost = true
+		if n := ApplyTargetSamples(runs, samples, p); n > 0 {
+			fmt.Fprintf(os.Stderr, "bench: %d of %d runs have no target samples: no CPU figures for them\n", n, len(runs))
+		}
 	}
 	s := Summarize(runs, p)
 	write := func(name string, fn func(io.Writer) error) error {
@@ -68,6 +79,11 @@ func run(rawPath, infoPath, out, title, terminal string, stdout io.Writer) error
 	}
 	if err := write("summary.csv", s.WriteSummaryCSV); err != nil {
 		return err
+	}
+	if p.TargetHost {
+		if err := write("two-host-summary.csv", s.WriteBetterCSV); err != nil {
+			return err
+		}
 	}
 	if err := write("table.md", func(w io.Writer) error { s.WriteTable(w); return nil }); err != nil {
 		return err

@@ -47,6 +47,10 @@ type Run struct {
 	CPU0, CPU1       []uint64  // the "cpu" line of /proc/stat, clock ticks
 	Daemon0, Daemon1 [2]uint64 // the daemon's utime, stime, clock ticks
 	Up0, Up1         float64   // guest uptime, s
+	// IOWindow, when above 0, is the span (s) the CPU counters cover, for the I/O count
+	// (IOPS × IOWindow) instead of ramp + runtime; NaN: the run has no CPU counters
+	// (ApplyTargetSamples).
+	IOWindow float64
 
 	// Optional counters (lines of older guest scripts lack them; Has* tells).
 	HasSched             bool

@@ -140,6 +140,9 @@ type Params struct {
 	// Modes are the names of guest/bench.sh's srpt_modes (adaptive:20us is adaptive20us),
 	// in the order given; nil when the guest did not say (then: order of appearance).
 	Modes []string
+	// TargetHost: the CPU counters are the target host's (the two-host bench,
+	// ApplyTargetSamples), not those of the one VM that ran initiator and target.
+	TargetHost bool
 }
 
 // Derived are the per-run figures computed from the raw counters.
@@ -166,6 +169,12 @@ func Derive(r Run, p Params) Derived {
 	nan := math.NaN()
 	d := Derived{Window: r.Up1 - r.Up0, CtxtPerIO: nan, IPIPerIO: nan, DaemonReadsPerIO: nan, DaemonWritesPerIO: nan}
 	ios := r.IOPS * (p.Runtime + p.Ramp)
+	if r.IOWindow > 0 {
+		ios = r.IOPS * r.IOWindow
+	} else if math.IsNaN(r.IOWindow) { // no target samples for this run
+		d.GuestCPUPerIO, d.DaemonCPUPerIO, d.GuestIdlePct, d.SoftirqPct, d.DaemonPct = nan, nan, nan, nan, nan
+		return d
+	}
 	if ios > 0 {
 		if ctxt, ipis, ok := r.SchedCounts(); ok {
 			d.CtxtPerIO, d.IPIPerIO = ctxt/ios, ipis/ios
@@ -238,6 +247,8 @@ type Summary struct {
 	ChCounts []int
 	Excluded int // runs left out because ib_srp logged transport errors during them
 	Runs     int
+	// TargetHost: the CPU figures are the target host's (Params.TargetHost).
+	TargetHost bool
 }
 
 // CPU figures summarised alongside the metrics.
@@ -260,7 +271,7 @@ func Summarize(runs []Run, p Params) Summary {
 	vals := map[cellKey][]float64{}
 	chs := map[int]bool{}
 	s := Summary{Cells: map[cellKey]Stat{}, PerRound: map[cellKey]map[int]float64{}, Runs: len(runs),
-		Targets: Targets(runs, p.Modes)}
+		Targets: Targets(runs, p.Modes), TargetHost: p.TargetHost}
 	for _, r := range runs {
 		if r.Errs > 0 {
 			s.Excluded++
@@ -428,15 +439,28 @@ func (s Summary) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "%d of %d runs left out: ib_srp logged transport errors during them.\n", s.Excluded, s.Runs)
 	}
 	fmt.Fprintln(w)
-	s.writeFigureTable(w, []figureCols{
-		{"guest-cpu-us-per-io", "guest CPU µs/I/O", false, true},
-		{"daemon-cpu-us-per-io", "daemon CPU µs/I/O", true, false},
-		{"guest-idle-pct", "guest idle %", false, false},
-	})
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "CPU per I/O: busy guest CPU time (both vCPUs: fio, ib_srp, rxe, the target) over the I/Os of")
-	fmt.Fprintln(w, "ramp + runtime; daemon: srptarget's own user + system time (including the rxe work the kernel does")
-	fmt.Fprintln(w, "inside its ibv_post_send system calls). Idle: share of both vCPUs idle during the job.")
+	if s.TargetHost {
+		s.writeFigureTable(w, []figureCols{
+			{"guest-cpu-us-per-io", "target host CPU µs/I/O", false, true},
+			{"daemon-cpu-us-per-io", "daemon CPU µs/I/O", true, false},
+			{"guest-idle-pct", "target host idle %", false, false},
+		})
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "CPU per I/O: busy CPU time of the target's host (its VM's vCPUs: the target, rxe, virtio-net)")
+		fmt.Fprintln(w, "over the I/Os of the job's measured part, from the target's /proc/stat sampled every 0.5 s;")
+		fmt.Fprintln(w, "daemon: srptarget's own user + system time (including the rxe work the kernel does inside its")
+		fmt.Fprintln(w, "system calls). Idle: share of the target host's vCPUs idle during the job.")
+	} else {
+		s.writeFigureTable(w, []figureCols{
+			{"guest-cpu-us-per-io", "guest CPU µs/I/O", false, true},
+			{"daemon-cpu-us-per-io", "daemon CPU µs/I/O", true, false},
+			{"guest-idle-pct", "guest idle %", false, false},
+		})
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "CPU per I/O: busy guest CPU time (both vCPUs: fio, ib_srp, rxe, the target) over the I/Os of")
+		fmt.Fprintln(w, "ramp + runtime; daemon: srptarget's own user + system time (including the rxe work the kernel does")
+		fmt.Fprintln(w, "inside its ibv_post_send system calls). Idle: share of both vCPUs idle during the job.")
+	}
 	if !s.hasFigure("ctxt-per-io") {
 		return
 	}
@@ -578,6 +602,65 @@ func (s Summary) WriteSummaryCSV(w io.Writer) error {
 				pr := stat(s.PairedRatios(m.Key, ch, t.Key))
 				if err := cw.Write([]string{m.Key, m.Unit, strconv.Itoa(ch), t.Key, g(c.Median), g(c.Min), g(c.Max),
 					strconv.Itoa(c.N), g(s.Ratio(m.Key, ch, t.Key)), g(pr.Min), g(pr.Median), g(pr.Max)}); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// WriteBetterCSV writes the short summary of docs/bench/two-host-summary.csv: per metric
+// (job), ch_count and target the median, and the ratio of the medians oriented so that above
+// 1 is better for srptarget: srptarget / LIO for IOPS and MiB/s, LIO / srptarget for
+// latency and CPU per I/O (empty for LIO). The CPU rows are named JOB/target-cpu-us-per-io
+// (the host's CPU, Params.TargetHost) or JOB/guest-cpu-us-per-io, and JOB/daemon-cpu-us-per-io.
+func (s Summary) WriteBetterCSV(w io.Writer) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write([]string{"job", "ch_count", "target", "median", "ratio"}); err != nil {
+		return err
+	}
+	g := func(v float64) string {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return ""
+		}
+		return strconv.FormatFloat(v, 'f', 3, 64)
+	}
+	type row struct {
+		key, name    string
+		higherBetter bool
+	}
+	var rows []row
+	for _, m := range Metrics {
+		rows = append(rows, row{m.Key, m.Key, m.HigherBetter})
+	}
+	cpuName := "guest-cpu-us-per-io"
+	if s.TargetHost {
+		cpuName = "target-cpu-us-per-io"
+	}
+	for _, m := range Metrics {
+		if m.Key != m.Job && m.Key != m.Job+"-mean" {
+			continue // one CPU row per job
+		}
+		rows = append(rows, row{m.Job + "/guest-cpu-us-per-io", m.Job + "/" + cpuName, false},
+			row{m.Job + "/daemon-cpu-us-per-io", m.Job + "/daemon-cpu-us-per-io", false})
+	}
+	for _, r := range rows {
+		for _, ch := range s.ChCounts {
+			for _, t := range s.Targets {
+				c, ok := s.cell(r.key, ch, t.Key)
+				if !ok || math.IsNaN(c.Median) || (t.Key == refTarget && strings.HasSuffix(r.key, "/daemon-cpu-us-per-io")) {
+					continue
+				}
+				ratio := math.NaN()
+				if t.Key != refTarget {
+					ratio = s.Ratio(r.key, ch, t.Key)
+					if !r.higherBetter {
+						ratio = 1 / ratio
+					}
+				}
+				if err := cw.Write([]string{r.name, strconv.Itoa(ch), t.Key, g(c.Median), g(ratio)}); err != nil {
 					return err
 				}
 			}

@@ -68,11 +68,11 @@ bench_count_disks() { srp_disks | grep -c .; }
 
 bench_has_disks() { [ "$(bench_count_disks)" -ge "$1" ]; }
 
-# bench_login GUID PORT CH N: log in with ch_count=CH and wait (60 s) for N disks whose
+# bench_login GUID PORT CH N: log in (to $BENCH_DEST, default $RXE_IP4) with ch_count=CH and wait (60 s) for N disks whose
 # block devices exist.
 bench_login() {
 	local guid=$1 port=$2 ch=$3 n=$4 d
-	srp_login "id_ext=$guid,ioc_guid=$guid,dest=$RXE_IP4:$port,ch_count=$ch" || return 1
+	srp_login "id_ext=$guid,ioc_guid=$guid,dest=${BENCH_DEST:-$RXE_IP4}:$port,ch_count=$ch" || return 1
 	wait_for 60 bench_has_disks "$n" || { echo "fewer than $n disks 60 s after add_target"; return 1; }
 	for d in $(srp_disks); do
 		wait_for 10 test -b "/dev/$d" || return 1

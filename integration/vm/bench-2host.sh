@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# bench-2host.sh - srptarget against LIO ib_srpt on a target host of their own (`make bench`):
+# two qemu VMs joined by one virtual Ethernet link, soft-RoCE on each. The target VM
+# (guest/bench-2host-target.sh, 1 vCPU) runs LIO ib_srpt and srptarget side by side; the
+# initiator VM (guest/bench-2host-init.sh, 2 vCPUs) runs the kernel's ib_srp and the fio
+# jobs of the one-VM bench (bench.sh, `make bench-loopback`), alternating between the two
+# targets round by round. The target's CPU per I/O comes from the target VM's /proc/stat.
+#
+# On a 2-core host, 1 vCPU for the target and 2 for the initiator is the shape in which the
+# target, not the initiator, runs out of CPU first. The link is qemu's "stream" netdev over
+# a Unix socket (run-vm.sh, SRPT_VM_NIC). Both VMs run under `flock /tmp/srpt-vm-run.lock`
+# (exclusive, as bench.sh): no other VM of this harness shares the host meanwhile.
+#
+# Output in $SRPT_VM_DIR/bench/2host-<date-time>/ (bench/latest points to it), as bench.sh's:
+#   table.md, summary.csv, runs.csv, chart.png  the report of ./integration/vm/bench; its
+#                 CPU columns are the target VM's (busy CPU per I/O over the job's window,
+#                 and the daemon's own CPU per I/O for srpt-mem)
+#   raw.txt, info.txt           the initiator's BENCH lines and BENCHINFO lines
+#   target-samples.txt          the target's counters, one line per 0.5 s, host clock
+#   init.log, target.log        the two consoles; setup.txt, hostload.txt
+#
+#   integration/vm/bench-2host.sh [k=v ...]   # k=v go to both guests, e.g. rounds=5 runtime=8
+#
+# Environment: GO, SRPT_VM_DIR, SRPT_BENCH_LOCK as in bench.sh;
+#   SRPT_2HOST_TARGET_SMP (1), SRPT_2HOST_INIT_SMP (2), SRPT_2HOST_MEM (2G each),
+#   SRPT_VM_TIMEOUT (seconds for the initiator's run, default 3000)
+# Exit status: the initiator's guest test's, 3 when the daemon cannot be built, 4 when the
+# VM printed no results.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm}
+VMDIR=$SRPT_VM_DIR
+LOCK=${SRPT_BENCH_LOCK:-/tmp/srpt-vm-run.lock}
+TIMEOUT=${SRPT_VM_TIMEOUT:-3000}
+
+log() { printf '[bench-2host %s] %s\n' "$(date +%T)" "$*"; }
+die() { echo "bench-2host.sh: error: $*" >&2; exit "${2:-2}"; }
+[ "$(id -u)" = 0 ] || die "must run as root (image build, apt-get)"
+
+need=()
+[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
+[ -e /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
+command -v gcc >/dev/null || need+=(gcc libc6-dev)
+command -v gnuplot >/dev/null || need+=(gnuplot-nox)
+if [ ${#need[@]} -gt 0 ]; then
+	log "apt-get install ${need[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 || {
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+	} || die "apt-get install ${need[*]} failed" 3
+fi
+GO=${GO:-go}
+if ! command -v "$GO" >/dev/null && [ -x /usr/local/go/bin/go ]; then GO=/usr/local/go/bin/go; fi
+command -v "$GO" >/dev/null || die "no go command: install Go or set GO=" 3
+
+stamp=2host-$(date +%Y%m%d-%H%M%S)
+OUT=$VMDIR/bench/$stamp
+mkdir -p "$OUT" "$VMDIR/run"
+BIN=$OUT/srptarget
+log "go build -o $BIN ./cmd/srptarget"
+(cd "$REPO" && "$GO" build -o "$BIN" ./cmd/srptarget) || die "building srptarget failed" 3
+"$HERE/build-image.sh"
+
+{
+	echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+	echo "host cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cpus"
+	echo "host kernel: $(uname -r)"
+	echo "qemu: $(qemu-system-x86_64 --version | head -1), TCG; target VM -smp ${SRPT_2HOST_TARGET_SMP:-1}, initiator VM -smp ${SRPT_2HOST_INIT_SMP:-2}, -m ${SRPT_2HOST_MEM:-2G} each, -netdev stream over a Unix socket"
+	echo "srptarget: $(cd "$REPO" && git describe --always --dirty 2>/dev/null || echo unknown)"
+	echo "guest arguments: ${*:-(defaults)}"
+} >"$OUT/setup.txt"
+(
+	while :; do
+		echo "$(date +%s) $(cut -d' ' -f1-3 /proc/loadavg) qemu=$(pgrep -c -f '^qemu-system-x86_64' || true)"
+		sleep 5
+	done
+) >"$OUT/hostload.txt" 2>/dev/null &
+sampler=$!
+TPID=
+stop_target() {
+	[ -n "$TPID" ] || return 0
+	# End the target VM: its run-vm.sh runs qemu under timeout(1), which passes SIGTERM on.
+	local p
+	for p in $(pgrep -P "$TPID" 2>/dev/null); do
+		[ "$(cat "/proc/$p/comm" 2>/dev/null)" = timeout ] && kill -TERM "$p" 2>/dev/null
+	done
+	wait "$TPID" 2>/dev/null || true
+	TPID=
+}
+trap 'stop_target; kill "$sampler" 2>/dev/null || true' EXIT
+
+log "waiting for $LOCK (other VM runs)"
+exec 8>"$LOCK"
+flock 8
+log "lock held; host load average $(cut -d' ' -f1-3 /proc/loadavg)"
+SOCK=$VMDIR/run/2host-link.sock
+rm -f "$SOCK"
+common=(SRPT_VM_RUN_LOCK_HELD=1 SRPT_VM_MEM="${SRPT_2HOST_MEM:-2G}")
+# The target VM runs until stop_target; its own timeout is a backstop.
+env "${common[@]}" SRPT_VM_SMP="${SRPT_2HOST_TARGET_SMP:-1}" SRPT_VM_TIMEOUT=$((TIMEOUT + 300)) \
+	SRPT_VM_LOG="$OUT/target.log" SRPT_VM_NIC="unix-server:$SOCK:02:00:00:00:00:01" \
+	SRPT_VM_FILES="$BIN:/usr/local/bin/srptarget $HERE/guest/bench-lib.sh:/lab/bench-lib.sh" \
+	"$HERE/run-vm.sh" "$HERE/guest/bench-2host-target.sh" "$@" netdev=eth0 mac=02:00:00:00:00:01 \
+	ip4=169.254.50.1/16 ip6=fd53:5250::1/64 >"$OUT/target.out" 2>&1 &
+TPID=$!
+for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.2; done
+[ -S "$SOCK" ] || die "the target VM did not create $SOCK: $(tail -5 "$OUT/target.out")"
+rc=0
+env "${common[@]}" SRPT_VM_SMP="${SRPT_2HOST_INIT_SMP:-2}" SRPT_VM_TIMEOUT="$TIMEOUT" \
+	SRPT_VM_LOG="$OUT/init.log" SRPT_VM_NIC="unix-client:$SOCK:02:00:00:00:00:02" \
+	SRPT_VM_FILES="$HERE/guest/bench-lib.sh:/lab/bench-lib.sh" \
+	"$HERE/run-vm.sh" "$HERE/guest/bench-2host-init.sh" "$@" netdev=eth0 mac=02:00:00:00:00:02 \
+	ip4=169.254.50.2/16 ip6=fd53:5250::2/64 || rc=$?
+stop_target
+flock -u 8
+exec 8>&-
+kill "$sampler" 2>/dev/null || true
+rm -f "$SOCK"
+
+# ------------------------------------------------------------------ results
+body() { sed 's/^\[ *[0-9.]*\] //' "$1" | tr -d '\r'; }
+body "$OUT/init.log" | sed -n '/^SRPTVM-BENCH: raw begin/,/^SRPTVM-BENCH: raw end/p' | grep '^BENCH ' >"$OUT/raw.txt" || true
+{ body "$OUT/init.log"; body "$OUT/target.log"; } | grep '^BENCHINFO ' >"$OUT/info.txt" || true
+# clock offset LOG: host epoch seconds minus guest uptime, the smallest over the lines that
+# print the uptime (a console line reaches the host after it was written, never before)
+offset() {
+	local t0
+	t0=$(sed -n 's/^run-vm: t0 epoch us \([0-9]*\)$/\1/p' "$1" | head -1)
+	tr -d '\r' <"$1" | sed -n 's/^\[ *\([0-9.]*\)\] .*[( ]uptime \([0-9.]*\)[)]*$/\1 \2/p' |
+		awk -v t0="$t0" '{ d = t0 / 1e6 + $1 - $2; if (n++ == 0 || d < m) m = d } END { if (n) printf "%.3f", m }'
+}
+ioff=$(offset "$OUT/init.log")
+toff=$(offset "$OUT/target.log")
+# target samples on the initiator's uptime scale: up + toff - ioff
+body "$OUT/target.log" | awk -v d="$(awk -v a="$toff" -v b="$ioff" 'BEGIN { printf "%.3f", a - b }')" '
+	$1 == "TGTCPU" { sub(/^up=/, "", $2); $2 = sprintf("up=%.3f", $2 + d); print }' >"$OUT/target-samples.txt"
+echo "clock offsets (host epoch - guest uptime): initiator $ioff s, target $toff s" >>"$OUT/setup.txt"
+sed 's/^BENCHINFO /guest /' "$OUT/info.txt" >>"$OUT/setup.txt"
+ln -sfn "$stamp" "$VMDIR/bench/latest"
+if [ ! -s "$OUT/raw.txt" ] || [ -z "$ioff" ] || [ -z "$toff" ]; then
+	echo "bench-2host: the VMs printed no results (initiator rc $rc); consoles $OUT/init.log $OUT/target.log"
+	[ "$rc" = 0 ] && rc=4
+	exit "$rc"
+fi
+terminal="set terminal pngcairo size 1950,1150 font 'DejaVu Sans,11'"
+gnuplot -e 'set terminal' 2>&1 | grep -q pngcairo || terminal="set terminal png size 1950,1150"
+echo
+(cd "$REPO" && "$GO" run ./integration/vm/bench -raw "$OUT/raw.txt" -info "$OUT/info.txt" -out "$OUT" \
+	-target-samples "$OUT/target-samples.txt" \
+	-title "srptarget vs LIO ib_srpt, target on its own VM (1 vCPU), soft-RoCE, qemu TCG, $(date -u +%Y-%m-%d)" \
+	-terminal "$terminal") || die "the report failed" 4
+if command -v gnuplot >/dev/null; then
+	(cd "$OUT" && gnuplot chart.gp) || log "gnuplot failed: no chart.png"
+fi
+echo
+cat "$OUT/setup.txt"
+echo
+echo "bench-2host: results in $OUT (initiator rc $rc)"
+exit "$rc"

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// TargetSample is one line of the two-host bench's target-samples.txt (written by
+// integration/vm/bench-2host.sh from guest/bench-2host-target.sh's TGTCPU lines):
+//
+//	TGTCPU up=U cpu=a,b,.. ctxt=N dproc=utime,stime dio=syscr,syscw
+//
+// U is on the initiator's uptime scale (the host shifted it), so that it compares with the
+// up0 and up1 of the initiator's BENCH lines.
+type TargetSample struct {
+	Up     float64
+	CPU    []uint64
+	Ctxt   uint64
+	Daemon [2]uint64
+	IO     [2]uint64
+}
+
+// ParseTargetSample decodes one TGTCPU line.
+func ParseTargetSample(line string) (TargetSample, error) {
+	var s TargetSample
+	f := strings.Fields(line)
+	if len(f) == 0 || f[0] != "TGTCPU" {
+		return s, errNotBench
+	}
+	seen := map[string]bool{}
+	for _, kv := range f[1:] {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return s, fmt.Errorf("field %q is not key=value", kv)
+		}
+		seen[k] = true
+		var err error
+		switch k {
+		case "up":
+			s.Up, err = strconv.ParseFloat(v, 64)
+		case "cpu":
+			s.CPU, err = parseUints(v, 4)
+		case "ctxt":
+			s.Ctxt, err = strconv.ParseUint(v, 10, 64)
+		case "dproc":
+			s.Daemon, err = parsePair(v)
+		case "dio":
+			s.IO, err = parsePair(v)
+		}
+		if err != nil {
+			return s, fmt.Errorf("%s: %w", k, err)
+		}
+	}
+	if !seen["up"] || !seen["cpu"] {
+		return s, fmt.Errorf("no up= or cpu=")
+	}
+	return s, nil
+}
+
+func readTargetSamples(path string) ([]TargetSample, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []TargetSample
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		s, err := ParseTargetSample(sc.Text())
+		if err == errNotBench {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+		out = append(out, s)
+	}
+	return out, sc.Err()
+}
+
+// minTargetWindow is the shortest span of target samples a run's target CPU figures are
+// computed over (s); a run with less gets no CPU figures.
+const minTargetWindow = 1.0
+
+// ApplyTargetSamples replaces the CPU counters of each run (the initiator's, taken by fio's
+// exec_prerun and exec_postrun) with the target host's: the first and the last sample inside
+// the run's measured part (from up0 + ramp to up1), whose span becomes the run's IOWindow.
+// The daemon's counters go to srptarget's runs only (LIO runs in the kernel: 0,0, as in the
+// one-VM bench). Runs without two samples minTargetWindow apart lose their CPU counters;
+// their number is returned. samples must be in time order.
+func ApplyTargetSamples(runs []Run, samples []TargetSample, p Params) (missing int) {
+	for i := range runs {
+		r := &runs[i]
+		start, end := r.Up0+p.Ramp, r.Up1
+		a, b := -1, -1
+		for j, s := range samples {
+			if s.Up < start || s.Up > end {
+				continue
+			}
+			if a < 0 {
+				a = j
+			}
+			b = j
+		}
+		r.HasSched, r.HasDaemonIO = false, false
+		r.Daemon0, r.Daemon1 = [2]uint64{}, [2]uint64{}
+		if a < 0 || samples[b].Up-samples[a].Up < minTargetWindow || len(samples[a].CPU) != len(samples[b].CPU) {
+			r.CPU0, r.CPU1, r.IOWindow = nil, nil, math.NaN()
+			missing++
+			continue
+		}
+		s0, s1 := samples[a], samples[b]
+		r.CPU0, r.CPU1 = s0.CPU, s1.CPU
+		r.Up0, r.Up1 = s0.Up, s1.Up
+		r.IOWindow = s1.Up - s0.Up
+		if r.Target != refTarget {
+			r.Daemon0, r.Daemon1 = s0.Daemon, s1.Daemon
+			r.DaemonIO0, r.DaemonIO1 = s0.IO, s1.IO
+			r.HasDaemonIO = true
+		}
+	}
+	return missing
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// sampleLine is a TGTCPU line at uptime up with busy (user) and idle ticks and the daemon's
+// utime.
+func sampleLine(up float64, busy, idle, dutime uint64) string {
+	return fmt.Sprintf("TGTCPU up=%.3f cpu=%d,0,0,%d,0,0,0,0,0,0 ctxt=7 dproc=%d,0 dio=%d,%d", up, busy, idle, dutime, dutime*10, dutime*20)
+}
+
+func TestParseTargetSample(t *testing.T) {
+	s, err := ParseTargetSample(sampleLine(12.5, 300, 100, 40))
+	require.NoError(t, err)
+	require.Equal(t, 12.5, s.Up)
+	require.Equal(t, []uint64{300, 0, 0, 100, 0, 0, 0, 0, 0, 0}, s.CPU)
+	require.Equal(t, [2]uint64{40, 0}, s.Daemon)
+	require.Equal(t, [2]uint64{400, 800}, s.IO)
+	_, err = ParseTargetSample("TGTCPU up=1")
+	require.ErrorContains(t, err, "no up= or cpu=")
+	_, err = ParseTargetSample("SRPTVM-SYNC uptime 3")
+	require.ErrorIs(t, err, errNotBench)
+}
+
+func TestApplyTargetSamples(t *testing.T) {
+	// samples every 0.5 s from 0 to 20 s: 80 busy and 20 idle ticks per second, the daemon
+	// 50 ticks per second
+	var samples []TargetSample
+	for i := 0; i <= 40; i++ {
+		up := float64(i) / 2
+		s, err := ParseTargetSample(sampleLine(up, uint64(80*up), uint64(20*up), uint64(50*up)))
+		require.NoError(t, err)
+		samples = append(samples, s)
+	}
+	srpt, err := ParseRun(line("randread-4k-qd32", false)) // 1024 IOPS
+	require.NoError(t, err)
+	srpt.Up0, srpt.Up1 = 3.2, 9.3
+	lio := srpt
+	lio.Target = "lio"
+	late := srpt
+	late.Up0, late.Up1 = 19.6, 26
+	runs := []Run{srpt, lio, late}
+	p := Params{Runtime: 5, Ramp: 1, TargetHost: true}
+	require.Equal(t, 1, ApplyTargetSamples(runs, samples, p))
+
+	// measured part 4.2-9.3: samples 4.5 to 9.0, 4.5 s
+	require.Equal(t, 4.5, runs[0].IOWindow)
+	require.Equal(t, [2]float64{4.5, 9}, [2]float64{runs[0].Up0, runs[0].Up1})
+	d := Derive(runs[0], p)
+	require.InDelta(t, 0.8/1024*1e6, d.GuestCPUPerIO, 1e-6)
+	require.InDelta(t, 0.5/1024*1e6, d.DaemonCPUPerIO, 1e-6)
+	require.InDelta(t, 20, d.GuestIdlePct, 1e-9)
+	require.InDelta(t, 10*50/1024.0, d.DaemonReadsPerIO, 1e-9)
+	require.True(t, math.IsNaN(d.CtxtPerIO), "no IPI counters on the target: no scheduler figures")
+
+	d = Derive(runs[1], p)
+	require.InDelta(t, 0.8/1024*1e6, d.GuestCPUPerIO, 1e-6)
+	require.Zero(t, d.DaemonCPUPerIO, "LIO: no daemon")
+	require.False(t, runs[1].HasDaemonIO)
+
+	// 20.0 is the only sample inside 20.6-26: no figures
+	require.True(t, math.IsNaN(runs[2].IOWindow))
+	d = Derive(runs[2], p)
+	require.True(t, math.IsNaN(d.GuestCPUPerIO))
+	require.Equal(t, 1024.0, runs[2].IOPS, "the fio figures stay")
+}
+
+func TestRunTargetSamples(t *testing.T) {
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "raw.txt")
+	info := filepath.Join(dir, "info.txt")
+	samples := filepath.Join(dir, "target-samples.txt")
+	srpt := line("randread-4k-qd1", false) // 1024 IOPS, 31.25 µs mean, p99 99 µs
+	lio := strings.Replace(strings.Replace(srpt, "target=srpt-mem", "target=lio", 1), ";31.25;", ";25.00;", 1)
+	require.NoError(t, os.WriteFile(raw, []byte(srpt+"\n"+lio+"\n"), 0o644))
+	require.NoError(t, os.WriteFile(info, []byte("BENCHINFO guest_cpu=QEMU Virtual CPU version 2.5+ x 2\n"+
+		"BENCHINFO runtime=5 ramp=1 rounds=1 ch_counts=1 size_mib=256\n"), 0o644))
+	var b strings.Builder
+	for i := 0; i <= 40; i++ { // the runs' window is 100-106 (head)
+		up := 95 + float64(i)/2
+		fmt.Fprintln(&b, sampleLine(up, uint64(80*up), uint64(20*up), uint64(50*up)))
+	}
+	require.NoError(t, os.WriteFile(samples, []byte(b.String()), 0o644))
+	var out bytes.Buffer
+	require.NoError(t, run(raw, info, dir, "title", "set terminal png", samples, &out))
+	require.Contains(t, out.String(), "| job | ch_count | target host CPU µs/I/O: LIO | srptarget memory | daemon CPU µs/I/O: memory | target host idle %: LIO | memory |")
+	require.Contains(t, out.String(), "| randread-4k-qd1 | 1 | 781 | 781 | 488 | 20.0 | 20.0 |")
+	csvData, err := os.ReadFile(filepath.Join(dir, "two-host-summary.csv"))
+	require.NoError(t, err)
+	c := string(csvData)
+	require.True(t, strings.HasPrefix(c, "job,ch_count,target,median,ratio\n"), c)
+	// latency: LIO / srptarget, above 1 better for srptarget
+	require.Contains(t, c, "randread-4k-qd1-mean,1,lio,25.000,\n")
+	require.Contains(t, c, "randread-4k-qd1-mean,1,srpt-mem,31.250,0.800\n")
+	require.Contains(t, c, "randread-4k-qd1/target-cpu-us-per-io,1,srpt-mem,781.250,1.000\n")
+	require.Contains(t, c, "randread-4k-qd1/daemon-cpu-us-per-io,1,srpt-mem,488.281,\n")
+	require.NotContains(t, c, "daemon-cpu-us-per-io,1,lio")
+	gp, err := os.ReadFile(filepath.Join(dir, "chart.gp"))
+	require.NoError(t, err)
+	require.Contains(t, string(gp), "target host CPU per I/O")
+}

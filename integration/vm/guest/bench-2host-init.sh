@@ -1,0 +1,168 @@
+#!/bin/bash
+# bench-2host-init.sh - the initiator host of the two-host bench (integration/vm/bench-2host.sh):
+# soft-RoCE on the virtio NIC eth0, the kernel's ib_srp, and the fio jobs of the one-VM bench
+# (guest/bench.sh, same parameters, same BENCH lines through bench_fio_job) against the two
+# targets of the target VM (guest/bench-2host-target.sh): srptarget's memory LUN (target
+# srpt-mem) and LIO's rd_mcp RAM disk (target lio).
+#
+# Each target's disk is written once over its whole size before the first round. Per round,
+# per ch_count: log in to srptarget, run every job, log out; then the same with LIO. So the
+# targets alternate, and drift of the host touches both alike.
+#
+# The cpu/ctxt/irq counters of the BENCH lines are this VM's; the host replaces them with
+# the target VM's (bench-2host.sh, bench -target-samples), since the target host's CPU is
+# what the bench compares. The step lines carry the guest uptime, which the host maps to its
+# own clock.
+#
+# Arguments (k=v), all optional:
+#   rounds=3  runtime=5  ramp=1  ch_counts="1 2"  size_mib=256
+#   jobs="randread-4k-qd32 randwrite-4k-qd32 read-128k-qd32 write-128k-qd32 randread-4k-qd1"
+#   target_ip=169.254.50.1  target_guid=000000fffe000001 (node GUID of the target's rxe0,
+#   from its MAC 02:00:00:00:00:01)  srpt_port=5555  lio_port=5000  srp_params=
+#   netdev=eth0 mac= ip4= ip6= (setup_rxe, lib.sh)
+# shellcheck disable=SC2317 # functions called through wait_for
+# shellcheck source=lib.sh
+. /lab/lib.sh
+# shellcheck source=bench-lib.sh
+. /lab/bench-lib.sh
+
+ROUNDS=$(arg rounds 3)
+BENCH_RUNTIME=$(arg runtime 5)
+BENCH_RAMP=$(arg ramp 1)
+CH_COUNTS=$(arg ch_counts "1 2")
+SIZE_MIB=$(arg size_mib 256)
+JOBS=$(arg jobs "randread-4k-qd32 randwrite-4k-qd32 read-128k-qd32 write-128k-qd32 randread-4k-qd1")
+BENCH_DEST=$(arg target_ip 169.254.50.1)
+TGUID=$(arg target_guid 000000fffe000001)
+SRPT_PORT=$(arg srpt_port 5555)
+LIO_PORT=$(arg lio_port 5000)
+
+BENCH_RAW=/tmp/bench/raw.txt
+BENCH_FAILED=0
+BENCH_ERRS=0
+mkdir -p /tmp/bench
+: >"$BENCH_RAW"
+bench_write_snap_script
+
+# job_params JOB: "rw bs iodepth numjobs", as in guest/bench.sh
+job_params() {
+	case $1 in
+	randread-4k-qd32) echo "randread 4k 16 2" ;;
+	randwrite-4k-qd32) echo "randwrite 4k 16 2" ;;
+	read-128k-qd32) echo "read 128k 16 2" ;;
+	write-128k-qd32) echo "write 128k 16 2" ;;
+	randread-4k-qd1) echo "randread 4k 1 1" ;;
+	*) return 1 ;;
+	esac
+}
+for j in $JOBS; do
+	job_params "$j" >/dev/null || fail "unknown job $j"
+done
+
+step "virtio NIC"
+modprobe virtio_pci && modprobe virtio_net || fail "modprobe virtio_net"
+wait_for 10 test -e /sys/class/net/eth0 || fail "no eth0"
+step "soft-RoCE on eth0"
+setup_rxe || fail "soft-RoCE setup on $(arg netdev eth0)"
+run ip link set eth0 mtu 4200 || true
+record rxe pass "rxe0 on $RXE_NETDEV, node GUID $RXE_GUID, $RXE_IP4"
+
+# login_retry NAME PORT CH: the target VM boots at the same time as this one; retry until
+# its target listens (5 min).
+login_retry() {
+	local t0 i=0
+	t0=$(uptime_s)
+	until bench_login "$TGUID" "$2" "$3" 1 >/tmp/bench/login.txt 2>&1; do
+		srp_logout >/dev/null 2>&1
+		i=$((i + 1))
+		[ "$(since "$t0" | cut -d. -f1)" -lt 300 ] || { cat /tmp/bench/login.txt; return 1; }
+		sleep 3
+	done
+	[ $i = 0 ] || echo "SRPTVM: $1 login after $i retries, $(since "$t0") s"
+}
+
+prefill() {
+	fio --name=prefill --filename="$1" --direct=1 --ioengine=libaio --rw=write --bs=1M \
+		--iodepth=8 --size="${SIZE_MIB}M" --eta=never --output-format=terse --terse-version=3 >/tmp/bench/prefill.txt 2>&1
+}
+
+step "prefill: both memory disks written once"
+ch0=${CH_COUNTS%% *}
+for tp in srptarget:$SRPT_PORT LIO:$LIO_PORT; do
+	login_retry "${tp%:*}" "${tp#*:}" "$ch0" || fail "login to ${tp%:*} at $BENCH_DEST:${tp#*:}"
+	d=$(srp_disks | head -1)
+	t=$(uptime_s)
+	prefill "/dev/$d" || fail "prefill of ${tp%:*}'s /dev/$d: $(tail -3 /tmp/bench/prefill.txt)"
+	record "prefill ${tp%:*}" pass "/dev/$d, ${SIZE_MIB} MiB in $(since "$t") s"
+	srp_logout >/dev/null || fail "logout from ${tp%:*}"
+done
+
+# block NAME TARGET PORT ROUND CH: log in, every job, log out, one result row.
+block() {
+	local name=$1 target=$2 port=$3 round=$4 ch=$5 mark t got_ch nfail=0 errs d j p
+	local what="$name r$round ch$ch"
+	step "$what"
+	mark=$(dmesg_mark)
+	t=$(uptime_s)
+	login_retry "$name" "$port" "$ch" || {
+		record "$what" fail "login failed"
+		return 1
+	}
+	got_ch=$(cat "$BENCH_HOST/ch_count")
+	d=$(srp_disks | head -1)
+	for j in $JOBS; do
+		read -r -a p <<<"$(job_params "$j")"
+		bench_fio_job "$round" "$ch" "$target" "$j" "/dev/$d" "" 0 "${p[@]}" || nfail=$((nfail + 1))
+	done
+	srp_logout >/dev/null
+	errs=$(srp_transport_errors "$mark" | grep -c .)
+	if [ $nfail = 0 ] && [ "$got_ch" = "$ch" ] && [ "$errs" = 0 ]; then
+		record "$what" pass "ch_count $got_ch, $(wc -w <<<"$JOBS") jobs, $(since "$t") s"
+	else
+		record "$what" fail "ch_count $got_ch (want $ch), $nfail failed jobs, $errs transport error lines"
+	fi
+}
+
+bench_t0=$(uptime_s)
+for round in $(seq 1 "$ROUNDS"); do
+	for ch in $CH_COUNTS; do
+		block srptarget srpt-mem "$SRPT_PORT" "$round" "$ch"
+		block LIO lio "$LIO_PORT" "$round" "$ch"
+	done
+done
+bench_s=$(since "$bench_t0")
+# The target prints its samples in batches every 10 s, and the host stops it when this VM
+# ends: wait for the batch that covers the last run.
+sleep 12
+nruns=$(grep -c '^BENCH ' "$BENCH_RAW")
+if [ "$BENCH_FAILED" = 0 ] && [ "$BENCH_ERRS" = 0 ]; then
+	record "bench" pass "$nruns fio runs in $bench_s s"
+else
+	record "bench" fail "$nruns fio runs in $bench_s s, $BENCH_FAILED failed, $BENCH_ERRS transport error lines"
+fi
+problems=$(kernel_log_problems)
+if [ -z "$problems" ]; then
+	record "kernel log" pass "no warnings, oopses or hung tasks"
+else
+	echo "$problems"
+	record "kernel log" fail "$(echo "$problems" | head -1)"
+fi
+
+dmesg -n 1
+{
+	echo "BENCHINFO kernel=$(uname -r)"
+	echo "BENCHINFO guest_cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo) x $(nproc)"
+	echo "BENCHINFO guest_mem_kb=$(awk '/MemTotal/ { print $2 }' /proc/meminfo)"
+	echo "BENCHINFO fio=$(fio --version)"
+	echo "BENCHINFO rxe=rxe0 on $RXE_NETDEV, active_mtu $(ibv_devinfo -d rxe0 | awk '/active_mtu/ { print $2 }')"
+	echo "BENCHINFO ib_srp=$(for p in /sys/module/ib_srp/parameters/*; do printf '%s=%s ' "${p##*/}" "$(cat "$p")"; done)"
+	echo "BENCHINFO srp_params=$(arg srp_params "")"
+	echo "BENCHINFO jobs=$JOBS"
+	echo "BENCHINFO runtime=$BENCH_RUNTIME ramp=$BENCH_RAMP rounds=$ROUNDS ch_counts=$CH_COUNTS size_mib=$SIZE_MIB"
+	echo "BENCHINFO bench_seconds=$bench_s"
+	echo "BENCHINFO profile=0"
+} | tee /tmp/bench/info.txt
+echo "SRPTVM-BENCH: raw begin"
+cat "$BENCH_RAW"
+echo "SRPTVM-BENCH: raw end"
+finish
