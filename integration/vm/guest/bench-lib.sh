@@ -167,3 +167,16 @@ bench_fio_job() {
 	}
 	return 0
 }
+
+# job_params JOB: "rw bs iodepth numjobs" of a bench job (the one-VM and the two-host bench
+# run the same jobs).
+job_params() {
+	case $1 in
+	randread-4k-qd32) echo "randread 4k 16 2" ;;
+	randwrite-4k-qd32) echo "randwrite 4k 16 2" ;;
+	read-128k-qd32) echo "read 128k 16 2" ;;
+	write-128k-qd32) echo "write 128k 16 2" ;;
+	randread-4k-qd1) echo "randread 4k 1 1" ;;
+	*) return 1 ;;
+	esac
+}

@@ -87,17 +87,6 @@ mkdir -p /tmp/bench
 : >"$BENCH_RAW"
 bench_write_snap_script
 
-# job_params JOB: "rw bs iodepth numjobs"
-job_params() {
-	case $1 in
-	randread-4k-qd32) echo "randread 4k 16 2" ;;
-	randwrite-4k-qd32) echo "randwrite 4k 16 2" ;;
-	read-128k-qd32) echo "read 128k 16 2" ;;
-	write-128k-qd32) echo "write 128k 16 2" ;;
-	randread-4k-qd1) echo "randread 4k 1 1" ;;
-	*) return 1 ;;
-	esac
-}
 for j in $JOBS; do
 	job_params "$j" >/dev/null || fail "unknown job $j (known: randread-4k-qd32 randwrite-4k-qd32 read-128k-qd32 write-128k-qd32 randread-4k-qd1)"
 done
