@@ -16,6 +16,10 @@
 #                 CPU columns are the target VM's (busy CPU per I/O over the job's window,
 #                 and the daemon's own CPU per I/O for srpt-mem)
 #   raw.txt, info.txt           the initiator's BENCH lines and BENCHINFO lines
+#   srptarget.cpu.chN.pprof     the daemon's CPU profile over the srptarget block of one
+#                               round (guest argument profile_round, default 2), ch_count N;
+#   pprof-top20.chN.txt         its top 20 (go tool pprof -top), pprof-cum.chN.txt by
+#                               cumulative time; srptarget: the binary, for go tool pprof
 #   target-samples.txt          the target's counters, one line per 0.5 s, host clock
 #   init.log, target.log        the two consoles; setup.txt, hostload.txt
 #
@@ -138,6 +142,11 @@ body "$OUT/target.log" | awk -v d="$(awk -v a="$toff" -v b="$ioff" 'BEGIN { prin
 	$1 == "TGTCPU" { sub(/^up=/, "", $2); $2 = sprintf("up=%.3f", $2 + d); print }' >"$OUT/target-samples.txt"
 echo "clock offsets (host epoch - guest uptime): initiator $ioff s, target $toff s" >>"$OUT/setup.txt"
 sed 's/^BENCHINFO /guest /' "$OUT/info.txt" >>"$OUT/setup.txt"
+# files the initiator printed in base64 (the CPU profiles)
+for name in $(body "$OUT/init.log" | sed -n 's/^SRPTVM-BENCH: file begin \([A-Za-z0-9._-]*\)$/\1/p'); do
+	body "$OUT/init.log" | sed -n "/^SRPTVM-BENCH: file begin $name\$/,/^SRPTVM-BENCH: file end $name\$/p" | sed '1d;$d' |
+		base64 -d >"$OUT/$name" || log "$name in the initiator's console log does not decode"
+done
 ln -sfn "$stamp" "$VMDIR/bench/latest"
 if [ ! -s "$OUT/raw.txt" ] || [ -z "$ioff" ] || [ -z "$toff" ]; then
 	echo "bench-2host: the VMs printed no results (initiator rc $rc); consoles $OUT/init.log $OUT/target.log"
@@ -154,6 +163,17 @@ echo
 if command -v gnuplot >/dev/null; then
 	(cd "$OUT" && gnuplot chart.gp) || log "gnuplot failed: no chart.png"
 fi
+for prof in "$OUT"/srptarget.cpu.ch*.pprof; do
+	[ -s "$prof" ] || continue
+	ch=${prof%.pprof}
+	ch=${ch##*.}
+	(cd "$REPO" && "$GO" tool pprof -top -nodecount=20 "$BIN" "$prof" >"$OUT/pprof-top20.$ch.txt" 2>&1) ||
+		log "go tool pprof $prof failed"
+	(cd "$REPO" && "$GO" tool pprof -top -cum -nodecount=30 "$BIN" "$prof" >"$OUT/pprof-cum.$ch.txt" 2>&1) || true
+	echo
+	echo "CPU profile of the daemon on the target host, $ch ($prof), top 20:"
+	cat "$OUT/pprof-top20.$ch.txt"
+done
 echo
 cat "$OUT/setup.txt"
 echo

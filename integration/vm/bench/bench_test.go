@@ -242,7 +242,7 @@ func TestRunWritesFiles(t *testing.T) {
 	csvData, err := os.ReadFile(filepath.Join(dir, "runs.csv"))
 	require.NoError(t, err)
 	require.Equal(t, strings.Join(runsHeader, ","), strings.SplitN(string(csvData), "\n", 2)[0])
-	require.Contains(t, string(csvData), "2,1,srpt-mem,randread-4k-qd32,1,0,1024,4.00,31.25,30,99,150,6.00,30.00,10.00,1139.32,33.33,90.00,325.52,1.00,1.00,1.00,2.00\n")
+	require.Contains(t, string(csvData), "2,1,srpt-mem,randread-4k-qd32,1,0,1024,4.00,31.25,30,99,150,6.00,30.00,10.00,1139.32,33.33,90.00,325.52,1.00,1.00,1.00,2.00,,\n")
 	table, err := os.ReadFile(filepath.Join(dir, "table.md"))
 	require.NoError(t, err)
 	// the data have no srpt-null runs (srpt_luns=mem), hence no such column

@@ -58,6 +58,14 @@ type Run struct {
 	IRQ0, IRQ1           [3]uint64 // rescheduling, function-call and TLB-shootdown IPIs
 	HasDaemonIO          bool
 	DaemonIO0, DaemonIO1 [2]uint64 // the daemon's read() and write() system calls
+	// HasIPI is false when HasSched counts context switches only (the two-host bench's
+	// target samples have no IPI counts).
+	HasIPI bool
+	// HasDaemonCS: DaemonCS0 and DaemonCS1 hold the daemon's voluntary and involuntary
+	// context switches, summed over its threads (/proc/PID/task/*/status). A voluntary switch
+	// is a sleep, and each sleep ends with a wake-up: voluntary switches count wake-ups.
+	HasDaemonCS          bool
+	DaemonCS0, DaemonCS1 [2]uint64
 }
 
 // errNotBench marks a line that is not a BENCH line; callers skip those.
@@ -133,6 +141,7 @@ func ParseRun(line string) (Run, error) {
 		}
 	}
 	r.HasSched = seen["ctxt0"] && seen["ctxt1"] && seen["irq0"] && seen["irq1"]
+	r.HasIPI = r.HasSched
 	r.HasDaemonIO = seen["dio0"] && seen["dio1"]
 	if len(r.CPU0) != len(r.CPU1) {
 		return r, fmt.Errorf("cpu0 has %d fields, cpu1 %d", len(r.CPU0), len(r.CPU1))
@@ -301,6 +310,15 @@ func (r Run) SchedCounts() (ctxt, ipis float64, ok bool) {
 		ipis += diff(r.IRQ0[i], r.IRQ1[i])
 	}
 	return diff(r.Ctxt0, r.Ctxt1), ipis, true
+}
+
+// DaemonSwitches returns the daemon's voluntary and involuntary context switches between
+// the snapshots.
+func (r Run) DaemonSwitches() (vol, invol float64, ok bool) {
+	if !r.HasDaemonCS {
+		return 0, 0, false
+	}
+	return diff(r.DaemonCS0[0], r.DaemonCS1[0]), diff(r.DaemonCS0[1], r.DaemonCS1[1]), true
 }
 
 // DaemonSyscalls returns the daemon's read() and write() calls between the snapshots.

@@ -159,6 +159,8 @@ type Derived struct {
 	IPIPerIO          float64 // guest IPIs (rescheduling, function call, TLB shootdown)
 	DaemonReadsPerIO  float64 // the daemon's read() calls (completion channel)
 	DaemonWritesPerIO float64 // the daemon's write() calls (uverbs commands: post-send doorbell, CQ re-arm)
+	DaemonVolPerIO    float64 // the daemon's voluntary context switches (sleeps, so wake-ups)
+	DaemonInvolPerIO  float64 // the daemon's involuntary context switches (preempted)
 }
 
 // Derive computes r's CPU figures. The counters cover the window from exec_prerun to
@@ -167,7 +169,8 @@ type Derived struct {
 func Derive(r Run, p Params) Derived {
 	busy, total, _, softirq := r.CPUTicks()
 	nan := math.NaN()
-	d := Derived{Window: r.Up1 - r.Up0, CtxtPerIO: nan, IPIPerIO: nan, DaemonReadsPerIO: nan, DaemonWritesPerIO: nan}
+	d := Derived{Window: r.Up1 - r.Up0, CtxtPerIO: nan, IPIPerIO: nan, DaemonReadsPerIO: nan, DaemonWritesPerIO: nan,
+		DaemonVolPerIO: nan, DaemonInvolPerIO: nan}
 	ios := r.IOPS * (p.Runtime + p.Ramp)
 	if r.IOWindow > 0 {
 		ios = r.IOPS * r.IOWindow
@@ -177,7 +180,13 @@ func Derive(r Run, p Params) Derived {
 	}
 	if ios > 0 {
 		if ctxt, ipis, ok := r.SchedCounts(); ok {
-			d.CtxtPerIO, d.IPIPerIO = ctxt/ios, ipis/ios
+			d.CtxtPerIO = ctxt / ios
+			if r.HasIPI {
+				d.IPIPerIO = ipis / ios
+			}
+		}
+		if vol, invol, ok := r.DaemonSwitches(); ok {
+			d.DaemonVolPerIO, d.DaemonInvolPerIO = vol/ios, invol/ios
 		}
 		if rd, wr, ok := r.DaemonSyscalls(); ok {
 			d.DaemonReadsPerIO, d.DaemonWritesPerIO = rd/ios, wr/ios
@@ -264,6 +273,8 @@ var cpuFigures = []struct {
 	{"ipi-per-io", func(d Derived) float64 { return d.IPIPerIO }},
 	{"daemon-reads-per-io", func(d Derived) float64 { return d.DaemonReadsPerIO }},
 	{"daemon-writes-per-io", func(d Derived) float64 { return d.DaemonWritesPerIO }},
+	{"daemon-vcs-per-io", func(d Derived) float64 { return d.DaemonVolPerIO }},
+	{"daemon-ivcs-per-io", func(d Derived) float64 { return d.DaemonInvolPerIO }},
 }
 
 // Summarize groups the runs into cells.
@@ -465,6 +476,22 @@ func (s Summary) WriteTable(w io.Writer) {
 		return
 	}
 	fmt.Fprintln(w)
+	if s.TargetHost {
+		s.writeFigureTable(w, []figureCols{
+			{"ctxt-per-io", "target host context switches/I/O", false, true},
+			{"daemon-vcs-per-io", "daemon wake-ups/I/O", true, false},
+			{"daemon-ivcs-per-io", "daemon preemptions/I/O", true, false},
+			{"daemon-reads-per-io", "daemon read()/I/O", true, false},
+			{"daemon-writes-per-io", "daemon write()/I/O", true, false},
+		})
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Target host: context switches of its vCPU (/proc/stat ctxt) per I/O. Daemon, all threads: wake-ups")
+		fmt.Fprintln(w, "are its voluntary context switches (each sleep ends with one), preemptions its involuntary ones")
+		fmt.Fprintln(w, "(/proc/PID/task/*/status); read() are completion-channel events, write() uverbs commands (the")
+		fmt.Fprintln(w, "post-send doorbell, the CQ re-arm) (/proc/PID/io syscr, syscw). Futex and epoll calls are not")
+		fmt.Fprintln(w, "counted.")
+		return
+	}
 	s.writeFigureTable(w, []figureCols{
 		{"ctxt-per-io", "context switches/I/O", false, true},
 		{"ipi-per-io", "IPIs/I/O", false, true},
@@ -546,7 +573,8 @@ func (s Summary) writeFigureTable(w io.Writer, groups []figureCols) {
 var runsHeader = []string{"round", "ch_count", "target", "job", "profiled", "transport_errors",
 	"iops", "mib_s", "lat_mean_us", "lat_p50_us", "lat_p99_us", "lat_p999_us",
 	"window_s", "guest_idle_pct", "guest_softirq_pct", "guest_cpu_us_per_io", "daemon_cpu_pct", "daemon_sys_pct", "daemon_cpu_us_per_io",
-	"ctxt_per_io", "ipi_per_io", "daemon_reads_per_io", "daemon_writes_per_io"}
+	"ctxt_per_io", "ipi_per_io", "daemon_reads_per_io", "daemon_writes_per_io",
+	"daemon_wakeups_per_io", "daemon_preemptions_per_io"}
 
 // WriteRunsCSV writes one row per fio run.
 func WriteRunsCSV(w io.Writer, runs []Run, p Params) error {
@@ -571,7 +599,8 @@ func WriteRunsCSV(w io.Writer, runs []Run, p Params) error {
 		if err := cw.Write([]string{strconv.Itoa(r.Round), strconv.Itoa(r.Ch), r.Target, r.Job, prof, strconv.Itoa(r.Errs),
 			f(r.IOPS), g(mib(r)), g(r.LatMean), f(r.P50), f(r.P99), f(r.P999),
 			g(d.Window), g(d.GuestIdlePct), g(d.SoftirqPct), g(d.GuestCPUPerIO), g(d.DaemonPct), g(d.DaemonSysPct), g(d.DaemonCPUPerIO),
-			opt(d.CtxtPerIO), opt(d.IPIPerIO), opt(d.DaemonReadsPerIO), opt(d.DaemonWritesPerIO)}); err != nil {
+			opt(d.CtxtPerIO), opt(d.IPIPerIO), opt(d.DaemonReadsPerIO), opt(d.DaemonWritesPerIO),
+			opt(d.DaemonVolPerIO), opt(d.DaemonInvolPerIO)}); err != nil {
 			return err
 		}
 	}
@@ -615,7 +644,10 @@ func (s Summary) WriteSummaryCSV(w io.Writer) error {
 // (job), ch_count and target the median, and the ratio of the medians oriented so that above
 // 1 is better for srptarget: srptarget / LIO for IOPS and MiB/s, LIO / srptarget for
 // latency and CPU per I/O (empty for LIO). The CPU rows are named JOB/target-cpu-us-per-io
-// (the host's CPU, Params.TargetHost) or JOB/guest-cpu-us-per-io, and JOB/daemon-cpu-us-per-io.
+// (the host's CPU, Params.TargetHost) or JOB/guest-cpu-us-per-io, and JOB/daemon-cpu-us-per-io;
+// with the target host's counters also JOB/ctxt-per-io (the host's context switches) and the
+// daemon's JOB/daemon-vcs-per-io (wake-ups), daemon-ivcs-per-io (preemptions),
+// daemon-reads-per-io and daemon-writes-per-io (srptarget only, no ratio).
 func (s Summary) WriteBetterCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write([]string{"job", "ch_count", "target", "median", "ratio"}); err != nil {
@@ -645,6 +677,12 @@ func (s Summary) WriteBetterCSV(w io.Writer) error {
 		}
 		rows = append(rows, row{m.Job + "/guest-cpu-us-per-io", m.Job + "/" + cpuName, false},
 			row{m.Job + "/daemon-cpu-us-per-io", m.Job + "/daemon-cpu-us-per-io", false})
+		if s.TargetHost {
+			// what the target host's scheduler and the daemon's system calls do per I/O
+			for _, f := range []string{"ctxt-per-io", "daemon-vcs-per-io", "daemon-ivcs-per-io", "daemon-reads-per-io", "daemon-writes-per-io"} {
+				rows = append(rows, row{m.Job + "/" + f, m.Job + "/" + f, false})
+			}
+		}
 	}
 	for _, r := range rows {
 		for _, ch := range s.ChCounts {

@@ -12,7 +12,7 @@ import (
 // TargetSample is one line of the two-host bench's target-samples.txt (written by
 // integration/vm/bench-2host.sh from guest/bench-2host-target.sh's TGTCPU lines):
 //
-//	TGTCPU up=U cpu=a,b,.. ctxt=N dproc=utime,stime dio=syscr,syscw
+//	TGTCPU up=U cpu=a,b,.. ctxt=N dproc=utime,stime dio=syscr,syscw dcs=voluntary,involuntary
 //
 // U is on the initiator's uptime scale (the host shifted it), so that it compares with the
 // up0 and up1 of the initiator's BENCH lines.
@@ -22,6 +22,10 @@ type TargetSample struct {
 	Ctxt   uint64
 	Daemon [2]uint64
 	IO     [2]uint64
+	// CS are the daemon's voluntary and involuntary context switches (all threads); HasCS
+	// is false on lines of older target scripts.
+	CS    [2]uint64
+	HasCS bool
 }
 
 // ParseTargetSample decodes one TGTCPU line.
@@ -50,6 +54,9 @@ func ParseTargetSample(line string) (TargetSample, error) {
 			s.Daemon, err = parsePair(v)
 		case "dio":
 			s.IO, err = parsePair(v)
+		case "dcs":
+			s.CS, err = parsePair(v)
+			s.HasCS = true
 		}
 		if err != nil {
 			return s, fmt.Errorf("%s: %w", k, err)
@@ -89,6 +96,7 @@ const minTargetWindow = 1.0
 // ApplyTargetSamples replaces the CPU counters of each run (the initiator's, taken by fio's
 // exec_prerun and exec_postrun) with the target host's: the first and the last sample inside
 // the run's measured part (from up0 + ramp to up1), whose span becomes the run's IOWindow.
+// The target host's context switches replace the initiator's (no IPI counts: HasIPI false).
 // The daemon's counters go to srptarget's runs only (LIO runs in the kernel: 0,0, as in the
 // one-VM bench). Runs without two samples minTargetWindow apart lose their CPU counters;
 // their number is returned. samples must be in time order.
@@ -106,7 +114,7 @@ func ApplyTargetSamples(runs []Run, samples []TargetSample, p Params) (missing i
 			}
 			b = j
 		}
-		r.HasSched, r.HasDaemonIO = false, false
+		r.HasSched, r.HasIPI, r.HasDaemonIO, r.HasDaemonCS = false, false, false, false
 		r.Daemon0, r.Daemon1 = [2]uint64{}, [2]uint64{}
 		if a < 0 || samples[b].Up-samples[a].Up < minTargetWindow || len(samples[a].CPU) != len(samples[b].CPU) {
 			r.CPU0, r.CPU1, r.IOWindow = nil, nil, math.NaN()
@@ -117,10 +125,14 @@ func ApplyTargetSamples(runs []Run, samples []TargetSample, p Params) (missing i
 		r.CPU0, r.CPU1 = s0.CPU, s1.CPU
 		r.Up0, r.Up1 = s0.Up, s1.Up
 		r.IOWindow = s1.Up - s0.Up
+		r.Ctxt0, r.Ctxt1, r.HasSched = s0.Ctxt, s1.Ctxt, true
 		if r.Target != refTarget {
 			r.Daemon0, r.Daemon1 = s0.Daemon, s1.Daemon
 			r.DaemonIO0, r.DaemonIO1 = s0.IO, s1.IO
 			r.HasDaemonIO = true
+			if s0.HasCS && s1.HasCS {
+				r.DaemonCS0, r.DaemonCS1, r.HasDaemonCS = s0.CS, s1.CS, true
+			}
 		}
 	}
 	return missing

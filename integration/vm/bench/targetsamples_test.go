@@ -13,9 +13,11 @@ import (
 )
 
 // sampleLine is a TGTCPU line at uptime up with busy (user) and idle ticks and the daemon's
-// utime.
+// utime; the host's context switches, the daemon's system calls and its voluntary and
+// involuntary switches are multiples of the utime.
 func sampleLine(up float64, busy, idle, dutime uint64) string {
-	return fmt.Sprintf("TGTCPU up=%.3f cpu=%d,0,0,%d,0,0,0,0,0,0 ctxt=7 dproc=%d,0 dio=%d,%d", up, busy, idle, dutime, dutime*10, dutime*20)
+	return fmt.Sprintf("TGTCPU up=%.3f cpu=%d,0,0,%d,0,0,0,0,0,0 ctxt=%d dproc=%d,0 dio=%d,%d dcs=%d,%d",
+		up, busy, idle, dutime*3, dutime, dutime*10, dutime*20, dutime*2, dutime)
 }
 
 func TestParseTargetSample(t *testing.T) {
@@ -25,6 +27,12 @@ func TestParseTargetSample(t *testing.T) {
 	require.Equal(t, []uint64{300, 0, 0, 100, 0, 0, 0, 0, 0, 0}, s.CPU)
 	require.Equal(t, [2]uint64{40, 0}, s.Daemon)
 	require.Equal(t, [2]uint64{400, 800}, s.IO)
+	require.Equal(t, uint64(120), s.Ctxt)
+	require.True(t, s.HasCS)
+	require.Equal(t, [2]uint64{80, 40}, s.CS)
+	s, err = ParseTargetSample("TGTCPU up=1 cpu=1,2,3,4 ctxt=5 dproc=1,2 dio=3,4")
+	require.NoError(t, err)
+	require.False(t, s.HasCS, "a line of an older target script")
 	_, err = ParseTargetSample("TGTCPU up=1")
 	require.ErrorContains(t, err, "no up= or cpu=")
 	_, err = ParseTargetSample("SRPTVM-SYNC uptime 3")
@@ -60,12 +68,17 @@ func TestApplyTargetSamples(t *testing.T) {
 	require.InDelta(t, 0.5/1024*1e6, d.DaemonCPUPerIO, 1e-6)
 	require.InDelta(t, 20, d.GuestIdlePct, 1e-9)
 	require.InDelta(t, 10*50/1024.0, d.DaemonReadsPerIO, 1e-9)
-	require.True(t, math.IsNaN(d.CtxtPerIO), "no IPI counters on the target: no scheduler figures")
+	require.InDelta(t, 150/1024.0, d.CtxtPerIO, 1e-9, "the target host's context switches")
+	require.True(t, math.IsNaN(d.IPIPerIO), "no IPI counters on the target")
+	require.InDelta(t, 100/1024.0, d.DaemonVolPerIO, 1e-9)
+	require.InDelta(t, 50/1024.0, d.DaemonInvolPerIO, 1e-9)
 
 	d = Derive(runs[1], p)
 	require.InDelta(t, 0.8/1024*1e6, d.GuestCPUPerIO, 1e-6)
 	require.Zero(t, d.DaemonCPUPerIO, "LIO: no daemon")
 	require.False(t, runs[1].HasDaemonIO)
+	require.True(t, math.IsNaN(d.DaemonVolPerIO), "LIO: no daemon")
+	require.InDelta(t, 150/1024.0, d.CtxtPerIO, 1e-9)
 
 	// 20.0 is the only sample inside 20.6-26: no figures
 	require.True(t, math.IsNaN(runs[2].IOWindow))
@@ -94,6 +107,11 @@ func TestRunTargetSamples(t *testing.T) {
 	require.NoError(t, run(raw, info, dir, "title", "set terminal png", samples, &out))
 	require.Contains(t, out.String(), "| job | ch_count | target host CPU µs/I/O: LIO | srptarget memory | daemon CPU µs/I/O: memory | target host idle %: LIO | memory |")
 	require.Contains(t, out.String(), "| randread-4k-qd1 | 1 | 781 | 781 | 488 | 20.0 | 20.0 |")
+	require.Contains(t, out.String(), "| job | ch_count | target host context switches/I/O: LIO | srptarget memory | "+
+		"daemon wake-ups/I/O: memory | daemon preemptions/I/O: memory | daemon read()/I/O: memory | daemon write()/I/O: memory |")
+	// per second: 150 host switches, 100 voluntary and 50 involuntary daemon switches, 500
+	// reads and 1000 writes, for 1024 I/Os
+	require.Contains(t, out.String(), "| randread-4k-qd1 | 1 | 0.15 | 0.15 | 0.10 | 0.05 | 0.49 | 0.98 |")
 	csvData, err := os.ReadFile(filepath.Join(dir, "two-host-summary.csv"))
 	require.NoError(t, err)
 	c := string(csvData)
@@ -104,6 +122,10 @@ func TestRunTargetSamples(t *testing.T) {
 	require.Contains(t, c, "randread-4k-qd1/target-cpu-us-per-io,1,srpt-mem,781.250,1.000\n")
 	require.Contains(t, c, "randread-4k-qd1/daemon-cpu-us-per-io,1,srpt-mem,488.281,\n")
 	require.NotContains(t, c, "daemon-cpu-us-per-io,1,lio")
+	require.Contains(t, c, "randread-4k-qd1/ctxt-per-io,1,srpt-mem,0.146,1.000\n")
+	require.Contains(t, c, "randread-4k-qd1/daemon-vcs-per-io,1,srpt-mem,0.098,\n")
+	require.Contains(t, c, "randread-4k-qd1/daemon-writes-per-io,1,srpt-mem,0.977,\n")
+	require.NotContains(t, c, "daemon-vcs-per-io,1,lio")
 	gp, err := os.ReadFile(filepath.Join(dir, "chart.gp"))
 	require.NoError(t, err)
 	require.Contains(t, string(gp), "target host CPU per I/O")

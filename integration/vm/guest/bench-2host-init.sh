@@ -9,6 +9,13 @@
 # per ch_count: log in to srptarget, run every job, log out; then the same with LIO. So the
 # targets alternate, and drift of the host touches both alike.
 #
+# In round profile_round the srptarget blocks are profiled: after login the initiator asks
+# the target's control server (guest/bench-2host-target.sh, TCP port ctl_port) to start the
+# daemon's CPU profile, after the jobs to stop it, and receives the file; at the end the
+# profiles are printed in base64 between "SRPTVM-BENCH: file begin NAME" and
+# "SRPTVM-BENCH: file end NAME" (NAME srptarget.cpu.chN.pprof), as guest/bench.sh prints its
+# own. The BENCH lines of those runs say profiled=1.
+#
 # The cpu/ctxt/irq counters of the BENCH lines are this VM's; the host replaces them with
 # the target VM's (bench-2host.sh, bench -target-samples), since the target host's CPU is
 # what the bench compares. The step lines carry the guest uptime, which the host maps to its
@@ -19,6 +26,7 @@
 #   jobs="randread-4k-qd32 randwrite-4k-qd32 read-128k-qd32 write-128k-qd32 randread-4k-qd1"
 #   target_ip=169.254.50.1  target_guid=000000fffe000001 (node GUID of the target's rxe0,
 #   from its MAC 02:00:00:00:00:01)  srpt_port=5555  lio_port=5000  srp_params=
+#   profile=1  profile_round=2 (the last round if there are fewer)  ctl_port=5600
 #   netdev=eth0 mac= ip4= ip6= (setup_rxe, lib.sh)
 # shellcheck disable=SC2317 # functions called through wait_for
 # shellcheck source=lib.sh
@@ -36,6 +44,10 @@ BENCH_DEST=$(arg target_ip 169.254.50.1)
 TGUID=$(arg target_guid 000000fffe000001)
 SRPT_PORT=$(arg srpt_port 5555)
 LIO_PORT=$(arg lio_port 5000)
+CTL_PORT=$(arg ctl_port 5600)
+PROFILE=$(arg profile 1)
+PROFILE_ROUND=$(arg profile_round 2)
+[ "$PROFILE_ROUND" -le "$ROUNDS" ] || PROFILE_ROUND=$ROUNDS
 
 BENCH_RAW=/tmp/bench/raw.txt
 BENCH_FAILED=0
@@ -86,11 +98,29 @@ for tp in srptarget:$SRPT_PORT LIO:$LIO_PORT; do
 	srp_logout >/dev/null || fail "logout from ${tp%:*}"
 done
 
+# ctl CMD: one command to the target's control server, its answer on stdout (the target VM
+# boots alongside this one; it has listened since before its srptarget took logins).
+ctl() {
+	local i
+	for i in 1 2 3 4 5; do
+		if exec 9<>"/dev/tcp/$BENCH_DEST/$CTL_PORT"; then
+			echo "$1" >&9
+			cat <&9
+			exec 9<&-
+			return 0
+		fi 2>/dev/null
+		sleep 1
+	done
+	echo "SRPTVM: the target's control server at $BENCH_DEST:$CTL_PORT does not answer" >&2
+	return 1
+}
+
 # block NAME TARGET PORT ROUND CH: log in, every job, log out, one result row.
 block() {
-	local name=$1 target=$2 port=$3 round=$4 ch=$5 mark t got_ch nfail=0 errs d j p
+	local name=$1 target=$2 port=$3 round=$4 ch=$5 mark t got_ch nfail=0 errs d j p profiled=0 prof
 	local what="$name r$round ch$ch"
-	step "$what"
+	[ "$PROFILE" = 1 ] && [ "$target" = srpt-mem ] && [ "$round" = "$PROFILE_ROUND" ] && profiled=1
+	step "$what$([ $profiled = 1 ] && echo ", CPU profile")"
 	mark=$(dmesg_mark)
 	t=$(uptime_s)
 	login_retry "$name" "$port" "$ch" || {
@@ -99,10 +129,19 @@ block() {
 	}
 	got_ch=$(cat "$BENCH_HOST/ch_count")
 	d=$(srp_disks | head -1)
+	if [ $profiled = 1 ] && [ "$(ctl profile-start)" != ok ]; then
+		echo "SRPTVM: the daemon's profile did not start"
+		profiled=0
+	fi
 	for j in $JOBS; do
 		read -r -a p <<<"$(job_params "$j")"
-		bench_fio_job "$round" "$ch" "$target" "$j" "/dev/$d" "" 0 "${p[@]}" || nfail=$((nfail + 1))
+		bench_fio_job "$round" "$ch" "$target" "$j" "/dev/$d" "" "$profiled" "${p[@]}" || nfail=$((nfail + 1))
 	done
+	if [ $profiled = 1 ]; then
+		prof=/tmp/bench/srptarget.cpu.ch$ch.pprof
+		ctl profile-stop >"$prof"
+		[ -s "$prof" ] || echo "SRPTVM: no profile came back from the target"
+	fi
 	srp_logout >/dev/null
 	errs=$(srp_transport_errors "$mark" | grep -c .)
 	if [ $nfail = 0 ] && [ "$got_ch" = "$ch" ] && [ "$errs" = 0 ]; then
@@ -149,9 +188,15 @@ dmesg -n 1
 	echo "BENCHINFO jobs=$JOBS"
 	echo "BENCHINFO runtime=$BENCH_RUNTIME ramp=$BENCH_RAMP rounds=$ROUNDS ch_counts=$CH_COUNTS size_mib=$SIZE_MIB"
 	echo "BENCHINFO bench_seconds=$bench_s"
-	echo "BENCHINFO profile=0"
+	echo "BENCHINFO profile=$PROFILE round=$PROFILE_ROUND ch=$CH_COUNTS"
 } | tee /tmp/bench/info.txt
 echo "SRPTVM-BENCH: raw begin"
 cat "$BENCH_RAW"
 echo "SRPTVM-BENCH: raw end"
+for f in /tmp/bench/srptarget.cpu.ch*.pprof; do
+	[ -s "$f" ] || continue
+	echo "SRPTVM-BENCH: file begin ${f##*/}"
+	base64 "$f"
+	echo "SRPTVM-BENCH: file end ${f##*/}"
+done
 finish

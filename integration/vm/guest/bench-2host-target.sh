@@ -7,14 +7,22 @@
 # Then, until the host stops the VM, it samples every 0.5 s the CPU counters the target's CPU
 # per I/O is computed from, and prints them in batches of 20 (printing each would cost the
 # one vCPU a console write per sample):
-#   TGTCPU up=UPTIME cpu=a,b,... ctxt=N dproc=utime,stime dio=syscr,syscw
+#   TGTCPU up=UPTIME cpu=a,b,... ctxt=N dproc=utime,stime dio=syscr,syscw dcs=vol,invol
 # cpu is the "cpu" line of /proc/stat and ctxt its context switches (proc(5)); dproc and dio
-# are the daemon's (fields 14 and 15 of /proc/PID/stat, syscr and syscw of /proc/PID/io).
+# are the daemon's (fields 14 and 15 of /proc/PID/stat, syscr and syscw of /proc/PID/io), dcs
+# its voluntary and involuntary context switches summed over its threads
+# (/proc/PID/task/*/status: a voluntary switch is a sleep, hence one wake-up).
 # Each batch starts with "SRPTVM-SYNC uptime U", printed at once: the host maps guest uptime
 # to its own clock with it (bench-2host.sh).
 #
+# The daemon runs with `serve --cpuprofile --cpuprofile-wait`; a control server on TCP port
+# ctl_port (busybox nc, one connection per command) lets the initiator profile the blocks it
+# chooses: it sends one line, "profile-start" (SIGUSR1: a profile starts) or "profile-stop"
+# (SIGUSR2: the daemon writes it), and for profile-stop gets the pprof file back on the
+# connection. The profile is what the daemon's own flags write, nothing more.
+#
 # Arguments (k=v, from bench-2host.sh): netdev=eth0 mac= ip4= ip6= (setup_rxe, lib.sh),
-#   size_mib=256 srpt_port=5555 lio_port=5000 bin=/usr/local/bin/srptarget
+#   size_mib=256 srpt_port=5555 lio_port=5000 ctl_port=5600 bin=/usr/local/bin/srptarget
 # shellcheck source=lib.sh
 . /lab/lib.sh
 # shellcheck source=bench-lib.sh
@@ -24,6 +32,8 @@ BIN=$(arg bin /usr/local/bin/srptarget)
 SIZE_MIB=$(arg size_mib 256)
 SRPT_PORT=$(arg srpt_port 5555)
 LIO_PORT=$(arg lio_port 5000)
+CTL_PORT=$(arg ctl_port 5600)
+PROF=/tmp/srptarget.cpu.pprof
 
 step "virtio NIC"
 # The image loads no driver by itself (init loads what the tests need).
@@ -49,10 +59,30 @@ acls:
   - initiators: ["*"]
     luns: [0]
 YAML
-"$BIN" serve --config /etc/srptarget-bench.yaml >/tmp/srptarget.log 2>&1 &
+"$BIN" serve --config /etc/srptarget-bench.yaml --cpuprofile "$PROF" --cpuprofile-wait >/tmp/srptarget.log 2>&1 &
 DPID=$!
 wait_for 30 cm_listening "$SRPT_PORT" || { cat /tmp/srptarget.log; fail "srptarget not listening on $SRPT_PORT"; }
 record "srptarget listening" pass "RDMA/CM port $SRPT_PORT (pid $DPID)"
+
+step "control server on TCP port $CTL_PORT"
+# One command per connection, on the connection's first line; nc -e runs this for each.
+cat >/tmp/bench-ctl.sh <<CTL
+#!/bin/bash
+read -r cmd
+case \$cmd in
+profile-start)
+	rm -f $PROF
+	kill -USR1 $DPID && echo ok ;;
+profile-stop)
+	kill -USR2 $DPID || exit 1
+	# the daemon writes FILE.tmp and renames it: FILE appears complete
+	for _ in \$(seq 100); do [ -s $PROF ] && break; sleep 0.2; done
+	cat $PROF ;;
+esac
+CTL
+chmod 0755 /tmp/bench-ctl.sh
+nc -ll -p "$CTL_PORT" -e /tmp/bench-ctl.sh &
+record "control server" pass "TCP port $CTL_PORT (pid $!)"
 
 step "LIO ib_srpt: rd_mcp ${SIZE_MIB} MiB on port $LIO_PORT"
 # lio_setup_ramdisk names the ACL after $RXE_IP4, this host's own address: LIO names an
@@ -77,7 +107,7 @@ while :; do
 		ctxt) ctxt=$v ;;
 		esac
 	done </proc/stat
-	dproc=0,0 dio=0,0
+	dproc=0,0 dio=0,0 vcs=0 ivcs=0
 	if [ -r "/proc/$DPID/stat" ]; then
 		read -r -a f <"/proc/$DPID/stat"
 		dproc=${f[13]},${f[14]}
@@ -89,9 +119,17 @@ while :; do
 			esac
 		done <"/proc/$DPID/io"
 		dio=$r,$w
+		for st in /proc/"$DPID"/task/*/status; do
+			while read -r k v; do
+				case $k in
+				voluntary_ctxt_switches:) vcs=$((vcs + v)) ;;
+				nonvoluntary_ctxt_switches:) ivcs=$((ivcs + v)) ;;
+				esac
+			done <"$st"
+		done
 	fi
 	read -r up _ </proc/uptime
-	buf+="TGTCPU up=$up cpu=${cpu// /,} ctxt=$ctxt dproc=$dproc dio=$dio"$'\n'
+	buf+="TGTCPU up=$up cpu=${cpu// /,} ctxt=$ctxt dproc=$dproc dio=$dio dcs=$vcs,$ivcs"$'\n'
 	n=$((n + 1))
 	if [ $n -ge 20 ]; then
 		read -r up _ </proc/uptime
