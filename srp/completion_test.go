@@ -3,6 +3,7 @@ package srp_test
 import (
 	"bytes"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -64,4 +65,22 @@ func TestCompletionModes(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestCompletionFor: a one-CPU host sleeps on completion events (polling would take the CPU
+// the kernel's soft-RoCE work needs), anything bigger polls adaptively; the default follows
+// this process's CPUs.
+func TestCompletionFor(t *testing.T) {
+	for _, tc := range []struct {
+		ncpu int
+		want srp.CompletionMode
+	}{
+		{0, srp.CompletionEvent}, // runtime.NumCPU never says 0; fail safe if it did
+		{1, srp.CompletionEvent},
+		{2, srp.CompletionAdaptive},
+		{64, srp.CompletionAdaptive},
+	} {
+		require.Equal(t, tc.want, srp.CompletionFor(tc.ncpu), "ncpu %d", tc.ncpu)
+	}
+	require.Equal(t, srp.CompletionFor(runtime.NumCPU()), srp.DefaultCompletion)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"time"
 
 	"go.uber.org/zap"
@@ -41,9 +42,6 @@ const (
 	DefaultSendQueueDepth = 4096
 	// DefaultDrainTimeout bounds the wait for flush completions when a channel closes.
 	DefaultDrainTimeout = 30 * time.Second
-	// DefaultCompletion is how channels wait for completions (see CompletionMode):
-	// adaptive, measured best of the three in the VM benchmark (docs/benchmarks.md).
-	DefaultCompletion = CompletionAdaptive
 	// DefaultPollWindow is how long an adaptive channel keeps polling after its last work:
 	// longer than an initiator's round trip under soft-RoCE in a VM (0.5-1 ms), so that a
 	// queue-depth-1 stream is served without a wake-up, and short enough that a channel
@@ -158,6 +156,25 @@ type Limits struct {
 	// MaxLoginsInProgress bounds the connection requests being answered at once; a request
 	// beyond it is refused at once with INSUFFICIENT RESOURCES.
 	MaxLoginsInProgress int
+}
+
+// DefaultCompletion is how channels wait for completions unless configured (see
+// CompletionMode): CompletionFor the CPUs this process may run on.
+var DefaultCompletion = CompletionFor(runtime.NumCPU())
+
+// CompletionFor is the default completion mode for a daemon that may run on ncpu CPUs:
+// adaptive, unless there is only one. On a one-CPU host the poll window is spent on the CPU
+// that the kernel's own RDMA work needs: soft-RoCE's requester, responder and completer run
+// there too, so every microsecond the channel polls for its next completion delays that
+// completion. On the one-vCPU target host of the two-host benchmark event mode beat adaptive
+// on every job, while on two vCPUs adaptive halved event's queue-depth-1 latency
+// (docs/benchmarks.md). What counts is the CPUs, not GOMAXPROCS: with GOMAXPROCS=1 on a
+// bigger host the kernel still has the other CPUs.
+func CompletionFor(ncpu int) CompletionMode {
+	if ncpu <= 1 {
+		return CompletionEvent
+	}
+	return CompletionAdaptive
 }
 
 // CompletionMode is how a channel waits for completions when it has nothing to do. The
