@@ -161,6 +161,15 @@ func removeDirs(dirs []string) {
 
 func (s *sharedStore) acquire() { s.refs.Add(1) }
 
+// NonBlocking forwards the store's backstore.NonBlocking. Without it every RAM and null LUN of
+// the daemon ran its commands on a worker goroutine, two goroutine hand-offs per command
+// (often a thread wake-up each) that srp's channel skips for a store that never waits for
+// I/O. Holding mu shared never waits for I/O here either: closing a RAM store is a free.
+func (s *sharedStore) NonBlocking() bool {
+	nb, ok := s.Backstore.(backstore.NonBlocking)
+	return ok && nb.NonBlocking()
+}
+
 func (s *sharedStore) ReadAt(p []byte, off int64) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
