@@ -30,7 +30,8 @@ check: test build install-test nordma-test e2e stress-quick
 
 # e2e: the daemon against the Linux SRP initiator (ib_srp) over soft-RoCE in a qemu VM
 # (integration/vm/README.md): builds the daemon and the VM image, runs the checks, keeps the
-# serial log and the result table in SRPT_VM_DIR/logs (default /tmp/srptarget-vm). Needs root.
+# serial log and the result table in SRPT_VM_DIR/logs (default /tmp/srptarget-vm), then the
+# ib/verbs package's tests on soft-RoCE in a second VM. Needs root.
 e2e:
 	GO="$(GO)" integration/vm/e2e.sh
 

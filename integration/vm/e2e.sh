@@ -20,6 +20,9 @@
 #                      self-test (LIO ib_srpt, no srptarget) to tell a broken
 #                      harness from a daemon failure; 1: always run it first;
 #                      0: never
+#   SRPT_E2E_VERBS     1 (default): then run the tests of package ib/verbs (the cgo
+#                      RDMA layer) on soft-RoCE in a second VM (guest/verbs-test.sh,
+#                      about 80 s); 0: skip them
 #   other SRPT_VM_* variables as in run-vm.sh and build-image.sh
 #
 # Output, in $SRPT_VM_DIR/logs:
@@ -27,6 +30,7 @@
 #   e2e-<time>.results   the result table (name|pass or fail|detail)
 #   e2e-<time>.daemon.log  srptarget's own output (every instance), from the console
 #   e2e-latest.*         symbolic links to the last run's files
+#   e2e-verbs-<time>.log/.results  the ib/verbs tests' run
 # Exit status: that of the guest test (0: every check passed), see run-vm.sh;
 # 3 when the binary cannot be built.
 set -euo pipefail
@@ -36,6 +40,7 @@ REPO=$(cd "$HERE/../.." && pwd)
 export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm}
 VMDIR=$SRPT_VM_DIR
 SELFTEST=${SRPT_E2E_SELFTEST:-auto}
+VERBS=${SRPT_E2E_VERBS:-1}
 
 T0US=${EPOCHREALTIME/./}
 elapsed() { local d=$(( (${EPOCHREALTIME/./} - T0US) / 1000 )); printf '%d.%01d' $((d / 1000)) $((d % 1000 / 100)); }
@@ -135,6 +140,33 @@ echo "e2e: serial log $LOG"
 echo "e2e: results    $RESULTS"
 echo "e2e: daemon log $DAEMON_LOG"
 
+# ------------------------------------------------------------------ the ib/verbs tests
+# The cgo package's own tests (ib/verbs: post-time checks, round trips over IPv4, IPv6 and
+# link-local addresses, device removal under live resources) need a real RDMA device, so they
+# run here, in a VM of their own (guest/verbs-test.sh; about 80 s), and count as e2e checks.
+verbs_rc=0
+if [ "$VERBS" = 1 ]; then
+	VBIN=$VMDIR/bin/verbs.test
+	VLOG=$VMDIR/logs/e2e-verbs-$stamp.log
+	log "go test -c -o $VBIN ./ib/verbs"
+	(cd "$REPO" && "$GO" test -c -o "$VBIN" ./ib/verbs) || die "building the ib/verbs tests failed" 3
+	log "VM run: guest/verbs-test.sh"
+	SRPT_VM_FILES="$VBIN:/usr/local/bin/verbs.test" SRPT_VM_LOG="$VLOG" \
+		"$HERE/run-vm.sh" "$HERE/guest/verbs-test.sh" || verbs_rc=$?
+	VRESULTS=${VLOG%.log}.results
+	vpass=0 vfail=0
+	if [ -s "$VRESULTS" ]; then
+		vpass=$(grep -c '^[^|]*|pass|' "$VRESULTS" || true)
+		vfail=$(grep -c '^[^|]*|fail|' "$VRESULTS" || true)
+	fi
+	echo "e2e: ib/verbs tests on soft-RoCE: $vpass checks passed, $vfail failed; guest rc $verbs_rc"
+	if [ "$vfail" -gt 0 ]; then
+		grep '^[^|]*|fail|' "$VRESULTS" | awk -F'|' '{ printf "  %s: %s\n", $1, substr($0, length($1) + length($2) + 3) }'
+	fi
+	echo "e2e: verbs log  $VLOG"
+	if [ "$verbs_rc" = 0 ] && { [ "$vfail" -gt 0 ] || [ "$vpass" = 0 ]; }; then verbs_rc=1; fi
+fi
+
 if [ "$rc" != 0 ] && [ "$SELFTEST" = auto ]; then
 	if selftest; then
 		echo "e2e: the harness self-test passed: the failure above is srptarget's (or the test's), not the VM's"
@@ -142,4 +174,5 @@ if [ "$rc" != 0 ] && [ "$SELFTEST" = auto ]; then
 		echo "e2e: the harness self-test failed as well: look at the VM, soft-RoCE and ib_srp first ($VMDIR/logs/e2e-selftest-$stamp.log)"
 	fi
 fi
+[ "$rc" != 0 ] || rc=$verbs_rc
 exit "$rc"
