@@ -177,6 +177,8 @@ else
 	export SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-2400}
 fi
 FILES="$BIN:/usr/local/bin/srptarget $FLOOD:/usr/local/bin/srpflood $HERE/guest/stress-lib.sh:/lab/stress-lib.sh $DMFILES"
+# the scenarios, one file each, which guest/stress.sh sources from /lab/stress
+for f in "$HERE"/guest/stress/*.sh; do FILES+=" $f:/lab/stress/${f##*/}"; done
 runvm=("$HERE/run-vm.sh" "$HERE/guest/stress.sh" "$@")
 if [ -n "${SRPT_VM_LOCK:-}" ]; then
 	log "waiting for $SRPT_VM_LOCK"
