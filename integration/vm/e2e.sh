@@ -47,31 +47,15 @@ elapsed() { local d=$(( (${EPOCHREALTIME/./} - T0US) / 1000 )); printf '%d.%01d'
 log() { printf '[e2e %6ss] %s\n' "$(elapsed)" "$*"; }
 die() { echo "e2e.sh: error: $*" >&2; exit "${2:-2}"; }
 
-[ "$(id -u)" = 0 ] || die "must run as root (image build, apt-get)"
+# shellcheck source=host-lib.sh
+. "$HERE/host-lib.sh"
+host_root
 mkdir -p "$VMDIR/bin" "$VMDIR/logs"
 
 # ------------------------------------------------------------------ build dependencies
 # The cgo RDMA layer (ib/verbs) needs rdma-core's headers and a C compiler;
 # .ci/run installs these too.
-need=()
-[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
-[ -e /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
-command -v gcc >/dev/null || need+=(gcc libc6-dev)
-command -v pkg-config >/dev/null || need+=(pkg-config)
-if [ ${#need[@]} -gt 0 ]; then
-	log "apt-get install ${need[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 || {
-		apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-	} || die "apt-get install ${need[*]} failed" 3
-fi
-
-# GO from the Makefile is "go" by default, which need not be in PATH (the Go
-# tarball installs to /usr/local/go).
-GO=${GO:-go}
-if ! command -v "$GO" >/dev/null && [ -x /usr/local/go/bin/go ]; then GO=/usr/local/go/bin/go; fi
-command -v "$GO" >/dev/null || GO=
-[ -n "$GO" ] || die "no go command: install Go or set GO=" 3
+host_build_deps
 
 # ------------------------------------------------------------------ the daemon
 # Built exactly as the Makefile's build target builds bin/srptarget (cgo on, no
@@ -79,10 +63,7 @@ command -v "$GO" >/dev/null || GO=
 BIN=$VMDIR/bin/srptarget
 log "go build -o $BIN ./cmd/srptarget"
 t=$(elapsed)
-(cd "$REPO" && "$GO" build -o "$BIN" ./cmd/srptarget) || die "building srptarget failed" 3
-if ! ldd "$BIN" 2>/dev/null | grep -q 'librdmacm\.so'; then
-	die "$BIN does not link librdmacm: built without cgo (CGO_ENABLED=0, or no C compiler)? The daemon could not listen over RDMA/CM" 3
-fi
+host_build_cgo "$BIN" ./cmd/srptarget
 build_s=$(awk -v a="$t" -v b="$(elapsed)" 'BEGIN { printf "%.1f", b - a }')
 log "built $BIN ($(stat -c %s "$BIN") bytes) in ${build_s}s"
 
