@@ -5,7 +5,7 @@ package scsi
 type handler func(lu *LogicalUnit, c *Command)
 
 // opFlags describe how the framework treats a command before its handler runs.
-type opFlags uint8
+type opFlags uint16
 
 const (
 	// opReportsNoUA marks INQUIRY, REPORT LUNS and REQUEST SENSE, which run despite a pending
@@ -18,6 +18,20 @@ const (
 	// that may not write must not change them either (WCE decides whether other initiators'
 	// writes reach stable storage before they complete).
 	opChangesModePages
+	// opPRAllowed marks the commands a persistent reservation never conflicts with (SPC-4
+	// 5.13.1 table 51, SBC-3 table 13): those that only describe the logical unit, and the
+	// reservation commands, whose handlers apply their own rules.
+	opPRAllowed
+	// opPRReads marks commands that read: a non-holder may run them under a write exclusive
+	// reservation but not under an exclusive access one. A command with neither flag (nor
+	// opPRByCDB) is treated as a write and conflicts with both, so that a command added
+	// without a thought for reservations fails safe.
+	opPRReads
+	// opPRByCDB marks commands whose conflict depends on the CDB (prAllowedByCDB).
+	opPRByCDB
+	// opSPC2Allowed marks the commands an SPC-2 reservation held by another I_T nexus lets
+	// through (SPC-2 5.5.1): INQUIRY, REPORT LUNS, REQUEST SENSE and RELEASE.
+	opSPC2Allowed
 )
 
 // opWriteProtected are the commands refused with DATA PROTECT, WRITE PROTECTED when the
@@ -54,7 +68,7 @@ type opInfo struct {
 
 // commandTable lists every supported command. It is put together from the SPC and SBC halves so
 // that each lives next to its handlers.
-var commandTable = buildCommandTable(spcCommands, sbcCommands)
+var commandTable = buildCommandTable(spcCommands, sbcCommands, prCommands)
 
 // opEntry holds the commands of one operation code: one without service actions, or several.
 type opEntry struct {
