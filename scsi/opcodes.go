@@ -32,6 +32,10 @@ const (
 	// opSPC2Allowed marks the commands an SPC-2 reservation held by another I_T nexus lets
 	// through (SPC-2 5.5.1): INQUIRY, REPORT LUNS, REQUEST SENSE and RELEASE.
 	opSPC2Allowed
+	// opChangesReservations marks PERSISTENT RESERVE OUT and RESERVE(6)/(10): reservations
+	// decide what every other initiator may do (a PREEMPT fences them), so an initiator that
+	// may not write must not change them either.
+	opChangesReservations
 )
 
 // opWriteProtected are the commands refused with DATA PROTECT, WRITE PROTECTED when the
@@ -48,7 +52,7 @@ const (
 // a command does rather than by its data direction keeps the rule in this table, where REPORT
 // SUPPORTED OPERATION CODES and the tests read it, and does not depend on the transport
 // reporting a data direction.
-const opWriteProtected = opWritesMedium | opChangesModePages
+const opWriteProtected = opWritesMedium | opChangesModePages | opChangesReservations
 
 // opInfo describes one supported command: how to run it and what REPORT SUPPORTED OPERATION
 // CODES says of it.

@@ -408,15 +408,15 @@ var prCommands = func() []opInfo {
 	for sa, name := range out {
 		l = append(l, opInfo{name: "PERSISTENT RESERVE OUT " + name, opcode: opPersistentReserveOut,
 			serviceAction: uint16(sa), hasSA: true, cdbLength: 10, usage: usagePROut,
-			flags: opPRAllowed, run: persistentReserveOut})
+			flags: opPRAllowed | opChangesReservations, run: persistentReserveOut})
 	}
 	return append(l,
 		opInfo{name: "RESERVE(6)", opcode: opReserve6, cdbLength: 6, usage: usageReserve6,
-			flags: opPRAllowed, run: reserveSPC2},
+			flags: opPRAllowed | opChangesReservations, run: reserveSPC2},
 		opInfo{name: "RELEASE(6)", opcode: opRelease6, cdbLength: 6, usage: usageRelease6,
 			flags: opPRAllowed | opSPC2Allowed, run: releaseSPC2},
 		opInfo{name: "RESERVE(10)", opcode: opReserve10, cdbLength: 10, usage: usageReserve10,
-			flags: opPRAllowed, run: reserveSPC2},
+			flags: opPRAllowed | opChangesReservations, run: reserveSPC2},
 		opInfo{name: "RELEASE(10)", opcode: opRelease10, cdbLength: 10, usage: usageRelease10,
 			flags: opPRAllowed | opSPC2Allowed, run: releaseSPC2},
 	)

@@ -695,3 +695,18 @@ func TestSPC2Reservations(t *testing.T) {
 	require.Equal(t, uint64(keyA), k)
 	require.Equal(t, byte(PRTypeExclusiveAccess), typ)
 }
+
+// TestPRReadOnlyMapping: an initiator that may not write cannot register, reserve or fence
+// others out (DATA PROTECT, WRITE PROTECTED), and can still look.
+func TestPRReadOnlyMapping(t *testing.T) {
+	lu := newTestLU(t, 1000, 512, nil)
+	m, err := NewLUNMap([]Mapping{{LUN: 0, LU: lu, ReadOnly: true}})
+	require.NoError(t, err)
+	clearPowerOnUA(t, m, prNexusA)
+	requireSense(t, sendPROut(m, prNexusA, prOutRegister, 0, prParams(0, keyA, 0)), ReasonWriteProtected)
+	requireSense(t, run(m, prNexusA, 0, []byte{0x16, 0, 0, 0, 0, 0}, nil, 0), ReasonWriteProtected)
+	checkGood(t, run(m, prNexusA, 0, []byte{0x17, 0, 0, 0, 0, 0}, nil, 0))
+	gen, keys := readKeys(t, m, prNexusA)
+	require.Zero(t, gen)
+	require.Empty(t, keys)
+}
