@@ -133,10 +133,12 @@ step "register B"
 check "B registers" sg_persist -n -o -G -S "$KEY_B" "$B"
 if conflicts "$B"; then record "registered B writes" fail "RESERVATION CONFLICT"; else record "registered B writes" pass "$(write_status "$B" | head -1)"; fi
 run sg_persist -n -i -s "$A" | tee /tmp/full.txt
-n=$(grep -ci 'srp' /tmp/full.txt)
-ids=$(grep -iA1 'srp' /tmp/full.txt | grep -io "00 00 00 00 00 00 00 0[12]" | sort -u | wc -l)
-if [ "$n" -ge 2 ] && [ "$ids" = 2 ]; then
-	record "READ FULL STATUS: SRP TransportIDs" pass "$n SRP TransportIDs, initiator_ext 1 and 2; $(grep -i -m1 -A1 srp /tmp/full.txt | tr '\n' ' ' | sed 's/  */ /g')"
+# sg_persist names protocol 4h's TransportID "RDMA initiator port identifier" and dumps its
+# 16 bytes on the next line: initiator_ext first.
+n=$(grep -ci 'RDMA initiator port identifier' /tmp/full.txt)
+ids=$(grep -iA1 'RDMA initiator port identifier' /tmp/full.txt | grep -io "00 00 00 00 00 00 00 0[12]" | sort -u | wc -l)
+if [ "$n" = 2 ] && [ "$ids" = 2 ]; then
+	record "READ FULL STATUS: SRP TransportIDs" pass "$n SRP TransportIDs, initiator_ext 1 and 2; $(grep -i -m1 -A1 'RDMA initiator' /tmp/full.txt | tr '\n' ' ' | sed 's/  */ /g')"
 else
 	record "READ FULL STATUS: SRP TransportIDs" fail "$n SRP TransportID lines, $ids initiator_ext seen: $(tr '\n' ' ' </tmp/full.txt | sed 's/  */ /g' | cut -c1-300)"
 fi
