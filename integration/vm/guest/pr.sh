@@ -51,15 +51,17 @@ stop_daemon() {
 	wait "$PID"
 }
 
-# disk_of_ext EXT: the sd disk behind the SRP host logged in with initiator_ext EXT.
+more_srp_disks() { [ "$(srp_disks | wc -l)" -gt "$1" ]; }
+
+# login_one EXT: log in with initiator_ext EXT and print the new disk (/dev/sdX).
 # ib_srp has no initiator_ext attribute, so the logins are made one at a time and
 # the new disk is the one that was not there before.
 login_one() {
 	local ext=$1 before
 	before=$(srp_disks | tr '\n' ' ')
-	srp_login "id_ext=$ID_EXT,ioc_guid=$ID_EXT,dest=$RXE_IP4:$PORT,initiator_ext=$ext" || return 1
-	# shellcheck disable=SC2016
-	wait_for 60 sh -c '[ "$(ls -d /sys/block/sd* 2>/dev/null | wc -l)" -gt "$0" ]' "$(wc -w <<<"$before")" || return 1
+	# (its output to stderr: stdout is the disk's name)
+	srp_login "id_ext=$ID_EXT,ioc_guid=$ID_EXT,dest=$RXE_IP4:$PORT,initiator_ext=$ext" >&2 || return 1
+	wait_for 60 more_srp_disks "$(wc -w <<<"$before")" || return 1
 	sleep 1
 	local d
 	for d in $(srp_disks); do
@@ -68,12 +70,19 @@ login_one() {
 	return 1
 }
 
-# status DEV CDB...: sg_raw's SCSI status line for a command (data-out from /dev/zero
-# when -s is given).
-raw() { sg_raw -v "$@" 2>&1; }
-write_status() { raw -s 512 -i /dev/zero "$1" 2a 00 00 00 00 08 00 00 01 00 | grep -iE 'status|sense|conflict' | head -3; }
-read_status() { raw -r 512 "$1" 28 00 00 00 00 08 00 00 01 00 | grep -iE 'status|sense|conflict' | head -3; }
-conflicts() { write_status "$1" | grep -qi 'reservation conflict'; }
+# write_status / read_status DEV: WRITE(10) or READ(10) of one block at LBA 8 with sg_raw,
+# whose output names the SCSI status and sense; "exit N" is its exit status (0 for GOOD,
+# 24 for RESERVATION CONFLICT).
+raw() {
+	local rc
+	sg_raw -v "$@" >/tmp/raw.txt 2>&1
+	rc=$?
+	echo "exit $rc: $(grep -iE 'status|sense' /tmp/raw.txt | tr '\n' ' ' | sed 's/  */ /g')"
+}
+write_status() { raw -s 512 -i /dev/zero "$1" 2a 00 00 00 00 08 00 00 01 00; }
+read_status() { raw -r 512 "$1" 28 00 00 00 00 08 00 00 01 00; }
+conflicts() { write_status "$1" | grep -qiE '^exit 24|reservation conflict'; }
+good() { grep -q '^exit 0:' <<<"$1" && ! grep -qi 'conflict' <<<"$1"; }
 keys() { sg_persist -n -i -k "$1" 2>&1 | awk '$1 ~ /^0x/ { print $1 }' | sort | tr '\n' ' ' | sed 's/ $//'; }
 reservation() { sg_persist -n -i -r "$1" 2>&1 | tr '\n' ' ' | sed 's/  */ /g'; }
 
@@ -123,7 +132,7 @@ else
 	record "unregistered B write conflicts" fail "sg_raw WRITE(10): $out"
 fi
 out=$(read_status "$B")
-if grep -qi 'good' <<<"$out" && ! grep -qi conflict <<<"$out"; then
+if good "$out"; then
 	record "unregistered B may read" pass "$(head -1 <<<"$out")"
 else
 	record "unregistered B may read" fail "sg_raw READ(10): $out"
@@ -131,7 +140,8 @@ fi
 
 step "register B"
 check "B registers" sg_persist -n -o -G -S "$KEY_B" "$B"
-if conflicts "$B"; then record "registered B writes" fail "RESERVATION CONFLICT"; else record "registered B writes" pass "$(write_status "$B" | head -1)"; fi
+out=$(write_status "$B")
+if good "$out"; then record "registered B writes" pass "$out"; else record "registered B writes" fail "$out"; fi
 run sg_persist -n -i -s "$A" | tee /tmp/full.txt
 # sg_persist names protocol 4h's TransportID "RDMA initiator port identifier" and dumps its
 # 16 bytes on the next line: initiator_ext first.
@@ -146,7 +156,7 @@ fi
 step "A preempts and aborts B"
 check "A PREEMPT AND ABORT" sg_persist -n -o -A -K "$KEY_A" -S "$KEY_B" -T 5 "$A"
 out=$(raw "$B" 00 00 00 00 00 00)
-echo "$out"
+cat /tmp/raw.txt
 if grep -qi 'registrations preempted' <<<"$out"; then
 	record "B sees REGISTRATIONS PREEMPTED" pass "$(grep -i -m1 'registrations preempted' <<<"$out" | sed 's/^ *//')"
 else
@@ -161,8 +171,7 @@ f=$STATE_DIR/pr-$SERIAL.json
 if [ -s "$f" ]; then record "state file written" pass "$f: $(tr -d ' \n' <"$f" | cut -c1-200)"; else record "state file written" fail "no $f"; fi
 res_before=$(reservation "$A")
 CHECK_DETAIL="both disks removed" check "logout" srp_logout
-stop_daemon
-record "daemon stopped" pass "exit $?"
+if stop_daemon; then record "daemon stopped" pass "SIGTERM, exit 0"; else record "daemon stopped" fail "exit status $?"; fi
 start_daemon || fail "srptarget did not restart: $(tail -5 "$DLOG")"
 A=$(login_one "$EXT_A") || fail "login after restart failed"
 sg_turs "$A" >/dev/null 2>&1
@@ -187,7 +196,8 @@ check_eq "status after fencing (-i -k)" "$KEY_A" "$(keys "$A")"
 sg_turs "$B" >/dev/null 2>&1
 if conflicts "$B"; then record "fenced B cannot write" pass "RESERVATION CONFLICT"; else record "fenced B cannot write" fail "$(write_status "$B")"; fi
 check "unfence B again" sg_persist -n -o -I -S "$KEY_B" "$B"
-if conflicts "$B"; then record "unfenced B writes" fail "RESERVATION CONFLICT"; else record "unfenced B writes" pass "GOOD"; fi
+out=$(write_status "$B")
+if good "$out"; then record "unfenced B writes" pass "$out"; else record "unfenced B writes" fail "$out"; fi
 check_eq "final keys" "$KEY_A $KEY_B" "$(keys "$A")"
 
 srp_logout
