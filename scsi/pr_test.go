@@ -54,6 +54,17 @@ func prParams(key, saKey uint64, flags byte) []byte {
 	return p
 }
 
+// moveParams is a REGISTER AND MOVE parameter list (SPC-4 6.16.4).
+func moveParams(key, saKey uint64, flags byte, rel uint16, tid []byte) []byte {
+	p := make([]byte, 24)
+	binary.BigEndian.PutUint64(p[0:], key)
+	binary.BigEndian.PutUint64(p[8:], saKey)
+	p[17] = flags
+	binary.BigEndian.PutUint16(p[18:], rel)
+	binary.BigEndian.PutUint32(p[20:], uint32(len(tid)))
+	return cat(p, tid)
+}
+
 // srpTID is the SRP TransportID of initiator.
 func srpTID(initiator [16]byte) []byte {
 	b := make([]byte, 24)
@@ -333,6 +344,40 @@ func TestPROutStateMachine(t *testing.T) {
 				}()},
 			{"PREEMPT a key nobody has", prNexusB, prOutPreempt, typ, prParams(keyB, 0x55, 0), conflict},
 			{"PREEMPT from unregistered", prNexusC, prOutPreempt, typ, prParams(0, keyA, 0), conflict},
+			{"PREEMPT AND ABORT the holder's key", prNexusB, prOutPreemptAndAbort, typ, prParams(keyB, keyA, 0),
+				with(same, func(r *result) {
+					r.keys, r.genDelta = []uint64{keyB}, 1
+					r.ua[0] = ReasonRegistrationsPreempted
+					if !ar {
+						r.resKey = keyB
+					}
+				})},
+			{"PREEMPT AND ABORT from unregistered", prNexusC, prOutPreemptAndAbort, typ, prParams(0, keyA, 0), conflict},
+			{"holder PREEMPTs a registrant", prNexusA, prOutPreempt, typ, prParams(keyA, keyB, 0),
+				with(same, func(r *result) {
+					r.keys, r.genDelta = []uint64{keyA}, 1
+					r.ua[1] = ReasonRegistrationsPreempted
+				})},
+			{"CLEAR from the holder", prNexusA, prOutClear, 0, prParams(keyA, 0, 0),
+				result{status: StatusGood, genDelta: 1, ua: [3]Reason{none, ReasonReservationsPreempted, none}}},
+			{"REGISTER AND IGNORE EXISTING KEY from unregistered", prNexusC, prOutRegisterAndIgnore, 0, prParams(0x99, keyC, 0),
+				with(same, func(r *result) { r.keys = []uint64{keyA, keyB, keyC}; r.genDelta = 1 })},
+			{"holder changes its key", prNexusA, prOutRegister, 0, prParams(keyA, 0x77, 0),
+				with(same, func(r *result) {
+					r.keys, r.genDelta = []uint64{0x77, keyB}, 1
+					if !ar {
+						r.resKey = 0x77
+					}
+				})},
+			{"REGISTER AND MOVE from the holder", prNexusA, prOutRegisterAndMove, 0, moveParams(keyA, keyC, 0, 1, srpTID(prNexusC.InitiatorID)),
+				func() result {
+					if ar {
+						return conflict
+					}
+					return with(same, func(r *result) { r.keys, r.genDelta, r.resKey = []uint64{keyA, keyB, keyC}, 1, keyC })
+				}()},
+			{"REGISTER AND MOVE from a registrant", prNexusB, prOutRegisterAndMove, 0, moveParams(keyB, keyC, 0, 1, srpTID(prNexusC.InitiatorID)), conflict},
+			{"REGISTER AND MOVE from unregistered", prNexusC, prOutRegisterAndMove, 0, moveParams(0, keyC, 0, 1, srpTID(prNexusB.InitiatorID)), conflict},
 			{"PREEMPT the holder, changing the type", prNexusB, prOutPreempt, otherType, prParams(keyB, keyA, 0),
 				func() result {
 					if ar { // a non-zero key under all registrants only removes registrations
@@ -462,15 +507,7 @@ func TestPRAllTargetPorts(t *testing.T) {
 
 // TestPRRegisterAndMove moves the reservation to another I_T nexus (SPC-4 5.13.8).
 func TestPRRegisterAndMove(t *testing.T) {
-	move := func(key, saKey uint64, flags byte, rel uint16, tid []byte) []byte {
-		p := make([]byte, 24)
-		binary.BigEndian.PutUint64(p[0:], key)
-		binary.BigEndian.PutUint64(p[8:], saKey)
-		p[17] = flags
-		binary.BigEndian.PutUint16(p[18:], rel)
-		binary.BigEndian.PutUint32(p[20:], uint32(len(tid)))
-		return cat(p, tid)
-	}
+	move := moveParams
 	_, m := prMap(t, PRTypeWriteExclusive, nil)
 	gen0, _ := readKeys(t, m, prNexusA)
 	requireGood(t, sendPROut(m, prNexusA, prOutRegisterAndMove, PRTypeWriteExclusive, move(keyA, keyC, 0, 1, srpTID(prNexusC.InitiatorID))))
