@@ -119,3 +119,24 @@ func syncDir(dir string) error {
 	}
 	return err
 }
+
+// prTypeName names a persistent reservation type as SPC-4 table 212 does, as sg_persist prints it.
+func prTypeName(t uint8) string {
+	switch t {
+	case 0:
+		return "none (registrations only)"
+	case scsi.PRTypeWriteExclusive:
+		return "Write Exclusive"
+	case scsi.PRTypeExclusiveAccess:
+		return "Exclusive Access"
+	case scsi.PRTypeWriteExclusiveRegistrantsOnly:
+		return "Write Exclusive, registrants only"
+	case scsi.PRTypeExclusiveAccessRegistrantsOnly:
+		return "Exclusive Access, registrants only"
+	case scsi.PRTypeWriteExclusiveAllRegistrants:
+		return "Write Exclusive, all registrants"
+	case scsi.PRTypeExclusiveAccessAllRegistrants:
+		return "Exclusive Access, all registrants"
+	}
+	return fmt.Sprintf("type %d", t)
+}

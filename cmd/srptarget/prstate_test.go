@@ -50,7 +50,7 @@ func requireReservation(t *testing.T, ch *srptest.Channel, keys []uint64, holder
 // keeps them through a restart of the daemon, and a corrupt state file stops the start.
 func TestPersistentReservationsSurvive(t *testing.T) {
 	config := e2eConfig + "state_dir: DIR/state\n"
-	e := newEnv(t, config)
+	e := newControlEnv(t, config)
 	e.start()
 	ch, err := e.login(rwInitiator, "", 5555)
 	require.NoError(t, err)
@@ -68,6 +68,17 @@ func TestPersistentReservationsSurvive(t *testing.T) {
 	require.Equal(t, uint32(24), binary.BigEndian.Uint32(d[20:]))
 	require.Equal(t, byte(0x04), d[24], "protocol identifier SRP")
 	require.Equal(t, rwInitiator[:], d[32:48])
+
+	// srptarget luns shows them.
+	var ls []lunInfo
+	e.ctlJSON(&ls, "luns")
+	require.Equal(t, &prInfo{Generation: 1, Type: 6, Registrations: []prRegistration{
+		{Key: "0x1234", Initiator: rwInitiator.String(), RelativePort: 1, Holder: true},
+	}}, ls[0].Reservations)
+	require.Nil(t, ls[1].Reservations)
+	out, _, err := e.ctl("luns")
+	require.NoError(t, err)
+	require.Contains(t, out, "  persistent reservation: Exclusive Access, registrants only, generation 1\n    key 0x1234: "+rwInitiator.String()+" via port 1, holder\n")
 
 	serial := e.d.luns[0].key.serial
 	file := filepath.Join(e.dir, "state", "pr-"+serial+".json")
