@@ -59,8 +59,11 @@ type ITNexusID struct {
 	RelativePort uint16
 }
 
-// id returns the I_T nexus identifier of n.
+// id returns the I_T nexus identifier of n (the zero one for a nil n).
 func (n *Nexus) id() ITNexusID {
+	if n == nil {
+		return ITNexusID{}
+	}
 	id := ITNexusID{Initiator: n.InitiatorID}
 	if n.Port != nil {
 		id.RelativePort = n.Port.RelativeID
