@@ -35,6 +35,13 @@ check: test build install-test nordma-test e2e stress-quick
 e2e:
 	GO="$(GO)" integration/vm/e2e.sh
 
+# e2e-pr: SCSI-3 persistent reservations in the VM: sg_persist from two initiator ports of one
+# LUN, APTPL across a daemon restart, fence_scsi's sequence (integration/vm/pr.sh). Needs root;
+# under a minute once the image is built.
+.PHONY: e2e-pr
+e2e-pr:
+	GO="$(GO)" integration/vm/pr.sh
+
 # demo: the same VM with configs/demo.yaml: login, lsblk, sg_inq, a short fio run.
 demo:
 	GO="$(GO)" integration/vm/demo.sh
