@@ -24,9 +24,10 @@ unit:
 	$(GO) test -race -count=1 $(PKGS)
 
 # check: everything CI runs: the Go tests, make install into a temporary directory, then the VM
-# end-to-end run and the quick half of the stress scenarios (the kernel's ib_srp against the
-# daemon over soft-RoCE).
-check: test build install-test nordma-test e2e stress-quick
+# end-to-end runs (the daemon, the ib/verbs tests, persistent reservations from two initiator
+# ports) and the quick half of the stress scenarios (the kernel's ib_srp against the daemon
+# over soft-RoCE).
+check: test build install-test nordma-test e2e e2e-pr stress-quick
 
 # e2e: the daemon against the Linux SRP initiator (ib_srp) over soft-RoCE in a qemu VM
 # (integration/vm/README.md): builds the daemon and the VM image, runs the checks, keeps the
