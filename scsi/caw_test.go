@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/internal/testutil"
 )
 
 // cawCDB is COMPARE AND WRITE of n blocks at lba with byte 1 b1.
@@ -30,10 +31,10 @@ func TestCompareAndWrite(t *testing.T) {
 		for _, n := range []int{1, 255} {
 			t.Run(fmt.Sprint(bs, "/", n), func(t *testing.T) {
 				_, m, rec := newRecordingLU(t, 512, uint32(bs), nil)
-				old := pattern(n*bs, 1)
+				old := testutil.Pattern(n*bs, 1)
 				writeMedium(t, rec, int64(7*bs), old)
 				rec.take()
-				next := pattern(n*bs, 2)
+				next := testutil.Pattern(n*bs, 2)
 
 				c := exec(m, cawCDB(0x00, 7, byte(n)), append(append([]byte(nil), old...), next...), 0)
 				checkGood(t, c)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/internal/testutil"
 )
 
 // fuzzOpcodes are the block commands FuzzSBCCDB sends.
@@ -160,7 +161,7 @@ func FuzzUnmapParams(f *testing.F) {
 	f.Add(uint16(24), []byte{0, 22, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 31, 0, 0, 0, 2, 0, 0, 0, 0})
 
 	l := newFuzzLU(f, 512)
-	orig := pattern(fuzzBlocks*512, 0x3C)
+	orig := testutil.Pattern(fuzzBlocks*512, 0x3C)
 	for i := range orig {
 		orig[i] |= 1 // no zero bytes, so that any unmapped byte shows
 	}

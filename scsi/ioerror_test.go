@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/internal/testutil"
 )
 
 // newFaultyLU makes a logical unit of blocks × bs bytes over a memory backstore wrapped in the
@@ -55,7 +56,7 @@ func TestIOErrorsReadWrite(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, m, f, mem := newFaultyLU(t, 64, 512, nil)
-			before := pattern(64*512, 1)
+			before := testutil.Pattern(64*512, 1)
 			writeMedium(t, mem, 0, before)
 			f.Inject(tt.op, 5*512, 512, tt.err) // block 5 is bad
 			var out []byte
@@ -128,7 +129,7 @@ func TestIOErrorsVerify(t *testing.T) {
 	for _, bs := range []int{512, 4096} {
 		t.Run(fmt.Sprint(bs), func(t *testing.T) {
 			_, m, f, mem := newFaultyLU(t, 400, uint32(bs), nil)
-			data := pattern(300*bs, 4)
+			data := testutil.Pattern(300*bs, 4)
 			writeMedium(t, mem, 0, data)
 			f.Inject(backstore.OpRead, 123*int64(bs), int64(bs), syscall.EIO)
 
@@ -151,7 +152,7 @@ func TestIOErrorsVerify(t *testing.T) {
 // chunked pattern write: INFORMATION holds the first LBA of the call that failed.
 func TestIOErrorsUnmapWriteSame(t *testing.T) {
 	_, m, f, mem := newFaultyLU(t, 1024, 4096, nil)
-	before := pattern(1024*4096, 6)
+	before := testutil.Pattern(1024*4096, 6)
 	writeMedium(t, mem, 0, before)
 	f.Inject(backstore.OpUnmap|backstore.OpWriteZeroes, 500*4096, 4096, syscall.EIO)
 

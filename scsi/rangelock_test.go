@@ -9,21 +9,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-)
 
-// waitFor polls cond until it holds, failing the test after 10 seconds. The tests use it to wait
-// for a goroutine to reach a known state (blocked in a lock, queued in the task set) that they
-// read from the structures themselves, never for time to pass.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-}
+	"github.com/srptarget/srptarget/internal/testutil"
+)
 
 // waitingCount reports how many goroutines wait in rl.
 func (rl *rangeLock) waitingCount() int {
@@ -86,7 +74,7 @@ func TestRangeLockExclusiveWaitsForHeld(t *testing.T) {
 	s1 := rl.lock(0, 10, false)
 	s2 := rl.lock(8, 4, false)
 	x := lockAsync(&rl, 9, 1, true) // overlaps both
-	waitFor(t, "the exclusive request to wait", func() bool { return rl.waitingCount() == 1 })
+	testutil.WaitFor(t, "the exclusive request to wait", func() bool { return rl.waitingCount() == 1 })
 	rl.unlock(s1)
 	requireNotGranted(t, x) // s2 still held
 	rl.unlock(s2)
@@ -94,7 +82,7 @@ func TestRangeLockExclusiveWaitsForHeld(t *testing.T) {
 
 	y := lockAsync(&rl, 0, 10, false) // overlaps xs
 	z := lockAsync(&rl, 9, 5, true)   // overlaps xs
-	waitFor(t, "both requests to wait", func() bool { return rl.waitingCount() == 2 })
+	testutil.WaitFor(t, "both requests to wait", func() bool { return rl.waitingCount() == 2 })
 	disjoint := rl.lock(20, 1, false)
 	rl.unlock(disjoint)
 	requireNotGranted(t, y)
@@ -114,9 +102,9 @@ func TestRangeLockNoStarvation(t *testing.T) {
 	var rl rangeLock
 	s := rl.lock(0, 10, false)
 	e := lockAsync(&rl, 5, 1, true)
-	waitFor(t, "the exclusive request to wait", func() bool { return rl.waitingCount() == 1 })
+	testutil.WaitFor(t, "the exclusive request to wait", func() bool { return rl.waitingCount() == 1 })
 	s2 := lockAsync(&rl, 0, 10, false) // only a shared range is held, yet it waits
-	waitFor(t, "the second shared request to wait", func() bool { return rl.waitingCount() == 2 })
+	testutil.WaitFor(t, "the second shared request to wait", func() bool { return rl.waitingCount() == 2 })
 	rl.unlock(s)
 	es := requireGranted(t, e)
 	requireNotGranted(t, s2) // e is held
@@ -131,7 +119,7 @@ func TestRangeLockExclusiveSerialised(t *testing.T) {
 	s := rl.lock(0, 4, false)
 	e1 := lockAsync(&rl, 0, 2, true)
 	e2 := lockAsync(&rl, 1, 2, true)
-	waitFor(t, "both exclusive requests to wait", func() bool { return rl.waitingCount() == 2 })
+	testutil.WaitFor(t, "both exclusive requests to wait", func() bool { return rl.waitingCount() == 2 })
 	rl.unlock(s)
 	var first int
 	var second <-chan int
@@ -157,7 +145,7 @@ func TestRangeLockSlotsExhausted(t *testing.T) {
 		slots[i] = rl.lock(uint64(i), 1, false)
 	}
 	extra := lockAsync(&rl, 10000, 1, false)
-	waitFor(t, "the request to wait for a slot", func() bool { return rl.waitingCount() == 1 })
+	testutil.WaitFor(t, "the request to wait for a slot", func() bool { return rl.waitingCount() == 1 })
 	requireNotGranted(t, extra) // every slot is held
 	rl.unlock(slots[77])
 	require.Equal(t, 77, requireGranted(t, extra))

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/internal/testutil"
 )
 
 // Tests of what an initiator for which the logical unit is write-protected (a read-only mapping,
@@ -171,7 +172,7 @@ func TestTaskManagementWriteProtected(t *testing.T) {
 			g.requireEntered(t, 2*512)
 
 			r := tmfAsync(func() TMFResponse { return tc.fn.do(senderMap, testNexus) })
-			waitFor(t, "the function to wait for a running command", func() bool { return lu.aborters() == 1 })
+			testutil.WaitFor(t, "the function to wait for a running command", func() bool { return lu.aborters() == 1 })
 			require.True(t, own.c.Aborted())
 			require.Equal(t, tc.otherAborted, other.c.Aborted())
 			requireTMFBlocked(t, r)

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/internal/testutil"
 )
 
 // TestReadWriteRoundTrip writes with each WRITE CDB and reads back with each READ CDB, at 512-
@@ -29,7 +30,7 @@ func TestReadWriteRoundTrip(t *testing.T) {
 				{"WRITE(16) group 3Fh", []byte{0x8A, 0x00, 0, 0, 0, 0, 0x00, 0x00, 0x03, 0x00, 0x00, 0x00, 0x00, 0x02, 0x3F, 0x00}, 0x300, 2},
 			}
 			for i, w := range writes {
-				data := pattern(w.n*bs, byte(i+1))
+				data := testutil.Pattern(w.n*bs, i+1)
 				c := exec(m, w.cdb, data, 0)
 				checkGood(t, c)
 				require.Equal(t, len(data), c.TransferLength, w.name)
@@ -48,7 +49,7 @@ func TestReadWriteRoundTrip(t *testing.T) {
 			}
 			for i, r := range reads {
 				w := writes[i]
-				want := pattern(w.n*bs, byte(i+1))
+				want := testutil.Pattern(w.n*bs, i+1)
 				c := exec(m, r.cdb, nil, len(want))
 				checkGood(t, c)
 				require.Equal(t, len(want), c.TransferLength, r.name)
@@ -66,7 +67,7 @@ func TestReadWriteRoundTrip(t *testing.T) {
 // blocks, and that the 21-bit LBA takes the low five bits of byte 1.
 func TestReadWrite6ZeroMeans256(t *testing.T) {
 	_, m, mem := newMemLU(t, 0x10200, 512, nil)
-	data := pattern(256*512, 0x42)
+	data := testutil.Pattern(256*512, 0x42)
 	c := exec(m, []byte{0x0A, 0x01, 0x00, 0x10, 0x00, 0x00}, data, 0) // LBA 0x010010
 	checkGood(t, c)
 	require.Equal(t, 256*512, c.TransferLength)
@@ -155,7 +156,7 @@ func TestReadWriteMaxTransfer(t *testing.T) {
 // overflow the transport reports.
 func TestReadShortBuffer(t *testing.T) {
 	_, m, mem := newMemLU(t, 64, 512, nil)
-	data := pattern(8*512, 7)
+	data := testutil.Pattern(8*512, 7)
 	writeMedium(t, mem, 0, data)
 
 	c := exec(m, cdb10(0x28, 0, 0, 8), nil, 3*512+100)
@@ -229,7 +230,7 @@ func TestWriteFUA(t *testing.T) {
 func TestReadWriteAllocs(t *testing.T) {
 	_, m, _ := newMemLU(t, 1024, 512, nil)
 	c := &Command{Nexus: testNexus, LUN: EncodeLUN(0), DataIn: make([]byte, 4096)}
-	data := pattern(4096, 1)
+	data := testutil.Pattern(4096, 1)
 	read := cdb10(0x28, 0, 8, 8)
 	write := cdb10(0x2A, 0, 8, 8)
 	do := func(cdb, out []byte) {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/internal/testutil"
 )
 
 // This file holds the helpers the SBC tests share (expected sense data written out by hand, test
@@ -119,16 +120,6 @@ func newMemLU(t testing.TB, blocks int64, blockSize uint32, mod func(*Config)) (
 // exec runs cdb on LUN 0 of m from testNexus.
 func exec(m *LUNMap, cdb []byte, dataOut []byte, inLen int) *Command {
 	return run(m, testNexus, 0, cdb, dataOut, inLen)
-}
-
-// pattern returns n bytes that differ from block to block and from seed to seed, so that a block
-// written to or read from the wrong place shows.
-func pattern(n int, seed byte) []byte {
-	p := make([]byte, n)
-	for i := range p {
-		p[i] = byte(i*7+i/512) ^ seed
-	}
-	return p
 }
 
 // fill returns n bytes of b.
@@ -419,7 +410,7 @@ func TestVerify(t *testing.T) {
 	for _, bs := range []int{512, 4096} {
 		t.Run("", func(t *testing.T) {
 			_, m, mem := newMemLU(t, 600, uint32(bs), nil)
-			data := pattern(300*bs, 3) // longer than one scratch buffer at 4096
+			data := testutil.Pattern(300*bs, 3) // longer than one scratch buffer at 4096
 			writeMedium(t, mem, int64(10*bs), data)
 			rep := fill(bs, 0x5A)
 			for i := 0; i < 5; i++ {
@@ -484,7 +475,7 @@ func TestVerifyMaxTransfer(t *testing.T) {
 func TestWriteAndVerify(t *testing.T) {
 	for _, bs := range []int{512, 4096} {
 		_, m, rec := newRecordingLU(t, 64, uint32(bs), nil)
-		data := pattern(3*bs, 9)
+		data := testutil.Pattern(3*bs, 9)
 		c := exec(m, cdb10(0x2E, 0x00, 5, 3), data, 0)
 		checkGood(t, c)
 		require.Equal(t, 3*bs, c.TransferLength)
@@ -495,7 +486,7 @@ func TestWriteAndVerify(t *testing.T) {
 		require.Equal(t, data, readMedium(t, rec, int64(5*bs), 3*bs))
 		rec.take()
 
-		data2 := pattern(2*bs, 10)
+		data2 := testutil.Pattern(2*bs, 10)
 		c = exec(m, cdb16(0x8E, 0x12, 60, 2), data2, 0) // DPO, BYTCHK 1
 		checkGood(t, c)
 		require.Equal(t, data2, readMedium(t, rec, int64(60*bs), 2*bs))

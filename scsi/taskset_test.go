@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/internal/testutil"
 )
 
 // gateStore wraps a backstore so that tests can hold a command "running": a read or write at a
@@ -146,7 +147,7 @@ func (lu *LogicalUnit) taskCounts() (queued, waiting int) {
 
 func waitTasks(t *testing.T, lu *LogicalUnit, queued, waiting int) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%d commands queued, %d waiting", queued, waiting), func() bool {
+	testutil.WaitFor(t, fmt.Sprintf("%d commands queued, %d waiting", queued, waiting), func() bool {
 		q, w := lu.taskCounts()
 		return q == queued && w == waiting
 	})
@@ -263,7 +264,7 @@ func TestTaskSetConcurrent(t *testing.T) {
 					}
 					for i := 0; i < rounds; i++ {
 						n := 1 + r.IntN(region)
-						data := pattern(n*bs, byte(g*31+i))
+						data := testutil.Pattern(n*bs, g*31+i)
 						tag := uint64(g)<<32 | uint64(i)
 						var err error
 						switch r.IntN(6) {

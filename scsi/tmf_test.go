@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/srptarget/srptarget/internal/testutil"
 )
 
 // tmfAsync runs a task management function in a goroutine; the channel yields its response.
@@ -89,7 +91,7 @@ func TestAbortTaskRunning(t *testing.T) {
 	checkGood(t, other.wait(t))
 
 	r := tmfAsync(func() TMFResponse { return lu.AbortTask(testNexus, 7) })
-	waitFor(t, "ABORT TASK to wait for the command", func() bool { return lu.aborters() == 1 })
+	testutil.WaitFor(t, "ABORT TASK to wait for the command", func() bool { return lu.aborters() == 1 })
 	requireTMFBlocked(t, r)
 	a.requireRunning(t)
 	require.True(t, a.c.Aborted())
@@ -117,7 +119,7 @@ func TestAbortTaskSet(t *testing.T) {
 
 	r := tmfAsync(func() TMFResponse { return m.AbortTaskSet(testNexus, EncodeLUN(0)) })
 	requireAborted(t, b.wait(t))
-	waitFor(t, "ABORT TASK SET to wait for the running command", func() bool { return lu.aborters() == 1 })
+	testutil.WaitFor(t, "ABORT TASK SET to wait for the running command", func() bool { return lu.aborters() == 1 })
 	requireTMFBlocked(t, r)
 	// With the ORDERED command gone, the other nexus's command runs.
 	checkGood(t, c.wait(t))
@@ -148,7 +150,7 @@ func TestClearTaskSet(t *testing.T) {
 	r := tmfAsync(func() TMFResponse { return m.ClearTaskSet(testNexus, EncodeLUN(0)) })
 	requireAborted(t, b.wait(t))
 	requireAborted(t, c.wait(t))
-	waitFor(t, "CLEAR TASK SET to wait for the running command", func() bool { return lu.aborters() == 1 })
+	testutil.WaitFor(t, "CLEAR TASK SET to wait for the running command", func() bool { return lu.aborters() == 1 })
 	requireTMFBlocked(t, r)
 	open()
 	requireTMF(t, r, TMFComplete)
@@ -178,7 +180,7 @@ func TestLogicalUnitReset(t *testing.T) {
 
 	r := tmfAsync(func() TMFResponse { return m.LogicalUnitReset(testNexus, EncodeLUN(0)) })
 	requireAborted(t, b.wait(t))
-	waitFor(t, "the reset to wait for the running command", func() bool { return lu.aborters() == 1 })
+	testutil.WaitFor(t, "the reset to wait for the running command", func() bool { return lu.aborters() == 1 })
 	requireTMFBlocked(t, r)
 	open()
 	requireTMF(t, r, TMFComplete)
@@ -207,7 +209,7 @@ func TestNexusReset(t *testing.T) {
 
 	done := make(chan struct{})
 	go func() { m.NexusReset(testNexus); close(done) }()
-	waitFor(t, "the nexus reset to wait for the running command", func() bool { return lu.aborters() == 1 })
+	testutil.WaitFor(t, "the nexus reset to wait for the running command", func() bool { return lu.aborters() == 1 })
 	select {
 	case <-done:
 		t.Fatal("NexusReset returned while the command runs")

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/internal/testutil"
 )
 
 // capsStore overrides a backstore's capabilities, to test how the SCSI layer follows them.
@@ -41,7 +42,7 @@ func TestUnmapDeallocates(t *testing.T) {
 	for _, bs := range []int{512, 4096} {
 		t.Run("", func(t *testing.T) {
 			_, m, rec := newRecordingLU(t, 256, uint32(bs), func(c *Config) { c.ThinProvisioning = true })
-			all := pattern(256*bs, 5)
+			all := testutil.Pattern(256*bs, 5)
 			writeMedium(t, rec, 0, all)
 			rec.take()
 

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/internal/testutil"
 )
 
 // TestWriteSamePattern checks that a block with data is replicated over the range, also when the
@@ -14,9 +15,9 @@ func TestWriteSamePattern(t *testing.T) {
 	for _, bs := range []int{512, 4096} {
 		t.Run("", func(t *testing.T) {
 			_, m, mem := newMemLU(t, 1024, uint32(bs), func(c *Config) { c.ThinProvisioning = true })
-			before := pattern(1024*bs, 1)
+			before := testutil.Pattern(1024*bs, 1)
 			writeMedium(t, mem, 0, before)
-			blk := pattern(bs, 0x77)
+			blk := testutil.Pattern(bs, 0x77)
 
 			tests := []struct {
 				cdb      []byte
@@ -71,7 +72,7 @@ func TestWriteSameZeroes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			mem, err := backstore.NewMemory(64*512, 512)
 			require.NoError(t, err)
-			writeMedium(t, mem, 0, pattern(64*512, 3))
+			writeMedium(t, mem, 0, testutil.Pattern(64*512, 3))
 			rec := &recordingStore{Backstore: &capsStore{Backstore: mem,
 				caps: backstore.Capabilities{Unmap: true, UnmapZeroes: tt.unmapZeroes}}}
 			_, m := newLUOver(t, rec, func(c *Config) { c.ThinProvisioning = true })
@@ -80,7 +81,7 @@ func TestWriteSameZeroes(t *testing.T) {
 			checkGood(t, c)
 			require.Equal(t, len(tt.dataOut), c.TransferLength)
 			require.Equal(t, tt.want, rec.take())
-			want := pattern(64*512, 3)
+			want := testutil.Pattern(64*512, 3)
 			clear(want[8*512 : 12*512])
 			require.Equal(t, want, readMedium(t, mem, 0, 64*512))
 		})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/srp"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
@@ -35,7 +36,7 @@ func TestCompletionModes(t *testing.T) {
 						ctx := ctxT(t)
 						for i := 0; i < 8; i++ {
 							lba := uint32((w*8 + i) * size / testBlockSize)
-							data := pattern(w*100+i, size)
+							data := testutil.Pattern(size, w*100+i)
 							rsp, err := ch.Do(ctx, &srptest.Request{CDB: srptest.CDBWrite10(lba, size/testBlockSize), DataOut: data})
 							if err == nil {
 								err = rsp.Err()

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/srp"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
@@ -32,7 +33,7 @@ func abortOnOtherChannel(t *testing.T, h *harness, idle, resetter *srptest.Chann
 		require.NoError(t, err)
 		held = append(held, p)
 	}
-	waitFor(t, "the reads in the backstore", func() bool { return h.gate.entered.Load() == int32(n) })
+	testutil.WaitFor(t, "the reads in the backstore", func() bool { return h.gate.entered.Load() == int32(n) })
 	time.AfterFunc(30*time.Millisecond, h.gate.release)
 	code, err := resetter.ResetLUN(ctxT(t), 0)
 	require.NoError(t, err)
@@ -61,7 +62,7 @@ func TestCredReqIdleChannel(t *testing.T) {
 		iu, err := chs[1].NextUnsolicited(ctxT(t))
 		require.NoError(t, err)
 		require.Equal(t, credReqBytes(3, round), iu)
-		waitFor(t, "the credits back", func() bool { return chs[1].Credits() == 128 })
+		testutil.WaitFor(t, "the credits back", func() bool { return chs[1].Credits() == 128 })
 		require.Equal(t, round, chs[1].Stats().CredReqs)
 		require.Equal(t, round, h.tgt.Stats().CreditRequests)
 		// Channel 1 works; its response grants 1, nothing is owed any more.
@@ -93,7 +94,7 @@ func TestCredReqFewCredits(t *testing.T) {
 	iu, err := chs[1].NextUnsolicited(ctxT(t))
 	require.NoError(t, err)
 	require.Equal(t, credReqBytes(3, 1), iu)
-	waitFor(t, "the credits back", func() bool { return chs[1].Credits() == 4 })
+	testutil.WaitFor(t, "the credits back", func() bool { return chs[1].Credits() == 4 })
 	clearUA(t, chs[1], 0)
 	// Three commands in flight at once again.
 	h.gate.hold()
@@ -103,7 +104,7 @@ func TestCredReqFewCredits(t *testing.T) {
 		require.NoError(t, err)
 		ps = append(ps, p)
 	}
-	waitFor(t, "three reads in the backstore", func() bool { return h.gate.entered.Load() == 3 })
+	testutil.WaitFor(t, "three reads in the backstore", func() bool { return h.gate.entered.Load() == 3 })
 	h.gate.release()
 	for _, p := range ps {
 		rsp, err := p.Wait(ctxT(t))
@@ -145,7 +146,7 @@ func TestCredReqUnanswered(t *testing.T) {
 		require.Equal(t, tag+100, srp.Rsp(r.recv()).Tag())
 		h.gate.hold()
 		r.send(read(tag))
-		waitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
+		testutil.WaitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
 		time.AfterFunc(30*time.Millisecond, h.gate.release)
 		code, err := other.ResetLUN(ctxT(t), 0)
 		require.NoError(t, err)

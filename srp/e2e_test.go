@@ -13,6 +13,7 @@ import (
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
+	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
 	"github.com/srptarget/srptarget/srp/srptest"
@@ -59,7 +60,7 @@ func TestDataIntegrity(t *testing.T) {
 							if ind, ok := layout.(srptest.Indirect); ok && ind.N > blocks*testBlockSize {
 								layout = srptest.Direct{}
 							}
-							data := pattern(seed, blocks*testBlockSize)
+							data := testutil.Pattern(blocks*testBlockSize, seed)
 							rsp, err := ch.Do(ctx, &srptest.Request{CDB: srptest.CDBWrite10(lba, uint16(blocks)), DataOut: data, Layout: layout})
 							if err != nil {
 								return err
@@ -122,7 +123,7 @@ func TestLargeTransfers(t *testing.T) {
 		{chExt, srptest.External{N: 13}},
 		{ch255, srptest.Direct{}},
 	} {
-		data := pattern(100+i, size)
+		data := testutil.Pattern(size, 100+i)
 		rsp, err := tc.ch.Do(ctxT(t), &srptest.Request{CDB: srptest.CDBWrite10(uint32(i)*uint32(blocks), blocks), DataOut: data, Layout: tc.layout})
 		require.NoError(t, err)
 		require.NoError(t, rsp.Err(), "%T write", tc.layout)
@@ -154,7 +155,7 @@ func TestImmediateDataWrites(t *testing.T) {
 	before := h.tgt.Stats().BytesOut
 	total := 0
 	for i, n := range []int{512, 4096, 8192} {
-		data := pattern(200+i, n)
+		data := testutil.Pattern(n, 200+i)
 		total += n
 		rsp, err := ch.Do(ctxT(t), &srptest.Request{CDB: srptest.CDBWrite10(uint32(i*64), uint16(n/testBlockSize)), DataOut: data, Layout: srptest.Immediate{}})
 		require.NoError(t, err)
@@ -166,7 +167,7 @@ func TestImmediateDataWrites(t *testing.T) {
 	}
 	require.Equal(t, uint64(total), h.tgt.Stats().BytesOut-before)
 	// A write whose data does not match its CDB is refused whole (DOUNDER residual reported).
-	rsp, err := ch.Do(ctxT(t), &srptest.Request{CDB: srptest.CDBWrite10(0, 4), DataOut: pattern(9, 1024), Layout: srptest.Immediate{}})
+	rsp, err := ch.Do(ctxT(t), &srptest.Request{CDB: srptest.CDBWrite10(0, 4), DataOut: testutil.Pattern(1024, 9), Layout: srptest.Immediate{}})
 	require.NoError(t, err)
 	require.Equal(t, uint8(scsi.StatusCheckCondition), rsp.Status)
 	require.Equal(t, srp.DOOVER, rsp.Flags&(srp.DOOVER|srp.DOUNDER))
@@ -437,7 +438,7 @@ func TestAbortTaskInLogicalUnit(t *testing.T) {
 	require.NoError(t, err)
 	p2, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(8, 8), DataInLen: 4096})
 	require.NoError(t, err)
-	waitFor(t, "two reads in the backstore", func() bool { return h.gate.entered.Load() == 2 })
+	testutil.WaitFor(t, "two reads in the backstore", func() bool { return h.gate.entered.Load() == 2 })
 
 	time.AfterFunc(50*time.Millisecond, h.gate.release)
 	code, err := ch.Abort(ctxT(t), p1)
@@ -468,7 +469,7 @@ func TestAbortTaskWaitingForBuffer(t *testing.T) {
 	h.gate.hold()
 	big, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 16384), DataInLen: 8 << 20})
 	require.NoError(t, err)
-	waitFor(t, "the big read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
+	testutil.WaitFor(t, "the big read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
 	small, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096})
 	require.NoError(t, err)
 	h.waitStats("a buffer wait", func(s srp.Stats) bool { return s.BufferWaits == 1 })
@@ -495,7 +496,7 @@ func TestBufferWaitBusy(t *testing.T) {
 	h.gate.hold()
 	big, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 16384), DataInLen: 8 << 20})
 	require.NoError(t, err)
-	waitFor(t, "the big read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
+	testutil.WaitFor(t, "the big read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
 	start := time.Now()
 	rsp, err := ch.Do(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096})
 	require.NoError(t, err)
@@ -528,7 +529,7 @@ func TestLUNResetAcrossChannels(t *testing.T) {
 			held = append(held, p)
 		}
 	}
-	waitFor(t, "four reads in the backstore", func() bool { return h.gate.entered.Load() == 4 })
+	testutil.WaitFor(t, "four reads in the backstore", func() bool { return h.gate.entered.Load() == 4 })
 	other, err := chs[1].Submit(ctxT(t), &srptest.Request{LUN: 1, CDB: srptest.CDBRead10(0, 8), DataInLen: 4096})
 	require.NoError(t, err)
 
@@ -599,14 +600,14 @@ func TestTaskManagementFunctions(t *testing.T) {
 
 	// An unsupported function leaves a command in the logical unit alone: it completes with
 	// its data.
-	data := pattern(9, 4096)
+	data := testutil.Pattern(4096, 9)
 	rsp, err = ch.Write10(ctxT(t), 0, 0, data, testBlockSize)
 	require.NoError(t, err)
 	require.NoError(t, rsp.Err())
 	h.gate.hold()
 	p, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096})
 	require.NoError(t, err)
-	waitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
+	testutil.WaitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
 	for _, fn := range []srp.TskMgmtFunc{0x10, 0x80} {
 		code, err := ch.TaskMgmt(ctxT(t), fn, 0, p.Tag())
 		require.NoError(t, err)
@@ -623,7 +624,7 @@ func TestTaskManagementFunctions(t *testing.T) {
 	h.gate.hold()
 	p, err = ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096})
 	require.NoError(t, err)
-	waitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
+	testutil.WaitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
 	time.AfterFunc(30*time.Millisecond, h.gate.release)
 	code, err := ch.TaskMgmt(ctxT(t), srp.TskAbortTaskSet, 0, 0)
 	require.NoError(t, err)
@@ -649,10 +650,10 @@ func TestVanishWithOutstandingCommands(t *testing.T) {
 		require.NoError(t, err)
 	}
 	for i := 0; i < 4; i++ {
-		_, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBWrite10(uint32(i*16), 16), DataOut: pattern(i, 8192), Layout: srptest.Direct{}})
+		_, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBWrite10(uint32(i*16), 16), DataOut: testutil.Pattern(8192, i), Layout: srptest.Direct{}})
 		require.NoError(t, err)
 	}
-	waitFor(t, "20 commands in the backstore", func() bool { return h.gate.entered.Load() == 20 })
+	testutil.WaitFor(t, "20 commands in the backstore", func() bool { return h.gate.entered.Load() == 20 })
 	require.Positive(t, h.tgt.Stats().PoolInUse)
 	ch.Vanish()
 	h.gate.release()
@@ -672,7 +673,7 @@ func TestInitiatorLogout(t *testing.T) {
 	h.waitStats("the channel closed", func(s srp.Stats) bool { return s.ChannelsOpen == 0 })
 	_, ok := h.logged("initiator logged out (SRP_I_LOGOUT)")
 	require.True(t, ok)
-	waitFor(t, "the nexus reset", func() bool { _, ok := h.logged("last channel of the I_T nexus closed: nexus reset"); return ok })
+	testutil.WaitFor(t, "the nexus reset", func() bool { _, ok := h.logged("last channel of the I_T nexus closed: nexus reset"); return ok })
 	cfg := h.cfg()
 	cfg.Node = ch.Node()
 	again := h.login(cfg)
@@ -701,7 +702,7 @@ func TestShutdownDrains(t *testing.T) {
 	h := newHarness(t, harnessOpts{gate: true})
 	ch := h.login(h.cfg())
 	clearUA(t, ch, 0)
-	data := pattern(5, 4096)
+	data := testutil.Pattern(4096, 5)
 	rsp, err := ch.Write10(ctxT(t), 0, 0, data, testBlockSize)
 	require.NoError(t, err)
 	require.NoError(t, rsp.Err())
@@ -712,7 +713,7 @@ func TestShutdownDrains(t *testing.T) {
 		require.NoError(t, err)
 		held = append(held, p)
 	}
-	waitFor(t, "four reads in the backstore", func() bool { return h.gate.entered.Load() == 4 })
+	testutil.WaitFor(t, "four reads in the backstore", func() bool { return h.gate.entered.Load() == 4 })
 	done := make(chan error, 1)
 	go func() { done <- h.tgt.Shutdown(ctxT(t)) }()
 	select {
@@ -748,7 +749,7 @@ func TestShutdownDeadline(t *testing.T) {
 	h.gate.hold()
 	_, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096})
 	require.NoError(t, err)
-	waitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
+	testutil.WaitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	time.AfterFunc(200*time.Millisecond, h.gate.release)
@@ -889,7 +890,7 @@ func TestFirstCommandBeforeEstablished(t *testing.T) {
 	h := newHarness(t, harnessOpts{fabric: memfabric.Options{DelayEstablished: true}})
 	ch := h.login(h.cfg())
 	clearUA(t, ch, 0)
-	data := pattern(3, 4096)
+	data := testutil.Pattern(4096, 3)
 	rsp, err := ch.Write10(ctxT(t), 0, 0, data, testBlockSize)
 	require.NoError(t, err)
 	require.NoError(t, rsp.Err())
@@ -910,7 +911,7 @@ func TestSmallSendQueue(t *testing.T) {
 			ctx := ctxT(t)
 			for i := 0; i < 4; i++ {
 				lba := uint32((w*4 + i) * 16)
-				data := pattern(w*4+i, 16*testBlockSize)
+				data := testutil.Pattern(16*testBlockSize, w*4+i)
 				rsp, err := ch.Do(ctx, &srptest.Request{CDB: srptest.CDBWrite10(lba, 16), DataOut: data, Layout: srptest.Indirect{N: 12}})
 				if err != nil {
 					return err
@@ -960,7 +961,7 @@ func TestPoolContention(t *testing.T) {
 			g.Go(func() error {
 				ctx := ctxT(t)
 				lba := uint32((ci*4 + w) * size / testBlockSize)
-				data := pattern(ci*4+w, size)
+				data := testutil.Pattern(size, ci*4+w)
 				rsp, err := ch.Do(ctx, &srptest.Request{CDB: srptest.CDBWrite10(lba, size/testBlockSize), DataOut: data})
 				if err != nil {
 					return err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
+	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
 	"github.com/srptarget/srptarget/srp/srptest"
@@ -72,7 +73,7 @@ func FuzzLogin(f *testing.F) {
 			if probe, err = srptest.Login(ctx, h.fab, cfg); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the probe's login counted", func() bool { return h.tgt.Stats().LoginsAccepted >= 1 })
+			testutil.WaitFor(t, "the probe's login counted", func() bool { return h.tgt.Stats().LoginsAccepted >= 1 })
 		}
 		before := h.tgt.Stats()
 		conn, err := node.Connect(ctx, h.addr, priv, memfabric.ConnectParams{
@@ -105,7 +106,7 @@ func FuzzLogin(f *testing.F) {
 			after := h.tgt.Stats()
 			return after.LoginsAccepted + after.LoginsRejected - before.LoginsAccepted - before.LoginsRejected
 		}
-		waitFor(t, "the login counted", func() bool { return answered() >= 1 })
+		testutil.WaitFor(t, "the login counted", func() bool { return answered() >= 1 })
 		if n := answered(); n != 1 {
 			t.Fatalf("one request, %d answers counted", n)
 		}
@@ -207,7 +208,7 @@ func FuzzDescriptors(f *testing.F) {
 		first := int(lba) % (fuzzLUNBlocks - nblk)
 		total := nblk * testBlockSize
 		l := decodeLayout(total, layout)
-		data := pattern(int(tag), total)
+		data := testutil.Pattern(total, int(tag))
 		pos := 0
 		descs := make([]srp.DirectBufFields, len(l.sizes))
 		for i, sz := range l.sizes {
@@ -344,7 +345,7 @@ func FuzzTwoChannelSequences(f *testing.F) {
 			case 0, 1: // READ or WRITE, in flight
 				req := &srptest.Request{LUN: lun, CDB: srptest.CDBRead10(uint32(s), 8), DataInLen: 4096}
 				if s&1 == 1 {
-					req = &srptest.Request{LUN: lun, CDB: srptest.CDBWrite10(uint32(s), 8), DataOut: pattern(int(s), 4096)}
+					req = &srptest.Request{LUN: lun, CDB: srptest.CDBWrite10(uint32(s), 8), DataOut: testutil.Pattern(4096, int(s))}
 				}
 				if p, err := c.Submit(ctx, req); err == nil {
 					pending = append(pending, p)
@@ -399,7 +400,7 @@ func FuzzTwoChannelSequences(f *testing.F) {
 		for _, c := range chs {
 			_ = c.Close()
 		}
-		waitFor(t, "channels closed", func() bool { return h.tgt.Stats().ChannelsOpen == 0 })
-		waitFor(t, "buffers back in the pool", h.tgt.PoolsIdle)
+		testutil.WaitFor(t, "channels closed", func() bool { return h.tgt.Stats().ChannelsOpen == 0 })
+		testutil.WaitFor(t, "buffers back in the pool", h.tgt.PoolsIdle)
 	})
 }

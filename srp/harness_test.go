@@ -18,6 +18,7 @@ import (
 	"github.com/srptarget/srptarget/backstore"
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
+	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
 	"github.com/srptarget/srptarget/srp/srptest"
@@ -278,23 +279,11 @@ func (h *harness) loginErr(cfg srptest.Config) (*srptest.Channel, error) {
 	return ch, err
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // waitStats waits until the target's stats satisfy cond.
 func (h *harness) waitStats(what string, cond func(srp.Stats) bool) srp.Stats {
 	h.t.Helper()
 	var st srp.Stats
-	waitFor(h.t, what, func() bool { st = h.tgt.Stats(); return cond(st) })
+	testutil.WaitFor(h.t, what, func() bool { st = h.tgt.Stats(); return cond(st) })
 	return st
 }
 
@@ -319,19 +308,6 @@ func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// pattern fills n bytes with a pattern unique to seed.
-func pattern(seed, n int) []byte {
-	b := make([]byte, n)
-	x := uint32(seed)*2654435761 + 1
-	for i := range b {
-		x ^= x << 13
-		x ^= x >> 17
-		x ^= x << 5
-		b[i] = byte(x)
-	}
-	return b
 }
 
 // senseOf returns key/asc/ascq of a response, failing if it has no sense.

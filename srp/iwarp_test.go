@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/ib/memfabric"
+	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/srp"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
@@ -26,7 +27,7 @@ func TestIWARPReadSinks(t *testing.T) {
 		h := newHarness(t, harnessOpts{fabric: iwarpFabric()})
 		ch := h.login(h.cfg())
 		clearUA(t, ch, 0)
-		data := pattern(1, 4096)
+		data := testutil.Pattern(4096, 1)
 		rsp, err := ch.Write10(ctxT(t), 0, 0, data, testBlockSize) // immediate data
 		require.NoError(t, err)
 		require.NoError(t, rsp.Err())
@@ -47,7 +48,7 @@ func TestIWARPReadSinks(t *testing.T) {
 		ch := h.login(cfg)
 		clearUA(t, ch, 0)
 		for i, layout := range []srptest.Layout{nil, srptest.Direct{}, srptest.Indirect{N: 5}, srptest.External{N: 40}} {
-			data := pattern(10+i, 64<<10)
+			data := testutil.Pattern(64<<10, 10+i)
 			lba := uint32(256 * i)
 			rsp, err := ch.Do(ctxT(t), &srptest.Request{CDB: srptest.CDBWrite10(lba, 128), DataOut: data, Layout: layout})
 			require.NoError(t, err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
+	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
 	"github.com/srptarget/srptarget/srp/srptest"
@@ -60,7 +61,7 @@ func TestLoginResponseBytes(t *testing.T) {
 	require.Equal(t, make([]byte, len(got)-srp.LoginRspSize), got[srp.LoginRspSize:])
 	require.True(t, ch.ImmediateData())
 
-	waitFor(t, "the login log line", func() bool { _, ok := h.logged("login accepted"); return ok })
+	testutil.WaitFor(t, "the login log line", func() bool { _, ok := h.logged("login accepted"); return ok })
 	e, _ := h.logged("login accepted")
 	fields := e.ContextMap()
 	require.Equal(t, int64(8260), int64(fields["req_it_iu_len"].(uint32)))
@@ -234,7 +235,7 @@ func TestLoginImmediateDataGrant(t *testing.T) {
 			require.Equal(t, tc.granted, ch.LoginResponse().RspFlags&srp.LoginRspImmedSupp != 0)
 			clearUA(t, ch, 0)
 			// Writes work either way (immediate data or RDMA READ) and read back.
-			data := pattern(int(tc.offset), 4096)
+			data := testutil.Pattern(4096, int(tc.offset))
 			rsp, err := ch.Write10(ctxT(t), 0, 100, data, testBlockSize)
 			require.NoError(t, err)
 			require.NoError(t, rsp.Err())
@@ -274,12 +275,12 @@ func TestLoginIBCMForm(t *testing.T) {
 	require.Equal(t, uint32(128), ch.LoginResponse().ReqLimDelta)
 	require.True(t, ch.ImmediateData())
 	var e observer.LoggedEntry
-	waitFor(t, "the login's log line", func() bool { var ok bool; e, ok = h.logged("login accepted"); return ok })
+	testutil.WaitFor(t, "the login's log line", func() bool { var ok bool; e, ok = h.logged("login accepted"); return ok })
 	require.Equal(t, "IB CM (64 bytes, RDMA_PS_IB)", e.ContextMap()["login_form"])
 	clearUA(t, ch, 0)
 
 	for i, layout := range []srptest.Layout{nil, srptest.Direct{}, srptest.Indirect{N: 3}} {
-		data := pattern(40+i, 8192)
+		data := testutil.Pattern(8192, 40+i)
 		lba := uint32(64 * i)
 		rsp, err := ch.Do(ctxT(t), &srptest.Request{CDB: srptest.CDBWrite10(lba, 16), DataOut: data, Layout: layout})
 		require.NoError(t, err)
@@ -383,7 +384,7 @@ func TestMultiChannel(t *testing.T) {
 		require.Equal(t, uint32(256), ch.LoginResponse().MaxTIIULen)
 	}
 	clearUA(t, chs[1], 0)
-	waitFor(t, "3 channels in the session", func() bool {
+	testutil.WaitFor(t, "3 channels in the session", func() bool {
 		s := h.tgt.Sessions()
 		return len(s) == 1 && s[0].Channels == 3
 	})
@@ -407,7 +408,7 @@ func TestMultiChannel(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, srp.TLogoutMultiChannelAction, f.Reason)
 	}
-	waitFor(t, "1 channel in the session", func() bool {
+	testutil.WaitFor(t, "1 channel in the session", func() bool {
 		s := h.tgt.Sessions()
 		return len(s) == 1 && s[0].Channels == 1
 	})

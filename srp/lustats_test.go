@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
 	"github.com/srptarget/srptarget/srp/srptest"
@@ -34,12 +35,12 @@ func TestLogicalUnitStats(t *testing.T) {
 	ch := h.login(h.cfg())
 	clearUA(t, ch, 0)
 	ctx := ctxT(t)
-	waitFor(t, "the unit attention's command to end", func() bool { return lu.StatsSnapshot().InFlight == 0 })
+	testutil.WaitFor(t, "the unit attention's command to end", func() bool { return lu.StatsSnapshot().InFlight == 0 })
 	before := lu.StatsSnapshot()
 
 	const writes, reads, blocks = 5, 7, 8
 	for i := 0; i < writes; i++ {
-		rsp, err := ch.Write10(ctx, 0, uint32(i*blocks), pattern(i, blocks*testBlockSize), testBlockSize)
+		rsp, err := ch.Write10(ctx, 0, uint32(i*blocks), testutil.Pattern(blocks*testBlockSize, i), testBlockSize)
 		require.NoError(t, err)
 		require.NoError(t, rsp.Err())
 	}
@@ -60,7 +61,7 @@ func TestLogicalUnitStats(t *testing.T) {
 
 	// The counters are updated at the response's send completion, which the target may see
 	// after the initiator has the response.
-	waitFor(t, "every command to end", func() bool {
+	testutil.WaitFor(t, "every command to end", func() bool {
 		s := lu.StatsSnapshot()
 		return s.InFlight == 0 && s.Commands[scsi.OpOther]-before.Commands[scsi.OpOther] == 1
 	})
@@ -110,14 +111,14 @@ func TestLogicalUnitStatsWithoutLatency(t *testing.T) {
 	ch := h.login(h.cfg())
 	clearUA(t, ch, 0)
 	lu := h.lus[0]
-	waitFor(t, "the unit attention's command to end", func() bool { return lu.StatsSnapshot().InFlight == 0 })
+	testutil.WaitFor(t, "the unit attention's command to end", func() bool { return lu.StatsSnapshot().InFlight == 0 })
 	before := lu.StatsSnapshot()
 	for i := range 3 {
 		rsp, err := ch.Read10(ctxT(t), 0, uint32(i*8), 8, testBlockSize)
 		require.NoError(t, err)
 		require.NoError(t, rsp.Err())
 	}
-	waitFor(t, "the reads counted", func() bool {
+	testutil.WaitFor(t, "the reads counted", func() bool {
 		return lu.StatsSnapshot().Commands[scsi.OpRead]-before.Commands[scsi.OpRead] == 3
 	})
 	require.Zero(t, lu.StatsSnapshot().Latency[scsi.OpRead].SumNanos, "a clock was read")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
+	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/srp"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
@@ -114,7 +115,7 @@ func TestAbortTaskFetchingDataOut(t *testing.T) {
 	// next IU: its response SEND is surely posted before the WRITE's RDMA READ, and waits for
 	// a receive buffer (RNR, retried for ever).
 	r.send(tur(2)[:20])
-	data := pattern(77, 4096)
+	data := testutil.Pattern(4096, 77)
 	dmr, err := r.pd.RegisterMemory(data, ib.AccessRemoteRead)
 	require.NoError(t, err)
 	defer func() { _ = dmr.Deregister() }()
@@ -164,7 +165,7 @@ func TestCommandsAfterTaskManagement(t *testing.T) {
 	h.gate.hold()
 	old, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096})
 	require.NoError(t, err)
-	waitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
+	testutil.WaitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
 	tm := make([]byte, srp.TskMgmtSize)
 	_, _ = srp.TskMgmt(tm).Encode(&srp.TskMgmtFields{Tag: 0x4444, Func: srp.TskLUNReset})
 	require.NoError(t, ch.SendRaw(tm))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
 	"github.com/srptarget/srptarget/srp/srptest"
@@ -86,7 +87,7 @@ func TestReadOnlyTaskManagement(t *testing.T) {
 		t.Run(tc.fn.String(), func(t *testing.T) {
 			h := newHarness(t, harnessOpts{gate: true})
 			rw, ro := readOnlyPair(t, h)
-			data := pattern(11, 4096)
+			data := testutil.Pattern(4096, 11)
 			rsp, err := rw.Write10(ctxT(t), 0, 0, data, testBlockSize)
 			require.NoError(t, err)
 			require.NoError(t, rsp.Err())
@@ -118,7 +119,7 @@ func TestReadOnlyTaskManagement(t *testing.T) {
 			// the read-write initiator's command is still in the logical unit.
 			h.gate.hold()
 			p := readRW()
-			waitFor(t, "the read-write initiator's read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
+			testutil.WaitFor(t, "the read-write initiator's read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
 			tmf(ro)
 			select {
 			case <-p.Done():
@@ -137,7 +138,7 @@ func TestReadOnlyTaskManagement(t *testing.T) {
 			p = readRW()
 			own, err := ro.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(8, 8), DataInLen: 4096})
 			require.NoError(t, err)
-			waitFor(t, "both reads in the backstore", func() bool { return h.gate.entered.Load() == 2 })
+			testutil.WaitFor(t, "both reads in the backstore", func() bool { return h.gate.entered.Load() == 2 })
 			time.AfterFunc(50*time.Millisecond, h.gate.release)
 			tmf(ro)
 			requireRead(p)
@@ -151,7 +152,7 @@ func TestReadOnlyTaskManagement(t *testing.T) {
 			p = readRW()
 			own, err = ro.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(8, 8), DataInLen: 4096})
 			require.NoError(t, err)
-			waitFor(t, "both reads in the backstore", func() bool { return h.gate.entered.Load() == 2 })
+			testutil.WaitFor(t, "both reads in the backstore", func() bool { return h.gate.entered.Load() == 2 })
 			time.AfterFunc(50*time.Millisecond, h.gate.release)
 			code, err := rw.ResetLUN(ctxT(t), 0)
 			require.NoError(t, err)

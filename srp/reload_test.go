@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
 	"github.com/srptarget/srptarget/srp/srptest"
@@ -88,7 +89,7 @@ func TestReloadWhileDisconnected(t *testing.T) {
 			h.gate.hold()
 			_, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096})
 			require.NoError(t, err)
-			waitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
+			testutil.WaitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
 			ch.Vanish()
 			h.gate.release()
 		},
@@ -235,7 +236,7 @@ func TestRetireAfterReloadWaitsForCommands(t *testing.T) {
 	require.NoError(t, err)
 	write, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBWrite10(8, 8), DataOut: make([]byte, 4096)})
 	require.NoError(t, err)
-	waitFor(t, "a read and a write in the backstore", func() bool { return h.gate.entered.Load() == 2 })
+	testutil.WaitFor(t, "a read and a write in the backstore", func() bool { return h.gate.entered.Load() == 2 })
 
 	// The reload: LUN 0 is gone from the new map, then its unit retires (the daemon's order).
 	lu0 := h.lus[0]

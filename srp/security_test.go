@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
 	"github.com/srptarget/srptarget/srp/srptest"
@@ -93,7 +94,7 @@ func TestSecStuckInitiatorCannotBlockLUNReset(t *testing.T) {
 	r.send(tur(1))
 	require.Equal(t, srp.Tag(1), srp.Rsp(r.recv()).Tag()) // its only receive buffer is used up
 	r.send(tur(2)[:20])                                   // answered at once: the SEND waits in RNR
-	data := pattern(5, 4096)
+	data := testutil.Pattern(4096, 5)
 	dmr, err := r.pd.RegisterMemory(data, ib.AccessRemoteRead)
 	require.NoError(t, err)
 	defer func() { _ = dmr.Deregister() }()
@@ -261,7 +262,7 @@ func TestSecGlobalLimits(t *testing.T) {
 		close(release)
 		require.NoError(t, <-slow)
 		// The slot is free again once the first handler has returned (just after its REP).
-		waitFor(t, "a login after the slow one", func() bool {
+		testutil.WaitFor(t, "a login after the slow one", func() bool {
 			_, err := h.loginErr(cfgFor(h, 2))
 			return err == nil
 		})

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
 
@@ -19,7 +20,7 @@ func TestSessionsChannelInfo(t *testing.T) {
 	clearUA(t, chs[0], 0)
 	clearUA(t, chs[1], 0)
 
-	waitFor(t, "the channels' commands done", func() bool {
+	testutil.WaitFor(t, "the channels' commands done", func() bool {
 		s := h.tgt.Sessions()
 		return len(s) == 1 && len(s[0].ChannelInfo) == 2 && s[0].ChannelInfo[0].InFlight == 0 && s[0].ChannelInfo[1].InFlight == 0
 	})
@@ -45,7 +46,7 @@ func TestSessionsChannelInfo(t *testing.T) {
 		require.NoError(t, err)
 		held = append(held, p)
 	}
-	waitFor(t, "three commands in flight on channel 1", func() bool {
+	testutil.WaitFor(t, "three commands in flight on channel 1", func() bool {
 		s := h.tgt.Sessions()
 		return len(s) == 1 && len(s[0].ChannelInfo) == 2 && s[0].ChannelInfo[1].InFlight == 3 && s[0].ChannelInfo[0].InFlight == 0
 	})
@@ -55,7 +56,7 @@ func TestSessionsChannelInfo(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, rsp.Good())
 	}
-	waitFor(t, "nothing in flight", func() bool {
+	testutil.WaitFor(t, "nothing in flight", func() bool {
 		s := h.tgt.Sessions()
 		return len(s) == 1 && s[0].ChannelInfo[1].InFlight == 0
 	})

@@ -20,6 +20,7 @@ import (
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
+	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/srp"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
@@ -252,14 +253,6 @@ func reportLUNs(t *testing.T, ch *srptest.Channel) []uint16 {
 	return out
 }
 
-func pattern(n int, seed byte) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = seed + byte(i*7)
-	}
-	return b
-}
-
 const e2eConfig = `target:
   id_ext: "0002c90300a34270"
 listeners:
@@ -349,7 +342,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	clearUA(t, rw, 0)
 	clearUA(t, rw, 1)
 	ctx := context.Background()
-	data0, data1 := pattern(8*bs, 1), pattern(8*bs, 2)
+	data0, data1 := testutil.Pattern(8*bs, 1), testutil.Pattern(8*bs, 2)
 	rsp, err := rw.Write10(ctx, 0, 8, data0, bs)
 	require.NoError(t, err)
 	require.NoError(t, rsp.Err())
@@ -375,7 +368,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, rsp.Err())
 	require.Equal(t, data0, rsp.DataIn)
-	rsp, err = ro.Write10(ctx, 0, 8, pattern(bs, 9), bs)
+	rsp, err = ro.Write10(ctx, 0, 8, testutil.Pattern(bs, 9), bs)
 	require.NoError(t, err)
 	requireSense(t, rsp, senseDataProtect, 0x27, 0x00)
 
@@ -415,7 +408,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	rsp = do(t, rw, &srptest.Request{LUN: 1, CDB: srptest.CDBTestUnitReady()})
 	requireSense(t, rsp, senseIllegalRequest, 0x25, 0x00)
 	clearUA(t, rw, 2)
-	data2 := pattern(4*bs, 3)
+	data2 := testutil.Pattern(4*bs, 3)
 	rsp, err = rw.Write10(ctx, 2, 0, data2, bs)
 	require.NoError(t, err)
 	require.NoError(t, rsp.Err())
@@ -586,7 +579,7 @@ func TestReloadChangedLUNKeepsItsBackstore(t *testing.T) {
 	defer ch.Close()
 	clearUA(t, ch, 0)
 	ctx := context.Background()
-	data := pattern(4096, 5)
+	data := testutil.Pattern(4096, 5)
 	rsp, err := ch.Write10(ctx, 0, 0, data, 512)
 	require.NoError(t, err)
 	require.NoError(t, rsp.Err())
@@ -632,7 +625,7 @@ func TestReloadRemoveAndReAddLUN(t *testing.T) {
 	clearUA(t, ch, 0)
 	clearUA(t, ch, 1)
 	ctx := context.Background()
-	data := pattern(4096, 9)
+	data := testutil.Pattern(4096, 9)
 	rsp, err := ch.Write10(ctx, 1, 0, data, 512)
 	require.NoError(t, err)
 	require.NoError(t, rsp.Err())

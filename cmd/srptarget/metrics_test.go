@@ -6,7 +6,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
 	"github.com/srptarget/srptarget/srp/srptest"
@@ -71,18 +71,6 @@ func gather(t *testing.T, c prometheus.Collector) map[string]*dto.MetricFamily {
 		out[f.GetName()] = f
 	}
 	return out
-}
-
-// waitFor polls cond for up to 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // scrape fetches and parses http://addr/metrics.
@@ -246,7 +234,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	// The counters move at the send completion of each response, which may come after the
 	// initiator has it.
 	var fams map[string]*dto.MetricFamily
-	waitFor(t, "the commands to end", func() bool {
+	testutil.WaitFor(t, "the commands to end", func() bool {
 		fams = scrape(t, addr)
 		return value(fams, "srptarget_lun_commands_in_flight", lun0()) == 0 &&
 			value(fams, "srptarget_lun_errors_total", lun0("sense_key", "ILLEGAL REQUEST")) == 1

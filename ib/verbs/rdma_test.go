@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/internal/testutil"
 )
 
 // The tests in this file need an RDMA device with an IP address (soft-RoCE in the VM harness:
@@ -138,15 +139,7 @@ type linkOpts struct {
 }
 
 func defaultLinkOpts() linkOpts {
-	return linkOpts{tgtDepth: 4, reqPriv: pattern(56, 1), acceptPriv: pattern(52, 2)}
-}
-
-func pattern(n int, seed byte) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = seed + byte(i*7)
-	}
-	return b
+	return linkOpts{tgtDepth: 4, reqPriv: testutil.Pattern(56, 1), acceptPriv: testutil.Pattern(52, 2)}
 }
 
 type dialed struct {
@@ -312,7 +305,7 @@ func TestDevices(t *testing.T) {
 func TestConnect(t *testing.T) {
 	forEachAddr(t, func(t *testing.T, a netip.Addr) {
 		ln := listen(t, a)
-		reqPriv := pattern(56, 1)
+		reqPriv := testutil.Pattern(56, 1)
 		res := dial(t, ln.Addr(), reqPriv, 0)
 		r := next(t, ln)
 		// The IB CM carries exactly 56 bytes of user private data in a REQ (RDMA/CM TCP port
@@ -332,7 +325,7 @@ func TestConnect(t *testing.T) {
 
 		var tgt side
 		tgt.slab, tgt.mr = register(t, r.PD())
-		good := ib.AcceptParams{PrivateData: pattern(52, 2), QP: testCapsFor(lim), RNRRetryCount: 7,
+		good := ib.AcceptParams{PrivateData: testutil.Pattern(52, 2), QP: testCapsFor(lim), RNRRetryCount: 7,
 			ResponderResources: 4, InitiatorDepth: 4, Recv: tgt.recvs(0)}
 		bad := good
 		bad.InitiatorDepth = 5 // above the initiator's responder resources
@@ -350,7 +343,7 @@ func TestConnect(t *testing.T) {
 		t.Cleanup(func() { require.NoError(t, d.c.Close()) })
 		rep := d.c.PrivateData()
 		require.GreaterOrEqual(t, len(rep), 52)
-		require.Equal(t, pattern(52, 2), rep[:52])
+		require.Equal(t, testutil.Pattern(52, 2), rep[:52])
 		require.Equal(t, make([]byte, len(rep)-52), rep[52:], "the CM pads with zeros")
 		require.Equal(t, ln.Addr(), d.c.RemoteAddr())
 		require.Equal(t, r.RemoteAddr(), d.c.LocalAddr())
@@ -364,9 +357,9 @@ func TestConnect(t *testing.T) {
 func TestReject(t *testing.T) {
 	forEachAddr(t, func(t *testing.T, a netip.Addr) {
 		ln := listen(t, a)
-		res := dial(t, ln.Addr(), pattern(56, 3), 0)
+		res := dial(t, ln.Addr(), testutil.Pattern(56, 3), 0)
 		r := next(t, ln)
-		rej := pattern(32, 4)
+		rej := testutil.Pattern(32, 4)
 		require.ErrorIs(t, r.Reject(make([]byte, 149)), ib.ErrPrivateDataTooLong)
 		require.NoError(t, r.Reject(rej))
 		require.ErrorIs(t, r.Reject(rej), ib.ErrAnswered)
@@ -408,7 +401,7 @@ func TestWildcardListen(t *testing.T) {
 					continue
 				}
 				dst := netip.AddrPortFrom(a, ln.Addr().Port())
-				res := dial(t, dst, pattern(56, 6), 0)
+				res := dial(t, dst, testutil.Pattern(56, 6), 0)
 				r := next(t, ln)
 				require.Equal(t, dst, r.LocalAddr())
 				require.Equal(t, a, r.RemoteAddr().Addr())
@@ -460,14 +453,14 @@ func TestSendRecv(t *testing.T) {
 		sizes := []int{1, 36, 4096}
 		wrs := make([]ib.SendWR, len(sizes))
 		for i, n := range sizes {
-			copy(l.ini.buf(sendOff+i*bufSize, n), pattern(n, byte(10+i)))
+			copy(l.ini.buf(sendOff+i*bufSize, n), testutil.Pattern(n, 10+i))
 			wrs[i] = ib.SendWR{ID: uint64(50 + i), Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{l.ini.sge(sendOff+i*bufSize, n)}}
 		}
 		post(t, l.ini.c, wrs...)
 		got := waitCompletions(t, l.tgt.c, len(sizes))
 		for i, n := range sizes {
 			require.Equal(t, ib.Completion{ID: uint64(2000 + i), ByteLen: uint32(n), Opcode: ib.OpRecv}, got[i])
-			require.Equal(t, pattern(n, byte(10+i)), l.tgt.buf(recvOff+i*bufSize, n))
+			require.Equal(t, testutil.Pattern(n, 10+i), l.tgt.buf(recvOff+i*bufSize, n))
 		}
 		got = waitCompletions(t, l.ini.c, len(sizes))
 		for i := range sizes {
@@ -480,7 +473,7 @@ func TestSendRecv(t *testing.T) {
 		copy(l.tgt.buf(sendOff+100, 5), "abcde")
 		wr := ib.SendWR{ID: 7, Op: ib.OpSend, SGL: []ib.SGE{l.tgt.sge(sendOff, 10), l.tgt.sge(sendOff+100, 5)}}
 		if lim := l.req.Limits(); lim.MaxInlineData >= 36 {
-			copy(l.tgt.buf(sendOff+bufSize, 36), pattern(36, 9))
+			copy(l.tgt.buf(sendOff+bufSize, 36), testutil.Pattern(36, 9))
 			post(t, l.tgt.c, wr, ib.SendWR{ID: 8, Op: ib.OpSend, Signaled: true, Inline: true,
 				SGL: []ib.SGE{l.tgt.sge(sendOff+bufSize, 36)}})
 			clear(l.tgt.buf(sendOff+bufSize, 36))
@@ -488,7 +481,7 @@ func TestSendRecv(t *testing.T) {
 			require.Equal(t, ib.Completion{ID: 1000, ByteLen: 15, Opcode: ib.OpRecv}, got[0])
 			require.Equal(t, []byte("0123456789abcde"), l.ini.buf(recvOff, 15))
 			require.Equal(t, ib.Completion{ID: 1001, ByteLen: 36, Opcode: ib.OpRecv}, got[1])
-			require.Equal(t, pattern(36, 9), l.ini.buf(recvOff+bufSize, 36))
+			require.Equal(t, testutil.Pattern(36, 9), l.ini.buf(recvOff+bufSize, 36))
 			got = waitCompletions(t, l.tgt.c, 1)
 			require.Equal(t, ib.Completion{ID: 8, Opcode: ib.OpSend}, got[0], "the unsignaled SEND has none")
 		} else {
@@ -542,7 +535,7 @@ func TestRDMARead(t *testing.T) {
 	forEachAddr(t, func(t *testing.T, a netip.Addr) {
 		l := newLink(t, a, defaultLinkOpts())
 		src := l.ini.buf(dataOff, 65536)
-		copy(src, pattern(65536, 5))
+		copy(src, testutil.Pattern(65536, 5))
 		sgl := []ib.SGE{l.tgt.sge(dataOff, 40000)}
 		if l.req.Limits().MaxReadSGE >= 2 {
 			sgl = []ib.SGE{l.tgt.sge(dataOff, 30000), l.tgt.sge(dataOff+100000, 10000)}

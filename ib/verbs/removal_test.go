@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/internal/testutil"
 )
 
 // logCapture collects what a Listener's Logf receives.
@@ -98,7 +99,7 @@ func TestDeviceRemoval(t *testing.T) {
 	default:
 	}
 	// Traffic first, so that the QPs and regions have been used.
-	copy(l.ini.buf(sendOff, 64), pattern(64, 5))
+	copy(l.ini.buf(sendOff, 64), testutil.Pattern(64, 5))
 	post(t, l.ini.c, ib.SendWR{ID: 1, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{l.ini.sge(sendOff, 64)}})
 	waitCompletions(t, l.tgt.c, 1)
 	waitCompletions(t, l.ini.c, 1)
@@ -154,11 +155,11 @@ func TestDeviceRemoval(t *testing.T) {
 	require.True(t, l.req.PD() != w.req.PD(), "the device added back is a new protection domain")
 	// And a listener on the device's address, new, works as before.
 	l2 := newLink(t, a, defaultLinkOpts())
-	copy(l2.tgt.buf(sendOff, 64), pattern(64, 9))
+	copy(l2.tgt.buf(sendOff, 64), testutil.Pattern(64, 9))
 	post(t, l2.tgt.c, ib.SendWR{ID: 4, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{l2.tgt.sge(sendOff, 64)}})
 	got := waitCompletions(t, l2.ini.c, 1)
 	require.Equal(t, ib.Completion{ID: 1000, ByteLen: 64, Opcode: ib.OpRecv}, got[0])
-	require.Equal(t, pattern(64, 9), l2.ini.buf(recvOff, 64))
+	require.Equal(t, testutil.Pattern(64, 9), l2.ini.buf(recvOff, 64))
 
 	// ---- idle: every connection and the bound listener closed, the initiators' regions
 	// deregistered; what is left on the device is the target side's region of the wildcard
@@ -243,7 +244,7 @@ func wildLogin(t *testing.T, wild *Listener, a netip.Addr) *link {
 	t.Helper()
 	start := time.Now()
 	dst := netip.AddrPortFrom(a, wild.Addr().Port())
-	res := dial(t, dst, pattern(56, 7), 0)
+	res := dial(t, dst, testutil.Pattern(56, 7), 0)
 	r := next(t, wild)
 	require.Equal(t, dst, r.LocalAddr())
 	select {
@@ -264,11 +265,11 @@ func wildLogin(t *testing.T, wild *Listener, a netip.Addr) *link {
 	t.Cleanup(func() { require.NoError(t, d.c.Close()) })
 	waitEvent(t, c, ib.EventEstablished)
 	waitEvent(t, d.c, ib.EventEstablished)
-	copy(d.ini.buf(sendOff, 100), pattern(100, 8))
+	copy(d.ini.buf(sendOff, 100), testutil.Pattern(100, 8))
 	post(t, d.c, ib.SendWR{ID: 3, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{d.ini.sge(sendOff, 100)}})
 	got := waitCompletions(t, c, 1)
 	require.Equal(t, ib.Completion{ID: 0, ByteLen: 100, Opcode: ib.OpRecv}, got[0])
-	require.Equal(t, pattern(100, 8), w.tgt.buf(recvOff, 100))
+	require.Equal(t, testutil.Pattern(100, 8), w.tgt.buf(recvOff, 100))
 	t.Logf("login to the wildcard listener %v: %v", dst, time.Since(start))
 	return w
 }

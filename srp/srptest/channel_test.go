@@ -12,6 +12,7 @@ import (
 	"github.com/srptarget/srptarget/ib"
 
 	"github.com/srptarget/srptarget/ib/memfabric"
+	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/srp"
 )
 
@@ -40,14 +41,6 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func pattern(n int, seed byte) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(i*7) ^ seed
-	}
-	return b
-}
-
 func TestLoginDoLogout(t *testing.T) {
 	for _, async := range []bool{false, true} {
 		t.Run(map[bool]string{false: "sync fabric", true: "async fabric"}[async], func(t *testing.T) {
@@ -71,7 +64,7 @@ func TestLoginDoLogout(t *testing.T) {
 			require.Equal(t, srp.ImmedRequested|srp.MultiChanSingle, got.ReqFlags)
 			require.Equal(t, testTargetPort, got.TargetPortID)
 
-			data := pattern(4096, 1)
+			data := testutil.Pattern(4096, 1)
 			rsp, err := ch.Do(ctx, &Request{CDB: CDBWrite10(8, 8), DataOut: data, Layout: Direct{}})
 			require.NoError(t, err)
 			require.NoError(t, rsp.Err())
@@ -125,7 +118,7 @@ func TestLayoutsRoundTrip(t *testing.T) {
 		{Immediate{}, 16, 0x30, 0x01},     // 8192 bytes: the largest immediate write
 		{Indirect{N: 255}, 1, 0x20, 0x02}, // 255 regions of 2 bytes, table external
 	} {
-		data := pattern(tc.blocks*512, byte(i))
+		data := testutil.Pattern(tc.blocks*512, i)
 		lba := uint64(100 * i)
 		rsp, err := ch.Do(ctx, &Request{CDB: CDBWrite16(lba, uint32(tc.blocks)), DataOut: data, Layout: tc.layout})
 		require.NoError(t, err, "case %d", i)
@@ -170,7 +163,7 @@ func TestSCSIHelpers(t *testing.T) {
 	require.Equal(t, uint64(2047), last)
 	require.Equal(t, uint32(512), bs)
 
-	data := pattern(1024, 9)
+	data := testutil.Pattern(1024, 9)
 	rsp, err = ch.Write10(ctx, 0, 3, data, 512)
 	require.NoError(t, err)
 	require.NoError(t, rsp.Err())
@@ -243,7 +236,7 @@ func TestBadLoginResponse(t *testing.T) {
 			fab, ft := setup(t, memfabric.Options{}, func(ft *fakeTarget) { ft.loginRaw = raw })
 			_, err := Login(testCtx(t), fab, Config{Addr: ft.addr})
 			require.ErrorIs(t, err, ErrLoginResponse)
-			waitFor(t, "target to see the disconnect", func() bool {
+			testutil.WaitFor(t, "target to see the disconnect", func() bool {
 				if ft.numChans() == 0 {
 					return false
 				}
@@ -289,7 +282,7 @@ func TestIBCMLogin(t *testing.T) {
 	require.Equal(t, make([]byte, 92-64), priv[64:])
 	require.Equal(t, srp.Tag(0x77), ch.LoginResponse().Tag)
 
-	data := pattern(4096, 3)
+	data := testutil.Pattern(4096, 3)
 	rsp, err := ch.Write10(ctx, 0, 8, data, 512)
 	require.NoError(t, err)
 	require.NoError(t, rsp.Err())

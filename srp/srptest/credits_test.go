@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/ib/memfabric"
+	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/srp"
 )
 
@@ -62,7 +63,7 @@ func TestCreditAccounting(t *testing.T) {
 		rsp, err := ch.TestUnitReady(ctx, 0)
 		blocked <- result{rsp, err}
 	}()
-	waitFor(t, "the command to wait for a credit", func() bool { return ch.Stats().ZeroReqLim == 1 })
+	testutil.WaitFor(t, "the command to wait for a credit", func() bool { return ch.Stats().ZeroReqLim == 1 })
 	require.Len(t, fc.receivedIUs(), 2)
 
 	code, err := ch.ResetLUN(ctx, 5)
@@ -100,7 +101,7 @@ func TestCreditAccounting(t *testing.T) {
 		t.Fatal("the command did not go after SRP_CRED_REQ")
 	}
 	require.Equal(t, int64(1), ch.Credits(), "0 + 2 - 1 + 0")
-	waitFor(t, "SRP_CRED_RSP", func() bool { return len(findOpcode(fc.receivedIUs(), srp.OpCredRsp)) == 1 })
+	testutil.WaitFor(t, "SRP_CRED_RSP", func() bool { return len(findOpcode(fc.receivedIUs(), srp.OpCredRsp)) == 1 })
 	require.Equal(t, []byte{0x41, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x77, 0x77},
 		findOpcode(fc.receivedIUs(), srp.OpCredRsp)[0])
 
@@ -109,7 +110,7 @@ func TestCreditAccounting(t *testing.T) {
 		return srp.AerReq(b).Encode(&srp.AerReqFields{ReqLimDelta: 3, Tag: 0x0102, LUN: encodeLUN(1),
 			SenseData: senseFixed(0x06, 0x2a, 0x09)})
 	}))
-	waitFor(t, "SRP_AER_RSP", func() bool { return len(findOpcode(fc.receivedIUs(), srp.OpAerRsp)) == 1 })
+	testutil.WaitFor(t, "SRP_AER_RSP", func() bool { return len(findOpcode(fc.receivedIUs(), srp.OpAerRsp)) == 1 })
 	require.Equal(t, []byte{0x42, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0x02},
 		findOpcode(fc.receivedIUs(), srp.OpAerRsp)[0])
 	require.Equal(t, int64(4), ch.Credits())
@@ -118,7 +119,7 @@ func TestCreditAccounting(t *testing.T) {
 	fc.send(encodeIU(t, srp.RspMinSize, func(b []byte) (int, error) {
 		return srp.Rsp(b).Encode(&srp.RspFields{ReqLimDelta: 5, Tag: 0xdead})
 	}))
-	waitFor(t, "the unknown response", func() bool { return ch.Stats().UnknownTags == 1 })
+	testutil.WaitFor(t, "the unknown response", func() bool { return ch.Stats().UnknownTags == 1 })
 	require.Equal(t, int64(9), ch.Credits())
 
 	for _, op := range []srp.Opcode{srp.OpCredReq, srp.OpAerReq, srp.OpRsp} {
@@ -178,7 +179,7 @@ func TestAbort(t *testing.T) {
 
 	p, err := ch.Submit(ctx, &Request{LUN: 2, CDB: CDBRead10(0, 1), DataInLen: 512})
 	require.NoError(t, err)
-	waitFor(t, "the target to hold the read", func() bool { return len(fc.heldTags()) == 1 })
+	testutil.WaitFor(t, "the target to hold the read", func() bool { return len(fc.heldTags()) == 1 })
 	require.Equal(t, int64(31), ch.Credits())
 
 	code, err := ch.Abort(ctx, p)
@@ -201,7 +202,7 @@ func TestAbort(t *testing.T) {
 	require.NoError(t, err)
 	_, err = ch.Submit(ctx, &Request{CDB: CDBTestUnitReady(), Tag: 0x1122334455667788})
 	require.ErrorIs(t, err, ErrTagInUse)
-	waitFor(t, "the target to hold the read", func() bool { return len(fc.heldTags()) == 1 })
+	testutil.WaitFor(t, "the target to hold the read", func() bool { return len(fc.heldTags()) == 1 })
 	require.Equal(t, []srp.Tag{0x1122334455667788}, fc.heldTags())
 	code, err = ch.TaskMgmt(ctx, srp.TskAbortTask, 0, p.Tag())
 	require.NoError(t, err)
@@ -244,7 +245,7 @@ func TestTaskMgmtWithoutResponseData(t *testing.T) {
 	ft.channel(0).send(encodeIU(t, srp.RspMinSize, func(b []byte) (int, error) {
 		return srp.Rsp(b).Encode(&srp.RspFields{ReqLimDelta: 1, Tag: tag})
 	}))
-	waitFor(t, "the late TM response", func() bool { return ch.Stats().UnknownTags == 1 })
+	testutil.WaitFor(t, "the late TM response", func() bool { return ch.Stats().UnknownTags == 1 })
 	require.Equal(t, int64(33), ch.Credits())
 }
 
@@ -271,7 +272,7 @@ func TestDoContextEnds(t *testing.T) {
 	fc.send(encodeIU(t, srp.RspMinSize, func(b []byte) (int, error) {
 		return srp.Rsp(b).Encode(&srp.RspFields{ReqLimDelta: 1, Tag: held[0]})
 	}))
-	waitFor(t, "the late response", func() bool { return ch.Stats().UnknownTags == 1 })
+	testutil.WaitFor(t, "the late response", func() bool { return ch.Stats().UnknownTags == 1 })
 	require.Equal(t, int64(32), ch.Credits())
 }
 
@@ -334,7 +335,7 @@ func TestSendRaw(t *testing.T) {
 	require.NoError(t, ch.SendRaw(encodeIU(t, 16, func(b []byte) (int, error) {
 		return srp.CredRsp(b).Encode(&srp.CredRspFields{Tag: 1})
 	})))
-	waitFor(t, "the raw SRP_CRED_RSP", func() bool {
+	testutil.WaitFor(t, "the raw SRP_CRED_RSP", func() bool {
 		return len(findOpcode(ft.channel(0).receivedIUs(), srp.OpCredRsp)) == 1
 	})
 	require.Equal(t, int64(31), ch.Credits())
@@ -359,7 +360,7 @@ func TestConcurrentDo(t *testing.T) {
 					defer wg.Done()
 					for i := range 20 {
 						lba := uint64(g*64 + i)
-						data := pattern(512, byte(g*20+i))
+						data := testutil.Pattern(512, g*20+i)
 						rsp, err := ch.Do(ctx, &Request{CDB: CDBWrite16(lba, 1), DataOut: data, Layout: layouts[i%4]})
 						if err == nil {
 							err = rsp.Err()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
+	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/srp"
 )
 
@@ -24,7 +25,7 @@ func holdReads(ft *fakeTarget) {
 
 func heldIU(t *testing.T, fc *fakeChan) []byte {
 	t.Helper()
-	waitFor(t, "a held command", func() bool { return len(fc.heldTags()) == 1 })
+	testutil.WaitFor(t, "a held command", func() bool { return len(fc.heldTags()) == 1 })
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
 	for _, iu := range fc.held {
@@ -64,7 +65,7 @@ func TestVanish(t *testing.T) {
 	fc.exec(func() {
 		fc.respond(&srp.RspFields{Tag: srp.Cmd(held).Tag(), ReqLimDelta: 1}, nil)
 	})
-	waitFor(t, "the target's SEND to fail", func() bool { return len(fc.errors()) > 0 })
+	testutil.WaitFor(t, "the target's SEND to fail", func() bool { return len(fc.errors()) > 0 })
 	require.Equal(t, ib.StatusTransportRetryExceeded, fc.errors()[0].Status)
 	fc.mu.Lock()
 	require.False(t, fc.sawDREQ, "a vanished initiator sends no DREQ")
@@ -217,7 +218,7 @@ func TestMalformedResponses(t *testing.T) {
 	// Opcodes a target never sends, and an empty-tag SRP_RSP.
 	fc.send([]byte{0x02, 0, 0, 0})
 	fc.send([]byte{0xc1, 0, 0, 0, 0, 0, 0, 1, 0, 0})
-	waitFor(t, "protocol errors", func() bool { return len(ch.ProtocolErrors()) == 4 })
+	testutil.WaitFor(t, "protocol errors", func() bool { return len(ch.ProtocolErrors()) == 4 })
 	errs := ch.ProtocolErrors()
 	require.Contains(t, errs[0].Error(), "inconsistent")
 	require.Contains(t, errs[1].Error(), "DIUNDER residual 513 exceeds the 512-byte data-in buffer")

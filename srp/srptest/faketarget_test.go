@@ -13,6 +13,7 @@ import (
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
+	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/srp"
 )
 
@@ -154,7 +155,7 @@ func (ft *fakeTarget) close() {
 // target's Accept call has.
 func (ft *fakeTarget) channel(i int) *fakeChan {
 	ft.t.Helper()
-	waitFor(ft.t, "the fake target's channel", func() bool { return ft.numChans() > i })
+	testutil.WaitFor(ft.t, "the fake target's channel", func() bool { return ft.numChans() > i })
 	ft.mu.Lock()
 	defer ft.mu.Unlock()
 	return ft.chans[i]
@@ -675,16 +676,4 @@ func (fc *fakeChan) place(in srp.DataBuf, src []byte) ([]ib.MR, error) {
 		return nil, err
 	}
 	return []ib.MR{mr}, nil
-}
-
-// waitFor polls cond until it holds or 5 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/srp"
 )
 
@@ -81,10 +82,10 @@ var lun0 = []byte{0, 0, 0, 0, 0, 0, 0, 0}
 func TestBuildCmd(t *testing.T) {
 	read10 := []byte{0x28, 0, 0, 0, 0, 8, 0, 0, 8, 0}
 	write10 := []byte{0x2a, 0, 0, 0, 0, 8, 0, 0, 1, 0}
-	imm := pattern(512, 3)
-	big := pattern(8193, 4)
-	tenBytes := pattern(10, 5)
-	twenty := pattern(20, 6)
+	imm := testutil.Pattern(512, 3)
+	big := testutil.Pattern(8193, 4)
+	tenBytes := testutil.Pattern(10, 5)
+	twenty := testutil.Pattern(20, 6)
 	for _, tc := range []struct {
 		name string
 		neg  negotiated
