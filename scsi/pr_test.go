@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/internal/testutil"
 )
 
 // Three I_T nexuses through one target port for the reservation tests: A and B register (keys
@@ -579,7 +580,7 @@ func TestPRPreemptAndAbort(t *testing.T) {
 	waitTasks(t, lu, 2, 1)
 
 	pa := start(m, prNexusA, 3, TaskHeadOfQueue, prOutCDB(prOutPreemptAndAbort, PRTypeExclusiveAccess, 24), prParams(keyA, keyB, 0), 0)
-	waitFor(t, "PREEMPT AND ABORT to wait for the running write", func() bool { return lu.aborters() == 1 })
+	testutil.WaitFor(t, "PREEMPT AND ABORT to wait for the running write", func() bool { return lu.aborters() == 1 })
 	requireAborted(t, waiting.wait(t))
 	open()
 	requireGood(t, pa.wait(t))
