@@ -51,6 +51,13 @@ check: test test-rbd build install-test nordma-test e2e stress-quick
 e2e:
 	GO="$(GO)" integration/vm/e2e.sh
 
+# e2e-rbd: the kernel's ib_srp against an RBD LUN in the VM, the Ceph cluster inside the guest
+# (integration/vm/e2e-rbd.sh; its own image and work directory, /tmp/srptarget-vm-rbd). Needs
+# root, librbd-dev and librados-dev; about 5 minutes.
+.PHONY: e2e-rbd
+e2e-rbd:
+	GO="$(GO)" integration/vm/e2e-rbd.sh
+
 # demo: the same VM with configs/demo.yaml: login, lsblk, sg_inq, a short fio run.
 demo:
 	GO="$(GO)" integration/vm/demo.sh

@@ -68,6 +68,13 @@ static void srpt_rbd_watch_cb(void *arg) {
 	(void)r;
 }
 
+// srpt_mon_command sends one JSON command to the monitors; *out and *outs (status text) are
+// malloc'ed by librados and freed with rados_buffer_free.
+static int srpt_mon_command(rados_t cluster, const char *cmd, char **out, size_t *outlen, char **outs, size_t *outslen) {
+	const char *cmds[1] = { cmd };
+	return rados_mon_command(cluster, cmds, 1, NULL, 0, out, outlen, outs, outslen);
+}
+
 static int srpt_rbd_update_watch(rbd_image_t img, uint64_t *handle, int fd) {
 	return rbd_update_watch(img, handle, srpt_rbd_watch_cb, (void *)(intptr_t)fd);
 }
@@ -209,6 +216,37 @@ func (c *Conn) ConfGet(key string) (string, error) {
 		return "", fmt.Errorf("rados_conf_get %s: %w", key, err)
 	}
 	return C.GoString((*C.char)(unsafe.Pointer(&buf[0]))), nil
+}
+
+// MonCommand sends a JSON command to the monitors (as the ceph tool does) and returns its
+// output; the status text is in the error when it fails.
+func (c *Conn) MonCommand(cmd string) (string, error) {
+	cc := cstr(cmd)
+	defer C.free(unsafe.Pointer(cc))
+	var out, outs *C.char
+	var outLen, outsLen C.size_t
+	r := C.srpt_mon_command(c.cluster, cc, &out, &outLen, &outs, &outsLen)
+	o, st := C.GoStringN(out, C.int(outLen)), C.GoStringN(outs, C.int(outsLen))
+	if out != nil {
+		C.rados_buffer_free(out)
+	}
+	if outs != nil {
+		C.rados_buffer_free(outs)
+	}
+	if err := errno(r); err != nil {
+		return o, fmt.Errorf("mon command %s: %w: %s", cmd, err, st)
+	}
+	return o, nil
+}
+
+// PoolCreate makes a pool with the cluster's default settings.
+func (c *Conn) PoolCreate(name string) error {
+	n := cstr(name)
+	defer C.free(unsafe.Pointer(n))
+	if err := errno(C.rados_pool_create(c.cluster, n)); err != nil {
+		return fmt.Errorf("rados_pool_create %s: %w", name, err)
+	}
+	return nil
 }
 
 // Close shuts the client down. Every image opened through it must be closed first.
