@@ -88,6 +88,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -325,8 +326,9 @@ type Image struct {
 	slots []slot
 	free  chan uint32
 
-	efd    *os.File // librbd's completion eventfd, read by poll
-	polled chan struct{}
+	efd     *os.File // librbd's completion eventfd, read by poll
+	polled  chan struct{}
+	closing atomic.Bool // set by Close before it wakes poll to end it
 
 	// poll's batch, on the heap with the Image so that passing it to C does not make it escape
 	// at each call.
@@ -393,8 +395,8 @@ func (im *Image) poll() {
 	defer close(im.polled)
 	var buf [8]byte
 	for {
-		if _, err := im.efd.Read(buf[:]); err != nil {
-			return // closed by Close, after every request completed
+		if _, err := im.efd.Read(buf[:]); err != nil || im.closing.Load() {
+			return // Close woke it, after every request completed
 		}
 		for {
 			n := int(C.srpt_rbd_poll(im.img, (*C.uint32_t)(&im.pollSlots[0]), (*C.int64_t)(&im.pollRets[0]), pollBatch))
@@ -534,11 +536,19 @@ func (im *Image) Close() error {
 		im.watching = false
 	}
 	im.watchMu.Unlock()
+	// poll ends before rbd_close: librbd may still write the eventfd for a completion that
+	// poll already collected (it queues the completion, then notifies), and a poll woken by
+	// that must not reach a closed image. The eventfd stays open until librbd is done with it.
+	im.closing.Store(true)
+	one := [8]byte{1}
+	if _, e := im.efd.Write(one[:]); e != nil && err == nil {
+		err = fmt.Errorf("waking the completion poller of %s: %w", im.name, e)
+	}
+	<-im.polled
 	if e := errno(C.rbd_close(im.img)); e != nil && err == nil {
 		err = fmt.Errorf("rbd_close %s: %w", im.name, e)
 	}
 	im.efd.Close()
-	<-im.polled
 	C.rados_ioctx_destroy(im.io)
 	return err
 }
