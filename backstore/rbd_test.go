@@ -64,10 +64,22 @@ func openTestRBD(t testing.TB, name string, o RBDOptions) *RBD {
 }
 
 func init() {
+	// With librbd's cache on, writes may sit in the client until a flush: FUA and Flush must
+	// send one, and the suite's reads after FUA writes and flushes see the data either way.
+	moreConformanceImpls = append(moreConformanceImpls, impl{
+		name: "rbd-cache", persists: true,
+		open: func(t *testing.T, size int64, lbs uint32) Backstore {
+			r := openTestRBD(t, rbdTestImage(t, size), RBDOptions{LogicalBlockSize: lbs, Extra: map[string]string{"rbd_cache": "true"}})
+			require.True(t, r.cache, "rbd_cache=true seen")
+			return r
+		},
+	})
 	moreConformanceImpls = append(moreConformanceImpls, impl{
 		name: "rbd", persists: true,
 		open: func(t *testing.T, size int64, lbs uint32) Backstore {
-			return openTestRBD(t, rbdTestImage(t, size), RBDOptions{LogicalBlockSize: lbs})
+			r := openTestRBD(t, rbdTestImage(t, size), RBDOptions{LogicalBlockSize: lbs})
+			require.False(t, r.cache, "the test cluster's ceph.conf sets rbd cache = false")
+			return r
 		},
 		openReadOnly: func(t *testing.T, size int64, lbs uint32) Backstore {
 			name := rbdTestImage(t, size)
