@@ -251,6 +251,10 @@ func (r *RBD) Capabilities() Capabilities {
 
 // Close waits for the requests in flight, closes the image and disconnects.
 func (r *RBD) Close() error {
+	// The resize callback may be waiting in Refresh for mu: end the watch before taking it.
+	if err := r.img.Unwatch(); err != nil {
+		return fmt.Errorf("rbd %s: %w", r.name, err)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {

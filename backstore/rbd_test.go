@@ -99,8 +99,15 @@ func TestRBDResizeWatch(t *testing.T) {
 	name := rbdTestImage(t, 4<<20)
 	r := openTestRBD(t, name, RBDOptions{})
 	defer r.Close()
-	fired := make(chan struct{}, 16)
-	require.NoError(t, r.OnResize(func() { fired <- struct{}{} }))
+	fired := make(chan struct{}, 1)
+	// As the daemon's callback does: re-read the size (Close must not deadlock with it).
+	require.NoError(t, r.OnResize(func() {
+		_, _ = r.Refresh()
+		select {
+		case fired <- struct{}{}:
+		default:
+		}
+	}))
 
 	other := openTestRBD(t, name, RBDOptions{})
 	require.NoError(t, other.img.Resize(8<<20))

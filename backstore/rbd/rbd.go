@@ -523,19 +523,29 @@ func (im *Image) Watch(fn func()) error {
 	return nil
 }
 
+// Unwatch ends Watch and waits until its callback has returned; Close does it too. Call it
+// holding no lock that the callback takes.
+func (im *Image) Unwatch() error {
+	im.watchMu.Lock()
+	defer im.watchMu.Unlock()
+	if !im.watching {
+		return nil
+	}
+	var err error
+	// rbd_update_unwatch waits for the C callback in progress, so nothing writes the eventfd
+	// once it is closed.
+	if e := errno(C.rbd_update_unwatch(im.img, im.watchH)); e != nil {
+		err = fmt.Errorf("rbd_update_unwatch %s: %w", im.name, e)
+	}
+	im.wfd.Close()
+	<-im.watched
+	im.watching = false
+	return err
+}
+
 // Close closes the image. The caller makes sure no request is in flight or starts later.
 func (im *Image) Close() error {
-	im.watchMu.Lock()
-	var err error
-	if im.watching {
-		if e := errno(C.rbd_update_unwatch(im.img, im.watchH)); e != nil {
-			err = fmt.Errorf("rbd_update_unwatch %s: %w", im.name, e)
-		}
-		im.wfd.Close()
-		<-im.watched
-		im.watching = false
-	}
-	im.watchMu.Unlock()
+	err := im.Unwatch()
 	// poll ends before rbd_close: librbd may still write the eventfd for a completion that
 	// poll already collected (it queues the completion, then notifies), and a poll woken by
 	// that must not reach a closed image. The eventfd stays open until librbd is done with it.
