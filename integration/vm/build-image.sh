@@ -274,6 +274,10 @@ for l in modprobe insmod rmmod lsmod modinfo depmod; do
 done
 # dlopen()ed verbs provider for soft-RoCE, and its driver file
 PLUGINS=("usr/lib/$ARCHDIR/libibverbs/librxe-rdmav34.so")
+# the OSD's object classes that librbd calls (image directory, header, locks), dlopen()ed
+if [ "${SRPT_VM_CEPH:-0}" = 1 ]; then
+	for c in rbd lock journal version log refcount; do PLUGINS+=("usr/lib/$ARCHDIR/rados-classes/libcls_$c.so"); done
+fi
 for p in "${PLUGINS[@]}"; do
 	[ -f "$STAGE/$p" ] || die "missing $p (ibverbs-providers)"
 	mkdir -p "$ROOT/$(dirname "$p")"
