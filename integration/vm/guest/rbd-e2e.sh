@@ -140,7 +140,7 @@ PID=$!
 tail -n +1 -f "$DLOG" 2>/dev/null | awk '{ print "srptarget| " $0; fflush() }' &
 listening() { daemon_alive && cm_listening "$PORT"; }
 if wait_for 60 listening; then
-	record "srptarget listening" pass "pid $PID, RDMA/CM port $PORT, LUN 0: $(grep -m1 '"LUN"' "$DLOG" | grep -o '"image": "[^"]*"')"
+	record "srptarget listening" pass "pid $PID, RDMA/CM port $PORT, LUN 0: $(grep -m1 -o '"image": "[^"]*"' "$DLOG")"
 else
 	fail "srptarget is not listening: $(grep -m1 -E 'ERROR|error' "$DLOG")"
 fi
@@ -176,11 +176,11 @@ check_eq "resize: new size after rescan" "$((new << 20))" "$(blockdev --getsize6
 step "ext4"
 fs_checks() {
 	run mkfs.ext4 -q -F -E discard "$DEV" || return 1
-	mkdir -p /mnt/rbd && run mount "$DEV" /mnt/rbd || return 1
+	mkdir -p /mnt/rbd && run mount -t ext4 "$DEV" /mnt/rbd || return 1
 	local i
 	for i in 1 2 3 4; do dd if=/dev/urandom of=/mnt/rbd/f$i bs=1M count=4 status=none || return 1; done
 	(cd /mnt/rbd && sha256sum f*) >/tmp/sums || return 1
-	run umount /mnt/rbd && echo 3 >/proc/sys/vm/drop_caches && run mount "$DEV" /mnt/rbd || return 1
+	run umount /mnt/rbd && echo 3 >/proc/sys/vm/drop_caches && run mount -t ext4 "$DEV" /mnt/rbd || return 1
 	(cd /mnt/rbd && sha256sum -c /tmp/sums) || return 1
 	run umount /mnt/rbd && run e2fsck -fn "$DEV"
 }
