@@ -7,8 +7,14 @@ GOFILES  = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -
 
 all: build
 
+# RBD: the rbd build tag (backstore: rbd, linked against librbd and librados) where their
+# development files are installed; RBD=1 insists (the build fails without them), RBD=0 leaves
+# it out. Without it the daemon refuses rbd LUNs and needs no Ceph library.
+RBD    ?= $(shell test -e /usr/include/rbd/librbd.h && test -e /usr/include/rados/librados.h && echo 1 || echo 0)
+GOTAGS  = $(if $(filter 1,$(RBD)),-tags rbd)
+
 build:
-	$(GO) build -o bin/srptarget ./cmd/srptarget
+	$(GO) build $(GOTAGS) -o bin/srptarget ./cmd/srptarget
 
 # test: formatting, vet, and the unit tests with the race detector.
 test: fmt-check vet unit
@@ -17,17 +23,28 @@ fmt-check:
 	@out=$$(gofmt -l $(GOFILES)); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+# vet twice with the rbd tag: the code with and without it.
 vet:
 	$(GO) vet $(PKGS)
+	$(if $(GOTAGS),$(GO) vet $(GOTAGS) $(PKGS))
 
 unit:
-	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test $(GOTAGS) -race -count=1 $(PKGS)
 
-# check: everything CI runs: the Go tests, make install into a temporary directory, then the VM
-# end-to-end runs (the daemon, the ib/verbs tests, persistent reservations from two initiator
-# ports) and the quick half of the stress scenarios (the kernel's ib_srp against the daemon
-# over soft-RoCE).
-check: test build install-test nordma-test e2e e2e-pr stress-quick
+# test-rbd: the RBD backstore and an RBD LUN served end to end (over the in-memory fabric)
+# against a throw-away one-OSD Ceph cluster in RAM (integration/ceph/cluster.sh), the OSD
+# stopped and resumed, then a short benchmark beside rbd bench. Needs ceph-mon, ceph-osd,
+# librbd-dev and librados-dev (.ci/run installs them); about a minute.
+.PHONY: test-rbd
+test-rbd:
+	GO="$(GO)" integration/ceph/test-rbd.sh
+
+# check: everything CI runs: the Go tests, the RBD tests against a throw-away Ceph cluster,
+# make install into a temporary directory, then the VM end-to-end runs (the daemon, the
+# ib/verbs tests, persistent reservations from two initiator ports) and the quick half of the
+# stress scenarios (the kernel's ib_srp against the daemon over soft-RoCE). make e2e-rbd (an
+# RBD LUN in the VM, about 5 minutes with its own image) is not part of it.
+check: test test-rbd build install-test nordma-test e2e e2e-pr stress-quick
 
 # e2e: the daemon against the Linux SRP initiator (ib_srp) over soft-RoCE in a qemu VM
 # (integration/vm/README.md): builds the daemon and the VM image, runs the checks, keeps the
@@ -42,6 +59,13 @@ e2e:
 .PHONY: e2e-pr
 e2e-pr:
 	GO="$(GO)" integration/vm/pr.sh
+
+# e2e-rbd: the kernel's ib_srp against an RBD LUN in the VM, the Ceph cluster inside the guest
+# (integration/vm/e2e-rbd.sh; its own image and work directory, /tmp/srptarget-vm-rbd). Needs
+# root, librbd-dev and librados-dev; about 5 minutes.
+.PHONY: e2e-rbd
+e2e-rbd:
+	GO="$(GO)" integration/vm/e2e-rbd.sh
 
 # demo: the same VM with configs/demo.yaml: login, lsblk, sg_inq, a short fio run.
 demo:

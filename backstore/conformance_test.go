@@ -61,7 +61,7 @@ func conformanceImpls() []impl {
 		require.NoError(t, err)
 		return b
 	}
-	return []impl{
+	return append([]impl{
 		{name: "memory", persists: true, open: func(t *testing.T, size int64, lbs uint32) Backstore {
 			m, err := NewMemory(size, lbs)
 			require.NoError(t, err)
@@ -80,8 +80,11 @@ func conformanceImpls() []impl {
 			require.NoError(t, err)
 			return NewFaulty(m)
 		}},
-	}
+	}, moreConformanceImpls...)
 }
+
+// moreConformanceImpls are stores that only some builds have (RBD, with the build tag rbd).
+var moreConformanceImpls []impl
 
 const confSize = 6 << 20 // six memory chunks
 

@@ -57,6 +57,7 @@ const (
 	ReasonMiscompareDuringVerify
 	ReasonInternalTargetFailure
 	ReasonLogicalUnitCommunicationFailure
+	ReasonLogicalUnitCommunicationTimeout
 	ReasonPowerOnResetOrBusDeviceReset
 	ReasonPowerOnOccurred
 	ReasonBusDeviceResetFunctionOccurred
@@ -104,6 +105,7 @@ var senseTable = [reasonCount]senseEntry{
 	ReasonMiscompareDuringVerify:                         {SenseMiscompare, 0x1D, 0x00, "MISCOMPARE DURING VERIFY OPERATION"},
 	ReasonInternalTargetFailure:                          {SenseHardwareError, 0x44, 0x00, "INTERNAL TARGET FAILURE"},
 	ReasonLogicalUnitCommunicationFailure:                {SenseHardwareError, 0x08, 0x00, "LOGICAL UNIT COMMUNICATION FAILURE"},
+	ReasonLogicalUnitCommunicationTimeout:                {SenseHardwareError, 0x08, 0x01, "LOGICAL UNIT COMMUNICATION TIME-OUT"},
 	ReasonPowerOnResetOrBusDeviceReset:                   {SenseUnitAttention, 0x29, 0x00, "POWER ON, RESET, OR BUS DEVICE RESET OCCURRED"},
 	ReasonPowerOnOccurred:                                {SenseUnitAttention, 0x29, 0x01, "POWER ON OCCURRED"},
 	ReasonBusDeviceResetFunctionOccurred:                 {SenseUnitAttention, 0x29, 0x03, "BUS DEVICE RESET FUNCTION OCCURRED"},

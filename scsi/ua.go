@@ -87,6 +87,10 @@ func reasonForIOError(err error, read bool) Reason {
 		return ReasonInsufficientResources
 	case errors.Is(err, backstore.ErrClosed), errors.Is(err, syscall.ENXIO), errors.Is(err, syscall.ENODEV):
 		return ReasonLogicalUnitCommunicationFailure
+	case errors.Is(err, syscall.ETIMEDOUT):
+		// A networked store (RBD) that did not answer within its timeout: the medium may be
+		// fine, and the command may work when retried once the cluster answers again.
+		return ReasonLogicalUnitCommunicationTimeout
 	case read:
 		return ReasonUnrecoveredReadError
 	}

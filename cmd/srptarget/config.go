@@ -115,7 +115,7 @@ type LimitsConfig struct {
 // LUNConfig is one logical unit.
 type LUNConfig struct {
 	LUN *int `yaml:"lun"`
-	// Backstore is file, block, memory or null.
+	// Backstore is file, block, memory, null or rbd.
 	Backstore BackstoreKind `yaml:"backstore"`
 	// Path is the file or block device (file and block backstores).
 	Path string `yaml:"path"`
@@ -143,7 +143,43 @@ type LUNConfig struct {
 	// write, or a world-writable device node (file and block). Without it such a backstore is
 	// refused: whoever can write it reads and changes what every initiator stores there.
 	AllowSharedFile bool `yaml:"allow_shared_file"`
+	// RBD names the Ceph RBD image of an rbd backstore and how to reach its cluster.
+	RBD *RBDConfig `yaml:"rbd"`
 }
+
+// RBDConfig is the image and the cluster of an rbd backstore. It holds only comparable values,
+// so that it can be part of the key that keeps an open image across reloads.
+type RBDConfig struct {
+	// Pool is the RADOS pool of the image (default rbd).
+	Pool string `yaml:"pool"`
+	// Namespace is the RADOS namespace inside the pool (optional).
+	Namespace string `yaml:"namespace"`
+	// Image is the image's name.
+	Image string `yaml:"image"`
+	// CephConf is the ceph.conf to read (default: librados' search path, /etc/ceph/ceph.conf).
+	CephConf string `yaml:"ceph_conf"`
+	// MonHost lists the monitors, overriding ceph_conf's mon_host.
+	MonHost string `yaml:"mon_host"`
+	// ClientID is the cephx user without "client." (default admin).
+	ClientID string `yaml:"client_id"`
+	// Keyring is the path of the user's keyring.
+	Keyring string `yaml:"keyring"`
+	// MountTimeout bounds connecting to the monitors (default 10s).
+	MountTimeout string `yaml:"rados_mount_timeout"`
+	// OSDOpTimeout bounds every request to an OSD (default 20s): a cluster that stops
+	// answering turns into LOGICAL UNIT COMMUNICATION TIME-OUT, never a hung command.
+	OSDOpTimeout string `yaml:"rados_osd_op_timeout"`
+
+	mountTimeout time.Duration
+	osdOpTimeout time.Duration
+}
+
+// Defaults of an rbd backstore.
+const (
+	DefaultRBDPool         = "rbd"
+	DefaultRBDMountTimeout = 10 * time.Second
+	DefaultRBDOSDOpTimeout = 20 * time.Second
+)
 
 // ACLConfig grants a set of initiators access to LUNs. An initiator matches when its port
 // identifier matches one of Initiators or its source address one of Sources; the first
@@ -825,6 +861,8 @@ func (v *validator) validateLUN(c *Config, i int, luns map[int]int, paths map[st
 		if l.Create {
 			v.errorf(at("luns", i, "create"), "create applies to files only")
 		}
+	case "rbd":
+		v.validateRBD(l, i)
 	case "memory", "null":
 		if l.Size == 0 {
 			v.errorf(at("luns", i, "size"), "a %s backstore needs a size", l.Backstore)
@@ -846,9 +884,12 @@ func (v *validator) validateLUN(c *Config, i int, luns map[int]int, paths map[st
 			v.errorf(at("luns", i, "create"), "create applies to files only")
 		}
 	case "":
-		v.errorf(at("luns", i), "backstore is missing (file, block, memory or null)")
+		v.errorf(at("luns", i), "backstore is missing (file, block, memory, null or rbd)")
 	default:
-		v.errorf(at("luns", i, "backstore"), "%q is not one of file, block, memory, null", l.Backstore)
+		v.errorf(at("luns", i, "backstore"), "%q is not one of file, block, memory, null, rbd", l.Backstore)
+	}
+	if l.RBD != nil && l.Backstore != "rbd" {
+		v.errorf(at("luns", i, "rbd"), "rbd applies to backstore: rbd only")
 	}
 	if l.Path != "" {
 		clean := path.Clean(l.Path)
@@ -1022,4 +1063,67 @@ func (c *Config) errorAt(p []any, format string, args ...any) *ConfigError {
 		e.Line = lineOf(c.root, p)
 	}
 	return e
+}
+
+// validateRBD checks an rbd backstore's settings and fills in the defaults.
+func (v *validator) validateRBD(l *LUNConfig, i int) {
+	if l.RBD == nil || l.RBD.Image == "" {
+		v.errorf(at("luns", i, "rbd", "image"), "an rbd backstore needs rbd: {image: NAME} (and pool, default %s)", DefaultRBDPool)
+		if l.RBD == nil {
+			return
+		}
+	}
+	r := l.RBD
+	if r.Pool == "" {
+		r.Pool = DefaultRBDPool
+	}
+	for _, f := range []struct{ key, val string }{{"pool", r.Pool}, {"namespace", r.Namespace}, {"image", r.Image}} {
+		if strings.ContainsAny(f.val, "/@") || strings.ContainsFunc(f.val, func(c rune) bool { return c < 0x20 || c == 0x7f }) {
+			v.errorf(at("luns", i, "rbd", f.key), "%q: a name has no /, @ or control characters", f.val)
+		}
+	}
+	for _, f := range []struct{ key, val string }{{"ceph_conf", r.CephConf}, {"keyring", r.Keyring}} {
+		if f.val != "" && !filepath.IsAbs(f.val) {
+			v.errorf(at("luns", i, "rbd", f.key), "%s is a relative path: write the whole path, from /", f.val)
+		}
+	}
+	if r.CephConf != "" {
+		// A warning: the configuration may be checked on another host than the gateway.
+		if _, err := os.Stat(r.CephConf); err != nil && !errors.Is(err, fs.ErrPermission) {
+			v.warnf(at("luns", i, "rbd", "ceph_conf"), "%v: serve cannot connect without it", err)
+		}
+	}
+	for _, f := range []struct {
+		key      string
+		val      *string
+		d        *time.Duration
+		def, max time.Duration
+	}{
+		{"rados_mount_timeout", &r.MountTimeout, &r.mountTimeout, DefaultRBDMountTimeout, time.Hour},
+		{"rados_osd_op_timeout", &r.OSDOpTimeout, &r.osdOpTimeout, DefaultRBDOSDOpTimeout, 10 * time.Minute},
+	} {
+		if *f.val == "" {
+			*f.d = f.def
+			*f.val = f.def.String()
+		} else if d, err := time.ParseDuration(*f.val); err != nil || d < time.Second || d > f.max {
+			v.errorf(at("luns", i, "rbd", f.key), "%q must be a duration between 1s and %v, such as 20s", *f.val, f.max)
+		} else {
+			*f.d = d
+		}
+	}
+	if l.Path != "" {
+		v.errorf(at("luns", i, "path"), "an rbd backstore has no path (rbd: {pool, image} name it)")
+	}
+	if l.Size != 0 {
+		v.errorf(at("luns", i, "size"), "an RBD image has its own size; remove size (rbd resize changes it, online)")
+	}
+	if l.Create {
+		v.errorf(at("luns", i, "create"), "create applies to files only (make the image with rbd create)")
+	}
+	if l.AllowSharedFile {
+		v.errorf(at("luns", i, "allow_shared_file"), "allow_shared_file applies to file and block backstores only")
+	}
+	if openRBD == nil {
+		v.warnf(at("luns", i, "backstore"), "this srptarget is built without RBD support: serve refuses this LUN (build with -tags rbd where librbd-dev is installed: make build does)")
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -206,4 +207,52 @@ func TestMatchInitiatorAndSources(t *testing.T) {
 	p, err = ParseSourcePrefix("10.1.2.3/8")
 	require.NoError(t, err)
 	require.Equal(t, "10.0.0.0/8", p.String())
+}
+
+func TestParseConfigRBD(t *testing.T) {
+	const head = "listeners: [{address: 0.0.0.0, port: 1}]\nluns:\n  - lun: 0\n"
+	cfg, err := ParseConfig("t.yaml", []byte(head+"    backstore: rbd\n    block_size: 4096\n    rbd: {image: disk0, mon_host: 127.0.0.1, rados_osd_op_timeout: 3s}\n"))
+	require.NoError(t, err)
+	r := cfg.LUNs[0].RBD
+	require.Equal(t, RBDConfig{Pool: "rbd", Image: "disk0", MonHost: "127.0.0.1", MountTimeout: "10s", OSDOpTimeout: "3s",
+		mountTimeout: DefaultRBDMountTimeout, osdOpTimeout: 3 * time.Second}, *r)
+	require.Equal(t, "rbd/disk0", r.imageName())
+	require.Equal(t, "rbd image rbd/disk0", storeKeyOf(&cfg.LUNs[0]).String())
+	r.Namespace = "ns"
+	require.Equal(t, "rbd/ns/disk0", r.imageName())
+	if openRBD == nil {
+		require.Len(t, cfg.warnings, 1)
+		require.Contains(t, cfg.warnings[0].Error(), "built without RBD support")
+	}
+
+	for _, tc := range []struct {
+		name, lun string
+		want      []string
+	}{
+		{"no rbd mapping", "    backstore: rbd\n", []string{"t.yaml:3: luns[0].rbd.image: an rbd backstore needs rbd: {image: NAME} (and pool, default rbd)"}},
+		{"no image", "    backstore: rbd\n    rbd: {pool: p}\n", []string{"t.yaml:5: luns[0].rbd.image: an rbd backstore needs rbd: {image: NAME} (and pool, default rbd)"}},
+		{"bad names and paths", "    backstore: rbd\n    rbd: {pool: a/b, image: x@snap, keyring: k}\n", []string{
+			`t.yaml:5: luns[0].rbd.pool: "a/b": a name has no /, @ or control characters`,
+			`t.yaml:5: luns[0].rbd.image: "x@snap": a name has no /, @ or control characters`,
+			"t.yaml:5: luns[0].rbd.keyring: k is a relative path: write the whole path, from /",
+		}},
+		{"timeouts", "    backstore: rbd\n    rbd: {image: i, rados_mount_timeout: 0s, rados_osd_op_timeout: 1h}\n", []string{
+			`t.yaml:5: luns[0].rbd.rados_mount_timeout: "0s" must be a duration between 1s and 1h0m0s, such as 20s`,
+			`t.yaml:5: luns[0].rbd.rados_osd_op_timeout: "1h" must be a duration between 1s and 10m0s, such as 20s`,
+		}},
+		{"file keys", "    backstore: rbd\n    size: 1GiB\n    create: true\n    rbd: {image: i}\n", []string{
+			"t.yaml:5: luns[0].size: an RBD image has its own size; remove size (rbd resize changes it, online)",
+			"t.yaml:6: luns[0].create: create applies to files only (make the image with rbd create)",
+		}},
+		{"rbd on a memory LUN", "    backstore: memory\n    size: 1MiB\n    rbd: {image: i}\n", []string{"t.yaml:6: luns[0].rbd: rbd applies to backstore: rbd only"}},
+	} {
+		_, err := ParseConfig("t.yaml", []byte(head+tc.lun))
+		var errs ConfigErrors
+		require.ErrorAs(t, err, &errs, tc.name)
+		var got []string
+		for _, e := range errs {
+			got = append(got, e.Error())
+		}
+		require.Equal(t, tc.want, got, tc.name)
+	}
 }

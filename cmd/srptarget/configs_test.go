@@ -81,6 +81,7 @@ func TestConfigsDocumentEveryKey(t *testing.T) {
 		require.Contains(t, string(readme), "## `"+section+"`")
 		documented[section] = true
 	}
+	require.Contains(t, string(readme), "### `rbd`")
 	// The backstore table lists the backstore kinds, not keys.
 	for _, kind := range []string{"file", "block", "memory", "null"} {
 		delete(documented, kind)

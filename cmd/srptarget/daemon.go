@@ -287,6 +287,9 @@ func (d *daemon) planLUN(p *plan, i int) *ConfigError {
 		}
 		s.onErr = d.recordCloseErr
 		p.opened[sk] = s
+		if err := s.watchResize(); err != nil {
+			d.log.Warn("watching the backstore for resizes failed: a resize needs a reload to be seen", zap.Int("lun", num), zap.Error(err))
+		}
 		if l.Backstore == "file" && !s.created && l.Size != 0 && s.Size() != int64(l.Size) {
 			d.log.Warn("the file exists with another size: its own size is used",
 				zap.Int("lun", num), zap.String("path", l.Path), zap.Stringer("file_size", Size(s.Size())), zap.Stringer("size", l.Size))
@@ -323,6 +326,7 @@ func (d *daemon) planLUN(p *plan, i int) *ConfigError {
 		return cfg.errorAt(where, "%v", err)
 	}
 	s.acquire()
+	s.addLU(lu)
 	st := &lunState{num: num, cfg: l, key: key, store: s, lu: lu}
 	p.luns[num] = st
 	p.created = append(p.created, st)
@@ -677,7 +681,7 @@ func (d *daemon) reloadLocked(res *reloadResult) error {
 	d.commit(p)
 	for _, num := range kept {
 		st := d.luns[num]
-		if st.cfg.Backstore != "file" && st.cfg.Backstore != "block" {
+		if st.cfg.Backstore != "file" && st.cfg.Backstore != "block" && st.cfg.Backstore != "rbd" {
 			continue
 		}
 		if resized, err := st.lu.RefreshCapacity(); err != nil {
@@ -825,6 +829,9 @@ func (d *daemon) logLUN(st *lunState) {
 	}
 	if st.cfg.Path != "" {
 		fields = append(fields, zap.String("path", st.cfg.Path))
+	}
+	if st.cfg.RBD != nil {
+		fields = append(fields, zap.String("image", st.cfg.RBD.imageName()))
 	}
 	fields = append(fields,
 		zap.String("serial", st.key.serial),

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/scsi"
 )
 
 // storeKey is what makes two LUN definitions use the same backstore: a reload that keeps the
@@ -26,6 +27,8 @@ type storeKey struct {
 	blockSize int // 0 for block devices: the device has its own
 	create    bool
 	readOnly  bool
+	// rbd names an RBD image and its cluster.
+	rbd RBDConfig
 	// allowShared is part of the key so that a reload that withdraws allow_shared_file opens
 	// the file again, under the owner and mode checks.
 	allowShared bool
@@ -36,6 +39,11 @@ func storeKeyOf(l *LUNConfig) storeKey {
 	switch l.Backstore {
 	case "file", "block":
 		k.path = filepath.Clean(l.Path)
+	case "rbd":
+		if l.RBD != nil {
+			k.rbd = *l.RBD
+		}
+		k.size, k.create = 0, false
 	default:
 		k.lun = *l.LUN
 		k.readOnly = false // RAM has no read-only mode; the logical unit enforces it
@@ -52,6 +60,8 @@ func (k storeKey) String() string {
 		return "file " + k.path
 	case "block":
 		return "block device " + k.path
+	case "rbd":
+		return "rbd image " + k.rbd.imageName()
 	}
 	return fmt.Sprintf("%s %v (LUN %d)", k.kind, k.size, k.lun)
 }
@@ -84,6 +94,9 @@ type sharedStore struct {
 
 	mu     sync.RWMutex
 	closed bool
+
+	lusMu sync.Mutex
+	lus   []*scsi.LogicalUnit // the logical units made over this store (watchResize)
 }
 
 // openStore opens the backstore of LUN l.
@@ -127,6 +140,14 @@ func openStore(l *LUNConfig, log *zap.Logger, closers *sync.WaitGroup) (*sharedS
 		if err == nil {
 			s.Backstore = n
 		}
+	case "rbd":
+		if openRBD == nil {
+			err = errNoRBD
+		} else if l.RBD == nil {
+			err = errors.New("rbd backstore without rbd settings")
+		} else {
+			s.Backstore, err = openRBD(l.RBD, uint32(l.BlockSize), l.ReadOnly)
+		}
 	default:
 		err = fmt.Errorf("unknown backstore %q", l.Backstore)
 	}
@@ -135,6 +156,59 @@ func openStore(l *LUNConfig, log *zap.Logger, closers *sync.WaitGroup) (*sharedS
 		return nil, err
 	}
 	return s, nil
+}
+
+// openRBD opens an RBD image; nil when the daemon is built without the build tag rbd
+// (store_rbd.go sets it), as librbd is then not linked in.
+var openRBD func(r *RBDConfig, blockSize uint32, readOnly bool) (backstore.Backstore, error)
+
+var errNoRBD = errors.New("this srptarget is built without RBD support (build with -tags rbd where librbd-dev and librados-dev are installed; make build does)")
+
+// imageName is pool/[namespace/]image.
+func (r *RBDConfig) imageName() string {
+	if r.Namespace != "" {
+		return r.Pool + "/" + r.Namespace + "/" + r.Image
+	}
+	return r.Pool + "/" + r.Image
+}
+
+// resizeNotifier is a backstore whose size can change under it and that says so (RBD: the
+// image's header watch), so that CAPACITY DATA HAS CHANGED needs no reload.
+type resizeNotifier interface {
+	OnResize(fn func()) error
+}
+
+// watchResize has the logical units over s re-read their capacity whenever the backstore
+// reports a change. The callback runs on the backstore's own goroutine: it takes no daemon
+// lock, only the logical units' own.
+func (s *sharedStore) watchResize() error {
+	rn, ok := s.Backstore.(resizeNotifier)
+	if !ok {
+		return nil
+	}
+	return rn.OnResize(func() {
+		s.lusMu.Lock()
+		lus := append([]*scsi.LogicalUnit(nil), s.lus...)
+		s.lusMu.Unlock()
+		for _, lu := range lus {
+			if changed, err := lu.RefreshCapacity(); err != nil {
+				if !errors.Is(err, backstore.ErrClosed) {
+					s.log.Warn("re-reading the capacity after a change of the image failed", zap.Stringer("backstore", s.key), zap.Error(err))
+				}
+			} else if changed {
+				s.log.Info("capacity changed: CAPACITY DATA HAS CHANGED pending for every initiator",
+					zap.Stringer("backstore", s.key), zap.Stringer("size", Size(lu.Blocks()*uint64(lu.BlockSize()))))
+			}
+		}
+	})
+}
+
+// addLU records a logical unit made over s, for watchResize. Logical units retired later stay
+// listed: refreshing one that no initiator reaches any more changes nothing.
+func (s *sharedStore) addLU(lu *scsi.LogicalUnit) {
+	s.lusMu.Lock()
+	s.lus = append(s.lus, lu)
+	s.lusMu.Unlock()
 }
 
 // missingDirs returns the directories above path that do not exist, deepest first.

@@ -16,6 +16,7 @@
 #   SRPT_VM_APT_UPDATE=1  run `apt-get update` first, to pick up new package
 #                       versions (otherwise it runs only when needed: host tools
 #                       missing, no package lists, or a download failing)
+#   SRPT_VM_CEPH=1      add ceph-mon, ceph-osd and monmaptool (the RBD e2e run)
 #   SRPT_VM_KEEP_STAGE=1  keep $SRPT_VM_DIR/stage (all packages unpacked) after
 #                       the build, for debugging
 #
@@ -101,6 +102,11 @@ GUEST_PKGS=(
 	sg3-utils fio
 	e2fsprogs util-linux coreutils
 )
+# SRPT_VM_CEPH=1 (e2e-rbd.sh, with an SRPT_VM_DIR of its own): a Ceph monitor and OSD too, for
+# a cluster inside the guest. librbd and librados are in the image either way (fio links them).
+if [ "${SRPT_VM_CEPH:-0}" = 1 ]; then
+	GUEST_PKGS+=(ceph-mon ceph-osd)
+fi
 # Never needed from the dependency closure (the explicit list above still wins).
 EXCLUDE='^(python3.*|libpython3.*|perl|perl-.*|libperl.*|lib.*-perl|debconf|cdebconf|debconf-.*|adduser|dpkg|install-info|init-system-helpers|mailcap|media-types|mime-support|passwd|tar|usr-is-merged|usrmerge|readline-common|pci\.ids|libdebian-installer.*|libnewt.*|libslang.*|libtextwrap.*|dmsetup|udev|systemd|systemd-.*|lsb-base|sensible-utils|debianutils|base-files|tzdata|ucf|logrotate|cron|sysvinit-utils|init|login|mount|libpam-.*|libc-bin)$'
 
@@ -246,6 +252,7 @@ BINS=(
 	dd sha256sum md5sum stat
 )
 for f in "$STAGE"/usr/bin/sg_* "$STAGE"/usr/bin/sginfo; do BINS+=("$(basename "$f")"); done
+[ "${SRPT_VM_CEPH:-0}" = 1 ] && BINS+=(ceph-mon ceph-osd monmaptool)
 find_bin() {
 	local d
 	for d in usr/bin usr/sbin bin sbin; do
@@ -267,6 +274,10 @@ for l in modprobe insmod rmmod lsmod modinfo depmod; do
 done
 # dlopen()ed verbs provider for soft-RoCE, and its driver file
 PLUGINS=("usr/lib/$ARCHDIR/libibverbs/librxe-rdmav34.so")
+# the OSD's object classes that librbd calls (image directory, header, locks), dlopen()ed
+if [ "${SRPT_VM_CEPH:-0}" = 1 ]; then
+	for c in rbd lock journal version log refcount; do PLUGINS+=("usr/lib/$ARCHDIR/rados-classes/libcls_$c.so"); done
+fi
 for p in "${PLUGINS[@]}"; do
 	[ -f "$STAGE/$p" ] || die "missing $p (ibverbs-providers)"
 	mkdir -p "$ROOT/$(dirname "$p")"

@@ -1,0 +1,270 @@
+//go:build rbd
+
+package backstore
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/srptarget/srptarget/backstore/rbd"
+)
+
+// RBDOptions name an RBD image and say how to reach its cluster.
+type RBDOptions struct {
+	Pool      string
+	Namespace string // optional RADOS namespace
+	Image     string
+	// ConfFile, MonHost, ClientID, Keyring: see rbd.Options.
+	ConfFile string
+	MonHost  string
+	ClientID string
+	Keyring  string
+	// MountTimeout bounds connecting (DefaultRBDMountTimeout when 0).
+	MountTimeout time.Duration
+	// OSDOpTimeout bounds every request (DefaultRBDOSDOpTimeout when 0): an OSD that stops
+	// answering turns into an ETIMEDOUT error, never a hang.
+	OSDOpTimeout time.Duration
+	ReadOnly     bool
+	// LogicalBlockSize is 512 when 0; an image has no block size of its own.
+	LogicalBlockSize uint32
+	// Extra are more librados options (tests, tuning).
+	Extra map[string]string
+}
+
+// Defaults of the RBD timeouts. librados waits 300 s to connect and forever for an OSD; the
+// Linux initiator gives a command 30 s before it aborts it, so an OSD request must fail before.
+const (
+	DefaultRBDMountTimeout = 10 * time.Second
+	DefaultRBDOSDOpTimeout = 20 * time.Second
+)
+
+// RBD is a Ceph RBD image reached through librbd (package rbd): a disk that several hosts can
+// serve at once. Writes complete when the OSDs have them, unless the RBD cache is turned on in
+// the client's configuration; then FUA and Flush send librbd a flush.
+type RBD struct {
+	conn  *rbd.Conn
+	img   *rbd.Image
+	name  string
+	lbs   uint32
+	ro    bool
+	cache bool // rbd_cache is on: writes may sit in librbd until a flush
+	size  atomic.Int64
+
+	// mu is held shared by every operation and exclusively by Close, which so waits for the
+	// requests in flight and then refuses new ones.
+	mu     sync.RWMutex
+	closed bool
+}
+
+var _ Backstore = (*RBD)(nil)
+
+// OpenRBD connects to the cluster and opens the image.
+func OpenRBD(o RBDOptions) (*RBD, error) {
+	if o.LogicalBlockSize == 0 {
+		o.LogicalBlockSize = 512
+	}
+	if !validBlockSize(o.LogicalBlockSize) {
+		return nil, fmt.Errorf("rbd: logical block size %d is not a power of two from 512 to 65536", o.LogicalBlockSize)
+	}
+	if o.MountTimeout == 0 {
+		o.MountTimeout = DefaultRBDMountTimeout
+	}
+	if o.OSDOpTimeout == 0 {
+		o.OSDOpTimeout = DefaultRBDOSDOpTimeout
+	}
+	name := o.Pool + "/"
+	if o.Namespace != "" {
+		name += o.Namespace + "/"
+	}
+	name += o.Image
+	conn, err := rbd.Connect(rbd.Options{ConfFile: o.ConfFile, MonHost: o.MonHost, ClientID: o.ClientID,
+		Keyring: o.Keyring, MountTimeout: o.MountTimeout, OSDOpTimeout: o.OSDOpTimeout, Extra: o.Extra})
+	if err != nil {
+		return nil, fmt.Errorf("rbd %s: %w", name, err)
+	}
+	cache, err := conn.ConfGet("rbd_cache")
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("rbd %s: %w", name, err)
+	}
+	img, err := conn.OpenImage(o.Pool, o.Namespace, o.Image, o.ReadOnly, 0)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("rbd %s: %w", name, err)
+	}
+	r := &RBD{conn: conn, img: img, name: name, lbs: o.LogicalBlockSize, ro: o.ReadOnly, cache: cache == "true"}
+	if _, err := r.refresh(); err != nil {
+		img.Close()
+		conn.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// refresh reads the image's size, rounded down to whole blocks.
+func (r *RBD) refresh() (int64, error) {
+	size, err := r.img.Size()
+	if err != nil {
+		return 0, fmt.Errorf("rbd %s: rbd_get_size: %w", r.name, err)
+	}
+	s := int64(size) &^ int64(r.lbs-1)
+	r.size.Store(s)
+	return s, nil
+}
+
+func (r *RBD) ReadAt(p []byte, off int64) error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed {
+		return fmt.Errorf("rbd %s: read: %w", r.name, ErrClosed)
+	}
+	if !checkRange(r.size.Load(), off, int64(len(p))) {
+		return fmt.Errorf("rbd %s: read of %d bytes at %d: %w", r.name, len(p), off, ErrOutOfRange)
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	if err := r.img.Read(p, off); err != nil {
+		return fmt.Errorf("rbd %s: read of %d bytes at %d: %w", r.name, len(p), off, err)
+	}
+	return nil
+}
+
+func (r *RBD) WriteAt(p []byte, off int64, fua bool) error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed {
+		return fmt.Errorf("rbd %s: write: %w", r.name, ErrClosed)
+	}
+	if !checkRange(r.size.Load(), off, int64(len(p))) {
+		return fmt.Errorf("rbd %s: write of %d bytes at %d: %w", r.name, len(p), off, ErrOutOfRange)
+	}
+	if r.ro {
+		return fmt.Errorf("rbd %s: write: %w", r.name, unix.EROFS)
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	if err := r.img.Write(p, off); err != nil {
+		return fmt.Errorf("rbd %s: write of %d bytes at %d: %w", r.name, len(p), off, err)
+	}
+	if fua && r.cache {
+		if err := r.img.Flush(); err != nil {
+			return fmt.Errorf("rbd %s: flush after a FUA write at %d: %w", r.name, off, err)
+		}
+	}
+	return nil
+}
+
+// Flush sends librbd a flush when its cache is on; without the cache every completed write is
+// already on the OSDs.
+func (r *RBD) Flush() error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed {
+		return fmt.Errorf("rbd %s: flush: %w", r.name, ErrClosed)
+	}
+	if r.ro || !r.cache {
+		return nil
+	}
+	if err := r.img.Flush(); err != nil {
+		return fmt.Errorf("rbd %s: flush: %w", r.name, err)
+	}
+	return nil
+}
+
+func (r *RBD) rangeOp(what string, off, length int64, op func(off, length int64) error) error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed {
+		return fmt.Errorf("rbd %s: %s: %w", r.name, what, ErrClosed)
+	}
+	if !checkRange(r.size.Load(), off, length) {
+		return fmt.Errorf("rbd %s: %s of %d bytes at %d: %w", r.name, what, length, off, ErrOutOfRange)
+	}
+	if r.ro {
+		return fmt.Errorf("rbd %s: %s: %w", r.name, what, unix.EROFS)
+	}
+	if length == 0 {
+		return nil
+	}
+	if err := op(off, length); err != nil {
+		return fmt.Errorf("rbd %s: %s of %d bytes at %d: %w", r.name, what, length, off, err)
+	}
+	return nil
+}
+
+// Unmap discards the range. The connection sets rbd_skip_partial_discard=false, so a discard
+// smaller than an object zeroes what it cannot deallocate and the range reads back as zeroes.
+func (r *RBD) Unmap(off, length int64) error {
+	return r.rangeOp("discard", off, length, r.img.Discard)
+}
+
+// WriteZeroes is librbd's write-zeroes, which deallocates whole objects and zeroes the rest.
+func (r *RBD) WriteZeroes(off, length int64) error {
+	return r.rangeOp("write zeroes", off, length, r.img.WriteZeroes)
+}
+
+func (r *RBD) Size() int64 { return r.size.Load() }
+
+// Refresh re-reads the size; librbd follows a resize made by another client (rbd resize) on
+// its own, through the image header's watch.
+func (r *RBD) Refresh() (int64, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed {
+		return 0, fmt.Errorf("rbd %s: refresh: %w", r.name, ErrClosed)
+	}
+	return r.refresh()
+}
+
+// OnResize calls fn, on a goroutine of librbd's watch, whenever the image header changes,
+// so that a resize made elsewhere raises CAPACITY DATA HAS CHANGED without a reload. fn
+// calls Refresh (through the logical unit) and compares.
+func (r *RBD) OnResize(fn func()) error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed {
+		return fmt.Errorf("rbd %s: watch: %w", r.name, ErrClosed)
+	}
+	if err := r.img.Watch(fn); err != nil {
+		return fmt.Errorf("rbd %s: %w", r.name, err)
+	}
+	return nil
+}
+
+func (r *RBD) LogicalBlockSize() uint32 { return r.lbs }
+
+// PhysicalBlockSize is 4 KiB (or the logical block when larger): RBD objects are megabytes,
+// but librbd handles 4 KiB writes without a read-modify-write of its own.
+func (r *RBD) PhysicalBlockSize() uint32 { return max(r.lbs, 4096) }
+
+func (r *RBD) ReadOnly() bool { return r.ro }
+
+func (r *RBD) Capabilities() Capabilities {
+	return Capabilities{Unmap: !r.ro, UnmapZeroes: true}
+}
+
+// Close waits for the requests in flight, closes the image and disconnects.
+func (r *RBD) Close() error {
+	// The resize callback may be waiting in Refresh for mu: end the watch before taking it.
+	if err := r.img.Unwatch(); err != nil {
+		return fmt.Errorf("rbd %s: %w", r.name, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return fmt.Errorf("rbd %s: close: %w", r.name, ErrClosed)
+	}
+	r.closed = true
+	err := r.img.Close()
+	r.conn.Close()
+	if err != nil {
+		return fmt.Errorf("rbd %s: %w", r.name, err)
+	}
+	return nil
+}

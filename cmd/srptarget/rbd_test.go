@@ -1,0 +1,158 @@
+//go:build rbd
+
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/srptarget/srptarget/backstore/rbd"
+	"github.com/srptarget/srptarget/internal/testutil"
+	"github.com/srptarget/srptarget/srp/srptest"
+)
+
+// TestDaemonRBDEndToEnd serves an RBD image over the in-memory fabric: an initiator writes and
+// reads it, a resize made by another client reaches it as CAPACITY DATA HAS CHANGED with no
+// reload, and with the OSD stopped (SIGSTOP) commands end in LOGICAL UNIT COMMUNICATION
+// TIME-OUT within the configured rados_osd_op_timeout, then work again after SIGCONT with the
+// acknowledged data intact. Needs the cluster of make test-rbd (SRPT_RBD_CONF, SRPT_RBD_POOL).
+func TestDaemonRBDEndToEnd(t *testing.T) {
+	conf, pool := os.Getenv("SRPT_RBD_CONF"), os.Getenv("SRPT_RBD_POOL")
+	if conf == "" || pool == "" {
+		t.Skip("no Ceph cluster: SRPT_RBD_CONF and SRPT_RBD_POOL are not set (make test-rbd starts one)")
+	}
+	conn, err := rbd.Connect(rbd.Options{ConfFile: conf, MountTimeout: 10 * time.Second, OSDOpTimeout: 10 * time.Second})
+	require.NoError(t, err)
+	defer conn.Close()
+	image := fmt.Sprintf("e2e-%d", os.Getpid())
+	require.NoError(t, conn.CreateImage(pool, "", image, 8<<20))
+	defer func() { require.NoError(t, conn.RemoveImage(pool, "", image)) }()
+
+	e := newEnv(t, fmt.Sprintf(`target:
+  id_ext: "0002c90300a34270"
+listeners:
+  - address: 192.0.2.1
+    port: 5555
+limits:
+  buffer_pool_size: 16MiB
+luns:
+  - lun: 0
+    backstore: rbd
+    rbd:
+      pool: %s
+      image: %s
+      ceph_conf: %s
+      rados_osd_op_timeout: 3s
+acls:
+  - initiators: ["*"]
+    luns: [0]
+`, pool, image, conf))
+	e.start()
+	require.Equal(t, 1, e.count("LUN", "backstore", "rbd", "image", pool+"/"+image, "size", "8MiB"))
+	rw, err := e.login(rwInitiator, "", 5555)
+	require.NoError(t, err)
+	defer rw.Close()
+	clearUA(t, rw, 0)
+	const bs = 512
+	ctx := context.Background()
+
+	acked := testutil.Pattern(64*bs, 5)
+	rsp, err := rw.Write10(ctx, 0, 100, acked, bs)
+	require.NoError(t, err)
+	require.NoError(t, rsp.Err())
+	rsp = do(t, rw, &srptest.Request{LUN: 0, CDB: []byte{0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0}}) // SYNCHRONIZE CACHE(10)
+	require.NoError(t, rsp.Err())
+	rsp, err = rw.Read10(ctx, 0, 100, 64, bs)
+	require.NoError(t, err)
+	require.NoError(t, rsp.Err())
+	require.Equal(t, acked, rsp.DataIn)
+	require.Equal(t, uint64(8<<20/bs-1), lastLBA(t, rw))
+
+	// A resize by another client: CAPACITY DATA HAS CHANGED, and the new blocks, no reload.
+	img, err := conn.OpenImage(pool, "", image, false, 0)
+	require.NoError(t, err)
+	require.NoError(t, img.Resize(16<<20))
+	require.NoError(t, img.Close())
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rsp = do(t, rw, &srptest.Request{LUN: 0, CDB: srptest.CDBTestUnitReady()})
+		if !rsp.Good() {
+			requireSense(t, rsp, senseUnitAttention, 0x2A, 0x09)
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "no CAPACITY DATA HAS CHANGED 10 s after the resize")
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.Equal(t, uint64(16<<20/bs-1), lastLBA(t, rw))
+	require.Equal(t, 1, e.count("capacity changed: CAPACITY DATA HAS CHANGED pending for every initiator", "size", "16MiB"))
+
+	// The OSD stops answering: commands fail with HARDWARE ERROR, LOGICAL UNIT COMMUNICATION
+	// TIME-OUT within the 3 s timeout (plus scheduling), never hang.
+	pid := clusterOSDPID(t, conf)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}()
+	for _, req := range []*srptest.Request{
+		{LUN: 0, CDB: srptest.CDBWrite10(200, 8), DataOut: testutil.Pattern(8*bs, 6)},
+		{LUN: 0, CDB: srptest.CDBRead10(100, 8), DataInLen: 8 * bs},
+	} {
+		start := time.Now()
+		rsp = do(t, rw, req)
+		took := time.Since(start)
+		requireSense(t, rsp, 0x04, 0x08, 0x01)
+		require.Less(t, took, 8*time.Second)
+		t.Logf("CDB %#02x with the OSD stopped: sense 04/08/01 after %v", req.CDB[0], took.Round(time.Millisecond))
+	}
+	require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
+	stopped = false
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		rsp, err = rw.Read10(ctx, 0, 100, 64, bs)
+		require.NoError(t, err)
+		if rsp.Good() {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "reads still fail 30 s after SIGCONT: %v", rsp.Err())
+		time.Sleep(200 * time.Millisecond)
+	}
+	require.Equal(t, acked, rsp.DataIn, "acknowledged data lost")
+	rsp, err = rw.Write10(ctx, 0, 200, testutil.Pattern(8*bs, 7), bs)
+	require.NoError(t, err)
+	require.NoError(t, rsp.Err())
+
+	require.NoError(t, e.stop(syscall.SIGTERM))
+	require.Equal(t, 1, e.logs.FilterMessage("every backstore flushed and closed").Len())
+}
+
+// lastLBA asks READ CAPACITY(16).
+func lastLBA(t *testing.T, ch *srptest.Channel) uint64 {
+	t.Helper()
+	rsp := do(t, ch, &srptest.Request{LUN: 0, CDB: srptest.CDBReadCapacity16(32), DataInLen: 32})
+	require.NoError(t, rsp.Err())
+	require.GreaterOrEqual(t, len(rsp.DataIn), 12)
+	return binary.BigEndian.Uint64(rsp.DataIn)
+}
+
+// clusterOSDPID reads the OSD's pid file, which integration/ceph/cluster.sh keeps beside ceph.conf.
+func clusterOSDPID(t *testing.T, conf string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(conf), "run", "ceph-osd.0.pid"))
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	return pid
+}

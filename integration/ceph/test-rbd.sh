@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# make test-rbd: the RBD backstore against a throw-away cluster (cluster.sh): the backstore
+# conformance suite and the RBD tests (resize watch, no allocations per I/O, the OSD stopped
+# with SIGSTOP), the daemon end to end over the in-memory fabric with an RBD LUN, then a short
+# benchmark of the backstore beside `rbd bench` on the same cluster and image size.
+# RBD_BENCH=0 skips the benchmark, RBD_TESTS=0 the tests.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+GO=${GO:-go}
+HERE=integration/ceph
+
+if [ -z "${SRPT_RBD_CONF:-}" ]; then
+	exec "$HERE/cluster.sh" run "$0" "$@"
+fi
+
+if [ "${RBD_TESTS:-1}" != 0 ]; then
+	echo "test-rbd: go test -tags rbd (cluster $SRPT_RBD_CONF, pool $SRPT_RBD_POOL)"
+	"$GO" test -tags rbd -race -count=1 -run 'RBD|Conformance/rbd' ./backstore/ ./backstore/rbd/ ./cmd/srptarget/
+fi
+
+[ "${RBD_BENCH:-1}" = 0 ] && exit 0
+# The same load both ways: 4 KiB random, 32 in flight, RBD_BENCH_IOS (16384) I/Os per direction over a 64 MiB
+# image, each in a process of its own, timed: CPU per I/O is the process's user+system time
+# (librados' threads included) over the I/Os.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$GO" test -tags rbd -c -o "$tmp/backstore.test" ./backstore/
+TIMEFORMAT='%R %U %S'
+ios=${RBD_BENCH_IOS:-16384}
+report() { # NAME TIMEFILE: IOPS from the wall time, CPU µs per I/O
+	read -r real user sys <"$2"
+	awk -v n="$1" -v r="$real" -v u="$user" -v s="$sys" -v ios="$ios" \
+		'BEGIN { printf "%-28s %7.0f IOPS  %5.0f us CPU/IO  (%.2f s, %d I/Os)\n", n, ios / r, (u + s) * 1e6 / ios, r, ios }'
+}
+img=bench-$$
+timeout 30 rbd create --size 64M "$SRPT_RBD_POOL/$img"
+for t in write read; do
+	{ time timeout 120 rbd bench --io-type "$t" --io-size 4K --io-threads 32 --io-total $((ios * 4))K \
+		--io-pattern rand "$SRPT_RBD_POOL/$img" >/dev/null 2>&1; } 2>"$tmp/time"
+	report "rbd bench 4k rand $t" "$tmp/time"
+done
+timeout 30 rbd rm "$SRPT_RBD_POOL/$img" >/dev/null 2>&1
+for t in write read; do
+	{ time "$tmp/backstore.test" -test.run '^$' -test.bench "BenchmarkRBD/$t" -test.benchtime ${ios}x \
+		-test.benchmem >"$tmp/out" 2>&1; } 2>"$tmp/time"
+	grep -q '0 allocs/op' "$tmp/out" || { cat "$tmp/out"; echo "test-rbd: BenchmarkRBD/$t allocates" >&2; exit 1; }
+	report "backstore RBD 4k rand $t" "$tmp/time"
+done

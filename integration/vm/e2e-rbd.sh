@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# e2e-rbd.sh - make e2e-rbd: the kernel's ib_srp against srptarget serving a Ceph RBD image, in
+# the test VM. The cluster (one monitor, one OSD on memstore, no manager, no cephx, 127.0.0.1)
+# runs inside the guest: the VM has no network card, and a cluster inside it needs none. The
+# image is the e2e image plus ceph-mon, ceph-osd and monmaptool (build-image.sh with
+# SRPT_VM_CEPH=1), kept in its own work directory so that it never replaces the shared one.
+# The daemon is built with -tags rbd; rbdctl (integration/ceph/rbdctl) stands in for the ceph
+# and rbd tools, which are Python or not in the image. k=v arguments go to guest/rbd-e2e.sh.
+#
+# Environment: SRPT_VM_DIR (default /tmp/srptarget-vm-rbd), GO, SRPT_VM_TIMEOUT (900).
+# Needs root, librbd-dev and librados-dev. Logs: $SRPT_VM_DIR/logs/e2e-rbd-<time>.{log,results}.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm-rbd}
+export SRPT_VM_CEPH=1
+VMDIR=$SRPT_VM_DIR
+GO=${GO:-go}
+log() { printf '[e2e-rbd] %s\n' "$*"; }
+die() { echo "e2e-rbd.sh: error: $*" >&2; exit "${2:-2}"; }
+
+[ "$(id -u)" = 0 ] || die "must run as root (image build)"
+[ -e /usr/include/rbd/librbd.h ] || die "librbd-dev is not installed (apt-get install librbd-dev librados-dev)" 3
+mkdir -p "$VMDIR/bin" "$VMDIR/logs"
+# Seed the package cache from the shared work directory's: hard links, no download.
+[ -d "$VMDIR/debs" ] || { [ -d /tmp/srptarget-vm/debs ] && cp -al /tmp/srptarget-vm/debs "$VMDIR/"; } || true
+
+log "go build -tags rbd: srptarget, rbdctl"
+(cd "$REPO" && "$GO" build -tags rbd -o "$VMDIR/bin/srptarget" ./cmd/srptarget &&
+	"$GO" build -tags rbd -o "$VMDIR/bin/rbdctl" ./integration/ceph/rbdctl) || die "go build failed" 3
+"$HERE/build-image.sh"
+
+stamp=$(date +%Y%m%d-%H%M%S)
+LOG=$VMDIR/logs/e2e-rbd-$stamp.log
+RESULTS=${LOG%.log}.results
+rc=0
+SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-900} SRPT_VM_LOG="$LOG" \
+	SRPT_VM_FILES="$VMDIR/bin/srptarget:/usr/local/bin/srptarget $VMDIR/bin/rbdctl:/usr/local/bin/rbdctl" \
+	"$HERE/run-vm.sh" "$HERE/guest/rbd-e2e.sh" "$@" || rc=$?
+pass=$(grep -c '^[^|]*|pass|' "$RESULTS" 2>/dev/null || true)
+failn=$(grep -c '^[^|]*|fail|' "$RESULTS" 2>/dev/null || true)
+echo "e2e-rbd: ${pass:-0} checks passed, ${failn:-0} failed; guest rc $rc"
+grep '^[^|]*|fail|' "$RESULTS" 2>/dev/null | sed 's/^/  /' || true
+echo "e2e-rbd: serial log $LOG"
+exit "$rc"
