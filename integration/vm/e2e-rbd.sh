@@ -8,7 +8,7 @@
 # and rbd tools, which are Python or not in the image. k=v arguments go to guest/rbd-e2e.sh.
 #
 # Environment: SRPT_VM_DIR (default /tmp/srptarget-vm-rbd), GO, SRPT_VM_TIMEOUT (900).
-# Needs root, librbd-dev and librados-dev. Logs: $SRPT_VM_DIR/logs/e2e-rbd-<time>.{log,results}.
+# Needs root; installs librbd-dev and librados-dev when missing. Logs: $SRPT_VM_DIR/logs/e2e-rbd-<time>.{log,results}.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -16,19 +16,20 @@ REPO=$(cd "$HERE/../.." && pwd)
 export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm-rbd}
 export SRPT_VM_CEPH=1
 VMDIR=$SRPT_VM_DIR
-GO=${GO:-go}
 log() { printf '[e2e-rbd] %s\n' "$*"; }
 die() { echo "e2e-rbd.sh: error: $*" >&2; exit "${2:-2}"; }
 
-[ "$(id -u)" = 0 ] || die "must run as root (image build)"
-[ -e /usr/include/rbd/librbd.h ] || die "librbd-dev is not installed (apt-get install librbd-dev librados-dev)" 3
+# shellcheck source=host-lib.sh
+. "$HERE/host-lib.sh"
+host_root
+host_build_deps librbd-dev librados-dev
 mkdir -p "$VMDIR/bin" "$VMDIR/logs"
 # Seed the package cache from the shared work directory's: hard links, no download.
 [ -d "$VMDIR/debs" ] || { [ -d /tmp/srptarget-vm/debs ] && cp -al /tmp/srptarget-vm/debs "$VMDIR/"; } || true
 
 log "go build -tags rbd: srptarget, rbdctl"
-(cd "$REPO" && "$GO" build -tags rbd -o "$VMDIR/bin/srptarget" ./cmd/srptarget &&
-	"$GO" build -tags rbd -o "$VMDIR/bin/rbdctl" ./integration/ceph/rbdctl) || die "go build failed" 3
+host_build_cgo "$VMDIR/bin/srptarget" ./cmd/srptarget -tags rbd
+(cd "$REPO" && "$GO" build -tags rbd -o "$VMDIR/bin/rbdctl" ./integration/ceph/rbdctl) || die "building rbdctl failed" 3
 "$HERE/build-image.sh"
 
 stamp=$(date +%Y%m%d-%H%M%S)

@@ -7,8 +7,8 @@
 #   host_build_deps [PKG ...]     install with apt-get what the cgo build needs (C compiler,
 #                                 pkg-config, libibverbs-dev, librdmacm-dev) and PKG ...,
 #                                 those missing only; set GO to a go command
-#   host_build_cgo OUT PKG        go build -o OUT PKG (a main package, cgo over rdma-core)
-#                                 and check that OUT links librdmacm
+#   host_build_cgo OUT PKG [FLAG ...]  go build [FLAG ...] -o OUT PKG (a main package, cgo
+#                                 over rdma-core) and check that OUT links librdmacm
 #
 # Exit status 3 (through die) when the build cannot be done, as the scripts document.
 
@@ -47,7 +47,8 @@ host_build_deps() {
 
 host_build_cgo() {
 	local out=$1 pkg=$2 libs
-	(cd "$REPO" && "$GO" build -o "$out" "$pkg") || die "building $pkg failed" 3
+	shift 2
+	(cd "$REPO" && "$GO" build "$@" -o "$out" "$pkg") || die "building $pkg failed" 3
 	# (not ldd | grep -q: with pipefail, grep's early exit can fail the pipeline)
 	libs=$(ldd "$out" 2>/dev/null || true)
 	grep -q 'librdmacm\.so' <<<"$libs" ||
