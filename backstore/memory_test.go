@@ -192,7 +192,7 @@ func TestNullReadsZeroes(t *testing.T) {
 	require.NoError(t, n.WriteAt(p, 0, true))
 	require.NoError(t, n.ReadAt(p, 0))
 	require.Equal(t, make([]byte, 4096), p)
-	require.Equal(t, Capabilities{Unmap: true, UnmapZeroes: true}, n.Capabilities())
+	require.Equal(t, Capabilities{Unmap: true, UnmapZeroes: true, NonRotational: true}, n.Capabilities())
 }
 
 // TestMemoryHugeIsLazy: the chunk table is made as it is written, so a disk far larger than

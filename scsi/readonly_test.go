@@ -19,7 +19,7 @@ func TestWriteProtectedCommandTable(t *testing.T) {
 	want := []string{
 		"MODE SELECT(6)", "MODE SELECT(10)",
 		"WRITE(6)", "WRITE(10)", "WRITE(12)", "WRITE(16)",
-		"WRITE AND VERIFY(10)", "WRITE AND VERIFY(16)",
+		"WRITE AND VERIFY(10)", "WRITE AND VERIFY(12)", "WRITE AND VERIFY(16)",
 		"UNMAP", "WRITE SAME(10)", "WRITE SAME(16)", "COMPARE AND WRITE",
 	}
 	var got []string
