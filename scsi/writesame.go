@@ -11,7 +11,7 @@ import (
 // WRITE SAME may cover, the same bound as one backstore zeroing call (Linux zeroes and discards
 // through WRITE SAME in pieces of this size), and no more than MAXIMUM TRANSFER LENGTH: hosts
 // that check a WRITE SAME read the range back with one READ, which must be allowed (LIO
-// reports 65535 blocks for the same reason). WSNZ is 1 in VPD page 0xB0: a NUMBER OF LOGICAL
+// reports 65535 blocks). WSNZ is 1 in VPD page 0xB0: a NUMBER OF LOGICAL
 // BLOCKS of zero ("to the end of the medium") is refused.
 func (lu *LogicalUnit) maxWriteSameBlocks() uint64 {
 	n := lu.zeroingLimitBlocks()
