@@ -589,7 +589,7 @@ lba_status_check() {
 	while read -r l n s _; do
 		i=$((i + 1))
 		if [ $i -lt 3 ]; then got="$got$((l)):$((n)):$s "; else got="$got$((l)):$s"; break; fi
-	done < <(grep -E '^ *0x' /tmp/lbas.txt)
+	done <<<"$(grep -E '^ *0x' /tmp/lbas.txt)"
 	want="$((base * mib / bs)):$((4 * mib / bs)):0 $(((base + 4) * mib / bs)):$((8 * mib / bs)):1 $(((base + 12) * mib / bs)):0"
 	check_eq "GET LBA STATUS after blkdiscard" "descriptors (LBA:blocks:status) $want; the file freed 8 MiB" \
 		"descriptors (LBA:blocks:status) $got; the file freed $(((a0 - a1) * 512 / mib)) MiB"
