@@ -24,15 +24,24 @@ unit:
 	$(GO) test -race -count=1 $(PKGS)
 
 # check: everything CI runs: the Go tests, make install into a temporary directory, then the VM
-# end-to-end run and the quick half of the stress scenarios (the kernel's ib_srp against the
-# daemon over soft-RoCE).
-check: test build install-test nordma-test e2e stress-quick
+# end-to-end runs (the daemon, the ib/verbs tests, persistent reservations from two initiator
+# ports) and the quick half of the stress scenarios (the kernel's ib_srp against the daemon
+# over soft-RoCE).
+check: test build install-test nordma-test e2e e2e-pr stress-quick
 
 # e2e: the daemon against the Linux SRP initiator (ib_srp) over soft-RoCE in a qemu VM
 # (integration/vm/README.md): builds the daemon and the VM image, runs the checks, keeps the
-# serial log and the result table in SRPT_VM_DIR/logs (default /tmp/srptarget-vm). Needs root.
+# serial log and the result table in SRPT_VM_DIR/logs (default /tmp/srptarget-vm), then the
+# ib/verbs package's tests on soft-RoCE in a second VM. Needs root.
 e2e:
 	GO="$(GO)" integration/vm/e2e.sh
+
+# e2e-pr: SCSI-3 persistent reservations in the VM: sg_persist from two initiator ports of one
+# LUN, APTPL across a daemon restart, fence_scsi's sequence (integration/vm/pr.sh). Needs root;
+# under a minute once the image is built.
+.PHONY: e2e-pr
+e2e-pr:
+	GO="$(GO)" integration/vm/pr.sh
 
 # demo: the same VM with configs/demo.yaml: login, lsblk, sg_inq, a short fio run.
 demo:

@@ -35,8 +35,14 @@ func benchLU(b *testing.B, store string) *LUNMap {
 
 // benchIO runs cdb through LUNMap.Execute b.N times with one reused Command, as a transport that
 // pools its commands does, 8 blocks (4 KiB) a time, moving through the first 64 MiB.
-func benchIO(b *testing.B, store string, write bool) {
+func benchIO(b *testing.B, store string, write bool) { benchIOWith(b, store, write, nil) }
+
+// benchIOWith is benchIO with setup run on the map first.
+func benchIOWith(b *testing.B, store string, write bool, setup func(*LUNMap)) {
 	m := benchLU(b, store)
+	if setup != nil {
+		setup(m)
+	}
 	buf := make([]byte, 4096)
 	for i := range buf {
 		buf[i] = byte(i)
@@ -82,6 +88,26 @@ func BenchmarkWrite10_4K(b *testing.B) {
 	for _, store := range []string{"null", "memory"} {
 		b.Run(store, func(b *testing.B) { benchIO(b, store, true) })
 	}
+}
+
+// BenchmarkWrite10_4KReserved writes from the holder of a WRITE EXCLUSIVE - REGISTRANTS ONLY
+// reservation with another initiator registered: the conflict check then looks at the
+// registrations for every command.
+func BenchmarkWrite10_4KReserved(b *testing.B) {
+	benchIOWith(b, "null", true, func(m *LUNMap) {
+		m.Execute(&Command{Nexus: otherNexus, LUN: EncodeLUN(0), CDB: make([]byte, 6)}) // its unit attention
+		for _, cmd := range []*Command{
+			{Nexus: testNexus, CDB: prOutCDB(prOutRegister, 0, 24), DataOut: prParams(0, keyA, 0)},
+			{Nexus: otherNexus, CDB: prOutCDB(prOutRegister, 0, 24), DataOut: prParams(0, keyB, 0)},
+			{Nexus: testNexus, CDB: prOutCDB(prOutReserve, PRTypeWriteExclusiveRegistrantsOnly, 24), DataOut: prParams(keyA, 0, 0)},
+		} {
+			cmd.LUN = EncodeLUN(0)
+			m.Execute(cmd)
+			if cmd.Status != StatusGood {
+				b.Fatalf("setup: status %v sense % x", cmd.Status, cmd.SenseData())
+			}
+		}
+	})
 }
 
 // BenchmarkWrite10_4KParallel writes from several goroutines at once, each with its own Command

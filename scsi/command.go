@@ -22,6 +22,10 @@ type TargetPort struct {
 type Nexus struct {
 	// InitiatorPort names the initiator port, for logs (the SRP initiator port identifier).
 	InitiatorPort string
+	// InitiatorID is the 16-byte SRP INITIATOR PORT IDENTIFIER: with Port.RelativeID it names
+	// the I_T nexus that persistent reservations register, and it is what the SRP TransportID
+	// of PERSISTENT RESERVE IN READ FULL STATUS carries (SPC-4 7.6.4.5).
+	InitiatorID [16]byte
 	// Port is the target port.
 	Port *TargetPort
 }

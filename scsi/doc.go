@@ -11,4 +11,7 @@
 //   - LUNMap: what one initiator sees (LUN numbers to logical units, optionally read-only), the
 //     entry point that routes a command and answers for LUNs that do not exist.
 //   - Sense data built from one table of reasons (sense.go), fixed or descriptor format.
+//   - Reservations: the persistent (SPC-4 5.13) and SPC-2 reservations of one LU, kept apart
+//     from the LogicalUnit so that a replacement LU takes them over; checked for every command
+//     with one atomic load (pr.go, prout.go, reserve.go).
 package scsi

@@ -10,9 +10,11 @@ import (
 
 // testNexus and otherNexus are two I_T nexuses through one target port.
 var (
-	testPort   = &TargetPort{Name: "0x0002c90300a0b0c10002c90300a0b0c1", RelativeID: 1, GroupID: 0}
-	testNexus  = &Nexus{InitiatorPort: "0x11111111111111110000000000000001", Port: testPort}
-	otherNexus = &Nexus{InitiatorPort: "0x22222222222222220000000000000002", Port: testPort}
+	testPort  = &TargetPort{Name: "0x0002c90300a0b0c10002c90300a0b0c1", RelativeID: 1, GroupID: 0}
+	testNexus = &Nexus{InitiatorPort: "0x11111111111111110000000000000001", Port: testPort,
+		InitiatorID: [16]byte{0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 15: 0x01}}
+	otherNexus = &Nexus{InitiatorPort: "0x22222222222222220000000000000002", Port: testPort,
+		InitiatorID: [16]byte{0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 15: 0x02}}
 )
 
 // newTestLU makes a logical unit over a memory backstore of blocks × blockSize bytes. mod may

@@ -290,3 +290,20 @@ func TestVerify12(t *testing.T) {
 	c.CDB[10] = 0x80
 	checkSense(t, exec(m, c.CDB, blk, 0), invalidCDB(10, 7))
 }
+
+// TestNewSBCCommandsReservationClass pins how a persistent reservation treats the commands of
+// this change: the ones that read the medium or its layout as reads, WRITE AND VERIFY(12) as a
+// write.
+func TestNewSBCCommandsReservationClass(t *testing.T) {
+	for _, name := range []string{"VERIFY(12)", "PRE-FETCH(10)", "PRE-FETCH(16)", "READ DEFECT DATA(10)", "READ DEFECT DATA(12)", "GET LBA STATUS"} {
+		found := false
+		for i := range sbcCommands {
+			if op := &sbcCommands[i]; op.name == name {
+				found = true
+				require.Equal(t, opPRReads, op.flags, name)
+			}
+		}
+		require.True(t, found, name)
+	}
+	require.Equal(t, opWritesMedium, lookupByOpcode(opWriteAndVerify12, 0, false).flags)
+}

@@ -39,6 +39,10 @@ type Config struct {
 	// TaskManagement is the set of task management functions the transport can deliver, for
 	// REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS. Zero: all the logical unit implements.
 	TaskManagement TMFSet
+	// Reservations holds the persistent and SPC-2 reservations. They belong to the logical
+	// unit's identity rather than to this object: a caller that replaces the logical unit
+	// hands the new one the same Reservations. Nil: new, empty, not persistable ones.
+	Reservations *Reservations
 }
 
 // Defaults for the identification strings.
@@ -107,6 +111,8 @@ type LogicalUnit struct {
 
 	mode modeState
 
+	pr *Reservations // persistent and SPC-2 reservations (pr.go)
+
 	mu sync.Mutex // guards changes of nexuses and the task set
 	// nexuses maps each I_T nexus seen to its state. The map is copied on write (a new nexus
 	// is rare) so that the per-command lookup takes no lock.
@@ -160,6 +166,10 @@ func NewLogicalUnit(cfg Config) (*LogicalUnit, error) {
 		bs:  cfg.Backstore,
 	}
 	lu.nexuses.Store(&map[*Nexus]*nexusState{})
+	lu.pr = cfg.Reservations
+	if lu.pr == nil {
+		lu.pr = NewReservations(nil)
+	}
 	lu.idle = make(chan struct{})
 	if nb, ok := cfg.Backstore.(backstore.NonBlocking); ok {
 		lu.nonBlocking = nb.NonBlocking()
@@ -173,6 +183,9 @@ func NewLogicalUnit(cfg Config) (*LogicalUnit, error) {
 	lu.tasks.init(&lu.mu)
 	return lu, nil
 }
+
+// Reservations returns the logical unit's reservations.
+func (lu *LogicalUnit) Reservations() *Reservations { return lu.pr }
 
 // Config returns the configuration the logical unit was made with.
 func (lu *LogicalUnit) Config() Config { return lu.cfg }
@@ -355,6 +368,11 @@ func (lu *LogicalUnit) Execute(c *Command) {
 	}
 	if c.Attr == TaskACA {
 		c.fail(ReasonInvalidFieldInCommandIU)
+		return
+	}
+	// A logical unit without registrations or SPC-2 reservation pays one atomic load here.
+	if s := lu.pr.state.Load(); s.active && s.conflicts(c.Nexus.id(), op, c.CDB) {
+		c.reservationConflict()
 		return
 	}
 	if op.flags&opWriteProtected != 0 && lu.writeProtected(c) {

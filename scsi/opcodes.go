@@ -5,7 +5,7 @@ package scsi
 type handler func(lu *LogicalUnit, c *Command)
 
 // opFlags describe how the framework treats a command before its handler runs.
-type opFlags uint8
+type opFlags uint16
 
 const (
 	// opReportsNoUA marks INQUIRY, REPORT LUNS and REQUEST SENSE, which run despite a pending
@@ -18,6 +18,24 @@ const (
 	// that may not write must not change them either (WCE decides whether other initiators'
 	// writes reach stable storage before they complete).
 	opChangesModePages
+	// opPRAllowed marks the commands a persistent reservation never conflicts with (SPC-4
+	// 5.13.1 table 51, SBC-3 table 13): those that only describe the logical unit, and the
+	// reservation commands, whose handlers apply their own rules.
+	opPRAllowed
+	// opPRReads marks commands that read: a non-holder may run them under a write exclusive
+	// reservation but not under an exclusive access one. A command with neither flag (nor
+	// opPRByCDB) is treated as a write and conflicts with both, so that a command added
+	// without a thought for reservations fails safe.
+	opPRReads
+	// opPRByCDB marks commands whose conflict depends on the CDB (prAllowedByCDB).
+	opPRByCDB
+	// opSPC2Allowed marks the commands an SPC-2 reservation held by another I_T nexus lets
+	// through (SPC-2 5.5.1): INQUIRY, REPORT LUNS, REQUEST SENSE and RELEASE.
+	opSPC2Allowed
+	// opChangesReservations marks PERSISTENT RESERVE OUT and RESERVE(6)/(10): reservations
+	// decide what every other initiator may do (a PREEMPT fences them), so an initiator that
+	// may not write must not change them either.
+	opChangesReservations
 )
 
 // opWriteProtected are the commands refused with DATA PROTECT, WRITE PROTECTED when the
@@ -34,7 +52,7 @@ const (
 // a command does rather than by its data direction keeps the rule in this table, where REPORT
 // SUPPORTED OPERATION CODES and the tests read it, and does not depend on the transport
 // reporting a data direction.
-const opWriteProtected = opWritesMedium | opChangesModePages
+const opWriteProtected = opWritesMedium | opChangesModePages | opChangesReservations
 
 // opInfo describes one supported command: how to run it and what REPORT SUPPORTED OPERATION
 // CODES says of it.
@@ -54,7 +72,7 @@ type opInfo struct {
 
 // commandTable lists every supported command. It is put together from the SPC and SBC halves so
 // that each lives next to its handlers.
-var commandTable = buildCommandTable(spcCommands, sbcCommands)
+var commandTable = buildCommandTable(spcCommands, sbcCommands, prCommands)
 
 // opEntry holds the commands of one operation code: one without service actions, or several.
 type opEntry struct {

@@ -13,14 +13,20 @@ import (
 // and other nexuses' commands.
 
 // TestWriteProtectedCommandTable pins which commands a write-protected initiator is refused:
-// every command that changes the medium, and MODE SELECT, which changes the logical unit's
-// mode parameters. VERIFY carries data-out too but changes nothing (see opWriteProtected).
+// every command that changes the medium, MODE SELECT, which changes the logical unit's mode
+// parameters, and the commands that change reservations, which decide what other initiators
+// may do. VERIFY carries data-out too but changes nothing (see opWriteProtected).
 func TestWriteProtectedCommandTable(t *testing.T) {
 	want := []string{
 		"MODE SELECT(6)", "MODE SELECT(10)",
 		"WRITE(6)", "WRITE(10)", "WRITE(12)", "WRITE(16)",
 		"WRITE AND VERIFY(10)", "WRITE AND VERIFY(12)", "WRITE AND VERIFY(16)",
 		"UNMAP", "WRITE SAME(10)", "WRITE SAME(16)", "COMPARE AND WRITE",
+		"PERSISTENT RESERVE OUT REGISTER", "PERSISTENT RESERVE OUT RESERVE",
+		"PERSISTENT RESERVE OUT RELEASE", "PERSISTENT RESERVE OUT CLEAR",
+		"PERSISTENT RESERVE OUT PREEMPT", "PERSISTENT RESERVE OUT PREEMPT AND ABORT",
+		"PERSISTENT RESERVE OUT REGISTER AND IGNORE EXISTING KEY",
+		"PERSISTENT RESERVE OUT REGISTER AND MOVE", "RESERVE(6)", "RESERVE(10)",
 	}
 	var got []string
 	for i := range commandTable {

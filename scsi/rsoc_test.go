@@ -38,13 +38,20 @@ func TestReportSupportedOpcodesOne(t *testing.T) {
 			[]byte{0x00, 0x03, 0x00, 0x0A, 0x5A, 0x18, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0xFF, 0xFF, 0x07}},
 		{"option 1: REPORT LUNS", rsocCDB(false, 1, 0xA0, 0, 512),
 			[]byte{0x00, 0x03, 0x00, 0x0C, 0xA0, 0x00, 0xFF, 0x00, 0x00, 0x00, 0xFF, 0xFF, 0xFF, 0xFF, 0x00, 0x07}},
-		{"option 1: not supported (PERSISTENT RESERVE IN)", rsocCDB(false, 1, 0x5E, 0, 512), notSupported},
-		{"option 1: not supported, RCTD", rsocCDB(true, 1, 0x5E, 0, 512), notSupported},
+		{"option 1: not supported (vendor specific C0h)", rsocCDB(false, 1, 0xC0, 0, 512), notSupported},
+		{"option 1: not supported, RCTD", rsocCDB(true, 1, 0xC0, 0, 512), notSupported},
 		{"option 1: UNMAP without thin provisioning", rsocCDB(false, 1, 0x42, 0, 512), notSupported},
 		{"option 2: READ CAPACITY(16)", rsocCDB(false, 2, 0x9E, 0x10, 512), rc16One},
 		{"option 2: unsupported service action", rsocCDB(false, 2, 0x9E, 0x1F, 512), notSupported},
 		{"option 2: service action beyond five bits", rsocCDB(false, 2, 0x9E, 0x0110, 512), notSupported},
-		{"option 2: operation code not supported at all", rsocCDB(false, 2, 0x5E, 0x00, 512), notSupported},
+		{"option 2: operation code not supported at all", rsocCDB(false, 2, 0xC0, 0x00, 512), notSupported},
+		{"option 2: PERSISTENT RESERVE IN READ FULL STATUS", rsocCDB(false, 2, 0x5E, 0x03, 512),
+			[]byte{0x00, 0x03, 0x00, 0x0A, 0x5E, 0x1F, 0x00, 0x00, 0x00, 0x00, 0x00, 0xFF, 0xFF, 0x07}},
+		{"option 2: PERSISTENT RESERVE OUT REGISTER AND MOVE", rsocCDB(false, 2, 0x5F, 0x07, 512),
+			[]byte{0x00, 0x03, 0x00, 0x0A, 0x5F, 0x1F, 0xFF, 0x00, 0x00, 0xFF, 0xFF, 0xFF, 0xFF, 0x07}},
+		{"option 2: PERSISTENT RESERVE OUT service action 08h", rsocCDB(false, 2, 0x5F, 0x08, 512), notSupported},
+		{"option 1: RESERVE(10)", rsocCDB(false, 1, 0x56, 0, 512),
+			[]byte{0x00, 0x03, 0x00, 0x0A, 0x56, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x07}},
 		{"option 3: READ CAPACITY(16) (linux)", rsocCDB(false, 3, 0x9E, 0x10, 512), rc16One},
 		{"option 3: REPORT SUPPORTED OPERATION CODES", rsocCDB(false, 3, 0xA3, 0x0C, 512),
 			[]byte{0x00, 0x03, 0x00, 0x0C, 0xA3, 0x1F, 0x87, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x00, 0x07}},
@@ -120,7 +127,7 @@ func TestReportSupportedOpcodesAll(t *testing.T) {
 
 			// Every command of the table, UNMAP only with thin provisioning, each once, in
 			// operation code then service action order.
-			want := len(spcCommands) + len(sbcCommands)
+			want := len(spcCommands) + len(sbcCommands) + len(prCommands)
 			if !thin {
 				for _, op := range sbcCommands {
 					if op.opcode == 0x42 {

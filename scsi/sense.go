@@ -70,6 +70,11 @@ const (
 	ReasonMediumRemovalPrevented
 	ReasonOverlappedCommandsAttempted
 	ReasonInsufficientResources
+	ReasonReservationsPreempted
+	ReasonReservationsReleased
+	ReasonRegistrationsPreempted
+	ReasonInvalidReleaseOfPersistentReservation
+	ReasonInsufficientRegistrationResources
 	reasonCount
 )
 
@@ -112,6 +117,11 @@ var senseTable = [reasonCount]senseEntry{
 	ReasonMediumRemovalPrevented:                         {SenseIllegalRequest, 0x53, 0x02, "MEDIUM REMOVAL PREVENTED"},
 	ReasonOverlappedCommandsAttempted:                    {SenseAbortedCommand, 0x4E, 0x00, "OVERLAPPED COMMANDS ATTEMPTED"},
 	ReasonInsufficientResources:                          {SenseIllegalRequest, 0x55, 0x03, "INSUFFICIENT RESOURCES"},
+	ReasonReservationsPreempted:                          {SenseUnitAttention, 0x2A, 0x03, "RESERVATIONS PREEMPTED"},
+	ReasonReservationsReleased:                           {SenseUnitAttention, 0x2A, 0x04, "RESERVATIONS RELEASED"},
+	ReasonRegistrationsPreempted:                         {SenseUnitAttention, 0x2A, 0x05, "REGISTRATIONS PREEMPTED"},
+	ReasonInvalidReleaseOfPersistentReservation:          {SenseIllegalRequest, 0x26, 0x04, "INVALID RELEASE OF PERSISTENT RESERVATION"},
+	ReasonInsufficientRegistrationResources:              {SenseIllegalRequest, 0x55, 0x04, "INSUFFICIENT REGISTRATION RESOURCES"},
 }
 
 // Key is the sense key the reason reports.

@@ -170,7 +170,7 @@ func TestShortCDB(t *testing.T) {
 func TestUnsupportedOpcode(t *testing.T) {
 	_, m := readyMap(t, nil)
 	for _, cdb := range [][]byte{
-		{0x5E, 0, 0, 0, 0, 0, 0, 0, 0x10, 0},                         // PERSISTENT RESERVE IN
+		{0x5E, 0x1F, 0, 0, 0, 0, 0, 0, 0x10, 0},                      // PERSISTENT RESERVE IN, SA 1Fh
 		{0x9E, 0x1F, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x20, 0, 0},    // SERVICE ACTION IN(16), SA 1Fh
 		{0xA3, 0x0A, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0},                // REPORT TARGET PORT GROUPS
 		{0xA3, 0x0F, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0},                // REPORT TIMESTAMP

@@ -32,12 +32,14 @@ func (lu *LogicalUnit) ClearTaskSet(n *Nexus) TMFResponse {
 
 // Reset performs a LOGICAL UNIT RESET: every command is aborted, mode parameters return to
 // their defaults, and every nexus gets the unit attention BUS DEVICE RESET FUNCTION OCCURRED.
+// A reset also ends an SPC-2 reservation (SPC-2 5.5.1); persistent reservations stay.
 func (lu *LogicalUnit) Reset(n *Nexus) TMFResponse {
 	lu.mu.Lock()
-	defer lu.mu.Unlock()
 	lu.tasks.abortLocked(func(*Command) bool { return true })
 	lu.mode.reset()
 	lu.establishUALocked(nil, nil, ReasonBusDeviceResetFunctionOccurred)
+	lu.mu.Unlock()
+	lu.pr.dropSPC2(nil)
 	return TMFComplete
 }
 
@@ -56,14 +58,16 @@ func (lu *LogicalUnit) resetNexus(n *Nexus) TMFResponse {
 
 // NexusReset handles an I_T NEXUS RESET, or the loss of the nexus (logout, disconnect): the
 // nexus's commands are aborted and it gets the unit attention I_T NEXUS LOSS OCCURRED when it
-// comes back.
+// comes back. An SPC-2 reservation the nexus held ends with it (SPC-2 5.5.1).
 func (lu *LogicalUnit) NexusReset(n *Nexus) TMFResponse {
 	lu.mu.Lock()
-	defer lu.mu.Unlock()
 	lu.tasks.abortLocked(func(c *Command) bool { return c.Nexus == n })
 	if lu.knownNexus(n) {
 		lu.establishUALocked(n, nil, ReasonITNexusLossOccurred)
 	}
+	lu.mu.Unlock()
+	id := n.id()
+	lu.pr.dropSPC2(&id)
 	return TMFComplete
 }
 

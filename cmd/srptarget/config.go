@@ -31,6 +31,9 @@ type Config struct {
 	Limits    LimitsConfig     `yaml:"limits"`
 	LUNs      []LUNConfig      `yaml:"luns"`
 	ACLs      []ACLConfig      `yaml:"acls"`
+	// StateDir is where the persistent reservations an initiator asked to keep through a
+	// power loss (APTPL) are saved, one file per logical unit; default /var/lib/srptarget.
+	StateDir string `yaml:"state_dir"`
 
 	// file and root are where the configuration came from, so that errors found after
 	// validation (a backstore that fails to open) can still name the file and line.
@@ -572,6 +575,12 @@ func (v *validator) validate(c *Config) {
 		if _, err := ParseEUI64(c.Target.IOCGUID); err != nil {
 			v.errorf(at("target", "ioc_guid"), "%v", err)
 		}
+	}
+
+	if c.StateDir == "" {
+		c.StateDir = StateDir
+	} else if !filepath.IsAbs(c.StateDir) {
+		v.errorf(at("state_dir"), "%s is a relative path: write the whole path, from /", c.StateDir)
 	}
 
 	if len(c.Listeners) == 0 {

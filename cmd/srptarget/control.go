@@ -144,6 +144,24 @@ type lunInfo struct {
 	ThinProvisioning bool     `json:"thin_provisioning"`
 	Serial           string   `json:"serial"`
 	Sessions         []string `json:"sessions"`
+	// Reservations are the SCSI persistent reservations, when an initiator registered.
+	Reservations *prInfo `json:"persistent_reservations,omitempty"`
+}
+
+// prInfo is what `srptarget luns` shows of a LUN's persistent reservations.
+type prInfo struct {
+	Generation uint32 `json:"generation"`
+	// Type is the reservation type (SPC-4 table 212), 0 when nothing is reserved.
+	Type          uint8            `json:"type"`
+	Registrations []prRegistration `json:"registrations"`
+}
+
+type prRegistration struct {
+	Key            string `json:"key"`
+	Initiator      string `json:"initiator"`
+	RelativePort   uint16 `json:"relative_target_port"`
+	AllTargetPorts bool   `json:"all_target_ports,omitempty"`
+	Holder         bool   `json:"holder,omitempty"`
 }
 
 // statEntry is one counter of srp.Target.Stats, in the order the struct has them.
@@ -629,6 +647,18 @@ func (d *daemon) lunsInfo() []lunInfo {
 			ThinProvisioning: st.key.thin,
 			Serial:           st.key.serial,
 			Sessions:         []string{},
+		}
+		if regs, typ, gen := st.lu.Reservations().Registrations(); len(regs) > 0 {
+			l.Reservations = &prInfo{Generation: gen, Type: typ}
+			for _, r := range regs {
+				l.Reservations.Registrations = append(l.Reservations.Registrations, prRegistration{
+					Key:            fmt.Sprintf("0x%x", r.Key),
+					Initiator:      srp.PortID(r.Initiator).String(),
+					RelativePort:   r.RelativePort,
+					AllTargetPorts: r.AllTargetPorts,
+					Holder:         r.Holder || typ >= scsi.PRTypeWriteExclusiveAllRegistrants,
+				})
+			}
 		}
 		for _, si := range sessions {
 			if si.LUNMap == nil {

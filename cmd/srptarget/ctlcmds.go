@@ -182,7 +182,7 @@ func newLUNsCommand() *cobra.Command {
 	var f controlFlags
 	cmd := &cobra.Command{
 		Use:   "luns",
-		Short: "List the LUNs: backstore, size, block size, flags, the sessions using each",
+		Short: "List the LUNs: backstore, size, block size, flags, the sessions using each, persistent reservations",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var ls []lunInfo
@@ -226,6 +226,16 @@ func lunsText(ls []lunInfo) string {
 			b.WriteString("  used by no session\n")
 		} else {
 			fmt.Fprintf(&b, "  used by %s\n", strings.Join(l.Sessions, ", "))
+		}
+		if r := l.Reservations; r != nil {
+			fmt.Fprintf(&b, "  persistent reservation: %s, generation %d\n", prTypeName(r.Type), r.Generation)
+			for _, g := range r.Registrations {
+				holder := ""
+				if g.Holder && r.Type != 0 {
+					holder = ", holder"
+				}
+				fmt.Fprintf(&b, "    key %s: %s via port %d%s\n", g.Key, g.Initiator, g.RelativePort, holder)
+			}
 		}
 	}
 	return b.String()

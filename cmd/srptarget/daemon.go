@@ -60,7 +60,10 @@ type daemon struct {
 	luns      map[int]*lunState
 	stores    map[storeKey]*sharedStore
 	listeners map[netip.AddrPort]*listenerState
-	stopped   bool
+	// prs are the reservations of every logical unit identity seen, by state file path
+	// (reservationsFor): they outlive the LogicalUnit objects that reloads replace.
+	prs     map[string]*scsi.Reservations
+	stopped bool
 	// noDevice: a listener could not listen because no RDMA device has its address (yet);
 	// serve waits for one instead of failing (startWhenDevice).
 	noDevice bool
@@ -294,7 +297,12 @@ func (d *daemon) planLUN(p *plan, i int) *ConfigError {
 		p.luns[num] = prev
 		return nil
 	}
+	prs, err := d.reservationsFor(cfg.StateDir, key.serial)
+	if err != nil {
+		return cfg.errorAt(at("state_dir"), "lun %d: %v", num, err)
+	}
 	lu, err := scsi.NewLogicalUnit(scsi.Config{
+		Reservations:     prs,
 		Backstore:        s,
 		Vendor:           key.vendor,
 		Product:          key.product,

@@ -37,30 +37,18 @@ TIMEOUT=${SRPT_VM_TIMEOUT:-3000}
 
 log() { printf '[bench-2host %s] %s\n' "$(date +%T)" "$*"; }
 die() { echo "bench-2host.sh: error: $*" >&2; exit "${2:-2}"; }
-[ "$(id -u)" = 0 ] || die "must run as root (image build, apt-get)"
+# shellcheck source=host-lib.sh
+. "$HERE/host-lib.sh"
+host_root
 
-need=()
-[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
-[ -e /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
-command -v gcc >/dev/null || need+=(gcc libc6-dev)
-command -v gnuplot >/dev/null || need+=(gnuplot-nox)
-if [ ${#need[@]} -gt 0 ]; then
-	log "apt-get install ${need[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 || {
-		apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-	} || die "apt-get install ${need[*]} failed" 3
-fi
-GO=${GO:-go}
-if ! command -v "$GO" >/dev/null && [ -x /usr/local/go/bin/go ]; then GO=/usr/local/go/bin/go; fi
-command -v "$GO" >/dev/null || die "no go command: install Go or set GO=" 3
+host_build_deps gnuplot-nox:gnuplot
 
 stamp=2host-$(date +%Y%m%d-%H%M%S)
 OUT=$VMDIR/bench/$stamp
 mkdir -p "$OUT" "$VMDIR/run"
 BIN=$OUT/srptarget
 log "go build -o $BIN ./cmd/srptarget"
-(cd "$REPO" && "$GO" build -o "$BIN" ./cmd/srptarget) || die "building srptarget failed" 3
+host_build_cgo "$BIN" ./cmd/srptarget
 "$HERE/build-image.sh"
 
 {

@@ -63,26 +63,12 @@ elapsed() { local d=$(( (${EPOCHREALTIME/./} - T0US) / 1000 )); printf '%d.%01d'
 log() { printf '[bench %6ss] %s\n' "$(elapsed)" "$*"; }
 die() { echo "bench.sh: error: $*" >&2; exit "${2:-2}"; }
 
-[ "$(id -u)" = 0 ] || die "must run as root (image build, apt-get)"
+# shellcheck source=host-lib.sh
+. "$HERE/host-lib.sh"
+host_root
 
 # ------------------------------------------------------------------ host packages
-need=()
-[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
-[ -e /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
-command -v gcc >/dev/null || need+=(gcc libc6-dev)
-command -v pkg-config >/dev/null || need+=(pkg-config)
-command -v gnuplot >/dev/null || need+=(gnuplot-nox)
-if [ ${#need[@]} -gt 0 ]; then
-	log "apt-get install ${need[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 || {
-		apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-	} || die "apt-get install ${need[*]} failed" 3
-fi
-
-GO=${GO:-go}
-if ! command -v "$GO" >/dev/null && [ -x /usr/local/go/bin/go ]; then GO=/usr/local/go/bin/go; fi
-command -v "$GO" >/dev/null || die "no go command: install Go or set GO=" 3
+host_build_deps gnuplot-nox:gnuplot
 
 stamp=$(date +%Y%m%d-%H%M%S)
 OUT=$VMDIR/bench/$stamp
@@ -93,8 +79,7 @@ mkdir -p "$OUT" "$VMDIR/run"
 # profiles it with its own `serve --cpuprofile`.
 BIN=$OUT/srptarget
 log "go build -o $BIN ./cmd/srptarget"
-(cd "$REPO" && "$GO" build -o "$BIN" ./cmd/srptarget) || die "building srptarget failed" 3
-readelf -d "$BIN" 2>/dev/null | grep -q 'librdmacm\.so' || die "$BIN does not link librdmacm: built without cgo?" 3
+host_build_cgo "$BIN" ./cmd/srptarget
 
 # ------------------------------------------------------------------ the image
 "$HERE/build-image.sh"

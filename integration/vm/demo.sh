@@ -20,20 +20,15 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm}
 VMDIR=$SRPT_VM_DIR
-die() { echo "demo.sh: error: $*" >&2; exit 2; }
+log() { echo "demo: $*"; }
+die() { echo "demo.sh: error: $*" >&2; exit "${2:-2}"; }
 
-[ "$(id -u)" = 0 ] || die "must run as root (image build)"
+# shellcheck source=host-lib.sh
+. "$HERE/host-lib.sh"
+host_root
 mkdir -p "$VMDIR/bin" "$VMDIR/logs" "$VMDIR/run"
 
-# GO from the Makefile is "go" by default, which need not be in PATH (the Go
-# tarball installs to /usr/local/go).
-GO=${GO:-go}
-if ! command -v "$GO" >/dev/null && [ -x /usr/local/go/bin/go ]; then GO=/usr/local/go/bin/go; fi
-command -v "$GO" >/dev/null || GO=
-[ -n "$GO" ] || die "no go command: install Go or set GO="
-for h in /usr/include/infiniband/verbs.h /usr/include/rdma/rdma_cma.h; do
-	[ -e "$h" ] || die "$h missing: apt-get install libibverbs-dev librdmacm-dev (or run integration/vm/e2e.sh once)"
-done
+host_build_deps
 
 CONFIG=${SRPT_DEMO_CONFIG:-$REPO/configs/demo.yaml}
 if [ ! -f "$CONFIG" ]; then
@@ -62,7 +57,7 @@ fi
 
 BIN=$VMDIR/bin/srptarget
 echo "demo: go build -o $BIN ./cmd/srptarget"
-(cd "$REPO" && "$GO" build -o "$BIN" ./cmd/srptarget) || die "building srptarget failed"
+host_build_cgo "$BIN" ./cmd/srptarget
 "$HERE/build-image.sh"
 
 stamp=$(date +%Y%m%d-%H%M%S)

@@ -20,6 +20,9 @@
 #                      self-test (LIO ib_srpt, no srptarget) to tell a broken
 #                      harness from a daemon failure; 1: always run it first;
 #                      0: never
+#   SRPT_E2E_VERBS     1 (default): then run the tests of package ib/verbs (the cgo
+#                      RDMA layer) on soft-RoCE in a second VM (guest/verbs-test.sh,
+#                      about 80 s); 0: skip them
 #   other SRPT_VM_* variables as in run-vm.sh and build-image.sh
 #
 # Output, in $SRPT_VM_DIR/logs:
@@ -27,6 +30,7 @@
 #   e2e-<time>.results   the result table (name|pass or fail|detail)
 #   e2e-<time>.daemon.log  srptarget's own output (every instance), from the console
 #   e2e-latest.*         symbolic links to the last run's files
+#   e2e-verbs-<time>.log/.results  the ib/verbs tests' run
 # Exit status: that of the guest test (0: every check passed), see run-vm.sh;
 # 3 when the binary cannot be built.
 set -euo pipefail
@@ -36,37 +40,22 @@ REPO=$(cd "$HERE/../.." && pwd)
 export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm}
 VMDIR=$SRPT_VM_DIR
 SELFTEST=${SRPT_E2E_SELFTEST:-auto}
+VERBS=${SRPT_E2E_VERBS:-1}
 
 T0US=${EPOCHREALTIME/./}
 elapsed() { local d=$(( (${EPOCHREALTIME/./} - T0US) / 1000 )); printf '%d.%01d' $((d / 1000)) $((d % 1000 / 100)); }
 log() { printf '[e2e %6ss] %s\n' "$(elapsed)" "$*"; }
 die() { echo "e2e.sh: error: $*" >&2; exit "${2:-2}"; }
 
-[ "$(id -u)" = 0 ] || die "must run as root (image build, apt-get)"
+# shellcheck source=host-lib.sh
+. "$HERE/host-lib.sh"
+host_root
 mkdir -p "$VMDIR/bin" "$VMDIR/logs"
 
 # ------------------------------------------------------------------ build dependencies
 # The cgo RDMA layer (ib/verbs) needs rdma-core's headers and a C compiler;
 # .ci/run installs these too.
-need=()
-[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
-[ -e /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
-command -v gcc >/dev/null || need+=(gcc libc6-dev)
-command -v pkg-config >/dev/null || need+=(pkg-config)
-if [ ${#need[@]} -gt 0 ]; then
-	log "apt-get install ${need[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 || {
-		apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-	} || die "apt-get install ${need[*]} failed" 3
-fi
-
-# GO from the Makefile is "go" by default, which need not be in PATH (the Go
-# tarball installs to /usr/local/go).
-GO=${GO:-go}
-if ! command -v "$GO" >/dev/null && [ -x /usr/local/go/bin/go ]; then GO=/usr/local/go/bin/go; fi
-command -v "$GO" >/dev/null || GO=
-[ -n "$GO" ] || die "no go command: install Go or set GO=" 3
+host_build_deps
 
 # ------------------------------------------------------------------ the daemon
 # Built exactly as the Makefile's build target builds bin/srptarget (cgo on, no
@@ -74,10 +63,7 @@ command -v "$GO" >/dev/null || GO=
 BIN=$VMDIR/bin/srptarget
 log "go build -o $BIN ./cmd/srptarget"
 t=$(elapsed)
-(cd "$REPO" && "$GO" build -o "$BIN" ./cmd/srptarget) || die "building srptarget failed" 3
-if ! ldd "$BIN" 2>/dev/null | grep -q 'librdmacm\.so'; then
-	die "$BIN does not link librdmacm: built without cgo (CGO_ENABLED=0, or no C compiler)? The daemon could not listen over RDMA/CM" 3
-fi
+host_build_cgo "$BIN" ./cmd/srptarget
 build_s=$(awk -v a="$t" -v b="$(elapsed)" 'BEGIN { printf "%.1f", b - a }')
 log "built $BIN ($(stat -c %s "$BIN") bytes) in ${build_s}s"
 
@@ -135,6 +121,33 @@ echo "e2e: serial log $LOG"
 echo "e2e: results    $RESULTS"
 echo "e2e: daemon log $DAEMON_LOG"
 
+# ------------------------------------------------------------------ the ib/verbs tests
+# The cgo package's own tests (ib/verbs: post-time checks, round trips over IPv4, IPv6 and
+# link-local addresses, device removal under live resources) need a real RDMA device, so they
+# run here, in a VM of their own (guest/verbs-test.sh; about 80 s), and count as e2e checks.
+verbs_rc=0
+if [ "$VERBS" = 1 ]; then
+	VBIN=$VMDIR/bin/verbs.test
+	VLOG=$VMDIR/logs/e2e-verbs-$stamp.log
+	log "go test -c -o $VBIN ./ib/verbs"
+	(cd "$REPO" && "$GO" test -c -o "$VBIN" ./ib/verbs) || die "building the ib/verbs tests failed" 3
+	log "VM run: guest/verbs-test.sh"
+	SRPT_VM_FILES="$VBIN:/usr/local/bin/verbs.test" SRPT_VM_LOG="$VLOG" \
+		"$HERE/run-vm.sh" "$HERE/guest/verbs-test.sh" || verbs_rc=$?
+	VRESULTS=${VLOG%.log}.results
+	vpass=0 vfail=0
+	if [ -s "$VRESULTS" ]; then
+		vpass=$(grep -c '^[^|]*|pass|' "$VRESULTS" || true)
+		vfail=$(grep -c '^[^|]*|fail|' "$VRESULTS" || true)
+	fi
+	echo "e2e: ib/verbs tests on soft-RoCE: $vpass checks passed, $vfail failed; guest rc $verbs_rc"
+	if [ "$vfail" -gt 0 ]; then
+		grep '^[^|]*|fail|' "$VRESULTS" | awk -F'|' '{ printf "  %s: %s\n", $1, substr($0, length($1) + length($2) + 3) }'
+	fi
+	echo "e2e: verbs log  $VLOG"
+	if [ "$verbs_rc" = 0 ] && { [ "$vfail" -gt 0 ] || [ "$vpass" = 0 ]; }; then verbs_rc=1; fi
+fi
+
 if [ "$rc" != 0 ] && [ "$SELFTEST" = auto ]; then
 	if selftest; then
 		echo "e2e: the harness self-test passed: the failure above is srptarget's (or the test's), not the VM's"
@@ -142,4 +155,5 @@ if [ "$rc" != 0 ] && [ "$SELFTEST" = auto ]; then
 		echo "e2e: the harness self-test failed as well: look at the VM, soft-RoCE and ib_srp first ($VMDIR/logs/e2e-selftest-$stamp.log)"
 	fi
 fi
+[ "$rc" != 0 ] || rc=$verbs_rc
 exit "$rc"

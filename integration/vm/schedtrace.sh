@@ -17,9 +17,14 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm}
-GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
+log() { echo "schedtrace: $*"; }
+die() { echo "schedtrace.sh: error: $*" >&2; exit "${2:-2}"; }
+# shellcheck source=host-lib.sh
+. "$HERE/host-lib.sh"
+host_root
+host_build_deps
 mkdir -p "$SRPT_VM_DIR/bin" "$SRPT_VM_DIR/schedtrace"
-(cd "$REPO" && "$GO" build -o "$SRPT_VM_DIR/bin/srptarget" ./cmd/srptarget) || exit 3
+host_build_cgo "$SRPT_VM_DIR/bin/srptarget" ./cmd/srptarget
 (cd "$REPO" && CGO_ENABLED=0 "$GO" build -o "$SRPT_VM_DIR/bin/mmswitch" ./integration/vm/tools/mmswitch) || exit 3
 "$HERE/build-image.sh"
 out=$SRPT_VM_DIR/schedtrace/$(date -u +%Y%m%d-%H%M%S).txt

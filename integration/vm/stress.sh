@@ -58,41 +58,23 @@ done
 NAME=stress
 [ $QUICK = 1 ] && NAME=stress-quick
 
-[ "$(id -u)" = 0 ] || die "must run as root (image build, apt-get)"
+# shellcheck source=host-lib.sh
+. "$HERE/host-lib.sh"
+host_root
 mkdir -p "$VMDIR/bin" "$VMDIR/logs" "$VMDIR/stress"
 
 # ------------------------------------------------------------------ build dependencies
-need=()
-[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
-[ -e /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
-command -v gcc >/dev/null || need+=(gcc libc6-dev)
-command -v pkg-config >/dev/null || need+=(pkg-config)
-if [ ${#need[@]} -gt 0 ]; then
-	log "apt-get install ${need[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 || {
-		apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-	} || die "apt-get install ${need[*]} failed" 3
-fi
-GO=${GO:-go}
-if ! command -v "$GO" >/dev/null && [ -x /usr/local/go/bin/go ]; then GO=/usr/local/go/bin/go; fi
-command -v "$GO" >/dev/null || die "no go command: install Go or set GO=" 3
+host_build_deps
 
 # ------------------------------------------------------------------ the daemon
 BIN=$VMDIR/bin/srptarget-stress
 log "go build -o $BIN ./cmd/srptarget"
 t=$(elapsed)
-(cd "$REPO" && "$GO" build -o "$BIN" ./cmd/srptarget) || die "building srptarget failed" 3
-# (not ldd | grep -q: with pipefail, grep's early exit can fail the pipeline)
-libs=$(ldd "$BIN" 2>/dev/null || true)
-grep -q 'librdmacm\.so' <<<"$libs" ||
-	die "$BIN does not link librdmacm: built without cgo? The daemon could not listen over RDMA/CM" 3
+host_build_cgo "$BIN" ./cmd/srptarget
 # srpflood, the misbehaving initiator of the hog scenario (cgo, like the daemon: it uses
 # ib/verbs over the guest's rdma-core)
 FLOOD=$VMDIR/bin/srpflood
-(cd "$REPO" && "$GO" build -o "$FLOOD" ./integration/vm/tools/srpflood) || die "building srpflood failed" 3
-libs=$(ldd "$FLOOD" 2>/dev/null || true)
-grep -q 'librdmacm\.so' <<<"$libs" || die "$FLOOD does not link librdmacm: built without cgo?" 3
+host_build_cgo "$FLOOD" ./integration/vm/tools/srpflood
 build_s=$(secs_since "$t")
 log "built $BIN ($(stat -c %s "$BIN") bytes) and $FLOOD in ${build_s}s"
 
@@ -177,6 +159,8 @@ else
 	export SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-2400}
 fi
 FILES="$BIN:/usr/local/bin/srptarget $FLOOD:/usr/local/bin/srpflood $HERE/guest/stress-lib.sh:/lab/stress-lib.sh $DMFILES"
+# the scenarios, one file each, which guest/stress.sh sources from /lab/stress
+for f in "$HERE"/guest/stress/*.sh; do FILES+=" $f:/lab/stress/${f##*/}"; done
 runvm=("$HERE/run-vm.sh" "$HERE/guest/stress.sh" "$@")
 if [ -n "${SRPT_VM_LOCK:-}" ]; then
 	log "waiting for $SRPT_VM_LOCK"

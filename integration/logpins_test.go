@@ -1,0 +1,102 @@
+// Package integration holds the end-to-end harness (shell scripts that boot a VM with the
+// kernel's SRP initiator) and this test, which keeps the harness honest about the daemon's log.
+package integration
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// logPin is one daemon log message that a VM check reads. The guest scripts find daemon
+// events by the message field of its log lines; if the message were reworded, the check
+// would silently stop matching (a count of 0, or a pass for "no such line"). Each pin names
+// the script, the text the script looks for, and how the script matches it, and the test
+// requires both that the script still contains the text and that the daemon's Go source
+// still logs it.
+type logPin struct {
+	script string // under integration/vm/guest
+	text   string // what the script greps or compares
+	// exact: the script matches the whole message field (awk $3 == "...", or the text between
+	// the tabs that delimit it), so a Go string literal must equal text; otherwise some
+	// literal must contain it.
+	exact bool
+}
+
+var logPins = []logPin{
+	{script: "devwait.sh", text: "cannot listen yet"},
+	{script: "srptarget-e2e.sh", text: "login rejected"},
+	{script: "srptarget-e2e.sh", text: "matches none of the"},
+	{script: "srptarget-e2e.sh", text: "login accepted"},
+	{script: "stress-lib.sh", text: "login accepted", exact: true},
+	{script: "stress-lib.sh", text: "channel closed", exact: true},
+	{script: "stress/devdel.sh", text: "channel closed"},
+	{script: "stress/devdel.sh", text: "listener failed"},
+	{script: "stress/hog.sh", text: "login accepted", exact: true},
+	{script: "stress/hog.sh", text: "RDMA stalled: "},
+	{script: "stress/reload.sh", text: "retired logical unit closed after its commands in progress finished", exact: true},
+	{script: "stress/reload.sh", text: "retired logical unit closed with commands still in progress"},
+	{script: "stress/reload.sh", text: "configuration error"},
+	{script: "stress/reload.sh", text: "reload failed"},
+}
+
+func TestGuestScriptsReadLoggedMessages(t *testing.T) {
+	literals := daemonStringLiterals(t)
+	for _, pin := range logPins {
+		t.Run(pin.script+"/"+pin.text, func(t *testing.T) {
+			script, err := os.ReadFile(filepath.Join("vm", "guest", pin.script))
+			require.NoError(t, err)
+			require.Contains(t, string(script), pin.text,
+				"the script no longer reads this message: update logPins")
+			found := false
+			for _, lit := range literals {
+				if lit == pin.text || !pin.exact && strings.Contains(lit, pin.text) {
+					found = true
+					break
+				}
+			}
+			require.True(t, found, "no string literal of the daemon's Go source %s %q, which %s reads from its log: "+
+				"the log line was reworded or removed; change the script with it",
+				map[bool]string{true: "equals", false: "contains"}[pin.exact], pin.text, pin.script)
+		})
+	}
+}
+
+// daemonStringLiterals returns the string literals of the daemon's non-test Go source
+// (cmd/srptarget and the packages beside it, not the harness's own tools).
+func daemonStringLiterals(t *testing.T) []string {
+	t.Helper()
+	var lits []string
+	fset := token.NewFileSet()
+	for _, dir := range []string{"cmd", "srp", "scsi", "backstore", "ib"} {
+		err := filepath.WalkDir(filepath.Join("..", dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+			if err != nil {
+				return err
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					if s, err := strconv.Unquote(lit.Value); err == nil {
+						lits = append(lits, s)
+					}
+				}
+				return true
+			})
+			return nil
+		})
+		require.NoError(t, err)
+	}
+	require.NotEmpty(t, lits)
+	return lits
+}

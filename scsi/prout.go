@@ -1,0 +1,457 @@
+package scsi
+
+import (
+	"encoding/binary"
+	"slices"
+)
+
+// PERSISTENT RESERVE OUT service actions (SPC-4 6.16.1 table 209).
+const (
+	prOutRegister                 = 0x00
+	prOutReserve                  = 0x01
+	prOutRelease                  = 0x02
+	prOutClear                    = 0x03
+	prOutPreempt                  = 0x04
+	prOutPreemptAndAbort          = 0x05
+	prOutRegisterAndIgnore        = 0x06
+	prOutRegisterAndMove          = 0x07
+	prOutBasicParamLength         = 24 // SPC-4 6.16.3 table 213, without additional parameter data
+	prOutSpecIPTHeaderLength      = 28 // ... with TRANSPORTID PARAMETER DATA LENGTH
+	prOutMoveHeaderLength         = 24 // REGISTER AND MOVE parameter list header (SPC-4 6.16.4)
+	prOutFlagsOff                 = 20 // SPEC_I_PT, ALL_TG_PT, APTPL
+	prOutSpecIPT             byte = 0x08
+	prOutAllTgPt             byte = 0x04
+	prOutAPTPL               byte = 0x01
+)
+
+// prUA is a unit attention for the I_T nexuses a registration covers.
+type prUA struct {
+	reg    PRRegistration
+	reason Reason
+}
+
+// prEffects is what a PERSISTENT RESERVE OUT does to other I_T nexuses once its new state is in
+// force: unit attentions, and for PREEMPT AND ABORT the commands to abort.
+type prEffects struct {
+	ua    []prUA
+	abort []PRRegistration
+}
+
+// uaAllBut queues reason for every registration of s that does not cover the I_T nexus id.
+func (e *prEffects) uaAllBut(s *prState, id ITNexusID, reason Reason) {
+	for _, r := range s.regs {
+		if !r.matches(id) {
+			e.ua = append(e.ua, prUA{r, reason})
+		}
+	}
+}
+
+// reservationConflict ends the command with RESERVATION CONFLICT, which has no sense data.
+func (c *Command) reservationConflict() {
+	c.Status = StatusReservationConflict
+	c.SenseLength, c.DataInLength = 0, 0
+}
+
+// persistentReserveOut handles PERSISTENT RESERVE OUT (SPC-4 6.16, 5.13). The change is worked
+// out on a copy of the state under the reservations' lock and put in force (persisted first
+// when APTPL asks for it) before the other I_T nexuses hear of it.
+func persistentReserveOut(lu *LogicalUnit, c *Command) {
+	if !c.checkCDBUsage(usagePROut) {
+		return
+	}
+	sa := c.CDB[1] & 0x1F
+	plen := int(binary.BigEndian.Uint32(c.CDB[5:9]))
+	c.TransferLength = plen
+	if sa > prOutRegisterAndMove {
+		c.invalidCDBField(1, 4)
+		return
+	}
+	if plen < prOutBasicParamLength {
+		c.fail(ReasonParameterListLengthError)
+		return
+	}
+	if len(c.DataOut) < plen {
+		c.invalidCDBField(5, -1)
+		return
+	}
+	p := c.DataOut[:plen]
+	id := c.Nexus.id()
+
+	var eff prEffects
+	r := lu.pr
+	r.mu.Lock()
+	old := r.state.Load()
+	s := old.clone()
+	changed := prOut(lu, c, s, id, sa, p, &eff)
+	if changed && c.Status == StatusGood && !r.commit(old, s) {
+		c.fail(ReasonInternalTargetFailure)
+		eff = prEffects{}
+	}
+	r.mu.Unlock()
+	if c.Status == StatusGood {
+		lu.applyPREffects(c, id, &eff)
+	}
+}
+
+// prOut applies service action sa with parameter list p from the I_T nexus id to s. It reports
+// whether s changed; a failure is set on c.
+func prOut(lu *LogicalUnit, c *Command, s *prState, id ITNexusID, sa byte, p []byte, eff *prEffects) bool {
+	key := binary.BigEndian.Uint64(p[0:8])
+	saKey := binary.BigEndian.Uint64(p[8:16])
+	scope, typ := c.CDB[2]>>4, c.CDB[2]&0x0F
+
+	if sa == prOutRegisterAndMove {
+		return prRegisterAndMove(lu, c, s, id, p, key, saKey)
+	}
+	if p[prOutFlagsOff]&prOutSpecIPT == 0 && len(p) != prOutBasicParamLength {
+		c.fail(ReasonParameterListLengthError)
+		return false
+	}
+	if sa == prOutRegister || sa == prOutRegisterAndIgnore {
+		return prRegister(lu, c, s, id, p, key, saKey, sa == prOutRegisterAndIgnore, eff)
+	}
+
+	// Every other service action needs a registered I_T nexus with its own key (SPC-4 5.13.1
+	// table 51 note: PERSISTENT RESERVE OUT from an unregistered I_T nexus conflicts).
+	i := s.find(id)
+	if i < 0 || s.regs[i].Key != key {
+		c.reservationConflict()
+		return false
+	}
+	checkScopeType := func() bool {
+		if scope != prScopeLU {
+			c.invalidCDBField(2, 7)
+			return false
+		}
+		if !validPRType(typ) {
+			c.invalidCDBField(2, 3)
+			return false
+		}
+		return true
+	}
+
+	switch sa {
+	case prOutReserve:
+		// SPC-4 5.13.9.
+		if !checkScopeType() {
+			return false
+		}
+		if s.resType != 0 {
+			if !s.holds(id) || s.resType != typ {
+				c.reservationConflict()
+			}
+			return false // the holder reserving again with the same type: nothing changes
+		}
+		s.resType = typ
+		if !prAllRegistrants(typ) {
+			s.regs[i].Holder = true
+		}
+		return true
+
+	case prOutRelease:
+		// SPC-4 5.13.11.2: releasing nothing, or a reservation one does not hold, succeeds and
+		// changes nothing.
+		if s.resType == 0 || !s.holds(id) {
+			return false
+		}
+		if scope != prScopeLU || typ != s.resType {
+			c.fail(ReasonInvalidReleaseOfPersistentReservation)
+			return false
+		}
+		released := s.resType
+		s.release()
+		if prRegistrantsAccess(released) {
+			eff.uaAllBut(s, id, ReasonReservationsReleased)
+		}
+		return true
+
+	case prOutClear:
+		// SPC-4 5.13.11.6: every registration and the reservation go.
+		eff.uaAllBut(s, id, ReasonReservationsPreempted)
+		s.regs = nil
+		s.release()
+		s.generation++
+		return true
+
+	case prOutPreempt, prOutPreemptAndAbort:
+		return prPreempt(c, s, id, saKey, scope, typ, sa == prOutPreemptAndAbort, checkScopeType, eff)
+	}
+	return false
+}
+
+// prRegister handles REGISTER and REGISTER AND IGNORE EXISTING KEY (SPC-4 5.13.7, 5.13.11.3).
+func prRegister(lu *LogicalUnit, c *Command, s *prState, id ITNexusID, p []byte, key, saKey uint64, ignore bool, eff *prEffects) bool {
+	flags := p[prOutFlagsOff]
+	spec, allTg, aptpl := flags&prOutSpecIPT != 0, flags&prOutAllTgPt != 0, flags&prOutAPTPL != 0
+	if aptpl && lu.pr.persist == nil {
+		c.invalidParamField(prOutFlagsOff, 0) // PTPL_C is 0
+		return false
+	}
+	if spec && ignore {
+		c.invalidParamField(prOutFlagsOff, 3)
+		return false
+	}
+	i := s.find(id)
+	if i >= 0 {
+		if !ignore && s.regs[i].Key != key {
+			c.reservationConflict()
+			return false
+		}
+		if spec {
+			c.invalidParamField(prOutFlagsOff, 3)
+			return false
+		}
+		if saKey == 0 {
+			prUnregister(s, i, id, eff)
+		} else {
+			s.regs[i].Key = saKey
+		}
+		s.generation++
+		s.aptpl = aptpl
+		return true
+	}
+	if !ignore && key != 0 {
+		c.reservationConflict()
+		return false
+	}
+	if saKey == 0 {
+		return false // unregistering an I_T nexus that is not registered: nothing to do
+	}
+	add := []PRRegistration{{Key: saKey, ITNexusID: id, AllTargetPorts: allTg}}
+	if spec {
+		// SPEC_I_PT: the TransportIDs that follow name more initiator ports to register
+		// with the same key, through the same target port (or all of them).
+		if len(p) < prOutSpecIPTHeaderLength {
+			c.fail(ReasonParameterListLengthError)
+			return false
+		}
+		tlen := int(binary.BigEndian.Uint32(p[24:28]))
+		if prOutSpecIPTHeaderLength+tlen != len(p) {
+			c.fail(ReasonParameterListLengthError)
+			return false
+		}
+		for off := prOutSpecIPTHeaderLength; off < len(p); {
+			ini, n, bad := parseTransportID(p[off:])
+			if bad >= 0 {
+				c.invalidParamField(off+bad, -1)
+				return false
+			}
+			other := ITNexusID{Initiator: ini, RelativePort: id.RelativePort}
+			dup := s.find(other) >= 0
+			for j := range add {
+				dup = dup || add[j].matches(other)
+			}
+			if dup {
+				c.invalidParamField(off, -1)
+				return false
+			}
+			add = append(add, PRRegistration{Key: saKey, ITNexusID: other, AllTargetPorts: allTg})
+			off += n
+		}
+	}
+	if len(s.regs)+len(add) > maxPRRegistrations {
+		c.fail(ReasonInsufficientRegistrationResources)
+		return false
+	}
+	s.regs = append(s.regs, add...)
+	s.generation++
+	s.aptpl = aptpl
+	return true
+}
+
+// prUnregister removes registration i, that of the I_T nexus id (SPC-4 5.13.11.3). The holder
+// of a reservation that is not of an all registrants type releases it, and the registrants of
+// a registrants only reservation hear so; an all registrants reservation lasts while any
+// registration does (settle).
+func prUnregister(s *prState, i int, id ITNexusID, eff *prEffects) {
+	wasHolder := s.regs[i].Holder
+	s.regs = slices.Delete(s.regs, i, i+1)
+	if wasHolder {
+		released := s.resType
+		s.release()
+		if released == PRTypeWriteExclusiveRegistrantsOnly || released == PRTypeExclusiveAccessRegistrantsOnly {
+			eff.uaAllBut(s, id, ReasonReservationsReleased)
+		}
+	}
+}
+
+// prPreempt handles PREEMPT and PREEMPT AND ABORT (SPC-4 5.13.11.4).
+func prPreempt(c *Command, s *prState, id ITNexusID, saKey uint64, scope, typ byte,
+	abort bool, checkScopeType func() bool, eff *prEffects) bool {
+	removeKey := func(k uint64, all bool) bool {
+		found := false
+		kept := s.regs[:0]
+		for _, r := range s.regs {
+			if r.matches(id) {
+				found = found || r.Key == k
+				kept = append(kept, r)
+				continue
+			}
+			if all || r.Key == k {
+				found = true
+				eff.ua = append(eff.ua, prUA{r, ReasonRegistrationsPreempted})
+				if abort {
+					eff.abort = append(eff.abort, r)
+				}
+				continue
+			}
+			kept = append(kept, r)
+		}
+		s.regs = kept
+		return found
+	}
+
+	allRegs := prAllRegistrants(s.resType)
+	h := s.holder()
+	preemptsReservation := s.resType != 0 &&
+		(allRegs && saKey == 0 || !allRegs && h >= 0 && s.regs[h].Key == saKey)
+	if !preemptsReservation {
+		// Only registrations go; the reservation, if any, stays as it is (5.13.11.4.2 and
+		// the all registrants case of 5.13.11.4.3 with a non-zero key).
+		if saKey == 0 {
+			c.invalidParamField(8, -1)
+			return false
+		}
+		if !removeKey(saKey, false) {
+			c.reservationConflict()
+			return false
+		}
+		s.generation++
+		return true
+	}
+	if !checkScopeType() {
+		return false
+	}
+	oldType := s.resType
+	removeKey(saKey, allRegs)
+	s.release()
+	s.resType = typ
+	if !prAllRegistrants(typ) {
+		s.regs[s.find(id)].Holder = true
+	}
+	if oldType != typ {
+		// The registrants that remain learn that the reservation they knew is gone.
+		for _, r := range s.regs {
+			if !r.matches(id) {
+				eff.ua = append(eff.ua, prUA{r, ReasonReservationsReleased})
+			}
+		}
+	}
+	s.generation++
+	return true
+}
+
+// prRegisterAndMove handles REGISTER AND MOVE (SPC-4 5.13.8, parameter list 6.16.4): the holder
+// registers another I_T nexus with the service action key, hands it the reservation, and may
+// unregister itself.
+func prRegisterAndMove(lu *LogicalUnit, c *Command, s *prState, id ITNexusID, p []byte, key, saKey uint64) bool {
+	i := s.find(id)
+	if i < 0 || s.regs[i].Key != key {
+		c.reservationConflict()
+		return false
+	}
+	tlen := int(binary.BigEndian.Uint32(p[20:24]))
+	if prOutMoveHeaderLength+tlen > len(p) {
+		c.fail(ReasonParameterListLengthError)
+		return false
+	}
+	if s.resType == 0 || prAllRegistrants(s.resType) || !s.regs[i].Holder {
+		c.reservationConflict()
+		return false
+	}
+	if saKey == 0 {
+		c.invalidParamField(8, -1)
+		return false
+	}
+	unreg, aptpl := p[17]&0x02 != 0, p[17]&0x01 != 0
+	if aptpl && lu.pr.persist == nil {
+		c.invalidParamField(17, 0)
+		return false
+	}
+	ini, _, bad := parseTransportID(p[prOutMoveHeaderLength : prOutMoveHeaderLength+tlen])
+	if bad >= 0 {
+		c.invalidParamField(prOutMoveHeaderLength+bad, -1)
+		return false
+	}
+	dest := ITNexusID{Initiator: ini, RelativePort: binary.BigEndian.Uint16(p[18:20])}
+	if !lu.knowsPort(dest.RelativePort) {
+		c.invalidParamField(18, -1)
+		return false
+	}
+	if s.regs[i].matches(dest) {
+		c.invalidParamField(prOutMoveHeaderLength, -1)
+		return false
+	}
+	j := s.find(dest)
+	if j < 0 {
+		if len(s.regs) >= maxPRRegistrations {
+			c.fail(ReasonInsufficientRegistrationResources)
+			return false
+		}
+		s.regs = append(s.regs, PRRegistration{Key: saKey, ITNexusID: dest})
+		j = len(s.regs) - 1
+	}
+	s.regs[i].Holder = false
+	s.regs[j].Holder = true
+	if unreg {
+		s.regs = slices.Delete(s.regs, i, i+1)
+	}
+	s.generation++
+	s.aptpl = aptpl
+	return true
+}
+
+// knowsPort reports whether rel is the relative target port identifier of a target port the
+// logical unit has seen an I_T nexus through.
+func (lu *LogicalUnit) knowsPort(rel uint16) bool {
+	for n := range *lu.nexuses.Load() {
+		if n.Port != nil && n.Port.RelativeID == rel {
+			return true
+		}
+	}
+	return false
+}
+
+// applyPREffects tells the other I_T nexuses what the PERSISTENT RESERVE OUT c from id did to
+// them, and aborts the commands of PREEMPT AND ABORT's victims: those that lose commands get
+// COMMANDS CLEARED BY ANOTHER INITIATOR too (TAS is 0, SAM-5 5.6). It runs after the
+// reservations' lock is released, since aborting waits for running commands, which may be
+// waiting for that lock.
+func (lu *LogicalUnit) applyPREffects(c *Command, id ITNexusID, eff *prEffects) {
+	if len(eff.ua) == 0 && len(eff.abort) == 0 {
+		return
+	}
+	lu.mu.Lock()
+	defer lu.mu.Unlock()
+	for n, st := range *lu.nexuses.Load() {
+		nid := n.id()
+		if nid == id {
+			continue
+		}
+		for _, u := range eff.ua {
+			if u.reg.matches(nid) {
+				st.ua.add(u.reason)
+			}
+		}
+	}
+	if len(eff.abort) == 0 {
+		return
+	}
+	lost := make(map[*Nexus]bool)
+	lu.tasks.abortLocked(func(t *Command) bool {
+		if t == c {
+			return false
+		}
+		nid := t.Nexus.id()
+		for i := range eff.abort {
+			if eff.abort[i].matches(nid) && nid != id {
+				lost[t.Nexus] = true
+				return true
+			}
+		}
+		return false
+	})
+	for n := range lost {
+		lu.nexusLocked(n).ua.add(ReasonCommandsClearedByAnotherInitiator)
+	}
+}
