@@ -61,6 +61,12 @@ type Capabilities struct {
 	UnmapZeroes bool
 	// MaxUnmapBytes bounds one Unmap or WriteZeroes call; 0 means no limit of its own.
 	MaxUnmapBytes int64
+	// UnmapGranularity is the unit in which Unmap really frees space, in bytes (a file's
+	// filesystem block): a smaller unmap only zeroes. 0 means the logical block.
+	UnmapGranularity int64
+	// NonRotational is true when the medium has no spinning parts (RAM, or a file or device
+	// whose disk says queue/rotational 0); false also when that is not known.
+	NonRotational bool
 }
 
 // ErrClosed is returned by a backstore used after Close.

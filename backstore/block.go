@@ -30,7 +30,8 @@ type BlockOptions struct {
 // duplicates the initiator's cache nor delays writes.
 type Block struct {
 	fdStore
-	maxDiscard int64 // discard_max_bytes; 0 when the device cannot discard
+	maxDiscard    int64 // discard_max_bytes; 0 when the device cannot discard
+	nonRotational bool  // queue/rotational is 0
 }
 
 var _ Backstore = (*Block)(nil)
@@ -127,6 +128,9 @@ func OpenBlock(path string, opts BlockOptions) (*Block, error) {
 	b.fd, err = reopen(path, dfd, flags)
 	if err != nil {
 		return fail(fmt.Errorf("backstore %s: open: %w", path, err))
+	}
+	if rot, ok := sysfsRotational(st.Rdev); ok {
+		b.nonRotational = !rot
 	}
 	b.maxDiscard = discardMaxBytes(st.Rdev)
 	b.maxDiscard -= b.maxDiscard % int64(lbs)
@@ -235,5 +239,5 @@ func (b *Block) Refresh() (int64, error) {
 // BLKDISCARDZEROES answer is hard-wired to 0 in current kernels, and devices that do return
 // zeroes after a discard do not say so reliably.
 func (b *Block) Capabilities() Capabilities {
-	return Capabilities{Unmap: b.maxDiscard > 0, MaxUnmapBytes: b.maxDiscard}
+	return Capabilities{Unmap: b.maxDiscard > 0, MaxUnmapBytes: b.maxDiscard, NonRotational: b.nonRotational}
 }

@@ -54,8 +54,8 @@ func TestBlockGeometry(t *testing.T) {
 			require.Equal(t, int64(bs), b.offAlign)
 			maxDiscard := queueAttr(t, lo.path, "discard_max_bytes")
 			require.Positive(t, maxDiscard, "a loop device on ext4 can discard")
-			require.Equal(t, Capabilities{Unmap: true, UnmapZeroes: false, MaxUnmapBytes: maxDiscard - maxDiscard%int64(bs)},
-				b.Capabilities())
+			require.Equal(t, Capabilities{Unmap: true, UnmapZeroes: false, MaxUnmapBytes: maxDiscard - maxDiscard%int64(bs),
+				NonRotational: queueAttr(t, lo.path, "rotational") == 0}, b.Capabilities())
 			require.False(t, b.ReadOnly())
 		})
 	}
@@ -159,7 +159,24 @@ func TestBlockWithoutDiscard(t *testing.T) {
 	require.NoError(t, err)
 	defer b.Close()
 	b.maxDiscard = 0 // as read from a device whose discard_max_bytes is 0
+	b.nonRotational = false
 	require.Equal(t, Capabilities{}, b.Capabilities())
 	require.ErrorIs(t, b.Unmap(0, 4096), unix.EOPNOTSUPP)
 	require.NoError(t, b.WriteZeroes(0, 4096), "BLKZEROOUT does not depend on discard")
+}
+
+// TestSysfsRotational checks queue/rotational as read for a loop device, and that a device
+// number sysfs does not know (an anonymous one, as tmpfs has) gives no answer.
+func TestSysfsRotational(t *testing.T) {
+	lo := attachLoop(t, 1<<20, 512)
+	var st unix.Stat_t
+	require.NoError(t, unix.Stat(lo.path, &st))
+	rot, ok := sysfsRotational(st.Rdev)
+	require.True(t, ok)
+	require.Equal(t, queueAttr(t, lo.path, "rotational") == 1, rot)
+
+	_, ok = sysfsRotational(unix.Mkdev(0, 42))
+	require.False(t, ok, "major 0: no block device")
+	_, ok = sysfsRotational(unix.Mkdev(4095, 1048575))
+	require.False(t, ok, "no such device")
 }

@@ -24,6 +24,10 @@ type impl struct {
 	openReadOnly func(t *testing.T, size int64, lbs uint32) Backstore
 	// persists is false for Null: written data is dropped and everything reads as zeroes.
 	persists bool
+	// mapping is what the store says through Mapper: "sparse" (a new store is one hole,
+	// written blocks are mapped, unmapped ones holes again), "mapped" (every block mapped
+	// whatever happens), or "" for a store that does not implement Mapper.
+	mapping string
 }
 
 func conformanceImpls() []impl {
@@ -62,7 +66,7 @@ func conformanceImpls() []impl {
 		return b
 	}
 	return append([]impl{
-		{name: "memory", persists: true, open: func(t *testing.T, size int64, lbs uint32) Backstore {
+		{name: "memory", persists: true, mapping: "sparse", open: func(t *testing.T, size int64, lbs uint32) Backstore {
 			m, err := NewMemory(size, lbs)
 			require.NoError(t, err)
 			return m
@@ -72,9 +76,9 @@ func conformanceImpls() []impl {
 			require.NoError(t, err)
 			return n
 		}},
-		{name: "file", persists: true, open: openFile(false), openReadOnly: openFileRO(false)},
-		{name: "file-direct", persists: true, open: openFile(true), openReadOnly: openFileRO(true)},
-		{name: "block", persists: true, open: openBlock, openReadOnly: openBlockRO},
+		{name: "file", persists: true, mapping: "sparse", open: openFile(false), openReadOnly: openFileRO(false)},
+		{name: "file-direct", persists: true, mapping: "sparse", open: openFile(true), openReadOnly: openFileRO(true)},
+		{name: "block", persists: true, mapping: "mapped", open: openBlock, openReadOnly: openBlockRO},
 		{name: "faulty-over-memory", persists: true, open: func(t *testing.T, size int64, lbs uint32) Backstore {
 			m, err := NewMemory(size, lbs)
 			require.NoError(t, err)
@@ -142,6 +146,83 @@ func runConformance(t *testing.T, im impl, lbs uint32) {
 		size, err := bs.Refresh()
 		require.NoError(t, err)
 		require.Equal(t, int64(confSize), size)
+	})
+
+	t.Run("mapping", func(t *testing.T) {
+		bs := im.open(t, confSize, lbs)
+		mp, ok := bs.(Mapper)
+		if im.mapping == "" {
+			require.False(t, ok, "%s implements Mapper", im.name)
+			require.NoError(t, bs.Close())
+			return
+		}
+		require.True(t, ok, "%s does not implement Mapper", im.name)
+		type extent struct {
+			mapped   bool
+			off, end int64
+		}
+		// extents walks the whole store and checks that the runs tile it in whole blocks.
+		extents := func() []extent {
+			var out []extent
+			for off := int64(0); off < confSize; {
+				mapped, end, err := mp.Mapping(off, confSize)
+				require.NoError(t, err)
+				require.Greater(t, end, off)
+				require.LessOrEqual(t, end, int64(confSize))
+				require.Zero(t, end%B, "run end %d is not a whole block", end)
+				if n := len(out); n > 0 && out[n-1].mapped == mapped {
+					t.Fatalf("runs [%d,%d) and [%d,%d) have the same state %v: not maximal", out[n-1].off, out[n-1].end, off, end, mapped)
+				}
+				out = append(out, extent{mapped, off, end})
+				off = end
+			}
+			return out
+		}
+		mappedAt := func(off int64) bool {
+			mapped, end, err := mp.Mapping(off, B)
+			require.NoError(t, err)
+			require.Equal(t, off+B, end, "the limit bounds the run")
+			return mapped
+		}
+		// holesReadZero checks that every run reported as a hole reads back as zeroes.
+		holesReadZero := func() {
+			for _, e := range extents() {
+				if e.mapped {
+					continue
+				}
+				got := make([]byte, e.end-e.off)
+				require.NoError(t, bs.ReadAt(got, e.off))
+				require.Equal(t, -1, bytes.IndexFunc(got, func(r rune) bool { return r != 0 }), "hole [%d,%d) holds data", e.off, e.end)
+			}
+		}
+
+		sparse := im.mapping == "sparse"
+		require.Equal(t, []extent{{!sparse, 0, confSize}}, extents(), "a new store")
+
+		p := alignedBuf(t, int(B))
+		fillPattern(p, 2*MiB+3*B, 1)
+		require.NoError(t, bs.WriteAt(p, 2*MiB+3*B, false))
+		require.True(t, mappedAt(2*MiB+3*B), "a written block")
+		require.Equal(t, !sparse, mappedAt(0), "a block never written")
+		require.Equal(t, !sparse, mappedAt(confSize-B), "the last block, never written")
+		holesReadZero()
+
+		require.NoError(t, bs.Unmap(2*MiB, MiB))
+		require.Equal(t, !sparse, mappedAt(2*MiB+3*B), "an unmapped block")
+		require.Equal(t, []extent{{!sparse, 0, confSize}}, extents(), "everything unmapped again")
+
+		// Out of range and bad limits.
+		for _, c := range []struct{ off, limit int64 }{{confSize, B}, {-B, B}, {0, 0}, {0, -1}} {
+			_, _, err := mp.Mapping(c.off, c.limit)
+			require.ErrorIs(t, err, ErrOutOfRange, "off %d limit %d", c.off, c.limit)
+		}
+		_, end, err := mp.Mapping(confSize-B, math.MaxInt64)
+		require.NoError(t, err)
+		require.Equal(t, int64(confSize), end, "a limit past the end stops at the end")
+
+		require.NoError(t, bs.Close())
+		_, _, err = mp.Mapping(0, B)
+		require.ErrorIs(t, err, ErrClosed)
 	})
 
 	t.Run("data", func(t *testing.T) {

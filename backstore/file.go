@@ -48,6 +48,12 @@ type File struct {
 	// fallocate is unix.Fallocate; tests replace it to reach the fallbacks for filesystems
 	// without FALLOC_FL_ZERO_RANGE or FALLOC_FL_PUNCH_HOLE.
 	fallocate func(fd int, mode uint32, off, length int64) error
+
+	// fsBlock is the filesystem's block size (statfs f_bsize), the unit in which a punched
+	// hole frees space.
+	fsBlock int64
+	// nonRotational is true when the disk under the filesystem says queue/rotational 0.
+	nonRotational bool
 }
 
 var _ Backstore = (*File)(nil)
@@ -129,6 +135,13 @@ func OpenFile(path string, opts FileOptions) (*File, error) {
 		return fail(fmt.Errorf("backstore %s: size %d is less than one %d-byte block", path, st.Size, lbs))
 	}
 	f.size.Store(size)
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &sfs); err == nil && sfs.Bsize > 0 {
+		f.fsBlock = int64(sfs.Bsize)
+	}
+	if rot, ok := sysfsRotational(st.Dev); ok {
+		f.nonRotational = !rot
+	}
 
 	if opts.Direct {
 		mem, off, ok, err := dioAlignment(fd, 512, 512)
@@ -324,7 +337,8 @@ func (f *File) Refresh() (int64, error) {
 	return size, nil
 }
 
-// Capabilities: punched holes read back as zeroes, and a hole can be as large as the file.
+// Capabilities: punched holes read back as zeroes, and a hole can be as large as the file; the
+// filesystem frees space in its own blocks.
 func (f *File) Capabilities() Capabilities {
-	return Capabilities{Unmap: true, UnmapZeroes: true}
+	return Capabilities{Unmap: true, UnmapZeroes: true, UnmapGranularity: f.fsBlock, NonRotational: f.nonRotational}
 }

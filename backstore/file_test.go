@@ -411,3 +411,20 @@ func TestFileDirectAlignmentRefused(t *testing.T) {
 	require.True(t, bytes.Equal(p[512:4096+512], q))
 	require.Equal(t, []bool{true, true, false}, direct)
 }
+
+// TestFileUnmapGranularity checks that a file reports its filesystem's block size as the unit in
+// which Unmap frees space, and the rotation of the disk under it as sysfs tells it.
+func TestFileUnmapGranularity(t *testing.T) {
+	dir := t.TempDir()
+	f, err := OpenFile(filepath.Join(dir, "g.img"), FileOptions{Size: 1 << 20, Create: true})
+	require.NoError(t, err)
+	defer f.Close()
+	var sfs unix.Statfs_t
+	require.NoError(t, unix.Statfs(dir, &sfs))
+	require.Positive(t, sfs.Bsize)
+	require.Equal(t, int64(sfs.Bsize), f.Capabilities().UnmapGranularity)
+	var st unix.Stat_t
+	require.NoError(t, unix.Stat(dir, &st))
+	rot, ok := sysfsRotational(st.Dev)
+	require.Equal(t, ok && !rot, f.Capabilities().NonRotational)
+}

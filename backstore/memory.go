@@ -407,9 +407,9 @@ func (m *Memory) LogicalBlockSize() uint32  { return m.lbs }
 func (m *Memory) PhysicalBlockSize() uint32 { return m.lbs }
 func (m *Memory) ReadOnly() bool            { return false }
 
-// Capabilities: unmapped RAM is freed and reads back as zeroes.
+// Capabilities: unmapped RAM is freed and reads back as zeroes; RAM does not rotate.
 func (m *Memory) Capabilities() Capabilities {
-	return Capabilities{Unmap: true, UnmapZeroes: true}
+	return Capabilities{Unmap: true, UnmapZeroes: true, NonRotational: true}
 }
 
 // NonBlocking implements NonBlocking: every operation is a copy in RAM.

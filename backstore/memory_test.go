@@ -192,7 +192,7 @@ func TestNullReadsZeroes(t *testing.T) {
 	require.NoError(t, n.WriteAt(p, 0, true))
 	require.NoError(t, n.ReadAt(p, 0))
 	require.Equal(t, make([]byte, 4096), p)
-	require.Equal(t, Capabilities{Unmap: true, UnmapZeroes: true}, n.Capabilities())
+	require.Equal(t, Capabilities{Unmap: true, UnmapZeroes: true, NonRotational: true}, n.Capabilities())
 }
 
 // TestMemoryHugeIsLazy: the chunk table is made as it is written, so a disk far larger than
@@ -234,5 +234,36 @@ func TestMemoryHugeIsLazy(t *testing.T) {
 			require.Equal(t, make([]byte, 4096), got, "space added back reads as zeroes")
 			require.NoError(t, m.Close())
 		})
+	}
+}
+
+// TestMemoryMappingSkipsAbsentLevels checks the chunk map walk across levels of the chunk table
+// that were never made: a hole of many TiB before a written chunk, and the mapped run after it.
+func TestMemoryMappingSkipsAbsentLevels(t *testing.T) {
+	const size = 1 << 50 // 1 PiB: 64 top-level slots of 16 TiB
+	m, err := NewMemory(size, 512)
+	require.NoError(t, err)
+	defer m.Close()
+	const at = 100<<40 + 5<<30 + 3<<20 + 4096 // inside chunk 100 TiB + 5 GiB + 3 MiB
+	require.NoError(t, m.WriteAt(make([]byte, 2<<20), at, false))
+	chunk := int64(at) &^ (memChunkSize - 1)
+
+	for _, c := range []struct {
+		off, limit int64
+		mapped     bool
+		end        int64
+	}{
+		{0, size, false, chunk},
+		{chunk - 512, size, false, chunk},
+		{chunk, size, true, chunk + 3<<20}, // the 2 MiB from at touch three chunks
+		{chunk + 512, 1024, true, chunk + 1536},
+		{chunk + 3<<20, size, false, size},
+		{size - 512, size, false, size},
+		{0, 1 << 20, false, 1 << 20},
+	} {
+		mapped, end, err := m.Mapping(c.off, c.limit)
+		require.NoError(t, err)
+		require.Equal(t, c.mapped, mapped, "off %d", c.off)
+		require.Equal(t, c.end, end, "off %d", c.off)
 	}
 }

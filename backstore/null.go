@@ -76,9 +76,9 @@ func (n *Null) LogicalBlockSize() uint32  { return n.lbs }
 func (n *Null) PhysicalBlockSize() uint32 { return n.lbs }
 func (n *Null) ReadOnly() bool            { return false }
 
-// Capabilities: everything reads as zeroes, unmapped or not.
+// Capabilities: everything reads as zeroes, unmapped or not; nothing rotates.
 func (n *Null) Capabilities() Capabilities {
-	return Capabilities{Unmap: true, UnmapZeroes: true}
+	return Capabilities{Unmap: true, UnmapZeroes: true, NonRotational: true}
 }
 
 func (n *Null) Close() error {

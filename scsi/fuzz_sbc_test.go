@@ -12,7 +12,8 @@ import (
 // fuzzOpcodes are the block commands FuzzSBCCDB sends.
 var fuzzOpcodes = []byte{
 	0x08, 0x0A, 0x28, 0x2A, 0xA8, 0xAA, 0x88, 0x8A, // READ, WRITE
-	0x2E, 0x8E, 0x2F, 0x8F, // WRITE AND VERIFY, VERIFY
+	0x2E, 0xAE, 0x8E, 0x2F, 0xAF, 0x8F, // WRITE AND VERIFY, VERIFY
+	0x34, 0x90, // PRE-FETCH
 	0x35, 0x91, 0x41, 0x93, 0x42, 0x89, 0x1B, // SYNC CACHE, WRITE SAME, UNMAP, COMPARE AND WRITE, START STOP
 }
 
@@ -138,7 +139,7 @@ func FuzzSBCCDB(f *testing.F) {
 			if c.DataInLength > 0 && !bytes.Equal(c.DataIn[:c.DataInLength], after[lba*uint64(l.bs):][:c.DataInLength]) {
 				t.Fatalf("% x: READ returned other bytes than the medium holds", cdb[:length])
 			}
-		case 0x0A, 0x2A, 0xAA, 0x8A, 0x2E, 0x8E:
+		case 0x0A, 0x2A, 0xAA, 0x8A, 0x2E, 0xAE, 0x8E:
 			if len(dataOut) > 0 && !bytes.Equal(dataOut, after[lba*uint64(l.bs):][:len(dataOut)]) {
 				t.Fatalf("% x: WRITE left other bytes on the medium", cdb[:length])
 			}
@@ -210,6 +211,97 @@ func FuzzUnmapParams(f *testing.F) {
 		}
 		if !bytes.Equal(after, want) {
 			t.Fatal("a good UNMAP zeroed other blocks than its descriptors name")
+		}
+	})
+}
+
+// FuzzGetLBAStatus writes a random pattern of chunks to a thin memory LU of 16 MiB (sixteen 1 MiB
+// chunks of 2048 blocks of 512 bytes) and sends GET LBA STATUS with random fields. A good answer
+// must be what SBC-3 and the chunk map say: a PARAMETER DATA LENGTH of 4 plus 16 per descriptor,
+// at least one descriptor and no more than the allocation length holds (or 64), the first at
+// the STARTING LOGICAL BLOCK ADDRESS, each next one where the previous ended, none past the
+// capacity, neighbours in different states, each block deallocated exactly when its chunk is
+// absent. A refused one is ILLEGAL REQUEST with no data.
+func FuzzGetLBAStatus(f *testing.F) {
+	f.Add(uint16(0x5A5A), uint64(0), uint32(1024), byte(0), byte(0))
+	f.Add(uint16(0x0001), uint64(2047), uint32(24), byte(0), byte(0))
+	f.Add(uint16(0xFFFF), uint64(32767), uint32(7), byte(0), byte(0))
+	f.Add(uint16(0x0F0F), uint64(32768), uint32(1024), byte(0), byte(0))
+	f.Add(uint16(0x0F0F), uint64(5), uint32(1024), byte(0x1F), byte(0x03))
+	const chunkBlocks, chunks = 2048, 16
+	f.Fuzz(func(t *testing.T, pattern uint16, lba uint64, alloc uint32, b1, b14 byte) {
+		mem, err := backstore.NewMemory(chunks<<20, 512)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < chunks; i++ {
+			if pattern>>i&1 != 0 {
+				if err := mem.WriteAt([]byte{1}, int64(i)<<20+int64(pattern)%(1<<20), false); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		lu, err := NewLogicalUnit(Config{Backstore: mem, Serial: "fuzz", ThinProvisioning: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lu.Close()
+		m, err := NewLUNMap([]Mapping{{LUN: 0, LU: lu}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Execute(&Command{Nexus: testNexus, LUN: EncodeLUN(0), CDB: make([]byte, 6)}) // unit attention
+		cdb := getLBAStatusCDB(lba, alloc)
+		cdb[1] = 0x12 | b1&0xE0
+		cdb[14] = b14
+		c := &Command{Nexus: testNexus, LUN: EncodeLUN(0), CDB: cdb, DataIn: make([]byte, 2048)}
+		m.Execute(c)
+		checkResult(t, c)
+		if c.Status != StatusGood {
+			s, _ := ParseSense(c.SenseData())
+			if s.Key != SenseIllegalRequest {
+				t.Fatalf("% x: sense key %#x", cdb, s.Key)
+			}
+			return
+		}
+		if b1&0xE0 != 0 || b14 != 0 || lba >= chunks*chunkBlocks {
+			t.Fatalf("% x: GOOD for a bad CDB", cdb)
+		}
+		d := data(c)
+		full := make([]byte, 8+64*16)
+		// The answer, when not truncated, is a whole parameter list; truncated, a prefix of one.
+		if alloc < 8 {
+			if len(d) != int(alloc) {
+				t.Fatalf("% x: %d bytes for an allocation length of %d", cdb, len(d), alloc)
+			}
+			return
+		}
+		copy(full, d)
+		n := int(binary.BigEndian.Uint32(full)) - 4
+		if n <= 0 || n%16 != 0 || n/16 > 64 {
+			t.Fatalf("% x: PARAMETER DATA LENGTH %d", cdb, n+4)
+		}
+		descs := n / 16
+		if alloc >= 24 && uint32(8+16*descs) > alloc {
+			t.Fatalf("% x: %d descriptors do not fit an allocation length of %d", cdb, descs, alloc)
+		}
+		if len(d) != min(int(alloc), 8+n) {
+			t.Fatalf("% x: %d bytes, want %d", cdb, len(d), min(int(alloc), 8+n))
+		}
+		next := lba
+		prev := byte(0xFF)
+		for i := 0; i < descs && 8+16*(i+1) <= len(d); i++ {
+			e := d[8+16*i:]
+			start, count, status := binary.BigEndian.Uint64(e), uint64(binary.BigEndian.Uint32(e[8:])), e[12]
+			if start != next || count == 0 || start+count > chunks*chunkBlocks || status > 1 || status == prev {
+				t.Fatalf("% x: descriptor %d: LBA %d, %d blocks, status %d (want LBA %d, previous status %d)", cdb, i, start, count, status, next, prev)
+			}
+			for b := start; b < start+count; b++ {
+				if mapped := pattern>>(b/chunkBlocks)&1 != 0; mapped != (status == 0) {
+					t.Fatalf("% x: block %d reported with status %d, its chunk mapped %v", cdb, b, status, mapped)
+				}
+			}
+			next, prev = start+count, status
 		}
 	})
 }

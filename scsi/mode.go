@@ -8,6 +8,7 @@ import (
 // Mode page codes (SPC-4 7.5, SBC-3 6.4).
 const (
 	modePageVendor                  = 0x00 // no page format: the header and block descriptor only
+	modePageReadWriteErrorRecovery  = 0x01
 	modePageCaching                 = 0x08
 	modePageControl                 = 0x0A
 	modePageInformationalExceptions = 0x1C
@@ -45,6 +46,7 @@ type modePage struct {
 // modePages are the supported pages in ascending page code order, the order of MODE SENSE with
 // page code 3Fh. None has subpages, and none is saveable (PS is 0).
 var modePages = [...]modePage{
+	{code: modePageReadWriteErrorRecovery, length: 12, fill: func([]byte, modeValues) {}, changeable: func([]byte) {}, parse: func([]byte, *modeValues) {}},
 	{code: modePageCaching, length: 20, fill: fillCachingPage, changeable: changeableCachingPage, parse: parseCachingPage},
 	{code: modePageControl, length: 12, fill: fillControlPage, changeable: changeableControlPage, parse: parseControlPage},
 	{code: modePageInformationalExceptions, length: 12, fill: fillIECPage, changeable: func([]byte) {}, parse: func([]byte, *modeValues) {}},
@@ -58,6 +60,11 @@ func findModePage(code byte) *modePage {
 	}
 	return nil
 }
+
+// The read-write error recovery mode page (SBC-3 6.4.7) is all zeroes, as LIO has it, and
+// nothing in it is changeable: the backstore retries and recovers as it does, and the device
+// server reports every error it cannot recover (AWRE, ARRE, TB, PER and DTE 0; RETRY COUNTs
+// and RECOVERY TIME LIMIT 0, not specified). Initiators probe it; sg_modes and sdparm show it.
 
 // Caching mode page (SBC-3 6.4.5): WCE (byte 2 bit 2) and RCD (byte 2 bit 0) are changeable;
 // everything else (retention priorities, prefetch) is 0, as this device server has no such
@@ -185,7 +192,7 @@ func modeSense(lu *LogicalUnit, c *Command) {
 		v = lu.mode.defaults
 	}
 
-	var buf [8 + 16 + 20 + 12 + 12]byte
+	var buf [8 + 16 + 12 + 20 + 12 + 12]byte
 	off := hdrLen
 	bdLen := 0
 	if !dbd {
@@ -244,8 +251,8 @@ func modeSense(lu *LogicalUnit, c *Command) {
 
 // modeSelect handles MODE SELECT(6) and MODE SELECT(10) (SPC-4 6.9, 6.10). The parameter list
 // is a mode parameter header, an optional block descriptor that must describe the current
-// capacity and block length (neither can be changed), and any number of caching, control and
-// informational exceptions pages, in which only the changeable bits may differ from the current
+// capacity and block length (neither can be changed), and any number of read-write error
+// recovery, caching, control and informational exceptions pages, in which only the changeable bits may differ from the current
 // values. The whole list is checked before anything changes; the changes take effect at once,
 // and every other nexus gets MODE PARAMETERS CHANGED. An initiator for which the logical unit
 // is write-protected never gets here (opChangesModePages): the parameters are shared.

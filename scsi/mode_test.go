@@ -10,6 +10,7 @@ import (
 
 // Mode pages of the test LU (WriteCache on), written out from SBC-3 6.4.5 and SPC-4 7.5.8/7.5.11.
 var (
+	rwErrorRecovery   = cat([]byte{0x01, 0x0A}, zeros(10))       // all zero, nothing changeable
 	cachingCurrent    = cat([]byte{0x08, 0x12, 0x04}, zeros(17)) // WCE
 	cachingNoWCE      = cat([]byte{0x08, 0x12, 0x00}, zeros(17))
 	cachingChangeable = cat([]byte{0x08, 0x12, 0x05}, zeros(17)) // WCE, RCD
@@ -74,15 +75,21 @@ func TestModeSense(t *testing.T) {
 		{"informational exceptions default", modeSense6(true, 2, 0x1C, 0, 255),
 			cat([]byte{0x0F, 0x00, 0x10, 0x00}, iecCurrent)},
 		{"all pages", modeSense6(false, 0, 0x3F, 0, 255),
-			cat([]byte{0x37, 0x00, 0x10, 0x08}, shortBD, cachingCurrent, controlCurrent, iecCurrent)},
+			cat([]byte{0x43, 0x00, 0x10, 0x08}, shortBD, rwErrorRecovery, cachingCurrent, controlCurrent, iecCurrent)},
 		{"all pages and subpages", modeSense6(true, 0, 0x3F, 0xFF, 255),
-			cat([]byte{0x2F, 0x00, 0x10, 0x00}, cachingCurrent, controlCurrent, iecCurrent)},
+			cat([]byte{0x3B, 0x00, 0x10, 0x00}, rwErrorRecovery, cachingCurrent, controlCurrent, iecCurrent)},
 		{"all pages changeable", modeSense6(true, 1, 0x3F, 0, 255),
-			cat([]byte{0x2F, 0x00, 0x10, 0x00}, cachingChangeable, controlChangeable, iecChangeable)},
+			cat([]byte{0x3B, 0x00, 0x10, 0x00}, rwErrorRecovery, cachingChangeable, controlChangeable, iecChangeable)},
 		{"all pages default", modeSense6(true, 2, 0x3F, 0, 255),
-			cat([]byte{0x2F, 0x00, 0x10, 0x00}, cachingCurrent, controlCurrent, iecCurrent)},
+			cat([]byte{0x3B, 0x00, 0x10, 0x00}, rwErrorRecovery, cachingCurrent, controlCurrent, iecCurrent)},
+		{"read-write error recovery current", modeSense6(true, 0, 0x01, 0, 255),
+			cat([]byte{0x0F, 0x00, 0x10, 0x00}, rwErrorRecovery)},
+		{"read-write error recovery changeable", modeSense6(true, 1, 0x01, 0, 255),
+			cat([]byte{0x0F, 0x00, 0x10, 0x00}, rwErrorRecovery)},
+		{"read-write error recovery default", modeSense10(false, false, 2, 0x01, 0, 512),
+			cat([]byte{0x00, 0x1A, 0x00, 0x10, 0x00, 0x00, 0x00, 0x08}, shortBD, rwErrorRecovery)},
 		// Linux's write protect probe: 4 bytes of page 3Fh, then 4 of page 00h.
-		{"linux write protect probe", modeSense6(false, 0, 0x3F, 0, 4), []byte{0x37, 0x00, 0x10, 0x08}},
+		{"linux write protect probe", modeSense6(false, 0, 0x3F, 0, 4), []byte{0x43, 0x00, 0x10, 0x08}},
 		{"page 00h: header and block descriptor", modeSense6(false, 0, 0x00, 0, 255),
 			cat([]byte{0x0B, 0x00, 0x10, 0x08}, shortBD)},
 		{"page 00h DBD", modeSense6(true, 0, 0x00, 0, 255), []byte{0x03, 0x00, 0x10, 0x00}},
@@ -102,9 +109,9 @@ func TestModeSense(t *testing.T) {
 		{"10: control changeable", modeSense10(true, false, 1, 0x0A, 0, 512),
 			cat([]byte{0x00, 0x12, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00}, controlChangeable)},
 		{"10: all pages", modeSense10(false, false, 0, 0x3F, 0, 512),
-			cat([]byte{0x00, 0x3A, 0x00, 0x10, 0x00, 0x00, 0x00, 0x08}, shortBD, cachingCurrent, controlCurrent, iecCurrent)},
+			cat([]byte{0x00, 0x46, 0x00, 0x10, 0x00, 0x00, 0x00, 0x08}, shortBD, rwErrorRecovery, cachingCurrent, controlCurrent, iecCurrent)},
 		{"10: 8-byte probe", modeSense10(false, false, 0, 0x3F, 0, 8),
-			[]byte{0x00, 0x3A, 0x00, 0x10, 0x00, 0x00, 0x00, 0x08}},
+			[]byte{0x00, 0x46, 0x00, 0x10, 0x00, 0x00, 0x00, 0x08}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := run(m, testNexus, 0, tc.cdb, nil, 512)
@@ -124,7 +131,8 @@ func TestModeSenseErrors(t *testing.T) {
 	}{
 		{"saved values", modeSense6(false, 3, 0x08, 0, 255), ReasonSavingParametersNotSupported, 2, 7},
 		{"saved values, all pages", modeSense10(false, false, 3, 0x3F, 0, 512), ReasonSavingParametersNotSupported, 2, 7},
-		{"unsupported page 01h", modeSense6(false, 0, 0x01, 0, 255), ReasonInvalidFieldInCDB, 2, 5},
+		{"unsupported page 02h", modeSense6(false, 0, 0x02, 0, 255), ReasonInvalidFieldInCDB, 2, 5},
+		{"read-write error recovery subpage 01h", modeSense6(false, 0, 0x01, 0x01, 255), ReasonInvalidFieldInCDB, 3, -1},
 		{"unsupported page 03h", modeSense6(false, 0, 0x03, 0, 255), ReasonInvalidFieldInCDB, 2, 5},
 		{"unsupported page 19h", modeSense10(false, false, 0, 0x19, 0, 512), ReasonInvalidFieldInCDB, 2, 5},
 		{"linux I/O hints subpage 0Ah/05h", modeSense10(false, false, 0, 0x0A, 0x05, 512), ReasonInvalidFieldInCDB, 3, -1},
@@ -146,7 +154,7 @@ func TestModeSenseWriteProtect(t *testing.T) {
 	t.Run("read-only logical unit", func(t *testing.T) {
 		_, m := readyMap(t, func(cfg *Config) { cfg.ReadOnly = true })
 		c := run(m, testNexus, 0, modeSense6(true, 0, 0x3F, 0, 4), nil, 4)
-		requireData(t, c, []byte{0x2F, 0x00, 0x90, 0x00}, 4)
+		requireData(t, c, []byte{0x3B, 0x00, 0x90, 0x00}, 4)
 	})
 	t.Run("read-only mapping", func(t *testing.T) {
 		lu := newTestLU(t, 1000, 512, nil)
@@ -154,10 +162,10 @@ func TestModeSenseWriteProtect(t *testing.T) {
 		require.NoError(t, err)
 		clearPowerOnUA(t, m, testNexus)
 		c := run(m, testNexus, 1, modeSense10(true, false, 0, 0x3F, 0, 8), nil, 8)
-		requireData(t, c, []byte{0x00, 0x32, 0x00, 0x90, 0x00, 0x00, 0x00, 0x00}, 8)
+		requireData(t, c, []byte{0x00, 0x3E, 0x00, 0x90, 0x00, 0x00, 0x00, 0x00}, 8)
 		// The same logical unit through the writable mapping.
 		c = run(m, testNexus, 0, modeSense10(true, false, 0, 0x3F, 0, 8), nil, 8)
-		requireData(t, c, []byte{0x00, 0x32, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00}, 8)
+		requireData(t, c, []byte{0x00, 0x3E, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00}, 8)
 	})
 }
 
@@ -244,7 +252,7 @@ func TestModeSelect(t *testing.T) {
 
 	t.Run("several pages in one list", func(t *testing.T) {
 		lu, m := readyMap(t, nil)
-		param := cat([]byte{0x00, 0x00, 0x00, 0x00}, cachingNoWCE, controlDSensePage, iecCurrent)
+		param := cat([]byte{0x00, 0x00, 0x00, 0x00}, rwErrorRecovery, cachingNoWCE, controlDSensePage, iecCurrent)
 		requireGood(t, run(m, testNexus, 0, modeSelect6(true, false, byte(len(param))), param, 0))
 		require.False(t, lu.writeCacheEnabled())
 		require.True(t, lu.descriptorSense())
@@ -316,7 +324,9 @@ func TestModeSelectErrors(t *testing.T) {
 		{"long block count changes", modeSelect10(24), cat([]byte{0, 0, 0, 0, 0x01, 0, 0, 0x10}, []byte{0, 0, 0, 1, 0, 0, 0x03, 0xE8, 0, 0, 0, 0, 0, 0, 0x02, 0}), ReasonInvalidFieldInParameterList, false, 8, -1, false},
 		{"long block descriptor reserved", modeSelect10(24), cat([]byte{0, 0, 0, 0, 0x01, 0, 0, 0x10}, []byte{0, 0, 0, 0, 0, 0, 0x03, 0xE8, 0, 0, 0x01, 0, 0, 0, 0x02, 0}), ReasonInvalidFieldInParameterList, false, 18, -1, false},
 		{"long block length changes", modeSelect10(24), cat([]byte{0, 0, 0, 0, 0x01, 0, 0, 0x10}, []byte{0, 0, 0, 0, 0, 0, 0x03, 0xE8, 0, 0, 0, 0, 0, 0, 0x10, 0}), ReasonInvalidFieldInParameterList, false, 20, -1, false},
-		{"unsupported page 01h", modeSelect6(true, false, 16), cat(hdr6, []byte{0x01, 0x0A}, zeros(10)), ReasonInvalidFieldInParameterList, false, 4, 5, false},
+		{"unsupported page 02h", modeSelect6(true, false, 20), cat(hdr6, []byte{0x02, 0x0E}, zeros(14)), ReasonInvalidFieldInParameterList, false, 4, 5, false},
+		{"read-write error recovery AWRE", modeSelect6(true, false, 16), cat(hdr6, []byte{0x01, 0x0A, 0x80}, zeros(9)), ReasonInvalidFieldInParameterList, false, 6, 7, false},
+		{"read-write error recovery READ RETRY COUNT", modeSelect6(true, false, 16), cat(hdr6, []byte{0x01, 0x0A, 0x00, 0x05}, zeros(8)), ReasonInvalidFieldInParameterList, false, 7, 2, false},
 		{"PS bit", modeSelect6(true, false, 24), cat(hdr6, []byte{0x88, 0x12}, zeros(18)), ReasonInvalidFieldInParameterList, false, 4, 7, false},
 		{"SPF bit", modeSelect6(true, false, 24), cat(hdr6, []byte{0x48, 0x12}, zeros(18)), ReasonInvalidFieldInParameterList, false, 4, 6, false},
 		{"wrong page length", modeSelect6(true, false, 22), cat(hdr6, []byte{0x08, 0x10}, zeros(16)), ReasonInvalidFieldInParameterList, false, 5, -1, false},

@@ -14,7 +14,9 @@ const (
 	opWrite10            = 0x2A
 	opWriteAndVerify10   = 0x2E
 	opVerify10           = 0x2F
+	opPreFetch10         = 0x34
 	opSynchronizeCache   = 0x35
+	opReadDefectData10   = 0x37
 	opWriteSame10        = 0x41
 	opUnmap              = 0x42
 	opRead16             = 0x88
@@ -22,10 +24,14 @@ const (
 	opWrite16            = 0x8A
 	opWriteAndVerify16   = 0x8E
 	opVerify16           = 0x8F
+	opPreFetch16         = 0x90
 	opSynchronizeCache16 = 0x91
 	opWriteSame16        = 0x93
 	opRead12             = 0xA8
 	opWrite12            = 0xAA
+	opWriteAndVerify12   = 0xAE
+	opVerify12           = 0xAF
+	opReadDefectData12   = 0xB7
 )
 
 // sbcCommands are the block commands (SBC-3) of a direct-access logical unit.
@@ -62,12 +68,18 @@ var sbcCommands = []opInfo{
 	{name: "WRITE AND VERIFY(10)", opcode: opWriteAndVerify10, cdbLength: 10,
 		usage: []byte{opWriteAndVerify10, 0xF2, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0xFF, 0xFF, 0x07},
 		flags: opWritesMedium, run: writeAndVerify10},
+	{name: "WRITE AND VERIFY(12)", opcode: opWriteAndVerify12, cdbLength: 12,
+		usage: []byte{opWriteAndVerify12, 0xF2, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
+		flags: opWritesMedium, run: writeAndVerify12},
 	{name: "WRITE AND VERIFY(16)", opcode: opWriteAndVerify16, cdbLength: 16,
 		usage: []byte{opWriteAndVerify16, 0xF2, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
 		flags: opWritesMedium, run: writeAndVerify16},
 	{name: "VERIFY(10)", opcode: opVerify10, cdbLength: 10,
 		usage: []byte{opVerify10, 0xF6, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0xFF, 0xFF, 0x07},
 		flags: opPRReads, run: verify10},
+	{name: "VERIFY(12)", opcode: opVerify12, cdbLength: 12,
+		usage: []byte{opVerify12, 0xF6, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
+		flags: opPRReads, run: verify12},
 	{name: "VERIFY(16)", opcode: opVerify16, cdbLength: 16,
 		usage: []byte{opVerify16, 0xF6, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
 		flags: opPRReads, run: verify16},
@@ -92,6 +104,19 @@ var sbcCommands = []opInfo{
 	{name: "START STOP UNIT", opcode: opStartStopUnit, cdbLength: 6,
 		usage: []byte{opStartStopUnit, 0x01, 0x00, 0x0F, 0xF7, 0x07},
 		flags: opPRByCDB, run: startStopUnit},
+	// PRE-FETCH, READ DEFECT DATA and GET LBA STATUS read what the medium holds or how it is
+	// laid out: under a persistent reservation they are treated as reads (opPRReads), a
+	// non-holder may run them under write exclusive and not under exclusive access.
+	{name: "PRE-FETCH(10)", opcode: opPreFetch10, cdbLength: 10,
+		usage: usagePreFetch10, flags: opPRReads, run: preFetch10},
+	{name: "PRE-FETCH(16)", opcode: opPreFetch16, cdbLength: 16,
+		usage: usagePreFetch16, flags: opPRReads, run: preFetch16},
+	{name: "READ DEFECT DATA(10)", opcode: opReadDefectData10, cdbLength: 10,
+		usage: usageReadDefectData10, flags: opPRReads, run: readDefectData10},
+	{name: "READ DEFECT DATA(12)", opcode: opReadDefectData12, cdbLength: 12,
+		usage: usageReadDefectData12, flags: opPRReads, run: readDefectData12},
+	{name: "GET LBA STATUS", opcode: opServiceActionIn16, serviceAction: saGetLBAStatus, hasSA: true,
+		cdbLength: 16, usage: usageGetLBAStatus, flags: opPRReads, run: getLBAStatus},
 }
 
 // Bits of byte 1 shared by the READ, WRITE, VERIFY and COMPARE AND WRITE CDBs (SBC-3).

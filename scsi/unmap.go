@@ -21,6 +21,9 @@ const (
 	// bound of its own: large enough that a big volume takes few commands, small enough that
 	// one command finishes well inside the initiator's timeout.
 	unmapByteLimit = 1 << 30
+	// unmapBlockLimit bounds MAXIMUM UNMAP LBA COUNT in blocks, whatever the block size: common
+	// tools (sg_unmap, blkdiscard through sd) expect at most 1 Mi blocks per command.
+	unmapBlockLimit = 1 << 20
 )
 
 // supportsUnmap reports whether the logical unit implements UNMAP and WRITE SAME with UNMAP
@@ -38,12 +41,13 @@ func (lu *LogicalUnit) maxUnmapDescriptors() uint32 {
 }
 
 // maxUnmapBlocks is MAXIMUM UNMAP LBA COUNT (VPD page 0xB0 bytes 20-23): the most blocks all the
-// descriptors of one UNMAP may cover together, 0 when UNMAP is not supported.
+// descriptors of one UNMAP may cover together (the backstore's zeroing bound, at most
+// unmapBlockLimit), 0 when UNMAP is not supported.
 func (lu *LogicalUnit) maxUnmapBlocks() uint32 {
 	if !lu.supportsUnmap() {
 		return 0
 	}
-	return uint32(min(lu.zeroingLimitBlocks(), 0xFFFFFFFF))
+	return uint32(min(lu.zeroingLimitBlocks(), unmapBlockLimit))
 }
 
 // zeroingLimitBlocks is the most blocks one UNMAP or WRITE SAME covers: unmapByteLimit, or the
@@ -72,7 +76,9 @@ func (lu *LogicalUnit) zeroingLimitBlocks() uint64 {
 //   - more descriptors, or more blocks in total, than VPD page 0xB0 advertises is INVALID FIELD
 //     IN PARAMETER LIST (pointing at the descriptor data length, or at the NUMBER OF LOGICAL
 //     BLOCKS of the descriptor that went over);
-//   - a descriptor outside the medium is LOGICAL BLOCK ADDRESS OUT OF RANGE.
+//   - a descriptor outside the medium is LOGICAL BLOCK ADDRESS OUT OF RANGE: SBC-4 5.31 names
+//     the case where the LBA plus the NUMBER OF LOGICAL BLOCKS exceeds the capacity, so a
+//     descriptor of zero blocks at the capacity (LBA = number of blocks) is not one.
 func unmap(lu *LogicalUnit, c *Command) {
 	if !lu.supportsUnmap() {
 		c.invalidOpcode()
@@ -126,7 +132,7 @@ func unmap(lu *LogicalUnit, c *Command) {
 			c.invalidParamField(unmapHeaderLen+i*unmapDescriptorLen+8, -1)
 			return
 		}
-		if !lu.lbaInRange(lba, n) {
+		if lba > lu.Blocks() || n > lu.Blocks()-lba {
 			c.fail(ReasonLBAOutOfRange)
 			return
 		}

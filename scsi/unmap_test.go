@@ -119,12 +119,12 @@ func TestUnmapErrors(t *testing.T) {
 			invalidParam(0, -1)},
 		{"257 descriptors", len(tooMany), tooMany, invalidParam(2, -1)},
 		{"too many blocks in one descriptor", 24,
-			// 0x200001 blocks: one more than 1 GiB of 512-byte blocks.
-			[]byte{0x00, 0x16, 0x00, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x00, 0x20, 0x00, 0x01, 0, 0, 0, 0},
+			// 0x100001 blocks: one more than MAXIMUM UNMAP LBA COUNT, 1 Mi blocks.
+			[]byte{0x00, 0x16, 0x00, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x00, 0x10, 0x00, 0x01, 0, 0, 0, 0},
 			invalidParam(16, -1)},
 		{"too many blocks in total", 40,
 			[]byte{0x00, 0x26, 0x00, 0x20, 0, 0, 0, 0,
-				0, 0, 0, 0, 0, 0, 0, 0, 0x00, 0x1F, 0xFF, 0xFF, 0, 0, 0, 0,
+				0, 0, 0, 0, 0, 0, 0, 0, 0x00, 0x0F, 0xFF, 0xFF, 0, 0, 0, 0,
 				0, 0, 0, 0, 0, 0, 0, 0, 0x00, 0x00, 0x00, 0x02, 0, 0, 0, 0},
 			invalidParam(32, -1)},
 		{"descriptor past the end", 40,
@@ -137,8 +137,14 @@ func TestUnmapErrors(t *testing.T) {
 				0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x02, 0, 0, 0, 0},
 			lbaOutOfRange},
 		{"empty descriptor past the end", 24,
+			// LBA 0x400001, one past the capacity (0x400000 blocks); at the capacity
+			// itself an empty descriptor is good (TestUnmapNoOps).
 			[]byte{0x00, 0x16, 0x00, 0x10, 0, 0, 0, 0,
-				0, 0, 0, 0, 0, 0x40, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0, 0, 0, 0},
+				0, 0, 0, 0, 0, 0x40, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0, 0, 0, 0},
+			lbaOutOfRange},
+		{"descriptor at the capacity with blocks", 24,
+			[]byte{0x00, 0x16, 0x00, 0x10, 0, 0, 0, 0,
+				0, 0, 0, 0, 0, 0x40, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0, 0, 0, 0},
 			lbaOutOfRange},
 	}
 	for _, tt := range tests {
@@ -166,6 +172,10 @@ func TestUnmapNoOps(t *testing.T) {
 	checkGood(t, exec(m, unmapCDB(0), make([]byte, 24), 0))
 	checkGood(t, exec(m, unmapCDB(8), []byte{0x00, 0x06, 0x00, 0x00, 0, 0, 0, 0}, 0))
 	checkGood(t, exec(m, unmapCDB(24), unmapList([2]uint64{5, 0}), 0))
+	// A descriptor of zero blocks at LBA 64, the
+	// capacity, is in range (SBC-4: only LBA + NUMBER OF LOGICAL BLOCKS beyond the capacity is
+	// an error), next to one that unmaps nothing either.
+	checkGood(t, exec(m, unmapCDB(40), unmapList([2]uint64{64, 0}, [2]uint64{63, 0}), 0))
 	// A list of 24 bytes of which only the header is in the parameter list length.
 	checkGood(t, exec(m, unmapCDB(8), []byte{0x00, 0x06, 0x00, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0}, 0))
 	require.Empty(t, rec.take())
@@ -189,19 +199,27 @@ func TestUnmapNotSupported(t *testing.T) {
 func TestUnmapLimits(t *testing.T) {
 	thin := func(c *Config) { c.ThinProvisioning = true }
 	lu, _, _ := newMemLU(t, 64, 512, thin)
-	require.Equal(t, uint32(0x200000), lu.maxUnmapBlocks())
+	require.Equal(t, uint32(0x100000), lu.maxUnmapBlocks(), "1 Mi blocks, although 1 GiB is 2 Mi")
 	require.Equal(t, uint32(256), lu.maxUnmapDescriptors())
-	require.Equal(t, uint64(0x200000), lu.maxWriteSameBlocks())
+	require.Equal(t, uint64(0x200000), lu.maxWriteSameBlocks(), "1 GiB: no transfer limit")
 	require.True(t, lu.supportsUnmap())
 
 	lu, _, _ = newMemLU(t, 64, 4096, thin)
 	require.Equal(t, uint32(0x40000), lu.maxUnmapBlocks())
 	require.Equal(t, uint64(0x40000), lu.maxWriteSameBlocks())
 
+	// MAXIMUM WRITE SAME LENGTH stays within MAXIMUM TRANSFER LENGTH, and a WRITE SAME one
+	// block longer is refused.
+	lu, m, _ := newMemLU(t, 64, 512, func(c *Config) { c.ThinProvisioning = true; c.MaxTransferBytes = 16 << 10 })
+	require.Equal(t, uint64(32), lu.maxWriteSameBlocks())
+	require.Equal(t, uint32(0x100000), lu.maxUnmapBlocks(), "UNMAP moves no data: the transfer limit does not bound it")
+	checkGood(t, exec(m, cdb16(0x93, 0, 0, 32), make([]byte, 512), 0))
+	checkSense(t, exec(m, cdb16(0x93, 0, 0, 33), make([]byte, 512), 0), invalidCDB(10, -1))
+
 	mem, err := backstore.NewMemory(64*512, 512)
 	require.NoError(t, err)
 	caps := &capsStore{Backstore: mem, caps: backstore.Capabilities{Unmap: true, UnmapZeroes: true, MaxUnmapBytes: 64 << 10}}
-	lu, m := newLUOver(t, caps, thin)
+	lu, m = newLUOver(t, caps, thin)
 	require.Equal(t, uint32(128), lu.maxUnmapBlocks())
 	require.Equal(t, uint64(128), lu.maxWriteSameBlocks())
 	list := unmapList([2]uint64{0, 64}, [2]uint64{0, 65})

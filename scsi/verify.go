@@ -27,12 +27,13 @@ var scratchPool = sync.Pool{New: func() any { return new([scratchSize]byte) }}
 func getScratch() *[scratchSize]byte  { return scratchPool.Get().(*[scratchSize]byte) }
 func putScratch(b *[scratchSize]byte) { scratchPool.Put(b) }
 
-// verify10 and verify16 are VERIFY(10/16). VRPROTECT must be zero, DPO is accepted, byte 1 bit 3
+// verify10, verify12 and verify16 are VERIFY(10/12/16). VRPROTECT must be zero, DPO is accepted, byte 1 bit 3
 // is reserved and BYTCHK 10b is reserved. The VERIFICATION LENGTH may be zero (nothing to do).
 // BYTCHK 11b compares one block of data-out with every block; a miscompare then reports in
 // INFORMATION the offset into the range, as if the block had been sent once per block (block
 // index × block size + byte), which names both the block and the byte.
 func verify10(lu *LogicalUnit, c *Command) { lu.verifyN(c) }
+func verify12(lu *LogicalUnit, c *Command) { lu.verifyN(c) }
 func verify16(lu *LogicalUnit, c *Command) { lu.verifyN(c) }
 
 func (lu *LogicalUnit) verifyN(c *Command) {
@@ -76,12 +77,13 @@ func (lu *LogicalUnit) verifyN(c *Command) {
 	lu.verifyRange(c, b.lba, uint64(b.blocks), bytchk, c.DataOut)
 }
 
-// writeAndVerify10 and writeAndVerify16 are WRITE AND VERIFY(10/16): the data is written through
+// writeAndVerify10, writeAndVerify12 and writeAndVerify16 are WRITE AND VERIFY(10/12/16): the data is written through
 // to stable storage and read back; with BYTCHK 1 what is read back is compared with the data-out
 // buffer. WRPROTECT must be zero; byte 1 bit 3 is reserved (there is no FUA: the write is always
 // forced), and bit 2 is reserved (the high bit of SBC-4's two-bit BYTCHK, whose values 10b and
 // 11b this device server does not support).
 func writeAndVerify10(lu *LogicalUnit, c *Command) { lu.writeAndVerifyN(c) }
+func writeAndVerify12(lu *LogicalUnit, c *Command) { lu.writeAndVerifyN(c) }
 func writeAndVerify16(lu *LogicalUnit, c *Command) { lu.writeAndVerifyN(c) }
 
 func (lu *LogicalUnit) writeAndVerifyN(c *Command) {

@@ -11,6 +11,7 @@ const (
 	vpdSupportedPages             = 0x00
 	vpdUnitSerialNumber           = 0x80
 	vpdDeviceIdentification       = 0x83
+	vpdExtendedInquiryData        = 0x86
 	vpdBlockLimits                = 0xB0
 	vpdBlockDeviceCharacteristics = 0xB1
 	vpdLogicalBlockProvisioning   = 0xB2
@@ -63,6 +64,8 @@ func vpdInquiry(lu *LogicalUnit, c *Command, page byte, alloc int) {
 		n = copy(buf[4:], lu.cfg.Serial)
 	case page == vpdDeviceIdentification:
 		n = lu.vpdDeviceIdentification(c, buf[:])
+	case page == vpdExtendedInquiryData:
+		n = vpdExtendedInquiry(buf[:])
 	case page == vpdBlockLimits:
 		n = lu.vpdBlockLimits(buf[:])
 	case page == vpdBlockDeviceCharacteristics:
@@ -82,7 +85,7 @@ func vpdInquiry(lu *LogicalUnit, c *Command, page byte, alloc int) {
 // must never appear: it makes Linux treat the device as a SATL.
 func (lu *LogicalUnit) vpdSupportedPages(buf []byte) int {
 	pages := [...]byte{vpdSupportedPages, vpdUnitSerialNumber, vpdDeviceIdentification,
-		vpdBlockLimits, vpdBlockDeviceCharacteristics, vpdLogicalBlockProvisioning}
+		vpdExtendedInquiryData, vpdBlockLimits, vpdBlockDeviceCharacteristics, vpdLogicalBlockProvisioning}
 	n := len(pages)
 	if !lu.supportsUnmap() {
 		n--
@@ -199,6 +202,29 @@ func hexDigit(ch byte) (byte, bool) {
 	return 0, false
 }
 
+// Bits of the extended INQUIRY data page (SPC-4 7.8.7).
+const (
+	extInqHeadSup = 0x04 // byte 5: HEAD OF QUEUE task attribute supported
+	extInqOrdSup  = 0x02 // byte 5: ORDERED
+	extInqSimpSup = 0x01 // byte 5: SIMPLE
+	extInqVSup    = 0x01 // byte 6: V_SUP, a volatile cache
+)
+
+// vpdExtendedInquiry writes the extended INQUIRY data page (SPC-4 7.8.7), page length 3Ch:
+//   - HEADSUP, ORDSUP and SIMPSUP: the task set honours the three task attributes
+//     (taskset.go); ACA is not one of them (NORMACA is 0);
+//   - V_SUP: there is a volatile cache, the one the caching mode page's WCE turns on, which
+//     SYNCHRONIZE CACHE empties; NV_SUP 0, there is no non-volatile one;
+//   - MAXIMUM SUPPORTED SENSE DATA LENGTH: MaxSenseLength;
+//   - everything else 0: no protection information (SPT, GRD_CHK, APP_CHK, REF_CHK), no
+//     group numbers or priorities (GROUP_SUP, PRIOR_SUP), no microcode download, no self-test.
+func vpdExtendedInquiry(buf []byte) int {
+	buf[5] = extInqHeadSup | extInqOrdSup | extInqSimpSup
+	buf[6] = extInqVSup
+	buf[13] = MaxSenseLength
+	return 0x3C
+}
+
 // vpdBlockLimits writes the block limits page (SBC-3 6.5.3) with page length 3Ch, the length
 // Linux needs before it reads the unmap and write same fields. The limits come from the same
 // functions the SBC handlers enforce them with (maxCompareAndWriteBlocks, maxUnmapBlocks,
@@ -210,22 +236,35 @@ func (lu *LogicalUnit) vpdBlockLimits(buf []byte) int {
 	binary.BigEndian.PutUint16(buf[6:], uint16(min(perPhysical, 0xFFFF))) // OPTIMAL TRANSFER LENGTH GRANULARITY
 	binary.BigEndian.PutUint32(buf[8:], lu.cfg.MaxTransferBytes>>lu.blockShift)
 	binary.BigEndian.PutUint32(buf[12:], lu.cfg.OptimalTransferBytes>>lu.blockShift)
-	// 16..19 MAXIMUM PREFETCH LENGTH: 0, PRE-FETCH is not supported.
+	// 16..19 MAXIMUM PREFETCH LENGTH: 0, no limit: PRE-FETCH takes any range of the medium.
 	if lu.supportsUnmap() {
 		binary.BigEndian.PutUint32(buf[20:], lu.maxUnmapBlocks())
 		binary.BigEndian.PutUint32(buf[24:], lu.maxUnmapDescriptors())
-		binary.BigEndian.PutUint32(buf[28:], perPhysical) // OPTIMAL UNMAP GRANULARITY
+		binary.BigEndian.PutUint32(buf[28:], lu.optimalUnmapGranularity())
 	}
 	// 32..35 UGAVALID 0 and UNMAP GRANULARITY ALIGNMENT 0: LBA 0 is aligned.
 	binary.BigEndian.PutUint64(buf[36:], lu.maxWriteSameBlocks())
 	return 0x3C
 }
 
+// optimalUnmapGranularity is OPTIMAL UNMAP GRANULARITY (VPD page 0xB0 bytes 28-31), in
+// logical blocks: the physical block, or the backstore's own unit of deallocation when that is
+// larger (a file's filesystem block). Linux rounds its discards to it, so that a file system
+// with 4 KiB blocks on a LUN of 512-byte blocks has its discards free space instead of having
+// the parts of filesystem blocks that a hole cannot cover zeroed.
+func (lu *LogicalUnit) optimalUnmapGranularity() uint32 {
+	perPhysical := lu.bs.PhysicalBlockSize() >> lu.blockShift
+	g := lu.bs.Capabilities().UnmapGranularity >> lu.blockShift
+	return uint32(max(uint64(perPhysical), uint64(min(g, 1<<20))))
+}
+
 // vpdBlockDeviceCharacteristics writes the block device characteristics page (SBC-3 6.5.2).
 // A MEDIUM ROTATION RATE of 1 tells Linux the disk is not rotational; 0 means not reported.
-// NOMINAL FORM FACTOR is 0 (not reported).
+// The medium is non-rotational when the configuration says so or the backstore does (RAM, or a
+// file or block device on a disk whose queue/rotational is 0). NOMINAL FORM FACTOR is 0 (not
+// reported).
 func (lu *LogicalUnit) vpdBlockDeviceCharacteristics(buf []byte) int {
-	if lu.cfg.NonRotational {
+	if lu.cfg.NonRotational || lu.bs.Capabilities().NonRotational {
 		binary.BigEndian.PutUint16(buf[4:], 1)
 	}
 	return 0x3C

@@ -1,6 +1,8 @@
 package scsi
 
 import (
+	"encoding/binary"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -62,9 +64,19 @@ func TestVPDPages(t *testing.T) {
 		want []byte
 	}{
 		{"supported pages", nil, 0x00,
-			[]byte{0x00, 0x00, 0x00, 0x05, 0x00, 0x80, 0x83, 0xB0, 0xB1}},
+			[]byte{0x00, 0x00, 0x00, 0x06, 0x00, 0x80, 0x83, 0x86, 0xB0, 0xB1}},
 		{"supported pages, thin", thin, 0x00,
-			[]byte{0x00, 0x00, 0x00, 0x06, 0x00, 0x80, 0x83, 0xB0, 0xB1, 0xB2}},
+			[]byte{0x00, 0x00, 0x00, 0x07, 0x00, 0x80, 0x83, 0x86, 0xB0, 0xB1, 0xB2}},
+		{"extended inquiry data", nil, 0x86, cat(
+			[]byte{0x00, 0x86, 0x00, 0x3C},
+			[]byte{0x00}, // no protection information
+			[]byte{0x07}, // HEADSUP, ORDSUP, SIMPSUP
+			[]byte{0x01}, // V_SUP
+			zeros(5),     // bytes 7-11: P_I_I_SUP, LUICLR, R_SUP, CBCS, microcode, self-test minutes: 0
+			[]byte{0x00}, // POA_SUP, HRA_SUP, VSA_SUP
+			[]byte{32},   // MAXIMUM SUPPORTED SENSE DATA LENGTH
+			zeros(50),
+		)},
 		{"unit serial number", nil, 0x80,
 			cat([]byte{0x00, 0x80, 0x00, 0x0D}, []byte("a1b2c3d4-0001"))},
 		{"device identification", nil, 0x83, devIDTestLU},
@@ -96,9 +108,15 @@ func TestVPDPages(t *testing.T) {
 			[]byte{0, 0, 0, 0, 0x00, 0x02, 0x00, 0x00},
 			zeros(20),
 		)},
-		{"block device characteristics, rotational", nil, 0xB1,
+		{"block device characteristics, rotation not known", withGeometry(512, backstore.Capabilities{}), 0xB1,
 			cat([]byte{0x00, 0xB1, 0x00, 0x3C, 0x00, 0x00}, zeros(58))},
-		{"block device characteristics, non-rotational", func(cfg *Config) { cfg.NonRotational = true }, 0xB1,
+		{"block device characteristics, non-rotational by configuration", func(cfg *Config) {
+			withGeometry(512, backstore.Capabilities{})(cfg)
+			cfg.NonRotational = true
+		}, 0xB1, cat([]byte{0x00, 0xB1, 0x00, 0x3C, 0x00, 0x01}, zeros(58))},
+		{"block device characteristics, non-rotational backstore", withGeometry(512, backstore.Capabilities{NonRotational: true}), 0xB1,
+			cat([]byte{0x00, 0xB1, 0x00, 0x3C, 0x00, 0x01}, zeros(58))},
+		{"block device characteristics, memory", nil, 0xB1,
 			cat([]byte{0x00, 0xB1, 0x00, 0x3C, 0x00, 0x01}, zeros(58))},
 		{"logical block provisioning, unmapped blocks read zero", thin, 0xB2,
 			[]byte{0x00, 0xB2, 0x00, 0x04, 0x00, 0xE4, 0x02, 0x00}},
@@ -137,10 +155,35 @@ func TestVPDPages(t *testing.T) {
 			[]byte{0x00, 0x00, 0x01, 0x00}, // 256 descriptors
 			[]byte{0x00, 0x00, 0x00, 0x01}, // OPTIMAL UNMAP GRANULARITY
 			zeros(4),
-			[]byte{0, 0, 0, 0, 0x00, 0x04, 0x00, 0x00},
+			[]byte{0, 0, 0, 0, 0x00, 0x00, 0x01, 0x00}, // MAXIMUM WRITE SAME LENGTH = MAXIMUM TRANSFER LENGTH
 			zeros(20),
 		), 64)
 	})
+
+	// OPTIMAL UNMAP GRANULARITY: the backstore's unit of deallocation (a file's filesystem
+	// block) in logical blocks when it is larger than the physical block.
+	for _, tc := range []struct {
+		pbs  uint32
+		gran int64
+		want uint32
+	}{
+		{512, 0, 1},
+		{512, 4096, 8},
+		{4096, 4096, 8},
+		{4096, 1024, 8},
+		{512, 64 << 10, 128},
+		{512, 1 << 40, 1 << 20},
+	} {
+		t.Run(fmt.Sprintf("optimal unmap granularity, pbs %d, unmap granularity %d", tc.pbs, tc.gran), func(t *testing.T) {
+			_, m := readyMap(t, func(cfg *Config) {
+				withGeometry(tc.pbs, backstore.Capabilities{Unmap: true, UnmapZeroes: true, UnmapGranularity: tc.gran})(cfg)
+				cfg.ThinProvisioning = true
+			})
+			c := run(m, testNexus, 0, vpdCDB(0xB0, 64), nil, 64)
+			requireGood(t, c)
+			require.Equal(t, tc.want, binary.BigEndian.Uint32(data(c)[28:32]))
+		})
+	}
 }
 
 func TestVPDTruncation(t *testing.T) {

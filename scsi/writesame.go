@@ -8,10 +8,18 @@ import (
 // WRITE SAME(10/16) (SBC-3).
 
 // maxWriteSameBlocks is MAXIMUM WRITE SAME LENGTH (VPD page 0xB0 bytes 36-43): the most blocks one
-// WRITE SAME may cover, the same bound as one UNMAP (Linux zeroes and discards through WRITE SAME
-// in pieces of this size). WSNZ is 1 in VPD page 0xB0: a NUMBER OF LOGICAL BLOCKS of zero ("to
-// the end of the medium") is refused.
-func (lu *LogicalUnit) maxWriteSameBlocks() uint64 { return lu.zeroingLimitBlocks() }
+// WRITE SAME may cover, the same bound as one backstore zeroing call (Linux zeroes and discards
+// through WRITE SAME in pieces of this size), and no more than MAXIMUM TRANSFER LENGTH: hosts
+// that check a WRITE SAME read the range back with one READ, which must be allowed (LIO
+// reports 65535 blocks). WSNZ is 1 in VPD page 0xB0: a NUMBER OF LOGICAL
+// BLOCKS of zero ("to the end of the medium") is refused.
+func (lu *LogicalUnit) maxWriteSameBlocks() uint64 {
+	n := lu.zeroingLimitBlocks()
+	if m := lu.cfg.MaxTransferBytes; m != 0 {
+		n = min(n, max(uint64(m)>>lu.blockShift, 1))
+	}
+	return n
+}
 
 // zeroBlock is compared with the data-out block to find writes of zeroes.
 var zeroBlock [4096]byte

@@ -298,6 +298,27 @@ func (s *sharedStore) Refresh() (int64, error) {
 	return s.Backstore.Refresh()
 }
 
+// Mapping implements backstore.Mapper for GET LBA STATUS: the store's own map where it keeps
+// one (file, memory), and every block mapped for one that does not (null), which is what the
+// SCSI layer assumes of a store without a map.
+func (s *sharedStore) Mapping(off, limit int64) (bool, int64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return false, 0, fmt.Errorf("%v: %w", s.key, backstore.ErrClosed)
+	}
+	if m, ok := s.Backstore.(backstore.Mapper); ok {
+		return m.Mapping(off, limit)
+	}
+	size := s.Backstore.Size()
+	if off < 0 || off >= size || limit <= 0 {
+		return false, 0, fmt.Errorf("%v: mapping of %d bytes at %d: %w", s.key, limit, off, backstore.ErrOutOfRange)
+	}
+	return true, off + min(limit, size-off), nil
+}
+
+var _ backstore.Mapper = (*sharedStore)(nil)
+
 // Close drops one logical unit's reference. The last one starts the final flush and close.
 func (s *sharedStore) Close() error {
 	if n := s.refs.Add(-1); n > 0 {

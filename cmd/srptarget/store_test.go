@@ -43,3 +43,49 @@ func TestSharedStoreNonBlocking(t *testing.T) {
 		})
 	}
 }
+
+// TestSharedStoreMapping checks that the daemon's store wrapper passes the backstore's map on to
+// GET LBA STATUS (a wrapper that hid it would report every block of a file mapped, holes and
+// all), answers "mapped" for a store without a map, and refuses once closed.
+func TestSharedStoreMapping(t *testing.T) {
+	var closers sync.WaitGroup
+	open := func(l *LUNConfig) *sharedStore {
+		s, err := openStore(l, zap.NewNop(), &closers)
+		require.NoError(t, err)
+		s.acquire()
+		return s
+	}
+
+	lun := func(n int) *int { return &n }
+	mem := open(&LUNConfig{LUN: lun(0), Backstore: "memory", Size: 4 << 20, BlockSize: 512})
+	require.NoError(t, mem.WriteAt(make([]byte, 512), 1<<20, false))
+	for _, c := range []struct {
+		off    int64
+		mapped bool
+		end    int64
+	}{{0, false, 1 << 20}, {1 << 20, true, 2 << 20}, {2 << 20, false, 4 << 20}} {
+		mapped, end, err := mem.Mapping(c.off, 4<<20)
+		require.NoError(t, err)
+		require.Equal(t, c.mapped, mapped, "off %d", c.off)
+		require.Equal(t, c.end, end, "off %d", c.off)
+	}
+
+	file := open(&LUNConfig{LUN: lun(1), Backstore: "file", Path: filepath.Join(t.TempDir(), "f.img"), Create: true, Size: 1 << 20, BlockSize: 4096})
+	mapped, end, err := file.Mapping(0, 1<<20)
+	require.NoError(t, err)
+	require.Equal(t, []any{false, int64(1 << 20)}, []any{mapped, end}, "a new sparse file is one hole")
+
+	null := open(&LUNConfig{LUN: lun(2), Backstore: "null", Size: 1 << 20, BlockSize: 512})
+	mapped, end, err = null.Mapping(512, 1<<30)
+	require.NoError(t, err)
+	require.Equal(t, []any{true, int64(1 << 20)}, []any{mapped, end})
+	_, _, err = null.Mapping(1<<20, 512)
+	require.ErrorIs(t, err, backstore.ErrOutOfRange)
+
+	for _, s := range []*sharedStore{mem, file, null} {
+		require.NoError(t, s.Close())
+	}
+	closers.Wait()
+	_, _, err = mem.Mapping(0, 512)
+	require.ErrorIs(t, err, backstore.ErrClosed)
+}

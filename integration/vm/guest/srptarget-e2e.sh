@@ -452,7 +452,7 @@ scsi_checks() {
 	run sg_vpd -p 0x00 "$dev" | tee $f
 	# one line per page, its sg_vpd abbreviation in brackets
 	got=$(grep -oE '\[[a-z0-9]+\]$' $f | tr -d '[]' | tr '\n' ' ')
-	want="sv sn di bl bdc "
+	want="sv sn di ei bl bdc "
 	[ "$thin" = 1 ] && want="${want}lbpv "
 	check_eq "LUN $lun VPD 0x00" "${want% }" "${got% }"
 
@@ -471,19 +471,29 @@ scsi_checks() {
 		record "LUN $lun VPD 0x83 NAA" fail "want NAA 0x$want; sysfs wwid '$wwid'"
 	fi
 
+	# Extended INQUIRY data: the three task attributes, a volatile cache.
+	f=/tmp/vpd86.txt
+	run sg_vpd -p 0x86 "$dev" | tee $f
+	check_eq "LUN $lun VPD 0x86 extended inquiry" "HEADSUP=1 ORDSUP=1 SIMPSUP=1 NV_SUP=0 V_SUP=1" \
+		"$(grep -oE '(HEADSUP|ORDSUP|SIMPSUP|NV_SUP|V_SUP)=[01]' $f | tr '\n' ' ' | sed 's/ $//')"
+
 	f=/tmp/vpdb0.txt
 	run sg_vpd -p 0xb0 "$dev" | tee $f
-	local mtl mud mul
+	local mtl mud mul mws
 	mtl=$(vpd_field $f 'Maximum transfer length')
 	mul=$(vpd_field $f 'Maximum unmap LBA count')
 	mud=$(vpd_field $f 'Maximum unmap block descriptor count')
-	want="max transfer $((MAX_TRANSFER_MIB * 1048576 / bs)) blocks"
+	mws=$(vpd_field $f 'Maximum write same length')
+	# MAXIMUM WRITE SAME LENGTH is at most MAXIMUM TRANSFER LENGTH; MAXIMUM UNMAP LBA COUNT at
+	# most 1 Mi blocks.
+	want="max transfer $((MAX_TRANSFER_MIB * 1048576 / bs)) blocks, write same $((MAX_TRANSFER_MIB * 1048576 / bs)) blocks"
 	if [ "$thin" = 1 ]; then
-		want="$want, unmap: $((1073741824 / bs)) blocks in 256 descriptors"
+		mul=${mul% blocks}
+		want="$want, unmap: $(((1073741824 / bs) < 1048576 ? 1073741824 / bs : 1048576)) blocks in 256 descriptors"
 	else
 		want="$want, unmap: 0 blocks in 0 descriptors"
 	fi
-	check_eq "LUN $lun VPD 0xb0 limits" "$want" "max transfer ${mtl% blocks} blocks, unmap: ${mul% blocks} blocks in $mud descriptors"
+	check_eq "LUN $lun VPD 0xb0 limits" "$want" "max transfer ${mtl% blocks} blocks, write same $((${mws% blocks})) blocks, unmap: ${mul% blocks} blocks in $mud descriptors"
 
 	f=/tmp/vpdb1.txt
 	run sg_vpd -p 0xb1 "$dev" | tee $f
@@ -505,6 +515,17 @@ scsi_checks() {
 		record "LUN $lun VPD 0xb2 absent" pass "not offered without thin provisioning: sg_vpd exit $vrc"
 	else
 		record "LUN $lun VPD 0xb2 absent" fail "answered although thin provisioning is off"
+	fi
+
+	# Mode page 01h, read-write error recovery: there, all zero.
+	f=/tmp/mode01.txt
+	run sg_modes -p 0x01 "$dev" >$f 2>&1
+	vrc=$?
+	cat $f
+	if [ $vrc = 0 ] && grep -qi 'error recovery' $f; then
+		record "LUN $lun mode page 0x01" pass "sg_modes -p 0x01: $(grep -i -m1 'error recovery' $f | sed 's/^ *//')"
+	else
+		record "LUN $lun mode page 0x01" fail "sg_modes exit $vrc: $(head -c 200 $f)"
 	fi
 
 	f=/tmp/cap.txt
@@ -546,6 +567,34 @@ CHECK_DETAIL="mkfs (with discard), 16 MiB + 21 small files, unmount, mount, sha2
 	check "ext4 on file LUN" ext4_check
 read -r fsize fblocks <<<"$(stat -c '%s %b' "$L1_PATH")"
 echo "$L1_PATH after ext4: $fsize bytes, $((fblocks * 512)) allocated"
+
+# ------------------------------------------------------------------ GET LBA STATUS on the file LUN
+step "blkdiscard and GET LBA STATUS on LUN 1 ($DEV1)"
+# 16 MiB of data at 400 MiB (past what ext4 and the later checks use), then blkdiscard of the
+# 8 MiB from 404 MiB: the file gets a hole of 8 MiB, and GET LBA STATUS from 400 MiB reports
+# 4 MiB mapped, 8 MiB deallocated, then mapped again from 412 MiB.
+lba_status_check() {
+	local mib=1048576 bs=$L1_BS base=400 a0 a1 got want i l n s
+	if ! run dd if=/dev/urandom of="$DEV1" bs=1M seek=$base count=16 oflag=direct conv=notrunc status=none ||
+		! a0=$(stat -c %b "$L1_PATH") ||
+		! run blkdiscard -o $(((base + 4) * mib)) -l $((8 * mib)) "$DEV1"; then
+		record "GET LBA STATUS after blkdiscard" fail "dd or blkdiscard failed"
+		return
+	fi
+	a1=$(stat -c %b "$L1_PATH")
+	run sg_get_lba_status --lba=$((base * mib / bs)) --maxlen=56 -b "$DEV1" | tee /tmp/lbas.txt
+	# -b: a descriptor a line, "0x<lba> 0x<blocks> <status> ...": LBA:blocks:status, and of
+	# the third only LBA and status (where the mapped run ends depends on the rest of the file).
+	got= i=0
+	while read -r l n s _; do
+		i=$((i + 1))
+		if [ $i -lt 3 ]; then got="$got$((l)):$((n)):$s "; else got="$got$((l)):$s"; break; fi
+	done <<<"$(grep -E '^ *0x' /tmp/lbas.txt)"
+	want="$((base * mib / bs)):$((4 * mib / bs)):0 $(((base + 4) * mib / bs)):$((8 * mib / bs)):1 $(((base + 12) * mib / bs)):0"
+	check_eq "GET LBA STATUS after blkdiscard" "descriptors (LBA:blocks:status) $want; the file freed 8 MiB" \
+		"descriptors (LBA:blocks:status) $got; the file freed $(((a0 - a1) * 512 / mib)) MiB"
+}
+lba_status_check
 
 # ------------------------------------------------------------------ fio
 step "fio: 4 KiB random writes, iodepth 32, one job per CPU, on LUN 0"
