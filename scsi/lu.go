@@ -357,6 +357,14 @@ func (lu *LogicalUnit) Execute(c *Command) {
 		c.fail(ReasonInvalidFieldInCommandIU)
 		return
 	}
+	// Then the asymmetric access state of the port the command came through (SPC-4
+	// 5.15.2.4): a standby, unavailable or transitioning port runs only the few commands an
+	// initiator needs to find a better path.
+	if st, ok := c.accessState(); ok && !st.allows(op.flags) {
+		r, _ := st.notAccessible()
+		c.fail(r)
+		return
+	}
 	if op.flags&opWriteProtected != 0 && lu.writeProtected(c) {
 		c.fail(ReasonWriteProtected)
 		return

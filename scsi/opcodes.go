@@ -18,7 +18,20 @@ const (
 	// that may not write must not change them either (WCE decides whether other initiators'
 	// writes reach stable storage before they complete).
 	opChangesModePages
+	// opAllowedInStandby marks the commands a logical unit runs through a target port in
+	// the standby asymmetric access state (SPC-4 5.15.2.4.4): INQUIRY, REPORT LUNS, REQUEST
+	// SENSE, REPORT TARGET PORT GROUPS, MODE SENSE and MODE SELECT (and persistent
+	// reservations, LOG SENSE and the diagnostics, when supported). Every other command gets
+	// NOT READY, LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE.
+	opAllowedInStandby
+	// opAllowedInUnavailable marks the commands run through a port that is unavailable or
+	// transitioning (SPC-4 5.15.2.4.5 and 5.15.2.4.6): INQUIRY, REPORT LUNS, REQUEST SENSE
+	// and REPORT TARGET PORT GROUPS. They are allowed in standby too.
+	opAllowedInUnavailable
 )
+
+// opAllowedWhenInaccessible marks the commands every access state runs.
+const opAllowedWhenInaccessible = opAllowedInStandby | opAllowedInUnavailable
 
 // opWriteProtected are the commands refused with DATA PROTECT, WRITE PROTECTED when the
 // logical unit is write-protected for the command (LogicalUnit.writeProtected: a read-only

@@ -70,6 +70,10 @@ const (
 	ReasonMediumRemovalPrevented
 	ReasonOverlappedCommandsAttempted
 	ReasonInsufficientResources
+	ReasonAsymmetricAccessStateChanged
+	ReasonLUNotAccessibleAsymmetricAccessStateTransition
+	ReasonLUNotAccessibleTargetPortInStandby
+	ReasonLUNotAccessibleTargetPortUnavailable
 	reasonCount
 )
 
@@ -112,6 +116,10 @@ var senseTable = [reasonCount]senseEntry{
 	ReasonMediumRemovalPrevented:                         {SenseIllegalRequest, 0x53, 0x02, "MEDIUM REMOVAL PREVENTED"},
 	ReasonOverlappedCommandsAttempted:                    {SenseAbortedCommand, 0x4E, 0x00, "OVERLAPPED COMMANDS ATTEMPTED"},
 	ReasonInsufficientResources:                          {SenseIllegalRequest, 0x55, 0x03, "INSUFFICIENT RESOURCES"},
+	ReasonAsymmetricAccessStateChanged:                   {SenseUnitAttention, 0x2A, 0x06, "ASYMMETRIC ACCESS STATE CHANGED"},
+	ReasonLUNotAccessibleAsymmetricAccessStateTransition: {SenseNotReady, 0x04, 0x0A, "LOGICAL UNIT NOT ACCESSIBLE, ASYMMETRIC ACCESS STATE TRANSITION"},
+	ReasonLUNotAccessibleTargetPortInStandby:             {SenseNotReady, 0x04, 0x0B, "LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE"},
+	ReasonLUNotAccessibleTargetPortUnavailable:           {SenseNotReady, 0x04, 0x0C, "LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN UNAVAILABLE STATE"},
 }
 
 // Key is the sense key the reason reports.

@@ -16,6 +16,7 @@ var uaPriority = [...]Reason{
 	ReasonBusDeviceResetFunctionOccurred,
 	ReasonITNexusLossOccurred,
 	ReasonCommandsClearedByAnotherInitiator,
+	ReasonAsymmetricAccessStateChanged,
 	ReasonModeParametersChanged,
 	ReasonCapacityDataHasChanged,
 	ReasonReportedLUNsDataHasChanged,
