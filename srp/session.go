@@ -100,7 +100,7 @@ func newSession(t *Target, key nexusKey) *session {
 	return &session{
 		t:         t,
 		key:       key,
-		nexus:     &scsi.Nexus{InitiatorPort: key.initiator.String(), Port: t.port},
+		nexus:     &scsi.Nexus{InitiatorPort: key.initiator.String(), Port: t.ports[key.target]},
 		log:       t.log.With(zap.Stringer("initiator", key.initiator)),
 		idleSince: time.Now(),
 	}
