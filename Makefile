@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    ?= ./...
 GOFILES  = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*')
 
-.PHONY: all build test check fmt-check vet unit bench bench-go fuzz clean e2e demo
+.PHONY: all build test check fmt-check vet unit bench bench-go fuzz clean e2e demo e2e-alua
 
 all: build
 
@@ -33,6 +33,11 @@ check: test build install-test nordma-test e2e stress-quick
 # serial log and the result table in SRPT_VM_DIR/logs (default /tmp/srptarget-vm). Needs root.
 e2e:
 	GO="$(GO)" integration/vm/e2e.sh
+
+# e2e-alua: ALUA in the VM: two target ports in two target port groups, sg_rtpg, dm-multipath
+# with the ALUA handler, a SIGHUP reload that swaps the groups' states and moves the I/O.
+e2e-alua:
+	GO="$(GO)" integration/vm/alua.sh
 
 # demo: the same VM with configs/demo.yaml: login, lsblk, sg_inq, a short fio run.
 demo:
