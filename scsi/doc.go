@@ -11,4 +11,6 @@
 //   - LUNMap: what one initiator sees (LUN numbers to logical units, optionally read-only), the
 //     entry point that routes a command and answers for LUNs that do not exist.
 //   - Sense data built from one table of reasons (sense.go), fixed or descriptor format.
+//   - ALUA: target port groups and their asymmetric access states (alua.go), shared by the
+//     target ports that point at it; each command is checked against its port's state.
 package scsi
