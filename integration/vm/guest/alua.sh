@@ -152,7 +152,8 @@ check_eq "scsi_dh_alua attached" "alua alua" "$(cat "/sys/block/$DA/device/dh_st
 step "multipath"
 mkdir -p /etc/multipath
 # No udev in this VM: libdevmapper makes the /dev/mapper nodes itself (DM_DISABLE_UDEV), and
-# multipath reads the WWID from sysfs (VPD page 0x83) when uid_attribute is empty.
+# multipath reads the WWID from sysfs (VPD page 0x83) when uid_attribute is empty. The
+# hardware handler is the one the kernel attached (retain_attached_hw_handler, the default).
 cat >/etc/multipath.conf <<'EOF'
 defaults {
 	user_friendly_names yes
@@ -160,7 +161,6 @@ defaults {
 	uid_attribute ""
 	path_grouping_policy group_by_prio
 	prio alua
-	hardware_handler "1 alua"
 	path_checker tur
 	failback immediate
 	no_path_retry fail
@@ -177,6 +177,7 @@ if [ -n "$MPNAME" ] && [ -b "$MPDEV" ] && grep -q "hwhandler='1 alua'" /tmp/mp1.
 	MP=1
 else
 	record "multipath -ll" fail "$(tr '\n' ' ' </tmp/mp1.txt | head -c 300)"
+	run multipath -v3 2>&1 | tail -80
 	MP=
 fi
 
