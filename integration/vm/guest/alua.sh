@@ -167,6 +167,12 @@ defaults {
 }
 EOF
 export DM_DISABLE_UDEV=1
+# multipath lists only block devices udev has initialized (libudev's match_is_initialized): a
+# device is when udev's database has an entry for it, which udev would have written.
+mkdir -p /run/udev/data
+for d in $DA $DB; do
+	echo "I:1" >"/run/udev/data/b$(cat "/sys/block/$d/dev")"
+done
 run multipath -v2 2>&1 | tail -20
 run multipath -ll 2>&1 | tee /tmp/mp1.txt
 MPNAME=$(awk 'NR == 1 { print $1 }' /tmp/mp1.txt)
@@ -177,7 +183,7 @@ if [ -n "$MPNAME" ] && [ -b "$MPDEV" ] && grep -q "hwhandler='1 alua'" /tmp/mp1.
 	MP=1
 else
 	record "multipath -ll" fail "$(tr '\n' ' ' </tmp/mp1.txt | head -c 300)"
-	run multipath -v3 2>&1 | tail -80
+	run multipath -v4 2>&1 | tail -120
 	MP=
 fi
 
