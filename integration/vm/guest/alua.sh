@@ -175,7 +175,8 @@ for d in $DA $DB; do
 done
 run multipath -v2 2>&1 | tail -20
 run multipath -ll 2>&1 | tee /tmp/mp1.txt
-MPNAME=$(awk 'NR == 1 { print $1 }' /tmp/mp1.txt)
+# (multipath warns first that multipathd is not running)
+MPNAME=$(awk '/ dm-[0-9]+ / { print $1; exit }' /tmp/mp1.txt)
 MPDEV=/dev/mapper/$MPNAME
 if [ -n "$MPNAME" ] && [ -b "$MPDEV" ] && grep -q "hwhandler='1 alua'" /tmp/mp1.txt &&
 	grep -q "prio=50" /tmp/mp1.txt && grep -q "prio=10" /tmp/mp1.txt; then
