@@ -228,8 +228,14 @@ if [ -n "$MP" ]; then
 		record "multipath -ll after reload" fail "$(tr '\n' ' ' </tmp/mp3.txt | head -c 300)"
 	fi
 fi
-if dmesg_since "$mark" | grep -qiE "alua.*(state|port group)"; then
-	record "ASYMMETRIC ACCESS STATE CHANGED seen" pass "$(dmesg_since "$mark" | grep -iE 'alua.*(state|port group)' | tail -1 | sed 's/^\[[^]]*\] //' | head -c 200)"
+# Linux logs the unit attention ASYMMETRIC ACCESS STATE CHANGED as "Asymmetric access state
+# changed" (scsi_report_sense), then scsi_dh_alua the state it read again.
+ua=$(dmesg_since "$mark" | grep -c "Asymmetric access state changed")
+states=$(dmesg_since "$mark" | grep -oE "alua: port group 0[12] state [A-Z]" | sort -u | tr '\n' ' ')
+if [ "$ua" -ge 2 ] && [[ $states == *"01 state S"* ]] && [[ $states == *"02 state A"* ]]; then
+	record "ASYMMETRIC ACCESS STATE CHANGED seen" pass "kernel: $ua unit attentions, then $states"
+else
+	record "ASYMMETRIC ACCESS STATE CHANGED seen" fail "$ua unit attentions logged; $states"
 fi
 for d in $DA $DB; do
 	echo "SRPTVM: /dev/$d: access_state $(cat "/sys/block/$d/device/access_state" 2>/dev/null)"
