@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    ?= ./...
 GOFILES  = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*')
 
-.PHONY: all build test check fmt-check vet unit bench bench-go fuzz clean e2e demo
+.PHONY: all build test check fmt-check vet unit bench bench-go fuzz clean e2e demo e2e-alua
 
 all: build
 
@@ -41,10 +41,11 @@ test-rbd:
 
 # check: everything CI runs: the Go tests, the RBD tests against a throw-away Ceph cluster,
 # make install into a temporary directory, then the VM end-to-end runs (the daemon, the
-# ib/verbs tests, persistent reservations from two initiator ports) and the quick half of the
-# stress scenarios (the kernel's ib_srp against the daemon over soft-RoCE). make e2e-rbd (an
-# RBD LUN in the VM, about 5 minutes with its own image) is not part of it.
-check: test test-rbd build install-test nordma-test e2e e2e-pr stress-quick
+# ib/verbs tests, persistent reservations from two initiator ports, ALUA over two target ports)
+# and the quick half of the stress scenarios (the kernel's ib_srp against the daemon over
+# soft-RoCE). make e2e-rbd (an RBD LUN in the VM, about 5 minutes with its own image) is not
+# part of it.
+check: test test-rbd build install-test nordma-test e2e e2e-pr e2e-alua stress-quick
 
 # e2e: the daemon against the Linux SRP initiator (ib_srp) over soft-RoCE in a qemu VM
 # (integration/vm/README.md): builds the daemon and the VM image, runs the checks, keeps the
@@ -66,6 +67,12 @@ e2e-pr:
 .PHONY: e2e-rbd
 e2e-rbd:
 	GO="$(GO)" integration/vm/e2e-rbd.sh
+
+# e2e-alua: ALUA in the VM: two target ports in two target port groups, sg_rtpg, dm-multipath
+# with the ALUA handler, a SIGHUP reload that swaps the groups' states and moves the I/O.
+.PHONY: e2e-alua
+e2e-alua:
+	GO="$(GO)" integration/vm/alua.sh
 
 # demo: the same VM with configs/demo.yaml: login, lsblk, sg_inq, a short fio run.
 demo:

@@ -11,8 +11,12 @@ type TargetPort struct {
 	Name string
 	// RelativeID is the RELATIVE TARGET PORT IDENTIFIER (non-zero).
 	RelativeID uint16
-	// GroupID is the TARGET PORT GROUP.
+	// GroupID is the TARGET PORT GROUP when ALUA is nil; with ALUA the group that holds
+	// RelativeID.
 	GroupID uint16
+	// ALUA is the asymmetric access configuration the port belongs to, shared by all the
+	// ports of the device server; nil: no asymmetric access (TPGS 00b).
+	ALUA *ALUA
 }
 
 // Nexus identifies one I_T nexus: an initiator port talking to a target port. The transport

@@ -14,4 +14,6 @@
 //   - Reservations: the persistent (SPC-4 5.13) and SPC-2 reservations of one LU, kept apart
 //     from the LogicalUnit so that a replacement LU takes them over; checked for every command
 //     with one atomic load (pr.go, prout.go, reserve.go).
+//   - ALUA: target port groups and their asymmetric access states (alua.go), shared by the
+//     target ports that point at it; each command is checked against its port's state.
 package scsi

@@ -51,7 +51,7 @@ func checkResult(t *testing.T, c *Command) {
 
 // FuzzCDB runs any CDB of 6 to 32 bytes, with any data-out and data-in buffer, on a LUN map
 // with a memory LU, through the LU, a read-only mapping, an unmapped LUN and the REPORT LUNS
-// well-known LUN.
+// well-known LUN, from a target port without ALUA or in one of the ALUA states.
 func FuzzCDB(f *testing.F) {
 	seeds := [][]byte{
 		{0x00, 0, 0, 0, 0, 0},
@@ -80,23 +80,36 @@ func FuzzCDB(f *testing.F) {
 		{0xA3, 0x0C, 0x83, 0x9E, 0, 0x10, 0, 0, 0x10, 0, 0, 0},
 		{0xA3, 0x0C, 0x80, 0, 0, 0, 0, 0, 0x10, 0, 0, 0},
 		{0xA3, 0x0D, 0x80, 0, 0, 0, 0, 0, 0, 16, 0, 0},
+		{0xA3, 0x0A, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0},
+		{0xA3, 0x2A, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0},
 		{0x7F, 0, 0, 0, 0, 0, 0, 0x18, 0, 0x0D, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 	}
 	for i, s := range seeds {
 		f.Add(s, uint8(i%5), []byte{}, uint16(512), true)
 		f.Add(s, uint8(i%3), make([]byte, 512), uint16(7), false)
+		f.Add(s, uint8(i%5)|0x40, []byte{}, uint16(512), true) // through an ALUA standby port
+		f.Add(s, uint8(i%5)|0xC0, []byte{}, uint16(64), false) // through an ALUA active port
 	}
 	f.Fuzz(func(t *testing.T, cdb []byte, sel uint8, dataOut []byte, inLen uint16, clearUA bool) {
 		if len(cdb) < 6 || len(cdb) > 32 {
 			return
 		}
 		_, m := fuzzMap(t)
+		// The two high bits of sel pick the target port: without ALUA, or an ALUA port in
+		// standby, unavailable or active/optimized.
+		nexus := testNexus
+		if k := sel >> 6; k > 0 {
+			states := [...]AccessState{Standby, Unavailable, ActiveOptimized}
+			a, err := NewALUA([]PortGroup{{ID: 1, State: states[k-1], Ports: []uint16{1}}, {ID: 2, Ports: []uint16{9}}})
+			require.NoError(t, err)
+			nexus = &Nexus{InitiatorPort: "fuzz", Port: &TargetPort{RelativeID: 1, ALUA: a}}
+		}
 		if clearUA {
-			run(m, testNexus, 0, []byte{0x00, 0, 0, 0, 0, 0}, nil, 0)
+			run(m, nexus, 0, []byte{0x00, 0, 0, 0, 0, 0}, nil, 0)
 		}
 		luns := [...]uint64{EncodeLUN(0), EncodeLUN(1), EncodeLUN(2), ReportLUNsWellKnownLUN, 0x4000000000000000}
 		c := &Command{
-			Nexus:   testNexus,
+			Nexus:   nexus,
 			LUN:     luns[int(sel)%len(luns)],
 			Attr:    TaskAttribute(sel>>4) % 4,
 			CDB:     cdb,

@@ -70,8 +70,14 @@ func standardInquiry(lu *LogicalUnit, c *Command, buf []byte) {
 	// NORMACA is 0: ACA is not supported.
 	buf[3] = 0x10 | 0x02
 	buf[4] = standardInquiryLength - 5 // ADDITIONAL LENGTH
-	// Byte 5: SCCS, ACC, TPGS (0: no ALUA, so Linux attaches no device handler), 3PC, PROTECT
-	// (0: no protection information) are all zero. Byte 6: ENCSERV and MULTIP are zero.
+	// Byte 5: SCCS, ACC, 3PC and PROTECT (no protection information) are zero. TPGS is 01b,
+	// implicit asymmetric access only (the states change by configuration, SET TARGET PORT
+	// GROUPS is not supported), when the port has an ALUA configuration: Linux then attaches
+	// scsi_dh_alua, which asks REPORT TARGET PORT GROUPS. Without one it is 00b. Byte 6:
+	// ENCSERV and MULTIP are zero.
+	if c.alua() != nil {
+		buf[5] = 0x01 << 4
+	}
 	buf[7] = 0x02 // CMDQUE: without it Linux keeps a queue depth of one
 	vendor, product, revision := DefaultVendor, DefaultProduct, DefaultRevision
 	if lu != nil {

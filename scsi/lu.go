@@ -370,7 +370,15 @@ func (lu *LogicalUnit) Execute(c *Command) {
 		c.fail(ReasonInvalidFieldInCommandIU)
 		return
 	}
-	// A logical unit without registrations or SPC-2 reservation pays one atomic load here.
+	// Then the asymmetric access state of the port the command came through (SPC-4
+	// 5.15.2.4): a standby, unavailable or transitioning port runs only the few commands an
+	// initiator needs to find a better path.
+	if st, ok := c.accessState(); ok && !st.allows(op.flags) {
+		r, _ := st.notAccessible()
+		c.fail(r)
+		return
+	}
+	// Then reservations: a logical unit without registrations or SPC-2 reservation pays one atomic load here.
 	if s := lu.pr.state.Load(); s.active && s.conflicts(c.Nexus.id(), op, c.CDB) {
 		c.reservationConflict()
 		return

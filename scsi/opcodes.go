@@ -36,7 +36,20 @@ const (
 	// decide what every other initiator may do (a PREEMPT fences them), so an initiator that
 	// may not write must not change them either.
 	opChangesReservations
+	// opAllowedInStandby marks the commands a logical unit runs through a target port in
+	// the standby asymmetric access state (SPC-4 5.15.2.4.4): INQUIRY, REPORT LUNS, REQUEST
+	// SENSE, REPORT TARGET PORT GROUPS, MODE SENSE and MODE SELECT (and persistent
+	// reservations, LOG SENSE and the diagnostics, when supported). Every other command gets
+	// NOT READY, LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE.
+	opAllowedInStandby
+	// opAllowedInUnavailable marks the commands run through a port that is unavailable or
+	// transitioning (SPC-4 5.15.2.4.5 and 5.15.2.4.6): INQUIRY, REPORT LUNS, REQUEST SENSE
+	// and REPORT TARGET PORT GROUPS. They are allowed in standby too.
+	opAllowedInUnavailable
 )
+
+// opAllowedWhenInaccessible marks the commands every access state runs.
+const opAllowedWhenInaccessible = opAllowedInStandby | opAllowedInUnavailable
 
 // opWriteProtected are the commands refused with DATA PROTECT, WRITE PROTECTED when the
 // logical unit is write-protected for the command (LogicalUnit.writeProtected: a read-only

@@ -398,6 +398,8 @@ var (
 
 // prCommands are the reservation commands: PERSISTENT RESERVE IN and OUT, one entry per service
 // action so that REPORT SUPPORTED OPERATION CODES lists each, and the SPC-2 RESERVE and RELEASE.
+// A port in the standby state runs PERSISTENT RESERVE IN and OUT (SPC-4 5.15.2.4.4), so that a
+// cluster can fence through any path; RESERVE and RELEASE are not in that list.
 var prCommands = func() []opInfo {
 	in := []string{"READ KEYS", "READ RESERVATION", "REPORT CAPABILITIES", "READ FULL STATUS"}
 	out := []string{"REGISTER", "RESERVE", "RELEASE", "CLEAR", "PREEMPT", "PREEMPT AND ABORT",
@@ -406,12 +408,12 @@ var prCommands = func() []opInfo {
 	for sa, name := range in {
 		l = append(l, opInfo{name: "PERSISTENT RESERVE IN " + name, opcode: opPersistentReserveIn,
 			serviceAction: uint16(sa), hasSA: true, cdbLength: 10, usage: usagePRIn,
-			flags: opPRAllowed, run: persistentReserveIn})
+			flags: opPRAllowed | opAllowedInStandby, run: persistentReserveIn})
 	}
 	for sa, name := range out {
 		l = append(l, opInfo{name: "PERSISTENT RESERVE OUT " + name, opcode: opPersistentReserveOut,
 			serviceAction: uint16(sa), hasSA: true, cdbLength: 10, usage: usagePROut,
-			flags: opPRAllowed | opChangesReservations, run: persistentReserveOut})
+			flags: opPRAllowed | opChangesReservations | opAllowedInStandby, run: persistentReserveOut})
 	}
 	return append(l,
 		opInfo{name: "RESERVE(6)", opcode: opReserve6, cdbLength: 6, usage: usageReserve6,

@@ -45,7 +45,7 @@ func TestWriteProtectedCommandTable(t *testing.T) {
 	require.ElementsMatch(t, want, got)
 	for _, opcode := range []byte{opModeSelect6, opModeSelect10} {
 		op := lookupByOpcode(opcode, 0, false)
-		require.Equal(t, opChangesModePages, op.flags, op.name)
+		require.Equal(t, opChangesModePages, op.flags&opWriteProtected, op.name)
 	}
 }
 

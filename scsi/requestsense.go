@@ -15,6 +15,11 @@ func requestSense(lu *LogicalUnit, c *Command) {
 	switch {
 	case lu != nil:
 		reason = lu.takeUA(c.Nexus)
+		if st, ok := c.accessState(); ok && reason == ReasonNone {
+			// Through a port that cannot reach the medium, the sense data says why
+			// (SPC-4 5.15.2.4.4 to 5.15.2.4.6); ReasonNone in the active states.
+			reason, _ = st.notAccessible()
+		}
 	case c.LUN != ReportLUNsWellKnownLUN:
 		reason = ReasonLogicalUnitNotSupported
 	}

@@ -37,9 +37,16 @@ func (e *opEntry) withSA(sa uint16) *opInfo {
 }
 
 // offers reports whether the logical unit runs op rather than answering INVALID COMMAND
-// OPERATION CODE: UNMAP is in the table but exists only with thin provisioning.
-func (lu *LogicalUnit) offers(op *opInfo) bool {
-	return op.opcode != opUnmap || lu.supportsUnmap()
+// OPERATION CODE: UNMAP is in the table but exists only with thin provisioning, REPORT TARGET
+// PORT GROUPS only through a port with asymmetric access (TPGS not 00b, SPC-4 6.37).
+func (lu *LogicalUnit) offers(op *opInfo, c *Command) bool {
+	switch {
+	case op.opcode == opUnmap:
+		return lu.supportsUnmap()
+	case op.opcode == opMaintenanceIn && op.serviceAction == saReportTargetPortGroups:
+		return c.alua() != nil
+	}
+	return true
 }
 
 // commandTimeoutsDescriptorLength is the length of a command timeouts descriptor (SPC-4
@@ -92,7 +99,7 @@ func reportSupportedOpcodes(lu *LogicalUnit, c *Command) {
 	}
 
 	var buf [4 + 32 + commandTimeoutsDescriptorLength]byte
-	if op == nil || !lu.offers(op) {
+	if op == nil || !lu.offers(op, c) {
 		// SUPPORT 001b: not supported; CDB SIZE 0 and no usage data.
 		buf[1] = supportNotSupported
 		c.putDataIn(buf[:4], alloc)
@@ -124,7 +131,7 @@ func reportAllCommands(lu *LogicalUnit, c *Command, rctd bool, alloc int) {
 		binary.BigEndian.PutUint16(d[8:], commandTimeoutsDescriptorLength-2)
 	}
 	describe := func(op *opInfo) {
-		if !lu.offers(op) {
+		if !lu.offers(op, c) {
 			return
 		}
 		d[0] = op.opcode

@@ -76,6 +76,10 @@ const (
 	ReasonRegistrationsPreempted
 	ReasonInvalidReleaseOfPersistentReservation
 	ReasonInsufficientRegistrationResources
+	ReasonAsymmetricAccessStateChanged
+	ReasonLUNotAccessibleAsymmetricAccessStateTransition
+	ReasonLUNotAccessibleTargetPortInStandby
+	ReasonLUNotAccessibleTargetPortUnavailable
 	reasonCount
 )
 
@@ -124,6 +128,10 @@ var senseTable = [reasonCount]senseEntry{
 	ReasonRegistrationsPreempted:                         {SenseUnitAttention, 0x2A, 0x05, "REGISTRATIONS PREEMPTED"},
 	ReasonInvalidReleaseOfPersistentReservation:          {SenseIllegalRequest, 0x26, 0x04, "INVALID RELEASE OF PERSISTENT RESERVATION"},
 	ReasonInsufficientRegistrationResources:              {SenseIllegalRequest, 0x55, 0x04, "INSUFFICIENT REGISTRATION RESOURCES"},
+	ReasonAsymmetricAccessStateChanged:                   {SenseUnitAttention, 0x2A, 0x06, "ASYMMETRIC ACCESS STATE CHANGED"},
+	ReasonLUNotAccessibleAsymmetricAccessStateTransition: {SenseNotReady, 0x04, 0x0A, "LOGICAL UNIT NOT ACCESSIBLE, ASYMMETRIC ACCESS STATE TRANSITION"},
+	ReasonLUNotAccessibleTargetPortInStandby:             {SenseNotReady, 0x04, 0x0B, "LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE"},
+	ReasonLUNotAccessibleTargetPortUnavailable:           {SenseNotReady, 0x04, 0x0C, "LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN UNAVAILABLE STATE"},
 }
 
 // Key is the sense key the reason reports.

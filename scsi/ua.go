@@ -19,6 +19,7 @@ var uaPriority = [...]Reason{
 	ReasonRegistrationsPreempted,
 	ReasonReservationsPreempted,
 	ReasonReservationsReleased,
+	ReasonAsymmetricAccessStateChanged,
 	ReasonModeParametersChanged,
 	ReasonCapacityDataHasChanged,
 	ReasonReportedLUNsDataHasChanged,

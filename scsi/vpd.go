@@ -140,7 +140,7 @@ func (lu *LogicalUnit) vpdDeviceIdentification(c *Command, buf []byte) int {
 	// Target port group designator: two reserved bytes, then the group.
 	d = buf[off:]
 	d[0], d[1], d[2], d[3] = codeSetBinary, assocTargetPort|designatorTargetPortGroup, 0, 4
-	binary.BigEndian.PutUint16(d[6:], port.GroupID)
+	binary.BigEndian.PutUint16(d[6:], c.portGroupID())
 	off += 8
 
 	// SCSI name string designator: null-terminated, null-padded to a multiple of four, at most

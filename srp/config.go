@@ -362,6 +362,12 @@ func (e *LoginRefusedError) Error() string {
 // ErrNotAuthorized is a convenience error for Authorizers: the initiator is in no ACL.
 var ErrNotAuthorized = errors.New("initiator not authorized")
 
+// Port is an SRP target port identifier and the SCSI target port it stands for.
+type Port struct {
+	ID   PortID
+	SCSI *scsi.TargetPort
+}
+
 // Config configures a Target.
 type Config struct {
 	// TargetPortID is the SRP target port identifier the target accepts logins for: id_ext in
@@ -370,6 +376,12 @@ type Config struct {
 	// TargetPort is the SCSI target port VPD page 0x83 reports. Nil: one named after
 	// TargetPortID with relative port identifier 1.
 	TargetPort *scsi.TargetPort
+	// MorePorts are further SRP target ports the target accepts logins for, on every
+	// listener, each its own SCSI target port: a path in another target port group (ALUA)
+	// needs a target port of its own, and Linux's ib_srp refuses a second add_target with the
+	// same id_ext, ioc_guid and initiator_ext (srp_conn_unique in
+	// drivers/infiniband/ulp/srp/ib_srp.c), so one initiator reaches both over two ports.
+	MorePorts []Port
 	// Limits bound channels and commands.
 	Limits Limits
 	// Authorizer decides who may log in; it may be replaced later with SetAuthorizer. Nil

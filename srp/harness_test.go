@@ -65,6 +65,9 @@ type harnessOpts struct {
 	targetPID *srp.PortID
 	gate      bool // LUN 0's backstore can be held (h.gate)
 	latency   bool // srp.Config.MeasureLatency
+	// targetPort and morePorts are srp.Config.TargetPort and MorePorts.
+	targetPort *scsi.TargetPort
+	morePorts  []srp.Port
 }
 
 // gateStore holds reads and writes while closed, so that tests can keep commands inside the
@@ -189,6 +192,8 @@ func newHarness(t testing.TB, opts harnessOpts) *harness {
 		Authorizer:     auth,
 		Logger:         zap.New(core),
 		MeasureLatency: opts.latency,
+		TargetPort:     opts.targetPort,
+		MorePorts:      opts.morePorts,
 	})
 	require.NoError(t, err)
 	h.ln, err = h.node.Listen(testPort)

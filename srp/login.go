@@ -156,7 +156,12 @@ func (t *Target) login(req ib.ConnRequest, lps uint16) {
 		return
 	}
 	log = log.With(zap.Stringer("initiator", f.InitiatorPortID), zap.Uint64("login_tag", uint64(f.Tag)))
-	if le := checkLogin(&f, t.cfg.TargetPortID, &t.lim); le != nil {
+	want := t.cfg.TargetPortID
+	if t.ports[f.TargetPortID] != nil && f.TargetPortID != want {
+		want = f.TargetPortID // one of MorePorts: name it, the target's log names the first
+		log = log.With(zap.Stringer("login_target_port", f.TargetPortID))
+	}
+	if le := checkLogin(&f, want, &t.lim); le != nil {
 		t.reject(req, f.Tag, le.reason, log, le.detail, le.hint)
 		return
 	}

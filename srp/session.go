@@ -100,7 +100,7 @@ func newSession(t *Target, key nexusKey) *session {
 	return &session{
 		t:         t,
 		key:       key,
-		nexus:     &scsi.Nexus{InitiatorPort: key.initiator.String(), InitiatorID: key.initiator, Port: t.port},
+		nexus:     &scsi.Nexus{InitiatorPort: key.initiator.String(), InitiatorID: key.initiator, Port: t.ports[key.target]},
 		log:       t.log.With(zap.Stringer("initiator", key.initiator)),
 		idleSince: time.Now(),
 	}

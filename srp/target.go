@@ -73,10 +73,12 @@ var ErrTargetClosed = errors.New("srp: target shut down")
 // attentions survive relogins) → channel (one RC queue pair; several per session with
 // multichannel logins) → command contexts (preallocated per channel).
 type Target struct {
-	cfg    Config
-	lim    Limits
-	log    *zap.Logger
-	port   *scsi.TargetPort
+	cfg Config
+	lim Limits
+	log *zap.Logger
+	// ports maps each target port identifier the target accepts logins for to its SCSI
+	// target port (Config.TargetPort and Config.MorePorts).
+	ports  map[PortID]*scsi.TargetPort
 	auth   atomic.Pointer[authHolder]
 	stats  counters
 	chanID atomic.Uint64
@@ -120,11 +122,25 @@ func New(cfg Config) (*Target, error) {
 	if port == nil {
 		port = &scsi.TargetPort{Name: cfg.TargetPortID.String(), RelativeID: 1}
 	}
+	ports := map[PortID]*scsi.TargetPort{cfg.TargetPortID: port}
+	rel := map[uint16]bool{port.RelativeID: true}
+	for _, p := range cfg.MorePorts {
+		switch {
+		case p.SCSI == nil:
+			return nil, fmt.Errorf("srp: target port %v: no SCSI target port", p.ID)
+		case ports[p.ID] != nil:
+			return nil, fmt.Errorf("srp: target port %v is configured twice", p.ID)
+		case rel[p.SCSI.RelativeID] || p.SCSI.RelativeID == 0:
+			return nil, fmt.Errorf("srp: target port %v: relative target port identifier %d is 0 or taken", p.ID, p.SCSI.RelativeID)
+		}
+		ports[p.ID] = p.SCSI
+		rel[p.SCSI.RelativeID] = true
+	}
 	t := &Target{
 		cfg:        cfg,
 		lim:        lim,
 		log:        log.With(zap.Stringer("target_port", cfg.TargetPortID)),
-		port:       port,
+		ports:      ports,
 		listeners:  make(map[ib.Listener]struct{}),
 		sessions:   make(map[nexusKey]*session),
 		channels:   make(map[*channel]struct{}),

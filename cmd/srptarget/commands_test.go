@@ -371,3 +371,25 @@ func TestDefaultConfigFile(t *testing.T) {
 		})
 	}
 }
+
+// TestLoginLineMorePorts: every target port gets its add_target lines, the second with its own
+// id_ext and the target's ioc_guid.
+func TestLoginLineMorePorts(t *testing.T) {
+	file := writeFile(t, "l.yaml", `target:
+  id_ext: "0002c90300a0b0c1"
+  ports: [{id_ext: "0002c90300a0b0c2", relative_port_id: 2}]
+listeners: [{address: 192.168.1.10, port: 5555}]
+alua:
+  groups:
+    - {id: 1, state: active/optimized, ports: [1]}
+    - {id: 2, state: standby, ports: [2]}
+`)
+	deps := loginLineDeps{devices: func() ([]rdmaDevice, error) { t.Fatal("the identity is configured"); return nil, nil }}
+	out, _, err := run(t, deps, "login-line", "--config", file)
+	require.NoError(t, err)
+	const sys = `" > /sys/class/infiniband_srp/srp-<dev>-<port>/add_target`
+	require.Contains(t, out, `echo "id_ext=0002c90300a0b0c1,ioc_guid=0002c90300a0b0c1,dest=192.168.1.10:5555`+sys+`
+# Target port id_ext=0002c90300a0b0c2 ioc_guid=0002c90300a0b0c1 (relative port 2), another path to the same LUNs:
+echo "id_ext=0002c90300a0b0c2,ioc_guid=0002c90300a0b0c1,dest=192.168.1.10:5555`+sys+`
+`)
+}

@@ -20,6 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/sys/unix"
 
+	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
 )
 
@@ -31,6 +32,7 @@ type Config struct {
 	Limits    LimitsConfig     `yaml:"limits"`
 	LUNs      []LUNConfig      `yaml:"luns"`
 	ACLs      []ACLConfig      `yaml:"acls"`
+	ALUA      *ALUAConfig      `yaml:"alua"`
 	// StateDir is where the persistent reservations an initiator asked to keep through a
 	// power loss (APTPL) are saved, one file per logical unit; default /var/lib/srptarget.
 	StateDir string `yaml:"state_dir"`
@@ -54,6 +56,41 @@ type TargetConfig struct {
 	// are accepted). When absent they are derived from the RDMA device's node GUID.
 	IDExt   string `yaml:"id_ext"`
 	IOCGUID string `yaml:"ioc_guid"`
+	// RelativePortID is the RELATIVE TARGET PORT IDENTIFIER of this target port (default 1).
+	RelativePortID uint16 `yaml:"relative_port_id"`
+	// Ports are further target ports of this daemon, each a path of its own in the ALUA
+	// target port groups.
+	Ports []PortConfig `yaml:"ports"`
+}
+
+// PortConfig is one more SRP target port: another target port identifier on the same
+// listeners, and another SCSI target port.
+type PortConfig struct {
+	// IDExt is required; IOCGUID defaults to the target's ioc_guid.
+	IDExt          string `yaml:"id_ext"`
+	IOCGUID        string `yaml:"ioc_guid"`
+	RelativePortID uint16 `yaml:"relative_port_id"`
+}
+
+// ALUAConfig is the asymmetric logical unit access configuration: the target port groups and
+// their states, which a reload may change. Without it every port of the daemon is in one
+// active/optimized group, 0.
+type ALUAConfig struct {
+	Groups []PortGroupConfig `yaml:"groups"`
+}
+
+// PortGroupConfig is one target port group.
+type PortGroupConfig struct {
+	ID *int `yaml:"id"`
+	// State is active/optimized, active/non-optimized, standby, unavailable or transitioning.
+	State string `yaml:"state"`
+	// Preferred sets PREF in REPORT TARGET PORT GROUPS.
+	Preferred bool `yaml:"preferred"`
+	// Ports are relative target port identifiers: this daemon's (target.relative_port_id and
+	// target.ports) and others' (another daemon in front of the same storage).
+	Ports []int `yaml:"ports"`
+
+	state scsi.AccessState
 }
 
 // ListenerConfig is one RDMA/CM listening address.
@@ -619,6 +656,8 @@ func (v *validator) validate(c *Config) {
 		v.errorf(at("state_dir"), "%s is a relative path: write the whole path, from /", c.StateDir)
 	}
 
+	v.validatePorts(c)
+
 	if len(c.Listeners) == 0 {
 		v.errorf(at("listeners"), "at least one listener is needed (address and port)")
 	}
@@ -1125,5 +1164,118 @@ func (v *validator) validateRBD(l *LUNConfig, i int) {
 	}
 	if openRBD == nil {
 		v.warnf(at("luns", i, "backstore"), "this srptarget is built without RBD support: serve refuses this LUN (build with -tags rbd where librbd-dev is installed: make build does)")
+	}
+}
+
+// DefaultRelativePortID is the relative target port identifier of target's own port.
+const DefaultRelativePortID = 1
+
+// localPorts returns the relative target port identifiers this daemon serves, target's first.
+func (c *Config) localPorts() []uint16 {
+	ps := []uint16{c.Target.RelativePortID}
+	for _, p := range c.Target.Ports {
+		ps = append(ps, p.RelativePortID)
+	}
+	return ps
+}
+
+// portGroups returns the ALUA target port groups of the configuration: those of alua.groups,
+// or one active/optimized group 0 of every local port.
+func (c *Config) portGroups() []scsi.PortGroup {
+	if c.ALUA == nil {
+		return []scsi.PortGroup{{ID: 0, State: scsi.ActiveOptimized, Ports: c.localPorts()}}
+	}
+	var gs []scsi.PortGroup
+	for _, g := range c.ALUA.Groups {
+		pg := scsi.PortGroup{State: g.state, Preferred: g.Preferred}
+		if g.ID != nil {
+			pg.ID = uint16(*g.ID)
+		}
+		for _, p := range g.Ports {
+			pg.Ports = append(pg.Ports, uint16(p))
+		}
+		gs = append(gs, pg)
+	}
+	return gs
+}
+
+// validatePorts checks target.relative_port_id, target.ports and alua.
+func (v *validator) validatePorts(c *Config) {
+	if c.Target.RelativePortID == 0 {
+		c.Target.RelativePortID = DefaultRelativePortID
+	}
+	rel := map[uint16]string{c.Target.RelativePortID: "target"}
+	ids := map[uint64]int{}
+	for i := range c.Target.Ports {
+		p := &c.Target.Ports[i]
+		if p.IDExt == "" {
+			v.errorf(at("target", "ports", i, "id_ext"), "id_ext is missing: each target port needs its own")
+		} else if n, err := ParseEUI64(p.IDExt); err != nil {
+			v.errorf(at("target", "ports", i, "id_ext"), "%v", err)
+		} else if j, dup := ids[n]; dup {
+			v.errorf(at("target", "ports", i, "id_ext"), "same id_ext as target.ports[%d]", j)
+		} else {
+			ids[n] = i
+		}
+		if p.IOCGUID != "" {
+			if _, err := ParseEUI64(p.IOCGUID); err != nil {
+				v.errorf(at("target", "ports", i, "ioc_guid"), "%v", err)
+			}
+		}
+		if p.RelativePortID == 0 {
+			v.errorf(at("target", "ports", i, "relative_port_id"), "relative_port_id is missing or 0: each target port needs its own, 1 to 65535")
+			continue
+		}
+		if who, dup := rel[p.RelativePortID]; dup {
+			v.errorf(at("target", "ports", i, "relative_port_id"), "relative port %d is %s's already", p.RelativePortID, who)
+		}
+		rel[p.RelativePortID] = fmt.Sprintf("target.ports[%d]", i)
+	}
+	if c.ALUA == nil {
+		return
+	}
+	if len(c.ALUA.Groups) == 0 {
+		v.errorf(at("alua", "groups"), "no target port group: list at least one, or remove alua")
+		return
+	}
+	inGroup := map[int]bool{}
+	ok := true
+	for i := range c.ALUA.Groups {
+		g := &c.ALUA.Groups[i]
+		if g.ID == nil {
+			v.errorf(at("alua", "groups", i, "id"), "id is missing (a target port group number, 0 to 65535)")
+			ok = false
+		} else if *g.ID < 0 || *g.ID > math.MaxUint16 {
+			v.errorf(at("alua", "groups", i, "id"), "%d is outside 0..65535", *g.ID)
+			ok = false
+		}
+		if st, err := scsi.ParseAccessState(g.State); err != nil {
+			v.errorf(at("alua", "groups", i, "state"), "%v", err)
+			ok = false
+		} else {
+			g.state = st
+		}
+		if len(g.Ports) == 0 {
+			v.errorf(at("alua", "groups", i, "ports"), "no relative target port listed")
+			ok = false
+		}
+		for j, p := range g.Ports {
+			if p < 1 || p > math.MaxUint16 {
+				v.errorf(at("alua", "groups", i, "ports", j), "%d is outside 1..65535", p)
+				ok = false
+			}
+			inGroup[p] = true
+		}
+	}
+	for _, p := range c.localPorts() {
+		if !inGroup[int(p)] {
+			v.errorf(at("alua", "groups"), "relative target port %d (%s) is in no target port group", p, rel[p])
+			ok = false
+		}
+	}
+	if ok {
+		if _, err := scsi.NewALUA(c.portGroups()); err != nil {
+			v.errorf(at("alua", "groups"), "%v", err)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
 )
 
@@ -158,6 +159,46 @@ luns:
 			[]string{"t.yaml:3: limits.max_channel_buffer: 1GiB is more than buffer_pool_size (64MiB)"}},
 		{"bad target id", "target: {id_ext: \"0x12\"}\nlisteners: [{address: 0.0.0.0, port: 1}]\n",
 			[]string{"t.yaml:1: target.id_ext: \"0x12\": want 16 hex digits (a 64-bit identifier such as 0x0002c90300a0b0c1)"}},
+		{"target ports", `target:
+  relative_port_id: 2
+  ports:
+    - relative_port_id: 2
+    - id_ext: "0002c90300a0b0c2"
+    - id_ext: "0002c90300a0b0c2"
+      relative_port_id: 3
+listeners: [{address: 0.0.0.0, port: 1}]
+`, []string{
+			"t.yaml:4: target.ports[0].id_ext: id_ext is missing: each target port needs its own",
+			"t.yaml:4: target.ports[0].relative_port_id: relative port 2 is target's already",
+			"t.yaml:5: target.ports[1].relative_port_id: relative_port_id is missing or 0: each target port needs its own, 1 to 65535",
+			"t.yaml:6: target.ports[2].id_ext: same id_ext as target.ports[1]",
+		}},
+		{"alua groups", `target:
+  ports: [{id_ext: "0002c90300a0b0c2", relative_port_id: 2}]
+listeners: [{address: 0.0.0.0, port: 1}]
+alua:
+  groups:
+    - state: active
+      ports: [1, 0]
+    - id: 70000
+      state: standby
+      ports: []
+`, []string{
+			"t.yaml:5: alua.groups: relative target port 2 (target.ports[0]) is in no target port group",
+			"t.yaml:6: alua.groups[0].id: id is missing (a target port group number, 0 to 65535)",
+			"t.yaml:6: alua.groups[0].state: \"active\" is not an asymmetric access state: use active/optimized, active/non-optimized, standby, unavailable or transitioning",
+			"t.yaml:7: alua.groups[0].ports[1]: 0 is outside 1..65535",
+			"t.yaml:8: alua.groups[1].id: 70000 is outside 0..65535",
+			"t.yaml:10: alua.groups[1].ports: no relative target port listed",
+		}},
+		{"alua port in two groups", `listeners: [{address: 0.0.0.0, port: 1}]
+alua:
+  groups:
+    - {id: 1, state: standby, ports: [1, 5]}
+    - {id: 1, state: standby, ports: [5]}
+`, []string{"t.yaml:3: alua.groups: target port group 1 is listed twice"}},
+		{"empty alua", "listeners: [{address: 0.0.0.0, port: 1}]\nalua: {groups: []}\n",
+			[]string{"t.yaml:2: alua.groups: no target port group: list at least one, or remove alua"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -255,4 +296,29 @@ func TestParseConfigRBD(t *testing.T) {
 		}
 		require.Equal(t, tc.want, got, tc.name)
 	}
+}
+
+func TestParseConfigPortGroups(t *testing.T) {
+	cfg, err := ParseConfig("t.yaml", []byte(`target:
+  id_ext: "0002c90300a0b0c1"
+  ports:
+    - {id_ext: "0002c90300a0b0c2", relative_port_id: 7}
+listeners: [{address: 0.0.0.0, port: 1}]
+alua:
+  groups:
+    - {id: 0, state: active/non-optimized, ports: [1]}
+    - {id: 9, state: unavailable, preferred: true, ports: [7, 300]}
+`))
+	require.NoError(t, err)
+	require.Equal(t, []uint16{1, 7}, cfg.localPorts())
+	require.Equal(t, []scsi.PortGroup{
+		{ID: 0, State: scsi.ActiveNonOptimized, Ports: []uint16{1}},
+		{ID: 9, State: scsi.Unavailable, Preferred: true, Ports: []uint16{7, 300}},
+	}, cfg.portGroups())
+
+	// Without alua: one active/optimized group 0 of every local port.
+	cfg, err = ParseConfig("t.yaml", []byte(goodConfig))
+	require.NoError(t, err)
+	require.Equal(t, uint16(1), cfg.Target.RelativePortID)
+	require.Equal(t, []scsi.PortGroup{{ID: 0, State: scsi.ActiveOptimized, Ports: []uint16{1}}}, cfg.portGroups())
 }

@@ -77,7 +77,7 @@ func TestConfigsDocumentEveryKey(t *testing.T) {
 	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\|").FindAllStringSubmatch(string(readme), -1) {
 		documented[m[1]] = true
 	}
-	for _, section := range []string{"target", "listeners", "limits", "luns", "acls"} {
+	for _, section := range []string{"target", "listeners", "limits", "luns", "acls", "alua"} {
 		require.Contains(t, string(readme), "## `"+section+"`")
 		documented[section] = true
 	}

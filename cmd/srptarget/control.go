@@ -185,6 +185,9 @@ type reloadResult struct {
 	ListenersAdded   []string        `json:"listeners_added"`
 	ListenersRemoved []string        `json:"listeners_removed"`
 	Sessions         []sessionChange `json:"sessions"`
+	// PortGroupsChanged describes each ALUA target port group whose state, preference or
+	// ports change ("group 2: standby -> active/optimized").
+	PortGroupsChanged []string `json:"port_groups_changed"`
 
 	// candidate, when set, is the configuration a dry run plans instead of the daemon's file
 	// (validate --diff), named candidateName.
@@ -744,6 +747,7 @@ func (d *daemon) describePlan(p *plan, res *reloadResult) {
 	}
 	slices.Sort(res.ListenersAdded)
 	slices.Sort(res.ListenersRemoved)
+	res.PortGroupsChanged = portGroupChanges(d.alua.Groups(), p.cfg.portGroups())
 	for _, si := range d.target.Sessions() {
 		sc := sessionChange{Initiator: si.InitiatorPortID.String()}
 		var keep *scsi.LUNMap
@@ -978,3 +982,47 @@ func (e *controlDialError) Error() string {
 }
 
 func (e *controlDialError) Unwrap() error { return e.err }
+
+// portGroupChanges describes how the target port groups change from old to new, one line per
+// group that is added, removed or changed, in group order.
+func portGroupChanges(old, new []scsi.PortGroup) []string {
+	desc := func(g scsi.PortGroup) string {
+		s := fmt.Sprintf("%v, ports %v", g.State, g.Ports)
+		if g.Preferred {
+			s += ", preferred"
+		}
+		return s
+	}
+	byID := func(gs []scsi.PortGroup) map[uint16]scsi.PortGroup {
+		m := make(map[uint16]scsi.PortGroup, len(gs))
+		for _, g := range gs {
+			m[g.ID] = g
+		}
+		return m
+	}
+	o, n := byID(old), byID(new)
+	ids := make([]uint16, 0, len(o)+len(n))
+	for id := range o {
+		ids = append(ids, id)
+	}
+	for id := range n {
+		if _, ok := o[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	out := []string{}
+	for _, id := range ids {
+		og, inOld := o[id]
+		ng, inNew := n[id]
+		switch {
+		case !inNew:
+			out = append(out, fmt.Sprintf("group %d: removed (was %s)", id, desc(og)))
+		case !inOld:
+			out = append(out, fmt.Sprintf("group %d: added (%s)", id, desc(ng)))
+		case desc(og) != desc(ng):
+			out = append(out, fmt.Sprintf("group %d: %s -> %s", id, desc(og), desc(ng)))
+		}
+	}
+	return out
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
 
@@ -304,14 +305,15 @@ acls:`, 1))
 	var res reloadResult
 	e.ctlJSON(&res, "reload", "--dry-run")
 	require.Equal(t, reloadResult{
-		DryRun:           true,
-		LUNsAdded:        []int{2, 3},
-		LUNsChanged:      []int{},
-		LUNsRemoved:      []int{1},
-		LUNsUnchanged:    []int{0},
-		ListenersAdded:   []string{"192.0.2.1:5556"},
-		ListenersRemoved: []string{},
-		Sessions:         []sessionChange{{Initiator: rwInitiator.String(), LosesLUNs: []int{1}, GainsLUNs: []int{2}}},
+		DryRun:            true,
+		LUNsAdded:         []int{2, 3},
+		LUNsChanged:       []int{},
+		LUNsRemoved:       []int{1},
+		LUNsUnchanged:     []int{0},
+		ListenersAdded:    []string{"192.0.2.1:5556"},
+		ListenersRemoved:  []string{},
+		Sessions:          []sessionChange{{Initiator: rwInitiator.String(), LosesLUNs: []int{1}, GainsLUNs: []int{2}}},
+		PortGroupsChanged: []string{},
 	}, normalizeNil(res))
 	out, _, err := e.ctl("reload", "--dry-run")
 	require.NoError(t, err)
@@ -322,6 +324,7 @@ acls:`, 1))
   LUNs unchanged: 0
   listeners added: 192.0.2.1:5556
   listeners removed: none
+  target port groups: unchanged
   initiator 0x0000000000000000000000000000aaaa: loses LUNs 1, gains LUNs 2
 `, out)
 	_, err = os.Stat(filepath.Join(e.dir, "new", "lun3.img"))
@@ -348,6 +351,7 @@ acls:`, 1))
   LUNs unchanged: 0
   listeners added: 192.0.2.1:5556
   listeners removed: none
+  target port groups: unchanged
   initiator 0x0000000000000000000000000000aaaa: loses LUNs 1, gains LUNs 2
 `, out)
 	rsp := do(t, rw, &srptest.Request{LUN: 0, CDB: srptest.CDBTestUnitReady()})
@@ -562,4 +566,23 @@ func TestValidateDiff(t *testing.T) {
 	require.Contains(t, errOut, "the target identity cannot change while running")
 	require.Contains(t, errOut, "the running daemon would refuse it: 1 error")
 	require.NoError(t, e.stop(syscall.SIGTERM))
+}
+
+func TestPortGroupChanges(t *testing.T) {
+	old := []scsi.PortGroup{
+		{ID: 1, State: scsi.ActiveOptimized, Preferred: true, Ports: []uint16{1}},
+		{ID: 2, State: scsi.Standby, Ports: []uint16{2, 3}},
+		{ID: 4, State: scsi.Unavailable, Ports: []uint16{4}},
+	}
+	new := []scsi.PortGroup{
+		{ID: 3, State: scsi.Transitioning, Ports: []uint16{4}},
+		{ID: 2, State: scsi.ActiveOptimized, Ports: []uint16{2, 3}},
+		{ID: 1, State: scsi.ActiveOptimized, Preferred: true, Ports: []uint16{1}},
+	}
+	require.Equal(t, []string{
+		"group 2: standby, ports [2 3] -> active/optimized, ports [2 3]",
+		"group 3: added (transitioning, ports [4])",
+		"group 4: removed (was unavailable, ports [4])",
+	}, portGroupChanges(old, new))
+	require.Equal(t, []string{}, portGroupChanges(old, old))
 }

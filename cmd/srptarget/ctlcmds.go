@@ -348,6 +348,12 @@ func reloadText(r *reloadResult) string {
 	}
 	fmt.Fprintf(&b, "  listeners added: %s\n", listeners(r.ListenersAdded))
 	fmt.Fprintf(&b, "  listeners removed: %s\n", listeners(r.ListenersRemoved))
+	if len(r.PortGroupsChanged) == 0 {
+		b.WriteString("  target port groups: unchanged\n")
+	}
+	for _, g := range r.PortGroupsChanged {
+		fmt.Fprintf(&b, "  target port %s\n", g)
+	}
 	if len(r.Sessions) == 0 {
 		b.WriteString("  sessions: none affected\n")
 	}

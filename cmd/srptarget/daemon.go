@@ -52,10 +52,13 @@ type daemon struct {
 	closeErrMu sync.Mutex
 	closeErrs  []error // flush and close failures, reported by shutdown
 
-	mu        sync.Mutex // serialises start, reload and shutdown; guards what follows
-	cfg       *Config
-	ident     identity
-	target    *srp.Target
+	mu     sync.Mutex // serialises start, reload and shutdown; guards what follows
+	cfg    *Config
+	ident  identity
+	target *srp.Target
+	// alua holds the target port groups every port of the target points at; a reload
+	// changes its groups (SetGroups).
+	alua      *scsi.ALUA
 	auth      *aclAuthorizer
 	luns      map[int]*lunState
 	stores    map[storeKey]*sharedStore
@@ -148,8 +151,20 @@ func (d *daemon) start() error {
 	if err := d.checkMemlock(cfg); err != nil {
 		return err
 	}
+	d.alua, err = scsi.NewALUA(cfg.portGroups())
+	if err != nil {
+		return cfg.errorAt(at("alua"), "%v", err)
+	}
+	primary, more := targetPorts(cfg, ident, d.alua)
+	for i, p := range more {
+		if p.ID == ident.portID() {
+			return cfg.errorAt(at("target", "ports", i, "id_ext"), "the same target port identifier as target's own port (%v): give it another id_ext", p.ID)
+		}
+	}
 	d.target, err = srp.New(srp.Config{
 		TargetPortID: ident.portID(),
+		TargetPort:   primary,
+		MorePorts:    more,
 		Limits:       limitsOf(cfg),
 		Logger:       d.log,
 		// The latency histograms cost a clock read per completion batch: only when
@@ -167,6 +182,60 @@ func (d *daemon) start() error {
 	d.commit(p)
 	d.logStartup()
 	return nil
+}
+
+// targetPorts makes the SCSI target ports of the configuration, all in the ALUA configuration
+// a: target's own, and one per target.ports entry, named, as the first, by the SRP target port
+// identifier.
+func targetPorts(cfg *Config, ident identity, a *scsi.ALUA) (*scsi.TargetPort, []srp.Port) {
+	primary := &scsi.TargetPort{Name: ident.portID().String(), RelativeID: cfg.Target.RelativePortID, ALUA: a}
+	var more []srp.Port
+	for _, p := range cfg.Target.Ports {
+		id := portIdentity(p, ident).portID()
+		more = append(more, srp.Port{ID: id, SCSI: &scsi.TargetPort{Name: id.String(), RelativeID: p.RelativePortID, ALUA: a}})
+	}
+	return primary, more
+}
+
+// portIdentity is the identifier of a target.ports entry (validated): its id_ext, and its
+// ioc_guid or the target's.
+func portIdentity(p PortConfig, ident identity) identity {
+	id := identity{iocGUID: ident.iocGUID, from: "configuration"}
+	id.idExt, _ = ParseEUI64(p.IDExt)
+	if p.IOCGUID != "" {
+		id.iocGUID, _ = ParseEUI64(p.IOCGUID)
+	}
+	return id
+}
+
+// applyPortGroups puts the configuration's target port groups in force. When a port's access
+// state changed, every logical unit gets ASYMMETRIC ACCESS STATE CHANGED for every nexus
+// (SPC-4 5.15.2.6): initiators then read REPORT TARGET PORT GROUPS again (Linux's
+// scsi_dh_alua does on this unit attention) and move their I/O.
+func (d *daemon) applyPortGroups(cfg *Config) {
+	changed, err := d.alua.SetGroups(cfg.portGroups())
+	if err != nil {
+		// Validation ran the same checks: not reached.
+		d.log.Error("target port groups refused: the previous ones stay", zap.Error(err))
+		return
+	}
+	if !changed {
+		return
+	}
+	for _, st := range d.luns {
+		st.lu.EstablishUA(nil, scsi.ReasonAsymmetricAccessStateChanged)
+	}
+	d.logPortGroups()
+	d.log.Info("asymmetric access states changed: ASYMMETRIC ACCESS STATE CHANGED pending for every initiator",
+		zap.Int("luns", len(d.luns)))
+}
+
+// logPortGroups logs the ALUA target port groups in force.
+func (d *daemon) logPortGroups() {
+	for _, g := range d.alua.Groups() {
+		d.log.Info("target port group", zap.Uint16("group", g.ID), zap.Stringer("state", g.State),
+			zap.Bool("preferred", g.Preferred), zap.Uint16s("relative_ports", g.Ports))
+	}
 }
 
 // checkMemlock fails the start when the buffer pools and one initiator's channels could not
@@ -679,6 +748,7 @@ func (d *daemon) reloadLocked(res *reloadResult) error {
 		return nil
 	}
 	d.commit(p)
+	d.applyPortGroups(cfg)
 	for _, num := range kept {
 		st := d.luns[num]
 		if st.cfg.Backstore != "file" && st.cfg.Backstore != "block" && st.cfg.Backstore != "rbd" {
@@ -720,6 +790,22 @@ func (d *daemon) checkImmutable(cfg *Config) ConfigErrors {
 	if ident.idExt != d.ident.idExt || ident.iocGUID != d.ident.iocGUID {
 		errs = append(errs, cfg.errorAt(at("target"), "the target identity cannot change while running (id_ext=%016x ioc_guid=%016x, from the %s): restart srptarget to change it",
 			d.ident.idExt, d.ident.iocGUID, d.ident.from))
+	} else {
+		// The target ports are the engine's too; their groups and states may change.
+		type port struct {
+			id  srp.PortID
+			rel uint16
+		}
+		ports := func(c *Config) []port {
+			ps := []port{{ident.portID(), c.Target.RelativePortID}}
+			for _, p := range c.Target.Ports {
+				ps = append(ps, port{portIdentity(p, ident).portID(), p.RelativePortID})
+			}
+			return ps
+		}
+		if !slices.Equal(ports(d.cfg), ports(cfg)) {
+			errs = append(errs, cfg.errorAt(at("target"), "target ports cannot change while running (relative_port_id and ports): restart srptarget to change them; alua.groups can change"))
+		}
 	}
 	o, n := &d.cfg.Limits, &cfg.Limits
 	for _, c := range []struct {
@@ -793,7 +879,14 @@ func (d *daemon) logWarnings(cfg *Config) {
 // logStartup logs what the target serves and how an initiator logs in.
 func (d *daemon) logStartup() {
 	d.log.Info("target identity", zap.String("id_ext", fmt.Sprintf("%016x", d.ident.idExt)),
-		zap.String("ioc_guid", fmt.Sprintf("%016x", d.ident.iocGUID)), zap.String("from", d.ident.from))
+		zap.String("ioc_guid", fmt.Sprintf("%016x", d.ident.iocGUID)), zap.String("from", d.ident.from),
+		zap.Uint16("relative_port", d.cfg.Target.RelativePortID))
+	for _, p := range d.cfg.Target.Ports {
+		id := portIdentity(p, d.ident)
+		d.log.Info("more target port", zap.String("id_ext", fmt.Sprintf("%016x", id.idExt)),
+			zap.String("ioc_guid", fmt.Sprintf("%016x", id.iocGUID)), zap.Uint16("relative_port", p.RelativePortID))
+	}
+	d.logPortGroups()
 	nums := make([]int, 0, len(d.luns))
 	for n := range d.luns {
 		nums = append(nums, n)

@@ -651,3 +651,102 @@ func TestReloadRemoveAndReAddLUN(t *testing.T) {
 	require.Equal(t, data, rsp.DataIn)
 	require.NoError(t, e.stop(syscall.SIGINT))
 }
+
+// aluaConfig has two target ports, relative ports 1 and 2, in groups 1 and 2, and a remote
+// port 3 in group 2. STATE1 and STATE2 are the groups' states.
+const aluaConfig = `target:
+  id_ext: "0002c90300a34270"
+  ports:
+    - id_ext: "0002c90300a34271"
+      relative_port_id: 2
+listeners:
+  - address: 192.0.2.1
+    port: 5555
+limits:
+  buffer_pool_size: 16MiB
+luns:
+  - lun: 0
+    backstore: memory
+    size: 1MiB
+acls:
+  - initiators: ["*"]
+    luns: [0]
+alua:
+  groups:
+    - id: 1
+      state: STATE1
+      ports: [1]
+    - id: 2
+      state: STATE2
+      ports: [2, 3]
+`
+
+func aluaStates(s1, s2 string) string {
+	return strings.NewReplacer("STATE1", s1, "STATE2", s2).Replace(aluaConfig)
+}
+
+// TestReloadChangesPortGroupStates logs one initiator in through both target ports, checks
+// what each path sees, then reloads with the states swapped: both paths get ASYMMETRIC ACCESS
+// STATE CHANGED, and the I/O that worked on one path now works on the other.
+func TestReloadChangesPortGroupStates(t *testing.T) {
+	e := newEnv(t, aluaStates("active/optimized", "standby"))
+	e.start()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var chans [2]*srptest.Channel
+	for i := range chans {
+		tp := testPortID
+		tp[7] += byte(i) // 0002c90300a34270, then 0002c90300a34271
+		ch, err := srptest.Login(ctx, e.fab, srptest.Config{Addr: netip.AddrPortFrom(testTargetAddr, 5555),
+			InitiatorPortID: rwInitiator, TargetPortID: tp})
+		require.NoError(t, err)
+		defer ch.Close()
+		chans[i] = ch
+		rsp := do(t, ch, &srptest.Request{CDB: srptest.CDBTestUnitReady()})
+		requireSense(t, rsp, senseUnitAttention, 0x29, 0x00)
+	}
+	a, b := chans[0], chans[1]
+	read := &srptest.Request{CDB: srptest.CDBRead10(0, 1), DataInLen: 512}
+	require.NoError(t, do(t, a, read).Err())
+	requireSense(t, do(t, b, read), 0x02, 0x04, 0x0B)
+
+	// Both paths: TPGS 01b and the same REPORT TARGET PORT GROUPS, each its own port in VPD 0x83.
+	rtpg := []byte{0xA3, 0x2A, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}
+	for i, ch := range chans {
+		rsp := do(t, ch, &srptest.Request{CDB: srptest.CDBInquiry(false, 0, 96), DataInLen: 96})
+		require.NoError(t, rsp.Err())
+		require.Equal(t, byte(0x10), rsp.DataIn[5])
+		rsp = do(t, ch, &srptest.Request{CDB: rtpg, DataInLen: 256})
+		require.NoError(t, rsp.Err())
+		require.Equal(t, []byte{0, 0, 0, 32, 0x10, 0, 0, 0,
+			0x00, 0x8F, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1,
+			0x02, 0x8F, 0, 2, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 3}, rsp.DataIn)
+		rsp = do(t, ch, &srptest.Request{CDB: srptest.CDBInquiry(true, 0x83, 512), DataInLen: 512})
+		require.NoError(t, rsp.Err())
+		require.Contains(t, string(rsp.DataIn), string([]byte{0x01, 0x14, 0, 4, 0, 0, 0, byte(i + 1)}))
+		require.Contains(t, string(rsp.DataIn), string([]byte{0x01, 0x15, 0, 4, 0, 0, 0, byte(i + 1)}))
+	}
+
+	// A target port cannot be added by a reload.
+	e.writeConfig(strings.Replace(aluaStates("active/optimized", "standby"), "relative_port_id: 2", "relative_port_id: 3\n    - {id_ext: \"0002c90300a34272\", relative_port_id: 2}", 1))
+	err := e.reload()
+	require.ErrorContains(t, err, "target ports cannot change while running")
+
+	e.writeConfig(aluaStates("unavailable", "active/optimized"))
+	require.NoError(t, e.reload())
+	require.Equal(t, 1, e.count("asymmetric access states changed: ASYMMETRIC ACCESS STATE CHANGED pending for every initiator"))
+	for _, ch := range chans {
+		requireSense(t, do(t, ch, read), senseUnitAttention, 0x2A, 0x06)
+	}
+	requireSense(t, do(t, a, read), 0x02, 0x04, 0x0C)
+	require.NoError(t, do(t, b, read).Err())
+	rsp := do(t, a, &srptest.Request{CDB: rtpg, DataInLen: 256})
+	require.NoError(t, rsp.Err())
+	require.Equal(t, []byte{0x03, 0x8F, 0, 1, 0, 0x02, 0, 1}, rsp.DataIn[8:16])
+	require.Equal(t, []byte{0x00, 0x8F, 0, 2, 0, 0x02, 0, 2}, rsp.DataIn[20:28])
+
+	// The same states again: no unit attention.
+	require.NoError(t, e.reload())
+	require.NoError(t, do(t, b, read).Err())
+	require.NoError(t, e.stop(syscall.SIGINT))
+}

@@ -129,12 +129,23 @@ func loginLineText(cfg *Config, id identity, ifaces interfacesFunc) string {
 	fmt.Fprintf(&b, "# Target id_ext=%016x ioc_guid=%016x (from the %s).\n", id.idExt, id.iocGUID, id.from)
 	b.WriteString("# Run on the initiator as root after `modprobe ib_srp`; <dev>-<port> is the initiator's\n")
 	b.WriteString("# RDMA device and port that reach the target (ls /sys/class/infiniband_srp/).\n")
-	for _, l := range addTargetLines(cfg, id, ifaces) {
+	lines := addTargetLines(cfg, id, ifaces)
+	for _, l := range lines {
 		if l.note != "" {
 			fmt.Fprintf(&b, "# %s\n", l.note)
 		}
 		b.WriteString(l.command(id))
 		b.WriteByte('\n')
+	}
+	// Each more target port is another path: one add_target per port and address.
+	for _, p := range cfg.Target.Ports {
+		pid := portIdentity(p, id)
+		fmt.Fprintf(&b, "# Target port id_ext=%016x ioc_guid=%016x (relative port %d), another path to the same LUNs:\n",
+			pid.idExt, pid.iocGUID, p.RelativePortID)
+		for _, l := range lines {
+			b.WriteString(l.command(pid))
+			b.WriteByte('\n')
+		}
 	}
 	return b.String()
 }

@@ -101,6 +101,7 @@ GUEST_PKGS=(
 	iproute2 kmod
 	sg3-utils fio
 	e2fsprogs util-linux coreutils
+	multipath-tools
 )
 # SRPT_VM_CEPH=1 (e2e-rbd.sh, with an SRPT_VM_DIR of its own): a Ceph monitor and OSD too, for
 # a cluster inside the guest. librbd and librados are in the image either way (fio links them).
@@ -228,6 +229,8 @@ MODULES=(
 	crc32_generic crc32_pclmul crc32c_generic crc32c_intel crct10dif_pclmul
 	# virtio, for experiments with a virtio NIC or disk (not used by default)
 	virtio_pci virtio_net virtio_blk
+	# dm-multipath and the ALUA device handler (multipath -ll over two target ports)
+	dm_mod dm_multipath dm_round_robin dm_service_time dm_queue_length scsi_dh_alua
 )
 out=$(modprobe -d "$STAGE" -S "$KVER" --show-depends -a "${MODULES[@]}" 2>&1) || die "modules: $out"
 mapfile -t modpaths < <(awk '$1 == "insmod" {print $2}' <<<"$out" | sort -u)
@@ -250,6 +253,7 @@ BINS=(
 	mke2fs e2fsck tune2fs dumpe2fs
 	lsblk blkid findmnt blockdev wipefs
 	dd sha256sum md5sum stat
+	multipath multipathd
 )
 for f in "$STAGE"/usr/bin/sg_* "$STAGE"/usr/bin/sginfo; do BINS+=("$(basename "$f")"); done
 [ "${SRPT_VM_CEPH:-0}" = 1 ] && BINS+=(ceph-mon ceph-osd monmaptool)
@@ -273,13 +277,16 @@ for l in modprobe insmod rmmod lsmod modinfo depmod; do
 	ln -s ../bin/kmod "$ROOT/usr/sbin/$l"
 done
 # dlopen()ed verbs provider for soft-RoCE, and its driver file
-PLUGINS=("usr/lib/$ARCHDIR/libibverbs/librxe-rdmav34.so")
+# and multipath-tools' path checkers and prioritizers, which it dlopen()s from /lib/multipath
+PLUGINS=("usr/lib/$ARCHDIR/libibverbs/librxe-rdmav34.so"
+	lib/multipath/libchecktur.so lib/multipath/libcheckdirectio.so lib/multipath/libcheckreadsector0.so
+	lib/multipath/libprioalua.so lib/multipath/libprioconst.so lib/multipath/libpriosysfs.so)
 # the OSD's object classes that librbd calls (image directory, header, locks), dlopen()ed
 if [ "${SRPT_VM_CEPH:-0}" = 1 ]; then
 	for c in rbd lock journal version log refcount; do PLUGINS+=("usr/lib/$ARCHDIR/rados-classes/libcls_$c.so"); done
 fi
 for p in "${PLUGINS[@]}"; do
-	[ -f "$STAGE/$p" ] || die "missing $p (ibverbs-providers)"
+	[ -f "$STAGE/$p" ] || die "missing $p (ibverbs-providers, multipath-tools, ceph-osd)"
 	mkdir -p "$ROOT/$(dirname "$p")"
 	cp -L "$STAGE/$p" "$ROOT/$p"
 done
@@ -288,7 +295,7 @@ cp "$STAGE/etc/libibverbs.d/rxe.driver" "$ROOT/etc/libibverbs.d/"
 
 # ---- shared libraries: the DT_NEEDED closure, resolved inside the unpacked packages
 LIBDIRS=("$STAGE/lib/$ARCHDIR" "$STAGE/usr/lib/$ARCHDIR" "$STAGE/lib64" "$STAGE/usr/lib/$ARCHDIR/ceph"
-	"$STAGE/usr/lib/$ARCHDIR/e2fsprogs")
+	"$STAGE/usr/lib/$ARCHDIR/e2fsprogs" "$STAGE/lib")
 # needed FILE...: "library needer" for every DT_NEEDED entry (one readelf run).
 needed() {
 	readelf -d "$@" 2>/dev/null | awk '
