@@ -29,8 +29,9 @@ func (s *prState) crhExempt(id ITNexusID) bool {
 
 // reserveSPC2 handles RESERVE(6) and RESERVE(10) (SPC-2 7.21, 7.22): the I_T nexus reserves the
 // whole logical unit, or conflicts with a reservation of another kind or holder. Registrations
-// without a reservation also refuse it: mixing the two kinds on one logical unit would let an
-// SPC-2 holder keep registered cluster members out.
+// without a reservation also refuse it, as SPC-2 5.5.1 says (while any initiator is registered,
+// every RESERVE and RELEASE conflicts), except for the nexuses SPC-4 5.13.3 exempts: mixing the
+// two kinds on one logical unit would let an SPC-2 holder keep registered cluster members out.
 func reserveSPC2(lu *LogicalUnit, c *Command) {
 	usage := usageReserve6
 	if c.CDB[0] == opReserve10 {
