@@ -217,7 +217,9 @@ else
 	MPDEV=
 	fail "want one map with two paths and ALUA priorities: $(tr '\n' ' ' <$W/mp1.txt | head -c 300)"
 fi
-DM=$(basename "$(readlink -f "$MPDEV")")
+# the map's block device name (dm-N): /dev/mapper/NAME is a node of its own here, not a link
+DM=$(awk '/ dm-[0-9]+ / { for (i = 1; i <= NF; i++) if ($i ~ /^dm-[0-9]+$/) { print $i; exit } }' $W/mp1.txt)
+[ -e "/sys/block/$DM/stat" ] || fail "no /sys/block/$DM/stat for $MPDEV"
 
 step "data written and fsync'd before the kill"
 # Region P (the first 8 MiB) is written and flushed (end_fsync) while both gateways run; it
