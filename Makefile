@@ -179,10 +179,19 @@ install-test:
 # logout/login cycles and resets under I/O, 4/8 MiB commands, SIGKILL and restart, RDMA device
 # removal, refused-login storms, two initiator ports x 4 channels, an initiator that never takes
 # its responses (tools/srpflood) beside one that verifies. stress-quick: the subset CI runs on every
-# push (under 5 minutes of VM time). Needs root; logs in $$SRPT_VM_DIR/logs.
-.PHONY: stress stress-quick
+# push (under 5 minutes of VM time). Needs root; logs in $$SRPT_VM_DIR/logs. The full stress run
+# ends with stress-gateways.
+.PHONY: stress stress-quick stress-gateways
 stress:
 	GO="$(GO)" integration/vm/stress.sh
+	$(MAKE) stress-gateways
+
+# stress-gateways: two daemons in front of one RBD image (the Ceph cluster in the guest, the
+# e2e-rbd image in /tmp/srptarget-vm-rbd), dm-multipath over both target ports, one daemon
+# killed with SIGKILL and restarted under fio with verify: failover time, verify errors
+# (integration/vm/gateways.sh). Needs root, librbd-dev and librados-dev; about 5 minutes.
+stress-gateways:
+	GO="$(GO)" integration/vm/gateways.sh
 
 stress-quick:
 	GO="$(GO)" integration/vm/stress.sh quick=1

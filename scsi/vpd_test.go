@@ -291,3 +291,49 @@ func TestNAADesignator(t *testing.T) {
 		})
 	}
 }
+
+// TestVPDDeviceIdentificationTwoGateways: two logical units with the same serial, each behind
+// its own target port (two daemons in front of one image), have byte-identical logical unit
+// designators (NAA, T10 vendor ID), which initiators take as one logical unit, and differ only
+// in the target port designators.
+func TestVPDDeviceIdentificationTwoGateways(t *testing.T) {
+	const serial = "5e2e000000006001"
+	ports := []*TargetPort{
+		{Name: "0x5e2e00000000b0015e2e00000000b001", RelativeID: 1, GroupID: 1},
+		{Name: "0x5e2e00000000b0025e2e00000000b002", RelativeID: 2, GroupID: 2},
+	}
+	// designators splits page 0x83 by association (SPC-4 7.8.6.1: bits 5-4 of byte 1).
+	designators := func(page []byte) (lu, port [][]byte) {
+		for d := page[4:]; len(d) >= 4; d = d[4+int(d[3]):] {
+			if d[1]&0x30 == 0 {
+				lu = append(lu, d[:4+int(d[3])])
+			} else {
+				port = append(port, d[:4+int(d[3])])
+			}
+		}
+		return lu, port
+	}
+	var lus, pts [2][][]byte
+	for i, p := range ports {
+		lu := newTestLU(t, 1000, 512, func(cfg *Config) { cfg.Serial = serial })
+		c := run(newTestMap(t, lu), &Nexus{InitiatorPort: "x", Port: p}, 0, vpdCDB(0x83, 255), nil, 255)
+		requireGood(t, c)
+		d := data(c)
+		require.Len(t, d, 4+int(binary.BigEndian.Uint16(d[2:4])))
+		lus[i], pts[i] = designators(d)
+	}
+	require.Len(t, lus[0], 2)
+	require.Equal(t, lus[0], lus[1], "logical unit designators")
+	// NAA 6, company 00 14 05, the digits of the serial.
+	require.Equal(t, []byte{0x01, 0x03, 0x00, 0x10, 0x60, 0x01, 0x40, 0x55, 0xE2, 0xE0, 0x00, 0x00, 0x00, 0x06, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00}, lus[0][0])
+	require.Equal(t, cat([]byte{0x02, 0x01, 0x00, 0x27}, []byte("SRPTGT  srptarget disk:"+serial)), lus[0][1])
+	require.Len(t, pts[0], 3)
+	require.Len(t, pts[1], 3)
+	for i := range pts[0] {
+		require.NotEqual(t, pts[0][i], pts[1][i], "target port designator %d", i)
+	}
+	require.Equal(t, [][]byte{
+		{0x01, 0x14, 0x00, 0x04, 0x00, 0x00, 0x00, 0x02},
+		{0x01, 0x15, 0x00, 0x04, 0x00, 0x00, 0x00, 0x02},
+	}, pts[1][:2])
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# gateways.sh - make stress-gateways: two srptarget daemons in front of one Ceph RBD image, in
+# the test VM (guest/gateways.sh): the same LUN identity through two target ports in two ALUA
+# groups, dm-multipath over both, fio with crc32c verify while one daemon is killed with
+# SIGKILL and restarted; the failover time and the verify errors in the result table. The
+# Ceph cluster runs inside the guest, as for make e2e-rbd: the same image and work directory
+# (SRPT_VM_CEPH=1, /tmp/srptarget-vm-rbd), the daemon built with -tags rbd, rbdctl for the
+# cluster chores. k=v arguments go to guest/gateways.sh (fio_size, kill_after, down,
+# watch_timeout).
+#
+# Environment: SRPT_VM_DIR (default /tmp/srptarget-vm-rbd), GO, SRPT_VM_TIMEOUT (900).
+# Needs root; installs librbd-dev and librados-dev when missing.
+# Logs: $SRPT_VM_DIR/logs/gateways-<time>.{log,results}.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm-rbd}
+export SRPT_VM_CEPH=1
+VMDIR=$SRPT_VM_DIR
+log() { printf '[gateways] %s\n' "$*"; }
+die() { echo "gateways.sh: error: $*" >&2; exit "${2:-2}"; }
+
+# shellcheck source=host-lib.sh
+. "$HERE/host-lib.sh"
+host_root
+host_build_deps librbd-dev librados-dev
+mkdir -p "$VMDIR/bin" "$VMDIR/logs"
+[ -d "$VMDIR/debs" ] || { [ -d /tmp/srptarget-vm/debs ] && cp -al /tmp/srptarget-vm/debs "$VMDIR/"; } || true
+
+log "go build -tags rbd: srptarget, rbdctl"
+host_build_cgo "$VMDIR/bin/srptarget-gw" ./cmd/srptarget -tags rbd
+(cd "$REPO" && "$GO" build -tags rbd -o "$VMDIR/bin/rbdctl" ./integration/ceph/rbdctl) || die "building rbdctl failed" 3
+"$HERE/build-image.sh"
+
+stamp=$(date +%Y%m%d-%H%M%S)
+LOG=$VMDIR/logs/gateways-$stamp.log
+RESULTS=${LOG%.log}.results
+rc=0
+SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-900} SRPT_VM_LOG="$LOG" \
+	SRPT_VM_FILES="$VMDIR/bin/srptarget-gw:/usr/local/bin/srptarget $VMDIR/bin/rbdctl:/usr/local/bin/rbdctl $HERE/guest/ceph-lib.sh:/lab/ceph-lib.sh" \
+	"$HERE/run-vm.sh" "$HERE/guest/gateways.sh" "$@" || rc=$?
+pass=$(grep -c '^[^|]*|pass|' "$RESULTS" 2>/dev/null || true)
+failn=$(grep -c '^[^|]*|fail|' "$RESULTS" 2>/dev/null || true)
+echo "gateways: ${pass:-0} checks passed, ${failn:-0} failed; guest rc $rc"
+grep -E '^(failover time|fio across)' "$RESULTS" 2>/dev/null | sed 's/^/  /' || true
+grep '^[^|]*|fail|' "$RESULTS" 2>/dev/null | sed 's/^/  /' || true
+echo "gateways: serial log $LOG"
+exit "$rc"

@@ -1,0 +1,345 @@
+#!/bin/bash
+# gateways.sh - two gateways in front of one RBD image: two srptarget daemons (A: target port
+# id_ext ...b001, relative port 1, RDMA/CM port 5555; B: ...b002, relative port 2, port 5556)
+# serve the same image rbd/gw0 as LUN 0 with the same identity (the same configured serial,
+# hence the same NAA designator and WWID) in two ALUA target port groups: group 1 (port 1)
+# active/optimized, group 2 (port 2) active/non-optimized, each daemon describing the peer's
+# port as a remote one. The Ceph cluster runs in the guest (ceph-lib.sh). ib_srp logs in to
+# both; dm-multipath (without udev or multipathd, as guest/alua.sh) makes one map of two paths.
+# fio writes through the map with crc32c verify while daemon A gets SIGKILL; ib_srp fails A's
+# I/O after fast_io_fail_tmo, dm-multipath moves it to B, whose librbd breaks the dead
+# owner's exclusive lock; A is restarted, ib_srp reconnects, the map is reloaded (what
+# multipathd's path checker would do) and the I/O fails back to A. Checks: one map, two paths,
+# ALUA priorities; the failover time (the longest stall of the map's completions after the
+# kill, from /sys/block/dm-N/stat sampled every 0.1 s); I/O on B while A is down and on A
+# again after; fio exit 0 with 0 verify errors; data written and fsync'd before the kill reads
+# back. Host side: integration/vm/gateways.sh (make stress-gateways).
+#
+# Arguments (k=v): bin=/usr/local/bin/srptarget image_mib=256 fio_size=48M kill_after=10
+#   down=20 watch_timeout=10
+# shellcheck disable=SC2317
+# shellcheck source=lib.sh
+. /lab/lib.sh
+# shellcheck source=ceph-lib.sh
+. /lab/ceph-lib.sh
+
+BIN=$(arg bin /usr/local/bin/srptarget)
+IMAGE_MIB=$(arg image_mib 256)
+FIO_SIZE=$(arg fio_size 48M)     # the region fio writes and verifies across the kill
+KILL_AFTER=$(arg kill_after 10)  # seconds of fio I/O before SIGKILL
+DOWN=$(arg down 20)              # seconds daemon A stays down
+WATCH_TIMEOUT=$(arg watch_timeout 10) # osd_client_watch_timeout: when a dead owner's lock can be broken
+SERIAL=5e2e000000006001          # the LUN's serial in both daemons: one NAA, one WWID
+ID_A=5e2e00000000b001 ID_B=5e2e00000000b002
+PORT_A=5555 PORT_B=5556
+W=/tmp/gw
+mkdir -p $W /run/srptarget
+PID_A='' PID_B=''
+
+alive() { [ -n "$1" ] && [ -r "/proc/$1/stat" ] && ! grep -qE '^[0-9]+ \(.*\) Z' "/proc/$1/stat" 2>/dev/null; }
+cleanup() {
+	[ -n "${SAMPLER:-}" ] && kill "$SAMPLER" 2>/dev/null
+	[ -n "${MPDEV:-}" ] && multipath -F >/dev/null 2>&1
+	alive "$PID_A" && kill -TERM "$PID_A"
+	alive "$PID_B" && kill -TERM "$PID_B"
+	sleep 1
+	ceph_stop
+	finish
+}
+trap cleanup EXIT
+
+# write_config NAME ID_EXT RELATIVE_PORT PORT: gateway NAME's configuration. Both list both
+# groups; the other gateway's relative port is a remote port there.
+write_config() {
+	cat >"$W/$1.yaml" <<YAML
+target:
+  id_ext: "$2"
+  relative_port_id: $3
+state_dir: /var/lib/srptarget/gw-$1
+listeners:
+  - address: $RXE_IP4
+    port: $4
+luns:
+  - lun: 0
+    backstore: rbd
+    block_size: 512
+    serial: "$SERIAL"
+    rbd:
+      pool: rbd
+      image: gw0
+      ceph_conf: $C/ceph.conf
+      rados_osd_op_timeout: 30s
+acls:
+  - initiators: ["*"]
+    luns: [0]
+alua:
+  groups:
+    - id: 1
+      state: active/optimized
+      ports: [1]
+    - id: 2
+      state: active/non-optimized
+      ports: [2]
+YAML
+	chmod 0600 "$W/$1.yaml"
+}
+
+# start_gw NAME PORT: serve NAME's configuration; sets PID_NAME.
+start_gw() {
+	local pid
+	echo "SRPTVM\$ $BIN serve --config $W/$1.yaml --control /run/srptarget/$1.sock"
+	"$BIN" serve --config "$W/$1.yaml" --control "/run/srptarget/$1.sock" >>"$W/$1.log" 2>&1 &
+	pid=$!
+	printf -v "PID_$1" %s "$pid"
+	# one follower per log: the restarted gateway appends to the same file
+	if [ ! -e "$W/$1.followed" ]; then
+		: >"$W/$1.followed"
+		tail -n +1 -f "$W/$1.log" 2>/dev/null | awk -v p="srptarget-$1| " '{ print p $0; fflush() }' &
+	fi
+	wait_for 60 eval "alive $pid && cm_listening $2"
+}
+
+disk_of() {
+	local d h
+	for d in $(srp_disks); do
+		h=$(disk_host "$d")
+		[ "$(cat "/sys/class/scsi_host/$h/id_ext" 2>/dev/null)" = "0x$1" ] && { echo "$d"; return 0; }
+	done
+	return 1
+}
+both_disks() { disk_of $ID_A >/dev/null && disk_of $ID_B >/dev/null; }
+# ios sdX|dm-N: completed reads + writes.
+ios() { awk '{ print $1 + $5 }' "/sys/block/$1/stat"; }
+
+# fio_run TAG NAME ARGS...: fio job NAME with crc32c verify on the map, its output in
+# $W/fio-TAG.txt; sets FIO_RC, FIO_VERR, FIO_IOERR, FIO_SUMMARY and writes them to $W/fio-TAG.res.
+fio_run() {
+	local out=$W/fio-$1.txt res=$W/fio-$1.res name=$2 issued
+	shift 2
+	echo "SRPTVM\$ fio $* (output $out)"
+	fio --ioengine=libaio --direct=1 --verify=crc32c --verify_fatal=1 --eta=never --group_reporting \
+		--name="$name" --filename="$MPDEV" "$@" >"$out" 2>&1
+	FIO_RC=$?
+	issued=$(sed -n 's/.*issued rwts: total=\([0-9]*\),\([0-9]*\),.*/\1 \2/p' "$out" | head -1)
+	FIO_VERR=$(grep -ciE 'verify failed|bad magic|bad header|verify: |verify type mismatch|err=84' "$out")
+	FIO_IOERR=$(grep -ciE 'io_u error|Input/output error' "$out")
+	FIO_SUMMARY="${issued#* } writes, ${issued% *} reads, $FIO_VERR verify errors, $FIO_IOERR I/O errors, fio exit $FIO_RC"
+	echo "$FIO_RC|$FIO_VERR|$FIO_IOERR|$FIO_SUMMARY" >"$res"
+	fio_ok || sed 's/^/fio| /' "$out" | head -40
+}
+fio_ok() { [ "$FIO_RC" = 0 ] && [ "$FIO_VERR" = 0 ] && [ "$FIO_IOERR" = 0 ]; }
+# fio_load TAG: the variables of a fio_run that ran in the background.
+fio_load() { IFS='|' read -r FIO_RC FIO_VERR FIO_IOERR FIO_SUMMARY <"$W/fio-$1.res" 2>/dev/null || FIO_RC=none FIO_SUMMARY="no result"; }
+
+[ -x "$BIN" ] || fail "no $BIN"
+
+step "ceph cluster in the guest, image rbd/gw0 (default features: exclusive-lock)"
+for b in ceph-mon ceph-osd monmaptool "$RBDCTL" multipath fio; do
+	command -v "$b" >/dev/null || fail "$b is not in the image (build-image.sh with SRPT_VM_CEPH=1)"
+done
+t0=$(uptime_s)
+# The OSD forgets a dead client's watch after osd_client_watch_timeout; only then will the
+# surviving gateway's librbd break (and blocklist) the dead owner's exclusive lock.
+ceph_conf "osd client watch timeout = $WATCH_TIMEOUT"
+if ceph_up rbd gw0 $((IMAGE_MIB << 20)); then
+	record "ceph cluster" pass "mon + OSD up, image rbd/gw0 (${IMAGE_MIB} MiB) in $(since "$t0") s; osd_client_watch_timeout $WATCH_TIMEOUT s"
+else
+	tail -n 30 "$C"/log/*.log
+	fail "the cluster did not come up"
+fi
+
+step "soft-RoCE, modules"
+setup_rxe >$W/rxe.txt 2>&1 || { cat $W/rxe.txt; fail "soft-RoCE setup"; }
+for m in scsi_dh_alua dm_mod dm_multipath dm_round_robin; do
+	run modprobe $m || fail "modprobe $m"
+done
+
+step "two gateways"
+write_config A $ID_A 1 $PORT_A
+write_config B $ID_B 2 $PORT_B
+cat $W/A.yaml
+for g in A B; do run "$BIN" validate --config "$W/$g.yaml" || fail "gateway $g: configuration refused"; done
+start_gw A $PORT_A || fail "gateway A does not listen on $PORT_A: $(tail -3 $W/A.log)"
+start_gw B $PORT_B || fail "gateway B does not listen on $PORT_B: $(tail -3 $W/B.log)"
+record "two gateways listening" pass "A pid $PID_A port $PORT_A (relative port 1, group 1), B pid $PID_B port $PORT_B (relative port 2, group 2), one image rbd/gw0"
+
+step "logins to both"
+n0=$(dmesg_mark)
+srp_login "id_ext=$ID_A,ioc_guid=$ID_A,dest=$RXE_IP4:$PORT_A" || fail "add_target A"
+srp_login "id_ext=$ID_B,ioc_guid=$ID_B,dest=$RXE_IP4:$PORT_B" || fail "add_target B"
+wait_for 60 both_disks || fail "want a disk through each gateway, have: $(srp_disks | tr '\n' ' ')"
+DA=$(disk_of $ID_A) DB=$(disk_of $ID_B)
+HA=$(disk_host "$DA") HB=$(disk_host "$DB")
+wa=$(cat "/sys/block/$DA/device/wwid") wb=$(cat "/sys/block/$DB/device/wwid")
+sa=$(sg_inq -p 0x80 "/dev/$DA" | awk '/Unit serial number:/ { print $NF }')
+sb=$(sg_inq -p 0x80 "/dev/$DB" | awk '/Unit serial number:/ { print $NF }')
+if [ -n "$wa" ] && [ "$wa" = "$wb" ] && [ "$sa" = "$SERIAL" ] && [ "$sb" = "$SERIAL" ]; then
+	record "same LUN identity" pass "/dev/$DA (A) and /dev/$DB (B): wwid $wa, serial $sa"
+else
+	record "same LUN identity" fail "A: wwid '$wa' serial '$sa'; B: wwid '$wb' serial '$sb'"
+fi
+# ib_srp: fail I/O on a lost path after 3 s (not 15) so that dm-multipath moves it; try to
+# reconnect every 2 s. The SCSI command timeout covers B's wait for the exclusive lock.
+for h in $HA $HB; do
+	rp=/sys/class/srp_remote_ports/port-${h#host}:1
+	echo 2 >"$rp/reconnect_delay"
+	echo 3 >"$rp/fast_io_fail_tmo"
+	echo "$rp: reconnect_delay $(cat "$rp/reconnect_delay"), fast_io_fail_tmo $(cat "$rp/fast_io_fail_tmo"), dev_loss_tmo $(cat "$rp/dev_loss_tmo")"
+done
+for d in $DA $DB; do echo 90 >"/sys/block/$d/device/timeout"; done
+
+step "multipath"
+mkdir -p /etc/multipath
+cat >/etc/multipath.conf <<'MP'
+defaults {
+	user_friendly_names yes
+	find_multipaths off
+	uid_attribute ""
+	path_grouping_policy group_by_prio
+	prio alua
+	path_checker tur
+	failback immediate
+	no_path_retry fail
+}
+MP
+export DM_DISABLE_UDEV=1
+mkdir -p /run/udev/data
+for d in $DA $DB; do echo "I:1" >"/run/udev/data/b$(cat "/sys/block/$d/dev")"; done
+run multipath -v2 2>&1 | tail -20
+multipath -ll 2>&1 | tee $W/mp1.txt
+MPNAME=$(awk '/ dm-[0-9]+ / { print $1; exit }' $W/mp1.txt)
+maps=$(grep -cE ' dm-[0-9]+ ' $W/mp1.txt)
+MPDEV=/dev/mapper/$MPNAME
+if [ "$maps" = 1 ] && [ -b "$MPDEV" ] && grep -q "hwhandler='1 alua'" $W/mp1.txt &&
+	grep -q "prio=50" $W/mp1.txt && grep -q "prio=10" $W/mp1.txt && grep -q " $DA " $W/mp1.txt && grep -q " $DB " $W/mp1.txt; then
+	record "multipath -ll" pass "one map $MPNAME ($(awk '/ dm-[0-9]+ / { print $2 " " $3; exit }' $W/mp1.txt)), paths $DA (prio 50, A) and $DB (prio 10, B), hwhandler alua"
+else
+	MPDEV=
+	fail "want one map with two paths and ALUA priorities: $(tr '\n' ' ' <$W/mp1.txt | head -c 300)"
+fi
+# the map's block device name (dm-N): /dev/mapper/NAME is a node of its own here, not a link
+DM=$(awk '/ dm-[0-9]+ / { for (i = 1; i <= NF; i++) if ($i ~ /^dm-[0-9]+$/) { print $i; exit } }' $W/mp1.txt)
+[ -e "/sys/block/$DM/stat" ] || fail "no /sys/block/$DM/stat for $MPDEV"
+
+step "data written and fsync'd before the kill"
+# Region P (the first 8 MiB) is written and flushed (end_fsync) while both gateways run; it
+# must read back at the end, whatever happened in between.
+fio_run pre pre --rw=write --bs=64k --size=8M --offset=0 --do_verify=0 --end_fsync=1
+if fio_ok; then
+	record "region P written, fsync'd" pass "$FIO_SUMMARY"
+else
+	record "region P written, fsync'd" fail "$FIO_SUMMARY"
+fi
+
+step "fio with crc32c verify on the map; SIGKILL gateway A; restart; fail back"
+# "uptime completed-I/Os-of-the-map A's B's" every 0.1 s
+(
+	while [ -e "/sys/block/$DM/stat" ]; do
+		echo "$(uptime_s) $(ios "$DM") $(ios "$DA" 2>/dev/null || echo 0) $(ios "$DB" 2>/dev/null || echo 0)"
+		sleep 0.1
+	done
+) >$W/samples 2>/dev/null &
+SAMPLER=$!
+fio_run main main --rw=randwrite --bs=4k --iodepth=16 --offset=16M --size="$FIO_SIZE" --verify_backlog=64 &
+FIOPID=$!
+sleep "$KILL_AFTER"
+a0=$(ios "$DA") b0=$(ios "$DB")
+if ! kill -0 $FIOPID 2>/dev/null; then
+	record "fio running at the kill" fail "fio ended within $KILL_AFTER s: raise fio_size"
+fi
+TK=$(uptime_s)
+run kill -KILL "$PID_A"
+wait "$PID_A" 2>/dev/null
+echo "SRPTVM: gateway A killed at uptime $TK; rport A $(cat "/sys/class/srp_remote_ports/port-${HA#host}:1/state")"
+# A stays down until B has completed I/O (at most 90 s), and for at least DOWN s.
+on_b() { [ $(($(ios "$DB") - b0)) -ge 16 ]; }
+wait_for 90 on_b
+tb=$(since "$TK")
+awk -v t="$tb" -v d="$DOWN" 'BEGIN { exit !(t < d) }' && sleep "$(awk -v t="$tb" -v d="$DOWN" 'BEGIN { print d - t }')"
+a1=$(ios "$DA") b1=$(ios "$DB")
+multipath -ll 2>&1 | tee $W/mp2.txt
+if [ $((b1 - b0)) -ge 16 ]; then
+	record "I/O on B while A is down" pass "$DB +$((b1 - b0)) I/Os, $DA +$((a1 - a0)) in the $(since "$TK") s after the kill (B's first 16 within $tb s)"
+else
+	record "I/O on B while A is down" fail "$DB +$((b1 - b0)) I/Os, $DA +$((a1 - a0)) in the $(since "$TK") s after the kill"
+fi
+TR=$(uptime_s)
+start_gw A $PORT_A || record "gateway A restarted" fail "not listening: $(tail -3 $W/A.log)"
+rport_running() { [ "$(cat "/sys/class/srp_remote_ports/port-${HA#host}:1/state")" = running ]; }
+if wait_for 60 rport_running; then
+	record "gateway A restarted, ib_srp reconnected" pass "pid $PID_A, rport running $(since "$TR") s after the restart"
+else
+	record "gateway A restarted, ib_srp reconnected" fail "rport A $(cat "/sys/class/srp_remote_ports/port-${HA#host}:1/state") 60 s after the restart"
+fi
+# No multipathd here: reload the map, as its path checker would reinstate the path; with
+# failback immediate the I/O goes back to A's (optimized) group.
+run multipath -r -v2 2>&1 | tail -5
+multipath -ll 2>&1 | tee $W/mp3.txt
+a2=$(ios "$DA") b2=$(ios "$DB")
+back_on_a() { [ $(($(ios "$DA") - a2)) -ge 32 ]; }
+if kill -0 $FIOPID 2>/dev/null && wait_for 60 back_on_a; then
+	record "I/O back on A" pass "$DA +$(($(ios "$DA") - a2)) I/Os, $DB +$(($(ios "$DB") - b2)) after the map reload"
+elif ! kill -0 $FIOPID 2>/dev/null; then
+	record "I/O back on A" fail "fio had ended before A was back: raise fio_size"
+else
+	record "I/O back on A" fail "$DA +$(($(ios "$DA") - a2)) I/Os in 60 s after the map reload"
+fi
+wait_for 600 eval "! kill -0 $FIOPID" || record "fio main" fail "still running 600 s on"
+wait $FIOPID
+kill "$SAMPLER" 2>/dev/null
+SAMPLER=
+fio_load main
+fw=${FIO_SUMMARY%% *} fr=${FIO_SUMMARY#*, }
+if fio_ok && [ "${fw:-0}" -gt 0 ] 2>/dev/null && [ "${fr%% *}" -gt 0 ] 2>/dev/null; then
+	record "fio across the failover" pass "4 KiB random writes at QD 16 over $FIO_SIZE, crc32c: $FIO_SUMMARY"
+else
+	record "fio across the failover" fail "$FIO_SUMMARY"
+fi
+
+# Failover time: the longest stretch without a completion on the map that starts at most 1 s
+# before the kill and before the restart, measured to the first completion after it.
+FAILOVER=$(awk -v tk="$TK" -v tr="$TR" '
+	NR == 1 { last = $1; n = $2; next }
+	$2 != n { if (last >= tk - 1 && last < tr && $1 - last > gap) { gap = $1 - last; from = last; to = $1 }
+		last = $1; n = $2 }
+	END { if (gap) printf "%.1f %.1f %.1f", to - tk, from - tk, gap; else print "none" }' $W/samples)
+echo "SRPTVM: samples: $(wc -l <$W/samples), kill at $TK, restart at $TR; failover (resumed after kill, stall began after kill, stall length): $FAILOVER"
+awk -v tk="$TK" '$1 >= tk - 2 && $1 <= tk + 30' $W/samples | awk 'NR % 5 == 1' | sed 's/^/sample| /'
+if [ "$FAILOVER" != none ]; then
+	read -r fo_resume fo_from fo_gap <<<"$FAILOVER"
+	record "failover time" pass "I/O completed again on B ${fo_resume} s after SIGKILL of A (no completion from ${fo_from} s to ${fo_resume} s after it, ${fo_gap} s; fast_io_fail_tmo 3 s, exclusive-lock break after the ${WATCH_TIMEOUT} s watch timeout)"
+else
+	record "failover time" fail "no stall found around the kill in $W/samples"
+fi
+
+step "reads back"
+fio_run preverify pre --rw=write --bs=64k --size=8M --offset=0 --verify_only
+if fio_ok; then
+	record "region P (fsync'd before the kill) reads back" pass "$FIO_SUMMARY"
+else
+	record "region P (fsync'd before the kill) reads back" fail "$FIO_SUMMARY"
+fi
+echo "SRPTVM: ib_srp lines since the logins:"
+dmesg_since "$n0" | grep -iE 'srp|alua|multipath|device-mapper' | tail -40
+
+step "logout, stop"
+run multipath -F
+MPDEV=
+srp_logout || record "logout" fail "disks stay"
+kill -TERM "$PID_A" "$PID_B"
+st=
+for p in $PID_A $PID_B; do wait_for 45 eval "! alive $p" || st="$st $p still running"; done
+wait "$PID_B"
+rb=$?
+if [ -z "$st" ] && [ "$rb" = 0 ]; then
+	record "gateways stop" pass "SIGTERM: both exited (B with 0)"
+else
+	record "gateways stop" fail "$st; B exit $rb"
+fi
+kernel_log_problems >$W/klog.txt 2>&1
+if [ -s $W/klog.txt ]; then
+	cat $W/klog.txt
+	record "kernel log" fail "$(head -1 $W/klog.txt)"
+else
+	record "kernel log" pass "no warnings, oopses or hung tasks"
+fi
