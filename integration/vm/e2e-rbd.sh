@@ -37,7 +37,7 @@ LOG=$VMDIR/logs/e2e-rbd-$stamp.log
 RESULTS=${LOG%.log}.results
 rc=0
 SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-900} SRPT_VM_LOG="$LOG" \
-	SRPT_VM_FILES="$VMDIR/bin/srptarget:/usr/local/bin/srptarget $VMDIR/bin/rbdctl:/usr/local/bin/rbdctl" \
+	SRPT_VM_FILES="$VMDIR/bin/srptarget:/usr/local/bin/srptarget $VMDIR/bin/rbdctl:/usr/local/bin/rbdctl $HERE/guest/ceph-lib.sh:/lab/ceph-lib.sh" \
 	"$HERE/run-vm.sh" "$HERE/guest/rbd-e2e.sh" "$@" || rc=$?
 pass=$(grep -c '^[^|]*|pass|' "$RESULTS" 2>/dev/null || true)
 failn=$(grep -c '^[^|]*|fail|' "$RESULTS" 2>/dev/null || true)

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# ceph-lib.sh - a throw-away Ceph cluster inside the test VM, as guest/rbd-e2e.sh builds one:
+# ceph-lib.sh - a throw-away Ceph cluster inside the test VM, for guest/rbd-e2e.sh and gateways.sh:
 # one monitor, one OSD on memstore, no manager, no cephx, bound to 127.0.0.1. Sourced after
 # lib.sh; rbdctl (integration/ceph/rbdctl) stands in for the ceph and rbd tools.
 #
@@ -12,6 +12,7 @@ C=${C:-/run/ceph}
 
 ceph_pid() { cat "$C/run/ceph-$1.pid" 2>/dev/null; }
 
+# shellcheck disable=SC2120 # EXTRA is optional
 ceph_conf() {
 	mkdir -p "$C"/{run,log,mon/ceph-a,osd/ceph-0}
 	FSID=$(cat /proc/sys/kernel/random/uuid)

@@ -14,32 +14,22 @@
 # shellcheck disable=SC2317
 # shellcheck source=lib.sh
 . /lab/lib.sh
+# shellcheck source=ceph-lib.sh
+. /lab/ceph-lib.sh
 
 BIN=$(arg bin /usr/local/bin/srptarget)
 PORT=$(arg port 5555)
 IMAGE_MIB=$(arg image_mib 256)
 SMALL_IO=$(arg small_io 16M)
-RBDCTL=/usr/local/bin/rbdctl
-C=/run/ceph
 CONFIG=/etc/srptarget-rbd.yaml
 DLOG=/tmp/srptarget-rbd.log
 PID=
 
 # ------------------------------------------------------------------ cluster
-ceph_pid() { cat "$C/run/ceph-$1.pid" 2>/dev/null; }
-stop_cluster() {
-	local n p
-	for n in osd.0 mon.a; do
-		p=$(ceph_pid "$n")
-		[ -n "$p" ] || continue
-		kill -TERM "$p" 2>/dev/null
-		wait_for 20 eval "[ ! -d /proc/$p ] || grep -q '^[0-9]* ([^)]*) Z' /proc/$p/stat" || kill -KILL "$p" 2>/dev/null
-	done
-}
 daemon_alive() { [ -n "$PID" ] && [ -r "/proc/$PID/stat" ] && ! grep -qE '^[0-9]+ \(.*\) Z' "/proc/$PID/stat" 2>/dev/null; }
 cleanup() {
 	daemon_alive && kill -TERM "$PID"
-	stop_cluster
+	ceph_stop
 	finish
 }
 trap cleanup EXIT
@@ -49,63 +39,8 @@ for b in ceph-mon ceph-osd monmaptool "$RBDCTL" "$BIN"; do
 	command -v "$b" >/dev/null || fail "$b is not in the image (build-image.sh with SRPT_VM_CEPH=1, e2e-rbd.sh)"
 done
 t0=$(uptime_s)
-mkdir -p "$C"/{run,log,mon/ceph-a,osd/ceph-0}
-FSID=$(cat /proc/sys/kernel/random/uuid)
-MON="[v2:127.0.0.1:3300,v1:127.0.0.1:6789]"
-cat >"$C/ceph.conf" <<CONF
-[global]
-fsid = $FSID
-mon host = $MON
-public addr = 127.0.0.1
-cluster addr = 127.0.0.1
-ms bind ipv6 = false
-auth cluster required = none
-auth service required = none
-auth client required = none
-run dir = $C/run
-pid file = $C/run/\$cluster-\$name.pid
-admin socket = $C/run/\$cluster-\$name.asok
-log file = $C/log/\$cluster-\$name.log
-mon data = $C/mon/\$cluster-\$id
-osd data = $C/osd/\$cluster-\$id
-osd objectstore = memstore
-memstore device bytes = 1073741824
-memstore page set = true
-memstore page size = 4096
-osd pool default size = 1
-osd pool default min size = 1
-osd pool default pg num = 8
-osd pool default pgp num = 8
-osd pool default pg autoscale mode = off
-osd crush chooseleaf type = 0
-osd erasure code plugins =
-mon allow pool size one = true
-mon warn on pool no redundancy = false
-mon warn on insecure global id reclaim allowed = false
-mon data avail warn = 2
-mon data avail crit = 1
-paxos propose interval = 0.1
-paxos min wait = 0.01
-[client]
-admin socket = $C/run/\$cluster-\$name.\$pid.\$cctid.asok
-log file = $C/log/\$cluster-\$name.\$pid.log
-rbd cache = false
-CONF
-export CEPH_CONF=$C/ceph.conf
-cluster_up() {
-	run monmaptool --create --fsid "$FSID" --addv a "$MON" "$C/monmap" >/dev/null &&
-		run ceph-mon --mkfs -i a --monmap "$C/monmap" &&
-		run ceph-mon -i a || return 1
-	local uuid id
-	uuid=$(cat /proc/sys/kernel/random/uuid)
-	id=$(timeout 120 "$RBDCTL" mon "{\"prefix\": \"osd new\", \"uuid\": \"$uuid\"}") || return 1
-	echo "osd id $id"
-	run ceph-osd -i "$id" --mkfs --osd-uuid "$uuid" &&
-		run ceph-osd -i "$id" &&
-		run timeout 300 "$RBDCTL" pool-create rbd &&
-		run timeout 300 "$RBDCTL" create rbd lun0 $((IMAGE_MIB << 20))
-}
-if cluster_up; then
+ceph_conf
+if ceph_up rbd lun0 $((IMAGE_MIB << 20)); then
 	record "ceph cluster" pass "mon + OSD up, pool rbd and image rbd/lun0 (${IMAGE_MIB} MiB) made in $(since "$t0") s"
 else
 	tail -n 30 "$C"/log/*.log
