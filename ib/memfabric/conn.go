@@ -290,66 +290,14 @@ func (c *Conn) usable(what string) error {
 	return nil
 }
 
-func checkSGL(sgl []ib.SGE, limit int) (uint64, error) {
-	if len(sgl) > limit {
-		return 0, fmt.Errorf("%d SGEs, QP allows %d: %w", len(sgl), limit, ib.ErrInvalidArgument)
+// sendLimits are the connection's inputs to ib.CheckSendWR.
+func (c *Conn) sendLimits() ib.SendLimits {
+	return ib.SendLimits{
+		MaxSGE:         c.caps.MaxSendSGE,
+		MaxReadSGE:     c.node.f.opts.Limits.MaxReadSGE,
+		MaxInline:      c.caps.MaxInlineData,
+		InitiatorDepth: c.rdDepth,
 	}
-	var total uint64
-	for i := range sgl {
-		switch {
-		case sgl[i].MR == nil:
-			return 0, fmt.Errorf("SGE %d has no memory region: %w", i, ib.ErrInvalidArgument)
-		case sgl[i].Length == 0:
-			// Some HCAs read a zero byte count as 2 GiB; a zero-length transfer uses an
-			// empty SGL instead.
-			return 0, fmt.Errorf("SGE %d has length 0: %w", i, ib.ErrInvalidArgument)
-		}
-		total += uint64(sgl[i].Length)
-	}
-	if total > 1<<31 {
-		return 0, fmt.Errorf("%d bytes exceed the 2 GiB message limit: %w", total, ib.ErrInvalidArgument)
-	}
-	return total, nil
-}
-
-func checkRecv(wr *ib.RecvWR, caps ib.QPCaps) error {
-	_, err := checkSGL(wr.SGL, caps.MaxRecvSGE)
-	return err
-}
-
-func (c *Conn) checkSend(wr *ib.SendWR) error {
-	maxSGE := c.caps.MaxSendSGE
-	switch wr.Op {
-	case ib.OpSend, ib.OpRDMAWrite:
-	case ib.OpRDMARead:
-		if c.rdDepth == 0 {
-			return fmt.Errorf("RDMA READ with initiator depth 0: %w", ib.ErrInvalidArgument)
-		}
-		if wr.Inline {
-			return fmt.Errorf("inline RDMA READ: %w", ib.ErrInvalidArgument)
-		}
-		maxSGE = min(maxSGE, c.node.f.opts.Limits.MaxReadSGE)
-	default:
-		return fmt.Errorf("opcode %v: %w", wr.Op, ib.ErrInvalidArgument)
-	}
-	total, err := checkSGL(wr.SGL, maxSGE)
-	if err != nil {
-		return err
-	}
-	if wr.Inline {
-		if total > uint64(c.caps.MaxInlineData) {
-			return fmt.Errorf("%d inline bytes, QP allows %d: %w", total, c.caps.MaxInlineData, ib.ErrInvalidArgument)
-		}
-		for i := range wr.SGL {
-			// Inline data is copied by the CPU from the SGE's address: no lkey check, but
-			// it must be real memory.
-			g := &wr.SGL[i]
-			if n := uint64(len(g.MR.Bytes())); g.Offset > n || uint64(g.Length) > n-g.Offset {
-				return fmt.Errorf("inline SGE %d outside its region: %w", i, ib.ErrInvalidArgument)
-			}
-		}
-	}
-	return nil
 }
 
 // PostSend implements ib.Conn.
@@ -359,11 +307,12 @@ func (c *Conn) PostSend(wrs []ib.SendWR) (int, error) {
 	if err := c.usable("post send"); err != nil {
 		return 0, err
 	}
+	lim := c.sendLimits()
 	n := 0
 	var err error
 	for i := range wrs {
 		wr := &wrs[i]
-		if err = c.checkSend(wr); err != nil {
+		if err = ib.CheckSendWR(wr, lim); err != nil {
 			err = fmt.Errorf("memfabric: post send on %v: work request %d (id %#x): %w", c, i, wr.ID, err)
 			break
 		}
@@ -408,7 +357,7 @@ func (c *Conn) PostRecv(wrs []ib.RecvWR) (int, error) {
 	n := 0
 	var err error
 	for i := range wrs {
-		if err = checkRecv(&wrs[i], c.caps); err != nil {
+		if err = ib.CheckRecvWR(&wrs[i], c.caps.MaxRecvSGE); err != nil {
 			err = fmt.Errorf("memfabric: post receive on %v: work request %d (id %#x): %w", c, i, wrs[i].ID, err)
 			break
 		}

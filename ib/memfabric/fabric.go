@@ -288,21 +288,9 @@ func (n *Node) Connect(ctx context.Context, dst netip.AddrPort, privateData []by
 	if len(privateData) > maxPriv {
 		return nil, fmt.Errorf("memfabric: connect %v in %v: %d bytes, at most %d: %w", dst, ps, len(privateData), maxPriv, ib.ErrPrivateDataTooLong)
 	}
-	if err := checkCaps(params.QP, lim); err != nil {
+	if err := ib.CheckConnParams(params.QP, params.RNRRetryCount, params.ResponderResources, params.InitiatorDepth,
+		params.Recv, lim, 0); err != nil {
 		return nil, fmt.Errorf("memfabric: connect %v: %w", dst, err)
-	}
-	if params.RNRRetryCount > ib.InfiniteRNRRetry || int(params.ResponderResources) > lim.MaxRDAtomic ||
-		int(params.InitiatorDepth) > lim.MaxRDAtomic {
-		return nil, fmt.Errorf("memfabric: connect %v: rnr retry %d, responder resources %d, initiator depth %d: %w",
-			dst, params.RNRRetryCount, params.ResponderResources, params.InitiatorDepth, ib.ErrInvalidArgument)
-	}
-	for i := range params.Recv {
-		if err := checkRecv(&params.Recv[i], params.QP); err != nil {
-			return nil, fmt.Errorf("memfabric: connect %v: receive %d: %w", dst, i, err)
-		}
-	}
-	if len(params.Recv) > params.QP.RecvQueueDepth {
-		return nil, fmt.Errorf("memfabric: connect %v: %d receives: %w", dst, len(params.Recv), ib.ErrQueueFull)
 	}
 
 	tn := n.f.node(dst.Addr())
@@ -496,15 +484,4 @@ func padded(b []byte, size int) []byte {
 	out := make([]byte, size)
 	copy(out, b)
 	return out
-}
-
-func checkCaps(c ib.QPCaps, lim ib.DeviceLimits) error {
-	if c.SendQueueDepth < 1 || c.SendQueueDepth > lim.MaxQueueDepth ||
-		c.RecvQueueDepth < 1 || c.RecvQueueDepth > lim.MaxQueueDepth ||
-		c.MaxSendSGE < 1 || c.MaxSendSGE > lim.MaxSendSGE ||
-		c.MaxRecvSGE < 1 || c.MaxRecvSGE > lim.MaxRecvSGE ||
-		c.MaxInlineData < 0 || c.MaxInlineData > lim.MaxInlineData {
-		return fmt.Errorf("QP caps %+v outside device limits %+v: %w", c, lim, ib.ErrInvalidArgument)
-	}
-	return nil
 }

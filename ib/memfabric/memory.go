@@ -38,14 +38,11 @@ var _ ib.ProtectionDomain = (*pd)(nil)
 // RegisterMemory registers buf. The fabric accepts any memory, Go heap included; the verbs
 // implementation does not (see ib.ProtectionDomain).
 func (p *pd) RegisterMemory(buf []byte, access ib.Access) (ib.MR, error) {
-	switch {
-	case len(buf) == 0 || uint64(len(buf)) >= 1<<32:
+	if len(buf) == 0 || uint64(len(buf)) >= 1<<32 {
 		return nil, fmt.Errorf("memfabric: register %d bytes: %w", len(buf), ib.ErrInvalidArgument)
-	case access&^(ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead) != 0:
-		return nil, fmt.Errorf("memfabric: register: unknown access bits %#x: %w", uint32(access), ib.ErrInvalidArgument)
-	case access&ib.AccessRemoteWrite != 0 && access&ib.AccessLocalWrite == 0:
-		// ibv_reg_mr fails with EINVAL: remote write without local write is not allowed.
-		return nil, fmt.Errorf("memfabric: register: remote write requires local write: %w", ib.ErrInvalidArgument)
+	}
+	if err := ib.CheckAccess(access); err != nil {
+		return nil, fmt.Errorf("memfabric: register: %w", err)
 	}
 	f := p.node.f
 	seq := f.mrSeq.Add(1)

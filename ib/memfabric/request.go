@@ -177,30 +177,10 @@ func (r *connReq) Reject(privateData []byte) error {
 
 func (r *connReq) Accept(ap ib.AcceptParams) (ib.Conn, error) {
 	lim := r.ln.node.f.opts.Limits
-	if len(ap.PrivateData) > ib.MaxAcceptPrivateData {
-		return nil, fmt.Errorf("memfabric: accept %v: %d bytes: %w", r, len(ap.PrivateData), ib.ErrPrivateDataTooLong)
-	}
-	if err := checkCaps(ap.QP, lim); err != nil {
+	// The initiator-depth rule is stricter than verbs, where the mismatch shows up later as
+	// stalled RDMA READs or a failed QP transition on the initiator.
+	if err := ib.CheckAccept(&ap, r.params.ResponderResources, lim, 0); err != nil {
 		return nil, fmt.Errorf("memfabric: accept %v: %w", r, err)
-	}
-	if ap.RNRRetryCount > ib.InfiniteRNRRetry || int(ap.ResponderResources) > lim.MaxRDAtomic ||
-		int(ap.InitiatorDepth) > lim.MaxRDAtomic {
-		return nil, fmt.Errorf("memfabric: accept %v: rnr retry %d, responder resources %d, initiator depth %d: %w",
-			r, ap.RNRRetryCount, ap.ResponderResources, ap.InitiatorDepth, ib.ErrInvalidArgument)
-	}
-	if ap.InitiatorDepth > r.params.ResponderResources {
-		// Stricter than verbs, where the mismatch shows up later as stalled RDMA READs or a
-		// failed QP transition on the initiator.
-		return nil, fmt.Errorf("memfabric: accept %v: initiator depth %d exceeds the initiator's responder resources %d: %w",
-			r, ap.InitiatorDepth, r.params.ResponderResources, ib.ErrInvalidArgument)
-	}
-	if len(ap.Recv) > ap.QP.RecvQueueDepth {
-		return nil, fmt.Errorf("memfabric: accept %v: %d receives: %w", r, len(ap.Recv), ib.ErrQueueFull)
-	}
-	for i := range ap.Recv {
-		if err := checkRecv(&ap.Recv[i], ap.QP); err != nil {
-			return nil, fmt.Errorf("memfabric: accept %v: receive %d: %w", r, i, err)
-		}
 	}
 
 	r.mu.Lock()

@@ -98,7 +98,7 @@ func regionOf(g *ib.SGE, dev *devCtx) (*mr, error) {
 	return m, nil
 }
 
-// fillSend writes wr, already checked by checkSend, into send slot i with the given wr_id.
+// fillSend writes wr, already checked by ib.CheckSendWR, into send slot i with the given wr_id.
 func (b *wrBufs) fillSend(i int, wr *ib.SendWR, wrID uint64, dev *devCtx) error {
 	w := &b.swr[i]
 	sges := b.ssge[i*b.sendSGE : i*b.sendSGE+len(wr.SGL)]
@@ -139,7 +139,7 @@ func (b *wrBufs) fillSend(i int, wr *ib.SendWR, wrID uint64, dev *devCtx) error 
 	return nil
 }
 
-// fillRecv writes wr, already checked by checkRecv, into receive slot i.
+// fillRecv writes wr, already checked by ib.CheckRecvWR, into receive slot i.
 func (b *wrBufs) fillRecv(i int, wr *ib.RecvWR, wrID uint64, dev *devCtx) error {
 	w := &b.rwr[i]
 	sges := b.rsge[i*b.recvSGE : i*b.recvSGE+len(wr.SGL)]

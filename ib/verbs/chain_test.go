@@ -123,10 +123,10 @@ func TestFillSendDoesNotAllocate(t *testing.T) {
 		{ID: 1, Op: ib.OpRDMAWrite, RemoteAddr: 1, RKey: 2, SGL: []ib.SGE{{MR: m, Length: 8}, {MR: m, Offset: 8, Length: 8}}},
 		{ID: 2, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{{MR: m, Length: 36}}},
 	}
-	lim := sendLimits{maxSGE: 2, maxReadSGE: 1, maxInline: 0, rdDepth: 0}
+	lim := ib.SendLimits{MaxSGE: 2, MaxReadSGE: 1}
 	allocs := testing.AllocsPerRun(100, func() {
 		for i := range wrs {
-			if checkSend(&wrs[i], lim) != nil || b.fillSend(i, &wrs[i], uint64(i), d) != nil {
+			if ib.CheckSendWR(&wrs[i], lim) != nil || b.fillSend(i, &wrs[i], uint64(i), d) != nil {
 				panic("unexpected error")
 			}
 		}

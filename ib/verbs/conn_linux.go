@@ -260,11 +260,11 @@ func (c *Conn) PostSend(wrs []ib.SendWR) (int, error) {
 	if err := c.usableLocked("post send"); err != nil {
 		return 0, err
 	}
-	lim := sendLimits{
-		maxSGE:     c.caps.MaxSendSGE,
-		maxReadSGE: c.dev.limits.MaxReadSGE,
-		maxInline:  c.caps.MaxInlineData,
-		rdDepth:    c.rdDepth,
+	lim := ib.SendLimits{
+		MaxSGE:         c.caps.MaxSendSGE,
+		MaxReadSGE:     c.dev.limits.MaxReadSGE,
+		MaxInline:      c.caps.MaxInlineData,
+		InitiatorDepth: c.rdDepth,
 	}
 	posted := 0
 	for posted < len(wrs) {
@@ -272,7 +272,7 @@ func (c *Conn) PostSend(wrs []ib.SendWR) (int, error) {
 		var verr error
 		for posted+k < len(wrs) && k < len(c.bufs.swr) {
 			wr := &wrs[posted+k]
-			if verr = checkSend(wr, lim); verr != nil {
+			if verr = ib.CheckSendWR(wr, lim); verr != nil {
 				break
 			}
 			if c.q.sq.free() == 0 {
@@ -315,7 +315,7 @@ func (c *Conn) PostRecv(wrs []ib.RecvWR) (int, error) {
 		var verr error
 		for posted+k < len(wrs) && k < len(c.bufs.rwr) {
 			wr := &wrs[posted+k]
-			if verr = checkRecv(wr, c.caps.MaxRecvSGE); verr != nil {
+			if verr = ib.CheckRecvWR(wr, c.caps.MaxRecvSGE); verr != nil {
 				break
 			}
 			if c.q.rq.free() == 0 {

@@ -424,13 +424,11 @@ func (p pdHandle) Removed() <-chan struct{} { return p.d.gone }
 // holds a reference on the device until Deregister.
 func (p pdHandle) RegisterMemory(buf []byte, access ib.Access) (ib.MR, error) {
 	d := p.d
-	switch {
-	case len(buf) == 0 || uint64(len(buf)) >= 1<<40:
+	if len(buf) == 0 || uint64(len(buf)) >= 1<<40 {
 		return nil, errorf("register %d bytes on %s: %w", len(buf), d, ib.ErrInvalidArgument)
-	case access&^(ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead) != 0:
-		return nil, errorf("register on %s: unknown access bits %#x: %w", d, uint32(access), ib.ErrInvalidArgument)
-	case access&ib.AccessRemoteWrite != 0 && access&ib.AccessLocalWrite == 0:
-		return nil, errorf("register on %s: remote write requires local write: %w", d, ib.ErrInvalidArgument)
+	}
+	if err := ib.CheckAccess(access); err != nil {
+		return nil, errorf("register on %s: %w", d, err)
 	}
 	if err := d.acquire(); err != nil {
 		return nil, errorf("register: %w", err)

@@ -396,7 +396,7 @@ func (r *connRequest) Reject(privateData []byte) error {
 // (max_dest_rd_atomic = p.ResponderResources, max_rd_atomic = p.InitiatorDepth), and only then
 // sends the REP with rdma_accept (flow control 1, the given RNR retry count).
 func (r *connRequest) Accept(p ib.AcceptParams) (ib.Conn, error) {
-	if err := checkAccept(&p, r.rr, r.dev.limits, r.dev.maxCQE); err != nil {
+	if err := ib.CheckAccept(&p, r.rr, r.dev.limits, r.dev.maxCQE); err != nil {
 		return nil, errorf("accept %v: %w", r, err)
 	}
 	r.mu.Lock()
