@@ -1,0 +1,45 @@
+package memfabric
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/ib/ibtest"
+)
+
+// suiteFabric runs package ib's conformance suite on a fresh in-memory fabric per connection.
+type suiteFabric struct{ async bool }
+
+func (s suiteFabric) Connect(t *testing.T, caps func(ib.DeviceLimits) ib.QPCaps) *ibtest.Pair {
+	t.Helper()
+	e := newEnv(t, Options{Async: s.async})
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	cp := srpConnect()
+	cp.QP = caps(e.f.opts.Limits)
+	ch := e.dialAsync(ctx, []byte("login-req"), cp)
+	req := e.next(t)
+	ap := srpAccept()
+	ap.QP = caps(req.Limits())
+	tc, err := req.Accept(ap)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, tc.Close()) })
+	r := <-ch
+	require.NoError(t, r.err)
+	t.Cleanup(func() { require.NoError(t, r.c.Close()) })
+	requireEvent(t, tc, ib.EventEstablished)
+	requireEvent(t, r.c, ib.EventEstablished)
+	return &ibtest.Pair{T: tc, I: r.c, TPD: e.target.PD(), IPD: e.initiator.PD(), Limits: req.Limits()}
+}
+
+// Memory is Go heap memory: the fabric takes any.
+func (suiteFabric) Memory(_ *testing.T, n int) []byte { return make([]byte, n) }
+
+func TestConformance(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) { ibtest.Run(t, suiteFabric{async: m.async}) })
+	}
+}
