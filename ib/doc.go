@@ -6,7 +6,16 @@
 // Two implementations exist: the verbs one over rdma-core (cgo, files with a build tag) and
 // ib/memfabric, an in-memory fabric for tests. Both meet the contract below; memfabric is
 // written to be exactly as strict as hardware where hardware would catch a bug, so that a bug
-// seen on real verbs shows up in unit tests too.
+// seen on real verbs shows up in unit tests too. Two things keep them from drifting apart:
+//
+//   - The post-time rules are written once, in this package (check.go: CheckQPCaps,
+//     CheckAccess, CheckSendWR, CheckRecvWR, CheckConnParams, CheckAccept), and both
+//     implementations call them before their own checks of a region's origin.
+//   - ib/ibtest is the conformance suite of the execution rules the engine relies on (RC
+//     ordering, RDMA READ, requester errors and flushes, queue slots, disconnect, close). It
+//     runs over memfabric in go test and over verbs on soft-RoCE in the VM harness (make e2e).
+//     A rule the engine depends on gets a test there; the known deviations of soft-RoCE are
+//     fields of ibtest.Pair, asserted rather than skipped.
 //
 // # Establishment
 //
@@ -38,7 +47,8 @@
 // completion is polled (for an unsignaled one: until a later completion of the same queue is
 // polled). Inline sends copy the data at post time instead and check no lkey.
 //
-// Errors at post time (the work request is not posted): ErrClosed, ErrDeviceRemoved,
+// Errors at post time (the work request is not posted; CheckSendWR and CheckRecvWR are the
+// rules): ErrClosed, ErrDeviceRemoved,
 // ErrQueueFull (no free slot, see below), ErrInvalidArgument (unknown opcode, more SGEs than
 // the QP caps allow, an RDMA READ with more SGEs than DeviceLimits.MaxReadSGE or with a zero
 // negotiated initiator depth, inline data beyond MaxInlineData or on an RDMA READ, an SGE with
@@ -79,7 +89,8 @@
 //
 //   - StatusLocalProtectionError: a local SGE names an unregistered or foreign region, lies
 //     outside it, or the HCA must write into a region without AccessLocalWrite (receive
-//     buffers, RDMA READ sinks).
+//     buffers, RDMA READ sinks). Soft-RoCE reports an lkey that names no region as
+//     StatusLocalQPOperationError instead: tell failures apart by ID, not by status.
 //   - StatusRemoteAccessError (requester): bad rkey, range outside the peer's region, or the
 //     region lacks AccessRemoteWrite/AccessRemoteRead. The responder's QP goes to the error
 //     state too, flushing its own work requests.

@@ -74,4 +74,11 @@
 //   - Soft-RoCE (rxe, kernel 6.1) does not flush a receive posted after the QP entered the
 //     error state (its receive queue is filled from user space without a system call): do not
 //     wait for completions of receives posted after an error or Disconnect. Sends are flushed.
+//   - Soft-RoCE reports a local SGE whose lkey names no region (a deregistered one) as
+//     ib.StatusLocalQPOperationError, not ib.StatusLocalProtectionError (a range outside a
+//     region it found is a protection error).
+//
+// Both deviations are asserted by the conformance suite (ib/ibtest, TestConformance), which
+// runs here per address in the VM (integration/vm/guest/verbs-test.sh) and over ib/memfabric
+// in go test, so that a change on either side shows up.
 package verbs
