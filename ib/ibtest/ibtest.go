@@ -141,8 +141,9 @@ func postRecv(t *testing.T, c ib.Conn, wrs ...ib.RecvWR) {
 	require.Equal(t, len(wrs), n)
 }
 
-// poll returns exactly n completions, waiting on Ready between drains.
-func poll(t *testing.T, c ib.Conn, n int) []ib.Completion {
+// Poll returns exactly n completions of c, waiting on Ready between drains, and fails the test
+// after WaitLimit. Fabric-specific tests use it too.
+func Poll(t *testing.T, c ib.Conn, n int) []ib.Completion {
 	t.Helper()
 	var out []ib.Completion
 	wcs := make([]ib.Completion, 16)
@@ -246,8 +247,8 @@ func testSendRecv(t *testing.T, f Fabric) {
 		// Copied at post time: scribbling over the source now is harmless.
 		clear(src)
 	}
-	require.Equal(t, []ib.Completion{ok(1, ib.OpSend), ok(2, ib.OpSend)}, poll(t, p.I, 2))
-	require.Equal(t, []ib.Completion{recvd(100, 40), recvd(101, 60)}, poll(t, p.T, 2))
+	require.Equal(t, []ib.Completion{ok(1, ib.OpSend), ok(2, ib.OpSend)}, Poll(t, p.I, 2))
+	require.Equal(t, []ib.Completion{recvd(100, 40), recvd(101, 60)}, Poll(t, p.T, 2))
 	require.Equal(t, want1, tmr.Bytes()[:40])
 	if rsge == 2 {
 		require.Equal(t, want2[:10], tmr.Bytes()[100:110])
@@ -264,9 +265,9 @@ func testSendRecv(t *testing.T, f Fabric) {
 	postSend(t, p.T,
 		ib.SendWR{ID: 3, Op: ib.OpSend, SGL: []ib.SGE{{MR: tmr, Offset: 1024, Length: 7}}},
 		ib.SendWR{ID: 4, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{{MR: tmr, Offset: 1024, Length: 3}}})
-	require.Equal(t, []ib.Completion{recvd(100, 7), recvd(101, 3)}, poll(t, p.I, 2))
+	require.Equal(t, []ib.Completion{recvd(100, 7), recvd(101, 3)}, Poll(t, p.I, 2))
 	require.Equal(t, []byte("srp-rsp"), imr.Bytes()[:7])
-	require.Equal(t, []ib.Completion{ok(4, ib.OpSend)}, poll(t, p.T, 1), "the unsignaled SEND has none")
+	require.Equal(t, []ib.Completion{ok(4, ib.OpSend)}, Poll(t, p.T, 1), "the unsignaled SEND has none")
 	requireNoCompletions(t, p.T)
 }
 
@@ -293,7 +294,7 @@ func testWriteThenSend(t *testing.T, f Fabric) {
 				SGL: []ib.SGE{{MR: tmr, Offset: uint64(half), Length: uint32(n - half - 1)}, {MR: tmr, Offset: uint64(n - 1), Length: 1}}},
 			ib.SendWR{ID: 3, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{{MR: tmr, Offset: 7000, Length: 8}}},
 		)
-		require.Equal(t, []ib.Completion{recvd(100, 8)}, poll(t, p.I, 1))
+		require.Equal(t, []ib.Completion{recvd(100, 8)}, Poll(t, p.I, 1))
 		// Checked at once, before anything else happens: ordering, not luck.
 		if !bytes.Equal(data, imr.Bytes()[off:off+uint64(n)]) {
 			t.Fatalf("round %d: RDMA WRITE data not in place when the SEND arrived", round)
@@ -301,7 +302,7 @@ func testWriteThenSend(t *testing.T, f Fabric) {
 		require.Equal(t, fmt.Sprintf("rsp%05d", round), string(irecv.Bytes()[:8]))
 		postRecv(t, p.I, recvs(irecv, 64, 100)...)
 		// Only the signaled SEND completes at the target.
-		require.Equal(t, []ib.Completion{ok(3, ib.OpSend)}, poll(t, p.T, 1))
+		require.Equal(t, []ib.Completion{ok(3, ib.OpSend)}, Poll(t, p.T, 1))
 	}
 }
 
@@ -321,7 +322,7 @@ func testRDMARead(t *testing.T, f Fabric) {
 		ib.SendWR{ID: 1, Op: ib.OpRDMARead, SGL: sgl, RemoteAddr: imr.Addr() + 1000, RKey: imr.RKey()},
 		ib.SendWR{ID: 2, Op: ib.OpRDMARead, Signaled: true, RKey: 0xdead},
 	)
-	require.Equal(t, []ib.Completion{ok(2, ib.OpRDMARead)}, poll(t, p.T, 1))
+	require.Equal(t, []ib.Completion{ok(2, ib.OpRDMARead)}, Poll(t, p.T, 1))
 	off := 0
 	for _, g := range sgl {
 		require.Equal(t, want[off:off+int(g.Length)], tmr.Bytes()[g.Offset:g.Offset+uint64(g.Length)])
@@ -394,7 +395,7 @@ func testPostTimeErrors(t *testing.T, f Fabric) {
 	require.Equal(t, 1, n)
 	require.ErrorIs(t, err, ib.ErrInvalidArgument)
 	require.ErrorContains(t, err, "work request 1")
-	require.Equal(t, []ib.Completion{ok(1, ib.OpRDMARead)}, poll(t, p.T, 1))
+	require.Equal(t, []ib.Completion{ok(1, ib.OpRDMARead)}, Poll(t, p.T, 1))
 	requireNoCompletions(t, p.T)
 }
 
@@ -525,13 +526,13 @@ func testRequesterErrors(t *testing.T, f Fabric) {
 			if tt.staleLKey && p.StaleLKeyQPOperationError {
 				status = ib.StatusLocalQPOperationError
 			}
-			sq, rq := split(poll(t, p.T, 5))
+			sq, rq := split(Poll(t, p.T, 5))
 			require.Equal(t, []ib.Completion{failed(1, status), failed(2, ib.StatusWRFlushError), failed(3, ib.StatusWRFlushError)}, sq)
 			require.Equal(t, flushed(100, 101), rq)
 			require.Equal(t, before, r.snapshot(), "a failed work request moves no data")
 
 			if tt.status == ib.StatusRemoteAccessError {
-				require.Equal(t, flushed(100, 101), poll(t, p.I, 2), "the responder's QP is in the error state as well")
+				require.Equal(t, flushed(100, 101), Poll(t, p.I, 2), "the responder's QP is in the error state as well")
 			} else {
 				requireNoCompletions(t, p.I)
 			}
@@ -539,12 +540,12 @@ func testRequesterErrors(t *testing.T, f Fabric) {
 			// In the error state posts succeed and flush at once, in posting order; a
 			// zero-length WRITE is the drain marker.
 			postSend(t, p.T, ib.SendWR{ID: 4, Op: ib.OpSend, SGL: []ib.SGE{{MR: r.tmr, Length: 8}}}, ib.SendWR{ID: 5, Op: ib.OpRDMAWrite})
-			require.Equal(t, flushed(4, 5), poll(t, p.T, 2))
+			require.Equal(t, flushed(4, 5), Poll(t, p.T, 2))
 			postRecv(t, p.T, recvs(r.tmr, 64, 102)...)
 			if p.RecvInErrorNotFlushed {
 				requireNoCompletions(t, p.T)
 			} else {
-				require.Equal(t, flushed(102), poll(t, p.T, 1))
+				require.Equal(t, flushed(102), Poll(t, p.T, 1))
 			}
 			requireNoEvent(t, p.T)
 			requireNoEvent(t, p.I)
@@ -586,9 +587,9 @@ func testQueueFull(t *testing.T, f Fabric) {
 	postSend(t, p.T, write(1, false), write(2, false), write(3, false), write(4, true))
 	_, err = p.T.PostSend([]ib.SendWR{write(5, true)})
 	require.ErrorIs(t, err, ib.ErrQueueFull, "slots are freed by polling, not by execution")
-	require.Equal(t, []ib.Completion{ok(4, ib.OpRDMAWrite)}, poll(t, p.T, 1))
+	require.Equal(t, []ib.Completion{ok(4, ib.OpRDMAWrite)}, Poll(t, p.T, 1))
 	postSend(t, p.T, write(5, false), write(6, false), write(7, false), write(8, true))
-	require.Equal(t, []ib.Completion{ok(8, ib.OpRDMAWrite)}, poll(t, p.T, 1))
+	require.Equal(t, []ib.Completion{ok(8, ib.OpRDMAWrite)}, Poll(t, p.T, 1))
 	n, err = p.T.PostSend(nil)
 	require.NoError(t, err, "an empty post is fine")
 	require.Zero(t, n)
@@ -599,10 +600,10 @@ func testQueueFull(t *testing.T, f Fabric) {
 	require.ErrorIs(t, err, ib.ErrQueueFull)
 	require.Equal(t, 2, n)
 	postSend(t, p.T, ib.SendWR{ID: 9, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{{MR: tmr, Length: 4}}})
-	require.Equal(t, []ib.Completion{ok(9, ib.OpSend)}, poll(t, p.T, 1))
+	require.Equal(t, []ib.Completion{ok(9, ib.OpSend)}, Poll(t, p.T, 1))
 	_, err = p.I.PostRecv(recvs(imr, 8, 102))
 	require.ErrorIs(t, err, ib.ErrQueueFull)
-	require.Equal(t, []ib.Completion{recvd(100, 4)}, poll(t, p.I, 1))
+	require.Equal(t, []ib.Completion{recvd(100, 4)}, Poll(t, p.I, 1))
 	postRecv(t, p.I, recvs(imr, 8, 102)...)
 }
 
@@ -617,13 +618,13 @@ func testDisconnect(t *testing.T, f Fabric) {
 	postRecv(t, p.I, recvs(imr, 64, 100, 101)...)
 
 	require.NoError(t, p.I.Disconnect())
-	require.Equal(t, flushed(100, 101), poll(t, p.I, 2))
+	require.Equal(t, flushed(100, 101), Poll(t, p.I, 2))
 	waitEvent(t, p.T, ib.EventDisconnected)
 	// The peer's DREQ does not touch our QP: the engine disconnects, which answers the DREQ
 	// and flushes.
 	requireNoCompletions(t, p.T)
 	require.NoError(t, p.T.Disconnect())
-	require.Equal(t, flushed(100, 101, 102), poll(t, p.T, 3))
+	require.Equal(t, flushed(100, 101, 102), Poll(t, p.T, 3))
 	waitEvent(t, p.I, ib.EventDisconnected)
 	require.NoError(t, p.T.Disconnect(), "a second Disconnect is harmless")
 	time.Sleep(quiet)

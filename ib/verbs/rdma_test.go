@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/ib/ibtest"
 	"github.com/srptarget/srptarget/internal/testutil"
 )
 
@@ -239,28 +240,6 @@ func waitEvent(t *testing.T, c ib.Conn, want ib.Event) {
 	}
 }
 
-// waitCompletions returns exactly n completions, waiting on Ready between drains.
-func waitCompletions(t *testing.T, c ib.Conn, n int) []ib.Completion {
-	t.Helper()
-	var out []ib.Completion
-	wcs := make([]ib.Completion, 16)
-	deadline := time.After(waitLimit)
-	for len(out) < n {
-		k, err := c.PollCompletions(wcs[:min(len(wcs), n-len(out))])
-		require.NoError(t, err)
-		out = append(out, wcs[:k]...)
-		if k > 0 {
-			continue
-		}
-		select {
-		case <-c.Ready():
-		case <-deadline:
-			t.Fatalf("%v: %d of %d completions within %v: %+v", c, len(out), n, waitLimit, out)
-		}
-	}
-	return out
-}
-
 func post(t *testing.T, c ib.Conn, wrs ...ib.SendWR) {
 	t.Helper()
 	n, err := c.PostSend(wrs)
@@ -437,7 +416,7 @@ func TestRNRRetry(t *testing.T) {
 		require.NoError(t, d.err)
 		t.Cleanup(func() { require.NoError(t, d.c.Close()) })
 		post(t, c, ib.SendWR{ID: 9, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{tgt.sge(sendOff, 16)}})
-		got := waitCompletions(t, c, 1+nRecv)
+		got := ibtest.Poll(t, c, 1+nRecv)
 		require.Equal(t, ib.Completion{ID: 9, Status: ib.StatusRNRRetryExceeded}, got[0])
 		for _, wc := range got[1:] {
 			require.Equal(t, ib.StatusWRFlushError, wc.Status)
@@ -484,7 +463,7 @@ func TestPostRegionChecks(t *testing.T) {
 		require.Equal(t, 1, n)
 		// Free a receive slot, then try to post a foreign region into it.
 		post(t, l.ini.c, ib.SendWR{ID: 1, Op: ib.OpSend, SGL: []ib.SGE{l.ini.sge(sendOff, 8)}})
-		got := waitCompletions(t, l.tgt.c, 1)
+		got := ibtest.Poll(t, l.tgt.c, 1)
 		require.Equal(t, ib.Completion{ID: 2000, ByteLen: 8, Opcode: ib.OpRecv}, got[0])
 		_, err = l.tgt.c.PostRecv([]ib.RecvWR{{ID: 1, SGL: []ib.SGE{{MR: lenMR{n: 4096}, Length: 8}}}})
 		require.ErrorIs(t, err, ib.ErrInvalidArgument)

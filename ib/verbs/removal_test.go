@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/ib/ibtest"
 	"github.com/srptarget/srptarget/internal/testutil"
 )
 
@@ -101,8 +102,8 @@ func TestDeviceRemoval(t *testing.T) {
 	// Traffic first, so that the QPs and regions have been used.
 	copy(l.ini.buf(sendOff, 64), testutil.Pattern(64, 5))
 	post(t, l.ini.c, ib.SendWR{ID: 1, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{l.ini.sge(sendOff, 64)}})
-	waitCompletions(t, l.tgt.c, 1)
-	waitCompletions(t, l.ini.c, 1)
+	ibtest.Poll(t, l.tgt.c, 1)
+	ibtest.Poll(t, l.ini.c, 1)
 	nextErr := make(chan error, 1)
 	go func() {
 		_, err := l.ln.Next(context.Background())
@@ -157,7 +158,7 @@ func TestDeviceRemoval(t *testing.T) {
 	l2 := newLink(t, a, defaultLinkOpts())
 	copy(l2.tgt.buf(sendOff, 64), testutil.Pattern(64, 9))
 	post(t, l2.tgt.c, ib.SendWR{ID: 4, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{l2.tgt.sge(sendOff, 64)}})
-	got := waitCompletions(t, l2.ini.c, 1)
+	got := ibtest.Poll(t, l2.ini.c, 1)
 	require.Equal(t, ib.Completion{ID: 1000, ByteLen: 64, Opcode: ib.OpRecv}, got[0])
 	require.Equal(t, testutil.Pattern(64, 9), l2.ini.buf(recvOff, 64))
 
@@ -267,7 +268,7 @@ func wildLogin(t *testing.T, wild *Listener, a netip.Addr) *link {
 	waitEvent(t, d.c, ib.EventEstablished)
 	copy(d.ini.buf(sendOff, 100), testutil.Pattern(100, 8))
 	post(t, d.c, ib.SendWR{ID: 3, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{d.ini.sge(sendOff, 100)}})
-	got := waitCompletions(t, c, 1)
+	got := ibtest.Poll(t, c, 1)
 	require.Equal(t, ib.Completion{ID: 0, ByteLen: 100, Opcode: ib.OpRecv}, got[0])
 	require.Equal(t, testutil.Pattern(100, 8), w.tgt.buf(recvOff, 100))
 	t.Logf("login to the wildcard listener %v: %v", dst, time.Since(start))

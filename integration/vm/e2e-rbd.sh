@@ -22,22 +22,14 @@ die() { echo "e2e-rbd.sh: error: $*" >&2; exit "${2:-2}"; }
 # shellcheck source=host-lib.sh
 . "$HERE/host-lib.sh"
 host_root
-host_build_deps librbd-dev librados-dev
-mkdir -p "$VMDIR/bin" "$VMDIR/logs"
-# Seed the package cache from the shared work directory's: hard links, no download.
-[ -d "$VMDIR/debs" ] || { [ -d /tmp/srptarget-vm/debs ] && cp -al /tmp/srptarget-vm/debs "$VMDIR/"; } || true
-
-log "go build -tags rbd: srptarget, rbdctl"
-host_build_cgo "$VMDIR/bin/srptarget" ./cmd/srptarget -tags rbd
-(cd "$REPO" && "$GO" build -tags rbd -o "$VMDIR/bin/rbdctl" ./integration/ceph/rbdctl) || die "building rbdctl failed" 3
-"$HERE/build-image.sh"
+host_ceph_vm "$VMDIR/bin/srptarget"
 
 stamp=$(date +%Y%m%d-%H%M%S)
 LOG=$VMDIR/logs/e2e-rbd-$stamp.log
 RESULTS=${LOG%.log}.results
 rc=0
 SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-900} SRPT_VM_LOG="$LOG" \
-	SRPT_VM_FILES="$VMDIR/bin/srptarget:/usr/local/bin/srptarget $VMDIR/bin/rbdctl:/usr/local/bin/rbdctl $HERE/guest/ceph-lib.sh:/lab/ceph-lib.sh" \
+	SRPT_VM_FILES="$CEPH_VM_FILES" \
 	"$HERE/run-vm.sh" "$HERE/guest/rbd-e2e.sh" "$@" || rc=$?
 pass=$(grep -c '^[^|]*|pass|' "$RESULTS" 2>/dev/null || true)
 failn=$(grep -c '^[^|]*|fail|' "$RESULTS" 2>/dev/null || true)

@@ -9,6 +9,10 @@
 #                                 those missing only; set GO to a go command
 #   host_build_cgo OUT PKG [FLAG ...]  go build [FLAG ...] -o OUT PKG (a main package, cgo
 #                                 over rdma-core) and check that OUT links librdmacm
+#   host_ceph_vm BIN              for the runs with a Ceph cluster in the guest (e2e-rbd.sh,
+#                                 gateways.sh; SRPT_VM_CEPH=1 and their own SRPT_VM_DIR): librbd's
+#                                 development files, srptarget with -tags rbd as BIN and rbdctl,
+#                                 the image; sets CEPH_VM_FILES for SRPT_VM_FILES
 #
 # Exit status 3 (through die) when the build cannot be done, as the scripts document.
 
@@ -53,4 +57,18 @@ host_build_cgo() {
 	libs=$(ldd "$out" 2>/dev/null || true)
 	grep -q 'librdmacm\.so' <<<"$libs" ||
 		die "$out does not link librdmacm: built without cgo (CGO_ENABLED=0, or no C compiler)? It could not use RDMA/CM" 3
+}
+
+host_ceph_vm() {
+	local bin=$1
+	host_build_deps librbd-dev librados-dev
+	mkdir -p "$VMDIR/bin" "$VMDIR/logs"
+	# Seed the package cache from the shared work directory's: hard links, no download.
+	[ -d "$VMDIR/debs" ] || { [ -d /tmp/srptarget-vm/debs ] && cp -al /tmp/srptarget-vm/debs "$VMDIR/"; } || true
+	log "go build -tags rbd: srptarget, rbdctl"
+	host_build_cgo "$bin" ./cmd/srptarget -tags rbd
+	(cd "$REPO" && "$GO" build -tags rbd -o "$VMDIR/bin/rbdctl" ./integration/ceph/rbdctl) || die "building rbdctl failed" 3
+	"$HERE/build-image.sh"
+	# shellcheck disable=SC2034 # read by the caller
+	CEPH_VM_FILES="$bin:/usr/local/bin/srptarget $VMDIR/bin/rbdctl:/usr/local/bin/rbdctl $HERE/guest/ceph-lib.sh:/lab/ceph-lib.sh"
 }
