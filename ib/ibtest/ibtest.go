@@ -174,7 +174,9 @@ func requireNoCompletions(t *testing.T, c ib.Conn) {
 	require.Zero(t, n, "unexpected completions %+v", wcs[:n])
 }
 
-func waitEvent(t *testing.T, c ib.Conn, want ib.Event) {
+// WaitEvent waits for c's next connection event and requires it to be want, failing the test
+// after WaitLimit. Fabric-specific tests use it too.
+func WaitEvent(t *testing.T, c ib.Conn, want ib.Event) {
 	t.Helper()
 	deadline := time.After(WaitLimit)
 	for {
@@ -619,13 +621,13 @@ func testDisconnect(t *testing.T, f Fabric) {
 
 	require.NoError(t, p.I.Disconnect())
 	require.Equal(t, flushed(100, 101), Poll(t, p.I, 2))
-	waitEvent(t, p.T, ib.EventDisconnected)
+	WaitEvent(t, p.T, ib.EventDisconnected)
 	// The peer's DREQ does not touch our QP: the engine disconnects, which answers the DREQ
 	// and flushes.
 	requireNoCompletions(t, p.T)
 	require.NoError(t, p.T.Disconnect())
 	require.Equal(t, flushed(100, 101, 102), Poll(t, p.T, 3))
-	waitEvent(t, p.I, ib.EventDisconnected)
+	WaitEvent(t, p.I, ib.EventDisconnected)
 	require.NoError(t, p.T.Disconnect(), "a second Disconnect is harmless")
 	time.Sleep(quiet)
 	requireNoEvent(t, p.T)
@@ -634,7 +636,7 @@ func testDisconnect(t *testing.T, f Fabric) {
 	// Close without Disconnect: the peer gets the DREQ.
 	p2 := f.Connect(t, Caps)
 	require.NoError(t, p2.T.Close())
-	waitEvent(t, p2.I, ib.EventDisconnected)
+	WaitEvent(t, p2.I, ib.EventDisconnected)
 }
 
 // testPostAfterClose: after Close every call fails with ErrClosed and a second Close is a
@@ -650,5 +652,5 @@ func testPostAfterClose(t *testing.T, f Fabric) {
 	_, err = p.T.PollCompletions(make([]ib.Completion, 1))
 	require.ErrorIs(t, err, ib.ErrClosed)
 	require.ErrorIs(t, p.T.Disconnect(), ib.ErrClosed)
-	waitEvent(t, p.I, ib.EventDisconnected)
+	WaitEvent(t, p.I, ib.EventDisconnected)
 }

@@ -41,8 +41,8 @@ func (f suiteFabric) Connect(t *testing.T, caps func(ib.DeviceLimits) ib.QPCaps)
 	d := <-ch
 	require.NoError(t, d.err)
 	t.Cleanup(func() { require.NoError(t, d.c.Close()) })
-	waitEvent(t, d.c, ib.EventEstablished)
-	waitEvent(t, tc, ib.EventEstablished)
+	ibtest.WaitEvent(t, d.c, ib.EventEstablished)
+	ibtest.WaitEvent(t, tc, ib.EventEstablished)
 	// The soft-RoCE deviations the suite knows (see ibtest.Pair), asserted so that a change
 	// shows up (kernel 6.1, rdma-core 44 in the VM).
 	rxe := strings.HasPrefix(tc.(*Conn).dev.name, "rxe")

@@ -219,25 +219,9 @@ func newLink(t *testing.T, a netip.Addr, o linkOpts) *link {
 	require.NoError(t, d.err)
 	l.ini, l.iniConn = d.ini, d.c
 	t.Cleanup(func() { require.NoError(t, d.c.Close()) })
-	waitEvent(t, l.ini.c, ib.EventEstablished)
-	waitEvent(t, l.tgt.c, ib.EventEstablished)
+	ibtest.WaitEvent(t, l.ini.c, ib.EventEstablished)
+	ibtest.WaitEvent(t, l.tgt.c, ib.EventEstablished)
 	return l
-}
-
-func waitEvent(t *testing.T, c ib.Conn, want ib.Event) {
-	t.Helper()
-	deadline := time.After(waitLimit)
-	for {
-		if e, ok := c.PollEvent(); ok {
-			require.Equal(t, want, e)
-			return
-		}
-		select {
-		case <-c.Ready():
-		case <-deadline:
-			t.Fatalf("%v: no %v within %v", c, want, waitLimit)
-		}
-	}
 }
 
 func post(t *testing.T, c ib.Conn, wrs ...ib.SendWR) {
@@ -325,8 +309,8 @@ func TestConnect(t *testing.T) {
 		require.Equal(t, make([]byte, len(rep)-52), rep[52:], "the CM pads with zeros")
 		require.Equal(t, ln.Addr(), d.c.RemoteAddr())
 		require.Equal(t, r.RemoteAddr(), d.c.LocalAddr())
-		waitEvent(t, d.c, ib.EventEstablished)
-		waitEvent(t, c, ib.EventEstablished)
+		ibtest.WaitEvent(t, d.c, ib.EventEstablished)
+		ibtest.WaitEvent(t, c, ib.EventEstablished)
 		_, ok := c.PollEvent()
 		require.False(t, ok)
 	})
@@ -392,8 +376,8 @@ func TestWildcardListen(t *testing.T) {
 				d := <-res
 				require.NoError(t, d.err)
 				t.Cleanup(func() { require.NoError(t, d.c.Close()) })
-				waitEvent(t, c, ib.EventEstablished)
-				waitEvent(t, d.c, ib.EventEstablished)
+				ibtest.WaitEvent(t, c, ib.EventEstablished)
+				ibtest.WaitEvent(t, d.c, ib.EventEstablished)
 			}
 		})
 	}

@@ -264,8 +264,8 @@ func wildLogin(t *testing.T, wild *Listener, a netip.Addr) *link {
 	require.NoError(t, d.err)
 	w.ini, w.iniConn = d.ini, d.c
 	t.Cleanup(func() { require.NoError(t, d.c.Close()) })
-	waitEvent(t, c, ib.EventEstablished)
-	waitEvent(t, d.c, ib.EventEstablished)
+	ibtest.WaitEvent(t, c, ib.EventEstablished)
+	ibtest.WaitEvent(t, d.c, ib.EventEstablished)
 	copy(d.ini.buf(sendOff, 100), testutil.Pattern(100, 8))
 	post(t, d.c, ib.SendWR{ID: 3, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{d.ini.sge(sendOff, 100)}})
 	got := ibtest.Poll(t, c, 1)
