@@ -71,12 +71,12 @@ func TestGuestScriptsReadLoggedMessages(t *testing.T) {
 }
 
 // daemonStringLiterals returns the string literals of the daemon's non-test Go source
-// (cmd/srptarget and the packages beside it, not the harness's own tools).
+// (cmd/srptarget, config and the packages beside them, not the harness's own tools).
 func daemonStringLiterals(t *testing.T) []string {
 	t.Helper()
 	var lits []string
 	fset := token.NewFileSet()
-	for _, dir := range []string{"cmd", "srp", "scsi", "backstore", "ib"} {
+	for _, dir := range []string{"cmd", "config", "srp", "scsi", "backstore", "ib"} {
 		err := filepath.WalkDir(filepath.Join("..", dir), func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 				return err

@@ -3,10 +3,9 @@ package main
 import (
 	"fmt"
 	"net/netip"
-	"slices"
-	"strconv"
 	"strings"
 
+	"github.com/srptarget/srptarget/config"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
 )
@@ -22,7 +21,7 @@ type aclAuthorizer struct {
 
 type aclEntry struct {
 	index      int
-	cfg        ACLConfig
+	cfg        config.ACL
 	initiators []string
 	sources    []netip.Prefix
 	lunMap     *scsi.LUNMap
@@ -31,13 +30,13 @@ type aclEntry struct {
 var _ srp.Authorizer = (*aclAuthorizer)(nil)
 
 // newACLEntry makes the entry of acls[i] of cfg, its LUN map not yet set.
-func newACLEntry(cfg *Config, i int) (*aclEntry, *ConfigError) {
+func newACLEntry(cfg *config.Config, i int) (*aclEntry, *config.Error) {
 	c := cfg.ACLs[i]
 	e := &aclEntry{index: i, cfg: c, initiators: c.Initiators}
 	for _, s := range c.Sources {
-		pfx, err := ParseSourcePrefix(s)
+		pfx, err := config.ParseSourcePrefix(s)
 		if err != nil {
-			return nil, cfg.errorAt(at("acls", i, "sources"), "%v", err)
+			return nil, cfg.ErrorAt(config.At("acls", i, "sources"), "%v", err)
 		}
 		e.sources = append(e.sources, pfx)
 	}
@@ -48,7 +47,7 @@ func newACLEntry(cfg *Config, i int) (*aclEntry, *ConfigError) {
 // (unmapped, without zone) is in the ACL.
 func (e *aclEntry) matches(id string, src netip.Addr) bool {
 	for _, p := range e.initiators {
-		if MatchInitiator(p, id) {
+		if config.MatchInitiator(p, id) {
 			return true
 		}
 	}
@@ -87,79 +86,9 @@ func (a *aclAuthorizer) refusal(id string, src netip.Addr) string {
 	} else {
 		fmt.Fprintf(&b, " matches none of the %d ACLs", len(a.acls))
 	}
-	fmt.Fprintf(&b, "; to let it in, add to acls: {initiators: [\"%s\"], luns: %s}", id, intList(a.luns))
+	fmt.Fprintf(&b, "; to let it in, add to acls: {initiators: [\"%s\"], luns: %s}", id, config.FlowList(a.luns))
 	if src.IsValid() {
 		fmt.Fprintf(&b, " (or sources: [\"%s\"] instead of initiators)", src)
 	}
 	return b.String()
-}
-
-// intList formats LUN numbers as a YAML flow sequence: [0, 1, 2].
-func intList(ns []int) string {
-	parts := make([]string, len(ns))
-	for i, n := range ns {
-		parts[i] = strconv.Itoa(n)
-	}
-	return "[" + strings.Join(parts, ", ") + "]"
-}
-
-// shadowedBy returns the earlier ACL that matches every initiator and source ACL i names,
-// and why, or -1: Authorize takes the first matching ACL, so such an ACL is never used. An
-// ACL is only reported when one earlier ACL covers all of it; coverage spread over several
-// earlier ACLs is not looked for, so a warning is never wrong but may be missing.
-func shadowedBy(acls []ACLConfig, i int) (int, string) {
-	a := acls[i]
-	if len(a.Initiators) == 0 && len(a.Sources) == 0 {
-		return -1, ""
-	}
-	for j := range i {
-		e := acls[j]
-		if slices.Contains(e.Initiators, "*") {
-			return j, `matches every initiator (initiators: ["*"])`
-		}
-		if len(a.Initiators) > 0 && !allCovered(a.Initiators, func(p string) bool { return initiatorCovered(e.Initiators, p) }) {
-			continue
-		}
-		if len(a.Sources) > 0 && !allCovered(a.Sources, func(s string) bool { return sourceCovered(e.Sources, s) }) {
-			continue
-		}
-		return j, "matches every initiator and source this one names"
-	}
-	return -1, ""
-}
-
-func allCovered(items []string, covered func(string) bool) bool {
-	for _, it := range items {
-		if !covered(it) {
-			return false
-		}
-	}
-	return true
-}
-
-// initiatorCovered reports whether one of patterns matches every initiator that p matches:
-// the same pattern, or p is a literal port id one of them matches.
-func initiatorCovered(patterns []string, p string) bool {
-	norm := func(s string) string { return strings.TrimPrefix(strings.ToLower(s), "0x") }
-	for _, q := range patterns {
-		if norm(q) == norm(p) || !strings.ContainsAny(p, "*?") && MatchInitiator(q, p) {
-			return true
-		}
-	}
-	return false
-}
-
-// sourceCovered reports whether one of prefixes contains every address of source s.
-func sourceCovered(prefixes []string, s string) bool {
-	sp, err := ParseSourcePrefix(s)
-	if err != nil {
-		return false
-	}
-	for _, q := range prefixes {
-		qp, err := ParseSourcePrefix(q)
-		if err == nil && qp.Bits() <= sp.Bits() && qp.Contains(sp.Addr()) {
-			return true
-		}
-	}
-	return false
 }

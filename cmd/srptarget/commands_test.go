@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
+	"github.com/srptarget/srptarget/config"
 	"github.com/srptarget/srptarget/srp"
 )
 
@@ -39,33 +40,6 @@ func writeFile(t *testing.T, name, content string) string {
 var noDeps = loginLineDeps{
 	devices:    func() ([]rdmaDevice, error) { return nil, errNoRDMA },
 	interfaces: func() ([]hostAddr, error) { return nil, nil },
-}
-
-func TestValidatePrintsSummary(t *testing.T) {
-	file := writeFile(t, "good.yaml", goodConfig+`  - initiators: ["0x4e49c9ffff0a0b0c*"]
-    luns: [1]
-`)
-	out, errOut, err := run(t, noDeps, "validate", "--config", file)
-	require.NoError(t, err)
-	require.Empty(t, errOut)
-	require.Equal(t, file+`: OK
-target: id_ext=0002c90300a0b0c1 ioc_guid=0002c90300a0b0c1
-listeners (2):
-  0.0.0.0:5555
-  [fe80::1%eth0]:5555
-limits: max_it_iu_len 8276, credits 64, max_channels 16, max_transfer_size 4MiB, send_queue_depth 4096, buffer_pool_size 64MiB, immediate_data true
-        rdma_timeout 30s, max_channel_buffer 16MiB (25%), max_sessions 256, max_channels_total 512, max_logins_in_progress 32
-LUNs (2):
-  LUN 0: memory, 1GiB, 512-byte blocks
-  LUN 1: null, 64MiB, 4096-byte blocks, vendor "LIO-ORG", write cache off
-ACLs (3):
-  acls[0]: initiators * -> LUNs 0
-  acls[1]: sources 10.0.0.0/8, 192.168.1.7 -> LUNs 0, 1, read-only
-  acls[2]: initiators 0x4e49c9ffff0a0b0c* -> LUNs 1
-warning: `+file+`:26: acls[1]: never used: acls[0] comes first and matches every initiator (initiators: ["*"]), and the first matching ACL wins
-warning: `+file+`:29: acls[2]: never used: acls[0] comes first and matches every initiator (initiators: ["*"]), and the first matching ACL wins
-warning: LUN 1 is only in ACLs that are never used: no initiator sees it
-`, out)
 }
 
 func TestValidateWarnsAboutUnreachableLUNs(t *testing.T) {
@@ -203,13 +177,13 @@ func TestResolveIdentity(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		cfg  TargetConfig
+		cfg  config.Target
 		want identity
 	}{
-		{"both", TargetConfig{IDExt: "0x0000000000000001", IOCGUID: "0000:0000:0000:0002"}, identity{1, 2, "configuration"}},
-		{"id_ext only", TargetConfig{IDExt: "00000000000000ab"}, identity{0xab, 0xab, "configuration"}},
-		{"ioc_guid only", TargetConfig{IOCGUID: "00000000000000cd"}, identity{0xcd, 0xcd, "configuration"}},
-		{"first device by name", TargetConfig{}, identity{1, 1, "node GUID of a"}},
+		{"both", config.Target{IDExt: "0x0000000000000001", IOCGUID: "0000:0000:0000:0002"}, identity{1, 2, "configuration"}},
+		{"id_ext only", config.Target{IDExt: "00000000000000ab"}, identity{0xab, 0xab, "configuration"}},
+		{"ioc_guid only", config.Target{IOCGUID: "00000000000000cd"}, identity{0xcd, 0xcd, "configuration"}},
+		{"first device by name", config.Target{}, identity{1, 1, "node GUID of a"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -220,7 +194,7 @@ func TestResolveIdentity(t *testing.T) {
 	}
 	id := identity{idExt: 0x0002c90300a0b0c1, iocGUID: 0x1122334455667788}
 	require.Equal(t, srp.PortID{0x00, 0x02, 0xc9, 0x03, 0x00, 0xa0, 0xb0, 0xc1, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88}, id.portID())
-	_, err := resolveIdentity(TargetConfig{}, func() ([]rdmaDevice, error) { return []rdmaDevice{{Name: "x"}}, nil })
+	_, err := resolveIdentity(config.Target{}, func() ([]rdmaDevice, error) { return []rdmaDevice{{Name: "x"}}, nil })
 	require.EqualError(t, err, "target identity: no RDMA device with a node GUID to take it from: set target.id_ext and target.ioc_guid in the configuration")
 }
 
@@ -254,7 +228,7 @@ rxe0: node GUID 0000:00ff:fe00:0001
 }
 
 func TestACLAuthorizerFirstMatchWins(t *testing.T) {
-	cfg, err := ParseConfig("a.yaml", []byte(`listeners: [{address: 0.0.0.0, port: 1}]
+	cfg, err := config.Parse("a.yaml", []byte(`listeners: [{address: 0.0.0.0, port: 1}]
 luns:
   - {lun: 0, backstore: null, size: 1MiB}
   - {lun: 1, backstore: null, size: 1MiB}

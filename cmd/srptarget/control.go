@@ -20,6 +20,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/srptarget/srptarget/config"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
 )
@@ -747,7 +748,7 @@ func (d *daemon) describePlan(p *plan, res *reloadResult) {
 	}
 	slices.Sort(res.ListenersAdded)
 	slices.Sort(res.ListenersRemoved)
-	res.PortGroupsChanged = portGroupChanges(d.alua.Groups(), p.cfg.portGroups())
+	res.PortGroupsChanged = portGroupChanges(d.alua.Groups(), p.cfg.PortGroups())
 	for _, si := range d.target.Sessions() {
 		sc := sessionChange{Initiator: si.InitiatorPortID.String()}
 		var keep *scsi.LUNMap
@@ -896,7 +897,7 @@ func aclCheckFile(file, initiator, source string) (*aclCheckResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := LoadConfig(file)
+	cfg, err := config.Load(file)
 	if err != nil {
 		return nil, err
 	}

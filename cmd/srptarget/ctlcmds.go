@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/srptarget/srptarget/config"
 )
 
 // controlTimeout bounds one command's exchange with the daemon. A reload opens backstores,
@@ -320,7 +322,7 @@ func intsText(ns []int) string {
 	if len(ns) == 0 {
 		return "none"
 	}
-	return strings.Trim(intList(ns), "[]")
+	return strings.Trim(config.FlowList(ns), "[]")
 }
 
 func reloadText(r *reloadResult) string {
@@ -399,7 +401,7 @@ would see. The running daemon is asked; when no daemon answers on the control so
 			switch {
 			case errors.As(err, &dialErr) && configFile != "":
 				if res, err = aclCheckFile(configFile, initiator, source); err != nil {
-					printConfigErrors(cmd.ErrOrStderr(), configFile, err)
+					config.WriteErrors(cmd.ErrOrStderr(), configFile, err)
 					return exitCodeError{1}
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "no daemon answers on %s: answering from %s\n", f.path, configFile)

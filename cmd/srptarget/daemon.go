@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/config"
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
@@ -53,7 +54,7 @@ type daemon struct {
 	closeErrs  []error // flush and close failures, reported by shutdown
 
 	mu     sync.Mutex // serialises start, reload and shutdown; guards what follows
-	cfg    *Config
+	cfg    *config.Config
 	ident  identity
 	target *srp.Target
 	// alua holds the target port groups every port of the target points at; a reload
@@ -75,7 +76,7 @@ type daemon struct {
 // lunState is one logical unit of the running configuration.
 type lunState struct {
 	num   int
-	cfg   LUNConfig
+	cfg   config.LUN
 	key   luKey
 	store *sharedStore
 	lu    *scsi.LogicalUnit
@@ -113,66 +114,45 @@ func newDaemon(opts daemonOptions) *daemon {
 	}
 }
 
-// limitsOf maps the configuration's limits to the engine's.
-func limitsOf(c *Config) srp.Limits {
-	l := &c.Limits
-	return srp.Limits{
-		MaxITIULen:           uint32(l.MaxIUSize),
-		Credits:              l.Credits,
-		MaxChannels:          l.MaxChannels,
-		MaxTransferLen:       uint32(l.MaxTransferSize),
-		SendQueueDepth:       l.SendQueueDepth,
-		BufferPoolSize:       int64(l.BufferPoolSize),
-		DisableImmediateData: l.ImmediateData != nil && !*l.ImmediateData,
-		Completion:           l.completion,
-		PollWindow:           l.pollWindow,
-		RDMATimeout:          l.rdmaTimeout,
-		MaxChannelBuffer:     l.maxChannelBuffer,
-		MaxSessions:          l.MaxSessions,
-		MaxChannelsTotal:     l.MaxChannelsTotal,
-		MaxLoginsInProgress:  l.MaxLoginsInProgress,
-	}
-}
-
 // start loads the configuration, builds every logical unit, the LUN maps and the ACLs,
 // creates the target and listens. On error nothing is left open.
 func (d *daemon) start() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	cfg, err := LoadTrustedConfig(d.opts.configFile)
+	cfg, err := config.LoadTrusted(d.opts.configFile)
 	if err != nil {
 		return err
 	}
 	d.logWarnings(cfg)
 	ident, err := resolveIdentity(cfg.Target, d.opts.devices)
 	if err != nil {
-		return cfg.errorAt(at("target"), "%v", err)
+		return cfg.ErrorAt(config.At("target"), "%v", err)
 	}
 	if err := d.checkMemlock(cfg); err != nil {
 		return err
 	}
-	d.alua, err = scsi.NewALUA(cfg.portGroups())
+	d.alua, err = scsi.NewALUA(cfg.PortGroups())
 	if err != nil {
-		return cfg.errorAt(at("alua"), "%v", err)
+		return cfg.ErrorAt(config.At("alua"), "%v", err)
 	}
 	primary, more := targetPorts(cfg, ident, d.alua)
 	for i, p := range more {
 		if p.ID == ident.portID() {
-			return cfg.errorAt(at("target", "ports", i, "id_ext"), "the same target port identifier as target's own port (%v): give it another id_ext", p.ID)
+			return cfg.ErrorAt(config.At("target", "ports", i, "id_ext"), "the same target port identifier as target's own port (%v): give it another id_ext", p.ID)
 		}
 	}
 	d.target, err = srp.New(srp.Config{
 		TargetPortID: ident.portID(),
 		TargetPort:   primary,
 		MorePorts:    more,
-		Limits:       limitsOf(cfg),
+		Limits:       cfg.SRPLimits(),
 		Logger:       d.log,
 		// The latency histograms cost a clock read per completion batch: only when
 		// --metrics exports them.
 		MeasureLatency: d.opts.metrics != nil,
 	})
 	if err != nil {
-		return cfg.errorAt(at("limits"), "%v", err)
+		return cfg.ErrorAt(config.At("limits"), "%v", err)
 	}
 	d.ident = ident
 	p, err := d.plan(cfg)
@@ -187,7 +167,7 @@ func (d *daemon) start() error {
 // targetPorts makes the SCSI target ports of the configuration, all in the ALUA configuration
 // a: target's own, and one per target.ports entry, named, as the first, by the SRP target port
 // identifier.
-func targetPorts(cfg *Config, ident identity, a *scsi.ALUA) (*scsi.TargetPort, []srp.Port) {
+func targetPorts(cfg *config.Config, ident identity, a *scsi.ALUA) (*scsi.TargetPort, []srp.Port) {
 	primary := &scsi.TargetPort{Name: ident.portID().String(), RelativeID: cfg.Target.RelativePortID, ALUA: a}
 	var more []srp.Port
 	for _, p := range cfg.Target.Ports {
@@ -199,11 +179,11 @@ func targetPorts(cfg *Config, ident identity, a *scsi.ALUA) (*scsi.TargetPort, [
 
 // portIdentity is the identifier of a target.ports entry (validated): its id_ext, and its
 // ioc_guid or the target's.
-func portIdentity(p PortConfig, ident identity) identity {
+func portIdentity(p config.Port, ident identity) identity {
 	id := identity{iocGUID: ident.iocGUID, from: "configuration"}
-	id.idExt, _ = ParseEUI64(p.IDExt)
+	id.idExt, _ = config.ParseEUI64(p.IDExt)
 	if p.IOCGUID != "" {
-		id.iocGUID, _ = ParseEUI64(p.IOCGUID)
+		id.iocGUID, _ = config.ParseEUI64(p.IOCGUID)
 	}
 	return id
 }
@@ -212,8 +192,8 @@ func portIdentity(p PortConfig, ident identity) identity {
 // state changed, every logical unit gets ASYMMETRIC ACCESS STATE CHANGED for every nexus
 // (SPC-4 5.15.2.6): initiators then read REPORT TARGET PORT GROUPS again (Linux's
 // scsi_dh_alua does on this unit attention) and move their I/O.
-func (d *daemon) applyPortGroups(cfg *Config) {
-	changed, err := d.alua.SetGroups(cfg.portGroups())
+func (d *daemon) applyPortGroups(cfg *config.Config) {
+	changed, err := d.alua.SetGroups(cfg.PortGroups())
 	if err != nil {
 		// Validation ran the same checks: not reached.
 		d.log.Error("target port groups refused: the previous ones stay", zap.Error(err))
@@ -241,7 +221,7 @@ func (d *daemon) logPortGroups() {
 // checkMemlock fails the start when the buffer pools and one initiator's channels could not
 // be registered: better than a daemon that starts and then refuses every login. The limits
 // cannot change on reload, so start-up is the one place to check.
-func (d *daemon) checkMemlock(cfg *Config) error {
+func (d *daemon) checkMemlock(cfg *config.Config) error {
 	if d.opts.memlock == nil {
 		return nil
 	}
@@ -269,7 +249,7 @@ func (d *daemon) checkMemlock(cfg *Config) error {
 // running ones it keeps), the backstores it had to open, its ACLs and the listeners it had to
 // open. Nothing of it is visible to initiators until commit.
 type plan struct {
-	cfg          *Config
+	cfg          *config.Config
 	luns         map[int]*lunState
 	created      []*lunState
 	opened       map[storeKey]*sharedStore
@@ -283,11 +263,11 @@ type plan struct {
 }
 
 // plan builds cfg next to the running configuration. On error it has released everything it
-// opened and returns every problem as ConfigErrors.
-func (d *daemon) plan(cfg *Config) (*plan, error) { return d.planWith(cfg, false) }
+// opened and returns every problem as config.Errors.
+func (d *daemon) plan(cfg *config.Config) (*plan, error) { return d.planWith(cfg, false) }
 
 // planWith is plan, or with dryRun a plan for `reload --dry-run` only (see plan.dryRun).
-func (d *daemon) planWith(cfg *Config, dryRun bool) (*plan, error) {
+func (d *daemon) planWith(cfg *config.Config, dryRun bool) (*plan, error) {
 	p := &plan{
 		dryRun: dryRun,
 		cfg:    cfg,
@@ -295,14 +275,14 @@ func (d *daemon) planWith(cfg *Config, dryRun bool) (*plan, error) {
 		opened: make(map[storeKey]*sharedStore),
 		keep:   make(map[netip.AddrPort]bool),
 	}
-	var errs ConfigErrors
+	var errs config.Errors
 	for i := range cfg.LUNs {
 		if err := d.planLUN(p, i); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if len(errs) == 0 {
-		var err *ConfigError
+		var err *config.Error
 		if p.auth, err = buildAuthorizer(cfg, p.luns); err != nil {
 			errs = append(errs, err)
 		}
@@ -318,7 +298,7 @@ func (d *daemon) planWith(cfg *Config, dryRun bool) (*plan, error) {
 }
 
 // planLUN finds or makes the logical unit of cfg.LUNs[i].
-func (d *daemon) planLUN(p *plan, i int) *ConfigError {
+func (d *daemon) planLUN(p *plan, i int) *config.Error {
 	cfg := p.cfg
 	l := cfg.LUNs[i]
 	num := *l.LUN
@@ -331,14 +311,14 @@ func (d *daemon) planLUN(p *plan, i int) *ConfigError {
 		if l.Backstore == "block" {
 			for k := range d.stores {
 				if k.kind == "block" && k.path == sk.path {
-					return cfg.errorAt(at("luns", i, "read_only"), "%s is open with other settings and is claimed exclusively: change it in two reloads (remove the LUN, then add it back) or restart", l.Path)
+					return cfg.ErrorAt(config.At("luns", i, "read_only"), "%s is open with other settings and is claimed exclusively: change it in two reloads (remove the LUN, then add it back) or restart", l.Path)
 				}
 			}
 		}
 		var err error
 		if p.dryRun && l.Backstore == "file" && l.Create && !pathExists(l.Path) {
 			// A dry run creates no file: a null backstore of the size it would have stands in.
-			s, err = openStore(&LUNConfig{LUN: l.LUN, Backstore: "null", Size: l.Size, BlockSize: l.BlockSize}, d.log, &d.closers)
+			s, err = openStore(&config.LUN{LUN: l.LUN, Backstore: "null", Size: l.Size, BlockSize: l.BlockSize}, d.log, &d.closers)
 			if err == nil {
 				s.key = sk
 			}
@@ -348,11 +328,11 @@ func (d *daemon) planLUN(p *plan, i int) *ConfigError {
 		var shared *backstore.SharedFileError
 		switch {
 		case errors.As(err, &shared):
-			return cfg.errorAt(at("luns", i, "path"), "opening the backstore: %v (allow_shared_file: true on this LUN)", err)
+			return cfg.ErrorAt(config.At("luns", i, "path"), "opening the backstore: %v (allow_shared_file: true on this LUN)", err)
 		case errors.Is(err, backstore.ErrSymlink):
-			return cfg.errorAt(at("luns", i, "path"), "opening the backstore: %v", err)
+			return cfg.ErrorAt(config.At("luns", i, "path"), "opening the backstore: %v", err)
 		case err != nil:
-			return cfg.errorAt(at("luns", i), "opening the backstore: %v", err)
+			return cfg.ErrorAt(config.At("luns", i), "opening the backstore: %v", err)
 		}
 		s.onErr = d.recordCloseErr
 		p.opened[sk] = s
@@ -361,7 +341,7 @@ func (d *daemon) planLUN(p *plan, i int) *ConfigError {
 		}
 		if l.Backstore == "file" && !s.created && l.Size != 0 && s.Size() != int64(l.Size) {
 			d.log.Warn("the file exists with another size: its own size is used",
-				zap.Int("lun", num), zap.String("path", l.Path), zap.Stringer("file_size", Size(s.Size())), zap.Stringer("size", l.Size))
+				zap.Int("lun", num), zap.String("path", l.Path), zap.Stringer("file_size", config.Size(s.Size())), zap.Stringer("size", l.Size))
 		}
 	}
 	key := d.luKeyOf(cfg, &l, s)
@@ -371,7 +351,7 @@ func (d *daemon) planLUN(p *plan, i int) *ConfigError {
 	}
 	prs, err := d.reservationsFor(cfg.StateDir, key.serial)
 	if err != nil {
-		return cfg.errorAt(at("state_dir"), "lun %d: %v", num, err)
+		return cfg.ErrorAt(config.At("state_dir"), "lun %d: %v", num, err)
 	}
 	lu, err := scsi.NewLogicalUnit(scsi.Config{
 		Reservations:     prs,
@@ -388,11 +368,11 @@ func (d *daemon) planLUN(p *plan, i int) *ConfigError {
 		TaskManagement:   srp.TaskManagementFunctions,
 	})
 	if err != nil {
-		where := at("luns", i)
+		where := config.At("luns", i)
 		if l.ThinProvisioning != nil && *l.ThinProvisioning && !s.Capabilities().Unmap {
-			where = at("luns", i, "thin_provisioning")
+			where = config.At("luns", i, "thin_provisioning")
 		}
-		return cfg.errorAt(where, "%v", err)
+		return cfg.ErrorAt(where, "%v", err)
 	}
 	s.acquire()
 	s.addLU(lu)
@@ -405,7 +385,7 @@ func (d *daemon) planLUN(p *plan, i int) *ConfigError {
 // luKeyOf resolves the defaults of a LUN: the serial from the target identity and the LUN
 // number (stable across restarts, unique per target), thin provisioning where the backstore can
 // unmap, the write cache on, solid state for RAM.
-func (d *daemon) luKeyOf(cfg *Config, l *LUNConfig, s *sharedStore) luKey {
+func (d *daemon) luKeyOf(cfg *config.Config, l *config.LUN, s *sharedStore) luKey {
 	k := luKey{
 		store:       s.key,
 		blockSize:   s.LogicalBlockSize(),
@@ -445,7 +425,7 @@ func defaultSerial(id identity, lun int) string {
 }
 
 // buildAuthorizer makes a LUN map per ACL.
-func buildAuthorizer(cfg *Config, luns map[int]*lunState) (*aclAuthorizer, *ConfigError) {
+func buildAuthorizer(cfg *config.Config, luns map[int]*lunState) (*aclAuthorizer, *config.Error) {
 	a := &aclAuthorizer{}
 	for n := range luns {
 		a.luns = append(a.luns, n)
@@ -462,7 +442,7 @@ func buildAuthorizer(cfg *Config, luns map[int]*lunState) (*aclAuthorizer, *Conf
 		}
 		m, err := scsi.NewLUNMap(maps)
 		if err != nil {
-			return nil, cfg.errorAt(at("acls", i, "luns"), "%v", err)
+			return nil, cfg.ErrorAt(config.At("acls", i, "luns"), "%v", err)
 		}
 		e.lunMap = m
 		a.acls = append(a.acls, e)
@@ -471,10 +451,10 @@ func buildAuthorizer(cfg *Config, luns map[int]*lunState) (*aclAuthorizer, *Conf
 }
 
 // planListeners keeps the running listeners the configuration still has and opens the others.
-func (d *daemon) planListeners(p *plan) ConfigErrors {
-	var errs ConfigErrors
+func (d *daemon) planListeners(p *plan) config.Errors {
+	var errs config.Errors
 	for i, lc := range p.cfg.Listeners {
-		addr, _ := ParseListenAddress(lc.Address)
+		addr, _ := config.ParseListenAddress(lc.Address)
 		ap := netip.AddrPortFrom(addr, lc.Port)
 		if ls := d.listeners[ap]; ls != nil && !ls.failed.Load() {
 			p.keep[ap] = true
@@ -485,20 +465,20 @@ func (d *daemon) planListeners(p *plan) ConfigErrors {
 			continue
 		}
 		if d.opts.listen == nil {
-			errs = append(errs, p.cfg.errorAt(at("listeners", i), "listening on %v: %v", ap, errNoRDMA))
+			errs = append(errs, p.cfg.ErrorAt(config.At("listeners", i), "listening on %v: %v", ap, errNoRDMA))
 			continue
 		}
 		ln, err := d.opts.listen(ap)
 		if err != nil {
 			d.noDevice = d.noDevice || isNoDevice(err)
-			errs = append(errs, p.cfg.errorAt(at("listeners", i), "listening on %v: %v", ap, err))
+			errs = append(errs, p.cfg.ErrorAt(config.At("listeners", i), "listening on %v: %v", ap, err))
 			continue
 		}
 		// The buffer pool of the listener's device is registered now: a host that cannot pin
 		// it fails here, with the fix, rather than refusing every login later.
 		if err := d.target.Prepare(ln); err != nil {
 			_ = ln.Close()
-			errs = append(errs, p.cfg.errorAt(at("listeners", i), "listening on %v: %v", ap, err))
+			errs = append(errs, p.cfg.ErrorAt(config.At("listeners", i), "listening on %v: %v", ap, err))
 			continue
 		}
 		p.newListeners = append(p.newListeners, &listenerState{addr: ap, ln: ln})
@@ -663,14 +643,14 @@ func (d *daemon) reloadReportOf(res *reloadResult) (*reloadResult, error) {
 	}
 	err := d.reloadLocked(res)
 	if err != nil {
-		var errs ConfigErrors
-		var one *ConfigError
+		var errs config.Errors
+		var one *config.Error
 		switch {
 		case errors.As(err, &errs):
 		case errors.As(err, &one):
-			errs = ConfigErrors{one}
+			errs = config.Errors{one}
 		default:
-			errs = ConfigErrors{{File: d.opts.configFile, Msg: err.Error()}}
+			errs = config.Errors{{File: d.opts.configFile, Msg: err.Error()}}
 		}
 		res.Errors = res.Errors[:0]
 		for _, e := range errs {
@@ -695,12 +675,12 @@ func (d *daemon) reloadReportOf(res *reloadResult) (*reloadResult, error) {
 // reloadLocked loads, plans and, unless res.DryRun, commits the configuration file; res gets
 // the changes.
 func (d *daemon) reloadLocked(res *reloadResult) error {
-	var cfg *Config
+	var cfg *config.Config
 	var err error
 	if res.candidate != nil {
-		cfg, err = ParseConfig(res.candidateName, res.candidate)
+		cfg, err = config.Parse(res.candidateName, res.candidate)
 	} else {
-		cfg, err = LoadTrustedConfig(d.opts.configFile)
+		cfg, err = config.LoadTrusted(d.opts.configFile)
 	}
 	if err != nil {
 		return err
@@ -758,7 +738,7 @@ func (d *daemon) reloadLocked(res *reloadResult) error {
 			d.log.Warn("re-reading the capacity failed", zap.Int("lun", num), zap.Error(err))
 		} else if resized {
 			d.log.Info("capacity changed: CAPACITY DATA HAS CHANGED pending for every initiator",
-				zap.Int("lun", num), zap.Stringer("size", Size(st.lu.Blocks()*uint64(st.lu.BlockSize()))))
+				zap.Int("lun", num), zap.Stringer("size", config.Size(st.lu.Blocks()*uint64(st.lu.BlockSize()))))
 		}
 	}
 	for _, num := range append(append([]int(nil), added...), changed...) {
@@ -777,18 +757,18 @@ func (d *daemon) reloadLocked(res *reloadResult) error {
 
 // checkImmutable reports the changes a reload cannot make: the engine's target port identifier
 // and limits are fixed when it is created.
-func (d *daemon) checkImmutable(cfg *Config) ConfigErrors {
-	var errs ConfigErrors
+func (d *daemon) checkImmutable(cfg *config.Config) config.Errors {
+	var errs config.Errors
 	ident := d.ident
-	if configured(cfg.Target) || d.ident.from == "configuration" {
+	if cfg.Target.Configured() || d.ident.from == "configuration" {
 		var err error
 		ident, err = resolveIdentity(cfg.Target, d.opts.devices)
 		if err != nil {
-			return ConfigErrors{cfg.errorAt(at("target"), "%v", err)}
+			return config.Errors{cfg.ErrorAt(config.At("target"), "%v", err)}
 		}
 	}
 	if ident.idExt != d.ident.idExt || ident.iocGUID != d.ident.iocGUID {
-		errs = append(errs, cfg.errorAt(at("target"), "the target identity cannot change while running (id_ext=%016x ioc_guid=%016x, from the %s): restart srptarget to change it",
+		errs = append(errs, cfg.ErrorAt(config.At("target"), "the target identity cannot change while running (id_ext=%016x ioc_guid=%016x, from the %s): restart srptarget to change it",
 			d.ident.idExt, d.ident.iocGUID, d.ident.from))
 	} else {
 		// The target ports are the engine's too; their groups and states may change.
@@ -796,7 +776,7 @@ func (d *daemon) checkImmutable(cfg *Config) ConfigErrors {
 			id  srp.PortID
 			rel uint16
 		}
-		ports := func(c *Config) []port {
+		ports := func(c *config.Config) []port {
 			ps := []port{{ident.portID(), c.Target.RelativePortID}}
 			for _, p := range c.Target.Ports {
 				ps = append(ps, port{portIdentity(p, ident).portID(), p.RelativePortID})
@@ -804,10 +784,11 @@ func (d *daemon) checkImmutable(cfg *Config) ConfigErrors {
 			return ps
 		}
 		if !slices.Equal(ports(d.cfg), ports(cfg)) {
-			errs = append(errs, cfg.errorAt(at("target"), "target ports cannot change while running (relative_port_id and ports): restart srptarget to change them; alua.groups can change"))
+			errs = append(errs, cfg.ErrorAt(config.At("target"), "target ports cannot change while running (relative_port_id and ports): restart srptarget to change them; alua.groups can change"))
 		}
 	}
 	o, n := &d.cfg.Limits, &cfg.Limits
+	oe, ne := d.cfg.SRPLimits(), cfg.SRPLimits()
 	for _, c := range []struct {
 		key      string
 		old, new any
@@ -819,16 +800,16 @@ func (d *daemon) checkImmutable(cfg *Config) ConfigErrors {
 		{"send_queue_depth", o.SendQueueDepth, n.SendQueueDepth},
 		{"buffer_pool_size", o.BufferPoolSize, n.BufferPoolSize},
 		{"immediate_data", *o.ImmediateData, *n.ImmediateData},
-		{"completion", o.completion, n.completion},
-		{"poll_window", o.pollWindow, n.pollWindow},
-		{"rdma_timeout", o.rdmaTimeout, n.rdmaTimeout},
-		{"max_channel_buffer", o.maxChannelBuffer, n.maxChannelBuffer},
+		{"completion", oe.Completion, ne.Completion},
+		{"poll_window", oe.PollWindow, ne.PollWindow},
+		{"rdma_timeout", oe.RDMATimeout, ne.RDMATimeout},
+		{"max_channel_buffer", oe.MaxChannelBuffer, ne.MaxChannelBuffer},
 		{"max_sessions", o.MaxSessions, n.MaxSessions},
 		{"max_channels_total", o.MaxChannelsTotal, n.MaxChannelsTotal},
 		{"max_logins_in_progress", o.MaxLoginsInProgress, n.MaxLoginsInProgress},
 	} {
 		if c.old != c.new {
-			errs = append(errs, cfg.errorAt(at("limits", c.key), "limits cannot change while running (running with %v): restart srptarget to change them", c.old))
+			errs = append(errs, cfg.ErrorAt(config.At("limits", c.key), "limits cannot change while running (running with %v): restart srptarget to change them", c.old))
 		}
 	}
 	return errs
@@ -870,7 +851,7 @@ func (d *daemon) shutdown(ctx context.Context) error {
 }
 
 // logWarnings logs what validation found questionable, one line each.
-func (d *daemon) logWarnings(cfg *Config) {
+func (d *daemon) logWarnings(cfg *config.Config) {
 	for _, w := range cfg.Warnings() {
 		d.log.Warn("configuration warning", zap.String("warning", w.Error()), zap.String("file", w.File), zap.Int("line", w.Line))
 	}
@@ -917,14 +898,14 @@ func (d *daemon) logLUN(st *lunState) {
 	fields := []zap.Field{
 		zap.Int("lun", st.num),
 		zap.String("backstore", string(st.cfg.Backstore)),
-		zap.Stringer("size", Size(st.lu.Blocks()*uint64(st.lu.BlockSize()))),
+		zap.Stringer("size", config.Size(st.lu.Blocks()*uint64(st.lu.BlockSize()))),
 		zap.Uint32("block_size", st.lu.BlockSize()),
 	}
 	if st.cfg.Path != "" {
 		fields = append(fields, zap.String("path", st.cfg.Path))
 	}
 	if st.cfg.RBD != nil {
-		fields = append(fields, zap.String("image", st.cfg.RBD.imageName()))
+		fields = append(fields, zap.String("image", st.cfg.RBD.ImageName()))
 	}
 	fields = append(fields,
 		zap.String("serial", st.key.serial),

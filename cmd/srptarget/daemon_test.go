@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/srptarget/srptarget/config"
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
 	"github.com/srptarget/srptarget/internal/testutil"
@@ -431,7 +432,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	// A bad configuration is refused as a whole, each error logged with its line.
 	e.writeConfig(e2eBadConfig)
 	err = e.reload()
-	var errs ConfigErrors
+	var errs config.Errors
 	require.ErrorAs(t, err, &errs)
 	var logged []string
 	for _, l := range e.logs.FilterMessage("configuration error").All() {
@@ -554,7 +555,7 @@ acls:
 	cfg = strings.Replace(e2eConfig, `id_ext: "0002c90300a34270"`, `id_ext: "0002c90300a34271"`, 1)
 	cfg = strings.Replace(cfg, "buffer_pool_size: 16MiB", "buffer_pool_size: 16MiB\n  credits: 64", 1)
 	e.writeConfig(cfg)
-	var errs ConfigErrors
+	var errs config.Errors
 	require.ErrorAs(t, e.reload(), &errs)
 	require.Equal(t, []string{
 		e.file + ":1: target: the target identity cannot change while running (id_ext=0002c90300a34270 ioc_guid=0002c90300a34270, from the configuration): restart srptarget to change it",
@@ -563,7 +564,7 @@ acls:
 	require.NoError(t, e.stop(syscall.SIGTERM))
 }
 
-func errStrings(errs ConfigErrors) []string {
+func errStrings(errs config.Errors) []string {
 	out := make([]string, len(errs))
 	for i, e := range errs {
 		out[i] = e.Error()

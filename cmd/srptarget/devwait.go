@@ -11,6 +11,8 @@ import (
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"go.uber.org/zap"
+
+	"github.com/srptarget/srptarget/config"
 )
 
 // DefaultDevicePoll is how often serve looks for an RDMA device while it waits for one.
@@ -83,7 +85,7 @@ func startWhenDevice(opts serveOptions, prof *cpuProfiler) (*daemon, error) {
 	initial := hostState(opts.daemonOptions)
 	if deviceMissing(opts.devices) {
 		// A configuration that can never start fails now, not once a device appears.
-		if _, err := LoadTrustedConfig(opts.configFile); err != nil {
+		if _, err := config.LoadTrusted(opts.configFile); err != nil {
 			logConfigErrors(log, err)
 			log.Error("srptarget did not start", zap.Int("errors", countErrors(err)))
 			return nil, exitCodeError{1}
@@ -119,7 +121,7 @@ func startWhenDevice(opts serveOptions, prof *cpuProfiler) (*daemon, error) {
 		// journal.
 		if msg := err.Error(); msg != logged {
 			logged = msg
-			var errs ConfigErrors
+			var errs config.Errors
 			if errors.As(err, &errs) {
 				for _, e := range errs {
 					log.Warn("cannot listen yet", zap.String("error", e.Error()), zap.String("file", e.File), zap.Int("line", e.Line))
@@ -172,7 +174,7 @@ func waitForDevice(opts serveOptions, prof *cpuProfiler, poll time.Duration, sin
 				// Nothing runs yet: check the file, so that whoever reloads learns now whether
 				// it will start, and try to start if there is a device.
 				notifyReloading(log)
-				_, err := LoadTrustedConfig(opts.configFile)
+				_, err := config.LoadTrusted(opts.configFile)
 				if err != nil {
 					logConfigErrors(log, err)
 					log.Error("reload while waiting for an RDMA device: the configuration has errors; it is read again when a device appears")

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/config"
 )
 
 // TestLUNIdentityAcrossGateways: two daemons in front of one image (two target identities)
@@ -28,9 +29,9 @@ func TestLUNIdentityAcrossGateways(t *testing.T) {
 		{"configured: the same in both", "5e2e000000006001", "5e2e000000006001", "5e2e000000006001"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := &LUNConfig{LUN: &lun, Serial: tc.serial}
-			ka := (&daemon{ident: a}).luKeyOf(&Config{}, l, s)
-			kb := (&daemon{ident: b}).luKeyOf(&Config{}, l, s)
+			l := &config.LUN{LUN: &lun, Serial: tc.serial}
+			ka := (&daemon{ident: a}).luKeyOf(&config.Config{}, l, s)
+			kb := (&daemon{ident: b}).luKeyOf(&config.Config{}, l, s)
 			require.Equal(t, tc.wantA, ka.serial)
 			require.Equal(t, tc.wantB, kb.serial)
 			require.Equal(t, tc.wantA == tc.wantB, ka == kb, "the logical unit keys: %+v, %+v", ka, kb)

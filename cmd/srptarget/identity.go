@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/srptarget/srptarget/config"
 	"github.com/srptarget/srptarget/srp"
 )
 
@@ -25,35 +26,17 @@ func (id identity) portID() srp.PortID {
 	return p
 }
 
-// configured reports whether the configuration names the identity itself.
-func configured(t TargetConfig) bool { return t.IDExt != "" || t.IOCGUID != "" }
-
-// resolveIdentity takes id_ext and ioc_guid from the configuration; when only one is given the
-// other takes the same value. When neither is, both are the node GUID of the first RDMA device
-// (by name, with a non-zero GUID): that is what LIO and SCST use for their own target ports,
-// so an initiator configured for one of them logs in here unchanged.
-func resolveIdentity(t TargetConfig, devices devicesFunc) (identity, error) {
-	if configured(t) {
-		var id identity
-		var err error
-		if t.IDExt != "" {
-			if id.idExt, err = ParseEUI64(t.IDExt); err != nil {
-				return identity{}, fmt.Errorf("target.id_ext: %w", err)
-			}
+// resolveIdentity takes id_ext and ioc_guid from the configuration (config.Target.Identity).
+// When neither is given, both are the node GUID of the first RDMA device (by name, with a
+// non-zero GUID): that is what LIO and SCST use for their own target ports, so an initiator
+// configured for one of them logs in here unchanged.
+func resolveIdentity(t config.Target, devices devicesFunc) (identity, error) {
+	if t.Configured() {
+		idExt, iocGUID, err := t.Identity()
+		if err != nil {
+			return identity{}, err
 		}
-		if t.IOCGUID != "" {
-			if id.iocGUID, err = ParseEUI64(t.IOCGUID); err != nil {
-				return identity{}, fmt.Errorf("target.ioc_guid: %w", err)
-			}
-		}
-		switch {
-		case t.IDExt == "":
-			id.idExt = id.iocGUID
-		case t.IOCGUID == "":
-			id.iocGUID = id.idExt
-		}
-		id.from = "configuration"
-		return id, nil
+		return identity{idExt: idExt, iocGUID: iocGUID, from: "configuration"}, nil
 	}
 	const fix = "set target.id_ext and target.ioc_guid in the configuration"
 	if devices == nil {

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/srptarget/srptarget/config"
 )
 
 // hostAddr is one address of one of the host's network interfaces.
@@ -69,13 +71,13 @@ func (a addTarget) command(id identity) string {
 // link-local IPv6 addresses, whose scope is an interface of the initiator), or a placeholder
 // when the host has none. A link-local listener gets a placeholder for the initiator's
 // interface.
-func addTargetLines(cfg *Config, id identity, ifaces interfacesFunc) []addTarget {
+func addTargetLines(cfg *config.Config, id identity, ifaces interfacesFunc) []addTarget {
 	var out []addTarget
 	var host []hostAddr
 	var hostErr error
 	hostDone := false
 	for _, lc := range cfg.Listeners {
-		addr, err := ParseListenAddress(lc.Address)
+		addr, err := config.ParseListenAddress(lc.Address)
 		if err != nil {
 			continue
 		}
@@ -124,7 +126,7 @@ func destString(a netip.Addr, port string) string {
 }
 
 // loginLineText is the output of `srptarget login-line`.
-func loginLineText(cfg *Config, id identity, ifaces interfacesFunc) string {
+func loginLineText(cfg *config.Config, id identity, ifaces interfacesFunc) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Target id_ext=%016x ioc_guid=%016x (from the %s).\n", id.idExt, id.iocGUID, id.from)
 	b.WriteString("# Run on the initiator as root after `modprobe ib_srp`; <dev>-<port> is the initiator's\n")

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/srptarget/srptarget/config"
 	"github.com/srptarget/srptarget/srp"
 )
 
@@ -22,7 +23,7 @@ import (
 // buffer pool of each of devices RDMA devices, plus max_channels channels, the most one
 // initiator can open. Every further initiator adds up to as much again as its channels, so
 // this is what serving one initiator needs at least, not a bound.
-func memlockNeed(lim *LimitsConfig, devices int) (need, pool, channel int64) {
+func memlockNeed(lim *config.Limits, devices int) (need, pool, channel int64) {
 	pool = poolBytes(int64(lim.BufferPoolSize), int64(lim.MaxTransferSize))
 	channel = channelBytes(lim.Credits, int64(lim.MaxIUSize), srp.DefaultMaxTIIULen)
 	return int64(max(devices, 1))*pool + int64(lim.MaxChannels)*channel, pool, channel

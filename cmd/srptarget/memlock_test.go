@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/srptarget/srptarget/config"
 )
 
 func TestMemlockNeed(t *testing.T) {
@@ -18,22 +20,22 @@ func TestMemlockNeed(t *testing.T) {
 	defaultChannel := pages(129*9216 + 258*256)
 	cases := []struct {
 		name        string
-		lim         LimitsConfig
+		lim         config.Limits
 		devices     int
 		wantPool    int64
 		wantChannel int64
 	}{
-		{name: "defaults", lim: LimitsConfig{BufferPoolSize: 64 << 20, MaxTransferSize: 8 << 20, Credits: 128, MaxIUSize: 8276, MaxChannels: 16},
+		{name: "defaults", lim: config.Limits{BufferPoolSize: 64 << 20, MaxTransferSize: 8 << 20, Credits: 128, MaxIUSize: 8276, MaxChannels: 16},
 			devices: 1, wantPool: 64 << 20, wantChannel: defaultChannel},
-		{name: "two devices", lim: LimitsConfig{BufferPoolSize: 64 << 20, MaxTransferSize: 8 << 20, Credits: 128, MaxIUSize: 8276, MaxChannels: 16},
+		{name: "two devices", lim: config.Limits{BufferPoolSize: 64 << 20, MaxTransferSize: 8 << 20, Credits: 128, MaxIUSize: 8276, MaxChannels: 16},
 			devices: 2, wantPool: 64 << 20, wantChannel: defaultChannel},
-		{name: "no device found counts one", lim: LimitsConfig{BufferPoolSize: 16 << 20, MaxTransferSize: 8 << 20, Credits: 128, MaxIUSize: 8276, MaxChannels: 4},
+		{name: "no device found counts one", lim: config.Limits{BufferPoolSize: 16 << 20, MaxTransferSize: 8 << 20, Credits: 128, MaxIUSize: 8276, MaxChannels: 4},
 			devices: 0, wantPool: 16 << 20, wantChannel: defaultChannel},
-		{name: "pool rounded to whole largest buffers", lim: LimitsConfig{BufferPoolSize: 10 << 20, MaxTransferSize: 3 << 20, Credits: 128, MaxIUSize: 8276, MaxChannels: 1},
+		{name: "pool rounded to whole largest buffers", lim: config.Limits{BufferPoolSize: 10 << 20, MaxTransferSize: 3 << 20, Credits: 128, MaxIUSize: 8276, MaxChannels: 1},
 			devices: 1, wantPool: 12 << 20, wantChannel: defaultChannel},
-		{name: "small channels", lim: LimitsConfig{BufferPoolSize: 4096, MaxTransferSize: 4096, Credits: 16, MaxIUSize: 276, MaxChannels: 256},
+		{name: "small channels", lim: config.Limits{BufferPoolSize: 4096, MaxTransferSize: 4096, Credits: 16, MaxIUSize: 276, MaxChannels: 256},
 			devices: 1, wantPool: 4096, wantChannel: pages(17*1024 + 34*256)},
-		{name: "large IUs", lim: LimitsConfig{BufferPoolSize: 64 << 20, MaxTransferSize: 64 << 20, Credits: 128, MaxIUSize: 1 << 20, MaxChannels: 16},
+		{name: "large IUs", lim: config.Limits{BufferPoolSize: 64 << 20, MaxTransferSize: 64 << 20, Credits: 128, MaxIUSize: 1 << 20, MaxChannels: 16},
 			devices: 1, wantPool: 64 << 20, wantChannel: pages(129*(1<<20+512) + 258*256)},
 	}
 	for _, c := range cases {
@@ -127,9 +129,9 @@ func TestServeChecksLockedMemory(t *testing.T) {
 	}
 	require.Equal(t, exitCodeError{1}, runServe(e.opts))
 	got := <-calls
-	_, _, channel := memlockNeed(&LimitsConfig{BufferPoolSize: 16 << 20, MaxTransferSize: DefaultMaxTransferSize,
-		Credits: DefaultCredits, MaxIUSize: DefaultMaxIUSize, MaxChannels: DefaultMaxChannels}, 1)
-	require.Equal(t, call{need: 16<<20 + DefaultMaxChannels*channel, pool: 16 << 20, channel: channel, devices: 1, channels: DefaultMaxChannels}, got)
+	_, _, channel := memlockNeed(&config.Limits{BufferPoolSize: 16 << 20, MaxTransferSize: config.DefaultMaxTransferSize,
+		Credits: config.DefaultCredits, MaxIUSize: config.DefaultMaxIUSize, MaxChannels: config.DefaultMaxChannels}, 1)
+	require.Equal(t, call{need: 16<<20 + config.DefaultMaxChannels*channel, pool: 16 << 20, channel: channel, devices: 1, channels: config.DefaultMaxChannels}, got)
 	entries := e.logs.FilterMessage("start-up failed").All()
 	require.Len(t, entries, 1, e.logText())
 	require.Contains(t, entries[0].ContextMap()["error"], "RLIMIT_MEMLOCK is 8 MiB (hard limit 8 MiB)")

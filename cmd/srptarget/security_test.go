@@ -8,51 +8,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/srptarget/srptarget/config"
 )
-
-// TestParseConfigBackstoreLinksAndSharing: validation refuses a file backstore that is a
-// symbolic link, and allow_shared_file where it means nothing.
-func TestParseConfigBackstoreLinksAndSharing(t *testing.T) {
-	dir := t.TempDir()
-	real := filepath.Join(dir, "real.img")
-	require.NoError(t, os.WriteFile(real, make([]byte, 4096), 0o600))
-	link := filepath.Join(dir, "link.img")
-	require.NoError(t, os.Symlink(real, link))
-	dangling := filepath.Join(dir, "dangling.img")
-	require.NoError(t, os.Symlink(filepath.Join(dir, "nowhere.img"), dangling))
-
-	head := "listeners: [{address: 0.0.0.0, port: 1}]\nluns:\n  - lun: 0\n"
-	cases := []struct {
-		name string
-		lun  string
-		want []string // nil: valid
-	}{
-		{name: "real file", lun: "    backstore: file\n    path: " + real + "\n"},
-		{name: "real file, shared allowed", lun: "    backstore: file\n    path: " + real + "\n    allow_shared_file: true\n"},
-		{name: "link", lun: "    backstore: file\n    path: " + link + "\n    allow_shared_file: true\n",
-			want: []string{"t.yaml:5: luns[0].path: " + link + " is a symbolic link to " + real +
-				": name the real file (links are not followed, so that whoever can change one cannot point the LUN at another file)"}},
-		{name: "dangling link with create", lun: "    backstore: file\n    path: " + dangling + "\n    create: true\n    size: 1MiB\n",
-			want: []string{"t.yaml:5: luns[0].path: " + dangling + " is a symbolic link to " + filepath.Join(dir, "nowhere.img") +
-				": name the real file (links are not followed, so that whoever can change one cannot point the LUN at another file)"}},
-		{name: "memory", lun: "    backstore: memory\n    size: 1MiB\n    allow_shared_file: true\n",
-			want: []string{"t.yaml:6: luns[0].allow_shared_file: allow_shared_file applies to file and block backstores only"}},
-		{name: "null", lun: "    backstore: null\n    size: 1MiB\n    allow_shared_file: false\n"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			cfg, err := ParseConfig("t.yaml", []byte(head+c.lun))
-			if c.want == nil {
-				require.NoError(t, err)
-				require.Empty(t, cfg.Warnings())
-				return
-			}
-			var errs ConfigErrors
-			require.ErrorAs(t, err, &errs)
-			require.Equal(t, c.want, errStrings(errs))
-		})
-	}
-}
 
 // TestValidateWarnsWhenItCannotLook: a backstore in a directory the validating user cannot
 // enter is a warning, not an error: the daemon's user checks it when it opens it.
@@ -131,7 +89,7 @@ func TestReloadRefusesSharedBackstore(t *testing.T) {
 	running := e.d.cfg
 
 	e.writeConfig(sharedFileConfig(""))
-	var errs ConfigErrors
+	var errs config.Errors
 	require.ErrorAs(t, e.reload(), &errs)
 	require.Len(t, errs, 1)
 	require.Contains(t, errs[0].Error(), ":19: luns[2].path: opening the backstore: ")
@@ -149,32 +107,6 @@ func TestReloadRefusesSharedBackstore(t *testing.T) {
 	require.Len(t, e.d.luns, 3)
 	require.True(t, e.d.luns[3].cfg.AllowSharedFile, "the running LUN 3 is unchanged")
 	require.NoError(t, e.stop(syscall.SIGTERM))
-}
-
-func TestConfigFileProblem(t *testing.T) {
-	const f = "/etc/srptarget.yaml"
-	cases := []struct {
-		name            string
-		uid, mode, euid uint32
-		want            string // "" accepted
-	}{
-		{name: "root's, 0644, root daemon", uid: 0, mode: 0o100644, euid: 0},
-		{name: "root's, 0600, daemon user", uid: 0, mode: 0o100600, euid: 998},
-		{name: "daemon user's own", uid: 998, mode: 0o100640, euid: 998},
-		{name: "group-writable", uid: 0, mode: 0o100664, euid: 0,
-			want: "its mode 0664 lets its group write it, and whoever can change it can export any file of this host to any initiator; fix it with `chmod go-w /etc/srptarget.yaml`"},
-		{name: "world-writable", uid: 0, mode: 0o100646, euid: 0,
-			want: "its mode 0646 lets every user write it, and whoever can change it can export any file of this host to any initiator; fix it with `chmod go-w /etc/srptarget.yaml`"},
-		{name: "another user's", uid: 1000, mode: 0o100644, euid: 0,
-			want: "it is owned by uid 1000, neither root nor uid 0 that srptarget runs as, and whoever can change it can export any file of this host to any initiator; fix it with `chown root /etc/srptarget.yaml`"},
-		{name: "another user's, writable by all", uid: 1000, mode: 0o100666, euid: 998,
-			want: "it is owned by uid 1000, neither root nor uid 998 that srptarget runs as and its mode 0666 lets its group and others write it, and whoever can change it can export any file of this host to any initiator; fix it with `chown root /etc/srptarget.yaml` and `chmod go-w /etc/srptarget.yaml`"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			require.Equal(t, c.want, configFileProblem(f, c.uid, c.mode, c.euid))
-		})
-	}
 }
 
 // TestServeRefusesUnsafeConfigFile: serve does not start on a configuration file others can
@@ -201,8 +133,9 @@ func TestServeRefusesUnsafeConfigFile(t *testing.T) {
 				require.NoError(t, os.Chown(e.file, c.owner, -1))
 			}
 			require.Equal(t, exitCodeError{1}, runServe(e.opts))
-			require.Equal(t, 1, e.count("configuration error", "error", e.file+": refusing the configuration file: "+
-				configFileProblem(e.file, uint32(max(c.owner, 0)), uint32(c.mode), uint32(os.Geteuid()))), e.logText())
+			_, refused := config.LoadTrusted(e.file)
+			require.ErrorContains(t, refused, e.file+": refusing the configuration file: ")
+			require.Equal(t, 1, e.count("configuration error", "error", refused.Error()), e.logText())
 			require.Contains(t, e.logText(), c.want)
 			_, err := os.Stat(filepath.Join(e.dir, "lun1.img"))
 			require.ErrorIs(t, err, os.ErrNotExist, "nothing was opened")
@@ -218,7 +151,7 @@ func TestReloadRefusesUnsafeConfigFile(t *testing.T) {
 	running := e.d.cfg
 	require.NoError(t, os.Chmod(e.file, 0o602))
 	e.writeConfig(e2eReloadConfig) // keeps the mode
-	var one *ConfigError
+	var one *config.Error
 	require.ErrorAs(t, e.reload(), &one)
 	require.Equal(t, e.file+": refusing the configuration file: its mode 0602 lets every user write it, and whoever can change it can export any file of this host to any initiator; fix it with `chmod go-w "+e.file+"`", one.Error())
 	require.Equal(t, 1, e.count("reload failed: the running configuration is unchanged", "errors", 1))

@@ -12,6 +12,8 @@ import (
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
+
+	"github.com/srptarget/srptarget/config"
 )
 
 // serveOptions are the daemon's options plus how it meets the process: the signals it gets
@@ -244,8 +246,8 @@ func serveUntilStopped(opts serveOptions, prof *cpuProfiler) error {
 
 // logConfigErrors logs each configuration error on its own line.
 func logConfigErrors(log *zap.Logger, err error) {
-	var errs ConfigErrors
-	var one *ConfigError
+	var errs config.Errors
+	var one *config.Error
 	switch {
 	case errors.As(err, &errs):
 		for _, e := range errs {
@@ -259,7 +261,7 @@ func logConfigErrors(log *zap.Logger, err error) {
 }
 
 func countErrors(err error) int {
-	var errs ConfigErrors
+	var errs config.Errors
 	if errors.As(err, &errs) {
 		return len(errs)
 	}

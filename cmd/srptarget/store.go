@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/config"
 	"github.com/srptarget/srptarget/scsi"
 )
 
@@ -18,23 +19,23 @@ import (
 // key keeps the open file, device or memory (and with memory, the data), even when the
 // logical unit on top changes (a new serial or vendor string).
 type storeKey struct {
-	kind BackstoreKind
+	kind config.BackstoreKind
 	// path is the cleaned path of a file or block device.
 	path string
 	// lun ties a memory or null backstore to its LUN number: memory has no other name.
 	lun       int
-	size      Size
+	size      config.Size
 	blockSize int // 0 for block devices: the device has its own
 	create    bool
 	readOnly  bool
 	// rbd names an RBD image and its cluster.
-	rbd RBDConfig
+	rbd config.RBD
 	// allowShared is part of the key so that a reload that withdraws allow_shared_file opens
 	// the file again, under the owner and mode checks.
 	allowShared bool
 }
 
-func storeKeyOf(l *LUNConfig) storeKey {
+func storeKeyOf(l *config.LUN) storeKey {
 	k := storeKey{kind: l.Backstore, size: l.Size, blockSize: l.BlockSize, create: l.Create, readOnly: l.ReadOnly, allowShared: l.AllowSharedFile}
 	switch l.Backstore {
 	case "file", "block":
@@ -61,7 +62,7 @@ func (k storeKey) String() string {
 	case "block":
 		return "block device " + k.path
 	case "rbd":
-		return "rbd image " + k.rbd.imageName()
+		return "rbd image " + k.rbd.ImageName()
 	}
 	return fmt.Sprintf("%s %v (LUN %d)", k.kind, k.size, k.lun)
 }
@@ -100,7 +101,7 @@ type sharedStore struct {
 }
 
 // openStore opens the backstore of LUN l.
-func openStore(l *LUNConfig, log *zap.Logger, closers *sync.WaitGroup) (*sharedStore, error) {
+func openStore(l *config.LUN, log *zap.Logger, closers *sync.WaitGroup) (*sharedStore, error) {
 	s := &sharedStore{key: storeKeyOf(l), log: log, closers: closers}
 	var err error
 	switch l.Backstore {
@@ -160,17 +161,9 @@ func openStore(l *LUNConfig, log *zap.Logger, closers *sync.WaitGroup) (*sharedS
 
 // openRBD opens an RBD image; nil when the daemon is built without the build tag rbd
 // (store_rbd.go sets it), as librbd is then not linked in.
-var openRBD func(r *RBDConfig, blockSize uint32, readOnly bool) (backstore.Backstore, error)
+var openRBD func(r *config.RBD, blockSize uint32, readOnly bool) (backstore.Backstore, error)
 
 var errNoRBD = errors.New("this srptarget is built without RBD support (build with -tags rbd where librbd-dev and librados-dev are installed; make build does)")
-
-// imageName is pool/[namespace/]image.
-func (r *RBDConfig) imageName() string {
-	if r.Namespace != "" {
-		return r.Pool + "/" + r.Namespace + "/" + r.Image
-	}
-	return r.Pool + "/" + r.Image
-}
 
 // resizeNotifier is a backstore whose size can change under it and that says so (RBD: the
 // image's header watch), so that CAPACITY DATA HAS CHANGED needs no reload.
@@ -197,7 +190,7 @@ func (s *sharedStore) watchResize() error {
 				}
 			} else if changed {
 				s.log.Info("capacity changed: CAPACITY DATA HAS CHANGED pending for every initiator",
-					zap.Stringer("backstore", s.key), zap.Stringer("size", Size(lu.Blocks()*uint64(lu.BlockSize()))))
+					zap.Stringer("backstore", s.key), zap.Stringer("size", config.Size(lu.Blocks()*uint64(lu.BlockSize()))))
 			}
 		}
 	})

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/config"
 	"github.com/srptarget/srptarget/scsi"
 )
 
@@ -19,12 +20,12 @@ func TestSharedStoreNonBlocking(t *testing.T) {
 	dir := t.TempDir()
 	lun := func(n int) *int { return &n }
 	for _, tc := range []struct {
-		lun  LUNConfig
+		lun  config.LUN
 		want bool
 	}{
-		{LUNConfig{LUN: lun(0), Backstore: "memory", Size: 1 << 20}, true},
-		{LUNConfig{LUN: lun(1), Backstore: "null", Size: 1 << 20}, true},
-		{LUNConfig{LUN: lun(2), Backstore: "file", Path: filepath.Join(dir, "lun.img"), Size: 1 << 20, Create: true}, false},
+		{config.LUN{LUN: lun(0), Backstore: "memory", Size: 1 << 20}, true},
+		{config.LUN{LUN: lun(1), Backstore: "null", Size: 1 << 20}, true},
+		{config.LUN{LUN: lun(2), Backstore: "file", Path: filepath.Join(dir, "lun.img"), Size: 1 << 20, Create: true}, false},
 	} {
 		t.Run(string(tc.lun.Backstore), func(t *testing.T) {
 			var closers sync.WaitGroup
@@ -49,7 +50,7 @@ func TestSharedStoreNonBlocking(t *testing.T) {
 // all), answers "mapped" for a store without a map, and refuses once closed.
 func TestSharedStoreMapping(t *testing.T) {
 	var closers sync.WaitGroup
-	open := func(l *LUNConfig) *sharedStore {
+	open := func(l *config.LUN) *sharedStore {
 		s, err := openStore(l, zap.NewNop(), &closers)
 		require.NoError(t, err)
 		s.acquire()
@@ -57,7 +58,7 @@ func TestSharedStoreMapping(t *testing.T) {
 	}
 
 	lun := func(n int) *int { return &n }
-	mem := open(&LUNConfig{LUN: lun(0), Backstore: "memory", Size: 4 << 20, BlockSize: 512})
+	mem := open(&config.LUN{LUN: lun(0), Backstore: "memory", Size: 4 << 20, BlockSize: 512})
 	require.NoError(t, mem.WriteAt(make([]byte, 512), 1<<20, false))
 	for _, c := range []struct {
 		off    int64
@@ -70,12 +71,12 @@ func TestSharedStoreMapping(t *testing.T) {
 		require.Equal(t, c.end, end, "off %d", c.off)
 	}
 
-	file := open(&LUNConfig{LUN: lun(1), Backstore: "file", Path: filepath.Join(t.TempDir(), "f.img"), Create: true, Size: 1 << 20, BlockSize: 4096})
+	file := open(&config.LUN{LUN: lun(1), Backstore: "file", Path: filepath.Join(t.TempDir(), "f.img"), Create: true, Size: 1 << 20, BlockSize: 4096})
 	mapped, end, err := file.Mapping(0, 1<<20)
 	require.NoError(t, err)
 	require.Equal(t, []any{false, int64(1 << 20)}, []any{mapped, end}, "a new sparse file is one hole")
 
-	null := open(&LUNConfig{LUN: lun(2), Backstore: "null", Size: 1 << 20, BlockSize: 512})
+	null := open(&config.LUN{LUN: lun(2), Backstore: "null", Size: 1 << 20, BlockSize: 512})
 	mapped, end, err = null.Mapping(512, 1<<30)
 	require.NoError(t, err)
 	require.Equal(t, []any{true, int64(1 << 20)}, []any{mapped, end})
@@ -88,4 +89,11 @@ func TestSharedStoreMapping(t *testing.T) {
 	closers.Wait()
 	_, _, err = mem.Mapping(0, 512)
 	require.ErrorIs(t, err, backstore.ErrClosed)
+}
+
+// TestStoreKeyOfRBD: an rbd LUN's backstore is named by its image.
+func TestStoreKeyOfRBD(t *testing.T) {
+	cfg, err := config.Parse("t.yaml", []byte("listeners: [{address: 0.0.0.0, port: 1}]\nluns:\n  - lun: 0\n    backstore: rbd\n    rbd: {image: disk0}\n"))
+	require.NoError(t, err)
+	require.Equal(t, "rbd image rbd/disk0", storeKeyOf(&cfg.LUNs[0]).String())
 }

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 )
 
 // updateGolden rewrites the expected output of TestValidateGolden from what validate prints
-// now: go test ./cmd/srptarget/ -run TestValidateGolden -update (or SRPTARGET_UPDATE_GOLDEN=1).
+// now: go test ./config/ -run TestValidateGolden -update (or SRPTARGET_UPDATE_GOLDEN=1).
 // Read the diff before committing it: the golden files are the messages users see.
 var updateGolden = flag.Bool("update", false, "rewrite testdata/validate/*.txt")
 
@@ -32,10 +32,10 @@ func TestValidateGolden(t *testing.T) {
 	for _, file := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(file), ".yaml"), func(t *testing.T) {
 			var got bytes.Buffer
-			if cfg, err := LoadConfig(file); err != nil {
-				printConfigErrors(&got, file, err)
+			if cfg, err := Load(file); err != nil {
+				WriteErrors(&got, file, err)
 			} else {
-				got.WriteString(validateText(file, cfg))
+				got.WriteString(cfg.Summary())
 			}
 			golden := strings.TrimSuffix(file, ".yaml") + ".txt"
 			if update {

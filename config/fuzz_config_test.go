@@ -1,33 +1,43 @@
-package main
+package config
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
-// FuzzParseConfig: any input gives a configuration or errors that name the file; never a
+// FuzzParse: any input gives a configuration or errors that name the file; never a
 // panic (the validator walks the YAML tree by paths, which a malformed document must not
 // break).
-func FuzzParseConfig(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	f.Add([]byte(goodConfig))
-	f.Add([]byte(e2eConfig))
-	f.Add([]byte(e2eBadConfig))
+	// The shipped examples and the golden files of validate: every kind of error there is.
+	files, err := filepath.Glob(filepath.Join(configsDir, "*.yaml"))
+	require.NoError(f, err)
+	golden, err := filepath.Glob(filepath.Join("testdata", "validate", "*.yaml"))
+	require.NoError(f, err)
+	for _, file := range append(files, golden...) {
+		data, err := os.ReadFile(file)
+		require.NoError(f, err)
+		f.Add(data)
+	}
 	f.Add([]byte("listeners: [{address: \"fe80::1\", port: 0}]\nluns: [{lun: -1, backstore: null}]\nacls: [{luns: [0, 0]}]\n"))
 	f.Add([]byte("luns:\n  - backstore: null\n    lun: 1\n  - backstore: null\n    lun: 1\n"))
 	f.Add([]byte("listeners: &a [*a]\nluns: &b\n  - <<: *b\n    blocksize: yes\n    size: 1EiB\n    lun: \"1\"\n    lun: 2\n"))
 	f.Add([]byte("limits: {immediate_data: on, credits: 1.5, max_sessions: 99999999999999999999}\nacls: {luns: x}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cfg, err := ParseConfig("f.yaml", data)
+		cfg, err := Parse("f.yaml", data)
 		if err == nil {
 			require.NotNil(t, cfg)
 			require.NotEmpty(t, cfg.Listeners)
 			require.NotNil(t, cfg.Limits.ImmediateData)
 			return
 		}
-		var errs ConfigErrors
-		var one *ConfigError
+		var errs Errors
+		var one *Error
 		switch {
 		case errors.As(err, &errs):
 			require.NotEmpty(t, errs)
@@ -46,9 +56,9 @@ func FuzzParseConfig(f *testing.F) {
 
 // requireNoGoTypes fails when an error shows the YAML library's Go-facing wording (a Go type
 // name, "cannot unmarshal"): the file's author writes YAML and cannot act on it.
-func requireNoGoTypes(t *testing.T, e *ConfigError) {
+func requireNoGoTypes(t *testing.T, e *Error) {
 	t.Helper()
-	for _, leak := range []string{"main.", "unmarshal", "!!", "yaml:"} {
+	for _, leak := range []string{"config.", "unmarshal", "!!", "yaml:"} {
 		require.NotContains(t, e.Msg, leak)
 	}
 }

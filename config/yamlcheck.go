@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"errors"
@@ -15,11 +15,11 @@ import (
 // checkDocument walks the YAML document against the Go type of Config before it is decoded,
 // and reports every key and value the decoder would refuse, in file order, each with its key
 // path and line. yaml.v3's own errors name Go types ("cannot unmarshal !!str `abc` into
-// int", "field blocksize not found in type main.LUNConfig") and stop at the first size error;
+// int", "field blocksize not found in type config.LUN") and stop at the first size error;
 // the configuration's users write YAML, not Go, and want every error of the file at once.
 // It also returns the paths of the known keys that unknown ones were probably meant to be
 // (blocksize for block_size): validation should not also say that those are missing.
-func checkDocument(file string, root *yaml.Node) (ConfigErrors, []string) {
+func checkDocument(file string, root *yaml.Node) (Errors, []string) {
 	c := nodeChecker{file: file}
 	n := root
 	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
@@ -31,7 +31,7 @@ func checkDocument(file string, root *yaml.Node) (ConfigErrors, []string) {
 
 type nodeChecker struct {
 	file  string
-	errs  ConfigErrors
+	errs  Errors
 	meant []string
 	// aliased are the anchored nodes already checked through an alias: each is checked once
 	// that way, so that an anchor that contains itself (&a [*a]) or aliases of aliases (the
@@ -56,7 +56,7 @@ func (c *nodeChecker) deref(n *yaml.Node) *yaml.Node {
 }
 
 func (c *nodeChecker) errorf(n *yaml.Node, p []any, format string, args ...any) {
-	c.errs = append(c.errs, &ConfigError{File: c.file, Line: n.Line, Path: pathString(p), Msg: fmt.Sprintf(format, args...)})
+	c.errs = append(c.errs, &Error{File: c.file, Line: n.Line, Path: pathString(p), Msg: fmt.Sprintf(format, args...)})
 }
 
 var (
@@ -69,7 +69,7 @@ var (
 
 // check reports what is wrong with node n as a value of Go type t at path p. A value that is
 // wrong itself (not one inside it) is replaced by null, so that the partial decode that
-// ParseConfig validates next leaves it at zero rather than failing on it.
+// Parse validates next leaves it at zero rather than failing on it.
 func (c *nodeChecker) check(n *yaml.Node, t reflect.Type, p []any) {
 	if n = c.deref(n); n == nil {
 		return

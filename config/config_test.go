@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"errors"
@@ -44,8 +44,8 @@ acls:
     read_only: true
 `
 
-func TestParseConfigGoodFillsDefaults(t *testing.T) {
-	cfg, err := ParseConfig("good.yaml", []byte(goodConfig))
+func TestParseGoodFillsDefaults(t *testing.T) {
+	cfg, err := Parse("good.yaml", []byte(goodConfig))
 	require.NoError(t, err)
 	require.Equal(t, Size(DefaultMaxIUSize), cfg.Limits.MaxIUSize)
 	require.Equal(t, 64, cfg.Limits.Credits)
@@ -61,7 +61,7 @@ func TestParseConfigGoodFillsDefaults(t *testing.T) {
 	require.Equal(t, DefaultSendQueueDepth, cfg.Limits.SendQueueDepth)
 	require.Equal(t, Size(DefaultBufferPoolSize), cfg.Limits.BufferPoolSize)
 	require.True(t, *cfg.Limits.ImmediateData)
-	lim := limitsOf(cfg)
+	lim := cfg.SRPLimits()
 	require.Equal(t, srp.DefaultRDMATimeout, lim.RDMATimeout)
 	require.Equal(t, int64(DefaultBufferPoolSize/4), lim.MaxChannelBuffer)
 	require.Equal(t, srp.DefaultMaxSessions, lim.MaxSessions)
@@ -92,7 +92,7 @@ func TestParseShare(t *testing.T) {
 	}
 }
 
-func TestParseConfigErrorsNameLineAndKey(t *testing.T) {
+func TestParseErrorsNameLineAndKey(t *testing.T) {
 	dir := t.TempDir()
 	existing := filepath.Join(dir, "disk.img")
 	require.NoError(t, os.WriteFile(existing, make([]byte, 4096), 0o600))
@@ -202,10 +202,10 @@ alua:
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseConfig("t.yaml", []byte(tc.yaml))
+			_, err := Parse("t.yaml", []byte(tc.yaml))
 			require.Error(t, err)
-			var errs ConfigErrors
-			var one *ConfigError
+			var errs Errors
+			var one *Error
 			var got []string
 			switch {
 			case errors.As(err, &errs):
@@ -250,20 +250,23 @@ func TestMatchInitiatorAndSources(t *testing.T) {
 	require.Equal(t, "10.0.0.0/8", p.String())
 }
 
-func TestParseConfigRBD(t *testing.T) {
+func TestParseRBD(t *testing.T) {
 	const head = "listeners: [{address: 0.0.0.0, port: 1}]\nluns:\n  - lun: 0\n"
-	cfg, err := ParseConfig("t.yaml", []byte(head+"    backstore: rbd\n    block_size: 4096\n    rbd: {image: disk0, mon_host: 127.0.0.1, rados_osd_op_timeout: 3s}\n"))
+	cfg, err := Parse("t.yaml", []byte(head+"    backstore: rbd\n    block_size: 4096\n    rbd: {image: disk0, mon_host: 127.0.0.1, rados_osd_op_timeout: 3s}\n"))
 	require.NoError(t, err)
 	r := cfg.LUNs[0].RBD
-	require.Equal(t, RBDConfig{Pool: "rbd", Image: "disk0", MonHost: "127.0.0.1", MountTimeout: "10s", OSDOpTimeout: "3s",
-		mountTimeout: DefaultRBDMountTimeout, osdOpTimeout: 3 * time.Second}, *r)
-	require.Equal(t, "rbd/disk0", r.imageName())
-	require.Equal(t, "rbd image rbd/disk0", storeKeyOf(&cfg.LUNs[0]).String())
+	require.Equal(t, RBD{Pool: "rbd", Image: "disk0", MonHost: "127.0.0.1", MountTimeout: "10s", OSDOpTimeout: "3s"}, *r)
+	mount, osdOp := r.Timeouts()
+	require.Equal(t, DefaultRBDMountTimeout, mount)
+	require.Equal(t, 3*time.Second, osdOp)
+	require.Equal(t, "rbd/disk0", r.ImageName())
 	r.Namespace = "ns"
-	require.Equal(t, "rbd/ns/disk0", r.imageName())
-	if openRBD == nil {
+	require.Equal(t, "rbd/ns/disk0", r.ImageName())
+	if !rbdBuilt {
 		require.Len(t, cfg.warnings, 1)
 		require.Contains(t, cfg.warnings[0].Error(), "built without RBD support")
+	} else {
+		require.Empty(t, cfg.warnings)
 	}
 
 	for _, tc := range []struct {
@@ -287,8 +290,8 @@ func TestParseConfigRBD(t *testing.T) {
 		}},
 		{"rbd on a memory LUN", "    backstore: memory\n    size: 1MiB\n    rbd: {image: i}\n", []string{"t.yaml:6: luns[0].rbd: rbd applies to backstore: rbd only"}},
 	} {
-		_, err := ParseConfig("t.yaml", []byte(head+tc.lun))
-		var errs ConfigErrors
+		_, err := Parse("t.yaml", []byte(head+tc.lun))
+		var errs Errors
 		require.ErrorAs(t, err, &errs, tc.name)
 		var got []string
 		for _, e := range errs {
@@ -298,8 +301,8 @@ func TestParseConfigRBD(t *testing.T) {
 	}
 }
 
-func TestParseConfigPortGroups(t *testing.T) {
-	cfg, err := ParseConfig("t.yaml", []byte(`target:
+func TestParsePortGroups(t *testing.T) {
+	cfg, err := Parse("t.yaml", []byte(`target:
   id_ext: "0002c90300a0b0c1"
   ports:
     - {id_ext: "0002c90300a0b0c2", relative_port_id: 7}
@@ -310,15 +313,15 @@ alua:
     - {id: 9, state: unavailable, preferred: true, ports: [7, 300]}
 `))
 	require.NoError(t, err)
-	require.Equal(t, []uint16{1, 7}, cfg.localPorts())
+	require.Equal(t, []uint16{1, 7}, cfg.LocalPorts())
 	require.Equal(t, []scsi.PortGroup{
 		{ID: 0, State: scsi.ActiveNonOptimized, Ports: []uint16{1}},
 		{ID: 9, State: scsi.Unavailable, Preferred: true, Ports: []uint16{7, 300}},
-	}, cfg.portGroups())
+	}, cfg.PortGroups())
 
 	// Without alua: one active/optimized group 0 of every local port.
-	cfg, err = ParseConfig("t.yaml", []byte(goodConfig))
+	cfg, err = Parse("t.yaml", []byte(goodConfig))
 	require.NoError(t, err)
 	require.Equal(t, uint16(1), cfg.Target.RelativePortID)
-	require.Equal(t, []scsi.PortGroup{{ID: 0, State: scsi.ActiveOptimized, Ports: []uint16{1}}}, cfg.portGroups())
+	require.Equal(t, []scsi.PortGroup{{ID: 0, State: scsi.ActiveOptimized, Ports: []uint16{1}}}, cfg.PortGroups())
 }

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"os"
@@ -13,25 +13,25 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-const configsDir = "../../configs"
+const configsDir = "../configs"
 
 // TestConfigsDirectoryIsValid loads every configuration shipped in configs/. File LUNs with
-// create: true may name files that do not exist yet: that is what ParseConfig accepts.
+// create: true may name files that do not exist yet: that is what Parse accepts.
 func TestConfigsDirectoryIsValid(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(configsDir, "*.yaml"))
 	require.NoError(t, err)
 	require.Contains(t, files, filepath.Join(configsDir, "demo.yaml"))
 	require.Contains(t, files, filepath.Join(configsDir, "example.yaml"))
 	for _, f := range files {
-		_, err := LoadConfig(f)
+		_, err := Load(f)
 		require.NoError(t, err, f)
 	}
 }
 
 func TestDemoConfig(t *testing.T) {
-	cfg, err := LoadConfig(filepath.Join(configsDir, "demo.yaml"))
+	cfg, err := Load(filepath.Join(configsDir, "demo.yaml"))
 	require.NoError(t, err)
-	require.Equal(t, []ListenerConfig{{Address: "0.0.0.0", Port: 5555}}, cfg.Listeners)
+	require.Equal(t, []Listener{{Address: "0.0.0.0", Port: 5555}}, cfg.Listeners)
 	require.Len(t, cfg.LUNs, 2)
 	require.Equal(t, BackstoreKind("memory"), cfg.LUNs[0].Backstore)
 	require.Equal(t, Size(1<<30), cfg.LUNs[0].Size)
@@ -43,7 +43,7 @@ func TestDemoConfig(t *testing.T) {
 		require.False(t, strings.HasPrefix(cfg.LUNs[1].Path, shared), cfg.LUNs[1].Path)
 	}
 	require.True(t, cfg.LUNs[1].Create)
-	require.Equal(t, []ACLConfig{{Initiators: []string{"*"}, LUNs: []int{0, 1}}}, cfg.ACLs)
+	require.Equal(t, []ACL{{Initiators: []string{"*"}, LUNs: []int{0, 1}}}, cfg.ACLs)
 }
 
 // yamlKeys returns every yaml key of the configuration's struct types.
@@ -66,7 +66,7 @@ func yamlKeys(tt *testing.T, t reflect.Type, into map[string]bool) {
 	}
 }
 
-// TestConfigsDocumentEveryKey keeps configs/README.md and example.yaml true to config.go: the
+// TestConfigsDocumentEveryKey keeps configs/README.md and example.yaml true to the types: the
 // README has a table row for every key, and example.yaml uses every key.
 func TestConfigsDocumentEveryKey(t *testing.T) {
 	keys := map[string]bool{}

@@ -1,0 +1,274 @@
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/srptarget/srptarget/srp"
+)
+
+// Config is the daemon's configuration file. Every field is documented in configs/README.md;
+// unknown keys are errors, so a typo never silently falls back to a default.
+type Config struct {
+	Target    Target     `yaml:"target"`
+	Listeners []Listener `yaml:"listeners"`
+	Limits    Limits     `yaml:"limits"`
+	LUNs      []LUN      `yaml:"luns"`
+	ACLs      []ACL      `yaml:"acls"`
+	ALUA      *ALUA      `yaml:"alua"`
+	// StateDir is where the persistent reservations an initiator asked to keep through a
+	// power loss (APTPL) are saved, one file per logical unit; default /var/lib/srptarget.
+	StateDir string `yaml:"state_dir"`
+
+	// file and root are where the configuration came from, so that errors found after
+	// validation (a backstore that fails to open) can still name the file and line.
+	file string
+	root *yaml.Node
+	// warnings are problems that do not stop the configuration from loading, such as a path
+	// that the user who validates cannot look at (the daemon may run as another user).
+	warnings Errors
+}
+
+// Warnings returns what validation found questionable but not wrong.
+func (c *Config) Warnings() Errors { return c.warnings }
+
+// Target is the target's SRP identity. Both halves of the target port identifier an
+// initiator names in add_target must match: id_ext and ioc_guid.
+type Target struct {
+	// IDExt and IOCGUID are 64-bit values written as 16 hex digits (an optional 0x and colons
+	// are accepted). When absent they are derived from the RDMA device's node GUID.
+	IDExt   string `yaml:"id_ext"`
+	IOCGUID string `yaml:"ioc_guid"`
+	// RelativePortID is the RELATIVE TARGET PORT IDENTIFIER of this target port (default 1).
+	RelativePortID uint16 `yaml:"relative_port_id"`
+	// Ports are further target ports of this daemon, each a path of its own in the ALUA
+	// target port groups.
+	Ports []Port `yaml:"ports"`
+}
+
+// Port is one more SRP target port: another target port identifier on the same
+// listeners, and another SCSI target port.
+type Port struct {
+	// IDExt is required; IOCGUID defaults to the target's ioc_guid.
+	IDExt          string `yaml:"id_ext"`
+	IOCGUID        string `yaml:"ioc_guid"`
+	RelativePortID uint16 `yaml:"relative_port_id"`
+}
+
+// ALUA is the asymmetric logical unit access configuration: the target port groups and
+// their states, which a reload may change. Without it every port of the daemon is in one
+// active/optimized group, 0.
+type ALUA struct {
+	Groups []PortGroup `yaml:"groups"`
+}
+
+// PortGroup is one target port group.
+type PortGroup struct {
+	ID *int `yaml:"id"`
+	// State is active/optimized, active/non-optimized, standby, unavailable or transitioning.
+	State string `yaml:"state"`
+	// Preferred sets PREF in REPORT TARGET PORT GROUPS.
+	Preferred bool `yaml:"preferred"`
+	// Ports are relative target port identifiers: this daemon's (target.relative_port_id and
+	// target.ports) and others' (another daemon in front of the same storage).
+	Ports []int `yaml:"ports"`
+}
+
+// Listener is one RDMA/CM listening address.
+type Listener struct {
+	// Address is an IPv4 or IPv6 address, "0.0.0.0" or "::" for all; IPv6 link-local addresses
+	// carry their zone ("fe80::1%eth0").
+	Address string `yaml:"address"`
+	Port    uint16 `yaml:"port"`
+}
+
+// Limits bounds what one initiator can use. The keys are named as the engine's log
+// messages name them (a login refused for its IU length says "raise limits.max_it_iu_len").
+type Limits struct {
+	// MaxIUSize is the largest information unit an initiator may send (SRP MAXIMUM
+	// INITIATOR-TO-TARGET IU LENGTH, the size of each receive buffer). Linux with immediate
+	// data asks for 8260 bytes; the default 8276 (LIO's) accepts it.
+	MaxIUSize Size `yaml:"max_it_iu_len"`
+	// Credits is the number of commands one channel may have outstanding (receive buffers).
+	Credits int `yaml:"credits"`
+	// MaxChannels is the most channels one initiator may open in one session (ib_srp ch_count).
+	MaxChannels int `yaml:"max_channels"`
+	// MaxTransferSize is the largest data transfer of one command.
+	MaxTransferSize Size `yaml:"max_transfer_size"`
+	// SendQueueDepth is the send queue depth of each channel (clamped to the device's limit).
+	SendQueueDepth int `yaml:"send_queue_depth"`
+	// BufferPoolSize is the data-buffer memory registered per RDMA device, shared by its
+	// channels; a command waits for a buffer when it is all in use.
+	BufferPoolSize Size `yaml:"buffer_pool_size"`
+	// ImmediateData grants SRP-2 immediate data to initiators that ask for it (default true).
+	ImmediateData *bool `yaml:"immediate_data"`
+	// Completion is how an idle channel waits for work: event (sleep until the completion
+	// queue raises an event), adaptive (keep polling for poll_window after the last work,
+	// then sleep) or poll (never sleep: one busy CPU per channel). docs/benchmarks.md has the
+	// measurements behind the default.
+	Completion string `yaml:"completion"`
+	// PollWindow is how long an adaptive channel keeps polling after its last work, as a Go
+	// duration ("50us").
+	PollWindow string `yaml:"poll_window"`
+	// RDMATimeout is how long a channel's RDMA work may make no progress before the channel
+	// is closed and its buffers freed (an initiator that stopped taking responses), as a Go
+	// duration ("30s"). Task management waits are bounded by it too.
+	RDMATimeout string `yaml:"rdma_timeout"`
+	// MaxChannelBuffer is how much of the buffer pool one channel may hold: a size ("16MiB")
+	// or a percentage of buffer_pool_size ("25%").
+	MaxChannelBuffer string `yaml:"max_channel_buffer"`
+	// MaxSessions bounds the initiator sessions (I_T nexuses) the target keeps.
+	MaxSessions int `yaml:"max_sessions"`
+	// MaxChannelsTotal bounds the channels of all initiators together.
+	MaxChannelsTotal int `yaml:"max_channels_total"`
+	// MaxLoginsInProgress bounds the logins handled at once; more are refused at once.
+	MaxLoginsInProgress int `yaml:"max_logins_in_progress"`
+}
+
+// LUN is one logical unit.
+type LUN struct {
+	LUN *int `yaml:"lun"`
+	// Backstore is file, block, memory, null or rbd.
+	Backstore BackstoreKind `yaml:"backstore"`
+	// Path is the file or block device (file and block backstores).
+	Path string `yaml:"path"`
+	// Size is the capacity (file with create, memory, null), e.g. 10GiB.
+	Size Size `yaml:"size"`
+	// Create makes the file, sparse, when it does not exist.
+	Create bool `yaml:"create"`
+	// ReadOnly write-protects the LUN for everyone.
+	ReadOnly bool `yaml:"read_only"`
+	// BlockSize is the logical block size: 512 (default), 1024, 2048 or 4096. A block
+	// backstore has the device's own: it is 0 there.
+	BlockSize int `yaml:"block_size"`
+	// Serial is the unit serial number; default derived from the target identity and LUN.
+	Serial string `yaml:"serial"`
+	// Vendor, Product and Revision are the INQUIRY strings (8, 16 and 4 characters at most).
+	Vendor   string `yaml:"vendor"`
+	Product  string `yaml:"product"`
+	Revision string `yaml:"revision"`
+	// WriteCache is the initial WCE bit (default true): with it off every write is durable
+	// before it completes.
+	WriteCache *bool `yaml:"write_cache"`
+	// ThinProvisioning advertises UNMAP and WRITE SAME with UNMAP (default true where the
+	// backstore can deallocate).
+	ThinProvisioning *bool `yaml:"thin_provisioning"`
+	// AllowSharedFile accepts a file that another user owns or that its group or others can
+	// write, or a world-writable device node (file and block). Without it such a backstore is
+	// refused: whoever can write it reads and changes what every initiator stores there.
+	AllowSharedFile bool `yaml:"allow_shared_file"`
+	// RBD names the Ceph RBD image of an rbd backstore and how to reach its cluster.
+	RBD *RBD `yaml:"rbd"`
+}
+
+// RBD is the image and the cluster of an rbd backstore. It holds only comparable values,
+// so that it can be part of the key that keeps an open image across reloads.
+type RBD struct {
+	// Pool is the RADOS pool of the image (default rbd).
+	Pool string `yaml:"pool"`
+	// Namespace is the RADOS namespace inside the pool (optional).
+	Namespace string `yaml:"namespace"`
+	// Image is the image's name.
+	Image string `yaml:"image"`
+	// CephConf is the ceph.conf to read (default: librados' search path, /etc/ceph/ceph.conf).
+	CephConf string `yaml:"ceph_conf"`
+	// MonHost lists the monitors, overriding ceph_conf's mon_host.
+	MonHost string `yaml:"mon_host"`
+	// ClientID is the cephx user without "client." (default admin).
+	ClientID string `yaml:"client_id"`
+	// Keyring is the path of the user's keyring.
+	Keyring string `yaml:"keyring"`
+	// MountTimeout bounds connecting to the monitors (default 10s).
+	MountTimeout string `yaml:"rados_mount_timeout"`
+	// OSDOpTimeout bounds every request to an OSD (default 20s): a cluster that stops
+	// answering turns into LOGICAL UNIT COMMUNICATION TIME-OUT, never a hung command.
+	OSDOpTimeout string `yaml:"rados_osd_op_timeout"`
+}
+
+// Defaults of an rbd backstore.
+const (
+	DefaultRBDPool         = "rbd"
+	DefaultRBDMountTimeout = 10 * time.Second
+	DefaultRBDOSDOpTimeout = 20 * time.Second
+)
+
+// ACL grants a set of initiators access to LUNs. An initiator matches when its port
+// identifier matches one of Initiators or its source address one of Sources; the first
+// matching ACL wins.
+type ACL struct {
+	// Initiators are initiator port identifiers (0x and 32 hex digits) with shell-style
+	// wildcards: "*" matches any initiator.
+	Initiators []string `yaml:"initiators"`
+	// Sources are source addresses or prefixes ("192.168.1.7", "10.0.0.0/8", "fe80::/10").
+	Sources []string `yaml:"sources"`
+	// LUNs are the LUN numbers these initiators see.
+	LUNs []int `yaml:"luns"`
+	// ReadOnly write-protects those LUNs for these initiators.
+	ReadOnly bool `yaml:"read_only"`
+}
+
+// Defaults.
+const (
+	DefaultMaxIUSize       = 8276
+	DefaultCredits         = 128
+	DefaultMaxChannels     = 16
+	DefaultMaxTransferSize = 8 << 20
+	DefaultBlockSize       = 512
+	DefaultSendQueueDepth  = srp.DefaultSendQueueDepth
+	DefaultBufferPoolSize  = srp.DefaultBufferPoolSize
+	DefaultRDMATimeout     = srp.DefaultRDMATimeout
+	// DefaultMaxChannelBuffer is the share of the buffer pool one channel may hold.
+	DefaultMaxChannelBuffer    = "25%"
+	DefaultMaxSessions         = srp.DefaultMaxSessions
+	DefaultMaxChannelsTotal    = srp.DefaultMaxChannelsTotal
+	DefaultMaxLoginsInProgress = srp.DefaultMaxLoginsInProgress
+	// MinIUSize is the smallest MAX IT IU LENGTH that still lets Linux log in without
+	// immediate data with its default 12 descriptors (48 + 16 + 20 + 12 × 16 = 276) — Linux
+	// with immediate data needs 8260.
+	MinIUSize = 276
+	MaxLUN    = 0x3FFF
+)
+
+// BackstoreKind is file, block, memory or null. YAML reads a bare `null` as "no value", so
+// Parse looks at the document to tell `backstore: null` from a missing backstore.
+type BackstoreKind string
+
+// Size is a byte count written as a number or with a binary unit: 4096, 512KiB, 10GiB, 1TiB.
+type Size int64
+
+// Error is a validation error at a place in the file.
+type Error struct {
+	File string
+	Line int    // 0 when unknown
+	Path string // e.g. luns[1].size
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	loc := e.File
+	if e.Line > 0 {
+		loc += ":" + strconv.Itoa(e.Line)
+	}
+	if e.Path != "" {
+		return fmt.Sprintf("%s: %s: %s", loc, e.Path, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", loc, e.Msg)
+}
+
+// Errors is every problem found in one file.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	var b strings.Builder
+	for i, e := range es {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(e.Error())
+	}
+	return b.String()
+}

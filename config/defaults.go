@@ -1,0 +1,102 @@
+package config
+
+import (
+	"slices"
+
+	"github.com/srptarget/srptarget/srp"
+)
+
+// ApplyDefaults fills every setting the file leaves out (zero) with its default, in place. It
+// never rejects anything: a value out of range stays as written, for Validate to report, and
+// a default that depends on another setting (buffer_pool_size on max_transfer_size) takes it
+// as written. It is idempotent. Parse calls it between decoding and validation; a program that
+// builds a Config itself calls it before Validate and before using the Config.
+func (c *Config) ApplyDefaults() {
+	if c.StateDir == "" {
+		c.StateDir = StateDir
+	}
+	if c.Target.RelativePortID == 0 {
+		c.Target.RelativePortID = DefaultRelativePortID
+	}
+	c.Limits.applyDefaults()
+	for i := range c.LUNs {
+		c.LUNs[i].applyDefaults()
+	}
+}
+
+func (lim *Limits) applyDefaults() {
+	for _, f := range []struct {
+		val *int
+		def int
+	}{
+		{&lim.Credits, DefaultCredits},
+		{&lim.MaxChannels, DefaultMaxChannels},
+		{&lim.SendQueueDepth, DefaultSendQueueDepth},
+		{&lim.MaxSessions, DefaultMaxSessions},
+		{&lim.MaxChannelsTotal, DefaultMaxChannelsTotal},
+		{&lim.MaxLoginsInProgress, DefaultMaxLoginsInProgress},
+	} {
+		if *f.val == 0 {
+			*f.val = f.def
+		}
+	}
+	if lim.MaxIUSize == 0 {
+		lim.MaxIUSize = DefaultMaxIUSize
+	}
+	if lim.MaxTransferSize == 0 {
+		lim.MaxTransferSize = DefaultMaxTransferSize
+	}
+	if lim.BufferPoolSize == 0 {
+		lim.BufferPoolSize = max(DefaultBufferPoolSize, lim.MaxTransferSize)
+	}
+	if lim.ImmediateData == nil {
+		yes := true
+		lim.ImmediateData = &yes
+	}
+	if lim.Completion == "" {
+		lim.Completion = srp.DefaultCompletion.String()
+	}
+	if lim.PollWindow == "" {
+		lim.PollWindow = srp.DefaultPollWindow.String()
+	}
+	if lim.RDMATimeout == "" {
+		lim.RDMATimeout = DefaultRDMATimeout.String()
+	}
+	if lim.MaxChannelBuffer == "" {
+		lim.MaxChannelBuffer = DefaultMaxChannelBuffer
+	}
+}
+
+// applyDefaults fills the block size of every backstore but block (a block device has its
+// own) and the pool and timeouts of an rbd image.
+func (l *LUN) applyDefaults() {
+	if l.BlockSize == 0 && l.Backstore != "block" {
+		l.BlockSize = DefaultBlockSize
+	}
+	if r := l.RBD; r != nil {
+		if r.Pool == "" {
+			r.Pool = DefaultRBDPool
+		}
+		if r.MountTimeout == "" {
+			r.MountTimeout = DefaultRBDMountTimeout.String()
+		}
+		if r.OSDOpTimeout == "" {
+			r.OSDOpTimeout = DefaultRBDOSDOpTimeout.String()
+		}
+	}
+}
+
+// withDefaults returns a copy of c with its defaults applied, c unchanged: what ApplyDefaults
+// writes (the limits, the LUNs and their rbd settings) is copied, the rest shared.
+func (c *Config) withDefaults() *Config {
+	d := *c
+	d.LUNs = slices.Clone(c.LUNs)
+	for i := range d.LUNs {
+		if r := d.LUNs[i].RBD; r != nil {
+			rc := *r
+			d.LUNs[i].RBD = &rc
+		}
+	}
+	d.ApplyDefaults()
+	return &d
+}

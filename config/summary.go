@@ -1,0 +1,151 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// Summary is what `srptarget validate` prints for a valid configuration: the settings in
+// effect, with their defaults, and the warnings. It is here rather than in the command so that
+// the golden tests of validate's output (testdata/validate) test the package that makes it.
+func (c *Config) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: OK\n", c.file)
+	if c.Target.Configured() {
+		idExt, iocGUID, err := c.Target.Identity()
+		if err == nil {
+			fmt.Fprintf(&b, "target: id_ext=%016x ioc_guid=%016x\n", idExt, iocGUID)
+		}
+	} else {
+		b.WriteString("target: id_ext and ioc_guid from the node GUID of the first RDMA device (at start-up)\n")
+	}
+
+	fmt.Fprintf(&b, "listeners (%d):\n", len(c.Listeners))
+	for _, l := range c.Listeners {
+		addr, _ := ParseListenAddress(l.Address)
+		fmt.Fprintf(&b, "  %v\n", netip.AddrPortFrom(addr, l.Port))
+	}
+
+	lim := &c.Limits
+	engine := c.SRPLimits()
+	fmt.Fprintf(&b, "limits: max_it_iu_len %d, credits %d, max_channels %d, max_transfer_size %v, send_queue_depth %d, buffer_pool_size %v, immediate_data %t\n",
+		lim.MaxIUSize, lim.Credits, lim.MaxChannels, lim.MaxTransferSize, lim.SendQueueDepth, lim.BufferPoolSize, *lim.ImmediateData)
+	fmt.Fprintf(&b, "        rdma_timeout %v, max_channel_buffer %v (%s), max_sessions %d, max_channels_total %d, max_logins_in_progress %d\n",
+		engine.RDMATimeout, Size(engine.MaxChannelBuffer), lim.MaxChannelBuffer, lim.MaxSessions, lim.MaxChannelsTotal, lim.MaxLoginsInProgress)
+
+	fmt.Fprintf(&b, "LUNs (%d):\n", len(c.LUNs))
+	luns := slices.Clone(c.LUNs)
+	slices.SortFunc(luns, func(a, b LUN) int { return *a.LUN - *b.LUN })
+	for _, l := range luns {
+		fmt.Fprintf(&b, "  LUN %d: %s\n", *l.LUN, strings.Join(lunSummary(&l), ", "))
+	}
+
+	fmt.Fprintf(&b, "ACLs (%d):\n", len(c.ACLs))
+	// inACL is where each LUN is granted: true in an ACL that can match, false in ACLs that
+	// all come after one that matches everything they name (shadowedBy).
+	inACL := map[int]bool{}
+	for i, a := range c.ACLs {
+		var who []string
+		if len(a.Initiators) > 0 {
+			who = append(who, "initiators "+strings.Join(a.Initiators, ", "))
+		}
+		if len(a.Sources) > 0 {
+			who = append(who, "sources "+strings.Join(a.Sources, ", "))
+		}
+		access := ""
+		if a.ReadOnly {
+			access = ", read-only"
+		}
+		fmt.Fprintf(&b, "  acls[%d]: %s -> LUNs %s%s\n", i, strings.Join(who, " or "), strings.Trim(FlowList(a.LUNs), "[]"), access)
+		live, _ := shadowedBy(c.ACLs, i)
+		for _, n := range a.LUNs {
+			inACL[n] = inACL[n] || live < 0
+		}
+	}
+	for _, w := range c.Warnings() {
+		fmt.Fprintf(&b, "warning: %v\n", w)
+	}
+	if len(c.ACLs) == 0 {
+		b.WriteString("warning: no ACLs: every login will be refused\n")
+	}
+	for _, l := range luns {
+		if live, listed := inACL[*l.LUN]; len(c.ACLs) > 0 && !listed {
+			fmt.Fprintf(&b, "warning: LUN %d is in no ACL: no initiator sees it\n", *l.LUN)
+		} else if listed && !live {
+			fmt.Fprintf(&b, "warning: LUN %d is only in ACLs that are never used: no initiator sees it\n", *l.LUN)
+		}
+	}
+	return b.String()
+}
+
+// lunSummary describes one LUN in a few words, leaving out what is at its default.
+func lunSummary(l *LUN) []string {
+	var s []string
+	switch l.Backstore {
+	case "file":
+		f := "file " + l.Path
+		if l.Create {
+			f += " (created if missing)"
+		}
+		s = append(s, f)
+	case "block":
+		s = append(s, "block "+l.Path)
+	default:
+		s = append(s, string(l.Backstore))
+	}
+	if l.Size != 0 {
+		s = append(s, l.Size.String())
+	}
+	if l.Backstore != "block" {
+		s = append(s, fmt.Sprintf("%d-byte blocks", l.BlockSize))
+	}
+	if l.ReadOnly {
+		s = append(s, "read-only")
+	}
+	if l.AllowSharedFile {
+		s = append(s, "shared file allowed")
+	}
+	for _, kv := range [][2]string{{"vendor", l.Vendor}, {"product", l.Product}, {"revision", l.Revision}, {"serial", l.Serial}} {
+		if kv[1] != "" {
+			s = append(s, fmt.Sprintf("%s %q", kv[0], kv[1]))
+		}
+	}
+	if l.WriteCache != nil && !*l.WriteCache {
+		s = append(s, "write cache off")
+	}
+	if l.ThinProvisioning != nil {
+		if *l.ThinProvisioning {
+			s = append(s, "thin provisioning on")
+		} else {
+			s = append(s, "thin provisioning off")
+		}
+	}
+	return s
+}
+
+// WriteErrors writes every error of a configuration that failed to load (Load, Parse), one a
+// line, then a count: what `srptarget validate` prints.
+func WriteErrors(w io.Writer, file string, err error) {
+	var errs Errors
+	var one *Error
+	switch {
+	case errors.As(err, &errs):
+	case errors.As(err, &one):
+		errs = Errors{one}
+	default:
+		fmt.Fprintln(w, err)
+		return
+	}
+	for _, e := range errs {
+		fmt.Fprintln(w, e.Error())
+	}
+	word := "errors"
+	if len(errs) == 1 {
+		word = "error"
+	}
+	fmt.Fprintf(w, "%s: %d %s\n", file, len(errs), word)
+}

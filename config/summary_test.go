@@ -1,0 +1,39 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestSummary: what validate prints for a valid file, every setting with its default, the
+// identity, the ACLs and the warnings with their lines.
+func TestSummary(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "good.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(goodConfig+`  - initiators: ["0x4e49c9ffff0a0b0c*"]
+    luns: [1]
+`), 0o600))
+	cfg, err := Load(file)
+	require.NoError(t, err)
+	out := cfg.Summary()
+	require.Equal(t, file+`: OK
+target: id_ext=0002c90300a0b0c1 ioc_guid=0002c90300a0b0c1
+listeners (2):
+  0.0.0.0:5555
+  [fe80::1%eth0]:5555
+limits: max_it_iu_len 8276, credits 64, max_channels 16, max_transfer_size 4MiB, send_queue_depth 4096, buffer_pool_size 64MiB, immediate_data true
+        rdma_timeout 30s, max_channel_buffer 16MiB (25%), max_sessions 256, max_channels_total 512, max_logins_in_progress 32
+LUNs (2):
+  LUN 0: memory, 1GiB, 512-byte blocks
+  LUN 1: null, 64MiB, 4096-byte blocks, vendor "LIO-ORG", write cache off
+ACLs (3):
+  acls[0]: initiators * -> LUNs 0
+  acls[1]: sources 10.0.0.0/8, 192.168.1.7 -> LUNs 0, 1, read-only
+  acls[2]: initiators 0x4e49c9ffff0a0b0c* -> LUNs 1
+warning: `+file+`:26: acls[1]: never used: acls[0] comes first and matches every initiator (initiators: ["*"]), and the first matching ACL wins
+warning: `+file+`:29: acls[2]: never used: acls[0] comes first and matches every initiator (initiators: ["*"]), and the first matching ACL wins
+warning: LUN 1 is only in ACLs that are never used: no initiator sees it
+`, out)
+}
