@@ -13,6 +13,18 @@ import (
 	"github.com/srptarget/srptarget/config"
 )
 
+// loadConfig loads file with load (config.Load, or config.Check for validate's warnings) for
+// a command that reads the configuration itself: on errors it prints them all (what validate
+// prints) and fails with exit status 1.
+func loadConfig(cmd *cobra.Command, file string, load func(string) (*config.Config, error)) (*config.Config, error) {
+	cfg, err := load(file)
+	if err != nil {
+		config.WriteErrors(cmd.ErrOrStderr(), file, err)
+		return nil, exitCodeError{1}
+	}
+	return cfg, nil
+}
+
 func newValidateCommand() *cobra.Command {
 	var configFile string
 	var diff bool
@@ -31,10 +43,9 @@ changed and retired, the listeners, and the initiators that would lose or gain L
 disconnected. The file's text is sent; nothing is applied.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.Check(configFile)
+			cfg, err := loadConfig(cmd, configFile, config.Check)
 			if err != nil {
-				config.WriteErrors(cmd.ErrOrStderr(), configFile, err)
-				return exitCodeError{1}
+				return err
 			}
 			if _, err := io.WriteString(cmd.OutOrStdout(), cfg.Summary()); err != nil || !diff {
 				return err
@@ -78,10 +89,9 @@ func newLoginLineCommand(deps loginLineDeps) *cobra.Command {
 		Short: "Print the ib_srp add_target line(s) an initiator uses to log in",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.Load(configFile)
+			cfg, err := loadConfig(cmd, configFile, config.Load)
 			if err != nil {
-				config.WriteErrors(cmd.ErrOrStderr(), configFile, err)
-				return exitCodeError{1}
+				return err
 			}
 			id, err := resolveIdentity(cfg.Target, deps.devices)
 			if err != nil {

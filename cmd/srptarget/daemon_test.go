@@ -212,6 +212,27 @@ func do(t *testing.T, ch *srptest.Channel, req *srptest.Request) *srptest.Respon
 	return rsp
 }
 
+// write10 writes data to lun at lba with WRITE(10) and requires GOOD status.
+func write10(t *testing.T, ch *srptest.Channel, lun uint16, lba uint32, data []byte, blockSize int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rsp, err := ch.Write10(ctx, lun, lba, data, blockSize)
+	require.NoError(t, err)
+	require.NoError(t, rsp.Err())
+}
+
+// read10 reads blocks of lun from lba with READ(10), requires GOOD status and returns the data.
+func read10(t *testing.T, ch *srptest.Channel, lun uint16, lba uint32, blocks uint16, blockSize int) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rsp, err := ch.Read10(ctx, lun, lba, blocks, blockSize)
+	require.NoError(t, err)
+	require.NoError(t, rsp.Err())
+	return rsp.DataIn
+}
+
 // requireSense checks a CHECK CONDITION with the sense key, ASC and ASCQ.
 func requireSense(t *testing.T, rsp *srptest.Response, key, asc, ascq uint8) {
 	t.Helper()
@@ -254,14 +275,17 @@ func reportLUNs(t *testing.T, ch *srptest.Channel) []uint16 {
 	return out
 }
 
-const e2eConfig = `target:
+// e2eHead is the target, listener and limits of e2eConfig, the start of other tests' files.
+const e2eHead = `target:
   id_ext: "0002c90300a34270"
 listeners:
   - address: 192.0.2.1
     port: 5555
 limits:
   buffer_pool_size: 16MiB
-luns:
+`
+
+const e2eConfig = e2eHead + `luns:
   - lun: 0
     backstore: memory
     size: 16MiB
@@ -344,20 +368,10 @@ func TestDaemonEndToEnd(t *testing.T) {
 	clearUA(t, rw, 1)
 	ctx := context.Background()
 	data0, data1 := testutil.Pattern(8*bs, 1), testutil.Pattern(8*bs, 2)
-	rsp, err := rw.Write10(ctx, 0, 8, data0, bs)
-	require.NoError(t, err)
-	require.NoError(t, rsp.Err())
-	rsp, err = rw.Write10(ctx, 1, 8, data1, bs)
-	require.NoError(t, err)
-	require.NoError(t, rsp.Err())
-	rsp, err = rw.Read10(ctx, 0, 8, 8, bs)
-	require.NoError(t, err)
-	require.NoError(t, rsp.Err())
-	require.Equal(t, data0, rsp.DataIn)
-	rsp, err = rw.Read10(ctx, 1, 8, 8, bs)
-	require.NoError(t, err)
-	require.NoError(t, rsp.Err())
-	require.Equal(t, data1, rsp.DataIn)
+	write10(t, rw, 0, 8, data0, bs)
+	write10(t, rw, 1, 8, data1, bs)
+	require.Equal(t, data0, read10(t, rw, 0, 8, 8, bs))
+	require.Equal(t, data1, read10(t, rw, 1, 8, 8, bs))
 
 	// The initiator matching the read-only ACL by its source address reads the same data and
 	// is refused writes with DATA PROTECT, WRITE PROTECTED.
@@ -365,11 +379,8 @@ func TestDaemonEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	defer ro.Close()
 	clearUA(t, ro, 0)
-	rsp, err = ro.Read10(ctx, 0, 8, 8, bs)
-	require.NoError(t, err)
-	require.NoError(t, rsp.Err())
-	require.Equal(t, data0, rsp.DataIn)
-	rsp, err = ro.Write10(ctx, 0, 8, testutil.Pattern(bs, 9), bs)
+	require.Equal(t, data0, read10(t, ro, 0, 8, 8, bs))
+	rsp, err := ro.Write10(ctx, 0, 8, testutil.Pattern(bs, 9), bs)
 	require.NoError(t, err)
 	requireSense(t, rsp, senseDataProtect, 0x27, 0x00)
 
@@ -402,21 +413,13 @@ func TestDaemonEndToEnd(t *testing.T) {
 	requireSense(t, rsp, senseUnitAttention, 0x3F, 0x0E)
 	require.Equal(t, []uint16{0, 2}, reportLUNs(t, ro))
 	// LUN 0 kept its data; LUN 1 is gone; LUN 2 works.
-	rsp, err = rw.Read10(ctx, 0, 8, 8, bs)
-	require.NoError(t, err)
-	require.NoError(t, rsp.Err())
-	require.Equal(t, data0, rsp.DataIn)
+	require.Equal(t, data0, read10(t, rw, 0, 8, 8, bs))
 	rsp = do(t, rw, &srptest.Request{LUN: 1, CDB: srptest.CDBTestUnitReady()})
 	requireSense(t, rsp, senseIllegalRequest, 0x25, 0x00)
 	clearUA(t, rw, 2)
 	data2 := testutil.Pattern(4*bs, 3)
-	rsp, err = rw.Write10(ctx, 2, 0, data2, bs)
-	require.NoError(t, err)
-	require.NoError(t, rsp.Err())
-	rsp, err = rw.Read10(ctx, 2, 0, 4, bs)
-	require.NoError(t, err)
-	require.NoError(t, rsp.Err())
-	require.Equal(t, data2, rsp.DataIn)
+	write10(t, rw, 2, 0, data2, bs)
+	require.Equal(t, data2, read10(t, rw, 2, 0, 4, bs))
 	// The removed LUN's file was flushed and closed: it holds what was written.
 	e.d.closers.Wait()
 	f, err := os.ReadFile(filepath.Join(e.dir, "lun1.img"))
@@ -444,10 +447,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	}, logged)
 	require.Equal(t, 1, e.logs.FilterMessage("reload failed: the running configuration is unchanged").Len())
 	require.Equal(t, []uint16{0, 2}, reportLUNs(t, rw))
-	rsp, err = rw.Read10(ctx, 2, 0, 4, bs)
-	require.NoError(t, err)
-	require.NoError(t, rsp.Err())
-	require.Equal(t, data2, rsp.DataIn)
+	require.Equal(t, data2, read10(t, rw, 2, 0, 4, bs))
 
 	// SIGTERM: every channel gets SRP_T_LOGOUT, runServe returns nil (exit status 0).
 	require.NoError(t, e.stop(syscall.SIGTERM))
@@ -581,9 +581,7 @@ func TestReloadChangedLUNKeepsItsBackstore(t *testing.T) {
 	clearUA(t, ch, 0)
 	ctx := context.Background()
 	data := testutil.Pattern(4096, 5)
-	rsp, err := ch.Write10(ctx, 0, 0, data, 512)
-	require.NoError(t, err)
-	require.NoError(t, rsp.Err())
+	write10(t, ch, 0, 0, data, 512)
 	lu0, store0 := e.d.luns[0].lu, e.d.luns[0].store
 
 	// A new vendor string makes a new logical unit over the same memory.
@@ -593,14 +591,11 @@ func TestReloadChangedLUNKeepsItsBackstore(t *testing.T) {
 	require.Same(t, store0, e.d.luns[0].store)
 	require.Equal(t, 1, e.count("configuration reloaded", "luns_changed", "[0]", "luns_unchanged", "[1]"))
 	clearUA(t, ch, 0)
-	rsp, err = ch.Inquiry(ctx, 0, false, 0, 36)
+	rsp, err := ch.Inquiry(ctx, 0, false, 0, 36)
 	require.NoError(t, err)
 	require.NoError(t, rsp.Err())
 	require.Equal(t, "NEWVEND ", string(rsp.DataIn[8:16]))
-	rsp, err = ch.Read10(ctx, 0, 0, 8, 512)
-	require.NoError(t, err)
-	require.NoError(t, rsp.Err())
-	require.Equal(t, data, rsp.DataIn)
+	require.Equal(t, data, read10(t, ch, 0, 0, 8, 512))
 
 	// Removing the initiator's ACL disconnects it.
 	e.writeConfig(strings.Replace(e2eConfig, `["0x0000000000000000000000000000aaaa"]`, `["0x0000000000000000000000000000eeee"]`, 1))
@@ -625,11 +620,8 @@ func TestReloadRemoveAndReAddLUN(t *testing.T) {
 	defer ch.Close()
 	clearUA(t, ch, 0)
 	clearUA(t, ch, 1)
-	ctx := context.Background()
 	data := testutil.Pattern(4096, 9)
-	rsp, err := ch.Write10(ctx, 1, 0, data, 512)
-	require.NoError(t, err)
-	require.NoError(t, rsp.Err())
+	write10(t, ch, 1, 0, data, 512)
 	store1 := e.d.luns[1].store
 
 	without1 := strings.Replace(e2eConfig, "  - lun: 1\n    backstore: file\n    path: DIR/lun1.img\n    create: true\n    size: 8MiB\n", "", 1)
@@ -646,10 +638,7 @@ func TestReloadRemoveAndReAddLUN(t *testing.T) {
 	require.NoError(t, e.reload())
 	require.NotSame(t, store1, e.d.luns[1].store)
 	clearUA(t, ch, 1)
-	rsp, err = ch.Read10(ctx, 1, 0, 8, 512)
-	require.NoError(t, err)
-	require.NoError(t, rsp.Err())
-	require.Equal(t, data, rsp.DataIn)
+	require.Equal(t, data, read10(t, ch, 1, 0, 8, 512))
 	require.NoError(t, e.stop(syscall.SIGINT))
 }
 

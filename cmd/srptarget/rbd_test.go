@@ -38,14 +38,7 @@ func TestDaemonRBDEndToEnd(t *testing.T) {
 	require.NoError(t, conn.CreateImage(pool, "", image, 8<<20))
 	defer func() { require.NoError(t, conn.RemoveImage(pool, "", image)) }()
 
-	e := newEnv(t, fmt.Sprintf(`target:
-  id_ext: "0002c90300a34270"
-listeners:
-  - address: 192.0.2.1
-    port: 5555
-limits:
-  buffer_pool_size: 16MiB
-luns:
+	e := newEnv(t, e2eHead+fmt.Sprintf(`luns:
   - lun: 0
     backstore: rbd
     rbd:
@@ -67,15 +60,10 @@ acls:
 	ctx := context.Background()
 
 	acked := testutil.Pattern(64*bs, 5)
-	rsp, err := rw.Write10(ctx, 0, 100, acked, bs)
-	require.NoError(t, err)
+	write10(t, rw, 0, 100, acked, bs)
+	rsp := do(t, rw, &srptest.Request{LUN: 0, CDB: []byte{0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0}}) // SYNCHRONIZE CACHE(10)
 	require.NoError(t, rsp.Err())
-	rsp = do(t, rw, &srptest.Request{LUN: 0, CDB: []byte{0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0}}) // SYNCHRONIZE CACHE(10)
-	require.NoError(t, rsp.Err())
-	rsp, err = rw.Read10(ctx, 0, 100, 64, bs)
-	require.NoError(t, err)
-	require.NoError(t, rsp.Err())
-	require.Equal(t, acked, rsp.DataIn)
+	require.Equal(t, acked, read10(t, rw, 0, 100, 64, bs))
 	require.Equal(t, uint64(8<<20/bs-1), lastLBA(t, rw))
 
 	// A resize by another client: CAPACITY DATA HAS CHANGED, and the new blocks, no reload.
@@ -130,9 +118,7 @@ acls:
 		time.Sleep(200 * time.Millisecond)
 	}
 	require.Equal(t, acked, rsp.DataIn, "acknowledged data lost")
-	rsp, err = rw.Write10(ctx, 0, 200, testutil.Pattern(8*bs, 7), bs)
-	require.NoError(t, err)
-	require.NoError(t, rsp.Err())
+	write10(t, rw, 0, 200, testutil.Pattern(8*bs, 7), bs)
 
 	require.NoError(t, e.stop(syscall.SIGTERM))
 	require.Equal(t, 1, e.logs.FilterMessage("every backstore flushed and closed").Len())
