@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -34,6 +35,11 @@ func FuzzParse(f *testing.F) {
 			require.NotNil(t, cfg)
 			require.NotEmpty(t, cfg.Listeners)
 			require.NotNil(t, cfg.Limits.ImmediateData)
+			// What Parse returns is valid, has every default, and Validate leaves it as it is.
+			before := fmt.Sprintf("%+v", *cfg)
+			require.NoError(t, cfg.Validate())
+			cfg.ApplyDefaults()
+			require.Equal(t, before, fmt.Sprintf("%+v", *cfg))
 			return
 		}
 		var errs Errors
