@@ -139,13 +139,9 @@ func TestControlStatusSessionsLUNsStats(t *testing.T) {
 	e := newControlEnv(t, e2eConfig)
 	e.start()
 	before := time.Now().UTC().Add(-time.Second)
-	rw, err := e.login(rwInitiator, "", 5555)
-	require.NoError(t, err)
-	defer rw.Close()
+	rw := e.mustLogin(rwInitiator, "", 5555)
 	clearUA(t, rw, 0)
-	ro, err := e.login(roInitiator, "198.51.100.7", 5555)
-	require.NoError(t, err)
-	defer ro.Close()
+	ro := e.mustLogin(roInitiator, "198.51.100.7", 5555)
 	clearUA(t, ro, 0)
 
 	e.waitQuiet()
@@ -286,9 +282,7 @@ func normalize(s string) string {
 func TestControlReload(t *testing.T) {
 	e := newControlEnv(t, e2eConfig)
 	e.start()
-	rw, err := e.login(rwInitiator, "", 5555)
-	require.NoError(t, err)
-	defer rw.Close()
+	rw := e.mustLogin(rwInitiator, "", 5555)
 	clearUA(t, rw, 0)
 	require.Equal(t, []uint16{0, 1}, reportLUNs(t, rw))
 
@@ -401,9 +395,7 @@ func normalizeNil(r reloadResult) reloadResult {
 func TestControlReloadDisconnects(t *testing.T) {
 	e := newControlEnv(t, e2eConfig)
 	e.start()
-	ro, err := e.login(roInitiator, "198.51.100.7", 5555)
-	require.NoError(t, err)
-	defer ro.Close()
+	e.mustLogin(roInitiator, "198.51.100.7", 5555)
 	// Without the sources ACL the read-only initiator is refused.
 	e.writeConfig(strings.Replace(e2eConfig, `  - sources: ["198.51.100.0/24"]
     luns: [0, 1]
@@ -543,9 +535,7 @@ func TestControlAnswersWhileWaitingForDevice(t *testing.T) {
 func TestValidateDiff(t *testing.T) {
 	e := newControlEnv(t, e2eConfig)
 	e.start()
-	rw, err := e.login(rwInitiator, "", 5555)
-	require.NoError(t, err)
-	defer rw.Close()
+	rw := e.mustLogin(rwInitiator, "", 5555)
 	clearUA(t, rw, 0)
 
 	other := filepath.Join(e.dir, "candidate.yaml")

@@ -203,6 +203,16 @@ func (e *env) login(id srp.PortID, src string, port uint16) (*srptest.Channel, e
 	return srptest.Login(ctx, e.fab, cfg)
 }
 
+// mustLogin logs in as login does, requires the login to succeed, and closes the channel when
+// the test ends.
+func (e *env) mustLogin(id srp.PortID, src string, port uint16) *srptest.Channel {
+	e.t.Helper()
+	ch, err := e.login(id, src, port)
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { ch.Close() })
+	return ch
+}
+
 func do(t *testing.T, ch *srptest.Channel, req *srptest.Request) *srptest.Response {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -361,9 +371,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 		`echo "id_ext=0002c90300a34270,ioc_guid=0002c90300a34270,dest=192.0.2.1:5555" > /sys/class/infiniband_srp/srp-<dev>-<port>/add_target`))
 
 	// The read-write initiator writes and reads both LUNs.
-	rw, err := e.login(rwInitiator, "", 5555)
-	require.NoError(t, err)
-	defer rw.Close()
+	rw := e.mustLogin(rwInitiator, "", 5555)
 	clearUA(t, rw, 0)
 	clearUA(t, rw, 1)
 	ctx := context.Background()
@@ -375,9 +383,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 
 	// The initiator matching the read-only ACL by its source address reads the same data and
 	// is refused writes with DATA PROTECT, WRITE PROTECTED.
-	ro, err := e.login(roInitiator, "198.51.100.7", 5555)
-	require.NoError(t, err)
-	defer ro.Close()
+	ro := e.mustLogin(roInitiator, "198.51.100.7", 5555)
 	clearUA(t, ro, 0)
 	require.Equal(t, data0, read10(t, ro, 0, 8, 8, bs))
 	rsp, err := ro.Write10(ctx, 0, 8, testutil.Pattern(bs, 9), bs)
@@ -471,9 +477,7 @@ func TestServeSecondSignalExitsAtOnce(t *testing.T) {
 		got <- <-e.exits
 	}
 	e.start()
-	ch, err := e.login(rwInitiator, "", 5555)
-	require.NoError(t, err)
-	defer ch.Close()
+	e.mustLogin(rwInitiator, "", 5555)
 	require.NoError(t, e.stop(syscall.SIGTERM))
 	require.Equal(t, 128+int(syscall.SIGINT), <-got)
 	require.Equal(t, 1, e.count("second signal: exiting at once without finishing the shutdown", "signal", "interrupt"))
@@ -512,9 +516,7 @@ func TestServeStartFailureRemovesMadeDirectories(t *testing.T) {
 func TestReloadFailureChangesNothing(t *testing.T) {
 	e := newEnv(t, e2eConfig)
 	e.start()
-	ch, err := e.login(rwInitiator, "", 5555)
-	require.NoError(t, err)
-	defer ch.Close()
+	ch := e.mustLogin(rwInitiator, "", 5555)
 	clearUA(t, ch, 0)
 	lu0, lu1 := e.d.luns[0].lu, e.d.luns[1].lu
 
@@ -575,9 +577,7 @@ func errStrings(errs config.Errors) []string {
 func TestReloadChangedLUNKeepsItsBackstore(t *testing.T) {
 	e := newEnv(t, e2eConfig)
 	e.start()
-	ch, err := e.login(rwInitiator, "", 5555)
-	require.NoError(t, err)
-	defer ch.Close()
+	ch := e.mustLogin(rwInitiator, "", 5555)
 	clearUA(t, ch, 0)
 	ctx := context.Background()
 	data := testutil.Pattern(4096, 5)
@@ -615,9 +615,7 @@ func TestReloadChangedLUNKeepsItsBackstore(t *testing.T) {
 func TestReloadRemoveAndReAddLUN(t *testing.T) {
 	e := newEnv(t, e2eConfig)
 	e.start()
-	ch, err := e.login(rwInitiator, "", 5555)
-	require.NoError(t, err)
-	defer ch.Close()
+	ch := e.mustLogin(rwInitiator, "", 5555)
 	clearUA(t, ch, 0)
 	clearUA(t, ch, 1)
 	data := testutil.Pattern(4096, 9)

@@ -205,10 +205,8 @@ func TestMetricsEndpoint(t *testing.T) {
 	require.Equal(t, "http://"+addr+"/metrics", listening[0].ContextMap()["url"])
 	require.Zero(t, e.logs.FilterMessage("the metrics endpoint is not bound to localhost: whoever reaches it sees the LUNs, their load and the sessions").Len())
 
-	ch, err := e.login(rwInitiator, "", 5555)
-	require.NoError(t, err)
-	defer ch.Close()
-	_, err = e.login(strangerInitiator, "", 5555)
+	ch := e.mustLogin(rwInitiator, "", 5555)
+	_, err := e.login(strangerInitiator, "", 5555)
 	require.Error(t, err, "no ACL for this initiator")
 	clearUA(t, ch, 0)
 	ctx := t.Context()

@@ -52,9 +52,7 @@ acls:
 `, pool, image, conf))
 	e.start()
 	require.Equal(t, 1, e.count("LUN", "backstore", "rbd", "image", pool+"/"+image, "size", "8MiB"))
-	rw, err := e.login(rwInitiator, "", 5555)
-	require.NoError(t, err)
-	defer rw.Close()
+	rw := e.mustLogin(rwInitiator, "", 5555)
 	clearUA(t, rw, 0)
 	const bs = 512
 	ctx := context.Background()
