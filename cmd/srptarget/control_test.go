@@ -50,6 +50,18 @@ func (e *env) ctlJSON(v any, args ...string) {
 	require.NoError(e.t, json.Unmarshal(rsp.Result, v), out)
 }
 
+// stats returns the counters of srptarget stats --json by name.
+func (e *env) stats() map[string]int64 {
+	e.t.Helper()
+	var stats []statEntry
+	e.ctlJSON(&stats, "stats")
+	byName := map[string]int64{}
+	for _, s := range stats {
+		byName[s.Name] = s.Value
+	}
+	return byName
+}
+
 // exitCode is the status main exits with for err.
 func exitCode(err error) int {
 	var ec exitCodeError
@@ -227,12 +239,7 @@ initiator 0x0000000000000000000000000000bbbb from 198.51.100.7, admitted by acls
 	require.Contains(t, out, "LUN 0: memory, 16 MiB, 512-byte blocks, serial 0002c90300a342700000, write cache, thin\n  used by 0x")
 	require.Contains(t, out, "LUN 1: file "+filepath.Join(e.dir, "lun1.img")+", 8 MiB, 512-byte blocks, serial 0002c90300a342700001, write cache, thin\n")
 
-	var stats []statEntry
-	e.ctlJSON(&stats, "stats")
-	got := map[string]int64{}
-	for _, s := range stats {
-		got[s.Name] = s.Value
-	}
+	got := e.stats()
 	require.Equal(t, int64(2), got["logins_accepted"])
 	require.Equal(t, int64(2), got["channels_open"])
 	require.Positive(t, got["commands"])
@@ -373,12 +380,7 @@ acls:`, 1))
 	require.NoError(t, e.reload())
 	require.Equal(t, 2, e.logs.FilterMessage("configuration reloaded").Len())
 	// Counted for srptarget stats: two applied (socket, SIGHUP), one refused, dry runs not.
-	var es []statEntry
-	e.ctlJSON(&es, "stats")
-	counts := map[string]int64{}
-	for _, s := range es {
-		counts[s.Name] = s.Value
-	}
+	counts := e.stats()
 	require.Equal(t, int64(2), counts["reloads_applied"])
 	require.Equal(t, int64(1), counts["reloads_failed"])
 	require.NoError(t, e.stop(syscall.SIGTERM))
