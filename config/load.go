@@ -99,9 +99,9 @@ func fileWarnings(file string) Errors {
 }
 
 // Parse decodes data strictly (unknown keys are errors), fills defaults (ApplyDefaults) and
-// validates (Validate).
-// Errors name the file, the line and the key, and come all at once, in file order: the keys
-// and values the decoder would refuse (checkDocument) and what validation finds in the rest.
+// validates (Validate). Errors name the file, the line and the key, and come all at once, in
+// file order: the keys and values the decoder would refuse (checkDocument) and what validation
+// finds in the rest.
 func Parse(file string, data []byte) (*Config, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
