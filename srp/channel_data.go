@@ -1,0 +1,150 @@
+package srp
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/srptarget/srptarget/scsi"
+)
+
+// getBuffers gets the data buffer (and the scratch buffer of an external table), waiting in
+// the channel's FIFO when the pool is exhausted.
+func (ch *channel) getBuffers(c *cmdCtx) {
+	c.stage = stageNeedBuf
+	if ch.bufHead == nil && ch.allocBuffers(c) {
+		ch.startData(c)
+		return
+	}
+	ch.t.stats.bufferWaits.Add(1)
+	c.waitSince = nanotime()
+	c.next = nil
+	if ch.bufTail == nil {
+		ch.bufHead = c
+	} else {
+		ch.bufTail.next = c
+	}
+	ch.bufTail = c
+	if !ch.bufWaiting {
+		ch.bufWaiting = true
+		ch.pool.waiting.Add(1)
+	}
+	ch.armTimer(time.Now().Add(ch.t.lim.BufferWait))
+	// A buffer freed between the failed attempt and waiting.Add went unnoticed: retry once.
+	ch.retryBufWaiters()
+}
+
+// allocBuffers allocates c's buffers, all or none, within the channel's share of the pool
+// (Limits.MaxChannelBuffer): a channel whose initiator stops taking its responses holds at
+// most that share until the stall watchdog closes it. A channel that holds nothing may take
+// one command's buffers whatever their size, so that no command waits for ever.
+func (ch *channel) allocBuffers(c *cmdCtx) bool {
+	d := c.dataBuf()
+	need := ch.pool.blockBytes(d.Len())
+	if d.External() {
+		need += ch.pool.blockBytes(uint32(d.TableLen() * DirectBufSize))
+	}
+	if ch.bufHeld > 0 && ch.bufHeld+need > ch.bufQuota {
+		return false
+	}
+	buf, ok := ch.pool.alloc(d.Len())
+	if !ok {
+		return false
+	}
+	if d.External() {
+		tbl, ok := ch.pool.alloc(uint32(d.TableLen() * DirectBufSize))
+		if !ok {
+			ch.pool.release(buf)
+			return false
+		}
+		c.table = tbl
+	}
+	c.buf = buf
+	ch.bufHeld += need
+	return true
+}
+
+// releaseBuffers gives c's buffers back to the pool.
+func (ch *channel) releaseBuffers(c *cmdCtx) {
+	ch.bufHeld -= c.buf.bytes() + c.table.bytes()
+	ch.pool.release(c.buf)
+	ch.pool.release(c.table)
+	c.buf, c.table = noBuf, noBuf
+}
+
+// startData moves a command that has its buffers on to its first data stage.
+func (ch *channel) startData(c *cmdCtx) {
+	d := c.dataBuf()
+	switch {
+	case d.External():
+		// The rest of the descriptors are in initiator memory: fetch them first, for
+		// data-out to read the data, for data-in to know where to write it.
+		c.stage = stageTableRead
+		ch.newSQWork(c)
+	case c.in.Present():
+		c.cmd.DataIn = ch.pool.bytes(c.buf)
+		ch.dispatch(c)
+	default:
+		c.stage = stageDataRead
+		ch.newSQWork(c)
+	}
+}
+
+// retryBufWaiters gives freed buffers to waiting commands, in order.
+//
+// A command leaves the wait list only once its buffers are allocated: popping the last waiter
+// withdraws the channel from the pool's waiting count, and a buffer another channel freed
+// after a failed attempt then would signal no one, leaving the command to sleep until
+// BufferWait answers it BUSY.
+func (ch *channel) retryBufWaiters() {
+	for ch.bufHead != nil {
+		c := ch.bufHead
+		if c.state() != ctxCmd {
+			ch.popBuf()
+			ch.finishAborted(c)
+			continue
+		}
+		if !ch.allocBuffers(c) {
+			return
+		}
+		ch.popBuf()
+		ch.startData(c)
+	}
+}
+
+func (ch *channel) popBuf() {
+	c := ch.bufHead
+	ch.bufHead = c.next
+	if ch.bufHead == nil {
+		ch.bufTail = nil
+		if ch.bufWaiting {
+			ch.bufWaiting = false
+			ch.pool.waiting.Add(-1)
+		}
+	}
+	c.next = nil
+}
+
+// onTableRead checks a fetched external descriptor table and fetches the data.
+func (ch *channel) onTableRead(c *cmdCtx) {
+	if c.state() != ctxCmd || ch.state == chClosing {
+		ch.finishAborted(c)
+		return
+	}
+	table := ch.pool.bytes(c.table)
+	d := c.dataBuf()
+	if sum := tableTotal(table); sum != uint64(d.Len()) {
+		ch.releaseBuffers(c)
+		ch.active--
+		c.real = false
+		ch.answerTransport(c, scsi.StatusCheckCondition, scsi.ReasonInvalidFieldInCommandIU,
+			fmt.Sprintf("external descriptor table adds up to %d bytes, TOTAL LENGTH is %d", sum, d.Len()))
+		return
+	}
+	if c.in.Present() {
+		c.cmd.DataIn = ch.pool.bytes(c.buf)
+		ch.dispatch(c)
+		return
+	}
+	c.stage = stageDataRead
+	ch.newSQWork(c)
+}
