@@ -25,15 +25,7 @@ const (
 	idIndexMask uint64 = 1<<32 - 1
 )
 
-// Channel states.
-type chState uint8
-
-const (
-	chLive     chState = iota
-	chDraining         // target shutdown: SRP_T_LOGOUT sent, new commands answered BUSY
-	chClosing          // disconnected: draining flushes and commands, then teardown
-)
-
+// stopMode is how another goroutine asks a channel to close (requestStop).
 type stopMode int32
 
 const (
@@ -42,7 +34,10 @@ const (
 	stopHard
 )
 
+// stopReq is a stop request: the strongest mode asked so far, with the reason of the last
+// request.
 type stopReq struct {
+	mode   stopMode
 	why    string
 	logout TLogoutReason
 }
@@ -109,43 +104,45 @@ type channel struct {
 	tmfWork   chan *cmdCtx
 	done      chan *cmdCtx
 	wake      chan struct{}
-	stop      atomic.Pointer[stopReq]
-	stopHow   atomic.Int32
-	closing   atomic.Bool // workers skip execution
-	detached  atomic.Bool // replaced by a SINGLE login: its closing is not a nexus loss
+	stop      atomic.Pointer[stopReq] // requestStop: read by the channel goroutine (checkStop)
+	closing   atomic.Bool             // phase >= phaseClosing (setPhase): workers skip execution
+	detached  atomic.Bool             // replaced by a SINGLE login: its closing is not a nexus loss
 	abortScan atomic.Bool
 	closedCh  chan struct{}
 	wg        sync.WaitGroup
 
 	// Owned by the channel goroutine.
-	state       chState
-	free        []*cmdCtx
-	waitRecv    []parkedIU // IUs received while no context was free
-	bufHead     *cmdCtx
-	bufTail     *cmdCtx
-	bufWaiting  bool
-	sqHead      *cmdCtx
-	sqTail      *cmdCtx
-	heldHead    *cmdCtx // commands that arrived after a task management function in progress
-	heldTail    *cmdCtx
-	tmfActive   int
+	phase    chPhase // set only through setPhase
+	free     []*cmdCtx
+	waitRecv []parkedIU // IUs received while no context was free
+	// The three queues a command can wait in, each in arrival order: for a data buffer, for
+	// send-queue slots, and for the channel's task management functions to finish (commands
+	// that arrived after one must not be caught by it in the logical unit).
+	bufQ        ctxQueue
+	sqQ         ctxQueue
+	heldQ       ctxQueue
+	bufWaiting  bool // counted in the pool's waiting channels (bufQ not empty)
+	tmfActive   int  // task management functions of this channel in progress
 	recvPosted  int
 	sendBatches int
 	sqFree      int
 	ledger      creditLedger
-	busy        int // contexts not free
-	execCount   int // contexts with a worker or the task management goroutine
-	active      int // commands the target works on (shutdown drains them)
+	// handedOff counts the contexts a worker or the task management goroutine holds: the
+	// channel cannot release them until they come back through done. commands counts the
+	// SRP_CMDs the target works on, from acceptance (startCmd) to release, not those the
+	// transport answers itself: a graceful shutdown waits for them, and operators see them
+	// (pubActive). Contexts in use at all are len(ctxs) - len(free) (ctxInUse).
+	handedOff   int
+	commands    int
 	ctlBusy     [ctlSendSlots]bool
 	credReqOut  bool // an SRP_CRED_REQ waits for its SRP_CRED_RSP
 	credReqTag  Tag
-	noFlush     bool // no flush completions will come: device removed, post failure, timeout
-	connClosed  bool
 	timer       *time.Timer
 	timerAt     time.Time
 	timerArmed  bool
 	drainAt     time.Time
 	closeReason string
+	fake        *manualClock // scripted tests: the clock (now, nanos); nil in production
 	creditWarn  bool
 	wrs         []ib.SendWR
 	sges        []ib.SGE
@@ -322,13 +319,24 @@ func (ch *channel) accepted(conn ib.Conn) {
 	ch.publish()
 }
 
-// start launches the channel's goroutines on an accepted connection.
+// start launches the channel's goroutines on an accepted connection. A target with a
+// startHook (scripted tests) hands the channel over instead: the test drives it through the
+// same steps the goroutines take (pass, onDone, onTimer) and launches them at the end.
 func (ch *channel) start(conn ib.Conn) {
 	ch.conn = conn
 	if a, ok := conn.(ib.NotifyArmer); ok && ch.t.lim.Completion != CompletionPoll {
 		ch.armer = a
 	}
 	ch.pool.register(ch.wake)
+	if ch.t.startHook != nil {
+		ch.t.startHook(ch)
+		return
+	}
+	ch.launch()
+}
+
+// launch starts the workers, the task management goroutine and the channel goroutine.
+func (ch *channel) launch() {
 	ch.wg.Add(ch.workers + 1)
 	for range ch.workers {
 		go ch.worker()
@@ -346,12 +354,16 @@ func (ch *channel) signal() {
 }
 
 // requestStop asks the channel to close: gracefully (SRP_T_LOGOUT, drain, disconnect) or at
-// once. logout is the SRP_T_LOGOUT reason sent before disconnecting.
+// once. logout is the SRP_T_LOGOUT reason sent before disconnecting. A request never weakens
+// an earlier one: a graceful request after a hard one stays hard.
 func (ch *channel) requestStop(mode stopMode, why string, logout TLogoutReason) {
-	ch.stop.Store(&stopReq{why: why, logout: logout})
 	for {
-		cur := ch.stopHow.Load()
-		if cur >= int32(mode) || ch.stopHow.CompareAndSwap(cur, int32(mode)) {
+		cur := ch.stop.Load()
+		req := &stopReq{mode: mode, why: why, logout: logout}
+		if cur != nil && cur.mode > mode {
+			req.mode = cur.mode
+		}
+		if ch.stop.CompareAndSwap(cur, req) {
 			break
 		}
 	}
@@ -369,80 +381,108 @@ func (ch *channel) worker() {
 	}
 }
 
-// run is the channel goroutine.
+// run is the channel goroutine: passes of work, and between them a wait for the next thing
+// to do (a completion event, a context back from a worker, a wake-up, the timer).
 func (ch *channel) run() {
 	defer ch.teardown()
 	for {
-		worked := ch.poll()
-		ch.checkStop()
-		if ch.abortScan.Swap(false) {
-			ch.scanAborted()
-		}
-		if ch.bufHead != nil {
-			ch.retryBufWaiters()
-		}
-		ch.maybeCredReq()
-		switch ch.state {
-		case chDraining:
-			if ch.active == 0 {
-				ch.beginClose("target shutdown: all commands done")
-				continue
-			}
-		case chClosing:
-			if ch.noFlush && !ch.connClosed {
-				ch.forceRelease()
-			}
-			if ch.drained() {
-				return
-			}
-		}
-		ch.flushSends()
-		ch.publish()
-		var timerC <-chan time.Time
-		if ch.timerArmed {
-			timerC = ch.timer.C
-		}
-		var readyC <-chan struct{}
-		if !ch.connClosed {
-			readyC = ch.conn.Ready()
+		worked, over := ch.pass()
+		if over {
+			return
 		}
 		// What is already there is taken without sleeping.
-		select {
-		case <-readyC:
-			ch.notifyArmed = false
-			continue
-		case c := <-ch.done:
-			ch.onDoneAll(c)
-			ch.noteWork()
-			continue
-		case <-ch.wake:
-			continue
-		case <-timerC:
-			ch.timerArmed = false
-			ch.onTimer()
-			continue
-		default:
-		}
-		if readyC != nil && !ch.idle(worked) {
+		if ch.takeReady() {
 			continue
 		}
-		select {
-		case <-readyC:
-			ch.notifyArmed = false
-		case c := <-ch.done:
-			ch.onDoneAll(c)
-		case <-ch.wake:
-		case <-timerC:
-			ch.timerArmed = false
-			ch.onTimer()
+		if ch.qpOpen() && !ch.idle(worked) {
+			continue
 		}
+		ch.block()
+	}
+}
+
+// pass does everything the channel can do without waiting: completions and connection events,
+// stop requests, commands claimed by task management, buffer waiters, owed credits, the
+// moves of a closing channel, and the work requests queued meanwhile (one post). It reports
+// whether it found completions or events, and whether the channel is drained and may be torn
+// down.
+func (ch *channel) pass() (worked, over bool) {
+	worked = ch.poll()
+	ch.checkStop()
+	if ch.abortScan.Swap(false) {
+		ch.scanAborted()
+	}
+	if !ch.bufQ.empty() {
+		ch.retryBufWaiters()
+	}
+	ch.maybeCredReq()
+	if ch.phase == phaseDraining && ch.commands == 0 {
+		ch.beginClose("target shutdown: all commands done")
+	}
+	if ch.phase == phaseAbandoned {
+		ch.forceRelease()
+	}
+	if ch.closed() && ch.drained() {
+		return worked, true
+	}
+	ch.flushSends()
+	ch.publish()
+	return worked, false
+}
+
+// readyC is the channel of the connection's completion and event notifications, nil once the
+// queue pair is closed.
+func (ch *channel) readyC() <-chan struct{} {
+	if !ch.qpOpen() {
+		return nil
+	}
+	return ch.conn.Ready()
+}
+
+// timerC is the timer's channel while it is armed (never with the scripted tests' clock).
+func (ch *channel) timerC() <-chan time.Time {
+	if !ch.timerArmed || ch.fake != nil {
+		return nil
+	}
+	return ch.timer.C
+}
+
+// takeReady handles one thing that is already waiting, if any, without sleeping.
+func (ch *channel) takeReady() bool {
+	select {
+	case <-ch.readyC():
+		ch.notifyArmed = false
+	case c := <-ch.done:
+		ch.onDoneAll(c)
+		ch.noteWork()
+	case <-ch.wake:
+	case <-ch.timerC():
+		ch.timerArmed = false
+		ch.onTimer()
+	default:
+		return false
+	}
+	return true
+}
+
+// block sleeps until there is something to do, and handles it.
+func (ch *channel) block() {
+	select {
+	case <-ch.readyC():
+		ch.notifyArmed = false
+	case c := <-ch.done:
+		ch.onDoneAll(c)
+	case <-ch.wake:
+	case <-ch.timerC():
+		ch.timerArmed = false
+		ch.onTimer()
 	}
 }
 
 // publish makes the channel's commands in progress and credits visible to Target.Sessions:
 // two loads and, when a value changed, a store, once per pass of the loop.
 func (ch *channel) publish() {
-	if a := int32(ch.active); ch.pubActive.Load() != a {
+	if a := int32(ch.commands); ch.pubActive.Load() != a {
 		ch.pubActive.Store(a)
 	}
 	if g := ch.ledger.granted; ch.pubGranted.Load() != g {
@@ -498,7 +538,7 @@ func (ch *channel) pollWindowOpen() bool {
 	if ch.idleSpins%clockEvery != 0 {
 		return true
 	}
-	now := nanotime()
+	now := ch.nanos()
 	if ch.lastWork == 0 {
 		ch.lastWork = now
 	}
@@ -521,6 +561,28 @@ func (ch *channel) onDoneAll(c *cmdCtx) {
 		}
 	}
 }
+
+// manualClock is the clock of scripted tests: it moves only when the script says.
+type manualClock struct{ now time.Time }
+
+// now is the channel's wall clock: the real one, or a script's.
+func (ch *channel) now() time.Time {
+	if ch.fake != nil {
+		return ch.fake.now
+	}
+	return time.Now()
+}
+
+// nanos is the channel's monotonic clock in nanoseconds (nanotime, or a script's).
+func (ch *channel) nanos() int64 {
+	if ch.fake != nil {
+		return int64(ch.fake.now.Sub(clockBase))
+	}
+	return nanotime()
+}
+
+// ctxInUse is the number of contexts not on the free list.
+func (ch *channel) ctxInUse() int { return len(ch.ctxs) - len(ch.free) }
 
 // nanotime is a monotonic clock in nanoseconds.
 func nanotime() int64 { return int64(time.Since(clockBase)) }

@@ -12,14 +12,13 @@ import (
 
 // checkStop acts on a stop request from another goroutine.
 func (ch *channel) checkStop() {
-	mode := stopMode(ch.stopHow.Load())
-	if mode == stopNone || ch.state == chClosing {
+	req := ch.stop.Load()
+	if req == nil || ch.closed() {
 		return
 	}
-	req := ch.stop.Load()
-	if mode == stopGraceful {
-		if ch.state == chLive {
-			ch.state = chDraining
+	if req.mode == stopGraceful {
+		if ch.phase == phaseLive {
+			ch.setPhase(phaseDraining)
 			ch.log.Info("draining channel", zap.String("reason", req.why))
 			ch.sendTLogout(req.logout)
 		}
@@ -38,51 +37,50 @@ func (ch *channel) protocolError(reason TLogoutReason, what string) {
 	ch.beginClose("protocol violation: " + what)
 }
 
-// beginClose disconnects the channel; run then drains it and tears it down.
-func (ch *channel) beginClose(why string) {
-	if ch.state == chClosing {
+// beginClose disconnects the channel; run then drains it (every posted work request comes
+// back, flushed) and tears it down.
+func (ch *channel) beginClose(why string) { ch.close(why, true) }
+
+// abandon closes the channel knowing that no flush completion will come (the device was
+// removed, a post or the completion queue failed): the queue pair is closed at once
+// (forceRelease) and the contexts released without waiting for their work requests. A
+// closing channel becomes abandoned.
+func (ch *channel) abandon(why string) { ch.close(why, false) }
+
+func (ch *channel) close(why string, flushes bool) {
+	if ch.closed() {
+		if !flushes && ch.phase == phaseClosing {
+			ch.setPhase(phaseAbandoned)
+		}
 		return
 	}
-	if ch.noFlush {
-		ch.batch, ch.batchSGEs = ch.batch[:0], ch.batchSGEs[:0]
-	} else {
+	if flushes {
 		ch.flushSends() // before the QP leaves RTS: queued work then completes or flushes
+		if ch.closed() {
+			return // the post failed and abandoned the channel
+		}
+	} else {
+		ch.batch, ch.batchSGEs = ch.batch[:0], ch.batchSGEs[:0]
 	}
-	if ch.state == chClosing {
-		return // flushSends failed and closed the channel
-	}
-	ch.state = chClosing
-	ch.closing.Store(true)
+	ch.setPhase(phaseClosing)
 	ch.closeReason = why
 	ch.log.Info("closing channel", zap.String("reason", why))
-	if !ch.connClosed {
-		if err := ch.conn.Disconnect(); err != nil {
-			if errors.Is(err, ib.ErrDeviceRemoved) {
-				ch.noFlush = true
-			} else if !errors.Is(err, ib.ErrClosed) {
-				ch.log.Warn("disconnect failed", zap.Error(err))
-			}
+	if err := ch.conn.Disconnect(); err != nil {
+		if errors.Is(err, ib.ErrDeviceRemoved) {
+			flushes = false
+		} else if !errors.Is(err, ib.ErrClosed) {
+			ch.log.Warn("disconnect failed", zap.Error(err))
 		}
 	}
-	for ch.bufHead != nil {
-		c := ch.bufHead
-		ch.popBuf()
-		ch.finish(c, false)
+	if !flushes {
+		ch.setPhase(phaseAbandoned)
 	}
-	for ch.sqHead != nil {
-		c := ch.sqHead
-		ch.sqHead = c.next
-		c.next = nil
-		ch.finish(c, false)
-	}
-	ch.sqTail = nil
-	for ch.heldHead != nil {
-		c := ch.heldHead
-		ch.heldHead = c.next
-		c.next = nil
-		ch.finish(c, false)
-	}
-	ch.heldTail = nil
+	release := func(c *cmdCtx) { ch.finish(c, false) }
+	all := func(*cmdCtx) bool { return true }
+	ch.bufQ.removeIf(all, release)
+	ch.noteBufQueue()
+	ch.sqQ.removeIf(all, release)
+	ch.heldQ.removeIf(all, release)
 	ch.waitRecv = ch.waitRecv[:0]
 	if last := ch.sess.remove(ch); last && !ch.detached.Load() {
 		if m := ch.sess.lunMap.Load(); m != nil {
@@ -97,19 +95,19 @@ func (ch *channel) beginClose(why string) {
 			ch.log.Info("last channel of the I_T nexus closed: nexus reset")
 		}
 	}
-	ch.drainAt = time.Now().Add(ch.t.lim.DrainTimeout)
+	ch.drainAt = ch.now().Add(ch.t.lim.DrainTimeout)
 	ch.armTimer(ch.drainAt)
 }
 
 // drained reports whether a closing channel may be torn down.
 func (ch *channel) drained() bool {
-	if ch.execCount > 0 {
+	if ch.handedOff > 0 {
 		return false
 	}
-	if ch.noFlush {
+	if !ch.flushesExpected() {
 		return true
 	}
-	return ch.sendBatches == 0 && ch.recvPosted == 0 && ch.busy == 0
+	return ch.sendBatches == 0 && ch.recvPosted == 0 && ch.ctxInUse() == 0
 }
 
 // forceRelease closes the queue pair when no flush completions will come (device removed, a
@@ -120,7 +118,7 @@ func (ch *channel) forceRelease() {
 	if err := ch.conn.Close(); err != nil {
 		ch.log.Warn("closing the queue pair", zap.Error(err))
 	}
-	ch.connClosed = true
+	ch.setPhase(phaseQPClosed)
 	for i := range ch.ctxs {
 		c := &ch.ctxs[i]
 		if c.stage == stageExec || c.stage == stageTMF {
@@ -135,16 +133,15 @@ func (ch *channel) forceRelease() {
 
 // teardown releases everything once the channel is drained.
 func (ch *channel) teardown() {
-	ch.closing.Store(true)
 	close(ch.work)
 	close(ch.tmfWork)
 	ch.wg.Wait()
-	if !ch.connClosed {
+	if ch.qpOpen() {
 		if err := ch.conn.Close(); err != nil {
 			ch.log.Warn("closing the queue pair", zap.Error(err))
 		}
-		ch.connClosed = true
 	}
+	ch.setPhase(phaseClosed)
 	// After Close nothing of ours is in use by the queue pair: release what flushes did not.
 	for i := range ch.ctxs {
 		c := &ch.ctxs[i]
@@ -154,10 +151,7 @@ func (ch *channel) teardown() {
 	}
 	ch.timer.Stop()
 	ch.pool.unregister(ch.wake)
-	if ch.bufWaiting {
-		ch.bufWaiting = false
-		ch.pool.waiting.Add(-1)
-	}
+	ch.noteBufQueue()
 	ch.release()
 	ch.t.stats.channelsOpen.Add(-1)
 	ch.t.stats.channelsClosed.Add(1)
@@ -168,19 +162,19 @@ func (ch *channel) teardown() {
 
 // onTimer expires buffer waits and the drain deadline.
 func (ch *channel) onTimer() {
-	now := time.Now()
-	if ch.state == chClosing {
-		if !ch.drainAt.IsZero() && !now.Before(ch.drainAt) && !ch.noFlush {
+	now := ch.now()
+	if ch.closed() {
+		if !ch.drainAt.IsZero() && !now.Before(ch.drainAt) && ch.phase == phaseClosing {
 			ch.log.Error("flush completions did not arrive in time: closing the queue pair anyway",
 				zap.Int("receives", ch.recvPosted), zap.Int("send_batches", ch.sendBatches),
 				zap.Duration("drain_timeout", ch.t.lim.DrainTimeout))
-			ch.noFlush = true
+			ch.setPhase(phaseAbandoned)
 		}
-		if ch.execCount > 0 {
-			ch.log.Warn("still waiting for commands to leave the logical units", zap.Int("commands", ch.execCount))
+		if ch.handedOff > 0 {
+			ch.log.Warn("still waiting for commands to leave the logical units", zap.Int("commands", ch.handedOff))
 			ch.armTimer(now.Add(ch.t.lim.DrainTimeout))
 		}
-		if !ch.noFlush && now.Before(ch.drainAt) {
+		if ch.phase == phaseClosing && now.Before(ch.drainAt) {
 			// The timer fired for something armed before the close (a buffer wait, the
 			// watchdog): the drain deadline still needs it.
 			ch.armTimer(ch.drainAt)
@@ -189,19 +183,17 @@ func (ch *channel) onTimer() {
 	}
 	if !ch.wdAt.IsZero() && !now.Before(ch.wdAt) {
 		ch.watchdog(now)
-		if ch.state == chClosing {
+		if ch.closed() {
 			return
 		}
 	}
-	clock := nanotime()
+	clock := ch.nanos()
 	deadline := clock - int64(ch.t.lim.BufferWait)
-	for ch.bufHead != nil && ch.bufHead.waitSince <= deadline {
-		c := ch.bufHead
+	for c := ch.bufQ.front(); c != nil && c.waitSince <= deadline; c = ch.bufQ.front() {
 		ch.popBuf()
 		ch.t.stats.bufferBusy.Add(1)
 		ch.busyCount++
-		ch.active--
-		c.real = false
+		ch.uncount(c)
 		ch.answerTransport(c, scsi.StatusBusy, scsi.ReasonNone, "")
 	}
 	if ch.busyCount > 0 && (ch.busyLogAt == 0 || clock-ch.busyLogAt >= int64(busyLogEvery)) {
@@ -212,8 +204,8 @@ func (ch *channel) onTimer() {
 			zap.Int64("pool_in_use", ch.pool.inUse.Load()), zap.Int64("pool_size", ch.pool.size()))
 		ch.busyCount, ch.busyLogAt = 0, clock
 	}
-	if ch.bufHead != nil {
-		ch.armTimer(time.Now().Add(time.Duration(ch.bufHead.waitSince - deadline)))
+	if c := ch.bufQ.front(); c != nil {
+		ch.armTimer(now.Add(time.Duration(c.waitSince - deadline)))
 	}
 	if !ch.wdAt.IsZero() {
 		ch.armTimer(ch.wdAt)
@@ -231,7 +223,7 @@ func (ch *channel) armWatchdog() {
 	if !ch.wdAt.IsZero() {
 		return
 	}
-	now := time.Now()
+	now := ch.now()
 	ch.wdSeen, ch.wdSince = ch.sendProgress, now
 	ch.wdAt = now.Add(ch.watchdogPeriod())
 	ch.armTimer(ch.wdAt)
@@ -255,7 +247,7 @@ func (ch *channel) watchdog(now time.Time) {
 		ch.t.stats.rdmaStalls.Add(1)
 		ch.log.Warn("RDMA stalled: no work request completed within rdma_timeout; closing the channel and aborting its commands",
 			zap.Duration("stalled", stalled), zap.Duration("rdma_timeout", ch.t.lim.RDMATimeout),
-			zap.Int("work_batches_outstanding", ch.sendBatches), zap.Int("commands", ch.active),
+			zap.Int("work_batches_outstanding", ch.sendBatches), zap.Int("commands", ch.commands),
 			zap.Int64("buffer_bytes", ch.bufHeld),
 			zap.String("hint", "the initiator stopped taking responses (no receive buffers posted, or hung); a healthy initiator reconnects"))
 		ch.wdAt = time.Time{}
@@ -265,11 +257,15 @@ func (ch *channel) watchdog(now time.Time) {
 	ch.wdAt = now.Add(ch.watchdogPeriod())
 }
 
+// armTimer makes the timer fire at at, unless it is armed to fire earlier (onTimer re-arms it
+// for whatever still needs it).
 func (ch *channel) armTimer(at time.Time) {
 	if ch.timerArmed && !at.Before(ch.timerAt) {
 		return
 	}
 	ch.timerAt = at
 	ch.timerArmed = true
-	ch.timer.Reset(time.Until(at))
+	if ch.fake == nil {
+		ch.timer.Reset(time.Until(at))
+	}
 }

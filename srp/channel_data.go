@@ -2,7 +2,6 @@ package srp
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/srptarget/srptarget/scsi"
 )
@@ -10,25 +9,16 @@ import (
 // getBuffers gets the data buffer (and the scratch buffer of an external table), waiting in
 // the channel's FIFO when the pool is exhausted.
 func (ch *channel) getBuffers(c *cmdCtx) {
-	c.stage = stageNeedBuf
-	if ch.bufHead == nil && ch.allocBuffers(c) {
+	c.setStage(stageNeedBuf)
+	if ch.bufQ.empty() && ch.allocBuffers(c) {
 		ch.startData(c)
 		return
 	}
 	ch.t.stats.bufferWaits.Add(1)
-	c.waitSince = nanotime()
-	c.next = nil
-	if ch.bufTail == nil {
-		ch.bufHead = c
-	} else {
-		ch.bufTail.next = c
-	}
-	ch.bufTail = c
-	if !ch.bufWaiting {
-		ch.bufWaiting = true
-		ch.pool.waiting.Add(1)
-	}
-	ch.armTimer(time.Now().Add(ch.t.lim.BufferWait))
+	c.waitSince = ch.nanos()
+	ch.bufQ.push(c)
+	ch.noteBufQueue()
+	ch.armTimer(ch.now().Add(ch.t.lim.BufferWait))
 	// A buffer freed between the failed attempt and waiting.Add went unnoticed: retry once.
 	ch.retryBufWaiters()
 }
@@ -78,13 +68,13 @@ func (ch *channel) startData(c *cmdCtx) {
 	case d.External():
 		// The rest of the descriptors are in initiator memory: fetch them first, for
 		// data-out to read the data, for data-in to know where to write it.
-		c.stage = stageTableRead
+		c.setStage(stageTableRead)
 		ch.newSQWork(c)
 	case c.in.Present():
 		c.cmd.DataIn = ch.pool.bytes(c.buf)
 		ch.dispatch(c)
 	default:
-		c.stage = stageDataRead
+		c.setStage(stageDataRead)
 		ch.newSQWork(c)
 	}
 }
@@ -96,8 +86,7 @@ func (ch *channel) startData(c *cmdCtx) {
 // after a failed attempt then would signal no one, leaving the command to sleep until
 // BufferWait answers it BUSY.
 func (ch *channel) retryBufWaiters() {
-	for ch.bufHead != nil {
-		c := ch.bufHead
+	for c := ch.bufQ.front(); c != nil; c = ch.bufQ.front() {
 		if c.state() != ctxCmd {
 			ch.popBuf()
 			ch.finishAborted(c)
@@ -112,21 +101,26 @@ func (ch *channel) retryBufWaiters() {
 }
 
 func (ch *channel) popBuf() {
-	c := ch.bufHead
-	ch.bufHead = c.next
-	if ch.bufHead == nil {
-		ch.bufTail = nil
-		if ch.bufWaiting {
-			ch.bufWaiting = false
-			ch.pool.waiting.Add(-1)
-		}
+	ch.bufQ.pop()
+	ch.noteBufQueue()
+}
+
+// noteBufQueue keeps the pool's count of channels waiting for buffers in step with bufQ: a
+// channel is counted while commands wait in it (and signalled when buffers are freed).
+func (ch *channel) noteBufQueue() {
+	switch waiting := !ch.bufQ.empty(); {
+	case waiting && !ch.bufWaiting:
+		ch.bufWaiting = true
+		ch.pool.waiting.Add(1)
+	case !waiting && ch.bufWaiting:
+		ch.bufWaiting = false
+		ch.pool.waiting.Add(-1)
 	}
-	c.next = nil
 }
 
 // onTableRead checks a fetched external descriptor table and fetches the data.
 func (ch *channel) onTableRead(c *cmdCtx) {
-	if c.state() != ctxCmd || ch.state == chClosing {
+	if c.state() != ctxCmd || ch.closed() {
 		ch.finishAborted(c)
 		return
 	}
@@ -134,8 +128,7 @@ func (ch *channel) onTableRead(c *cmdCtx) {
 	d := c.dataBuf()
 	if sum := tableTotal(table); sum != uint64(d.Len()) {
 		ch.releaseBuffers(c)
-		ch.active--
-		c.real = false
+		ch.uncount(c)
 		ch.answerTransport(c, scsi.StatusCheckCondition, scsi.ReasonInvalidFieldInCommandIU,
 			fmt.Sprintf("external descriptor table adds up to %d bytes, TOTAL LENGTH is %d", sum, d.Len()))
 		return
@@ -145,6 +138,6 @@ func (ch *channel) onTableRead(c *cmdCtx) {
 		ch.dispatch(c)
 		return
 	}
-	c.stage = stageDataRead
+	c.setStage(stageDataRead)
 	ch.newSQWork(c)
 }

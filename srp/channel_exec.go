@@ -5,41 +5,30 @@ package srp
 // unit (the initiator sent them later, on the same channel).
 func (ch *channel) dispatch(c *cmdCtx) {
 	if ch.tmfActive > 0 {
-		c.stage = stageHeld
-		c.next = nil
-		if ch.heldTail == nil {
-			ch.heldHead = c
-		} else {
-			ch.heldTail.next = c
-		}
-		ch.heldTail = c
+		c.setStage(stageHeld)
+		ch.heldQ.push(c)
 		return
 	}
-	c.stage = stageExec
-	ch.execCount++
+	c.setStage(stageExec)
 	if lu := c.lu.Load(); lu == nil || lu.NonBlocking() {
 		// RAM and null logical units never wait for I/O: running the command here saves two
 		// goroutine hand-offs. A command can still wait in the logical unit (for an older
 		// ORDERED command, or the LBA range of a COMPARE AND WRITE), but only for commands
 		// already executing on other goroutines, which finish without this one.
-		if c.state() == ctxCmd && !ch.closing.Load() {
+		if c.state() == ctxCmd && !ch.closed() {
 			c.lunMap.Execute(&c.cmd)
 		}
-		ch.onDone(c)
+		ch.executed(c)
 		return
 	}
+	ch.handedOff++
 	ch.work <- c
 }
 
 // releaseHeld dispatches the commands held while task management ran.
 func (ch *channel) releaseHeld() {
-	for ch.heldHead != nil && ch.tmfActive == 0 {
-		c := ch.heldHead
-		ch.heldHead = c.next
-		if ch.heldHead == nil {
-			ch.heldTail = nil
-		}
-		c.next = nil
+	for !ch.heldQ.empty() && ch.tmfActive == 0 {
+		c := ch.heldQ.pop()
 		if c.state() != ctxCmd {
 			ch.finishAborted(c)
 			continue
@@ -50,17 +39,22 @@ func (ch *channel) releaseHeld() {
 
 // onDone takes back a context from a worker or the task management goroutine.
 func (ch *channel) onDone(c *cmdCtx) {
-	ch.execCount--
-	if ch.state == chClosing {
-		if c.stage == stageTMF {
-			ch.tmfActive--
-		}
+	ch.handedOff--
+	ch.executed(c)
+}
+
+// executed moves on a command that has run in its logical unit, or a task management
+// function that has run: to its response, or to its end without one (aborted).
+func (ch *channel) executed(c *cmdCtx) {
+	if c.stage == stageTMF {
+		ch.tmfActive--
+	}
+	if ch.closed() {
 		ch.finish(c, false)
 		return
 	}
 	if c.stage == stageTMF {
-		ch.tmfActive--
-		c.stage = stageRespond
+		c.setStage(stageRespond)
 		ch.newSQWork(c)
 		ch.releaseHeld()
 		return
@@ -72,7 +66,7 @@ func (ch *channel) onDone(c *cmdCtx) {
 		ch.finishAborted(c)
 		return
 	}
-	c.stage = stageRespond
+	c.setStage(stageRespond)
 	ch.newSQWork(c)
 }
 
@@ -88,7 +82,7 @@ func (ch *channel) finishAborted(c *cmdCtx) {
 func (ch *channel) finish(c *cmdCtx, owed bool) {
 	ch.releaseBuffers(c)
 	if c.recv >= 0 {
-		if ch.state != chClosing {
+		if !ch.closed() {
 			ch.repost(c.recv)
 			if owed {
 				ch.ledger.owe()
@@ -96,10 +90,7 @@ func (ch *channel) finish(c *cmdCtx, owed bool) {
 		}
 		c.recv = -1
 	}
-	if c.real {
-		c.real = false
-		ch.active--
-	}
+	ch.uncount(c)
 	c.cmd.DataIn, c.cmd.DataOut, c.cmd.CDB = nil, nil, nil
 	c.lunMap = nil
 	if c.held != nil {
@@ -107,11 +98,10 @@ func (ch *channel) finish(c *cmdCtx, owed bool) {
 		c.held = nil
 	}
 	c.statLU = nil
-	c.stage = stageNone
+	c.setStage(stageNone)
 	c.free()
-	ch.busy--
 	ch.free = append(ch.free, c)
-	if len(ch.waitRecv) > 0 && ch.state != chClosing {
+	if len(ch.waitRecv) > 0 && !ch.closed() {
 		p := ch.waitRecv[0]
 		copy(ch.waitRecv, ch.waitRecv[1:])
 		ch.waitRecv = ch.waitRecv[:len(ch.waitRecv)-1]
@@ -119,63 +109,26 @@ func (ch *channel) finish(c *cmdCtx, owed bool) {
 	}
 }
 
-// scanAborted finds commands claimed by task management while they waited in a list and ends
+// uncount ends c's count in ch.commands, if it was counted.
+func (ch *channel) uncount(c *cmdCtx) {
+	if c.real {
+		c.real = false
+		ch.commands--
+	}
+}
+
+// scanAborted finds commands claimed by task management while they waited in a queue and ends
 // them.
 func (ch *channel) scanAborted() {
-	var keep, keepTail *cmdCtx
-	for c := ch.bufHead; c != nil; {
-		next := c.next
-		c.next = nil
-		if c.state() != ctxCmd {
-			ch.finishAborted(c)
-		} else {
-			if keepTail == nil {
-				keep = c
-			} else {
-				keepTail.next = c
-			}
-			keepTail = c
-		}
-		c = next
-	}
-	ch.bufHead, ch.bufTail = keep, keepTail
-	if ch.bufHead == nil && ch.bufWaiting {
-		ch.bufWaiting = false
-		ch.pool.waiting.Add(-1)
-	}
-	keep, keepTail = nil, nil
-	for c := ch.sqHead; c != nil; {
-		next := c.next
-		c.next = nil
-		if st := c.state(); st == ctxAbortedTMF || st == ctxAbortedLocal {
-			ch.finishAborted(c)
-		} else {
-			if keepTail == nil {
-				keep = c
-			} else {
-				keepTail.next = c
-			}
-			keepTail = c
-		}
-		c = next
-	}
-	ch.sqHead, ch.sqTail = keep, keepTail
-	keep, keepTail = nil, nil
-	for c := ch.heldHead; c != nil; {
-		next := c.next
-		c.next = nil
-		if c.state() != ctxCmd {
-			ch.finishAborted(c)
-		} else {
-			if keepTail == nil {
-				keep = c
-			} else {
-				keepTail.next = c
-			}
-			keepTail = c
-		}
-		c = next
-	}
-	ch.heldHead, ch.heldTail = keep, keepTail
+	notCmd := func(c *cmdCtx) bool { return c.state() != ctxCmd }
+	ch.bufQ.removeIf(notCmd, ch.finishAborted)
+	ch.noteBufQueue()
+	// A command waiting to post its response (ctxResponded comes only after) or its RDMA:
+	// claimed by task management, or aborted by the logical unit.
+	ch.sqQ.removeIf(func(c *cmdCtx) bool {
+		st := c.state()
+		return st == ctxAbortedTMF || st == ctxAbortedLocal
+	}, ch.finishAborted)
+	ch.heldQ.removeIf(notCmd, ch.finishAborted)
 	ch.serviceSQ()
 }

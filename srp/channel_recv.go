@@ -13,7 +13,7 @@ import (
 // poll drains the completion queue and the connection events. It reports whether it found
 // any.
 func (ch *channel) poll() bool {
-	if ch.connClosed {
+	if !ch.qpOpen() {
 		return false
 	}
 	found := false
@@ -21,12 +21,11 @@ func (ch *channel) poll() bool {
 		n, err := ch.conn.PollCompletions(ch.wcs)
 		if err != nil {
 			ch.log.Error("polling completions failed", zap.Error(err))
-			ch.noFlush = true
-			ch.beginClose("completion queue failed")
+			ch.abandon("completion queue failed")
 			return true
 		}
 		if n > 0 && ch.t.cfg.MeasureLatency {
-			ch.pollNow = nanotime()
+			ch.pollNow = ch.nanos()
 		}
 		for i := 0; i < n; i++ {
 			ch.onCompletion(&ch.wcs[i])
@@ -50,8 +49,7 @@ func (ch *channel) poll() bool {
 		case ib.EventDisconnected:
 			ch.beginClose("initiator disconnected")
 		case ib.EventDeviceRemoved:
-			ch.noFlush = true
-			ch.beginClose("RDMA device removed")
+			ch.abandon("RDMA device removed")
 		}
 	}
 	return found
@@ -100,7 +98,7 @@ func (ch *channel) onRecv(i int32, wc *ib.Completion) {
 		return
 	}
 	if wc.Status != ib.StatusSuccess {
-		if wc.Status == ib.StatusWRFlushError && ch.state == chClosing {
+		if wc.Status == ib.StatusWRFlushError && ch.closed() {
 			return
 		}
 		ch.t.stats.rdmaErrors.Add(1)
@@ -112,7 +110,7 @@ func (ch *channel) onRecv(i int32, wc *ib.Completion) {
 		ch.beginClose("receive failed: " + wc.Status.String())
 		return
 	}
-	if ch.state == chClosing {
+	if ch.closed() {
 		return
 	}
 	ch.handleIU(i, int(wc.ByteLen))
@@ -163,7 +161,6 @@ func (ch *channel) allocCtx() *cmdCtx {
 	}
 	c := ch.free[len(ch.free)-1]
 	ch.free = ch.free[:len(ch.free)-1]
-	ch.busy++
 	return c
 }
 
@@ -172,7 +169,6 @@ func (ch *channel) allocCtx() *cmdCtx {
 func (ch *channel) startIU(c *cmdCtx, i int32, n int, at int64) {
 	c.recv = i
 	c.arrived = at
-	c.stage = stageNone
 	c.real, c.xportFail = false, false
 	c.buf, c.table = noBuf, noBuf
 	c.batchWRs = 0
@@ -221,7 +217,7 @@ func (ch *channel) startCmd(c *cmdCtx, b []byte) {
 		}
 	}
 
-	if ch.state == chDraining {
+	if ch.phase == phaseDraining {
 		ch.answerTransport(c, scsi.StatusBusy, scsi.ReasonNone, "")
 		return
 	}
@@ -256,7 +252,7 @@ func (ch *channel) startCmd(c *cmdCtx, b []byte) {
 	c.cmd.Attr = attr
 	c.cmd.CDB = iu.CDB()
 	c.real = true
-	ch.active++
+	ch.commands++
 	switch {
 	case out.Format() == DescImm:
 		c.cmd.DataOut = out.ImmediateData()
@@ -311,7 +307,7 @@ func (ch *channel) answerTransport(c *cmdCtx, status scsi.Status, reason scsi.Re
 			ch.log.Warn("SRP_CMD refused", fields...)
 		}
 	}
-	c.stage = stageRespond
+	c.setStage(stageRespond)
 	ch.newSQWork(c)
 }
 
@@ -319,7 +315,7 @@ func (ch *channel) answerTransport(c *cmdCtx, status scsi.Status, reason scsi.Re
 // rejectLogBurst per rejectLogEvery (a broken or hostile initiator may send nothing else), and
 // says how many were left out since the last line.
 func (ch *channel) refusalLogAllowed() (ok bool, suppressed int) {
-	now := nanotime()
+	now := ch.nanos()
 	if ch.refusedAt == 0 || now-ch.refusedAt >= int64(rejectLogEvery) {
 		ch.refusedAt, ch.refusedN = now, 0
 	}
@@ -340,15 +336,14 @@ type parkedIU struct {
 
 // repost posts receive buffer i again.
 func (ch *channel) repost(i int32) {
-	if i < 0 || ch.state == chClosing {
+	if i < 0 || ch.closed() {
 		return
 	}
 	if _, err := ch.conn.PostRecv(ch.recvWRs[i : i+1]); err != nil {
 		if !errors.Is(err, ib.ErrClosed) && !errors.Is(err, ib.ErrDeviceRemoved) {
 			ch.log.Error("posting a receive buffer failed", zap.Error(err))
 		}
-		ch.noFlush = true
-		ch.beginClose("post receive failed")
+		ch.abandon("post receive failed")
 		return
 	}
 	ch.recvPosted++

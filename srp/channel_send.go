@@ -11,33 +11,17 @@ import (
 // newSQWork posts c's next batch now, or queues it behind earlier work waiting for send-queue
 // slots.
 func (ch *channel) newSQWork(c *cmdCtx) {
-	if ch.sqHead == nil && ch.advance(c) {
+	if ch.sqQ.empty() && ch.advance(c) {
 		return
 	}
-	c.next = nil
-	if ch.sqTail == nil {
-		ch.sqHead = c
-	} else {
-		ch.sqTail.next = c
-	}
-	ch.sqTail = c
+	ch.sqQ.push(c)
 }
 
 // serviceSQ advances queued work as send-queue slots free up.
 func (ch *channel) serviceSQ() {
-	for ch.sqHead != nil {
-		c := ch.sqHead
-		ch.sqHead = c.next
-		if ch.sqHead == nil {
-			ch.sqTail = nil
-		}
-		c.next = nil
+	for c := ch.sqQ.pop(); c != nil; c = ch.sqQ.pop() {
 		if !ch.advance(c) {
-			c.next = ch.sqHead
-			ch.sqHead = c
-			if ch.sqTail == nil {
-				ch.sqTail = c
-			}
+			ch.sqQ.pushFront(c)
 			return
 		}
 	}
@@ -46,7 +30,7 @@ func (ch *channel) serviceSQ() {
 // advance posts the work of c's stage. It returns false, changing nothing, when the send queue
 // has no room for it.
 func (ch *channel) advance(c *cmdCtx) bool {
-	if ch.state == chClosing {
+	if ch.closed() {
 		ch.finish(c, false)
 		return true
 	}
@@ -96,7 +80,7 @@ func (ch *channel) advance(c *cmdCtx) bool {
 	case stageRespond:
 		return ch.respond(c)
 	}
-	ch.log.Error("internal error: send-queue work in an unexpected stage", zap.Uint8("stage", uint8(c.stage)))
+	ch.log.Error("internal error: send-queue work in an unexpected stage", zap.Stringer("stage", c.stage))
 	ch.finish(c, false)
 	return true
 }
@@ -156,7 +140,7 @@ func (ch *channel) respond(c *cmdCtx) bool {
 		Signaled: true,
 		SGL:      sges[len(sges)-1:],
 	})
-	c.stage = stageSent
+	c.setStage(stageSent)
 	c.written = written
 	ch.post(c, wrs)
 	if written > 0 {
@@ -170,7 +154,7 @@ func (ch *channel) respond(c *cmdCtx) bool {
 func (ch *channel) post(c *cmdCtx, wrs []ib.SendWR) {
 	if len(ch.batch)+len(wrs) > cap(ch.batch) {
 		ch.flushSends()
-		if ch.state == chClosing && ch.noFlush {
+		if !ch.flushesExpected() {
 			ch.finish(c, false)
 			return
 		}
@@ -206,8 +190,7 @@ func (ch *channel) flushSends() {
 		if !errors.Is(err, ib.ErrClosed) && !errors.Is(err, ib.ErrDeviceRemoved) {
 			ch.log.Error("posting work requests failed", zap.Int("posted", n), zap.Int("batch", total), zap.Error(err))
 		}
-		ch.noFlush = true
-		ch.beginClose("post failed")
+		ch.abandon("post failed")
 	}
 }
 
@@ -241,7 +224,7 @@ func (ch *channel) onSendCompletion(c *cmdCtx, wc *ib.Completion) {
 	case stageTableRead:
 		ch.onTableRead(c)
 	case stageDataRead:
-		if c.state() != ctxCmd || ch.state == chClosing {
+		if c.state() != ctxCmd || ch.closed() {
 			ch.finishAborted(c)
 			break
 		}
@@ -254,7 +237,7 @@ func (ch *channel) onSendCompletion(c *cmdCtx, wc *ib.Completion) {
 		}
 		ch.finish(c, false)
 	default:
-		ch.log.Error("internal error: send completion in an unexpected stage", zap.Uint8("stage", uint8(c.stage)))
+		ch.log.Error("internal error: send completion in an unexpected stage", zap.Stringer("stage", c.stage))
 	}
 	ch.serviceSQ()
 }
@@ -286,7 +269,7 @@ func (ch *channel) rdmaError(what string, c *cmdCtx, st ib.Status) {
 	case ib.StatusRNRRetryExceeded:
 		fields = append(fields, zap.String("hint", "the initiator had no receive buffer posted"))
 	}
-	if ch.state != chClosing {
+	if !ch.closed() {
 		ch.log.Error("work request failed: closing the channel", fields...)
 	}
 	ch.beginClose("work request failed: " + st.String())
@@ -301,7 +284,7 @@ func (ch *channel) ctlBuf(slot int) (off uint64, b []byte) {
 // postCtl sends the n-byte IU in control slot slot; false if it could not be posted.
 func (ch *channel) postCtl(slot int, n int) bool {
 	ch.flushSends() // in order after the responses already queued
-	if ch.noFlush {
+	if !ch.flushesExpected() {
 		return false
 	}
 	off, _ := ch.ctlBuf(slot)
@@ -320,7 +303,7 @@ func (ch *channel) postCtl(slot int, n int) bool {
 
 // sendTLogout sends SRP_T_LOGOUT (best effort: ib_srp only logs it).
 func (ch *channel) sendTLogout(reason TLogoutReason) {
-	if ch.ctlBusy[ctlTLogout] || ch.sqFree < 1 || ch.state == chClosing || ch.connClosed {
+	if ch.ctlBusy[ctlTLogout] || ch.sqFree < 1 || ch.closed() {
 		return
 	}
 	_, b := ch.ctlBuf(ctlTLogout)

@@ -56,7 +56,7 @@ func (l *creditLedger) credit(posted int) uint32 {
 // responses again. Credits granted stay within the receive buffers posted less the spare one
 // that takes the SRP_CRED_RSP.
 func (ch *channel) maybeCredReq() {
-	if ch.ledger.pending == 0 || ch.busy > 0 || ch.state != chLive || ch.connClosed ||
+	if ch.ledger.pending == 0 || ch.ctxInUse() > 0 || ch.phase != phaseLive ||
 		ch.credReqOut || ch.ctlBusy[ctlCredReq] || ch.sqFree < 1 {
 		return
 	}
@@ -71,8 +71,7 @@ func (ch *channel) maybeCredReq() {
 	ch.t.stats.credReqs.Add(1)
 	ch.credReqOut = true
 	if !ch.postCtl(ctlCredReq, n) {
-		ch.noFlush = true
-		ch.beginClose("post failed")
+		ch.abandon("post failed")
 		return
 	}
 	ch.log.Debug("returned owed credits with SRP_CRED_REQ", zap.Uint32("delta", delta), zap.Uint64("tag", uint64(ch.credReqTag)))

@@ -69,14 +69,14 @@ func (ch *channel) startTMF(c *cmdCtx, b []byte) {
 		ch.t.stats.taskMgmtByFunc[len(TaskMgmtFuncs)].Add(1)
 		ch.log.Warn("malformed SRP_TSK_MGMT", zap.Uint64("tag", uint64(tag)), zap.Error(err))
 		c.tm.code = TskMgmtReqInvalid
-		c.stage = stageRespond
+		c.setStage(stageRespond)
 		ch.newSQWork(c)
 		return
 	}
 	c.tm.fn, c.tm.lun, c.tm.taskTag = iu.Func(), iu.LUN(), iu.TaskTag()
 	ch.t.stats.taskMgmtByFunc[taskMgmtIndex(c.tm.fn)].Add(1)
-	c.stage = stageTMF
-	ch.execCount++
+	c.setStage(stageTMF)
+	ch.handedOff++
 	ch.tmfActive++
 	ch.tmfWork <- c
 }
