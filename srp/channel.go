@@ -1,7 +1,6 @@
 package srp
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"runtime"
@@ -12,7 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/srptarget/srptarget/ib"
-	"github.com/srptarget/srptarget/scsi"
 )
 
 // Work request IDs: the kind in the top two bits; for commands the context index in the low 32
@@ -27,15 +25,7 @@ const (
 	idIndexMask uint64 = 1<<32 - 1
 )
 
-// Channel states.
-type chState uint8
-
-const (
-	chLive     chState = iota
-	chDraining         // target shutdown: SRP_T_LOGOUT sent, new commands answered BUSY
-	chClosing          // disconnected: draining flushes and commands, then teardown
-)
-
+// stopMode is how another goroutine asks a channel to close (requestStop).
 type stopMode int32
 
 const (
@@ -44,7 +34,10 @@ const (
 	stopHard
 )
 
+// stopReq is a stop request: the strongest mode asked so far, with the reason of the last
+// request.
 type stopReq struct {
+	mode   stopMode
 	why    string
 	logout TLogoutReason
 }
@@ -111,43 +104,45 @@ type channel struct {
 	tmfWork   chan *cmdCtx
 	done      chan *cmdCtx
 	wake      chan struct{}
-	stop      atomic.Pointer[stopReq]
-	stopHow   atomic.Int32
-	closing   atomic.Bool // workers skip execution
-	detached  atomic.Bool // replaced by a SINGLE login: its closing is not a nexus loss
+	stop      atomic.Pointer[stopReq] // requestStop: read by the channel goroutine (checkStop)
+	closing   atomic.Bool             // phase >= phaseClosing (setPhase): workers skip execution
+	detached  atomic.Bool             // replaced by a SINGLE login: its closing is not a nexus loss
 	abortScan atomic.Bool
 	closedCh  chan struct{}
 	wg        sync.WaitGroup
 
 	// Owned by the channel goroutine.
-	state       chState
-	free        []*cmdCtx
-	waitRecv    []parkedIU // IUs received while no context was free
-	bufHead     *cmdCtx
-	bufTail     *cmdCtx
-	bufWaiting  bool
-	sqHead      *cmdCtx
-	sqTail      *cmdCtx
-	heldHead    *cmdCtx // commands that arrived after a task management function in progress
-	heldTail    *cmdCtx
-	tmfActive   int
+	phase    chPhase // set only through setPhase
+	free     []*cmdCtx
+	waitRecv []parkedIU // IUs received while no context was free
+	// The three queues a command can wait in, each in arrival order: for a data buffer, for
+	// send-queue slots, and for the channel's task management functions to finish (commands
+	// that arrived after one must not be caught by it in the logical unit).
+	bufQ        ctxQueue
+	sqQ         ctxQueue
+	heldQ       ctxQueue
+	bufWaiting  bool // counted in the pool's waiting channels (bufQ not empty)
+	tmfActive   int  // task management functions of this channel in progress
 	recvPosted  int
 	sendBatches int
 	sqFree      int
 	ledger      creditLedger
-	busy        int // contexts not free
-	execCount   int // contexts with a worker or the task management goroutine
-	active      int // commands the target works on (shutdown drains them)
+	// handedOff counts the contexts a worker or the task management goroutine holds: the
+	// channel cannot release them until they come back through done. commands counts the
+	// SRP_CMDs the target works on, from acceptance (startCmd) to release, not those the
+	// transport answers itself: a graceful shutdown waits for them, and operators see them
+	// (pubActive). Contexts in use at all are len(ctxs) - len(free) (ctxInUse).
+	handedOff   int
+	commands    int
 	ctlBusy     [ctlSendSlots]bool
 	credReqOut  bool // an SRP_CRED_REQ waits for its SRP_CRED_RSP
 	credReqTag  Tag
-	noFlush     bool // no flush completions will come: device removed, post failure, timeout
-	connClosed  bool
 	timer       *time.Timer
 	timerAt     time.Time
 	timerArmed  bool
 	drainAt     time.Time
 	closeReason string
+	fake        *manualClock // scripted tests: the clock (now, nanos); nil in production
 	creditWarn  bool
 	wrs         []ib.SendWR
 	sges        []ib.SGE
@@ -324,13 +319,24 @@ func (ch *channel) accepted(conn ib.Conn) {
 	ch.publish()
 }
 
-// start launches the channel's goroutines on an accepted connection.
+// start launches the channel's goroutines on an accepted connection. A target with a
+// startHook (scripted tests) hands the channel over instead: the test drives it through the
+// same steps the goroutines take (pass, onDone, onTimer) and launches them at the end.
 func (ch *channel) start(conn ib.Conn) {
 	ch.conn = conn
 	if a, ok := conn.(ib.NotifyArmer); ok && ch.t.lim.Completion != CompletionPoll {
 		ch.armer = a
 	}
 	ch.pool.register(ch.wake)
+	if ch.t.startHook != nil {
+		ch.t.startHook(ch)
+		return
+	}
+	ch.launch()
+}
+
+// launch starts the workers, the task management goroutine and the channel goroutine.
+func (ch *channel) launch() {
 	ch.wg.Add(ch.workers + 1)
 	for range ch.workers {
 		go ch.worker()
@@ -348,12 +354,16 @@ func (ch *channel) signal() {
 }
 
 // requestStop asks the channel to close: gracefully (SRP_T_LOGOUT, drain, disconnect) or at
-// once. logout is the SRP_T_LOGOUT reason sent before disconnecting.
+// once. logout is the SRP_T_LOGOUT reason sent before disconnecting. A request never weakens
+// an earlier one: a graceful request after a hard one stays hard.
 func (ch *channel) requestStop(mode stopMode, why string, logout TLogoutReason) {
-	ch.stop.Store(&stopReq{why: why, logout: logout})
 	for {
-		cur := ch.stopHow.Load()
-		if cur >= int32(mode) || ch.stopHow.CompareAndSwap(cur, int32(mode)) {
+		cur := ch.stop.Load()
+		req := &stopReq{mode: mode, why: why, logout: logout}
+		if cur != nil && cur.mode > mode {
+			req.mode = cur.mode
+		}
+		if ch.stop.CompareAndSwap(cur, req) {
 			break
 		}
 	}
@@ -371,80 +381,108 @@ func (ch *channel) worker() {
 	}
 }
 
-// run is the channel goroutine.
+// run is the channel goroutine: passes of work, and between them a wait for the next thing
+// to do (a completion event, a context back from a worker, a wake-up, the timer).
 func (ch *channel) run() {
 	defer ch.teardown()
 	for {
-		worked := ch.poll()
-		ch.checkStop()
-		if ch.abortScan.Swap(false) {
-			ch.scanAborted()
-		}
-		if ch.bufHead != nil {
-			ch.retryBufWaiters()
-		}
-		ch.maybeCredReq()
-		switch ch.state {
-		case chDraining:
-			if ch.active == 0 {
-				ch.beginClose("target shutdown: all commands done")
-				continue
-			}
-		case chClosing:
-			if ch.noFlush && !ch.connClosed {
-				ch.forceRelease()
-			}
-			if ch.drained() {
-				return
-			}
-		}
-		ch.flushSends()
-		ch.publish()
-		var timerC <-chan time.Time
-		if ch.timerArmed {
-			timerC = ch.timer.C
-		}
-		var readyC <-chan struct{}
-		if !ch.connClosed {
-			readyC = ch.conn.Ready()
+		worked, over := ch.pass()
+		if over {
+			return
 		}
 		// What is already there is taken without sleeping.
-		select {
-		case <-readyC:
-			ch.notifyArmed = false
-			continue
-		case c := <-ch.done:
-			ch.onDoneAll(c)
-			ch.noteWork()
-			continue
-		case <-ch.wake:
-			continue
-		case <-timerC:
-			ch.timerArmed = false
-			ch.onTimer()
-			continue
-		default:
-		}
-		if readyC != nil && !ch.idle(worked) {
+		if ch.takeReady() {
 			continue
 		}
-		select {
-		case <-readyC:
-			ch.notifyArmed = false
-		case c := <-ch.done:
-			ch.onDoneAll(c)
-		case <-ch.wake:
-		case <-timerC:
-			ch.timerArmed = false
-			ch.onTimer()
+		if ch.qpOpen() && !ch.idle(worked) {
+			continue
 		}
+		ch.block()
+	}
+}
+
+// pass does everything the channel can do without waiting: completions and connection events,
+// stop requests, commands claimed by task management, buffer waiters, owed credits, the
+// moves of a closing channel, and the work requests queued meanwhile (one post). It reports
+// whether it found completions or events, and whether the channel is drained and may be torn
+// down.
+func (ch *channel) pass() (worked, over bool) {
+	worked = ch.poll()
+	ch.checkStop()
+	if ch.abortScan.Swap(false) {
+		ch.scanAborted()
+	}
+	if !ch.bufQ.empty() {
+		ch.retryBufWaiters()
+	}
+	ch.maybeCredReq()
+	if ch.phase == phaseDraining && ch.commands == 0 {
+		ch.beginClose("target shutdown: all commands done")
+	}
+	if ch.phase == phaseAbandoned {
+		ch.forceRelease()
+	}
+	if ch.closed() && ch.drained() {
+		return worked, true
+	}
+	ch.flushSends()
+	ch.publish()
+	return worked, false
+}
+
+// readyC is the channel of the connection's completion and event notifications, nil once the
+// queue pair is closed.
+func (ch *channel) readyC() <-chan struct{} {
+	if !ch.qpOpen() {
+		return nil
+	}
+	return ch.conn.Ready()
+}
+
+// timerC is the timer's channel while it is armed (never with the scripted tests' clock).
+func (ch *channel) timerC() <-chan time.Time {
+	if !ch.timerArmed || ch.fake != nil {
+		return nil
+	}
+	return ch.timer.C
+}
+
+// takeReady handles one thing that is already waiting, if any, without sleeping.
+func (ch *channel) takeReady() bool {
+	select {
+	case <-ch.readyC():
+		ch.notifyArmed = false
+	case c := <-ch.done:
+		ch.onDoneAll(c)
+		ch.noteWork()
+	case <-ch.wake:
+	case <-ch.timerC():
+		ch.timerArmed = false
+		ch.onTimer()
+	default:
+		return false
+	}
+	return true
+}
+
+// block sleeps until there is something to do, and handles it.
+func (ch *channel) block() {
+	select {
+	case <-ch.readyC():
+		ch.notifyArmed = false
+	case c := <-ch.done:
+		ch.onDoneAll(c)
+	case <-ch.wake:
+	case <-ch.timerC():
+		ch.timerArmed = false
+		ch.onTimer()
 	}
 }
 
 // publish makes the channel's commands in progress and credits visible to Target.Sessions:
 // two loads and, when a value changed, a store, once per pass of the loop.
 func (ch *channel) publish() {
-	if a := int32(ch.active); ch.pubActive.Load() != a {
+	if a := int32(ch.commands); ch.pubActive.Load() != a {
 		ch.pubActive.Store(a)
 	}
 	if g := ch.ledger.granted; ch.pubGranted.Load() != g {
@@ -500,7 +538,7 @@ func (ch *channel) pollWindowOpen() bool {
 	if ch.idleSpins%clockEvery != 0 {
 		return true
 	}
-	now := nanotime()
+	now := ch.nanos()
 	if ch.lastWork == 0 {
 		ch.lastWork = now
 	}
@@ -524,1346 +562,27 @@ func (ch *channel) onDoneAll(c *cmdCtx) {
 	}
 }
 
-// poll drains the completion queue and the connection events. It reports whether it found
-// any.
-func (ch *channel) poll() bool {
-	if ch.connClosed {
-		return false
+// manualClock is the clock of scripted tests: it moves only when the script says.
+type manualClock struct{ now time.Time }
+
+// now is the channel's wall clock: the real one, or a script's.
+func (ch *channel) now() time.Time {
+	if ch.fake != nil {
+		return ch.fake.now
 	}
-	found := false
-	for {
-		n, err := ch.conn.PollCompletions(ch.wcs)
-		if err != nil {
-			ch.log.Error("polling completions failed", zap.Error(err))
-			ch.noFlush = true
-			ch.beginClose("completion queue failed")
-			return true
-		}
-		if n > 0 && ch.t.cfg.MeasureLatency {
-			ch.pollNow = nanotime()
-		}
-		for i := 0; i < n; i++ {
-			ch.onCompletion(&ch.wcs[i])
-		}
-		if n > 0 {
-			found = true
-		}
-		if n < len(ch.wcs) {
-			break
-		}
-	}
-	for {
-		ev, ok := ch.conn.PollEvent()
-		if !ok {
-			break
-		}
-		found = true
-		switch ev {
-		case ib.EventEstablished:
-			ch.log.Debug("connection established")
-		case ib.EventDisconnected:
-			ch.beginClose("initiator disconnected")
-		case ib.EventDeviceRemoved:
-			ch.noFlush = true
-			ch.beginClose("RDMA device removed")
-		}
-	}
-	return found
+	return time.Now()
 }
 
-// checkStop acts on a stop request from another goroutine.
-func (ch *channel) checkStop() {
-	mode := stopMode(ch.stopHow.Load())
-	if mode == stopNone || ch.state == chClosing {
-		return
+// nanos is the channel's monotonic clock in nanoseconds (nanotime, or a script's).
+func (ch *channel) nanos() int64 {
+	if ch.fake != nil {
+		return int64(ch.fake.now.Sub(clockBase))
 	}
-	req := ch.stop.Load()
-	if mode == stopGraceful {
-		if ch.state == chLive {
-			ch.state = chDraining
-			ch.log.Info("draining channel", zap.String("reason", req.why))
-			ch.sendTLogout(req.logout)
-		}
-		return
-	}
-	ch.sendTLogout(req.logout)
-	ch.beginClose(req.why)
+	return nanotime()
 }
 
-// onCompletion dispatches one completion.
-func (ch *channel) onCompletion(wc *ib.Completion) {
-	switch wc.ID & idKindMask {
-	case idRecv:
-		ch.onRecv(int32(wc.ID&idIndexMask), wc)
-	case idCmd:
-		idx := wc.ID & idIndexMask
-		if idx >= uint64(len(ch.ctxs)) {
-			ch.log.Error("completion for an unknown work request", zap.Uint64("wr_id", wc.ID))
-			return
-		}
-		ch.onSendCompletion(&ch.ctxs[idx], wc)
-	case idCtl:
-		slot := wc.ID & idIndexMask
-		if slot >= ctlSendSlots {
-			ch.log.Error("completion for an unknown work request", zap.Uint64("wr_id", wc.ID))
-			return
-		}
-		ch.sendBatches--
-		ch.sendProgress++
-		ch.sqFree++
-		ch.ctlBusy[slot] = false
-		if wc.Status != ib.StatusSuccess && wc.Status != ib.StatusWRFlushError {
-			what := "SRP_T_LOGOUT SEND"
-			if slot == ctlCredReq {
-				what = "SRP_CRED_REQ SEND"
-			}
-			ch.rdmaError(what, nil, wc.Status)
-		}
-		ch.serviceSQ()
-	default:
-		ch.log.Error("completion for an unknown work request", zap.Uint64("wr_id", wc.ID))
-	}
-}
-
-// onRecv handles a receive completion: an IU arrived in buffer i (or the receive was flushed).
-func (ch *channel) onRecv(i int32, wc *ib.Completion) {
-	ch.recvPosted--
-	if i < 0 || int(i) >= ch.nrecv {
-		ch.log.Error("receive completion for an unknown buffer", zap.Uint64("wr_id", wc.ID))
-		return
-	}
-	if wc.Status != ib.StatusSuccess {
-		if wc.Status == ib.StatusWRFlushError && ch.state == chClosing {
-			return
-		}
-		ch.t.stats.rdmaErrors.Add(1)
-		hint := ""
-		if wc.Status == ib.StatusLocalLengthError {
-			hint = fmt.Sprintf("the initiator sent an IU longer than max_it_iu_len %d: it must not exceed the length granted at login", ch.maxIT)
-		}
-		ch.log.Error("receive failed", zap.Stringer("status", wc.Status), zap.String("hint", hint))
-		ch.beginClose("receive failed: " + wc.Status.String())
-		return
-	}
-	if ch.state == chClosing {
-		return
-	}
-	ch.handleIU(i, int(wc.ByteLen))
-}
-
-// handleIU dispatches the IU in receive buffer i.
-func (ch *channel) handleIU(i int32, n int) {
-	if n == 0 || n > int(ch.maxIT) {
-		ch.protocolError(TLogoutInvalidIULength, fmt.Sprintf("IU of %d bytes", n))
-		return
-	}
-	b := ch.recvBuf(i)[:n]
-	switch op := Opcode(b[0]); op {
-	case OpCmd, OpTskMgmt:
-		if ch.ledger.consume() && !ch.creditWarn {
-			ch.creditWarn = true
-			ch.log.Warn("initiator sent more IUs than it had credits (REQUEST LIMIT exceeded)")
-		}
-		c := ch.allocCtx()
-		if c == nil {
-			// Every context is busy, some of them only waiting for their SEND completion
-			// (the initiator may send as soon as it sees a response). Park the IU; it
-			// starts when a context is freed.
-			ch.waitRecv = append(ch.waitRecv, parkedIU{i, int32(n), ch.pollNow})
-			return
-		}
-		ch.startIU(c, i, n, ch.pollNow)
-	case OpILogout:
-		ch.log.Info("initiator logged out (SRP_I_LOGOUT)")
-		ch.repost(i)
-		ch.beginClose("SRP_I_LOGOUT")
-	case OpCredRsp:
-		ch.onCredRsp(b)
-		ch.repost(i)
-	case OpAerRsp:
-		// The target never sends SRP_AER_REQ; an answer to one is ignored (LIO and SCST only
-		// log such responses).
-		ch.log.Debug("ignoring unsolicited initiator response", zap.Stringer("opcode", op))
-		ch.repost(i)
-	default:
-		ch.protocolError(TLogoutInvalidIUType, fmt.Sprintf("invalid IU type %v", op))
-	}
-}
-
-func (ch *channel) allocCtx() *cmdCtx {
-	if len(ch.free) == 0 {
-		return nil
-	}
-	c := ch.free[len(ch.free)-1]
-	ch.free = ch.free[:len(ch.free)-1]
-	ch.busy++
-	return c
-}
-
-// startIU starts an SRP_CMD or SRP_TSK_MGMT held in receive buffer i with context c; it
-// arrived at nanotime at.
-func (ch *channel) startIU(c *cmdCtx, i int32, n int, at int64) {
-	c.recv = i
-	c.arrived = at
-	c.stage = stageNone
-	c.real, c.xportFail = false, false
-	c.buf, c.table = noBuf, noBuf
-	c.batchWRs = 0
-	c.lunMap = nil
-	c.discardAbortSignal()
-	b := ch.recvBuf(i)[:n]
-	if n < 16 {
-		// Not even a tag to answer with.
-		ch.finish(c, false)
-		ch.protocolError(TLogoutInvalidIULength, fmt.Sprintf("%v of %d bytes", Opcode(b[0]), n))
-		return
-	}
-	if Opcode(b[0]) == OpTskMgmt {
-		ch.startTMF(c, b)
-		return
-	}
-	ch.startCmd(c, b)
-}
-
-// startCmd parses an SRP_CMD and starts moving its data.
-func (ch *channel) startCmd(c *cmdCtx, b []byte) {
-	ch.t.stats.commands.Add(1)
-	iu := Cmd(b)
-	tag := iu.Tag()
-	var lun uint64
-	if len(b) >= CmdMinSize {
-		lun = iu.LUN()
-	}
-	c.cmd.Reset()
-	c.cmd.Nexus = ch.sess.nexus
-	c.cmd.Tag = uint64(tag)
-	c.cmd.LUN = lun
-	c.cmd.DataIn, c.cmd.DataOut = nil, nil
-	m, lu, held := ch.holdLU(lun)
-	c.lunMap = m
-	if held {
-		c.held = lu
-	}
-	c.activate(ctxCmd, ch.t.seq.Add(1), tag, lun, lu)
-	if lu != nil {
-		c.statLU = lu
-		c.class = scsi.OpOther
-		if len(b) >= CmdMinSize {
-			// The operation code only: the CDB's additional length is not validated yet.
-			c.class = scsi.ClassOf(b[cmdCDB : cmdCDB+1])
-		}
-	}
-
-	if ch.state == chDraining {
-		ch.answerTransport(c, scsi.StatusBusy, scsi.ReasonNone, "")
-		return
-	}
-	out, in, err := iu.DataBuffers(ch.immOff)
-	if err != nil {
-		ch.answerTransport(c, scsi.StatusCheckCondition, scsi.ReasonInvalidFieldInCommandIU, err.Error())
-		return
-	}
-	if out.Present() && in.Present() {
-		ch.answerTransport(c, scsi.StatusCheckCondition, scsi.ReasonInvalidFieldInCommandIU,
-			"bidirectional commands are not supported")
-		return
-	}
-	attr, ok := scsiAttr(iu.TaskAttr())
-	if !ok {
-		ch.answerTransport(c, scsi.StatusCheckCondition, scsi.ReasonInvalidFieldInCommandIU,
-			fmt.Sprintf("reserved task attribute %d", iu.TaskAttr()))
-		return
-	}
-	c.out, c.in = out, in
-	d := c.dataBuf()
-	if d.Len() > ch.t.lim.MaxTransferLen {
-		ch.answerTransport(c, scsi.StatusCheckCondition, scsi.ReasonInvalidFieldInCommandIU,
-			fmt.Sprintf("transfer of %d bytes exceeds max_transfer_len %d", d.Len(), ch.t.lim.MaxTransferLen))
-		return
-	}
-	if d.TableLen() > ch.maxDesc {
-		ch.answerTransport(c, scsi.StatusCheckCondition, scsi.ReasonInvalidFieldInCommandIU,
-			fmt.Sprintf("%d descriptors exceed the limit of %d", d.TableLen(), ch.maxDesc))
-		return
-	}
-	c.cmd.Attr = attr
-	c.cmd.CDB = iu.CDB()
-	c.real = true
-	ch.active++
-	switch {
-	case out.Format() == DescImm:
-		c.cmd.DataOut = out.ImmediateData()
-		ch.t.stats.bytesOut.Add(uint64(len(c.cmd.DataOut)))
-		ch.dispatch(c)
-	case d.Len() == 0:
-		ch.dispatch(c)
-	default:
-		ch.getBuffers(c)
-	}
-}
-
-// holdLU looks lun up in the session's LUN map and holds the logical unit it names, so that a
-// reload that removes or replaces the unit closes its backstore only after this command
-// (scsi.LogicalUnit.Retire). A unit that is retiring is no longer in the session's current map
-// (SetAuthorizer publishes the new maps before the daemon retires the old units): the lookup
-// is made again in that map. Only a map that still hands out a retiring unit (a login that
-// raced the reload) gives it unheld; the command then fails on the closed backstore with
-// LOGICAL UNIT COMMUNICATION FAILURE.
-func (ch *channel) holdLU(lun uint64) (m *scsi.LUNMap, lu *scsi.LogicalUnit, held bool) {
-	var tried *scsi.LUNMap
-	for {
-		m = ch.sess.lunMap.Load()
-		mp := m.Lookup(lun)
-		if mp == nil {
-			return m, nil, false
-		}
-		if mp.LU.Hold() {
-			return m, mp.LU, true
-		}
-		if m == tried {
-			return m, mp.LU, false
-		}
-		tried = m
-	}
-}
-
-// answerTransport answers a command without running it: BUSY, or CHECK CONDITION with reason.
-func (ch *channel) answerTransport(c *cmdCtx, status scsi.Status, reason scsi.Reason, why string) {
-	c.xportFail = true
-	c.out, c.in = DataBuf{}, DataBuf{}
-	c.cmd.Status = status
-	c.cmd.SenseLength = 0
-	if reason != scsi.ReasonNone {
-		c.cmd.SenseLength = scsi.BuildSense(c.cmd.Sense[:], false, reason, scsi.SenseInfo{})
-		ch.t.stats.transportErrors.Add(1)
-		if ok, suppressed := ch.refusalLogAllowed(); ok {
-			fields := []zap.Field{zap.Uint64("tag", c.tag.Load()), zap.Stringer("reason", reason), zap.String("why", why)}
-			if suppressed > 0 {
-				fields = append(fields, zap.Int("similar_lines_suppressed", suppressed))
-			}
-			ch.log.Warn("SRP_CMD refused", fields...)
-		}
-	}
-	c.stage = stageRespond
-	ch.newSQWork(c)
-}
-
-// refusalLogAllowed rate-limits the log lines of refused commands per channel, as
-// rejectLogBurst per rejectLogEvery (a broken or hostile initiator may send nothing else), and
-// says how many were left out since the last line.
-func (ch *channel) refusalLogAllowed() (ok bool, suppressed int) {
-	now := nanotime()
-	if ch.refusedAt == 0 || now-ch.refusedAt >= int64(rejectLogEvery) {
-		ch.refusedAt, ch.refusedN = now, 0
-	}
-	if ch.refusedN >= rejectLogBurst {
-		ch.refusedSuppressed++
-		return false, 0
-	}
-	ch.refusedN++
-	suppressed, ch.refusedSuppressed = ch.refusedSuppressed, 0
-	return true, suppressed
-}
-
-// getBuffers gets the data buffer (and the scratch buffer of an external table), waiting in
-// the channel's FIFO when the pool is exhausted.
-func (ch *channel) getBuffers(c *cmdCtx) {
-	c.stage = stageNeedBuf
-	if ch.bufHead == nil && ch.allocBuffers(c) {
-		ch.startData(c)
-		return
-	}
-	ch.t.stats.bufferWaits.Add(1)
-	c.waitSince = nanotime()
-	c.next = nil
-	if ch.bufTail == nil {
-		ch.bufHead = c
-	} else {
-		ch.bufTail.next = c
-	}
-	ch.bufTail = c
-	if !ch.bufWaiting {
-		ch.bufWaiting = true
-		ch.pool.waiting.Add(1)
-	}
-	ch.armTimer(time.Now().Add(ch.t.lim.BufferWait))
-	// A buffer freed between the failed attempt and waiting.Add went unnoticed: retry once.
-	ch.retryBufWaiters()
-}
-
-// allocBuffers allocates c's buffers, all or none, within the channel's share of the pool
-// (Limits.MaxChannelBuffer): a channel whose initiator stops taking its responses holds at
-// most that share until the stall watchdog closes it. A channel that holds nothing may take
-// one command's buffers whatever their size, so that no command waits for ever.
-func (ch *channel) allocBuffers(c *cmdCtx) bool {
-	d := c.dataBuf()
-	need := ch.pool.blockBytes(d.Len())
-	if d.External() {
-		need += ch.pool.blockBytes(uint32(d.TableLen() * DirectBufSize))
-	}
-	if ch.bufHeld > 0 && ch.bufHeld+need > ch.bufQuota {
-		return false
-	}
-	buf, ok := ch.pool.alloc(d.Len())
-	if !ok {
-		return false
-	}
-	if d.External() {
-		tbl, ok := ch.pool.alloc(uint32(d.TableLen() * DirectBufSize))
-		if !ok {
-			ch.pool.release(buf)
-			return false
-		}
-		c.table = tbl
-	}
-	c.buf = buf
-	ch.bufHeld += need
-	return true
-}
-
-// releaseBuffers gives c's buffers back to the pool.
-func (ch *channel) releaseBuffers(c *cmdCtx) {
-	ch.bufHeld -= c.buf.bytes() + c.table.bytes()
-	ch.pool.release(c.buf)
-	ch.pool.release(c.table)
-	c.buf, c.table = noBuf, noBuf
-}
-
-// startData moves a command that has its buffers on to its first data stage.
-func (ch *channel) startData(c *cmdCtx) {
-	d := c.dataBuf()
-	switch {
-	case d.External():
-		// The rest of the descriptors are in initiator memory: fetch them first, for
-		// data-out to read the data, for data-in to know where to write it.
-		c.stage = stageTableRead
-		ch.newSQWork(c)
-	case c.in.Present():
-		c.cmd.DataIn = ch.pool.bytes(c.buf)
-		ch.dispatch(c)
-	default:
-		c.stage = stageDataRead
-		ch.newSQWork(c)
-	}
-}
-
-// retryBufWaiters gives freed buffers to waiting commands, in order.
-//
-// A command leaves the wait list only once its buffers are allocated: popping the last waiter
-// withdraws the channel from the pool's waiting count, and a buffer another channel freed
-// after a failed attempt then would signal no one, leaving the command to sleep until
-// BufferWait answers it BUSY.
-func (ch *channel) retryBufWaiters() {
-	for ch.bufHead != nil {
-		c := ch.bufHead
-		if c.state() != ctxCmd {
-			ch.popBuf()
-			ch.finishAborted(c)
-			continue
-		}
-		if !ch.allocBuffers(c) {
-			return
-		}
-		ch.popBuf()
-		ch.startData(c)
-	}
-}
-
-func (ch *channel) popBuf() {
-	c := ch.bufHead
-	ch.bufHead = c.next
-	if ch.bufHead == nil {
-		ch.bufTail = nil
-		if ch.bufWaiting {
-			ch.bufWaiting = false
-			ch.pool.waiting.Add(-1)
-		}
-	}
-	c.next = nil
-}
-
-// newSQWork posts c's next batch now, or queues it behind earlier work waiting for send-queue
-// slots.
-func (ch *channel) newSQWork(c *cmdCtx) {
-	if ch.sqHead == nil && ch.advance(c) {
-		return
-	}
-	c.next = nil
-	if ch.sqTail == nil {
-		ch.sqHead = c
-	} else {
-		ch.sqTail.next = c
-	}
-	ch.sqTail = c
-}
-
-// serviceSQ advances queued work as send-queue slots free up.
-func (ch *channel) serviceSQ() {
-	for ch.sqHead != nil {
-		c := ch.sqHead
-		ch.sqHead = c.next
-		if ch.sqHead == nil {
-			ch.sqTail = nil
-		}
-		c.next = nil
-		if !ch.advance(c) {
-			c.next = ch.sqHead
-			ch.sqHead = c
-			if ch.sqTail == nil {
-				ch.sqTail = c
-			}
-			return
-		}
-	}
-}
-
-// advance posts the work of c's stage. It returns false, changing nothing, when the send queue
-// has no room for it.
-func (ch *channel) advance(c *cmdCtx) bool {
-	if ch.state == chClosing {
-		ch.finish(c, false)
-		return true
-	}
-	switch c.stage {
-	case stageTableRead:
-		if c.state() != ctxCmd {
-			ch.finishAborted(c)
-			return true
-		}
-		if ch.sqFree < 1 {
-			return false
-		}
-		t := c.dataBuf().TableDescriptor()
-		wrs := append(ch.wrs[:0], ib.SendWR{
-			ID:         idCmd | uint64(c.idx) | idLast,
-			Op:         ib.OpRDMARead,
-			Signaled:   true,
-			SGL:        append(ch.sges[:0], ib.SGE{MR: ch.pool.mr, Offset: c.table.offset(), Length: t.Len()}),
-			RemoteAddr: t.VA(),
-			RKey:       t.Key(),
-		})
-		ch.post(c, wrs)
-		return true
-	case stageDataRead:
-		if c.state() != ctxCmd {
-			ch.finishAborted(c)
-			return true
-		}
-		var table []byte
-		if c.table.valid() {
-			table = ch.pool.bytes(c.table)
-		}
-		wrs, _ := appendRDMA(ch.wrs[:0], ch.sges[:0], ib.OpRDMARead, c.out, table, ch.pool.mr,
-			c.buf.offset(), c.out.Len(), idCmd|uint64(c.idx))
-		if len(wrs) == 0 {
-			c.cmd.DataOut = ch.pool.bytes(c.buf)
-			ch.dispatch(c)
-			return true
-		}
-		if ch.sqFree < len(wrs) {
-			return false
-		}
-		wrs[len(wrs)-1].ID |= idLast
-		wrs[len(wrs)-1].Signaled = true
-		ch.post(c, wrs)
-		return true
-	case stageRespond:
-		return ch.respond(c)
-	}
-	ch.log.Error("internal error: send-queue work in an unexpected stage", zap.Uint8("stage", uint8(c.stage)))
-	ch.finish(c, false)
-	return true
-}
-
-// respond posts the response of c (with the RDMA WRITEs of its data-in before it, in one chain),
-// or returns false when the send queue has no room.
-func (ch *channel) respond(c *cmdCtx) bool {
-	tmf := c.state() == ctxTMF
-	wrs, sges := ch.wrs[:0], ch.sges[:0]
-	var written uint32
-	if !tmf && c.in.Present() && c.cmd.DataInLength > 0 && !c.xportFail {
-		var table []byte
-		if c.table.valid() {
-			table = ch.pool.bytes(c.table)
-		}
-		written = uint32(min(c.cmd.DataInLength, len(c.cmd.DataIn)))
-		wrs, sges = appendRDMA(wrs, sges, ib.OpRDMAWrite, c.in, table, ch.pool.mr, c.buf.offset(), written, idCmd|uint64(c.idx))
-	}
-	if ch.sqFree < len(wrs)+1 {
-		return false
-	}
-	if !tmf && !c.transition(ctxCmd, ctxResponded) {
-		// Task management claimed the command while it waited: no response, and none of
-		// its initiator memory is touched.
-		ch.finishAborted(c)
-		return true
-	}
-	// Give the receive buffer back before granting its credit again: credits granted never
-	// exceed the receive buffers posted, less the spare one for an SRP_CRED_RSP.
-	ch.repost(c.recv)
-	c.recv = -1
-	delta, ok := ch.ledger.respond(ch.recvPosted - spareRecvs)
-	if !ok {
-		ch.t.stats.creditViolations.Add(1)
-		ch.log.Error("internal error: credits granted exceed receive buffers posted",
-			zap.Int64("granted", ch.ledger.granted), zap.Int("posted", ch.recvPosted))
-	}
-	sb := ch.mem[c.sendOff : c.sendOff+uint64(ch.sendStride)]
-	var n int
-	var err error
-	tag := Tag(c.tag.Load())
-	if tmf {
-		n, err = encodeTMRsp(sb, tag, delta, c.tm.code)
-	} else {
-		n, err = encodeCmdRsp(sb, int(ch.maxTI), &c.cmd, tag, delta, c.in.Present(), c.out.Present(), c.xportFail)
-	}
-	if err != nil {
-		ch.log.Error("internal error: encoding SRP_RSP", zap.Error(err))
-		ch.finish(c, false)
-		ch.beginClose("internal error")
-		return true
-	}
-	sges = append(sges, ib.SGE{MR: ch.mr, Offset: c.sendOff, Length: uint32(n)})
-	wrs = append(wrs, ib.SendWR{
-		ID:       idCmd | uint64(c.idx) | idLast,
-		Op:       ib.OpSend,
-		Signaled: true,
-		SGL:      sges[len(sges)-1:],
-	})
-	c.stage = stageSent
-	c.written = written
-	ch.post(c, wrs)
-	if written > 0 {
-		ch.t.stats.bytesIn.Add(uint64(written))
-	}
-	return true
-}
-
-// post queues one batch of c, whose last work request is signaled, for flushSends. Each work
-// request has one SGE (appendRDMA, respond, advance).
-func (ch *channel) post(c *cmdCtx, wrs []ib.SendWR) {
-	if len(ch.batch)+len(wrs) > cap(ch.batch) {
-		ch.flushSends()
-		if ch.state == chClosing && ch.noFlush {
-			ch.finish(c, false)
-			return
-		}
-	}
-	for i := range wrs {
-		wr := wrs[i]
-		k := len(ch.batchSGEs)
-		ch.batchSGEs = append(ch.batchSGEs, wr.SGL...)
-		wr.SGL = ch.batchSGEs[k:len(ch.batchSGEs):len(ch.batchSGEs)]
-		ch.batch = append(ch.batch, wr)
-	}
-	ch.sqFree -= len(wrs)
-	ch.sendBatches++
-	c.batchWRs = len(wrs)
-	ch.armWatchdog()
-}
-
-// flushSends posts the queued work requests with one PostSend.
-func (ch *channel) flushSends() {
-	if len(ch.batch) == 0 {
-		return
-	}
-	n, err := ch.conn.PostSend(ch.batch)
-	total := len(ch.batch)
-	ch.t.stats.sendPosts.Add(1)
-	ch.t.stats.sendWRs.Add(uint64(n))
-	ch.batch, ch.batchSGEs = ch.batch[:0], ch.batchSGEs[:0]
-	if err != nil {
-		// Part of the chain may be posted without its signaled ends: completion accounting
-		// for this queue pair is no longer reliable. Close without waiting for flushes; the
-		// contexts and their memory are released once the queue pair is closed
-		// (forceRelease).
-		if !errors.Is(err, ib.ErrClosed) && !errors.Is(err, ib.ErrDeviceRemoved) {
-			ch.log.Error("posting work requests failed", zap.Int("posted", n), zap.Int("batch", total), zap.Error(err))
-		}
-		ch.noFlush = true
-		ch.beginClose("post failed")
-	}
-}
-
-// onSendCompletion handles a send-queue completion of context c.
-func (ch *channel) onSendCompletion(c *cmdCtx, wc *ib.Completion) {
-	if wc.ID&idLast == 0 {
-		// An unsignaled work request completes only when it failed or was flushed; the last
-		// one of its batch follows.
-		if wc.Status != ib.StatusWRFlushError {
-			ch.rdmaError(stageWhat(c.stage), c, wc.Status)
-		}
-		return
-	}
-	if c.batchWRs == 0 {
-		ch.log.Error("internal error: completion for a context without a batch", zap.Uint32("ctx", c.idx))
-		return
-	}
-	ch.sendBatches--
-	ch.sendProgress++
-	ch.sqFree += c.batchWRs
-	c.batchWRs = 0
-	if wc.Status != ib.StatusSuccess {
-		if wc.Status != ib.StatusWRFlushError {
-			ch.rdmaError(stageWhat(c.stage), c, wc.Status)
-		}
-		ch.finish(c, false)
-		ch.serviceSQ()
-		return
-	}
-	switch c.stage {
-	case stageTableRead:
-		ch.onTableRead(c)
-	case stageDataRead:
-		if c.state() != ctxCmd || ch.state == chClosing {
-			ch.finishAborted(c)
-			break
-		}
-		c.cmd.DataOut = ch.pool.bytes(c.buf)
-		ch.t.stats.bytesOut.Add(uint64(len(c.cmd.DataOut)))
-		ch.dispatch(c)
-	case stageSent:
-		if c.statLU != nil {
-			c.statLU.Stats().Complete(c.class, &c.cmd, uint64(c.written), uint64(len(c.cmd.DataOut)), ch.pollNow-c.arrived)
-		}
-		ch.finish(c, false)
-	default:
-		ch.log.Error("internal error: send completion in an unexpected stage", zap.Uint8("stage", uint8(c.stage)))
-	}
-	ch.serviceSQ()
-}
-
-// onTableRead checks a fetched external descriptor table and fetches the data.
-func (ch *channel) onTableRead(c *cmdCtx) {
-	if c.state() != ctxCmd || ch.state == chClosing {
-		ch.finishAborted(c)
-		return
-	}
-	table := ch.pool.bytes(c.table)
-	d := c.dataBuf()
-	if sum := tableTotal(table); sum != uint64(d.Len()) {
-		ch.releaseBuffers(c)
-		ch.active--
-		c.real = false
-		ch.answerTransport(c, scsi.StatusCheckCondition, scsi.ReasonInvalidFieldInCommandIU,
-			fmt.Sprintf("external descriptor table adds up to %d bytes, TOTAL LENGTH is %d", sum, d.Len()))
-		return
-	}
-	if c.in.Present() {
-		c.cmd.DataIn = ch.pool.bytes(c.buf)
-		ch.dispatch(c)
-		return
-	}
-	c.stage = stageDataRead
-	ch.newSQWork(c)
-}
-
-func stageWhat(s cmdStage) string {
-	switch s {
-	case stageTableRead:
-		return "RDMA READ of an external descriptor table"
-	case stageDataRead:
-		return "RDMA READ of data-out"
-	case stageSent:
-		return "RDMA WRITE of data-in / SRP_RSP SEND"
-	}
-	return "work request"
-}
-
-// rdmaError logs a failed work request and closes the channel.
-func (ch *channel) rdmaError(what string, c *cmdCtx, st ib.Status) {
-	ch.t.stats.rdmaErrors.Add(1)
-	fields := []zap.Field{zap.String("operation", what), zap.Stringer("status", st)}
-	if c != nil {
-		fields = append(fields, zap.Uint64("tag", c.tag.Load()), zap.Uint64("lun", c.lun.Load()))
-	}
-	switch st {
-	case ib.StatusRemoteAccessError:
-		fields = append(fields, zap.String("hint", "the initiator's memory handle (rkey) or address range is wrong, or it invalidated the buffer early"))
-	case ib.StatusTransportRetryExceeded:
-		fields = append(fields, zap.String("hint", "the initiator stopped answering (crashed, cable, or it closed its queue pair)"))
-	case ib.StatusRNRRetryExceeded:
-		fields = append(fields, zap.String("hint", "the initiator had no receive buffer posted"))
-	}
-	if ch.state != chClosing {
-		ch.log.Error("work request failed: closing the channel", fields...)
-	}
-	ch.beginClose("work request failed: " + st.String())
-}
-
-// dispatch hands c to a worker. While a task management function of this channel is in
-// progress, commands that arrived after it wait: they must not be caught by it in the logical
-// unit (the initiator sent them later, on the same channel).
-func (ch *channel) dispatch(c *cmdCtx) {
-	if ch.tmfActive > 0 {
-		c.stage = stageHeld
-		c.next = nil
-		if ch.heldTail == nil {
-			ch.heldHead = c
-		} else {
-			ch.heldTail.next = c
-		}
-		ch.heldTail = c
-		return
-	}
-	c.stage = stageExec
-	ch.execCount++
-	if lu := c.lu.Load(); lu == nil || lu.NonBlocking() {
-		// RAM and null logical units never wait for I/O: running the command here saves two
-		// goroutine hand-offs. A command can still wait in the logical unit (for an older
-		// ORDERED command, or the LBA range of a COMPARE AND WRITE), but only for commands
-		// already executing on other goroutines, which finish without this one.
-		if c.state() == ctxCmd && !ch.closing.Load() {
-			c.lunMap.Execute(&c.cmd)
-		}
-		ch.onDone(c)
-		return
-	}
-	ch.work <- c
-}
-
-// releaseHeld dispatches the commands held while task management ran.
-func (ch *channel) releaseHeld() {
-	for ch.heldHead != nil && ch.tmfActive == 0 {
-		c := ch.heldHead
-		ch.heldHead = c.next
-		if ch.heldHead == nil {
-			ch.heldTail = nil
-		}
-		c.next = nil
-		if c.state() != ctxCmd {
-			ch.finishAborted(c)
-			continue
-		}
-		ch.dispatch(c)
-	}
-}
-
-// onDone takes back a context from a worker or the task management goroutine.
-func (ch *channel) onDone(c *cmdCtx) {
-	ch.execCount--
-	if ch.state == chClosing {
-		if c.stage == stageTMF {
-			ch.tmfActive--
-		}
-		ch.finish(c, false)
-		return
-	}
-	if c.stage == stageTMF {
-		ch.tmfActive--
-		c.stage = stageRespond
-		ch.newSQWork(c)
-		ch.releaseHeld()
-		return
-	}
-	if c.cmd.Aborted() {
-		c.transition(ctxCmd, ctxAbortedLocal)
-	}
-	if c.state() != ctxCmd {
-		ch.finishAborted(c)
-		return
-	}
-	c.stage = stageRespond
-	ch.newSQWork(c)
-}
-
-// finishAborted ends a command that gets no response: its credit is owed to the initiator
-// and returned with the next response (LIO's srpt_aborted_task).
-func (ch *channel) finishAborted(c *cmdCtx) {
-	ch.t.stats.aborted.Add(1)
-	ch.finish(c, true)
-}
-
-// finish releases c: buffers back to the pool, its receive buffer re-posted (unless closing),
-// and the context back on the free list, then starts an IU parked for want of a context.
-func (ch *channel) finish(c *cmdCtx, owed bool) {
-	ch.releaseBuffers(c)
-	if c.recv >= 0 {
-		if ch.state != chClosing {
-			ch.repost(c.recv)
-			if owed {
-				ch.ledger.owe()
-			}
-		}
-		c.recv = -1
-	}
-	if c.real {
-		c.real = false
-		ch.active--
-	}
-	c.cmd.DataIn, c.cmd.DataOut, c.cmd.CDB = nil, nil, nil
-	c.lunMap = nil
-	if c.held != nil {
-		c.held.Release()
-		c.held = nil
-	}
-	c.statLU = nil
-	c.stage = stageNone
-	c.free()
-	ch.busy--
-	ch.free = append(ch.free, c)
-	if len(ch.waitRecv) > 0 && ch.state != chClosing {
-		p := ch.waitRecv[0]
-		copy(ch.waitRecv, ch.waitRecv[1:])
-		ch.waitRecv = ch.waitRecv[:len(ch.waitRecv)-1]
-		ch.startIU(ch.allocCtx(), p.recv, int(p.n), p.at)
-	}
-}
-
-// parkedIU is an IU that arrived (at nanotime at) while every context was busy.
-type parkedIU struct {
-	recv, n int32
-	at      int64
-}
-
-// repost posts receive buffer i again.
-func (ch *channel) repost(i int32) {
-	if i < 0 || ch.state == chClosing {
-		return
-	}
-	if _, err := ch.conn.PostRecv(ch.recvWRs[i : i+1]); err != nil {
-		if !errors.Is(err, ib.ErrClosed) && !errors.Is(err, ib.ErrDeviceRemoved) {
-			ch.log.Error("posting a receive buffer failed", zap.Error(err))
-		}
-		ch.noFlush = true
-		ch.beginClose("post receive failed")
-		return
-	}
-	ch.recvPosted++
-}
-
-// scanAborted finds commands claimed by task management while they waited in a list and ends
-// them.
-func (ch *channel) scanAborted() {
-	var keep, keepTail *cmdCtx
-	for c := ch.bufHead; c != nil; {
-		next := c.next
-		c.next = nil
-		if c.state() != ctxCmd {
-			ch.finishAborted(c)
-		} else {
-			if keepTail == nil {
-				keep = c
-			} else {
-				keepTail.next = c
-			}
-			keepTail = c
-		}
-		c = next
-	}
-	ch.bufHead, ch.bufTail = keep, keepTail
-	if ch.bufHead == nil && ch.bufWaiting {
-		ch.bufWaiting = false
-		ch.pool.waiting.Add(-1)
-	}
-	keep, keepTail = nil, nil
-	for c := ch.sqHead; c != nil; {
-		next := c.next
-		c.next = nil
-		if st := c.state(); st == ctxAbortedTMF || st == ctxAbortedLocal {
-			ch.finishAborted(c)
-		} else {
-			if keepTail == nil {
-				keep = c
-			} else {
-				keepTail.next = c
-			}
-			keepTail = c
-		}
-		c = next
-	}
-	ch.sqHead, ch.sqTail = keep, keepTail
-	keep, keepTail = nil, nil
-	for c := ch.heldHead; c != nil; {
-		next := c.next
-		c.next = nil
-		if c.state() != ctxCmd {
-			ch.finishAborted(c)
-		} else {
-			if keepTail == nil {
-				keep = c
-			} else {
-				keepTail.next = c
-			}
-			keepTail = c
-		}
-		c = next
-	}
-	ch.heldHead, ch.heldTail = keep, keepTail
-	ch.serviceSQ()
-}
-
-// onTimer expires buffer waits and the drain deadline.
-func (ch *channel) onTimer() {
-	now := time.Now()
-	if ch.state == chClosing {
-		if !ch.drainAt.IsZero() && !now.Before(ch.drainAt) && !ch.noFlush {
-			ch.log.Error("flush completions did not arrive in time: closing the queue pair anyway",
-				zap.Int("receives", ch.recvPosted), zap.Int("send_batches", ch.sendBatches),
-				zap.Duration("drain_timeout", ch.t.lim.DrainTimeout))
-			ch.noFlush = true
-		}
-		if ch.execCount > 0 {
-			ch.log.Warn("still waiting for commands to leave the logical units", zap.Int("commands", ch.execCount))
-			ch.armTimer(now.Add(ch.t.lim.DrainTimeout))
-		}
-		if !ch.noFlush && now.Before(ch.drainAt) {
-			// The timer fired for something armed before the close (a buffer wait, the
-			// watchdog): the drain deadline still needs it.
-			ch.armTimer(ch.drainAt)
-		}
-		return
-	}
-	if !ch.wdAt.IsZero() && !now.Before(ch.wdAt) {
-		ch.watchdog(now)
-		if ch.state == chClosing {
-			return
-		}
-	}
-	clock := nanotime()
-	deadline := clock - int64(ch.t.lim.BufferWait)
-	for ch.bufHead != nil && ch.bufHead.waitSince <= deadline {
-		c := ch.bufHead
-		ch.popBuf()
-		ch.t.stats.bufferBusy.Add(1)
-		ch.busyCount++
-		ch.active--
-		c.real = false
-		ch.answerTransport(c, scsi.StatusBusy, scsi.ReasonNone, "")
-	}
-	if ch.busyCount > 0 && (ch.busyLogAt == 0 || clock-ch.busyLogAt >= int64(busyLogEvery)) {
-		// Silent BUSY answers hide a starved target: say so, at most once per busyLogEvery.
-		ch.log.Warn("commands answered BUSY: no data buffer within buffer_wait",
-			zap.Int("commands", ch.busyCount), zap.Duration("buffer_wait", ch.t.lim.BufferWait),
-			zap.Int64("channel_buffer_bytes", ch.bufHeld), zap.Int64("max_channel_buffer", ch.bufQuota),
-			zap.Int64("pool_in_use", ch.pool.inUse.Load()), zap.Int64("pool_size", ch.pool.size()))
-		ch.busyCount, ch.busyLogAt = 0, clock
-	}
-	if ch.bufHead != nil {
-		ch.armTimer(time.Now().Add(time.Duration(ch.bufHead.waitSince - deadline)))
-	}
-	if !ch.wdAt.IsZero() {
-		ch.armTimer(ch.wdAt)
-	}
-}
-
-// watchdogPeriod is how often the stall watchdog looks at a channel with work outstanding:
-// a stall is noticed between RDMATimeout and RDMATimeout + watchdogPeriod after the last
-// completion.
-func (ch *channel) watchdogPeriod() time.Duration { return ch.t.lim.RDMATimeout / 4 }
-
-// armWatchdog starts watching the send queue when work is posted; a watchdog already armed
-// stays as it is, so a busy channel reads the clock once per watchdogPeriod, not per post.
-func (ch *channel) armWatchdog() {
-	if !ch.wdAt.IsZero() {
-		return
-	}
-	now := time.Now()
-	ch.wdSeen, ch.wdSince = ch.sendProgress, now
-	ch.wdAt = now.Add(ch.watchdogPeriod())
-	ch.armTimer(ch.wdAt)
-}
-
-// watchdog closes the channel when work requests are outstanding and none has completed for
-// Limits.RDMATimeout. Send-queue work completes in order on a reliable connection, so one
-// that makes no progress holds up all behind it: an initiator that posts no receive buffers
-// leaves the response SENDs in RNR retry for ever (ib_srp asks for infinite RNR retries),
-// and with them the data buffers of its commands. Disconnecting moves the queue pair to the
-// error state; the flushed work requests give the buffers back, and the commands end without
-// a response.
-func (ch *channel) watchdog(now time.Time) {
-	if ch.sendBatches == 0 {
-		ch.wdAt = time.Time{}
-		return
-	}
-	if ch.sendProgress != ch.wdSeen {
-		ch.wdSeen, ch.wdSince = ch.sendProgress, now
-	} else if stalled := now.Sub(ch.wdSince); stalled >= ch.t.lim.RDMATimeout {
-		ch.t.stats.rdmaStalls.Add(1)
-		ch.log.Warn("RDMA stalled: no work request completed within rdma_timeout; closing the channel and aborting its commands",
-			zap.Duration("stalled", stalled), zap.Duration("rdma_timeout", ch.t.lim.RDMATimeout),
-			zap.Int("work_batches_outstanding", ch.sendBatches), zap.Int("commands", ch.active),
-			zap.Int64("buffer_bytes", ch.bufHeld),
-			zap.String("hint", "the initiator stopped taking responses (no receive buffers posted, or hung); a healthy initiator reconnects"))
-		ch.wdAt = time.Time{}
-		ch.beginClose("RDMA stalled for " + stalled.Round(time.Millisecond).String())
-		return
-	}
-	ch.wdAt = now.Add(ch.watchdogPeriod())
-}
-
-func (ch *channel) armTimer(at time.Time) {
-	if ch.timerArmed && !at.Before(ch.timerAt) {
-		return
-	}
-	ch.timerAt = at
-	ch.timerArmed = true
-	ch.timer.Reset(time.Until(at))
-}
-
-// ctlBuf returns the send buffer of target-initiated IU slot.
-func (ch *channel) ctlBuf(slot int) (off uint64, b []byte) {
-	off = ch.ctlOff + uint64(slot*ch.sendStride)
-	return off, ch.mem[off : off+uint64(ch.sendStride)]
-}
-
-// postCtl sends the n-byte IU in control slot slot; false if it could not be posted.
-func (ch *channel) postCtl(slot int, n int) bool {
-	ch.flushSends() // in order after the responses already queued
-	if ch.noFlush {
-		return false
-	}
-	off, _ := ch.ctlBuf(slot)
-	sges := append(ch.sges[:0], ib.SGE{MR: ch.mr, Offset: off, Length: uint32(n)})
-	wrs := append(ch.wrs[:0], ib.SendWR{ID: idCtl | idLast | uint64(slot), Op: ib.OpSend, Signaled: true, SGL: sges})
-	if _, err := ch.conn.PostSend(wrs); err != nil {
-		ch.log.Debug("posting a target request failed", zap.Int("slot", slot), zap.Error(err))
-		return false
-	}
-	ch.ctlBusy[slot] = true
-	ch.sqFree--
-	ch.sendBatches++
-	ch.armWatchdog()
-	return true
-}
-
-// sendTLogout sends SRP_T_LOGOUT (best effort: ib_srp only logs it).
-func (ch *channel) sendTLogout(reason TLogoutReason) {
-	if ch.ctlBusy[ctlTLogout] || ch.sqFree < 1 || ch.state == chClosing || ch.connClosed {
-		return
-	}
-	_, b := ch.ctlBuf(ctlTLogout)
-	n, _ := TLogout(b).Encode(&TLogoutFields{Reason: reason})
-	ch.postCtl(ctlTLogout, n)
-}
-
-// maybeCredReq returns owed credits to an idle channel. Credits of requests that ended
-// without a response (commands aborted by task management, possibly sent on another channel)
-// normally ride on the channel's next SRP_RSP; a channel with nothing outstanding sends no
-// response, and an initiator left with one credit (kept for task management) could send no
-// command to get one. So when no request of the channel is in progress and credits are owed,
-// they go back in an SRP_CRED_REQ. One is outstanding at a time (ib_srp has one send buffer
-// for its answer); the next waits for the SRP_CRED_RSP, meanwhile owed credits ride on
-// responses again. Credits granted stay within the receive buffers posted less the spare one
-// that takes the SRP_CRED_RSP.
-func (ch *channel) maybeCredReq() {
-	if ch.ledger.pending == 0 || ch.busy > 0 || ch.state != chLive || ch.connClosed ||
-		ch.credReqOut || ch.ctlBusy[ctlCredReq] || ch.sqFree < 1 {
-		return
-	}
-	delta := ch.ledger.credit(ch.recvPosted - spareRecvs)
-	if delta == 0 {
-		return
-	}
-	ch.credReqTag++
-	_, b := ch.ctlBuf(ctlCredReq)
-	n, _ := CredReq(b).Encode(&CredReqFields{ReqLimDelta: delta, Tag: ch.credReqTag})
-	// Counted before the SEND: the initiator may see it before PostSend returns.
-	ch.t.stats.credReqs.Add(1)
-	ch.credReqOut = true
-	if !ch.postCtl(ctlCredReq, n) {
-		ch.noFlush = true
-		ch.beginClose("post failed")
-		return
-	}
-	ch.log.Debug("returned owed credits with SRP_CRED_REQ", zap.Uint32("delta", delta), zap.Uint64("tag", uint64(ch.credReqTag)))
-}
-
-// onCredRsp handles the initiator's SRP_CRED_RSP (it takes no credit).
-func (ch *channel) onCredRsp(b []byte) {
-	if err := CredRsp(b).Validate(); err != nil {
-		ch.log.Warn("malformed SRP_CRED_RSP ignored", zap.Error(err))
-		return
-	}
-	tag := CredRsp(b).Tag()
-	if !ch.credReqOut || tag != ch.credReqTag {
-		ch.log.Warn("SRP_CRED_RSP answers no outstanding SRP_CRED_REQ: ignored",
-			zap.Uint64("tag", uint64(tag)), zap.Bool("outstanding", ch.credReqOut), zap.Uint64("expected", uint64(ch.credReqTag)))
-		return
-	}
-	ch.credReqOut = false
-}
-
-// protocolError closes the channel after an initiator violated the protocol.
-func (ch *channel) protocolError(reason TLogoutReason, what string) {
-	ch.t.stats.protocolErrors.Add(1)
-	ch.log.Warn("protocol violation: logging the initiator out and closing the channel",
-		zap.String("what", what), zap.Stringer("t_logout_reason", reason))
-	ch.sendTLogout(reason)
-	ch.beginClose("protocol violation: " + what)
-}
-
-// beginClose disconnects the channel; run then drains it and tears it down.
-func (ch *channel) beginClose(why string) {
-	if ch.state == chClosing {
-		return
-	}
-	if ch.noFlush {
-		ch.batch, ch.batchSGEs = ch.batch[:0], ch.batchSGEs[:0]
-	} else {
-		ch.flushSends() // before the QP leaves RTS: queued work then completes or flushes
-	}
-	if ch.state == chClosing {
-		return // flushSends failed and closed the channel
-	}
-	ch.state = chClosing
-	ch.closing.Store(true)
-	ch.closeReason = why
-	ch.log.Info("closing channel", zap.String("reason", why))
-	if !ch.connClosed {
-		if err := ch.conn.Disconnect(); err != nil {
-			if errors.Is(err, ib.ErrDeviceRemoved) {
-				ch.noFlush = true
-			} else if !errors.Is(err, ib.ErrClosed) {
-				ch.log.Warn("disconnect failed", zap.Error(err))
-			}
-		}
-	}
-	for ch.bufHead != nil {
-		c := ch.bufHead
-		ch.popBuf()
-		ch.finish(c, false)
-	}
-	for ch.sqHead != nil {
-		c := ch.sqHead
-		ch.sqHead = c.next
-		c.next = nil
-		ch.finish(c, false)
-	}
-	ch.sqTail = nil
-	for ch.heldHead != nil {
-		c := ch.heldHead
-		ch.heldHead = c.next
-		c.next = nil
-		ch.finish(c, false)
-	}
-	ch.heldTail = nil
-	ch.waitRecv = ch.waitRecv[:0]
-	if last := ch.sess.remove(ch); last && !ch.detached.Load() {
-		if m := ch.sess.lunMap.Load(); m != nil {
-			sess := ch.sess
-			done := sess.startReset()
-			ch.wg.Add(1)
-			go func() {
-				defer ch.wg.Done()
-				defer close(done)
-				m.NexusReset(sess.nexus)
-			}()
-			ch.log.Info("last channel of the I_T nexus closed: nexus reset")
-		}
-	}
-	ch.drainAt = time.Now().Add(ch.t.lim.DrainTimeout)
-	ch.armTimer(ch.drainAt)
-}
-
-// drained reports whether a closing channel may be torn down.
-func (ch *channel) drained() bool {
-	if ch.execCount > 0 {
-		return false
-	}
-	if ch.noFlush {
-		return true
-	}
-	return ch.sendBatches == 0 && ch.recvPosted == 0 && ch.busy == 0
-}
-
-// forceRelease closes the queue pair when no flush completions will come (device removed, a
-// failed post, or the drain timeout) and releases every context that is not with a worker:
-// after Close the queue pair no longer uses their memory.
-func (ch *channel) forceRelease() {
-	ch.batch, ch.batchSGEs = ch.batch[:0], ch.batchSGEs[:0]
-	if err := ch.conn.Close(); err != nil {
-		ch.log.Warn("closing the queue pair", zap.Error(err))
-	}
-	ch.connClosed = true
-	for i := range ch.ctxs {
-		c := &ch.ctxs[i]
-		if c.stage == stageExec || c.stage == stageTMF {
-			continue
-		}
-		if c.state() != ctxFree || c.buf.valid() || c.table.valid() || c.recv >= 0 {
-			ch.finish(c, false)
-		}
-	}
-	ch.sendBatches, ch.recvPosted = 0, 0
-}
-
-// teardown releases everything once the channel is drained.
-func (ch *channel) teardown() {
-	ch.closing.Store(true)
-	close(ch.work)
-	close(ch.tmfWork)
-	ch.wg.Wait()
-	if !ch.connClosed {
-		if err := ch.conn.Close(); err != nil {
-			ch.log.Warn("closing the queue pair", zap.Error(err))
-		}
-		ch.connClosed = true
-	}
-	// After Close nothing of ours is in use by the queue pair: release what flushes did not.
-	for i := range ch.ctxs {
-		c := &ch.ctxs[i]
-		if c.state() != ctxFree || c.buf.valid() || c.table.valid() || c.recv >= 0 {
-			ch.finish(c, false)
-		}
-	}
-	ch.timer.Stop()
-	ch.pool.unregister(ch.wake)
-	if ch.bufWaiting {
-		ch.bufWaiting = false
-		ch.pool.waiting.Add(-1)
-	}
-	ch.release()
-	ch.t.stats.channelsOpen.Add(-1)
-	ch.t.stats.channelsClosed.Add(1)
-	ch.log.Info("channel closed", zap.String("reason", ch.closeReason))
-	close(ch.closedCh)
-	ch.t.removeChannel(ch)
-}
-
-// creditLedger is the channel's request limit bookkeeping (SRP r16a REQUEST LIMIT DELTA). The
-// initiator spends one credit per SRP_CMD and SRP_TSK_MGMT; every SRP_RSP gives back its
-// REQUEST LIMIT DELTA. The target answers each request with a delta of 1 plus the credits of
-// requests that ended without a response (aborted commands: ib_srp forgets them without
-// getting their credit back, LIO's pending delta). The invariant: credits the initiator holds
-// never exceed the receive buffers posted, or an IU could arrive with no buffer for it.
-type creditLedger struct {
-	granted int64  // credits the initiator holds, as far as the target knows
-	pending uint32 // owed for requests that ended without a response
-}
-
-// consume records a request's arrival; true when the initiator had no credit for it.
-func (l *creditLedger) consume() (overdrawn bool) {
-	l.granted--
-	return l.granted < 0
-}
-
-// owe records a request that ends without a response (its receive buffer is posted again).
-func (l *creditLedger) owe() { l.pending++ }
-
-// respond returns the REQUEST LIMIT DELTA of the next response and records the grant; ok is
-// false when it would leave the initiator more credits than the posted receive buffers. The
-// channel passes the receive buffers posted less the spare one kept for an SRP_CRED_RSP.
-func (l *creditLedger) respond(posted int) (delta uint32, ok bool) {
-	delta = 1 + l.pending
-	l.pending = 0
-	l.granted += int64(delta)
-	return delta, l.granted <= int64(posted)
-}
-
-// credit returns the REQUEST LIMIT DELTA of an SRP_CRED_REQ: the owed credits, as many as the
-// posted receive buffers (as for respond) can back, and records the grant. Zero means there is
-// nothing to send.
-func (l *creditLedger) credit(posted int) uint32 {
-	room := int64(posted) - l.granted
-	if l.pending == 0 || room <= 0 {
-		return 0
-	}
-	d := min(int64(l.pending), room)
-	l.pending -= uint32(d)
-	l.granted += d
-	return uint32(d)
-}
+// ctxInUse is the number of contexts not on the free list.
+func (ch *channel) ctxInUse() int { return len(ch.ctxs) - len(ch.free) }
 
 // nanotime is a monotonic clock in nanoseconds.
 func nanotime() int64 { return int64(time.Since(clockBase)) }

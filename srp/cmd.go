@@ -24,22 +24,6 @@ const (
 func sgState(v uint64) uint64           { return v & 0xFF }
 func sgNext(v uint64, st uint64) uint64 { return v&^0xFF | st }
 
-// cmdStage is where a context is in its life; only the channel goroutine reads and writes it
-// (a worker owns the context while it is in stageExec or stageTMF).
-type cmdStage uint8
-
-const (
-	stageNone      cmdStage = iota
-	stageNeedBuf            // waiting for a data buffer (channel's buffer wait list)
-	stageTableRead          // RDMA READ of an external descriptor table to post or in flight
-	stageDataRead           // RDMA READs of data-out to post or in flight
-	stageHeld               // data ready, held while task management of the channel runs
-	stageExec               // with a worker, in the logical unit
-	stageTMF                // with the task management goroutine
-	stageRespond            // response to post (maybe waiting for send-queue slots)
-	stageSent               // response posted, waiting for the SEND completion
-)
-
 // cmdCtx is the preallocated state of one IU (SRP_CMD or SRP_TSK_MGMT) from its receive to
 // its response's send completion. A channel has 2 × credits of them: a response's context is
 // busy until its SEND completes, and the initiator may already have sent the next IU into the

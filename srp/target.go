@@ -104,6 +104,10 @@ type Target struct {
 	logins     sync.WaitGroup // login handlers in progress
 	serving    sync.WaitGroup // Serve loops
 	chans      sync.WaitGroup // channel goroutines (poll loops)
+
+	// startHook, when set (scripted tests only), receives each accepted channel instead of
+	// its goroutines being started: the test drives it step by step.
+	startHook func(*channel)
 }
 
 type authHolder struct{ a Authorizer }

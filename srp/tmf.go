@@ -69,14 +69,14 @@ func (ch *channel) startTMF(c *cmdCtx, b []byte) {
 		ch.t.stats.taskMgmtByFunc[len(TaskMgmtFuncs)].Add(1)
 		ch.log.Warn("malformed SRP_TSK_MGMT", zap.Uint64("tag", uint64(tag)), zap.Error(err))
 		c.tm.code = TskMgmtReqInvalid
-		c.stage = stageRespond
+		c.setStage(stageRespond)
 		ch.newSQWork(c)
 		return
 	}
 	c.tm.fn, c.tm.lun, c.tm.taskTag = iu.Func(), iu.LUN(), iu.TaskTag()
 	ch.t.stats.taskMgmtByFunc[taskMgmtIndex(c.tm.fn)].Add(1)
-	c.stage = stageTMF
-	ch.execCount++
+	c.setStage(stageTMF)
+	ch.handedOff++
 	ch.tmfActive++
 	ch.tmfWork <- c
 }
@@ -109,6 +109,15 @@ func (ch *channel) tmfLoop() {
 // (unknown LUN) → 0x05. Codes SRP r16a does not define are
 // answered 0x04 without touching any command (see the comment at the top of this file).
 func (ch *channel) runTMF(tm *tmReq) TskMgmtRspCode {
+	claimed, code := ch.beginTMF(tm)
+	waitClaimed(claimed)
+	return code
+}
+
+// beginTMF claims the transport's commands tm covers and performs it in the logical unit; it
+// returns the claimed commands, which the function must wait for (waitClaimed) before its
+// response, and the response code.
+func (ch *channel) beginTMF(tm *tmReq) (claimed []claimedCmd, code TskMgmtRspCode) {
 	s := ch.sess
 	n := s.nexus
 	m := s.lunMap.Load()
@@ -116,37 +125,33 @@ func (ch *channel) runTMF(tm *tmReq) TskMgmtRspCode {
 	switch tm.fn {
 	case TskAbortTask:
 		tag := uint64(tm.taskTag)
-		claimed := claim(s.channelList(), tm.seq, func(c *cmdCtx) bool { return c.tag.Load() == tag && c.lun.Load() == lun })
+		claimed = claim(s.channelList(), tm.seq, func(c *cmdCtx) bool { return c.tag.Load() == tag && c.lun.Load() == lun })
 		r := m.AbortTask(n, lun, tag)
-		waitClaimed(claimed)
 		if len(claimed) > 0 {
-			return TskMgmtSuccess
+			return claimed, TskMgmtSuccess
 		}
-		return tmfCode(r)
+		return nil, tmfCode(r)
 	case TskAbortTaskSet:
-		claimed := claim(s.channelList(), tm.seq, func(c *cmdCtx) bool { return c.lun.Load() == lun })
-		r := m.AbortTaskSet(n, lun)
-		waitClaimed(claimed)
-		return tmfCode(r)
+		claimed = claim(s.channelList(), tm.seq, func(c *cmdCtx) bool { return c.lun.Load() == lun })
+		return claimed, tmfCode(m.AbortTaskSet(n, lun))
 	case TskClearTaskSet:
 		// Commands of other nexuses in their transport phase are left alone: the logical
 		// unit tells those nexuses with a unit attention only about commands it held. From a
 		// write-protected mapping the logical unit leaves other nexuses' commands alone too
 		// (scsi.LUNMap.ClearTaskSet acts as ABORT TASK SET).
-		claimed := claim(s.channelList(), tm.seq, func(c *cmdCtx) bool { return c.lun.Load() == lun })
-		r := m.ClearTaskSet(n, lun)
-		waitClaimed(claimed)
-		return tmfCode(r)
+		claimed = claim(s.channelList(), tm.seq, func(c *cmdCtx) bool { return c.lun.Load() == lun })
+		return claimed, tmfCode(m.ClearTaskSet(n, lun))
 	case TskLUNReset:
 		// A LUN reset covers the logical unit's commands from every channel and every
-		// nexus (ib_srp sends it on channel 0 only, pitfall 7); other nexuses may map the
-		// logical unit at another LUN, so commands are matched by logical unit. From a
+		// nexus (ib_srp sends it on channel 0 only: drivers/infiniband/ulp/srp/ib_srp.c,
+		// srp_reset_device); other nexuses may map the logical unit at another LUN, so
+		// commands are matched by logical unit. From a
 		// write-protected mapping it covers only this nexus's channels, as in the logical
 		// unit (scsi.LUNMap.LogicalUnitReset): an initiator that may not write may not make
 		// other initiators' commands fail either.
 		mp := m.Lookup(lun)
 		if mp == nil {
-			return tmfCode(m.LogicalUnitReset(n, lun))
+			return nil, tmfCode(m.LogicalUnitReset(n, lun))
 		}
 		lu := mp.LU
 		var chs []*channel
@@ -157,15 +162,13 @@ func (ch *channel) runTMF(tm *tmReq) TskMgmtRspCode {
 				chs = append(chs, other.channelList()...)
 			}
 		}
-		claimed := claim(chs, tm.seq, func(c *cmdCtx) bool { return c.lu.Load() == lu })
-		r := m.LogicalUnitReset(n, lun)
-		waitClaimed(claimed)
-		return tmfCode(r)
+		claimed = claim(chs, tm.seq, func(c *cmdCtx) bool { return c.lu.Load() == lu })
+		return claimed, tmfCode(m.LogicalUnitReset(n, lun))
 	case TskClearACA:
 		// NORMACA is 0 in the INQUIRY data: ACA is never established.
-		return TskMgmtFuncNotSupp
+		return nil, TskMgmtFuncNotSupp
 	}
-	return TskMgmtFuncNotSupp
+	return nil, TskMgmtFuncNotSupp
 }
 
 // tmfCode maps a SAM service response to the SRP response code (LIO's mapping).

@@ -1,0 +1,271 @@
+package srp
+
+import (
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/scsi"
+)
+
+// checkStop acts on a stop request from another goroutine.
+func (ch *channel) checkStop() {
+	req := ch.stop.Load()
+	if req == nil || ch.closed() {
+		return
+	}
+	if req.mode == stopGraceful {
+		if ch.phase == phaseLive {
+			ch.setPhase(phaseDraining)
+			ch.log.Info("draining channel", zap.String("reason", req.why))
+			ch.sendTLogout(req.logout)
+		}
+		return
+	}
+	ch.sendTLogout(req.logout)
+	ch.beginClose(req.why)
+}
+
+// protocolError closes the channel after an initiator violated the protocol.
+func (ch *channel) protocolError(reason TLogoutReason, what string) {
+	ch.t.stats.protocolErrors.Add(1)
+	ch.log.Warn("protocol violation: logging the initiator out and closing the channel",
+		zap.String("what", what), zap.Stringer("t_logout_reason", reason))
+	ch.sendTLogout(reason)
+	ch.beginClose("protocol violation: " + what)
+}
+
+// beginClose disconnects the channel; run then drains it (every posted work request comes
+// back, flushed) and tears it down.
+func (ch *channel) beginClose(why string) { ch.close(why, true) }
+
+// abandon closes the channel knowing that no flush completion will come (the device was
+// removed, a post or the completion queue failed): the queue pair is closed at once
+// (forceRelease) and the contexts released without waiting for their work requests. A
+// closing channel becomes abandoned.
+func (ch *channel) abandon(why string) { ch.close(why, false) }
+
+func (ch *channel) close(why string, flushes bool) {
+	if ch.closed() {
+		if !flushes && ch.phase == phaseClosing {
+			ch.setPhase(phaseAbandoned)
+		}
+		return
+	}
+	if flushes {
+		ch.flushSends() // before the QP leaves RTS: queued work then completes or flushes
+		if ch.closed() {
+			return // the post failed and abandoned the channel
+		}
+	} else {
+		ch.batch, ch.batchSGEs = ch.batch[:0], ch.batchSGEs[:0]
+	}
+	ch.setPhase(phaseClosing)
+	ch.closeReason = why
+	ch.log.Info("closing channel", zap.String("reason", why))
+	if err := ch.conn.Disconnect(); err != nil {
+		if errors.Is(err, ib.ErrDeviceRemoved) {
+			flushes = false
+		} else if !errors.Is(err, ib.ErrClosed) {
+			ch.log.Warn("disconnect failed", zap.Error(err))
+		}
+	}
+	if !flushes {
+		ch.setPhase(phaseAbandoned)
+	}
+	release := func(c *cmdCtx) { ch.finish(c, false) }
+	all := func(*cmdCtx) bool { return true }
+	ch.bufQ.removeIf(all, release)
+	ch.noteBufQueue()
+	ch.sqQ.removeIf(all, release)
+	ch.heldQ.removeIf(all, release)
+	ch.waitRecv = ch.waitRecv[:0]
+	if last := ch.sess.remove(ch); last && !ch.detached.Load() {
+		if m := ch.sess.lunMap.Load(); m != nil {
+			sess := ch.sess
+			done := sess.startReset()
+			ch.wg.Add(1)
+			go func() {
+				defer ch.wg.Done()
+				defer close(done)
+				m.NexusReset(sess.nexus)
+			}()
+			ch.log.Info("last channel of the I_T nexus closed: nexus reset")
+		}
+	}
+	ch.drainAt = ch.now().Add(ch.t.lim.DrainTimeout)
+	ch.armTimer(ch.drainAt)
+}
+
+// drained reports whether a closing channel may be torn down.
+func (ch *channel) drained() bool {
+	if ch.handedOff > 0 {
+		return false
+	}
+	if !ch.flushesExpected() {
+		return true
+	}
+	return ch.sendBatches == 0 && ch.recvPosted == 0 && ch.ctxInUse() == 0
+}
+
+// forceRelease closes the queue pair when no flush completions will come (device removed, a
+// failed post, or the drain timeout) and releases every context that is not with a worker:
+// after Close the queue pair no longer uses their memory.
+func (ch *channel) forceRelease() {
+	ch.batch, ch.batchSGEs = ch.batch[:0], ch.batchSGEs[:0]
+	if err := ch.conn.Close(); err != nil {
+		ch.log.Warn("closing the queue pair", zap.Error(err))
+	}
+	ch.setPhase(phaseQPClosed)
+	for i := range ch.ctxs {
+		c := &ch.ctxs[i]
+		if c.stage == stageExec || c.stage == stageTMF {
+			continue
+		}
+		if c.state() != ctxFree || c.buf.valid() || c.table.valid() || c.recv >= 0 {
+			ch.finish(c, false)
+		}
+	}
+	ch.sendBatches, ch.recvPosted = 0, 0
+}
+
+// teardown releases everything once the channel is drained.
+func (ch *channel) teardown() {
+	close(ch.work)
+	close(ch.tmfWork)
+	ch.wg.Wait()
+	if ch.qpOpen() {
+		if err := ch.conn.Close(); err != nil {
+			ch.log.Warn("closing the queue pair", zap.Error(err))
+		}
+	}
+	ch.setPhase(phaseClosed)
+	// After Close nothing of ours is in use by the queue pair: release what flushes did not.
+	for i := range ch.ctxs {
+		c := &ch.ctxs[i]
+		if c.state() != ctxFree || c.buf.valid() || c.table.valid() || c.recv >= 0 {
+			ch.finish(c, false)
+		}
+	}
+	ch.timer.Stop()
+	ch.pool.unregister(ch.wake)
+	ch.noteBufQueue()
+	ch.release()
+	ch.t.stats.channelsOpen.Add(-1)
+	ch.t.stats.channelsClosed.Add(1)
+	ch.log.Info("channel closed", zap.String("reason", ch.closeReason))
+	close(ch.closedCh)
+	ch.t.removeChannel(ch)
+}
+
+// onTimer expires buffer waits and the drain deadline.
+func (ch *channel) onTimer() {
+	now := ch.now()
+	if ch.closed() {
+		if !ch.drainAt.IsZero() && !now.Before(ch.drainAt) && ch.phase == phaseClosing {
+			ch.log.Error("flush completions did not arrive in time: closing the queue pair anyway",
+				zap.Int("receives", ch.recvPosted), zap.Int("send_batches", ch.sendBatches),
+				zap.Duration("drain_timeout", ch.t.lim.DrainTimeout))
+			ch.setPhase(phaseAbandoned)
+		}
+		if ch.handedOff > 0 {
+			ch.log.Warn("still waiting for commands to leave the logical units", zap.Int("commands", ch.handedOff))
+			ch.armTimer(now.Add(ch.t.lim.DrainTimeout))
+		}
+		if ch.phase == phaseClosing && now.Before(ch.drainAt) {
+			// The timer fired for something armed before the close (a buffer wait, the
+			// watchdog): the drain deadline still needs it.
+			ch.armTimer(ch.drainAt)
+		}
+		return
+	}
+	if !ch.wdAt.IsZero() && !now.Before(ch.wdAt) {
+		ch.watchdog(now)
+		if ch.closed() {
+			return
+		}
+	}
+	clock := ch.nanos()
+	deadline := clock - int64(ch.t.lim.BufferWait)
+	for c := ch.bufQ.front(); c != nil && c.waitSince <= deadline; c = ch.bufQ.front() {
+		ch.popBuf()
+		ch.t.stats.bufferBusy.Add(1)
+		ch.busyCount++
+		ch.uncount(c)
+		ch.answerTransport(c, scsi.StatusBusy, scsi.ReasonNone, "")
+	}
+	if ch.busyCount > 0 && (ch.busyLogAt == 0 || clock-ch.busyLogAt >= int64(busyLogEvery)) {
+		// Silent BUSY answers hide a starved target: say so, at most once per busyLogEvery.
+		ch.log.Warn("commands answered BUSY: no data buffer within buffer_wait",
+			zap.Int("commands", ch.busyCount), zap.Duration("buffer_wait", ch.t.lim.BufferWait),
+			zap.Int64("channel_buffer_bytes", ch.bufHeld), zap.Int64("max_channel_buffer", ch.bufQuota),
+			zap.Int64("pool_in_use", ch.pool.inUse.Load()), zap.Int64("pool_size", ch.pool.size()))
+		ch.busyCount, ch.busyLogAt = 0, clock
+	}
+	if c := ch.bufQ.front(); c != nil {
+		ch.armTimer(now.Add(time.Duration(c.waitSince - deadline)))
+	}
+	if !ch.wdAt.IsZero() {
+		ch.armTimer(ch.wdAt)
+	}
+}
+
+// watchdogPeriod is how often the stall watchdog looks at a channel with work outstanding:
+// a stall is noticed between RDMATimeout and RDMATimeout + watchdogPeriod after the last
+// completion.
+func (ch *channel) watchdogPeriod() time.Duration { return ch.t.lim.RDMATimeout / 4 }
+
+// armWatchdog starts watching the send queue when work is posted; a watchdog already armed
+// stays as it is, so a busy channel reads the clock once per watchdogPeriod, not per post.
+func (ch *channel) armWatchdog() {
+	if !ch.wdAt.IsZero() {
+		return
+	}
+	now := ch.now()
+	ch.wdSeen, ch.wdSince = ch.sendProgress, now
+	ch.wdAt = now.Add(ch.watchdogPeriod())
+	ch.armTimer(ch.wdAt)
+}
+
+// watchdog closes the channel when work requests are outstanding and none has completed for
+// Limits.RDMATimeout. Send-queue work completes in order on a reliable connection, so one
+// that makes no progress holds up all behind it: an initiator that posts no receive buffers
+// leaves the response SENDs in RNR retry for ever (ib_srp asks for infinite RNR retries),
+// and with them the data buffers of its commands. Disconnecting moves the queue pair to the
+// error state; the flushed work requests give the buffers back, and the commands end without
+// a response.
+func (ch *channel) watchdog(now time.Time) {
+	if ch.sendBatches == 0 {
+		ch.wdAt = time.Time{}
+		return
+	}
+	if ch.sendProgress != ch.wdSeen {
+		ch.wdSeen, ch.wdSince = ch.sendProgress, now
+	} else if stalled := now.Sub(ch.wdSince); stalled >= ch.t.lim.RDMATimeout {
+		ch.t.stats.rdmaStalls.Add(1)
+		ch.log.Warn("RDMA stalled: no work request completed within rdma_timeout; closing the channel and aborting its commands",
+			zap.Duration("stalled", stalled), zap.Duration("rdma_timeout", ch.t.lim.RDMATimeout),
+			zap.Int("work_batches_outstanding", ch.sendBatches), zap.Int("commands", ch.commands),
+			zap.Int64("buffer_bytes", ch.bufHeld),
+			zap.String("hint", "the initiator stopped taking responses (no receive buffers posted, or hung); a healthy initiator reconnects"))
+		ch.wdAt = time.Time{}
+		ch.beginClose("RDMA stalled for " + stalled.Round(time.Millisecond).String())
+		return
+	}
+	ch.wdAt = now.Add(ch.watchdogPeriod())
+}
+
+// armTimer makes the timer fire at at, unless it is armed to fire earlier (onTimer re-arms it
+// for whatever still needs it).
+func (ch *channel) armTimer(at time.Time) {
+	if ch.timerArmed && !at.Before(ch.timerAt) {
+		return
+	}
+	ch.timerAt = at
+	ch.timerArmed = true
+	if ch.fake == nil {
+		ch.timer.Reset(time.Until(at))
+	}
+}

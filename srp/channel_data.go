@@ -1,0 +1,143 @@
+package srp
+
+import (
+	"fmt"
+
+	"github.com/srptarget/srptarget/scsi"
+)
+
+// getBuffers gets the data buffer (and the scratch buffer of an external table), waiting in
+// the channel's FIFO when the pool is exhausted.
+func (ch *channel) getBuffers(c *cmdCtx) {
+	c.setStage(stageNeedBuf)
+	if ch.bufQ.empty() && ch.allocBuffers(c) {
+		ch.startData(c)
+		return
+	}
+	ch.t.stats.bufferWaits.Add(1)
+	c.waitSince = ch.nanos()
+	ch.bufQ.push(c)
+	ch.noteBufQueue()
+	ch.armTimer(ch.now().Add(ch.t.lim.BufferWait))
+	// A buffer freed between the failed attempt and waiting.Add went unnoticed: retry once.
+	ch.retryBufWaiters()
+}
+
+// allocBuffers allocates c's buffers, all or none, within the channel's share of the pool
+// (Limits.MaxChannelBuffer): a channel whose initiator stops taking its responses holds at
+// most that share until the stall watchdog closes it. A channel that holds nothing may take
+// one command's buffers whatever their size, so that no command waits for ever.
+func (ch *channel) allocBuffers(c *cmdCtx) bool {
+	d := c.dataBuf()
+	need := ch.pool.blockBytes(d.Len())
+	if d.External() {
+		need += ch.pool.blockBytes(uint32(d.TableLen() * DirectBufSize))
+	}
+	if ch.bufHeld > 0 && ch.bufHeld+need > ch.bufQuota {
+		return false
+	}
+	buf, ok := ch.pool.alloc(d.Len())
+	if !ok {
+		return false
+	}
+	if d.External() {
+		tbl, ok := ch.pool.alloc(uint32(d.TableLen() * DirectBufSize))
+		if !ok {
+			ch.pool.release(buf)
+			return false
+		}
+		c.table = tbl
+	}
+	c.buf = buf
+	ch.bufHeld += need
+	return true
+}
+
+// releaseBuffers gives c's buffers back to the pool.
+func (ch *channel) releaseBuffers(c *cmdCtx) {
+	ch.bufHeld -= c.buf.bytes() + c.table.bytes()
+	ch.pool.release(c.buf)
+	ch.pool.release(c.table)
+	c.buf, c.table = noBuf, noBuf
+}
+
+// startData moves a command that has its buffers on to its first data stage.
+func (ch *channel) startData(c *cmdCtx) {
+	d := c.dataBuf()
+	switch {
+	case d.External():
+		// The rest of the descriptors are in initiator memory: fetch them first, for
+		// data-out to read the data, for data-in to know where to write it.
+		c.setStage(stageTableRead)
+		ch.newSQWork(c)
+	case c.in.Present():
+		c.cmd.DataIn = ch.pool.bytes(c.buf)
+		ch.dispatch(c)
+	default:
+		c.setStage(stageDataRead)
+		ch.newSQWork(c)
+	}
+}
+
+// retryBufWaiters gives freed buffers to waiting commands, in order.
+//
+// A command leaves the wait list only once its buffers are allocated: popping the last waiter
+// withdraws the channel from the pool's waiting count, and a buffer another channel freed
+// after a failed attempt then would signal no one, leaving the command to sleep until
+// BufferWait answers it BUSY.
+func (ch *channel) retryBufWaiters() {
+	for c := ch.bufQ.front(); c != nil; c = ch.bufQ.front() {
+		if c.state() != ctxCmd {
+			ch.popBuf()
+			ch.finishAborted(c)
+			continue
+		}
+		if !ch.allocBuffers(c) {
+			return
+		}
+		ch.popBuf()
+		ch.startData(c)
+	}
+}
+
+func (ch *channel) popBuf() {
+	ch.bufQ.pop()
+	ch.noteBufQueue()
+}
+
+// noteBufQueue keeps the pool's count of channels waiting for buffers in step with bufQ: a
+// channel is counted while commands wait in it (and signalled when buffers are freed).
+func (ch *channel) noteBufQueue() {
+	switch waiting := !ch.bufQ.empty(); {
+	case waiting && !ch.bufWaiting:
+		ch.bufWaiting = true
+		ch.pool.waiting.Add(1)
+	case !waiting && ch.bufWaiting:
+		ch.bufWaiting = false
+		ch.pool.waiting.Add(-1)
+	}
+}
+
+// onTableRead checks a fetched external descriptor table and fetches the data.
+func (ch *channel) onTableRead(c *cmdCtx) {
+	if c.state() != ctxCmd || ch.closed() {
+		ch.finishAborted(c)
+		return
+	}
+	table := ch.pool.bytes(c.table)
+	d := c.dataBuf()
+	if sum := tableTotal(table); sum != uint64(d.Len()) {
+		ch.releaseBuffers(c)
+		ch.uncount(c)
+		ch.answerTransport(c, scsi.StatusCheckCondition, scsi.ReasonInvalidFieldInCommandIU,
+			fmt.Sprintf("external descriptor table adds up to %d bytes, TOTAL LENGTH is %d", sum, d.Len()))
+		return
+	}
+	if c.in.Present() {
+		c.cmd.DataIn = ch.pool.bytes(c.buf)
+		ch.dispatch(c)
+		return
+	}
+	c.setStage(stageDataRead)
+	ch.newSQWork(c)
+}
