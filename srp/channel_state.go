@@ -42,10 +42,10 @@ func (p chPhase) String() string {
 
 // phaseMoves lists the phases each phase may move to (bit i: phase i).
 var phaseMoves = [...]uint8{
-	phaseLive:      1<<phaseDraining | 1<<phaseClosing | 1<<phaseAbandoned | 1<<phaseClosed,
-	phaseDraining:  1<<phaseClosing | 1<<phaseAbandoned | 1<<phaseClosed,
-	phaseClosing:   1<<phaseAbandoned | 1<<phaseQPClosed | 1<<phaseClosed,
-	phaseAbandoned: 1<<phaseQPClosed | 1<<phaseClosed,
+	phaseLive:      1<<phaseDraining | 1<<phaseClosing,
+	phaseDraining:  1 << phaseClosing,
+	phaseClosing:   1<<phaseAbandoned | 1<<phaseClosed,
+	phaseAbandoned: 1 << phaseQPClosed,
 	phaseQPClosed:  1 << phaseClosed,
 	phaseClosed:    0,
 }

@@ -11,10 +11,10 @@ import (
 // under strictMoves and is refused (the phase stays) without it.
 func TestPhaseMoves(t *testing.T) {
 	allowed := map[[2]chPhase]bool{
-		{phaseLive, phaseDraining}: true, {phaseLive, phaseClosing}: true, {phaseLive, phaseAbandoned}: true, {phaseLive, phaseClosed}: true,
-		{phaseDraining, phaseClosing}: true, {phaseDraining, phaseAbandoned}: true, {phaseDraining, phaseClosed}: true,
-		{phaseClosing, phaseAbandoned}: true, {phaseClosing, phaseQPClosed}: true, {phaseClosing, phaseClosed}: true,
-		{phaseAbandoned, phaseQPClosed}: true, {phaseAbandoned, phaseClosed}: true,
+		{phaseLive, phaseDraining}: true, {phaseLive, phaseClosing}: true,
+		{phaseDraining, phaseClosing}: true,
+		{phaseClosing, phaseAbandoned}: true, {phaseClosing, phaseClosed}: true,
+		{phaseAbandoned, phaseQPClosed}: true,
 		{phaseQPClosed, phaseClosed}: true,
 	}
 	for from := phaseLive; from <= phaseClosed; from++ {
