@@ -12,10 +12,10 @@ import (
 func TestPhaseMoves(t *testing.T) {
 	allowed := map[[2]chPhase]bool{
 		{phaseLive, phaseDraining}: true, {phaseLive, phaseClosing}: true,
-		{phaseDraining, phaseClosing}: true,
+		{phaseDraining, phaseClosing}:  true,
 		{phaseClosing, phaseAbandoned}: true, {phaseClosing, phaseClosed}: true,
 		{phaseAbandoned, phaseQPClosed}: true,
-		{phaseQPClosed, phaseClosed}: true,
+		{phaseQPClosed, phaseClosed}:    true,
 	}
 	for from := phaseLive; from <= phaseClosed; from++ {
 		for to := phaseLive; to <= phaseClosed; to++ {
