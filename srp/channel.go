@@ -13,6 +13,7 @@ import (
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // Work request IDs: the kind in the top two bits; for commands the context index in the low 32
@@ -46,7 +47,7 @@ const (
 
 type stopReq struct {
 	why    string
-	logout TLogoutReason
+	logout iu.TLogoutReason
 }
 
 // Sizes of the channel's registered region.
@@ -140,7 +141,7 @@ type channel struct {
 	active      int // commands the target works on (shutdown drains them)
 	ctlBusy     [ctlSendSlots]bool
 	credReqOut  bool // an SRP_CRED_REQ waits for its SRP_CRED_RSP
-	credReqTag  Tag
+	credReqTag  iu.Tag
 	noFlush     bool // no flush completions will come: device removed, post failure, timeout
 	connClosed  bool
 	timer       *time.Timer
@@ -349,7 +350,7 @@ func (ch *channel) signal() {
 
 // requestStop asks the channel to close: gracefully (SRP_T_LOGOUT, drain, disconnect) or at
 // once. logout is the SRP_T_LOGOUT reason sent before disconnecting.
-func (ch *channel) requestStop(mode stopMode, why string, logout TLogoutReason) {
+func (ch *channel) requestStop(mode stopMode, why string, logout iu.TLogoutReason) {
 	ch.stop.Store(&stopReq{why: why, logout: logout})
 	for {
 		cur := ch.stopHow.Load()
@@ -654,12 +655,12 @@ func (ch *channel) onRecv(i int32, wc *ib.Completion) {
 // handleIU dispatches the IU in receive buffer i.
 func (ch *channel) handleIU(i int32, n int) {
 	if n == 0 || n > int(ch.maxIT) {
-		ch.protocolError(TLogoutInvalidIULength, fmt.Sprintf("IU of %d bytes", n))
+		ch.protocolError(iu.TLogoutInvalidIULength, fmt.Sprintf("IU of %d bytes", n))
 		return
 	}
 	b := ch.recvBuf(i)[:n]
-	switch op := Opcode(b[0]); op {
-	case OpCmd, OpTskMgmt:
+	switch op := iu.Opcode(b[0]); op {
+	case iu.OpCmd, iu.OpTskMgmt:
 		if ch.ledger.consume() && !ch.creditWarn {
 			ch.creditWarn = true
 			ch.log.Warn("initiator sent more IUs than it had credits (REQUEST LIMIT exceeded)")
@@ -673,20 +674,20 @@ func (ch *channel) handleIU(i int32, n int) {
 			return
 		}
 		ch.startIU(c, i, n, ch.pollNow)
-	case OpILogout:
+	case iu.OpILogout:
 		ch.log.Info("initiator logged out (SRP_I_LOGOUT)")
 		ch.repost(i)
 		ch.beginClose("SRP_I_LOGOUT")
-	case OpCredRsp:
+	case iu.OpCredRsp:
 		ch.onCredRsp(b)
 		ch.repost(i)
-	case OpAerRsp:
+	case iu.OpAerRsp:
 		// The target never sends SRP_AER_REQ; an answer to one is ignored (LIO and SCST only
 		// log such responses).
 		ch.log.Debug("ignoring unsolicited initiator response", zap.Stringer("opcode", op))
 		ch.repost(i)
 	default:
-		ch.protocolError(TLogoutInvalidIUType, fmt.Sprintf("invalid IU type %v", op))
+		ch.protocolError(iu.TLogoutInvalidIUType, fmt.Sprintf("invalid IU type %v", op))
 	}
 }
 
@@ -715,10 +716,10 @@ func (ch *channel) startIU(c *cmdCtx, i int32, n int, at int64) {
 	if n < 16 {
 		// Not even a tag to answer with.
 		ch.finish(c, false)
-		ch.protocolError(TLogoutInvalidIULength, fmt.Sprintf("%v of %d bytes", Opcode(b[0]), n))
+		ch.protocolError(iu.TLogoutInvalidIULength, fmt.Sprintf("%v of %d bytes", iu.Opcode(b[0]), n))
 		return
 	}
-	if Opcode(b[0]) == OpTskMgmt {
+	if iu.Opcode(b[0]) == iu.OpTskMgmt {
 		ch.startTMF(c, b)
 		return
 	}
@@ -728,11 +729,11 @@ func (ch *channel) startIU(c *cmdCtx, i int32, n int, at int64) {
 // startCmd parses an SRP_CMD and starts moving its data.
 func (ch *channel) startCmd(c *cmdCtx, b []byte) {
 	ch.t.stats.commands.Add(1)
-	iu := Cmd(b)
-	tag := iu.Tag()
+	req := iu.Cmd(b)
+	tag := req.Tag()
 	var lun uint64
-	if len(b) >= CmdMinSize {
-		lun = iu.LUN()
+	if len(b) >= iu.CmdMinSize {
+		lun = req.LUN()
 	}
 	c.cmd.Reset()
 	c.cmd.Nexus = ch.sess.nexus
@@ -748,9 +749,9 @@ func (ch *channel) startCmd(c *cmdCtx, b []byte) {
 	if lu != nil {
 		c.statLU = lu
 		c.class = scsi.OpOther
-		if len(b) >= CmdMinSize {
+		if len(b) >= iu.CmdMinSize {
 			// The operation code only: the CDB's additional length is not validated yet.
-			c.class = scsi.ClassOf(b[cmdCDB : cmdCDB+1])
+			c.class = scsi.ClassOf(b[iu.CmdCDBOffset : iu.CmdCDBOffset+1])
 		}
 	}
 
@@ -758,7 +759,7 @@ func (ch *channel) startCmd(c *cmdCtx, b []byte) {
 		ch.answerTransport(c, scsi.StatusBusy, scsi.ReasonNone, "")
 		return
 	}
-	out, in, err := iu.DataBuffers(ch.immOff)
+	out, in, err := req.DataBuffers(ch.immOff)
 	if err != nil {
 		ch.answerTransport(c, scsi.StatusCheckCondition, scsi.ReasonInvalidFieldInCommandIU, err.Error())
 		return
@@ -768,10 +769,10 @@ func (ch *channel) startCmd(c *cmdCtx, b []byte) {
 			"bidirectional commands are not supported")
 		return
 	}
-	attr, ok := scsiAttr(iu.TaskAttr())
+	attr, ok := scsiAttr(req.TaskAttr())
 	if !ok {
 		ch.answerTransport(c, scsi.StatusCheckCondition, scsi.ReasonInvalidFieldInCommandIU,
-			fmt.Sprintf("reserved task attribute %d", iu.TaskAttr()))
+			fmt.Sprintf("reserved task attribute %d", req.TaskAttr()))
 		return
 	}
 	c.out, c.in = out, in
@@ -787,11 +788,11 @@ func (ch *channel) startCmd(c *cmdCtx, b []byte) {
 		return
 	}
 	c.cmd.Attr = attr
-	c.cmd.CDB = iu.CDB()
+	c.cmd.CDB = req.CDB()
 	c.real = true
 	ch.active++
 	switch {
-	case out.Format() == DescImm:
+	case out.Format() == iu.DescImm:
 		c.cmd.DataOut = out.ImmediateData()
 		ch.t.stats.bytesOut.Add(uint64(len(c.cmd.DataOut)))
 		ch.dispatch(c)
@@ -830,7 +831,7 @@ func (ch *channel) holdLU(lun uint64) (m *scsi.LUNMap, lu *scsi.LogicalUnit, hel
 // answerTransport answers a command without running it: BUSY, or CHECK CONDITION with reason.
 func (ch *channel) answerTransport(c *cmdCtx, status scsi.Status, reason scsi.Reason, why string) {
 	c.xportFail = true
-	c.out, c.in = DataBuf{}, DataBuf{}
+	c.out, c.in = iu.DataBuf{}, iu.DataBuf{}
 	c.cmd.Status = status
 	c.cmd.SenseLength = 0
 	if reason != scsi.ReasonNone {
@@ -899,7 +900,7 @@ func (ch *channel) allocBuffers(c *cmdCtx) bool {
 	d := c.dataBuf()
 	need := ch.pool.blockBytes(d.Len())
 	if d.External() {
-		need += ch.pool.blockBytes(uint32(d.TableLen() * DirectBufSize))
+		need += ch.pool.blockBytes(uint32(d.TableLen() * iu.DirectBufSize))
 	}
 	if ch.bufHeld > 0 && ch.bufHeld+need > ch.bufQuota {
 		return false
@@ -909,7 +910,7 @@ func (ch *channel) allocBuffers(c *cmdCtx) bool {
 		return false
 	}
 	if d.External() {
-		tbl, ok := ch.pool.alloc(uint32(d.TableLen() * DirectBufSize))
+		tbl, ok := ch.pool.alloc(uint32(d.TableLen() * iu.DirectBufSize))
 		if !ok {
 			ch.pool.release(buf)
 			return false
@@ -1111,7 +1112,7 @@ func (ch *channel) respond(c *cmdCtx) bool {
 	sb := ch.mem[c.sendOff : c.sendOff+uint64(ch.sendStride)]
 	var n int
 	var err error
-	tag := Tag(c.tag.Load())
+	tag := iu.Tag(c.tag.Load())
 	if tmf {
 		n, err = encodeTMRsp(sb, tag, delta, c.tm.code)
 	} else {
@@ -1628,12 +1629,12 @@ func (ch *channel) postCtl(slot int, n int) bool {
 }
 
 // sendTLogout sends SRP_T_LOGOUT (best effort: ib_srp only logs it).
-func (ch *channel) sendTLogout(reason TLogoutReason) {
+func (ch *channel) sendTLogout(reason iu.TLogoutReason) {
 	if ch.ctlBusy[ctlTLogout] || ch.sqFree < 1 || ch.state == chClosing || ch.connClosed {
 		return
 	}
 	_, b := ch.ctlBuf(ctlTLogout)
-	n, _ := TLogout(b).Encode(&TLogoutFields{Reason: reason})
+	n, _ := iu.TLogout(b).Encode(&iu.TLogoutFields{Reason: reason})
 	ch.postCtl(ctlTLogout, n)
 }
 
@@ -1657,7 +1658,7 @@ func (ch *channel) maybeCredReq() {
 	}
 	ch.credReqTag++
 	_, b := ch.ctlBuf(ctlCredReq)
-	n, _ := CredReq(b).Encode(&CredReqFields{ReqLimDelta: delta, Tag: ch.credReqTag})
+	n, _ := iu.CredReq(b).Encode(&iu.CredReqFields{ReqLimDelta: delta, Tag: ch.credReqTag})
 	// Counted before the SEND: the initiator may see it before PostSend returns.
 	ch.t.stats.credReqs.Add(1)
 	ch.credReqOut = true
@@ -1671,11 +1672,11 @@ func (ch *channel) maybeCredReq() {
 
 // onCredRsp handles the initiator's SRP_CRED_RSP (it takes no credit).
 func (ch *channel) onCredRsp(b []byte) {
-	if err := CredRsp(b).Validate(); err != nil {
+	if err := iu.CredRsp(b).Validate(); err != nil {
 		ch.log.Warn("malformed SRP_CRED_RSP ignored", zap.Error(err))
 		return
 	}
-	tag := CredRsp(b).Tag()
+	tag := iu.CredRsp(b).Tag()
 	if !ch.credReqOut || tag != ch.credReqTag {
 		ch.log.Warn("SRP_CRED_RSP answers no outstanding SRP_CRED_REQ: ignored",
 			zap.Uint64("tag", uint64(tag)), zap.Bool("outstanding", ch.credReqOut), zap.Uint64("expected", uint64(ch.credReqTag)))
@@ -1685,7 +1686,7 @@ func (ch *channel) onCredRsp(b []byte) {
 }
 
 // protocolError closes the channel after an initiator violated the protocol.
-func (ch *channel) protocolError(reason TLogoutReason, what string) {
+func (ch *channel) protocolError(reason iu.TLogoutReason, what string) {
 	ch.t.stats.protocolErrors.Add(1)
 	ch.log.Warn("protocol violation: logging the initiator out and closing the channel",
 		zap.String("what", what), zap.Stringer("t_logout_reason", reason))

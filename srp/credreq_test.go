@@ -9,6 +9,7 @@ import (
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
 
@@ -37,7 +38,7 @@ func abortOnOtherChannel(t *testing.T, h *harness, idle, resetter *srptest.Chann
 	time.AfterFunc(30*time.Millisecond, h.gate.release)
 	code, err := resetter.ResetLUN(ctxT(t), 0)
 	require.NoError(t, err)
-	require.Equal(t, uint8(srp.TskMgmtSuccess), code)
+	require.Equal(t, uint8(iu.TskMgmtSuccess), code)
 	for _, p := range held {
 		select {
 		case <-p.Done():
@@ -59,9 +60,9 @@ func TestCredReqIdleChannel(t *testing.T) {
 	clearUA(t, chs[0], 0)
 	for round := uint64(1); round <= 2; round++ {
 		abortOnOtherChannel(t, h, chs[1], chs[0], 3)
-		iu, err := chs[1].NextUnsolicited(ctxT(t))
+		msg, err := chs[1].NextUnsolicited(ctxT(t))
 		require.NoError(t, err)
-		require.Equal(t, credReqBytes(3, round), iu)
+		require.Equal(t, credReqBytes(3, round), msg)
 		testutil.WaitFor(t, "the credits back", func() bool { return chs[1].Credits() == 128 })
 		require.Equal(t, round, chs[1].Stats().CredReqs)
 		require.Equal(t, round, h.tgt.Stats().CreditRequests)
@@ -91,9 +92,9 @@ func TestCredReqFewCredits(t *testing.T) {
 	require.Equal(t, 3, chs[1].CanQueue())
 	clearUA(t, chs[0], 0)
 	abortOnOtherChannel(t, h, chs[1], chs[0], 3)
-	iu, err := chs[1].NextUnsolicited(ctxT(t))
+	msg, err := chs[1].NextUnsolicited(ctxT(t))
 	require.NoError(t, err)
-	require.Equal(t, credReqBytes(3, 1), iu)
+	require.Equal(t, credReqBytes(3, 1), msg)
 	testutil.WaitFor(t, "the credits back", func() bool { return chs[1].Credits() == 4 })
 	clearUA(t, chs[1], 0)
 	// Three commands in flight at once again.
@@ -122,35 +123,35 @@ func TestCredReqUnanswered(t *testing.T) {
 	h := newHarness(t, harnessOpts{gate: true})
 	r := newRawConn(t, h, "198.19.2.1", 16)
 	r.send(tur(1))
-	require.Equal(t, srp.Tag(1), srp.Rsp(r.recv()).Tag()) // POWER ON unit attention
+	require.Equal(t, iu.Tag(1), iu.Rsp(r.recv()).Tag()) // POWER ON unit attention
 	other := h.login(h.cfg())
 	clearUA(t, other, 0)
 	buf := make([]byte, 4096)
 	dmr, err := r.pd.RegisterMemory(buf, ib.AccessLocalWrite|ib.AccessRemoteWrite)
 	require.NoError(t, err)
 	defer func() { _ = dmr.Deregister() }()
-	read := func(tag srp.Tag) []byte {
-		n, _ := srp.CmdLen(&srp.CmdFields{DataIn: srp.DataBufFields{Format: srp.DescDirect}})
+	read := func(tag iu.Tag) []byte {
+		n, _ := iu.CmdLen(&iu.CmdFields{DataIn: iu.DataBufFields{Format: iu.DescDirect}})
 		b := make([]byte, n)
-		_, err := srp.Cmd(b).Encode(&srp.CmdFields{Tag: tag, CDB: [16]byte{0x28, 0, 0, 0, 0, 0, 0, 0, 8},
-			DataIn: srp.DataBufFields{Format: srp.DescDirect, Direct: srp.DirectBufFields{VA: dmr.Addr(), Key: dmr.RKey(), Len: 4096}}})
+		_, err := iu.Cmd(b).Encode(&iu.CmdFields{Tag: tag, CDB: [16]byte{0x28, 0, 0, 0, 0, 0, 0, 0, 8},
+			DataIn: iu.DataBufFields{Format: iu.DescDirect, Direct: iu.DirectBufFields{VA: dmr.Addr(), Key: dmr.RKey(), Len: 4096}}})
 		require.NoError(t, err)
 		return b
 	}
 	// abort has a read of the raw initiator aborted by a LUN reset from the other session.
 	aborted := uint64(0)
-	abort := func(tag srp.Tag) {
+	abort := func(tag iu.Tag) {
 		// The previous reset left BUS DEVICE RESET FUNCTION OCCURRED pending: take it first,
 		// or the read would not reach the backstore.
 		r.send(tur(tag + 100))
-		require.Equal(t, tag+100, srp.Rsp(r.recv()).Tag())
+		require.Equal(t, tag+100, iu.Rsp(r.recv()).Tag())
 		h.gate.hold()
 		r.send(read(tag))
 		testutil.WaitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
 		time.AfterFunc(30*time.Millisecond, h.gate.release)
 		code, err := other.ResetLUN(ctxT(t), 0)
 		require.NoError(t, err)
-		require.Equal(t, uint8(srp.TskMgmtSuccess), code)
+		require.Equal(t, uint8(iu.TskMgmtSuccess), code)
 		aborted++
 		h.waitStats("the abort", func(s srp.Stats) bool { return s.Aborted == aborted })
 		clearUA(t, other, 0)
@@ -162,13 +163,13 @@ func TestCredReqUnanswered(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 	require.Equal(t, uint64(1), h.tgt.Stats().CreditRequests, "one SRP_CRED_REQ outstanding at a time")
 	r.send(tur(4))
-	rsp := srp.Rsp(r.recv())
-	require.Equal(t, srp.Tag(4), rsp.Tag())
+	rsp := iu.Rsp(r.recv())
+	require.Equal(t, iu.Tag(4), rsp.Tag())
 	require.Equal(t, uint32(2), rsp.ReqLimDelta(), "1 + the credit owed for tag 3")
 
 	// SRP_CRED_RSP with a tag no request had: ignored, the channel stays up.
-	rspIU := make([]byte, srp.CredRspSize)
-	_, _ = srp.CredRsp(rspIU).Encode(&srp.CredRspFields{Tag: 7})
+	rspIU := make([]byte, iu.CredRspSize)
+	_, _ = iu.CredRsp(rspIU).Encode(&iu.CredRspFields{Tag: 7})
 	r.send(rspIU)
 	abort(5)
 	time.Sleep(20 * time.Millisecond)
@@ -176,7 +177,7 @@ func TestCredReqUnanswered(t *testing.T) {
 	_, ok := h.logged("SRP_CRED_RSP answers no outstanding SRP_CRED_REQ: ignored")
 	require.True(t, ok)
 	// The real answer: the credit owed for tag 5 goes out in the next SRP_CRED_REQ.
-	_, _ = srp.CredRsp(rspIU).Encode(&srp.CredRspFields{Tag: 1})
+	_, _ = iu.CredRsp(rspIU).Encode(&iu.CredRspFields{Tag: 1})
 	r.send(rspIU)
 	require.Equal(t, credReqBytes(1, 2), r.recv())
 	require.Equal(t, uint64(2), h.tgt.Stats().CreditRequests)

@@ -11,6 +11,7 @@ import (
 	"github.com/srptarget/srptarget/ib/memfabric"
 	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
 
@@ -62,12 +63,12 @@ func (r *rawConn) postRecv(n int) {
 	}
 }
 
-func (r *rawConn) send(iu []byte) {
+func (r *rawConn) send(msg []byte) {
 	off := r.nextTx * rawSlot
 	r.nextTx++
-	copy(r.tx[off:], iu)
+	copy(r.tx[off:], msg)
 	_, err := r.conn.PostSend([]ib.SendWR{{ID: uint64(off), Op: ib.OpSend, Signaled: true,
-		SGL: []ib.SGE{{MR: r.txMR, Offset: uint64(off), Length: uint32(len(iu))}}}})
+		SGL: []ib.SGE{{MR: r.txMR, Offset: uint64(off), Length: uint32(len(msg))}}}})
 	require.NoError(r.t, err)
 }
 
@@ -94,9 +95,9 @@ func (r *rawConn) recv() []byte {
 	}
 }
 
-func tur(tag srp.Tag) []byte {
-	b := make([]byte, srp.CmdMinSize)
-	_, _ = srp.Cmd(b).Encode(&srp.CmdFields{Tag: tag})
+func tur(tag iu.Tag) []byte {
+	b := make([]byte, iu.CmdMinSize)
+	_, _ = iu.Cmd(b).Encode(&iu.CmdFields{Tag: tag})
 	return b
 }
 
@@ -108,8 +109,8 @@ func TestAbortTaskFetchingDataOut(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
 	r := newRawConn(t, h, "198.19.1.1", 1)
 	r.send(tur(1))
-	rsp := srp.Rsp(r.recv()) // the only receive buffer is used up: POWER ON unit attention
-	require.Equal(t, srp.Tag(1), rsp.Tag())
+	rsp := iu.Rsp(r.recv()) // the only receive buffer is used up: POWER ON unit attention
+	require.Equal(t, iu.Tag(1), rsp.Tag())
 
 	// A malformed SRP_CMD is answered by the channel goroutine itself, before it looks at the
 	// next IU: its response SEND is surely posted before the WRITE's RDMA READ, and waits for
@@ -119,23 +120,23 @@ func TestAbortTaskFetchingDataOut(t *testing.T) {
 	dmr, err := r.pd.RegisterMemory(data, ib.AccessRemoteRead)
 	require.NoError(t, err)
 	defer func() { _ = dmr.Deregister() }()
-	n, _ := srp.CmdLen(&srp.CmdFields{DataOut: srp.DataBufFields{Format: srp.DescDirect}})
+	n, _ := iu.CmdLen(&iu.CmdFields{DataOut: iu.DataBufFields{Format: iu.DescDirect}})
 	w := make([]byte, n)
-	_, _ = srp.Cmd(w).Encode(&srp.CmdFields{Tag: 3, CDB: [16]byte{0x2A, 0, 0, 0, 0x10, 0, 0, 0, 8},
-		DataOut: srp.DataBufFields{Format: srp.DescDirect, Direct: srp.DirectBufFields{VA: dmr.Addr(), Key: dmr.RKey(), Len: 4096}}})
+	_, _ = iu.Cmd(w).Encode(&iu.CmdFields{Tag: 3, CDB: [16]byte{0x2A, 0, 0, 0, 0x10, 0, 0, 0, 8},
+		DataOut: iu.DataBufFields{Format: iu.DescDirect, Direct: iu.DirectBufFields{VA: dmr.Addr(), Key: dmr.RKey(), Len: 4096}}})
 	r.send(w)
 	h.waitStats("three commands", func(s srp.Stats) bool { return s.Commands == 3 })
 
-	tm := make([]byte, srp.TskMgmtSize)
-	_, _ = srp.TskMgmt(tm).Encode(&srp.TskMgmtFields{Tag: 4, Func: srp.TskAbortTask, TaskTag: 3})
+	tm := make([]byte, iu.TskMgmtSize)
+	_, _ = iu.TskMgmt(tm).Encode(&iu.TskMgmtFields{Tag: 4, Func: iu.TskAbortTask, TaskTag: 3})
 	r.send(tm)
 	h.waitStats("the abort", func(s srp.Stats) bool { return s.TaskMgmt == 1 })
 	time.Sleep(20 * time.Millisecond)
 	require.Zero(t, h.tgt.Stats().Aborted, "the command was released while its RDMA READ was still queued")
 
 	r.postRecv(8)
-	rsp = srp.Rsp(r.recv())
-	require.Equal(t, srp.Tag(2), rsp.Tag())
+	rsp = iu.Rsp(r.recv())
+	require.Equal(t, iu.Tag(2), rsp.Tag())
 	tmr := r.recv()
 	require.Equal(t, []byte{
 		0xC1, 0, 0, 0, 0, 0, 0, 2, // REQUEST LIMIT DELTA 2: this IU and the aborted command
@@ -145,8 +146,8 @@ func TestAbortTaskFetchingDataOut(t *testing.T) {
 	}, tmr)
 	require.Equal(t, uint64(1), h.tgt.Stats().Aborted)
 	r.send(tur(5))
-	rsp = srp.Rsp(r.recv())
-	require.Equal(t, srp.Tag(5), rsp.Tag(), "a response for the aborted command was sent")
+	rsp = iu.Rsp(r.recv())
+	require.Equal(t, iu.Tag(5), rsp.Tag(), "a response for the aborted command was sent")
 	// The data never reached the medium.
 	ch := h.login(h.cfg())
 	clearUA(t, ch, 0)
@@ -166,16 +167,16 @@ func TestCommandsAfterTaskManagement(t *testing.T) {
 	old, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096})
 	require.NoError(t, err)
 	testutil.WaitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
-	tm := make([]byte, srp.TskMgmtSize)
-	_, _ = srp.TskMgmt(tm).Encode(&srp.TskMgmtFields{Tag: 0x4444, Func: srp.TskLUNReset})
+	tm := make([]byte, iu.TskMgmtSize)
+	_, _ = iu.TskMgmt(tm).Encode(&iu.TskMgmtFields{Tag: 0x4444, Func: iu.TskLUNReset})
 	require.NoError(t, ch.SendRaw(tm))
 	h.waitStats("the reset", func(s srp.Stats) bool { return s.TaskMgmt == 1 })
 	later, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(8, 8), DataInLen: 4096})
 	require.NoError(t, err)
 	h.gate.release()
-	iu, err := ch.NextUnsolicited(ctxT(t))
+	msg, err := ch.NextUnsolicited(ctxT(t))
 	require.NoError(t, err)
-	require.Equal(t, uint8(0), srp.Rsp(iu).RespData()[3])
+	require.Equal(t, uint8(0), iu.Rsp(msg).RespData()[3])
 	rsp, err := later.Wait(ctxT(t))
 	require.NoError(t, err)
 	k, asc, ascq := senseOf(t, rsp) // the reset's unit attention, not an abort

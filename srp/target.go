@@ -14,6 +14,7 @@ import (
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // The target engine (target.go, config.go, login.go, session.go, channel.go, cmd.go, pool.go,
@@ -78,7 +79,7 @@ type Target struct {
 	log *zap.Logger
 	// ports maps each target port identifier the target accepts logins for to its SCSI
 	// target port (Config.TargetPort and Config.MorePorts).
-	ports  map[PortID]*scsi.TargetPort
+	ports  map[iu.PortID]*scsi.TargetPort
 	auth   atomic.Pointer[authHolder]
 	stats  counters
 	chanID atomic.Uint64
@@ -122,7 +123,7 @@ func New(cfg Config) (*Target, error) {
 	if port == nil {
 		port = &scsi.TargetPort{Name: cfg.TargetPortID.String(), RelativeID: 1}
 	}
-	ports := map[PortID]*scsi.TargetPort{cfg.TargetPortID: port}
+	ports := map[iu.PortID]*scsi.TargetPort{cfg.TargetPortID: port}
 	rel := map[uint16]bool{port.RelativeID: true}
 	for _, p := range cfg.MorePorts {
 		switch {
@@ -220,11 +221,11 @@ func (t *Target) Serve(ctx context.Context, l ib.Listener) error {
 
 // rejectShutdown answers a request that arrived while shutting down.
 func (t *Target) rejectShutdown(req ib.ConnRequest, lps uint16) {
-	var tag Tag
+	var tag iu.Tag
 	if f, _, err := parseLogin(req, lps); err == nil {
 		tag = f.Tag
 	}
-	t.reject(req, tag, LoginRejInsufficientResources, t.log, "target is shutting down", "wait for the target to restart")
+	t.reject(req, tag, iu.LoginRejInsufficientResources, t.log, "target is shutting down", "wait for the target to restart")
 }
 
 // Prepare registers the data buffer pool of the device l is bound to (ib.DeviceListener), so
@@ -249,13 +250,13 @@ func (t *Target) Prepare(l ib.Listener) error {
 
 // rejectBusy answers a request that found every login slot taken.
 func (t *Target) rejectBusy(req ib.ConnRequest, lps uint16) {
-	var tag Tag
+	var tag iu.Tag
 	log := t.log.With(zap.Stringer("src", req.RemoteAddr()))
 	if f, _, err := parseLogin(req, lps); err == nil {
 		tag = f.Tag
 		log = log.With(zap.Stringer("initiator", f.InitiatorPortID))
 	}
-	t.reject(req, tag, LoginRejInsufficientResources, log,
+	t.reject(req, tag, iu.LoginRejInsufficientResources, log,
 		fmt.Sprintf("%d logins already in progress (max_logins_in_progress)", t.lim.MaxLoginsInProgress),
 		"the initiator retries; if logins arrive this fast legitimately, raise limits.max_logins_in_progress")
 }
@@ -289,7 +290,7 @@ func (t *Target) Shutdown(ctx context.Context) error {
 	t.mu.Unlock()
 	t.log.Info("shutting down", zap.Int("channels", len(chs)))
 	for _, ch := range chs {
-		ch.requestStop(stopGraceful, "target shutdown", TLogoutNoReason)
+		ch.requestStop(stopGraceful, "target shutdown", iu.TLogoutNoReason)
 	}
 	allClosed := make(chan struct{})
 	go func() {
@@ -303,7 +304,7 @@ func (t *Target) Shutdown(ctx context.Context) error {
 		err = ctx.Err()
 		t.log.Warn("shutdown deadline reached: closing channels with commands outstanding", zap.Error(err))
 		for _, ch := range chs {
-			ch.requestStop(stopHard, "target shutdown deadline", TLogoutNoReason)
+			ch.requestStop(stopHard, "target shutdown deadline", iu.TLogoutNoReason)
 		}
 		<-allClosed
 	}
@@ -496,8 +497,8 @@ func (t *Target) removeChannel(ch *channel) {
 
 // SessionInfo describes one I_T nexus, for operators.
 type SessionInfo struct {
-	InitiatorPortID PortID
-	TargetPortID    PortID
+	InitiatorPortID iu.PortID
+	TargetPortID    iu.PortID
 	Channels        int
 	Remote          netip.AddrPort
 	// LUNMap is the map the session's commands go to (the Authorizer's answer), ChannelInfo

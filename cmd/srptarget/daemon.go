@@ -16,6 +16,7 @@ import (
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // DefaultShutdownTimeout bounds how long SIGTERM waits for outstanding commands before the
@@ -793,7 +794,7 @@ func (d *daemon) checkImmutable(cfg *Config) ConfigErrors {
 	} else {
 		// The target ports are the engine's too; their groups and states may change.
 		type port struct {
-			id  srp.PortID
+			id  iu.PortID
 			rel uint16
 		}
 		ports := func(c *Config) []port {

@@ -1,4 +1,4 @@
-package srp
+package iu
 
 import (
 	"encoding/binary"
@@ -47,6 +47,10 @@ const (
 	cmdCDB            = 32
 	cmdAddData        = 48
 )
+
+// CmdCDBOffset is the byte offset of the CDB field in SRP_CMD, for a caller that needs the SCSI
+// operation code before Validate (to account a command to its class even when it is rejected).
+const CmdCDBOffset = cmdCDB
 
 // CDBSize is the size of the CDB field; longer CDBs continue in the additional CDB.
 const CDBSize = 16

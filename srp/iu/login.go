@@ -1,4 +1,4 @@
-package srp
+package iu
 
 import (
 	"encoding/binary"

@@ -1,21 +1,4 @@
-// Package srp implements the SCSI RDMA Protocol (SRP) target side: information units (IUs),
-// login, RDMA channels and sessions.
-//
-// The iu*.go and desc*.go files hold the wire formats. Every IU is a typed view over the bytes
-// that arrived (or will be sent), in the style of gVisor's pkg/tcpip/header: `type Cmd []byte`
-// with accessor methods that read fields in place with encoding/binary.BigEndian. Views never
-// copy and never allocate, because the data path parses one SRP_CMD and builds one SRP_RSP per
-// SCSI command straight in registered receive and send buffers.
-//
-// Accessors do not check bounds: call Validate (or, for SRP_CMD, DataBuffers) first; those
-// checks return an error on short or inconsistent input and never panic. Encoders take a
-// ...Fields struct, write the whole IU (reserved bytes as zero) into a caller-supplied buffer,
-// and return the number of bytes written; they never write past that length.
-//
-// Layouts follow the Linux kernel's include/scsi/srp.h (T10 SRP r16a plus the SRP-2 immediate
-// data additions), cross-checked against the Linux initiator (drivers/infiniband/ulp/srp), the
-// LIO and SCST targets (srpt) and illumos' COMSTAR srpt. All multi-byte numbers are big-endian.
-package srp
+package iu
 
 import (
 	"encoding/binary"
