@@ -83,7 +83,7 @@ func newRawInitiator(b *testing.B, h *harness, qd int) *rawInitiator {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rsp, err := iu.ParseLoginRsp(r.conn.PrivateData()[:iu.LoginRspSize])
+	rsp, err := iu.Parse[iu.LoginRsp](r.conn.PrivateData()[:iu.LoginRspSize])
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -150,8 +150,8 @@ func (r *rawInitiator) run(b *testing.B, n int, op byte, imm bool) (bad int) {
 					continue
 				}
 				msg := iu.Rsp(r.rx[int(wc.ID)*r.rxSize : int(wc.ID)*r.rxSize+int(wc.ByteLen)])
-				if msg.Opcode() != iu.OpRsp {
-					b.Fatalf("unexpected %v", msg.Opcode())
+				if iu.Opcode(msg[0]) != iu.OpRsp {
+					b.Fatalf("unexpected %v", iu.Opcode(msg[0]))
 				}
 				if msg.Status() != 0 {
 					bad++

@@ -1114,7 +1114,7 @@ func (ch *channel) respond(c *cmdCtx) bool {
 	var err error
 	tag := iu.Tag(c.tag.Load())
 	if tmf {
-		n, err = encodeTMRsp(sb, tag, delta, c.tm.code)
+		n = iu.Rsp(sb).EncodeTskMgmt(tag, delta, c.tm.code)
 	} else {
 		n, err = encodeCmdRsp(sb, int(ch.maxTI), &c.cmd, tag, delta, c.in.Present(), c.out.Present(), c.xportFail)
 	}
@@ -1634,7 +1634,7 @@ func (ch *channel) sendTLogout(reason iu.TLogoutReason) {
 		return
 	}
 	_, b := ch.ctlBuf(ctlTLogout)
-	n, _ := iu.TLogout(b).Encode(&iu.TLogoutFields{Reason: reason})
+	n := iu.TLogout(b).Encode(&iu.TLogoutFields{Reason: reason})
 	ch.postCtl(ctlTLogout, n)
 }
 
@@ -1658,7 +1658,7 @@ func (ch *channel) maybeCredReq() {
 	}
 	ch.credReqTag++
 	_, b := ch.ctlBuf(ctlCredReq)
-	n, _ := iu.CredReq(b).Encode(&iu.CredReqFields{ReqLimDelta: delta, Tag: ch.credReqTag})
+	n := iu.CredReq(b).Encode(&iu.CredReqFields{ReqLimDelta: delta, Tag: ch.credReqTag})
 	// Counted before the SEND: the initiator may see it before PostSend returns.
 	ch.t.stats.credReqs.Add(1)
 	ch.credReqOut = true

@@ -41,7 +41,7 @@ func dataBufs(t *testing.T, f iu.CmdFields) (out, in iu.DataBuf) {
 func tableOf(descs ...iu.DirectBufFields) []byte {
 	b := make([]byte, len(descs)*iu.DirectBufSize)
 	for i := range descs {
-		_, _ = iu.DirectBuf(b[i*iu.DirectBufSize:]).Encode(&descs[i])
+		iu.DirectBuf(b[i*iu.DirectBufSize:]).Encode(&descs[i])
 	}
 	return b
 }
@@ -238,17 +238,6 @@ func TestEncodeCmdRsp(t *testing.T) {
 			require.Equal(t, tc.want, b[:n])
 		})
 	}
-}
-
-func TestEncodeTMRsp(t *testing.T) {
-	b := make([]byte, 64)
-	n, err := encodeTMRsp(b, 0x8000000000000001, 2, iu.TskMgmtFuncNotSupp)
-	require.NoError(t, err)
-	require.Equal(t, []byte{
-		0xC1, 0, 0, 0, 0, 0, 0, 2, 0x80, 0, 0, 0, 0, 0, 0, 1,
-		0, 0, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4,
-		0, 0, 0, 0x04,
-	}, b[:n])
 }
 
 func TestTMFCodes(t *testing.T) {

@@ -250,10 +250,3 @@ func encodeCmdRsp(b []byte, maxTI int, c *scsi.Command, tag iu.Tag, delta uint32
 	}
 	return iu.Rsp(b[:min(len(b), maxTI)]).Encode(&f)
 }
-
-// encodeTMRsp writes the SRP_RSP answering an SRP_TSK_MGMT.
-func encodeTMRsp(b []byte, tag iu.Tag, delta uint32, code iu.TskMgmtRspCode) (int, error) {
-	rd := code.ResponseData()
-	f := iu.RspFields{ReqLimDelta: delta, Tag: tag, RespData: rd[:]}
-	return iu.Rsp(b).Encode(&f)
-}

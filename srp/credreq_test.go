@@ -169,7 +169,7 @@ func TestCredReqUnanswered(t *testing.T) {
 
 	// SRP_CRED_RSP with a tag no request had: ignored, the channel stays up.
 	rspIU := make([]byte, iu.CredRspSize)
-	_, _ = iu.CredRsp(rspIU).Encode(&iu.CredRspFields{Tag: 7})
+	iu.CredRsp(rspIU).Encode(&iu.CredRspFields{Tag: 7})
 	r.send(rspIU)
 	abort(5)
 	time.Sleep(20 * time.Millisecond)
@@ -177,7 +177,7 @@ func TestCredReqUnanswered(t *testing.T) {
 	_, ok := h.logged("SRP_CRED_RSP answers no outstanding SRP_CRED_REQ: ignored")
 	require.True(t, ok)
 	// The real answer: the credit owed for tag 5 goes out in the next SRP_CRED_REQ.
-	_, _ = iu.CredRsp(rspIU).Encode(&iu.CredRspFields{Tag: 1})
+	iu.CredRsp(rspIU).Encode(&iu.CredRspFields{Tag: 1})
 	r.send(rspIU)
 	require.Equal(t, credReqBytes(1, 2), r.recv())
 	require.Equal(t, uint64(2), h.tgt.Stats().CreditRequests)

@@ -307,7 +307,7 @@ func TestMalformedCommands(t *testing.T) {
 func TestProtocolViolations(t *testing.T) {
 	tm := func(n int) []byte {
 		b := make([]byte, iu.TskMgmtSize)
-		_, _ = iu.TskMgmt(b).Encode(&iu.TskMgmtFields{Tag: 0x77, Func: iu.TskAbortTask})
+		iu.TskMgmt(b).Encode(&iu.TskMgmtFields{Tag: 0x77, Func: iu.TskAbortTask})
 		return b[:n]
 	}
 	cases := []struct {
@@ -358,7 +358,7 @@ func TestProtocolViolations(t *testing.T) {
 	}, got)
 	// Unsolicited initiator responses are ignored.
 	cr := make([]byte, iu.CredRspSize)
-	_, _ = iu.CredRsp(cr).Encode(&iu.CredRspFields{Tag: 5})
+	iu.CredRsp(cr).Encode(&iu.CredRspFields{Tag: 5})
 	require.NoError(t, ch.SendRaw(cr))
 	clearUA(t, ch, 0)
 	require.Equal(t, int64(128), ch.Credits())

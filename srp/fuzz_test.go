@@ -28,7 +28,7 @@ func FuzzChannelIU(f *testing.F) {
 		Table: iu.DirectBufFields{VA: 0x2000, Key: 2, Len: 48}, TotalLen: 4096, Descs: []iu.DirectBufFields{{VA: 0x1000, Key: 1, Len: 1024}}}}})
 	add(iu.CmdFields{Tag: 4, CDB: [16]byte{0x00}})
 	tm := make([]byte, iu.TskMgmtSize)
-	_, _ = iu.TskMgmt(tm).Encode(&iu.TskMgmtFields{Tag: 5, Func: iu.TskLUNReset})
+	iu.TskMgmt(tm).Encode(&iu.TskMgmtFields{Tag: 5, Func: iu.TskLUNReset})
 	f.Add(tm)
 	f.Add([]byte{0x03, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9})
 	f.Add([]byte{0x41, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9})

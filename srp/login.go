@@ -123,10 +123,10 @@ func parseLogin(req ib.ConnRequest, lps uint16) (iu.LoginReqFields, uint16, erro
 	b := req.PrivateData()
 	switch ps {
 	case PortSpaceTCP:
-		f, err := iu.ParseLoginReqRDMA(b)
+		f, err := iu.Parse[iu.LoginReqRDMA](b)
 		return f, ps, err
 	case PortSpaceIB:
-		f, err := iu.ParseLoginReqIB(b)
+		f, err := iu.Parse[iu.LoginReq](b)
 		return f, ps, err
 	}
 	f, err := iu.ParseLoginReq(b)
@@ -259,7 +259,7 @@ func (t *Target) login(req ib.ConnRequest, lps uint16) {
 	if ch.immOff != 0 {
 		flags |= iu.LoginRspImmedSupp
 	}
-	_, _ = iu.LoginRsp(rsp[:]).Encode(&iu.LoginRspFields{
+	iu.LoginRsp(rsp[:]).Encode(&iu.LoginRspFields{
 		ReqLimDelta: uint32(ch.credits),
 		Tag:         f.Tag,
 		MaxITIULen:  t.lim.MaxITIULen,
@@ -387,7 +387,7 @@ func (t *Target) prepareChannel(sess *session, req ib.ConnRequest, f *iu.LoginRe
 // reject answers req with an SRP_LOGIN_REJ and logs why and what to change.
 func (t *Target) reject(req ib.ConnRequest, tag iu.Tag, reason iu.LoginRejReason, log *zap.Logger, detail, hint string) {
 	var b [iu.LoginRejSize]byte
-	_, _ = iu.LoginRej(b[:]).Encode(&iu.LoginRejFields{Reason: reason, Tag: tag, SupBufFmt: supportedBufFmt})
+	iu.LoginRej(b[:]).Encode(&iu.LoginRejFields{Reason: reason, Tag: tag, SupBufFmt: supportedBufFmt})
 	t.stats.loginsRejected.Add(1)
 	if i := int(reason) - int(iu.LoginRejUnableEstablishChannel); i >= 0 && i < len(t.stats.rejects) {
 		t.stats.rejects[i].Add(1)

@@ -124,8 +124,7 @@ var goodLimits = ib.DeviceLimits{MaxQueueDepth: 16384, MaxSendSGE: 32, MaxRecvSG
 
 func loginBytes(t *testing.T, f iu.LoginReqFields) []byte {
 	b := make([]byte, iu.LoginReqRDMASize)
-	_, err := iu.LoginReqRDMA(b).Encode(&f)
-	require.NoError(t, err)
+	iu.LoginReqRDMA(b).Encode(&f)
 	return b
 }
 
@@ -212,11 +211,9 @@ func TestParseLoginPortSpace(t *testing.T) {
 	f := linuxLogin()
 	f.Tag = 0x1122
 	rdma := make([]byte, 92) // the RDMA/CM form followed by zeros
-	_, err := iu.LoginReqRDMA(rdma).Encode(&f)
-	require.NoError(t, err)
+	iu.LoginReqRDMA(rdma).Encode(&f)
 	ibForm := make([]byte, 92)
-	_, err = iu.LoginReq(ibForm).Encode(&f)
-	require.NoError(t, err)
+	iu.LoginReq(ibForm).Encode(&f)
 	for _, tc := range []struct {
 		name    string
 		req     ib.ConnRequest

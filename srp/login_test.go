@@ -405,7 +405,7 @@ func TestMultiChannel(t *testing.T) {
 		require.ErrorIs(t, ch.Err(), srptest.ErrDisconnected)
 		msg, err := ch.NextUnsolicited(ctxT(t))
 		require.NoError(t, err)
-		f, err := iu.ParseTLogout(msg)
+		f, err := iu.Parse[iu.TLogout](msg)
 		require.NoError(t, err)
 		require.Equal(t, iu.TLogoutMultiChannelAction, f.Reason)
 	}

@@ -128,7 +128,7 @@ func TestAbortTaskFetchingDataOut(t *testing.T) {
 	h.waitStats("three commands", func(s srp.Stats) bool { return s.Commands == 3 })
 
 	tm := make([]byte, iu.TskMgmtSize)
-	_, _ = iu.TskMgmt(tm).Encode(&iu.TskMgmtFields{Tag: 4, Func: iu.TskAbortTask, TaskTag: 3})
+	iu.TskMgmt(tm).Encode(&iu.TskMgmtFields{Tag: 4, Func: iu.TskAbortTask, TaskTag: 3})
 	r.send(tm)
 	h.waitStats("the abort", func(s srp.Stats) bool { return s.TaskMgmt == 1 })
 	time.Sleep(20 * time.Millisecond)
@@ -168,7 +168,7 @@ func TestCommandsAfterTaskManagement(t *testing.T) {
 	require.NoError(t, err)
 	testutil.WaitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
 	tm := make([]byte, iu.TskMgmtSize)
-	_, _ = iu.TskMgmt(tm).Encode(&iu.TskMgmtFields{Tag: 0x4444, Func: iu.TskLUNReset})
+	iu.TskMgmt(tm).Encode(&iu.TskMgmtFields{Tag: 0x4444, Func: iu.TskLUNReset})
 	require.NoError(t, ch.SendRaw(tm))
 	h.waitStats("the reset", func(s srp.Stats) bool { return s.TaskMgmt == 1 })
 	later, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(8, 8), DataInLen: 4096})

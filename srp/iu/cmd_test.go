@@ -282,7 +282,6 @@ func TestCmdLayoutAndDataBuffers(t *testing.T) {
 			require.NoError(t, err)
 			tc.check(t, out, in)
 
-			require.Equal(t, iu.OpCmd, c.Opcode())
 			require.Equal(t, iu.UCSOLNT, c.SolNot())
 			require.Equal(t, testTag, c.Tag())
 			require.Equal(t, testLUN, c.LUN())
@@ -291,7 +290,7 @@ func TestCmdLayoutAndDataBuffers(t *testing.T) {
 			require.Equal(t, tc.f.DataIn.Format, c.DataInFmt())
 			require.Equal(t, cat(testCDB[:], tc.f.AddCDB), c.CDB())
 
-			got, err := iu.ParseCmd(tc.want, tc.immOff)
+			got, err := iu.Cmd(tc.want).Fields(tc.immOff)
 			require.NoError(t, err)
 			require.Equal(t, tc.f, got, "decode(encode(x)) != x")
 		})
@@ -321,18 +320,18 @@ func TestCmdDataBuffersRejects(t *testing.T) {
 		immOff uint16
 		want   error
 	}{
-		{"truncated below 48 bytes", from(direct, func(b []byte) []byte { return b[:47] }), 0, iu.ErrShortIU},
-		{"empty", nil, 0, iu.ErrShortIU},
+		{"truncated below 48 bytes", from(direct, func(b []byte) []byte { return b[:47] }), 0, iu.ErrShort},
+		{"empty", nil, 0, iu.ErrShort},
 		{"wrong opcode", from(direct, func(b []byte) []byte { b[0] = byte(iu.OpTskMgmt); return b }), 0, iu.ErrOpcode},
-		{"additional CDB past the end", cmdHeader(0x00, 0, 0, 16), 0, iu.ErrShortIU},
-		{"additional CDB hides the descriptor", from(direct, func(b []byte) []byte { b[31] = 16; return b }), 0, iu.ErrShortIU},
-		{"direct descriptor truncated", from(direct, func(b []byte) []byte { return b[:63] }), 0, iu.ErrShortIU},
+		{"additional CDB past the end", cmdHeader(0x00, 0, 0, 16), 0, iu.ErrShort},
+		{"additional CDB hides the descriptor", from(direct, func(b []byte) []byte { b[31] = 16; return b }), 0, iu.ErrShort},
+		{"direct descriptor truncated", from(direct, func(b []byte) []byte { return b[:63] }), 0, iu.ErrShort},
 		{"bytes after the descriptors", from(direct, func(b []byte) []byte { return append(b, 0, 0, 0, 0) }), 0, iu.ErrInconsistent},
 		{"direct descriptor with count 2", from(direct, func(b []byte) []byte { b[6] = 2; return b }), 0, iu.ErrInconsistent},
 		{"count without a descriptor", from(direct, func(b []byte) []byte { b[7] = 1; return b }), 0, iu.ErrInconsistent},
-		{"indirect count larger than the IU holds", from(indirect, func(b []byte) []byte { b[7] = 4; return b }), 0, iu.ErrShortIU},
+		{"indirect count larger than the IU holds", from(indirect, func(b []byte) []byte { b[7] = 4; return b }), 0, iu.ErrShort},
 		{"indirect count smaller than the IU holds", from(indirect, func(b []byte) []byte { b[7] = 2; return b }), 0, iu.ErrInconsistent},
-		{"indirect list truncated", from(indirect, func(b []byte) []byte { return b[:len(b)-16] }), 0, iu.ErrShortIU},
+		{"indirect list truncated", from(indirect, func(b []byte) []byte { return b[:len(b)-16] }), 0, iu.ErrShort},
 		{"table length not a multiple of 16", from(indirect, func(b []byte) []byte { b[48+15] = 47; return b }), 0, iu.ErrInconsistent},
 		{"table length zero", from(indirect, func(b []byte) []byte { b[48+15] = 0; return b }), 0, iu.ErrInconsistent},
 		{"empty indirect table and no descriptors", cat(cmdHeader(0x02, 0, 0, 0), dd(0xffff888012340000, 0x55, 0), be32(0)), 0, iu.ErrInconsistent},
@@ -348,7 +347,7 @@ func TestCmdDataBuffersRejects(t *testing.T) {
 		{"immediate data shorter than its descriptor", from(imm, func(b []byte) []byte { return b[:len(b)-1] }), 68, iu.ErrInconsistent},
 		{"immediate data longer than its descriptor", from(imm, func(b []byte) []byte { return append(b, 0) }), 68, iu.ErrInconsistent},
 		{"immediate data offset beyond the IU", byName[imm].want, 4096, iu.ErrInconsistent},
-		{"immediate descriptor truncated", from(imm, func(b []byte) []byte { return b[:50] }), 68, iu.ErrShortIU},
+		{"immediate descriptor truncated", from(imm, func(b []byte) []byte { return b[:50] }), 68, iu.ErrShort},
 		// 60 + 100 bytes of data is exactly the IU length, but the data-in descriptor
 		// (bytes 52..67) runs into the data.
 		{"descriptors overlap the immediate data", cat(cmdHeader(0x31, 0, 0, 0), be32(100), dd(1, 2, 3), immPayload(92)), 60, iu.ErrInconsistent},
@@ -359,7 +358,7 @@ func TestCmdDataBuffersRejects(t *testing.T) {
 			require.ErrorIs(t, err, tc.want)
 			require.Equal(t, iu.DataBuf{}, out)
 			require.Equal(t, iu.DataBuf{}, in)
-			_, err = iu.ParseCmd(tc.b, tc.immOff)
+			_, err = iu.Cmd(tc.b).Fields(tc.immOff)
 			require.ErrorIs(t, err, tc.want)
 		})
 	}
@@ -384,7 +383,7 @@ func TestCmdEncodeRejects(t *testing.T) {
 		{"immediate data offset inside the descriptors", cmdFields(iu.DataBufFields{Format: iu.DescImm, ImmDataOffset: 51}, iu.DataBufFields{}, nil), 100, iu.ErrInvalidField},
 		{"format beyond a nibble", cmdFields(iu.DataBufFields{Format: 16}, iu.DataBufFields{}, nil), 100, iu.ErrInvalidField},
 		{"256 partial descriptors", cmdFields(iu.DataBufFields{}, iu.DataBufFields{Format: iu.DescIndirect, Indirect: iu.IndirectBufFields{Descs: make([]iu.DirectBufFields, 256)}}, nil), 5000, iu.ErrInvalidField},
-		{"buffer too small", cmdFields(iu.DataBufFields{Format: iu.DescDirect}, iu.DataBufFields{}, nil), 63, iu.ErrShortIU},
+		{"buffer too small", cmdFields(iu.DataBufFields{Format: iu.DescDirect}, iu.DataBufFields{}, nil), 63, iu.ErrShort},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			buf := ffBuf(tc.size)
@@ -403,7 +402,7 @@ func TestCmdReservedBits(t *testing.T) {
 	c := iu.Cmd(b)
 	require.Equal(t, iu.TaskAttrOrdered, c.TaskAttr())
 	require.Equal(t, 16, c.AddCDBLen())
-	f, err := iu.ParseCmd(b, 0)
+	f, err := iu.Cmd(b).Fields(0)
 	require.NoError(t, err)
 	require.Len(t, f.AddCDB, 16)
 

@@ -51,17 +51,12 @@ func reencode[F any](t *testing.T, in []byte, n int, reserved [][2]int, f F,
 	require.Equal(t, f, f2)
 }
 
-func encLoginReqIB(b []byte, f *iu.LoginReqFields) (int, error) { return iu.LoginReq(b).Encode(f) }
-func encLoginReqRDMA(b []byte, f *iu.LoginReqFields) (int, error) {
-	return iu.LoginReqRDMA(b).Encode(f)
-}
-
 func FuzzLoginReq(f *testing.F) {
 	f.Add(linuxRDMACMLogin(0x80))
 	f.Add(linuxRDMACMLogin(0x81))
 	ib := make([]byte, 92)
 	fields := testLoginReqFields()
-	_, _ = iu.LoginReq(ib).Encode(&fields)
+	iu.LoginReq(ib).Encode(&fields)
 	f.Add(ib)
 	f.Add(ib[:64])
 	f.Add(make([]byte, 60))
@@ -72,14 +67,16 @@ func FuzzLoginReq(f *testing.F) {
 			var want iu.LoginReqFields
 			var werr error
 			if len(b) == iu.LoginReqRDMASize {
-				want, werr = iu.ParseLoginReqRDMA(b)
+				want, werr = iu.Parse[iu.LoginReqRDMA](b)
 			} else {
-				want, werr = iu.ParseLoginReqIB(b)
+				want, werr = iu.Parse[iu.LoginReq](b)
 			}
 			require.NoError(t, werr)
 			require.Equal(t, want, got)
 			// Both forms carry the same logical fields.
-			for _, enc := range []func([]byte, *iu.LoginReqFields) (int, error){encLoginReqIB, encLoginReqRDMA} {
+			for _, enc := range []func([]byte, *iu.LoginReqFields) (int, error){
+				encFixed[iu.LoginReq], encFixed[iu.LoginReqRDMA],
+			} {
 				buf := make([]byte, 64)
 				n, err := enc(buf, &got)
 				require.NoError(t, err)
@@ -88,34 +85,30 @@ func FuzzLoginReq(f *testing.F) {
 				require.Equal(t, got, again)
 			}
 		}
-		fixedOp(t, b, iu.OpLoginReq, 0, iu.LoginReqSize, rsvLoginReqIB, encLoginReqIB, iu.ParseLoginReqIB)
-		fixedOp(t, b, iu.OpLoginReq, 11, iu.LoginReqRDMASize, rsvLoginReqRDMA, encLoginReqRDMA, iu.ParseLoginReqRDMA)
+		fixedOp[iu.LoginReq](t, b, iu.OpLoginReq, 0, iu.LoginReqSize, rsvLoginReqIB)
+		fixedOp[iu.LoginReqRDMA](t, b, iu.OpLoginReq, 11, iu.LoginReqRDMASize, rsvLoginReqRDMA)
 	})
 }
 
 func FuzzLoginRspRej(f *testing.F) {
 	rsp := make([]byte, iu.LoginRspSize)
-	_, _ = iu.LoginRsp(rsp).Encode(&iu.LoginRspFields{ReqLimDelta: 64, MaxITIULen: 8276, MaxTIIULen: 8260, SupBufFmt: 6, RspFlags: 0x81})
+	iu.LoginRsp(rsp).Encode(&iu.LoginRspFields{ReqLimDelta: 64, MaxITIULen: 8276, MaxTIIULen: 8260, SupBufFmt: 6, RspFlags: 0x81})
 	f.Add(rsp)
 	rej := make([]byte, iu.LoginRejSize)
-	_, _ = iu.LoginRej(rej).Encode(&iu.LoginRejFields{Reason: iu.LoginRejChannelLimitReached, SupBufFmt: 6})
+	iu.LoginRej(rej).Encode(&iu.LoginRejFields{Reason: iu.LoginRejChannelLimitReached, SupBufFmt: 6})
 	f.Add(rej)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		fixedOp(t, b, iu.OpLoginRsp, 0, iu.LoginRspSize, rsvLoginRsp,
-			func(b []byte, f *iu.LoginRspFields) (int, error) { return iu.LoginRsp(b).Encode(f) }, iu.ParseLoginRsp)
-		fixedOp(t, b, iu.OpLoginRej, 0, iu.LoginRejSize, rsvLoginRej,
-			func(b []byte, f *iu.LoginRejFields) (int, error) { return iu.LoginRej(b).Encode(f) }, iu.ParseLoginRej)
+		fixedOp[iu.LoginRsp](t, b, iu.OpLoginRsp, 0, iu.LoginRspSize, rsvLoginRsp)
+		fixedOp[iu.LoginRej](t, b, iu.OpLoginRej, 0, iu.LoginRejSize, rsvLoginRej)
 	})
 }
 
-// fixedOp runs decode on b for a fixed-size IU with opcode op at byte opAt. The decoder must
+// fixedOp decodes b as the fixed-size IU V with opcode op at byte opAt. The decoder must
 // accept exactly the inputs of at least size bytes with the right opcode, and what it accepts
 // must re-encode to the same bytes.
-func fixedOp[F any](t *testing.T, b []byte, op iu.Opcode, opAt, size int, reserved [][2]int,
-	encode func([]byte, *F) (int, error), decode func([]byte) (F, error),
-) {
+func fixedOp[V fixedIU[F], F any](t *testing.T, b []byte, op iu.Opcode, opAt, size int, reserved [][2]int) {
 	t.Helper()
-	f, err := decode(b)
+	f, err := iu.Parse[V](b)
 	if err != nil {
 		if len(b) >= size {
 			require.NotEqual(t, byte(op), b[opAt], "rejected a full-size IU with the right opcode: %v", err)
@@ -124,64 +117,61 @@ func fixedOp[F any](t *testing.T, b []byte, op iu.Opcode, opAt, size int, reserv
 	}
 	require.GreaterOrEqual(t, len(b), size)
 	require.Equal(t, byte(op), b[opAt])
-	reencode(t, b, size, reserved, f, encode, decode)
+	reencode(t, b, size, reserved, f, encFixed[V, F], iu.Parse[V, F])
 }
 
 func FuzzTskMgmt(f *testing.F) {
 	b := make([]byte, iu.TskMgmtSize)
-	_, _ = iu.TskMgmt(b).Encode(&iu.TskMgmtFields{Tag: 1 << 31, LUN: 1 << 48, Func: iu.TskLUNReset, TaskTag: 0xffffffff})
+	iu.TskMgmt(b).Encode(&iu.TskMgmtFields{Tag: 1 << 31, LUN: 1 << 48, Func: iu.TskLUNReset, TaskTag: 0xffffffff})
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		fixedOp(t, b, iu.OpTskMgmt, 0, iu.TskMgmtSize, rsvTskMgmt,
-			func(b []byte, f *iu.TskMgmtFields) (int, error) { return iu.TskMgmt(b).Encode(f) }, iu.ParseTskMgmt)
+		fixedOp[iu.TskMgmt](t, b, iu.OpTskMgmt, 0, iu.TskMgmtSize, rsvTskMgmt)
 	})
 }
 
 func FuzzLogout(f *testing.F) {
 	b := make([]byte, 16)
-	_, _ = iu.ILogout(b).Encode(&iu.ILogoutFields{Tag: 7})
+	iu.ILogout(b).Encode(&iu.ILogoutFields{Tag: 7})
 	f.Add(b)
 	b = make([]byte, 16)
-	_, _ = iu.TLogout(b).Encode(&iu.TLogoutFields{SolNot: 1, Reason: iu.TLogoutInvalidIULength, Tag: 7})
+	iu.TLogout(b).Encode(&iu.TLogoutFields{SolNot: 1, Reason: iu.TLogoutInvalidIULength, Tag: 7})
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		fixedOp(t, b, iu.OpILogout, 0, iu.ILogoutSize, rsvOpTag,
-			func(b []byte, f *iu.ILogoutFields) (int, error) { return iu.ILogout(b).Encode(f) }, iu.ParseILogout)
-		fixedOp(t, b, iu.OpTLogout, 0, iu.TLogoutSize, rsvTLogout,
-			func(b []byte, f *iu.TLogoutFields) (int, error) { return iu.TLogout(b).Encode(f) }, iu.ParseTLogout)
+		fixedOp[iu.ILogout](t, b, iu.OpILogout, 0, iu.ILogoutSize, rsvOpTag)
+		fixedOp[iu.TLogout](t, b, iu.OpTLogout, 0, iu.TLogoutSize, rsvTLogout)
 	})
 }
 
 func FuzzCredAer(f *testing.F) {
 	for _, enc := range []func(b []byte) (int, error){
-		func(b []byte) (int, error) { return iu.CredReq(b).Encode(&iu.CredReqFields{ReqLimDelta: 5, Tag: 9}) },
-		func(b []byte) (int, error) { return iu.CredRsp(b).Encode(&iu.CredRspFields{Tag: 9}) },
+		func(b []byte) (int, error) {
+			return iu.CredReq(b).Encode(&iu.CredReqFields{ReqLimDelta: 5, Tag: 9}), nil
+		},
+		func(b []byte) (int, error) { return iu.CredRsp(b).Encode(&iu.CredRspFields{Tag: 9}), nil },
 		func(b []byte) (int, error) {
 			return iu.AerReq(b).Encode(&iu.AerReqFields{ReqLimDelta: 1, Tag: 9, LUN: 1 << 48, SenseData: []byte{0x70, 0, 6, 0}})
 		},
-		func(b []byte) (int, error) { return iu.AerRsp(b).Encode(&iu.AerRspFields{Tag: 9}) },
+		func(b []byte) (int, error) { return iu.AerRsp(b).Encode(&iu.AerRspFields{Tag: 9}), nil },
 	} {
 		b := make([]byte, 64)
-		n, _ := enc(b)
+		n, err := enc(b)
+		if err != nil {
+			f.Fatal(err)
+		}
 		f.Add(b[:n])
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		fixedOp(t, b, iu.OpCredReq, 0, iu.CredReqSize, rsvCredReq,
-			func(b []byte, f *iu.CredReqFields) (int, error) { return iu.CredReq(b).Encode(f) }, iu.ParseCredReq)
-		fixedOp(t, b, iu.OpCredRsp, 0, iu.CredRspSize, rsvOpTag,
-			func(b []byte, f *iu.CredRspFields) (int, error) { return iu.CredRsp(b).Encode(f) }, iu.ParseCredRsp)
-		fixedOp(t, b, iu.OpAerRsp, 0, iu.AerRspSize, rsvOpTag,
-			func(b []byte, f *iu.AerRspFields) (int, error) { return iu.AerRsp(b).Encode(f) }, iu.ParseAerRsp)
+		fixedOp[iu.CredReq](t, b, iu.OpCredReq, 0, iu.CredReqSize, rsvCredReq)
+		fixedOp[iu.CredRsp](t, b, iu.OpCredRsp, 0, iu.CredRspSize, rsvOpTag)
+		fixedOp[iu.AerRsp](t, b, iu.OpAerRsp, 0, iu.AerRspSize, rsvOpTag)
 
-		aer, err := iu.ParseAerReq(b)
+		aer, err := iu.Parse[iu.AerReq](b)
 		if err != nil {
 			return
 		}
-		n := iu.AerReq(b).Len()
+		n := iu.AerReqMinSize + len(aer.SenseData)
 		require.LessOrEqual(t, n, len(b))
-		require.Equal(t, n, iu.AerReqMinSize+len(aer.SenseData))
-		reencode(t, b, n, rsvAerReq, aer,
-			func(b []byte, f *iu.AerReqFields) (int, error) { return iu.AerReq(b).Encode(f) }, iu.ParseAerReq)
+		reencode(t, b, n, rsvAerReq, aer, encVar[iu.AerReq, iu.AerReqFields], iu.Parse[iu.AerReq, iu.AerReqFields])
 	})
 }
 
@@ -192,22 +182,23 @@ func FuzzRsp(f *testing.F) {
 		{ReqLimDelta: 2, Tag: 3, RespData: []byte{0, 0, 0, 4}, SenseData: []byte{0x72, 0, 0, 0}},
 	} {
 		b := make([]byte, iu.RspLen(&in))
-		_, _ = iu.Rsp(b).Encode(&in)
+		if _, err := iu.Rsp(b).Encode(&in); err != nil {
+			f.Fatal(err)
+		}
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := iu.ParseRsp(b)
+		r, err := iu.Parse[iu.Rsp](b)
 		if err != nil {
 			return
 		}
 		v := iu.Rsp(b)
-		n := v.Len()
+		n := iu.RspLen(&r)
 		require.LessOrEqual(t, n, len(b))
-		require.Equal(t, n, iu.RspLen(&r))
+		require.Equal(t, uint64(n), iu.RspMinSize+uint64(v.RespDataLen())+uint64(v.SenseDataLen()))
 		require.Equal(t, v.RespDataLen() != 0, r.Flags&iu.RSPVALID != 0)
 		require.Equal(t, v.SenseDataLen() != 0, r.Flags&iu.SNSVALID != 0)
-		reencode(t, b, n, rsvRsp, r,
-			func(b []byte, f *iu.RspFields) (int, error) { return iu.Rsp(b).Encode(f) }, iu.ParseRsp)
+		reencode(t, b, n, rsvRsp, r, encVar[iu.Rsp, iu.RspFields], iu.Parse[iu.Rsp, iu.RspFields])
 	})
 }
 
@@ -223,7 +214,7 @@ func FuzzCmd(f *testing.F) {
 		if err != nil {
 			require.Equal(t, iu.DataBuf{}, out)
 			require.Equal(t, iu.DataBuf{}, in)
-			_, perr := iu.ParseCmd(b, immOff)
+			_, perr := iu.Cmd(b).Fields(immOff)
 			require.Equal(t, err.Error(), perr.Error())
 			return
 		}
@@ -261,7 +252,7 @@ func FuzzCmd(f *testing.F) {
 
 		// Re-encoding gives back the input with reserved bytes and bits and the padding
 		// before immediate data cleared.
-		fields, err := iu.ParseCmd(b, immOff)
+		fields, err := iu.Cmd(b).Fields(immOff)
 		require.NoError(t, err)
 		want := normalized(b, len(b), rsvCmd)
 		want[29] &= 0x07
@@ -274,7 +265,7 @@ func FuzzCmd(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, len(b), n)
 		require.Equal(t, want, buf)
-		again, err := iu.ParseCmd(buf, immOff)
+		again, err := iu.Cmd(buf).Fields(immOff)
 		require.NoError(t, err)
 		require.Equal(t, fields, again)
 	})

@@ -29,11 +29,51 @@ func ffBuf(n int) []byte { return bytes.Repeat([]byte{0xFF}, n) }
 
 func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 
-// checkLayout encodes in into a 0xFF-filled buffer 8 bytes larger than the IU and compares the
+// fixedIU is the contract of an IU of fixed size: a view that validates, decodes and encodes,
+// the encoder taking a buffer of at least the IU's size and so never failing.
+type fixedIU[F any] interface {
+	~[]byte
+	Validate() error
+	Fields() F
+	Encode(*F) int
+}
+
+// varIU is the contract of an IU whose length depends on its content (SRP_RSP, SRP_AER_REQ):
+// its encoder reports a buffer too short for the content with ErrShort.
+type varIU[F any] interface {
+	~[]byte
+	Validate() error
+	Fields() F
+	Encode(*F) (int, error)
+}
+
+func encFixed[V fixedIU[F], F any](b []byte, f *F) (int, error) { return V(b).Encode(f), nil }
+func encVar[V varIU[F], F any](b []byte, f *F) (int, error)     { return V(b).Encode(f) }
+
+// checkLayout checks a fixed-size IU V against its bytes (see checkBytes); encoding into a
+// buffer one byte short panics, as encoding/binary's Put functions do.
+func checkLayout[V fixedIU[F], F any](t *testing.T, want []byte, in F, opAt int) {
+	t.Helper()
+	checkBytes(t, want, in, opAt, encFixed[V, F], iu.Parse[V, F], iu.ErrShort)
+	require.Panics(t, func() { V(ffBuf(len(want) - 1)).Encode(&in) }, "encoding into a buffer one byte short")
+}
+
+// checkLayoutVar checks a variable-size IU V against its bytes (see checkBytes); encoding into
+// a buffer one byte short is ErrShort and writes nothing.
+func checkLayoutVar[V varIU[F], F any](t *testing.T, want []byte, in F, truncErr error) {
+	t.Helper()
+	checkBytes(t, want, in, 0, encVar[V, F], iu.Parse[V, F], truncErr)
+	short := ffBuf(len(want) - 1)
+	_, err := V(short).Encode(&in)
+	require.ErrorIs(t, err, iu.ErrShort, "encoding into a buffer one byte short")
+	require.Equal(t, ffBuf(len(want)-1), short, "nothing written on error")
+}
+
+// checkBytes encodes in into a 0xFF-filled buffer 8 bytes larger than the IU and compares the
 // full output with want; checks that nothing past the IU was written; decodes the output and
-// compares with in; and checks the decoder's and encoder's errors on short buffers and on a
-// wrong opcode at opAt (if opAt >= 0).
-func checkLayout[F any](t *testing.T, want []byte, in F, opAt int,
+// compares with in; and checks the decoder's errors on short input (truncErr for want less its
+// last byte) and on a wrong opcode at opAt.
+func checkBytes[F any](t *testing.T, want []byte, in F, opAt int,
 	encode func([]byte, *F) (int, error), decode func([]byte) (F, error), truncErr error,
 ) {
 	t.Helper()
@@ -48,17 +88,11 @@ func checkLayout[F any](t *testing.T, want []byte, in F, opAt int,
 	require.NoError(t, err)
 	require.Equal(t, in, got, "decode(encode(x)) != x")
 
-	_, err = encode(ffBuf(len(want)-1), &in)
-	require.ErrorIs(t, err, iu.ErrShortIU, "encoding into a buffer one byte short")
-
 	_, err = decode(want[:len(want)-1])
 	require.ErrorIs(t, err, truncErr, "decoding an IU one byte short")
 	_, err = decode(nil)
-	require.ErrorIs(t, err, iu.ErrShortIU, "decoding nothing")
+	require.ErrorIs(t, err, iu.ErrShort, "decoding nothing")
 
-	if opAt < 0 { // descriptors carry no opcode
-		return
-	}
 	bad := bytes.Clone(want)
 	bad[opAt] ^= 0x40
 	_, err = decode(bad)
@@ -83,9 +117,7 @@ func TestLoginReqIBLayout(t *testing.T) {
 		testTarget[:],
 	)
 	require.Len(t, want, iu.LoginReqSize)
-	checkLayout(t, want, testLoginReqFields(), 0,
-		func(b []byte, f *iu.LoginReqFields) (int, error) { return iu.LoginReq(b).Encode(f) },
-		iu.ParseLoginReqIB, iu.ErrShortIU)
+	checkLayout[iu.LoginReq](t, want, testLoginReqFields(), 0)
 
 	// The generic decoder picks the IB CM form for 64 bytes and for the 92 bytes of IB CM REQ
 	// private data (zero padded).
@@ -111,9 +143,7 @@ func TestLoginReqRDMALayout(t *testing.T) {
 		[]byte{0, 0, 0, 0, 0, 0}, // reserved
 	)
 	require.Len(t, want, iu.LoginReqRDMASize)
-	checkLayout(t, want, testLoginReqFields(), 11,
-		func(b []byte, f *iu.LoginReqFields) (int, error) { return iu.LoginReqRDMA(b).Encode(f) },
-		iu.ParseLoginReqRDMA, iu.ErrShortIU)
+	checkLayout[iu.LoginReqRDMA](t, want, testLoginReqFields(), 11)
 
 	got, err := iu.ParseLoginReq(want)
 	require.NoError(t, err)
@@ -132,46 +162,13 @@ func testLoginReqFields() iu.LoginReqFields {
 	}
 }
 
-func TestLoginReqViewsAgree(t *testing.T) {
-	f := testLoginReqFields()
-	ib := make(iu.LoginReq, iu.LoginReqSize)
-	_, err := ib.Encode(&f)
-	require.NoError(t, err)
-	rd := make(iu.LoginReqRDMA, iu.LoginReqRDMASize)
-	_, err = rd.Encode(&f)
-	require.NoError(t, err)
-
-	require.NoError(t, ib.Validate())
-	require.NoError(t, rd.Validate())
-	for _, v := range []interface {
-		Opcode() iu.Opcode
-		Tag() iu.Tag
-		ReqITIULen() uint32
-		ReqBufFmt() iu.BufFmt
-		ReqFlags() iu.LoginReqFlags
-		ImmDataOffset() uint16
-		InitiatorPortID() iu.PortID
-		TargetPortID() iu.PortID
-	}{ib, rd} {
-		require.Equal(t, iu.OpLoginReq, v.Opcode())
-		require.Equal(t, f.Tag, v.Tag())
-		require.Equal(t, f.ReqITIULen, v.ReqITIULen())
-		require.Equal(t, f.ReqBufFmt, v.ReqBufFmt())
-		require.Equal(t, f.ReqFlags, v.ReqFlags())
-		require.Equal(t, iu.MultiChanMulti, v.ReqFlags().MultiChanAction())
-		require.Equal(t, f.ImmDataOffset, v.ImmDataOffset())
-		require.Equal(t, f.InitiatorPortID, v.InitiatorPortID())
-		require.Equal(t, f.TargetPortID, v.TargetPortID())
-	}
-}
-
 func TestParseLoginReqLengths(t *testing.T) {
 	for _, tc := range []struct {
 		n    int
 		want error
 	}{
-		{0, iu.ErrShortIU},
-		{55, iu.ErrShortIU},
+		{0, iu.ErrShort},
+		{55, iu.ErrShort},
 		{57, iu.ErrInconsistent},
 		{63, iu.ErrInconsistent},
 	} {
@@ -208,9 +205,7 @@ func TestLoginRspLayout(t *testing.T) {
 		SupBufFmt:   iu.BufFormatDirect | iu.BufFormatIndirect,
 		RspFlags:    iu.LoginRspMultiChanMaintained | iu.LoginRspImmedSupp,
 	}
-	checkLayout(t, want, in, 0,
-		func(b []byte, f *iu.LoginRspFields) (int, error) { return iu.LoginRsp(b).Encode(f) },
-		iu.ParseLoginRsp, iu.ErrShortIU)
+	checkLayout[iu.LoginRsp](t, want, in, 0)
 	require.Equal(t, iu.LoginRspMultiChanMaintained, iu.LoginRsp(want).RspFlags().MultiChanResult())
 }
 
@@ -231,9 +226,7 @@ func TestLoginRejLayout(t *testing.T) {
 		Tag:       testTag,
 		SupBufFmt: iu.BufFormatDirect | iu.BufFormatIndirect,
 	}
-	checkLayout(t, want, in, 0,
-		func(b []byte, f *iu.LoginRejFields) (int, error) { return iu.LoginRej(b).Encode(f) },
-		iu.ParseLoginRej, iu.ErrShortIU)
+	checkLayout[iu.LoginRej](t, want, in, 0)
 }
 
 func TestLoginRejReasonString(t *testing.T) {
@@ -284,13 +277,8 @@ func TestOpcodes(t *testing.T) {
 	} {
 		require.Equal(t, tc.val, uint8(tc.op), tc.name)
 		require.Equal(t, tc.name, tc.op.String())
-		op, err := iu.PeekOpcode([]byte{tc.val, 0xFF})
-		require.NoError(t, err)
-		require.Equal(t, tc.op, op)
 	}
 	require.Equal(t, "SRP opcode 0x04", iu.Opcode(4).String())
-	_, err := iu.PeekOpcode(nil)
-	require.ErrorIs(t, err, iu.ErrShortIU)
 }
 
 func TestPortID(t *testing.T) {
@@ -302,9 +290,7 @@ func TestPortID(t *testing.T) {
 func TestILogoutLayout(t *testing.T) {
 	// struct srp_i_logout: opcode, reserved[7], tag.
 	want := cat([]byte{0x03, 0, 0, 0, 0, 0, 0, 0}, []byte{1, 2, 3, 4, 5, 6, 7, 8})
-	checkLayout(t, want, iu.ILogoutFields{Tag: testTag}, 0,
-		func(b []byte, f *iu.ILogoutFields) (int, error) { return iu.ILogout(b).Encode(f) },
-		iu.ParseILogout, iu.ErrShortIU)
+	checkLayout[iu.ILogout](t, want, iu.ILogoutFields{Tag: testTag}, 0)
 }
 
 func TestTLogoutLayout(t *testing.T) {
@@ -315,9 +301,7 @@ func TestTLogoutLayout(t *testing.T) {
 		[]byte{1, 2, 3, 4, 5, 6, 7, 8}, // tag
 	)
 	in := iu.TLogoutFields{SolNot: iu.SOLNT, Reason: iu.TLogoutUnsupportedDataInFormat, Tag: testTag}
-	checkLayout(t, want, in, 0,
-		func(b []byte, f *iu.TLogoutFields) (int, error) { return iu.TLogout(b).Encode(f) },
-		iu.ParseTLogout, iu.ErrShortIU)
+	checkLayout[iu.TLogout](t, want, in, 0)
 
 	for _, tc := range []struct {
 		r    iu.TLogoutReason
@@ -361,9 +345,7 @@ func TestTskMgmtLayout(t *testing.T) {
 		Func:    iu.TskAbortTask,
 		TaskTag: testTaskTag,
 	}
-	checkLayout(t, want, in, 0,
-		func(b []byte, f *iu.TskMgmtFields) (int, error) { return iu.TskMgmt(b).Encode(f) },
-		iu.ParseTskMgmt, iu.ErrShortIU)
+	checkLayout[iu.TskMgmt](t, want, in, 0)
 }
 
 func TestTskMgmtCodes(t *testing.T) {
@@ -479,9 +461,7 @@ func TestRspLayout(t *testing.T) {
 				want.Flags |= iu.SNSVALID
 			}
 			require.Equal(t, len(tc.want), iu.RspLen(&in))
-			checkLayout(t, tc.want, want, 0,
-				func(b []byte, f *iu.RspFields) (int, error) { return iu.Rsp(b).Encode(f) },
-				iu.ParseRsp, truncErrFor(tc.want, iu.RspMinSize))
+			checkLayoutVar[iu.Rsp](t, tc.want, want, truncErrFor(tc.want, iu.RspMinSize))
 
 			// RSPVALID and SNSVALID follow the presence of data, whatever the caller set.
 			for _, flags := range []iu.RspFlags{0, iu.RSPVALID | iu.SNSVALID} {
@@ -494,7 +474,6 @@ func TestRspLayout(t *testing.T) {
 
 			r := iu.Rsp(tc.want)
 			require.NoError(t, r.Validate())
-			require.Equal(t, len(tc.want), r.Len())
 			require.Equal(t, len(tc.in.RespData), len(r.RespData()))
 			require.Equal(t, len(tc.in.SenseData), len(r.SenseData()))
 		})
@@ -505,9 +484,26 @@ func TestRspLayout(t *testing.T) {
 // is short, or the lengths it declares run past the end.
 func truncErrFor(want []byte, min int) error {
 	if len(want)-1 < min {
-		return iu.ErrShortIU
+		return iu.ErrShort
 	}
 	return iu.ErrInconsistent
+}
+
+func TestRspEncodeTskMgmt(t *testing.T) {
+	// The SRP_RSP answering an SRP_TSK_MGMT: RSPVALID, 4 bytes of response data with the code
+	// in the last byte (SRP r16a table 24), no sense data, whatever b held before.
+	buf := ffBuf(iu.TskMgmtRspSize + 8)
+	require.Equal(t, iu.TskMgmtRspSize, iu.Rsp(buf).EncodeTskMgmt(0x8000000000000001, 2, iu.TskMgmtFuncNotSupp))
+	require.Equal(t, cat(
+		[]byte{0xC1, 0, 0, 0, 0, 0, 0, 2}, // opcode SRP_RSP, sol_not, reserved1, req_lim_delta = 2
+		[]byte{0x80, 0, 0, 0, 0, 0, 0, 1}, // tag
+		[]byte{0, 0, 0x01, 0x00},          // reserved2, flags = RSPVALID, status GOOD
+		make([]byte, 8),                   // residual counts
+		[]byte{0, 0, 0, 0, 0, 0, 0, 4},    // sense_data_len = 0, resp_data_len = 4
+		[]byte{0, 0, 0, 0x04},             // response data: FUNCTION NOT SUPPORTED
+		ffBuf(8),                          // untouched
+	), buf)
+	require.Panics(t, func() { iu.Rsp(ffBuf(iu.TskMgmtRspSize-1)).EncodeTskMgmt(1, 1, iu.TskMgmtSuccess) })
 }
 
 func TestRspFlagValues(t *testing.T) {
@@ -538,11 +534,11 @@ func TestRspValidateRejects(t *testing.T) {
 			copy(b[32:36], []byte{0xFF, 0xFF, 0xFF, 0xFF})
 			return b
 		}, iu.ErrInconsistent},
-		{"header only", func(b []byte) []byte { return b[:35] }, iu.ErrShortIU},
+		{"header only", func(b []byte) []byte { return b[:35] }, iu.ErrShort},
 		{"wrong opcode", func(b []byte) []byte { b[0] = byte(iu.OpCmd); return b }, iu.ErrOpcode},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := iu.ParseRsp(tc.patch(good()))
+			_, err := iu.Parse[iu.Rsp](tc.patch(good()))
 			require.ErrorIs(t, err, tc.want)
 		})
 	}
@@ -553,7 +549,7 @@ func TestRspEncodeTooSmall(t *testing.T) {
 	// that does not fit is an error, not an oversize SEND.
 	buf := ffBuf(64)
 	_, err := iu.Rsp(buf[:50]).Encode(&iu.RspFields{SenseData: make([]byte, 18)})
-	require.ErrorIs(t, err, iu.ErrShortIU)
+	require.ErrorIs(t, err, iu.ErrShort)
 	require.Equal(t, ffBuf(64), buf, "nothing written on error")
 }
 
@@ -564,17 +560,13 @@ func TestCredReqLayout(t *testing.T) {
 		[]byte{0x00, 0x00, 0x01, 0x02}, // req_lim_delta = 258
 		[]byte{1, 2, 3, 4, 5, 6, 7, 8},
 	)
-	checkLayout(t, want, iu.CredReqFields{SolNot: iu.SOLNT, ReqLimDelta: 258, Tag: testTag}, 0,
-		func(b []byte, f *iu.CredReqFields) (int, error) { return iu.CredReq(b).Encode(f) },
-		iu.ParseCredReq, iu.ErrShortIU)
+	checkLayout[iu.CredReq](t, want, iu.CredReqFields{SolNot: iu.SOLNT, ReqLimDelta: 258, Tag: testTag}, 0)
 }
 
 func TestCredRspLayout(t *testing.T) {
 	// struct srp_cred_rsp: opcode, reserved[7], tag.
 	want := cat([]byte{0x41, 0, 0, 0, 0, 0, 0, 0}, []byte{1, 2, 3, 4, 5, 6, 7, 8})
-	checkLayout(t, want, iu.CredRspFields{Tag: testTag}, 0,
-		func(b []byte, f *iu.CredRspFields) (int, error) { return iu.CredRsp(b).Encode(f) },
-		iu.ParseCredRsp, iu.ErrShortIU)
+	checkLayout[iu.CredRsp](t, want, iu.CredRspFields{Tag: testTag}, 0)
 }
 
 func TestAerReqLayout(t *testing.T) {
@@ -592,31 +584,24 @@ func TestAerReqLayout(t *testing.T) {
 		sense,
 	)
 	in := iu.AerReqFields{ReqLimDelta: 1, Tag: testTag, LUN: testLUN, SenseData: sense}
-	checkLayout(t, want, in, 0,
-		func(b []byte, f *iu.AerReqFields) (int, error) { return iu.AerReq(b).Encode(f) },
-		iu.ParseAerReq, iu.ErrInconsistent)
-	require.Equal(t, len(want), iu.AerReq(want).Len())
+	checkLayoutVar[iu.AerReq](t, want, in, iu.ErrInconsistent)
 	require.Equal(t, sense, iu.AerReq(want).SenseData())
 
 	// Without sense data it is exactly the 36-byte fixed part.
 	want0 := cat(want[:28], []byte{0, 0, 0, 0}, []byte{0, 0, 0, 0})
-	checkLayout(t, want0, iu.AerReqFields{ReqLimDelta: 1, Tag: testTag, LUN: testLUN}, 0,
-		func(b []byte, f *iu.AerReqFields) (int, error) { return iu.AerReq(b).Encode(f) },
-		iu.ParseAerReq, iu.ErrShortIU)
+	checkLayoutVar[iu.AerReq](t, want0, iu.AerReqFields{ReqLimDelta: 1, Tag: testTag, LUN: testLUN}, iu.ErrShort)
 }
 
 func TestAerRspLayout(t *testing.T) {
 	// struct srp_aer_rsp: opcode, reserved[7], tag.
 	want := cat([]byte{0x42, 0, 0, 0, 0, 0, 0, 0}, []byte{1, 2, 3, 4, 5, 6, 7, 8})
-	checkLayout(t, want, iu.AerRspFields{Tag: testTag}, 0,
-		func(b []byte, f *iu.AerRspFields) (int, error) { return iu.AerRsp(b).Encode(f) },
-		iu.ParseAerRsp, iu.ErrShortIU)
+	checkLayout[iu.AerRsp](t, want, iu.AerRspFields{Tag: testTag}, 0)
 }
 
 func TestErrorsCarryContext(t *testing.T) {
-	_, err := iu.ParseTskMgmt(make([]byte, 10))
+	_, err := iu.Parse[iu.TskMgmt](make([]byte, 10))
 	require.EqualError(t, err, "srp: SRP_TSK_MGMT of 10 bytes, need 48: srp: IU too short")
-	_, err = iu.ParseCredRsp(cat([]byte{0x42}, make([]byte, 15)))
+	_, err = iu.Parse[iu.CredRsp](cat([]byte{0x42}, make([]byte, 15)))
 	require.EqualError(t, err, "srp: opcode SRP_AER_RSP where SRP_CRED_RSP expected: srp: unexpected opcode")
 	require.True(t, errors.Is(err, iu.ErrOpcode))
 }

@@ -143,7 +143,7 @@ func newChannel(node *memfabric.Node, conn *memfabric.Conn, cfg Config, loginReq
 // setup decodes the login response and allocates and posts the rings.
 func (c *Channel) setup() error {
 	cfg := c.cfg
-	rsp, err := iu.ParseLoginRsp(c.loginRspIU)
+	rsp, err := iu.Parse[iu.LoginRsp](c.loginRspIU)
 	if err != nil {
 		return fmt.Errorf("srptest: login to %v: %w: %w", cfg.Addr, ErrLoginResponse, err)
 	}
@@ -475,7 +475,7 @@ func (c *Channel) handleIULocked(msg []byte) {
 		c.unsolicitedLocked(msg)
 	case iu.OpTLogout:
 		c.stats.TLogouts++
-		f, err := iu.ParseTLogout(msg)
+		f, err := iu.Parse[iu.TLogout](msg)
 		if err != nil {
 			c.protoErrorLocked(err)
 		} else {
@@ -517,9 +517,9 @@ func (c *Channel) answerLocked(op iu.Opcode, tag iu.Tag) {
 	buf := c.txSlot(slot)
 	var n int
 	if op == iu.OpCredRsp {
-		n, _ = iu.CredRsp(buf).Encode(&iu.CredRspFields{Tag: tag})
+		n = iu.CredRsp(buf).Encode(&iu.CredRspFields{Tag: tag})
 	} else {
-		n, _ = iu.AerRsp(buf).Encode(&iu.AerRspFields{Tag: tag})
+		n = iu.AerRsp(buf).Encode(&iu.AerRspFields{Tag: tag})
 	}
 	if _, err := c.conn.PostSend([]ib.SendWR{c.sendWR(uint64(slot), c.txMR, uint64(slot*c.txSize), n)}); err != nil {
 		c.txFree = append(c.txFree, slot)
@@ -837,7 +837,7 @@ func (c *Channel) taskMgmt(ctx context.Context, fn iu.TskMgmtFunc, lun uint64, t
 	r := &request{tag: tag, lun: lun, tagIdx: -1, tm: true, posted: true, done: make(chan struct{})}
 	c.pending[tag] = r
 	c.stats.TaskMgmts++
-	n, _ := iu.TskMgmt(c.txSlot(slot)).Encode(&iu.TskMgmtFields{Tag: tag, LUN: lun, Func: fn, TaskTag: taskTag})
+	n := iu.TskMgmt(c.txSlot(slot)).Encode(&iu.TskMgmtFields{Tag: tag, LUN: lun, Func: fn, TaskTag: taskTag})
 	c.mu.Unlock()
 	if _, err := c.conn.PostSend([]ib.SendWR{c.sendWR(uint64(slot), c.txMR, uint64(slot*c.txSize), n)}); err != nil {
 		c.mu.Lock()
@@ -944,7 +944,7 @@ func (c *Channel) sendRaw(msg []byte, wait bool) (<-chan ib.Status, error) {
 // Close does. It returns the SEND's failure, if any, or Close's error.
 func (c *Channel) Logout() error {
 	msg := make([]byte, iu.ILogoutSize)
-	_, _ = iu.ILogout(msg).Encode(&iu.ILogoutFields{})
+	iu.ILogout(msg).Encode(&iu.ILogoutFields{})
 	w, err := c.sendRaw(msg, true)
 	if err == nil {
 		timer := time.NewTimer(c.cfg.Timeout)

@@ -228,7 +228,7 @@ func TestBadLoginResponse(t *testing.T) {
 		"short":        {0xc0, 0, 0, 0, 0, 0, 0, 32},
 		"MAXIMUM TI IU LENGTH 35": func() []byte {
 			b := make([]byte, 52)
-			_, _ = iu.LoginRsp(b).Encode(&iu.LoginRspFields{ReqLimDelta: 8, MaxITIULen: 8260, MaxTIIULen: 35})
+			iu.LoginRsp(b).Encode(&iu.LoginRspFields{ReqLimDelta: 8, MaxITIULen: 8260, MaxTIIULen: 35})
 			return b
 		}(),
 	} {

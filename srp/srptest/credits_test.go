@@ -91,7 +91,7 @@ func TestCreditAccounting(t *testing.T) {
 
 	// SRP_CRED_REQ: answered with SRP_CRED_RSP (no credit), delta added, the command goes.
 	fc.send(encodeIU(t, iu.CredReqSize, func(b []byte) (int, error) {
-		return iu.CredReq(b).Encode(&iu.CredReqFields{ReqLimDelta: 2, Tag: 0x7777})
+		return iu.CredReq(b).Encode(&iu.CredReqFields{ReqLimDelta: 2, Tag: 0x7777}), nil
 	}))
 	select {
 	case r := <-blocked:
@@ -285,7 +285,7 @@ func TestTargetLogout(t *testing.T) {
 	_, ok := ch.TargetLogoutReason()
 	require.False(t, ok)
 	ft.channel(0).send(encodeIU(t, iu.TLogoutSize, func(b []byte) (int, error) {
-		return iu.TLogout(b).Encode(&iu.TLogoutFields{Reason: iu.TLogoutInactive, Tag: 9})
+		return iu.TLogout(b).Encode(&iu.TLogoutFields{Reason: iu.TLogoutInactive, Tag: 9}), nil
 	}))
 	select {
 	case <-ch.TargetLogout():
@@ -316,7 +316,7 @@ func TestSendRaw(t *testing.T) {
 	require.NoError(t, ch.SendRaw([]byte{0x05, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}))
 	msg, err := ch.NextUnsolicited(ctx)
 	require.NoError(t, err)
-	f, err := iu.ParseTLogout(msg)
+	f, err := iu.Parse[iu.TLogout](msg)
 	require.NoError(t, err)
 	require.Equal(t, iu.TLogoutInvalidIUType, f.Reason)
 	require.Equal(t, int64(31), ch.Credits(), "a request IU takes a credit")
@@ -333,7 +333,7 @@ func TestSendRaw(t *testing.T) {
 
 	// An initiator response takes no credit.
 	require.NoError(t, ch.SendRaw(encodeIU(t, 16, func(b []byte) (int, error) {
-		return iu.CredRsp(b).Encode(&iu.CredRspFields{Tag: 1})
+		return iu.CredRsp(b).Encode(&iu.CredRspFields{Tag: 1}), nil
 	})))
 	testutil.WaitFor(t, "the raw SRP_CRED_RSP", func() bool {
 		return len(findOpcode(ft.channel(0).receivedIUs(), iu.OpCredRsp)) == 1

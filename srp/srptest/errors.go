@@ -67,7 +67,7 @@ func (e *LoginRejectedError) Error() string {
 func newLoginRejected(re *memfabric.RejectedError) *LoginRejectedError {
 	e := &LoginRejectedError{CMReason: re.Reason, Raw: append([]byte(nil), re.PrivateData...)}
 	// ib_srp looks at byte 0 only; a full decode needs the 32 bytes.
-	if f, err := iu.ParseLoginRej(e.Raw); err == nil {
+	if f, err := iu.Parse[iu.LoginRej](e.Raw); err == nil {
 		e.Fields, e.Reason, e.Decoded = f, f.Reason, true
 	}
 	return e

@@ -196,13 +196,13 @@ func (ft *fakeTarget) accept(req ib.ConnRequest) {
 		rsp, rej = ft.login(f)
 		if rej != nil {
 			b := make([]byte, iu.LoginRejSize)
-			_, _ = iu.LoginRej(b).Encode(rej)
+			iu.LoginRej(b).Encode(rej)
 			_ = req.Reject(b)
 			return
 		}
 	}
 	priv := make([]byte, iu.LoginRspSize)
-	_, _ = iu.LoginRsp(priv).Encode(rsp)
+	iu.LoginRsp(priv).Encode(rsp)
 	if ft.loginRaw != nil {
 		priv = ft.loginRaw
 	}
@@ -470,7 +470,7 @@ func (fc *fakeChan) handle(msg []byte) {
 		}
 		fc.command(msg)
 	case iu.OpTskMgmt:
-		f, err := iu.ParseTskMgmt(msg)
+		f, err := iu.Parse[iu.TskMgmt](msg)
 		if err != nil {
 			return
 		}
@@ -497,7 +497,7 @@ func (fc *fakeChan) handle(msg []byte) {
 		// Recorded in received only.
 	default:
 		t := make([]byte, iu.TLogoutSize)
-		_, _ = iu.TLogout(t).Encode(&iu.TLogoutFields{Reason: iu.TLogoutInvalidIUType})
+		iu.TLogout(t).Encode(&iu.TLogoutFields{Reason: iu.TLogoutInvalidIUType})
 		fc.post(t, nil)
 	}
 }

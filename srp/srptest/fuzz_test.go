@@ -44,7 +44,7 @@ func newStubChannel(t testing.TB) (*Channel, *stubConn, *request) {
 	require.NoError(t, err)
 	sc := &stubConn{ready: make(chan struct{})}
 	rsp := make([]byte, iu.LoginRspSize)
-	_, _ = iu.LoginRsp(rsp).Encode(&iu.LoginRspFields{ReqLimDelta: 32, MaxITIULen: 8276, MaxTIIULen: 8260,
+	iu.LoginRsp(rsp).Encode(&iu.LoginRspFields{ReqLimDelta: 32, MaxITIULen: 8276, MaxTIIULen: 8260,
 		RspFlags: iu.LoginRspImmedSupp})
 	c := &Channel{
 		cfg: cfg, conn: sc, pd: newFakePD(), loginRspIU: rsp,
@@ -73,13 +73,13 @@ func FuzzHandleIU(f *testing.F) {
 		return iu.Rsp(b).Encode(&iu.RspFields{Tag: fuzzTag, ReqLimDelta: 3, Status: 2, SenseData: senseFixed(5, 0x24, 0)})
 	}))
 	f.Add(enc(16, func(b []byte) (int, error) {
-		return iu.CredReq(b).Encode(&iu.CredReqFields{ReqLimDelta: 4, Tag: 9})
+		return iu.CredReq(b).Encode(&iu.CredReqFields{ReqLimDelta: 4, Tag: 9}), nil
 	}))
 	f.Add(enc(64, func(b []byte) (int, error) {
 		return iu.AerReq(b).Encode(&iu.AerReqFields{ReqLimDelta: 1, Tag: 2, SenseData: senseFixed(6, 0x29, 0)})
 	}))
 	f.Add(enc(16, func(b []byte) (int, error) {
-		return iu.TLogout(b).Encode(&iu.TLogoutFields{Reason: iu.TLogoutInvalidIULength})
+		return iu.TLogout(b).Encode(&iu.TLogoutFields{Reason: iu.TLogoutInvalidIULength}), nil
 	}))
 	f.Add([]byte{})
 	f.Add([]byte{0xc1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff})

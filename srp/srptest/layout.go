@@ -196,7 +196,7 @@ func (b *cmdBuild) describe(pd ib.ProtectionDomain, neg *negotiated, layout Layo
 	// srp_map_idb does; the IU carries the first min(n, cmd_sg_entries) entries.
 	table := make([]byte, n*iu.DirectBufSize)
 	for i := range descs {
-		_, _ = iu.DirectBuf(table[i*iu.DirectBufSize:]).Encode(&descs[i])
+		iu.DirectBuf(table[i*iu.DirectBufSize:]).Encode(&descs[i])
 	}
 	tmr, err := pd.RegisterMemory(table, accessTable)
 	if err != nil {

@@ -151,11 +151,11 @@ func buildLoginReq(cfg *Config) []byte {
 	}
 	if cfg.LoginForm == LoginFormIBCM {
 		b := make([]byte, iu.LoginReqSize)
-		_, _ = iu.LoginReq(b).Encode(&f)
+		iu.LoginReq(b).Encode(&f)
 		return b
 	}
 	b := make([]byte, iu.LoginReqRDMASize)
-	_, _ = iu.LoginReqRDMA(b).Encode(&f)
+	iu.LoginReqRDMA(b).Encode(&f)
 	return b
 }
 

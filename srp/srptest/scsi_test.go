@@ -52,7 +52,7 @@ func TestSenseKey(t *testing.T) {
 
 func TestLoginRejectedErrorText(t *testing.T) {
 	rej := make([]byte, 148)
-	_, _ = iu.LoginRej(rej).Encode(&iu.LoginRejFields{Reason: iu.LoginRejReqITIULengthTooLarge})
+	iu.LoginRej(rej).Encode(&iu.LoginRejFields{Reason: iu.LoginRejReqITIULengthTooLarge})
 	e := newLoginRejected(&memfabric.RejectedError{Reason: memfabric.RejectConsumerDefined, PrivateData: rej})
 	require.True(t, e.Decoded)
 	require.Equal(t, iu.LoginRejReqITIULengthTooLarge, e.Reason)

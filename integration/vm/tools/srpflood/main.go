@@ -260,7 +260,7 @@ func loginRequest(cfg *config) []byte {
 		TargetPortID:    portID(cfg.idExt, cfg.iocGUID),
 	}
 	b := make([]byte, iu.LoginReqRDMASize)
-	_, _ = iu.LoginReqRDMA(b).Encode(&f) // cannot fail: b has the size
+	iu.LoginReqRDMA(b).Encode(&f)
 	return b
 }
 

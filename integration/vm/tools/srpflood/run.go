@@ -61,14 +61,14 @@ func run(cfg config, out io.Writer) error {
 	if err != nil {
 		var re *verbs.RejectedError
 		if errors.As(err, &re) {
-			if rej, perr := iu.ParseLoginRej(re.PrivateData); perr == nil {
+			if rej, perr := iu.Parse[iu.LoginRej](re.PrivateData); perr == nil {
 				return fmt.Errorf("login rejected: %v", rej.Reason)
 			}
 		}
 		return fmt.Errorf("login: %w", err)
 	}
 	defer conn.Close()
-	rsp, err := iu.ParseLoginRsp(conn.PrivateData())
+	rsp, err := iu.Parse[iu.LoginRsp](conn.PrivateData())
 	if err != nil {
 		return fmt.Errorf("login response in the REP's private data: %w", err)
 	}
