@@ -81,20 +81,13 @@ func TestImmBufLayout(t *testing.T) {
 func TestDescFmtValues(t *testing.T) {
 	// SRP_NO_DATA_DESC, SRP_DATA_DESC_DIRECT, SRP_DATA_DESC_INDIRECT, SRP_DATA_DESC_IMM;
 	// SRP_BUF_FORMAT_DIRECT / _INDIRECT.
-	for _, tc := range []struct {
-		f    iu.DescFmt
-		val  uint8
-		name string
-	}{
+	checkNames(t, []named[iu.DescFmt]{
 		{iu.DescNone, 0, "none"},
 		{iu.DescDirect, 1, "direct"},
 		{iu.DescIndirect, 2, "indirect"},
 		{iu.DescImm, 3, "immediate"},
 		{7, 7, "reserved descriptor format 7"},
-	} {
-		require.Equal(t, tc.val, uint8(tc.f))
-		require.Equal(t, tc.name, tc.f.String())
-	}
+	})
 	require.Equal(t, iu.BufFmt(0x0002), iu.BufFormatDirect)
 	require.Equal(t, iu.BufFmt(0x0004), iu.BufFormatIndirect)
 }

@@ -29,6 +29,26 @@ func ffBuf(n int) []byte { return bytes.Repeat([]byte{0xFF}, n) }
 
 func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 
+// named is one constant of an enumeration: the value the standard gives it and what its String
+// method prints.
+type named[E ~uint8 | ~uint32] struct {
+	c    E
+	val  uint32
+	name string
+}
+
+// checkNames checks the value and the String of every constant in cases.
+func checkNames[E interface {
+	~uint8 | ~uint32
+	String() string
+}](t *testing.T, cases []named[E]) {
+	t.Helper()
+	for _, tc := range cases {
+		require.Equal(t, tc.val, uint32(tc.c), tc.name)
+		require.Equal(t, tc.name, tc.c.String())
+	}
+}
+
 // fixedIU is the contract of an IU of fixed size: a view that validates, decodes and encodes,
 // the encoder taking a buffer of at least the IU's size and so never failing.
 type fixedIU[F any] interface {
@@ -229,39 +249,23 @@ func TestLoginRejLayout(t *testing.T) {
 	checkLayout[iu.LoginRej](t, want, in, 0)
 }
 
-func TestLoginRejReasonString(t *testing.T) {
-	for _, tc := range []struct {
-		r    iu.LoginRejReason
-		want string
-	}{
-		{iu.LoginRejUnableEstablishChannel, "SRP_LOGIN_REJ_UNABLE_ESTABLISH_CHANNEL (unable to establish RDMA channel, no reason specified, 0x00010000)"},
-		{iu.LoginRejInsufficientResources, "SRP_LOGIN_REJ_INSUFFICIENT_RESOURCES (insufficient RDMA channel resources, 0x00010001)"},
-		{iu.LoginRejReqITIULengthTooLarge, "SRP_LOGIN_REJ_REQ_IT_IU_LENGTH_TOO_LARGE (requested maximum initiator to target IU length too large, 0x00010002)"},
-		{iu.LoginRejUnableAssociateChannel, "SRP_LOGIN_REJ_UNABLE_ASSOCIATE_CHANNEL (unable to associate RDMA channel with specified I_T nexus, 0x00010003)"},
-		{iu.LoginRejUnsupportedDescriptorFmt, "SRP_LOGIN_REJ_UNSUPPORTED_DESCRIPTOR_FMT (requested data buffer descriptor format not supported, 0x00010004)"},
-		{iu.LoginRejMultiChannelUnsupported, "SRP_LOGIN_REJ_MULTI_CHANNEL_UNSUPPORTED (multiple RDMA channels per I_T nexus not supported, 0x00010005)"},
-		{iu.LoginRejChannelLimitReached, "SRP_LOGIN_REJ_CHANNEL_LIMIT_REACHED (RDMA channel limit reached for this initiator, 0x00010006)"},
-		{0x00010007, "SRP_LOGIN_REJ reason 0x00010007"},
-	} {
-		require.Equal(t, tc.want, tc.r.String())
-	}
-	// The values themselves, from enum srp_login_rej_reason.
-	require.Equal(t, []uint32{0x00010000, 0x00010001, 0x00010002, 0x00010003, 0x00010004, 0x00010005, 0x00010006},
-		[]uint32{
-			uint32(iu.LoginRejUnableEstablishChannel), uint32(iu.LoginRejInsufficientResources),
-			uint32(iu.LoginRejReqITIULengthTooLarge), uint32(iu.LoginRejUnableAssociateChannel),
-			uint32(iu.LoginRejUnsupportedDescriptorFmt), uint32(iu.LoginRejMultiChannelUnsupported),
-			uint32(iu.LoginRejChannelLimitReached),
-		})
+func TestLoginRejReasons(t *testing.T) {
+	// enum srp_login_rej_reason; String adds the meaning and the number ib_srp prints.
+	checkNames(t, []named[iu.LoginRejReason]{
+		{iu.LoginRejUnableEstablishChannel, 0x00010000, "SRP_LOGIN_REJ_UNABLE_ESTABLISH_CHANNEL (unable to establish RDMA channel, no reason specified, 0x00010000)"},
+		{iu.LoginRejInsufficientResources, 0x00010001, "SRP_LOGIN_REJ_INSUFFICIENT_RESOURCES (insufficient RDMA channel resources, 0x00010001)"},
+		{iu.LoginRejReqITIULengthTooLarge, 0x00010002, "SRP_LOGIN_REJ_REQ_IT_IU_LENGTH_TOO_LARGE (requested maximum initiator to target IU length too large, 0x00010002)"},
+		{iu.LoginRejUnableAssociateChannel, 0x00010003, "SRP_LOGIN_REJ_UNABLE_ASSOCIATE_CHANNEL (unable to associate RDMA channel with specified I_T nexus, 0x00010003)"},
+		{iu.LoginRejUnsupportedDescriptorFmt, 0x00010004, "SRP_LOGIN_REJ_UNSUPPORTED_DESCRIPTOR_FMT (requested data buffer descriptor format not supported, 0x00010004)"},
+		{iu.LoginRejMultiChannelUnsupported, 0x00010005, "SRP_LOGIN_REJ_MULTI_CHANNEL_UNSUPPORTED (multiple RDMA channels per I_T nexus not supported, 0x00010005)"},
+		{iu.LoginRejChannelLimitReached, 0x00010006, "SRP_LOGIN_REJ_CHANNEL_LIMIT_REACHED (RDMA channel limit reached for this initiator, 0x00010006)"},
+		{0x00010007, 0x00010007, "SRP_LOGIN_REJ reason 0x00010007"},
+	})
 }
 
 func TestOpcodes(t *testing.T) {
 	// The enum at the top of include/scsi/srp.h.
-	for _, tc := range []struct {
-		op   iu.Opcode
-		val  uint8
-		name string
-	}{
+	checkNames(t, []named[iu.Opcode]{
 		{iu.OpLoginReq, 0x00, "SRP_LOGIN_REQ"},
 		{iu.OpTskMgmt, 0x01, "SRP_TSK_MGMT"},
 		{iu.OpCmd, 0x02, "SRP_CMD"},
@@ -274,11 +278,8 @@ func TestOpcodes(t *testing.T) {
 		{iu.OpAerReq, 0x82, "SRP_AER_REQ"},
 		{iu.OpCredRsp, 0x41, "SRP_CRED_RSP"},
 		{iu.OpAerRsp, 0x42, "SRP_AER_RSP"},
-	} {
-		require.Equal(t, tc.val, uint8(tc.op), tc.name)
-		require.Equal(t, tc.name, tc.op.String())
-	}
-	require.Equal(t, "SRP opcode 0x04", iu.Opcode(4).String())
+		{4, 4, "SRP opcode 0x04"},
+	})
 }
 
 func TestPortID(t *testing.T) {
@@ -303,11 +304,7 @@ func TestTLogoutLayout(t *testing.T) {
 	in := iu.TLogoutFields{SolNot: iu.SOLNT, Reason: iu.TLogoutUnsupportedDataInFormat, Tag: testTag}
 	checkLayout[iu.TLogout](t, want, in, 0)
 
-	for _, tc := range []struct {
-		r    iu.TLogoutReason
-		val  uint32
-		want string
-	}{
+	checkNames(t, []named[iu.TLogoutReason]{
 		{iu.TLogoutNoReason, 0, "no reason specified"},
 		{iu.TLogoutInactive, 1, "inactive RDMA channel"},
 		{iu.TLogoutInvalidIUType, 2, "invalid IU type"},
@@ -317,10 +314,7 @@ func TestTLogoutLayout(t *testing.T) {
 		{iu.TLogoutUnsupportedDataInFormat, 7, "unsupported data-in descriptor format"},
 		{iu.TLogoutInvalidIULength, 8, "invalid IU length"},
 		{5, 5, "SRP_T_LOGOUT reason 5"},
-	} {
-		require.Equal(t, tc.val, uint32(tc.r))
-		require.Equal(t, tc.want, tc.r.String())
-	}
+	})
 }
 
 func TestTskMgmtLayout(t *testing.T) {
@@ -350,21 +344,14 @@ func TestTskMgmtLayout(t *testing.T) {
 
 func TestTskMgmtCodes(t *testing.T) {
 	// SRP_TSK_* from include/scsi/srp.h; response codes from SRP r16a table 24 (LIO, illumos).
-	for _, tc := range []struct {
-		f    iu.TskMgmtFunc
-		val  uint8
-		name string
-	}{
+	checkNames(t, []named[iu.TskMgmtFunc]{
 		{iu.TskAbortTask, 0x01, "ABORT TASK"},
 		{iu.TskAbortTaskSet, 0x02, "ABORT TASK SET"},
 		{iu.TskClearTaskSet, 0x04, "CLEAR TASK SET"},
 		{iu.TskLUNReset, 0x08, "LOGICAL UNIT RESET"},
 		{iu.TskClearACA, 0x40, "CLEAR ACA"},
 		{0x80, 0x80, "task management function 0x80"},
-	} {
-		require.Equal(t, tc.val, uint8(tc.f))
-		require.Equal(t, tc.name, tc.f.String())
-	}
+	})
 	require.Equal(t, [4]byte{0, 0, 0, 0x00}, iu.TskMgmtSuccess.ResponseData())
 	require.Equal(t, [4]byte{0, 0, 0, 0x02}, iu.TskMgmtReqInvalid.ResponseData())
 	require.Equal(t, [4]byte{0, 0, 0, 0x04}, iu.TskMgmtFuncNotSupp.ResponseData())
