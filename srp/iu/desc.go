@@ -275,7 +275,7 @@ func (d DataBuf) TableLen() int {
 // receive buffer, which therefore stays busy until the command is done with it.
 func (d DataBuf) ImmediateData() []byte { return d.data }
 
-// DataBufFields is the content of one direction of an SRP_CMD, for Cmd.Encode and ParseCmd.
+// DataBufFields is the content of one direction of an SRP_CMD, for Cmd.Encode and Cmd.Fields.
 type DataBufFields struct {
 	// Format selects which of the fields below are used.
 	Format DescFmt

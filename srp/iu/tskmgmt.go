@@ -42,7 +42,7 @@ type TskMgmtFunc uint8
 
 // Task management functions, exactly the set SRP r16a and include/scsi/srp.h define. No SRP
 // code for I_T NEXUS RESET, QUERY TASK or the other later SAM functions could be sourced (the
-// SRP-2 drafts were not readable; see tmf.go), so none is invented here: SRP r16a answers
+// SRP-2 drafts were not readable; see srp/tmf.go), so none is invented here: SRP r16a answers
 // every other value with TskMgmtFuncNotSupp, and so does the target. ib_srp sends only
 // TskAbortTask (SCSI error handler abort) and TskLUNReset (device reset).
 const (
