@@ -57,14 +57,17 @@ func TestDataPathAllocatesNothing(t *testing.T) {
 	allocs = testing.AllocsPerRun(100, func() {
 		// SCSI response with sense data and a residual.
 		f := iu.RspFields{ReqLimDelta: 1, Tag: 42, Flags: iu.DIUNDER, Status: 0x02, DataInResCnt: 512, SenseData: sense}
-		n, _ := iu.Rsp(sendBuf).Encode(&f)
+		n, err := iu.Rsp(sendBuf).Encode(&f)
+		if err != nil {
+			panic(err)
+		}
 		sink += uint64(n)
 		// Task management response.
-		rd := iu.TskMgmtFuncNotSupp.ResponseData()
-		f = iu.RspFields{ReqLimDelta: 1, Tag: 43, RespData: rd[:]}
-		n, _ = iu.Rsp(sendBuf).Encode(&f)
-		sink += uint64(n)
+		sink += uint64(iu.Rsp(sendBuf).EncodeTskMgmt(43, 1, iu.TskMgmtFuncNotSupp))
+		// Control IUs of the send path.
+		sink += uint64(iu.TLogout(sendBuf).Encode(&iu.TLogoutFields{Reason: iu.TLogoutInvalidIULength}))
+		sink += uint64(iu.CredReq(sendBuf).Encode(&iu.CredReqFields{ReqLimDelta: 2, Tag: 44}))
 	})
-	require.Zero(t, allocs, "SRP_RSP encoding allocated")
+	require.Zero(t, allocs, "encoding SRP_RSP, SRP_T_LOGOUT or SRP_CRED_REQ allocated")
 	require.NotZero(t, sink)
 }

@@ -175,9 +175,9 @@ func (b Rsp) Encode(f *RspFields) (int, error) {
 const TskMgmtRspSize = RspMinSize + TskMgmtRspDataSize
 
 // EncodeTskMgmt writes the SRP_RSP that answers the SRP_TSK_MGMT tag with code (RSPVALID,
-// status 0, no residuals) and returns delta credits, and returns TskMgmtRspSize. Its size is
-// fixed and below any MAXIMUM TARGET-TO-INITIATOR IU LENGTH a login accepts, so it cannot
-// fail: it panics if b is shorter, as encoding/binary's Put functions do.
+// status GOOD, no residuals) and gives back delta credits; it returns TskMgmtRspSize. That
+// size is fixed and below any MAXIMUM TARGET-TO-INITIATOR IU LENGTH a login accepts, so it
+// cannot fail: it panics if b is shorter, as encoding/binary's Put functions do.
 func (b Rsp) EncodeTskMgmt(tag Tag, delta uint32, code TskMgmtRspCode) int {
 	_ = b[TskMgmtRspSize-1] // the one bounds check; panics if b is short
 	rd := code.ResponseData()
