@@ -138,19 +138,36 @@ const (
 	UCSOLNT uint8 = 1 << 2
 )
 
-// view is the contract every fixed-layout IU view meets: a []byte that validates untrusted
-// input and decodes into its Fields struct F.
-type view[F any] interface {
+// View is the decoding half of the contract every IU view meets: a []byte that validates
+// untrusted input and decodes into its Fields struct F. SRP_CMD is the exception: its Fields
+// needs the immediate data offset granted at login.
+type View[F any] interface {
 	~[]byte
 	Validate() error
 	Fields() F
 }
 
+// The views that meet View, checked at compile time by instantiating Parse with each.
+var (
+	_ = Parse[LoginReq]
+	_ = Parse[LoginReqRDMA]
+	_ = Parse[LoginRsp]
+	_ = Parse[LoginRej]
+	_ = Parse[TskMgmt]
+	_ = Parse[Rsp]
+	_ = Parse[ILogout]
+	_ = Parse[TLogout]
+	_ = Parse[CredReq]
+	_ = Parse[CredRsp]
+	_ = Parse[AerReq]
+	_ = Parse[AerRsp]
+)
+
 // Parse validates b as the IU V and decodes it: iu.Parse[iu.TLogout](b). Variable parts of
 // the fields (sense data) are copies, so the result outlives b. SRP_CMD, whose decoding needs
 // the immediate data offset of its login, is decoded with Cmd.Fields; the login request, whose
 // form depends on the transport, with ParseLoginReq or Parse[LoginReq] / Parse[LoginReqRDMA].
-func Parse[V view[F], F any](b []byte) (F, error) {
+func Parse[V View[F], F any](b []byte) (F, error) {
 	v := V(b)
 	if err := v.Validate(); err != nil {
 		var zero F

@@ -52,18 +52,14 @@ func checkNames[E interface {
 // fixedIU is the contract of an IU of fixed size: a view that validates, decodes and encodes,
 // the encoder taking a buffer of at least the IU's size and so never failing.
 type fixedIU[F any] interface {
-	~[]byte
-	Validate() error
-	Fields() F
+	iu.View[F]
 	Encode(*F) int
 }
 
 // varIU is the contract of an IU whose length depends on its content (SRP_RSP, SRP_AER_REQ):
 // its encoder reports a buffer too short for the content with ErrShort.
 type varIU[F any] interface {
-	~[]byte
-	Validate() error
-	Fields() F
+	iu.View[F]
 	Encode(*F) (int, error)
 }
 
