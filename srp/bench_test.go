@@ -13,6 +13,7 @@ import (
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
 	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
 
@@ -34,7 +35,7 @@ type rawInitiator struct {
 	sendWR  []ib.SendWR
 	sendSGE []ib.SGE
 	wcs     []ib.Completion
-	fields  srp.CmdFields
+	fields  iu.CmdFields
 	immOK   bool
 }
 
@@ -82,11 +83,11 @@ func newRawInitiator(b *testing.B, h *harness, qd int) *rawInitiator {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rsp, err := srp.ParseLoginRsp(r.conn.PrivateData()[:srp.LoginRspSize])
+	rsp, err := iu.Parse[iu.LoginRsp](r.conn.PrivateData()[:iu.LoginRspSize])
 	if err != nil {
 		b.Fatal(err)
 	}
-	r.immOK = rsp.RspFlags&srp.LoginRspImmedSupp != 0
+	r.immOK = rsp.RspFlags&iu.LoginRspImmedSupp != 0
 	return r
 }
 
@@ -101,22 +102,22 @@ func (r *rawInitiator) close() {
 // imm, else a direct descriptor), or TEST UNIT READY.
 func (r *rawInitiator) submit(b *testing.B, s int, op byte, imm bool) {
 	f := &r.fields
-	*f = srp.CmdFields{Tag: srp.Tag(s)}
+	*f = iu.CmdFields{Tag: iu.Tag(s)}
 	f.CDB[0] = op
-	desc := srp.DirectBufFields{VA: r.dataMR.Addr() + uint64(s*benchIO), Key: r.dataMR.RKey(), Len: benchIO}
+	desc := iu.DirectBufFields{VA: r.dataMR.Addr() + uint64(s*benchIO), Key: r.dataMR.RKey(), Len: benchIO}
 	switch op {
 	case 0x28, 0x2A:
 		binary.BigEndian.PutUint32(f.CDB[2:], uint32(s*8))
 		binary.BigEndian.PutUint16(f.CDB[7:], benchIO/512)
 		if op == 0x28 {
-			f.DataIn = srp.DataBufFields{Format: srp.DescDirect, Direct: desc}
+			f.DataIn = iu.DataBufFields{Format: iu.DescDirect, Direct: desc}
 		} else if imm {
-			f.DataOut = srp.DataBufFields{Format: srp.DescImm, ImmDataOffset: 68, ImmData: r.data[s*benchIO : (s+1)*benchIO]}
+			f.DataOut = iu.DataBufFields{Format: iu.DescImm, ImmDataOffset: 68, ImmData: r.data[s*benchIO : (s+1)*benchIO]}
 		} else {
-			f.DataOut = srp.DataBufFields{Format: srp.DescDirect, Direct: desc}
+			f.DataOut = iu.DataBufFields{Format: iu.DescDirect, Direct: desc}
 		}
 	}
-	n, err := srp.Cmd(r.tx[s*r.txSize : (s+1)*r.txSize]).Encode(f)
+	n, err := iu.Cmd(r.tx[s*r.txSize : (s+1)*r.txSize]).Encode(f)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -148,14 +149,14 @@ func (r *rawInitiator) run(b *testing.B, n int, op byte, imm bool) (bad int) {
 				if wc.Opcode != ib.OpRecv {
 					continue
 				}
-				iu := srp.Rsp(r.rx[int(wc.ID)*r.rxSize : int(wc.ID)*r.rxSize+int(wc.ByteLen)])
-				if iu.Opcode() != srp.OpRsp {
-					b.Fatalf("unexpected %v", iu.Opcode())
+				msg := iu.Rsp(r.rx[int(wc.ID)*r.rxSize : int(wc.ID)*r.rxSize+int(wc.ByteLen)])
+				if iu.Opcode(msg[0]) != iu.OpRsp {
+					b.Fatalf("unexpected %v", iu.Opcode(msg[0]))
 				}
-				if iu.Status() != 0 {
+				if msg.Status() != 0 {
 					bad++
 				}
-				slot := int(iu.Tag())
+				slot := int(msg.Tag())
 				if _, err := r.conn.PostRecv(r.recvWRs[wc.ID : wc.ID+1]); err != nil {
 					b.Fatal(err)
 				}

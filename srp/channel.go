@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // Work request IDs: the kind in the top two bits; for commands the context index in the low 32
@@ -39,7 +40,7 @@ const (
 type stopReq struct {
 	mode   stopMode
 	why    string
-	logout TLogoutReason
+	logout iu.TLogoutReason
 }
 
 // Sizes of the channel's registered region.
@@ -136,7 +137,7 @@ type channel struct {
 	commands    int
 	ctlBusy     [ctlSendSlots]bool
 	credReqOut  bool // an SRP_CRED_REQ waits for its SRP_CRED_RSP
-	credReqTag  Tag
+	credReqTag  iu.Tag
 	timer       *time.Timer
 	timerAt     time.Time
 	timerArmed  bool
@@ -356,7 +357,7 @@ func (ch *channel) signal() {
 // requestStop asks the channel to close: gracefully (SRP_T_LOGOUT, drain, disconnect) or at
 // once. logout is the SRP_T_LOGOUT reason sent before disconnecting. A request never weakens
 // an earlier one: a graceful request after a hard one stays hard.
-func (ch *channel) requestStop(mode stopMode, why string, logout TLogoutReason) {
+func (ch *channel) requestStop(mode stopMode, why string, logout iu.TLogoutReason) {
 	for {
 		cur := ch.stop.Load()
 		req := &stopReq{mode: mode, why: why, logout: logout}

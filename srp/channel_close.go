@@ -8,6 +8,7 @@ import (
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // checkStop acts on a stop request from another goroutine.
@@ -29,7 +30,7 @@ func (ch *channel) checkStop() {
 }
 
 // protocolError closes the channel after an initiator violated the protocol.
-func (ch *channel) protocolError(reason TLogoutReason, what string) {
+func (ch *channel) protocolError(reason iu.TLogoutReason, what string) {
 	ch.t.stats.protocolErrors.Add(1)
 	ch.log.Warn("protocol violation: logging the initiator out and closing the channel",
 		zap.String("what", what), zap.Stringer("t_logout_reason", reason))

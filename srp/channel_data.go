@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // getBuffers gets the data buffer (and the scratch buffer of an external table), waiting in
@@ -31,7 +32,7 @@ func (ch *channel) allocBuffers(c *cmdCtx) bool {
 	d := c.dataBuf()
 	need := ch.pool.blockBytes(d.Len())
 	if d.External() {
-		need += ch.pool.blockBytes(uint32(d.TableLen() * DirectBufSize))
+		need += ch.pool.blockBytes(uint32(d.TableLen() * iu.DirectBufSize))
 	}
 	if ch.bufHeld > 0 && ch.bufHeld+need > ch.bufQuota {
 		return false
@@ -41,7 +42,7 @@ func (ch *channel) allocBuffers(c *cmdCtx) bool {
 		return false
 	}
 	if d.External() {
-		tbl, ok := ch.pool.alloc(uint32(d.TableLen() * DirectBufSize))
+		tbl, ok := ch.pool.alloc(uint32(d.TableLen() * iu.DirectBufSize))
 		if !ok {
 			ch.pool.release(buf)
 			return false

@@ -8,6 +8,7 @@ import (
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // poll drains the completion queue and the connection events. It reports whether it found
@@ -119,12 +120,12 @@ func (ch *channel) onRecv(i int32, wc *ib.Completion) {
 // handleIU dispatches the IU in receive buffer i.
 func (ch *channel) handleIU(i int32, n int) {
 	if n == 0 || n > int(ch.maxIT) {
-		ch.protocolError(TLogoutInvalidIULength, fmt.Sprintf("IU of %d bytes", n))
+		ch.protocolError(iu.TLogoutInvalidIULength, fmt.Sprintf("IU of %d bytes", n))
 		return
 	}
 	b := ch.recvBuf(i)[:n]
-	switch op := Opcode(b[0]); op {
-	case OpCmd, OpTskMgmt:
+	switch op := iu.Opcode(b[0]); op {
+	case iu.OpCmd, iu.OpTskMgmt:
 		if ch.ledger.consume() && !ch.creditWarn {
 			ch.creditWarn = true
 			ch.log.Warn("initiator sent more IUs than it had credits (REQUEST LIMIT exceeded)")
@@ -138,20 +139,20 @@ func (ch *channel) handleIU(i int32, n int) {
 			return
 		}
 		ch.startIU(c, i, n, ch.pollNow)
-	case OpILogout:
+	case iu.OpILogout:
 		ch.log.Info("initiator logged out (SRP_I_LOGOUT)")
 		ch.repost(i)
 		ch.beginClose("SRP_I_LOGOUT")
-	case OpCredRsp:
+	case iu.OpCredRsp:
 		ch.onCredRsp(b)
 		ch.repost(i)
-	case OpAerRsp:
+	case iu.OpAerRsp:
 		// The target never sends SRP_AER_REQ; an answer to one is ignored (LIO and SCST only
 		// log such responses).
 		ch.log.Debug("ignoring unsolicited initiator response", zap.Stringer("opcode", op))
 		ch.repost(i)
 	default:
-		ch.protocolError(TLogoutInvalidIUType, fmt.Sprintf("invalid IU type %v", op))
+		ch.protocolError(iu.TLogoutInvalidIUType, fmt.Sprintf("invalid IU type %v", op))
 	}
 }
 
@@ -178,10 +179,10 @@ func (ch *channel) startIU(c *cmdCtx, i int32, n int, at int64) {
 	if n < 16 {
 		// Not even a tag to answer with.
 		ch.finish(c, false)
-		ch.protocolError(TLogoutInvalidIULength, fmt.Sprintf("%v of %d bytes", Opcode(b[0]), n))
+		ch.protocolError(iu.TLogoutInvalidIULength, fmt.Sprintf("%v of %d bytes", iu.Opcode(b[0]), n))
 		return
 	}
-	if Opcode(b[0]) == OpTskMgmt {
+	if iu.Opcode(b[0]) == iu.OpTskMgmt {
 		ch.startTMF(c, b)
 		return
 	}
@@ -191,11 +192,11 @@ func (ch *channel) startIU(c *cmdCtx, i int32, n int, at int64) {
 // startCmd parses an SRP_CMD and starts moving its data.
 func (ch *channel) startCmd(c *cmdCtx, b []byte) {
 	ch.t.stats.commands.Add(1)
-	iu := Cmd(b)
-	tag := iu.Tag()
+	req := iu.Cmd(b)
+	tag := req.Tag()
 	var lun uint64
-	if len(b) >= CmdMinSize {
-		lun = iu.LUN()
+	if len(b) >= iu.CmdMinSize {
+		lun = req.LUN()
 	}
 	c.cmd.Reset()
 	c.cmd.Nexus = ch.sess.nexus
@@ -211,9 +212,9 @@ func (ch *channel) startCmd(c *cmdCtx, b []byte) {
 	if lu != nil {
 		c.statLU = lu
 		c.class = scsi.OpOther
-		if len(b) >= CmdMinSize {
+		if len(b) >= iu.CmdMinSize {
 			// The operation code only: the CDB's additional length is not validated yet.
-			c.class = scsi.ClassOf(b[cmdCDB : cmdCDB+1])
+			c.class = scsi.ClassOf(b[iu.CmdCDBOffset : iu.CmdCDBOffset+1])
 		}
 	}
 
@@ -221,7 +222,7 @@ func (ch *channel) startCmd(c *cmdCtx, b []byte) {
 		ch.answerTransport(c, scsi.StatusBusy, scsi.ReasonNone, "")
 		return
 	}
-	out, in, err := iu.DataBuffers(ch.immOff)
+	out, in, err := req.DataBuffers(ch.immOff)
 	if err != nil {
 		ch.answerTransport(c, scsi.StatusCheckCondition, scsi.ReasonInvalidFieldInCommandIU, err.Error())
 		return
@@ -231,10 +232,10 @@ func (ch *channel) startCmd(c *cmdCtx, b []byte) {
 			"bidirectional commands are not supported")
 		return
 	}
-	attr, ok := scsiAttr(iu.TaskAttr())
+	attr, ok := scsiAttr(req.TaskAttr())
 	if !ok {
 		ch.answerTransport(c, scsi.StatusCheckCondition, scsi.ReasonInvalidFieldInCommandIU,
-			fmt.Sprintf("reserved task attribute %d", iu.TaskAttr()))
+			fmt.Sprintf("reserved task attribute %d", req.TaskAttr()))
 		return
 	}
 	c.out, c.in = out, in
@@ -250,11 +251,11 @@ func (ch *channel) startCmd(c *cmdCtx, b []byte) {
 		return
 	}
 	c.cmd.Attr = attr
-	c.cmd.CDB = iu.CDB()
+	c.cmd.CDB = req.CDB()
 	c.real = true
 	ch.commands++
 	switch {
-	case out.Format() == DescImm:
+	case out.Format() == iu.DescImm:
 		c.cmd.DataOut = out.ImmediateData()
 		ch.t.stats.bytesOut.Add(uint64(len(c.cmd.DataOut)))
 		ch.dispatch(c)
@@ -293,7 +294,7 @@ func (ch *channel) holdLU(lun uint64) (m *scsi.LUNMap, lu *scsi.LogicalUnit, hel
 // answerTransport answers a command without running it: BUSY, or CHECK CONDITION with reason.
 func (ch *channel) answerTransport(c *cmdCtx, status scsi.Status, reason scsi.Reason, why string) {
 	c.xportFail = true
-	c.out, c.in = DataBuf{}, DataBuf{}
+	c.out, c.in = iu.DataBuf{}, iu.DataBuf{}
 	c.cmd.Status = status
 	c.cmd.SenseLength = 0
 	if reason != scsi.ReasonNone {

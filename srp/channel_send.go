@@ -6,6 +6,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // newSQWork posts c's next batch now, or queues it behind earlier work waiting for send-queue
@@ -121,9 +122,9 @@ func (ch *channel) respond(c *cmdCtx) bool {
 	sb := ch.mem[c.sendOff : c.sendOff+uint64(ch.sendStride)]
 	var n int
 	var err error
-	tag := Tag(c.tag.Load())
+	tag := iu.Tag(c.tag.Load())
 	if tmf {
-		n, err = encodeTMRsp(sb, tag, delta, c.tm.code)
+		n = iu.Rsp(sb).EncodeTskMgmt(tag, delta, c.tm.code)
 	} else {
 		n, err = encodeCmdRsp(sb, int(ch.maxTI), &c.cmd, tag, delta, c.in.Present(), c.out.Present(), c.xportFail)
 	}
@@ -302,11 +303,11 @@ func (ch *channel) postCtl(slot int, n int) bool {
 }
 
 // sendTLogout sends SRP_T_LOGOUT (best effort: ib_srp only logs it).
-func (ch *channel) sendTLogout(reason TLogoutReason) {
+func (ch *channel) sendTLogout(reason iu.TLogoutReason) {
 	if ch.ctlBusy[ctlTLogout] || ch.sqFree < 1 || ch.closed() {
 		return
 	}
 	_, b := ch.ctlBuf(ctlTLogout)
-	n, _ := TLogout(b).Encode(&TLogoutFields{Reason: reason})
+	n := iu.TLogout(b).Encode(&iu.TLogoutFields{Reason: reason})
 	ch.postCtl(ctlTLogout, n)
 }

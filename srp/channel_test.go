@@ -10,6 +10,7 @@ import (
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
 	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // fakeMR is a registered region for tests that only build work requests.
@@ -25,22 +26,22 @@ func (m *fakeMR) Deregister() error { return nil }
 func (m *fakeMR) String() string    { return "fakeMR" }
 
 // dataBufs encodes an SRP_CMD with f's descriptors and parses them back.
-func dataBufs(t *testing.T, f CmdFields) (out, in DataBuf) {
+func dataBufs(t *testing.T, f iu.CmdFields) (out, in iu.DataBuf) {
 	t.Helper()
-	n, err := CmdLen(&f)
+	n, err := iu.CmdLen(&f)
 	require.NoError(t, err)
 	b := make([]byte, n)
-	_, err = Cmd(b).Encode(&f)
+	_, err = iu.Cmd(b).Encode(&f)
 	require.NoError(t, err)
-	out, in, err = Cmd(b).DataBuffers(0)
+	out, in, err = iu.Cmd(b).DataBuffers(0)
 	require.NoError(t, err)
 	return out, in
 }
 
-func tableOf(descs ...DirectBufFields) []byte {
-	b := make([]byte, len(descs)*DirectBufSize)
+func tableOf(descs ...iu.DirectBufFields) []byte {
+	b := make([]byte, len(descs)*iu.DirectBufSize)
 	for i := range descs {
-		_, _ = DirectBuf(b[i*DirectBufSize:]).Encode(&descs[i])
+		iu.DirectBuf(b[i*iu.DirectBufSize:]).Encode(&descs[i])
 	}
 	return b
 }
@@ -52,9 +53,9 @@ func TestAppendRDMA(t *testing.T) {
 	wr := func(op ib.Opcode, off uint64, n uint32, va uint64, key uint32) ib.SendWR {
 		return ib.SendWR{ID: id, Op: op, SGL: []ib.SGE{{MR: mr, Offset: off, Length: n}}, RemoteAddr: va, RKey: key}
 	}
-	indirect := func(total uint32, tableN int, descs ...DirectBufFields) DataBufFields {
-		return DataBufFields{Format: DescIndirect, DescCnt: uint8(len(descs)), Indirect: IndirectBufFields{
-			Table:    DirectBufFields{VA: 0xAB00, Key: 0x77, Len: uint32(tableN * DirectBufSize)},
+	indirect := func(total uint32, tableN int, descs ...iu.DirectBufFields) iu.DataBufFields {
+		return iu.DataBufFields{Format: iu.DescIndirect, DescCnt: uint8(len(descs)), Indirect: iu.IndirectBufFields{
+			Table:    iu.DirectBufFields{VA: 0xAB00, Key: 0x77, Len: uint32(tableN * iu.DirectBufSize)},
 			TotalLen: total,
 			Descs:    descs,
 		}}
@@ -62,7 +63,7 @@ func TestAppendRDMA(t *testing.T) {
 	cases := []struct {
 		name  string
 		op    ib.Opcode
-		cmd   CmdFields
+		cmd   iu.CmdFields
 		table []byte
 		base  uint64
 		n     uint32
@@ -71,44 +72,44 @@ func TestAppendRDMA(t *testing.T) {
 		{
 			name: "direct data-out",
 			op:   ib.OpRDMARead,
-			cmd:  CmdFields{DataOut: DataBufFields{Format: DescDirect, Direct: DirectBufFields{VA: 0x1000, Key: 0x11, Len: 4096}}},
+			cmd:  iu.CmdFields{DataOut: iu.DataBufFields{Format: iu.DescDirect, Direct: iu.DirectBufFields{VA: 0x1000, Key: 0x11, Len: 4096}}},
 			base: 8192, n: 4096,
 			want: []ib.SendWR{wr(ib.OpRDMARead, 8192, 4096, 0x1000, 0x11)},
 		},
 		{
 			name: "indirect data-in, empty descriptor skipped",
 			op:   ib.OpRDMAWrite,
-			cmd: CmdFields{DataIn: indirect(4096, 3,
-				DirectBufFields{VA: 0x1000, Key: 1, Len: 1000},
-				DirectBufFields{VA: 0x9000, Key: 2, Len: 0},
-				DirectBufFields{VA: 0x5000, Key: 3, Len: 3096})},
+			cmd: iu.CmdFields{DataIn: indirect(4096, 3,
+				iu.DirectBufFields{VA: 0x1000, Key: 1, Len: 1000},
+				iu.DirectBufFields{VA: 0x9000, Key: 2, Len: 0},
+				iu.DirectBufFields{VA: 0x5000, Key: 3, Len: 3096})},
 			base: 0, n: 4096,
 			want: []ib.SendWR{wr(ib.OpRDMAWrite, 0, 1000, 0x1000, 1), wr(ib.OpRDMAWrite, 1000, 3096, 0x5000, 3)},
 		},
 		{
 			name: "data-in shorter than the descriptors",
 			op:   ib.OpRDMAWrite,
-			cmd: CmdFields{DataIn: indirect(4096, 3,
-				DirectBufFields{VA: 0x1000, Key: 1, Len: 1000},
-				DirectBufFields{VA: 0x2000, Key: 2, Len: 1000},
-				DirectBufFields{VA: 0x3000, Key: 3, Len: 2096})},
+			cmd: iu.CmdFields{DataIn: indirect(4096, 3,
+				iu.DirectBufFields{VA: 0x1000, Key: 1, Len: 1000},
+				iu.DirectBufFields{VA: 0x2000, Key: 2, Len: 1000},
+				iu.DirectBufFields{VA: 0x3000, Key: 3, Len: 2096})},
 			base: 4096, n: 1500,
 			want: []ib.SendWR{wr(ib.OpRDMAWrite, 4096, 1000, 0x1000, 1), wr(ib.OpRDMAWrite, 5096, 500, 0x2000, 2)},
 		},
 		{
 			name: "external table",
 			op:   ib.OpRDMARead,
-			cmd:  CmdFields{DataOut: indirect(3000, 3, DirectBufFields{VA: 0x1000, Key: 1, Len: 1000})},
-			table: tableOf(DirectBufFields{VA: 0x1000, Key: 1, Len: 1000},
-				DirectBufFields{VA: 0x2000, Key: 2, Len: 1000},
-				DirectBufFields{VA: 0x3000, Key: 3, Len: 1000}),
+			cmd:  iu.CmdFields{DataOut: indirect(3000, 3, iu.DirectBufFields{VA: 0x1000, Key: 1, Len: 1000})},
+			table: tableOf(iu.DirectBufFields{VA: 0x1000, Key: 1, Len: 1000},
+				iu.DirectBufFields{VA: 0x2000, Key: 2, Len: 1000},
+				iu.DirectBufFields{VA: 0x3000, Key: 3, Len: 1000}),
 			base: 0, n: 3000,
 			want: []ib.SendWR{wr(ib.OpRDMARead, 0, 1000, 0x1000, 1), wr(ib.OpRDMARead, 1000, 1000, 0x2000, 2), wr(ib.OpRDMARead, 2000, 1000, 0x3000, 3)},
 		},
 		{
 			name: "nothing to move",
 			op:   ib.OpRDMAWrite,
-			cmd:  CmdFields{DataIn: DataBufFields{Format: DescDirect, Direct: DirectBufFields{VA: 0x1000, Key: 0x11, Len: 4096}}},
+			cmd:  iu.CmdFields{DataIn: iu.DataBufFields{Format: iu.DescDirect, Direct: iu.DirectBufFields{VA: 0x1000, Key: 0x11, Len: 4096}}},
 			n:    0,
 		},
 	}
@@ -132,12 +133,12 @@ func TestAppendRDMA(t *testing.T) {
 // TestAppendRDMANoAllocation: building the chain of a 255-descriptor command allocates nothing.
 func TestAppendRDMANoAllocation(t *testing.T) {
 	mr := &fakeMR{buf: make([]byte, 8<<20)}
-	descs := make([]DirectBufFields, 255)
+	descs := make([]iu.DirectBufFields, 255)
 	for i := range descs {
-		descs[i] = DirectBufFields{VA: uint64(i) << 20, Key: uint32(i), Len: 4096}
+		descs[i] = iu.DirectBufFields{VA: uint64(i) << 20, Key: uint32(i), Len: 4096}
 	}
-	out, _ := dataBufs(t, CmdFields{DataOut: DataBufFields{Format: DescIndirect, DescCnt: 255, Indirect: IndirectBufFields{
-		Table: DirectBufFields{VA: 1, Key: 1, Len: 255 * 16}, TotalLen: 255 * 4096, Descs: descs}}})
+	out, _ := dataBufs(t, iu.CmdFields{DataOut: iu.DataBufFields{Format: iu.DescIndirect, DescCnt: 255, Indirect: iu.IndirectBufFields{
+		Table: iu.DirectBufFields{VA: 1, Key: 1, Len: 255 * 16}, TotalLen: 255 * 4096, Descs: descs}}})
 	wrs := make([]ib.SendWR, 0, 256)
 	sges := make([]ib.SGE, 0, 256)
 	allocs := testing.AllocsPerRun(100, func() {
@@ -239,23 +240,12 @@ func TestEncodeCmdRsp(t *testing.T) {
 	}
 }
 
-func TestEncodeTMRsp(t *testing.T) {
-	b := make([]byte, 64)
-	n, err := encodeTMRsp(b, 0x8000000000000001, 2, TskMgmtFuncNotSupp)
-	require.NoError(t, err)
-	require.Equal(t, []byte{
-		0xC1, 0, 0, 0, 0, 0, 0, 2, 0x80, 0, 0, 0, 0, 0, 0, 1,
-		0, 0, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4,
-		0, 0, 0, 0x04,
-	}, b[:n])
-}
-
 func TestTMFCodes(t *testing.T) {
-	require.Equal(t, TskMgmtSuccess, tmfCode(scsi.TMFComplete))
-	require.Equal(t, TskMgmtSuccess, tmfCode(scsi.TMFSucceeded))
-	require.Equal(t, TskMgmtFuncNotSupp, tmfCode(scsi.TMFRejected))
-	require.Equal(t, TskMgmtFailed, tmfCode(scsi.TMFIncorrectLUN))
-	require.Equal(t, TskMgmtFailed, tmfCode(scsi.TMFServiceDeliveryFailure))
+	require.Equal(t, iu.TskMgmtSuccess, tmfCode(scsi.TMFComplete))
+	require.Equal(t, iu.TskMgmtSuccess, tmfCode(scsi.TMFSucceeded))
+	require.Equal(t, iu.TskMgmtFuncNotSupp, tmfCode(scsi.TMFRejected))
+	require.Equal(t, iu.TskMgmtFailed, tmfCode(scsi.TMFIncorrectLUN))
+	require.Equal(t, iu.TskMgmtFailed, tmfCode(scsi.TMFServiceDeliveryFailure))
 }
 
 // TestCtxClaim checks the generation guard of task management claims.
@@ -273,15 +263,15 @@ func TestCtxClaim(t *testing.T) {
 }
 
 func TestScsiAttr(t *testing.T) {
-	for a, want := range map[TaskAttr]scsi.TaskAttribute{
-		TaskAttrSimple: scsi.TaskSimple, TaskAttrHeadOfQueue: scsi.TaskHeadOfQueue,
-		TaskAttrOrdered: scsi.TaskOrdered, TaskAttrACA: scsi.TaskACA,
+	for a, want := range map[iu.TaskAttr]scsi.TaskAttribute{
+		iu.TaskAttrSimple: scsi.TaskSimple, iu.TaskAttrHeadOfQueue: scsi.TaskHeadOfQueue,
+		iu.TaskAttrOrdered: scsi.TaskOrdered, iu.TaskAttrACA: scsi.TaskACA,
 	} {
 		got, ok := scsiAttr(a)
 		require.True(t, ok)
 		require.Equal(t, want, got)
 	}
-	for _, a := range []TaskAttr{3, 5, 6, 7} {
+	for _, a := range []iu.TaskAttr{3, 5, 6, 7} {
 		_, ok := scsiAttr(a)
 		require.False(t, ok)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // Command context states. The state lives in the low byte of cmdCtx.sg, with a generation
@@ -43,7 +44,7 @@ type cmdCtx struct {
 	// Owned by the channel goroutine (and the worker while stageExec / stageTMF).
 	stage     cmdStage
 	recv      int32 // receive buffer holding the IU, -1 when none
-	out, in   DataBuf
+	out, in   iu.DataBuf
 	buf       poolBuf // data buffer
 	table     poolBuf // external descriptor table
 	batchWRs  int     // work requests of the batch in flight (0: none)
@@ -68,10 +69,10 @@ type cmdCtx struct {
 // tmReq is a task management request and its outcome.
 type tmReq struct {
 	seq     uint64 // arrival number: commands that arrived later are not affected
-	fn      TskMgmtFunc
+	fn      iu.TskMgmtFunc
 	lun     uint64
-	taskTag Tag
-	code    TskMgmtRspCode
+	taskTag iu.Tag
+	code    iu.TskMgmtRspCode
 }
 
 // state returns the current state.
@@ -79,7 +80,7 @@ func (c *cmdCtx) state() uint64 { return sgState(c.sg.Load()) }
 
 // activate starts a new generation in state st. The arrival number, tag and LUN are published
 // before the state, so a claimer that sees the state sees them.
-func (c *cmdCtx) activate(st uint64, seq uint64, tag Tag, lun uint64, lu *scsi.LogicalUnit) {
+func (c *cmdCtx) activate(st uint64, seq uint64, tag iu.Tag, lun uint64, lu *scsi.LogicalUnit) {
 	c.seq.Store(seq)
 	c.tag.Store(uint64(tag))
 	c.lun.Store(lun)
@@ -120,22 +121,22 @@ func (c *cmdCtx) transition(from, to uint64) bool {
 }
 
 // scsiAttr maps the SRP task attribute to SAM's; false for reserved values.
-func scsiAttr(a TaskAttr) (scsi.TaskAttribute, bool) {
+func scsiAttr(a iu.TaskAttr) (scsi.TaskAttribute, bool) {
 	switch a {
-	case TaskAttrSimple:
+	case iu.TaskAttrSimple:
 		return scsi.TaskSimple, true
-	case TaskAttrHeadOfQueue:
+	case iu.TaskAttrHeadOfQueue:
 		return scsi.TaskHeadOfQueue, true
-	case TaskAttrOrdered:
+	case iu.TaskAttrOrdered:
 		return scsi.TaskOrdered, true
-	case TaskAttrACA:
+	case iu.TaskAttrACA:
 		return scsi.TaskACA, true
 	}
 	return 0, false
 }
 
 // dataBuf returns the direction of c that moves data (SRP_CMDs with both are refused).
-func (c *cmdCtx) dataBuf() DataBuf {
+func (c *cmdCtx) dataBuf() iu.DataBuf {
 	if c.out.Present() {
 		return c.out
 	}
@@ -151,16 +152,16 @@ func (c *cmdCtx) dataBuf() DataBuf {
 // is. No work request is signaled; the caller signals the last one of the batch. wrs and sges
 // must have capacity for every descriptor plus one, so that nothing is allocated and the SGL
 // slices stay valid.
-func appendRDMA(wrs []ib.SendWR, sges []ib.SGE, op ib.Opcode, d DataBuf, table []byte, mr ib.MR, base uint64, n uint32, id uint64) ([]ib.SendWR, []ib.SGE) {
+func appendRDMA(wrs []ib.SendWR, sges []ib.SGE, op ib.Opcode, d iu.DataBuf, table []byte, mr ib.MR, base uint64, n uint32, id uint64) ([]ib.SendWR, []ib.SGE) {
 	cnt := d.TableLen()
 	if table == nil {
 		cnt = d.NumDescriptors()
 	}
 	var off uint64
 	for i := 0; i < cnt && n > 0; i++ {
-		var desc DirectBuf
+		var desc iu.DirectBuf
 		if table != nil {
-			desc = DirectBuf(table[i*DirectBufSize : (i+1)*DirectBufSize])
+			desc = iu.DirectBuf(table[i*iu.DirectBufSize : (i+1)*iu.DirectBufSize])
 		} else {
 			desc = d.DescriptorAt(i)
 		}
@@ -185,7 +186,7 @@ func appendRDMA(wrs []ib.SendWR, sges []ib.SGE, op ib.Opcode, d DataBuf, table [
 // tableTotal sums the lengths of an external descriptor table.
 func tableTotal(table []byte) uint64 {
 	var sum uint64
-	for i := 0; i+DirectBufSize <= len(table); i += DirectBufSize {
+	for i := 0; i+iu.DirectBufSize <= len(table); i += iu.DirectBufSize {
 		sum += uint64(binary.BigEndian.Uint32(table[i+12:]))
 	}
 	return sum
@@ -197,14 +198,14 @@ func tableTotal(table []byte) uint64 {
 // compared with the buffer the descriptors gave (scsi.Command.DataInResidual/DataOutResidual):
 // more asked than the buffer holds is an overflow (DIOVER/DOOVER), less is an underflow
 // (DIUNDER/DOUNDER). Commands answered by the transport itself (xportFail) report none.
-func encodeCmdRsp(b []byte, maxTI int, c *scsi.Command, tag Tag, delta uint32, in, out, xportFail bool) (int, error) {
-	f := RspFields{
+func encodeCmdRsp(b []byte, maxTI int, c *scsi.Command, tag iu.Tag, delta uint32, in, out, xportFail bool) (int, error) {
+	f := iu.RspFields{
 		ReqLimDelta: delta,
 		Tag:         tag,
 		Status:      uint8(c.Status),
 	}
 	if sense := c.SenseData(); len(sense) > 0 {
-		if room := maxTI - RspMinSize; len(sense) > room {
+		if room := maxTI - iu.RspMinSize; len(sense) > room {
 			sense = sense[:room]
 		}
 		f.SenseData = sense
@@ -213,30 +214,23 @@ func encodeCmdRsp(b []byte, maxTI int, c *scsi.Command, tag Tag, delta uint32, i
 		if in {
 			switch over, n := c.DataInResidual(); {
 			case over:
-				f.Flags |= DIOVER
+				f.Flags |= iu.DIOVER
 				f.DataInResCnt = uint32(n)
 			case n > 0:
-				f.Flags |= DIUNDER
+				f.Flags |= iu.DIUNDER
 				f.DataInResCnt = uint32(n)
 			}
 		}
 		if out {
 			switch over, n := c.DataOutResidual(); {
 			case over:
-				f.Flags |= DOOVER
+				f.Flags |= iu.DOOVER
 				f.DataOutResCnt = uint32(n)
 			case n > 0:
-				f.Flags |= DOUNDER
+				f.Flags |= iu.DOUNDER
 				f.DataOutResCnt = uint32(n)
 			}
 		}
 	}
-	return Rsp(b[:min(len(b), maxTI)]).Encode(&f)
-}
-
-// encodeTMRsp writes the SRP_RSP answering an SRP_TSK_MGMT.
-func encodeTMRsp(b []byte, tag Tag, delta uint32, code TskMgmtRspCode) (int, error) {
-	rd := code.ResponseData()
-	f := RspFields{ReqLimDelta: delta, Tag: tag, RespData: rd[:]}
-	return Rsp(b).Encode(&f)
+	return iu.Rsp(b[:min(len(b), maxTI)]).Encode(&f)
 }

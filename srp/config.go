@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // Defaults of Limits. They follow LIO's ib_srpt where LIO has an equivalent, so that an
@@ -72,7 +73,7 @@ const (
 
 	// MinTIIULen is the smallest MaxTIIULen: an SRP_RSP with 4 bytes of response data or the
 	// largest sense data the SCSI layer produces.
-	MinTIIULen = RspMinSize + TskMgmtRspDataSize + scsi.MaxSenseLength
+	MinTIIULen = iu.RspMinSize + iu.TskMgmtRspDataSize + scsi.MaxSenseLength
 	// maxTransferLimit keeps every RDMA work request under the 2 GiB message limit.
 	maxTransferLimit = 1 << 30
 	// poolMinBlock is the smallest data buffer the pool hands out.
@@ -284,8 +285,8 @@ func (l Limits) withDefaults() Limits {
 // validate checks limits that already have their defaults.
 func (l Limits) validate() error {
 	switch {
-	case l.MaxITIULen < CmdMinSize+IndirectBufHeaderSize+DirectBufSize || l.MaxITIULen > 1<<20:
-		return fmt.Errorf("max IT IU length %d outside [%d, %d]", l.MaxITIULen, CmdMinSize+IndirectBufHeaderSize+DirectBufSize, 1<<20)
+	case l.MaxITIULen < iu.CmdMinSize+iu.IndirectBufHeaderSize+iu.DirectBufSize || l.MaxITIULen > 1<<20:
+		return fmt.Errorf("max IT IU length %d outside [%d, %d]", l.MaxITIULen, iu.CmdMinSize+iu.IndirectBufHeaderSize+iu.DirectBufSize, 1<<20)
 	case l.MaxTIIULen < MinTIIULen || l.MaxTIIULen > 1<<16:
 		return fmt.Errorf("max TI IU length %d outside [%d, %d]", l.MaxTIIULen, MinTIIULen, 1<<16)
 	case l.Credits < 2 || l.Credits > 1<<15:
@@ -332,26 +333,26 @@ type Authorizer interface {
 	// the login. A *LoginRefusedError selects the SRP_LOGIN_REJ reason; any other error is
 	// answered with CHANNEL LIMIT REACHED (0x00010006), which is what LIO answers when its ACL
 	// refuses an initiator. src is the initiator's address.
-	Authorize(initiator, target PortID, src netip.AddrPort) (*scsi.LUNMap, error)
+	Authorize(initiator, target iu.PortID, src netip.AddrPort) (*scsi.LUNMap, error)
 }
 
 // AuthorizerFunc adapts a function to Authorizer.
-type AuthorizerFunc func(initiator, target PortID, src netip.AddrPort) (*scsi.LUNMap, error)
+type AuthorizerFunc func(initiator, target iu.PortID, src netip.AddrPort) (*scsi.LUNMap, error)
 
 // Authorize calls f.
-func (f AuthorizerFunc) Authorize(initiator, target PortID, src netip.AddrPort) (*scsi.LUNMap, error) {
+func (f AuthorizerFunc) Authorize(initiator, target iu.PortID, src netip.AddrPort) (*scsi.LUNMap, error) {
 	return f(initiator, target, src)
 }
 
 // AllowAll is an Authorizer that shows m to every initiator.
 func AllowAll(m *scsi.LUNMap) Authorizer {
-	return AuthorizerFunc(func(PortID, PortID, netip.AddrPort) (*scsi.LUNMap, error) { return m, nil })
+	return AuthorizerFunc(func(iu.PortID, iu.PortID, netip.AddrPort) (*scsi.LUNMap, error) { return m, nil })
 }
 
 // LoginRefusedError is how an Authorizer refuses a login with a specific reason. Detail says
 // why and what to change, for the log line the target writes.
 type LoginRefusedError struct {
-	Reason LoginRejReason
+	Reason iu.LoginRejReason
 	Detail string
 }
 
@@ -364,7 +365,7 @@ var ErrNotAuthorized = errors.New("initiator not authorized")
 
 // Port is an SRP target port identifier and the SCSI target port it stands for.
 type Port struct {
-	ID   PortID
+	ID   iu.PortID
 	SCSI *scsi.TargetPort
 }
 
@@ -372,7 +373,7 @@ type Port struct {
 type Config struct {
 	// TargetPortID is the SRP target port identifier the target accepts logins for: id_ext in
 	// bytes 0-7 and ioc_guid in bytes 8-15, as given to ib_srp's add_target.
-	TargetPortID PortID
+	TargetPortID iu.PortID
 	// TargetPort is the SCSI target port VPD page 0x83 reports. Nil: one named after
 	// TargetPortID with relative port identifier 1.
 	TargetPort *scsi.TargetPort

@@ -1,6 +1,10 @@
 package srp
 
-import "go.uber.org/zap"
+import (
+	"go.uber.org/zap"
+
+	"github.com/srptarget/srptarget/srp/iu"
+)
 
 // creditLedger is the channel's request limit bookkeeping (SRP r16a REQUEST LIMIT DELTA). The
 // initiator spends one credit per SRP_CMD and SRP_TSK_MGMT; every SRP_RSP gives back its
@@ -66,7 +70,7 @@ func (ch *channel) maybeCredReq() {
 	}
 	ch.credReqTag++
 	_, b := ch.ctlBuf(ctlCredReq)
-	n, _ := CredReq(b).Encode(&CredReqFields{ReqLimDelta: delta, Tag: ch.credReqTag})
+	n := iu.CredReq(b).Encode(&iu.CredReqFields{ReqLimDelta: delta, Tag: ch.credReqTag})
 	// Counted before the SEND: the initiator may see it before PostSend returns.
 	ch.t.stats.credReqs.Add(1)
 	ch.credReqOut = true
@@ -79,11 +83,11 @@ func (ch *channel) maybeCredReq() {
 
 // onCredRsp handles the initiator's SRP_CRED_RSP (it takes no credit).
 func (ch *channel) onCredRsp(b []byte) {
-	if err := CredRsp(b).Validate(); err != nil {
+	if err := iu.CredRsp(b).Validate(); err != nil {
 		ch.log.Warn("malformed SRP_CRED_RSP ignored", zap.Error(err))
 		return
 	}
-	tag := CredRsp(b).Tag()
+	tag := iu.CredRsp(b).Tag()
 	if !ch.credReqOut || tag != ch.credReqTag {
 		ch.log.Warn("SRP_CRED_RSP answers no outstanding SRP_CRED_REQ: ignored",
 			zap.Uint64("tag", uint64(tag)), zap.Bool("outstanding", ch.credReqOut), zap.Uint64("expected", uint64(ch.credReqTag)))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
 
@@ -36,7 +37,7 @@ func abortOnOtherChannel(t *testing.T, h *harness, idle, resetter *srptest.Chann
 	time.AfterFunc(30*time.Millisecond, h.gate.release)
 	code, err := resetter.ResetLUN(ctxT(t), 0)
 	require.NoError(t, err)
-	require.Equal(t, uint8(srp.TskMgmtSuccess), code)
+	require.Equal(t, uint8(iu.TskMgmtSuccess), code)
 	for _, p := range held {
 		select {
 		case <-p.Done():

@@ -16,6 +16,7 @@ import (
 	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
 
@@ -108,7 +109,7 @@ func TestLargeTransfers(t *testing.T) {
 	cfg = h.cfg()
 	cfg.AllowExtSG = true
 	cfg.Node = ch255.Node()
-	cfg.MultiChannel = srp.MultiChanMulti
+	cfg.MultiChannel = iu.MultiChanMulti
 	cfg.ChannelIndex = 1
 	chExt := h.login(cfg)
 
@@ -130,7 +131,7 @@ func TestLargeTransfers(t *testing.T) {
 		rsp, err = tc.ch.Do(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(uint32(i)*uint32(blocks), blocks), DataInLen: size, Layout: tc.layout})
 		require.NoError(t, err)
 		require.NoError(t, rsp.Err(), "%T read", tc.layout)
-		require.Zero(t, rsp.Flags&(srp.DIUNDER|srp.DIOVER))
+		require.Zero(t, rsp.Flags&(iu.DIUNDER|iu.DIOVER))
 		require.True(t, string(data) == string(rsp.DataIn), "%T: data read back differs", tc.layout)
 	}
 	st := h.tgt.Stats()
@@ -170,7 +171,7 @@ func TestImmediateDataWrites(t *testing.T) {
 	rsp, err := ch.Do(ctxT(t), &srptest.Request{CDB: srptest.CDBWrite10(0, 4), DataOut: testutil.Pattern(1024, 9), Layout: srptest.Immediate{}})
 	require.NoError(t, err)
 	require.Equal(t, uint8(scsi.StatusCheckCondition), rsp.Status)
-	require.Equal(t, srp.DOOVER, rsp.Flags&(srp.DOOVER|srp.DOUNDER))
+	require.Equal(t, iu.DOOVER, rsp.Flags&(iu.DOOVER|iu.DOUNDER))
 	require.Equal(t, uint32(1024), rsp.DataOutResidual)
 }
 
@@ -183,14 +184,14 @@ func TestResiduals(t *testing.T) {
 	rsp, err := ch.Do(ctxT(t), &srptest.Request{CDB: srptest.CDBInquiry(false, 0, 36), DataInLen: 96})
 	require.NoError(t, err)
 	require.NoError(t, rsp.Err())
-	require.Equal(t, srp.DIUNDER, rsp.Flags&(srp.DIUNDER|srp.DIOVER))
+	require.Equal(t, iu.DIUNDER, rsp.Flags&(iu.DIUNDER|iu.DIOVER))
 	require.Equal(t, uint32(60), rsp.DataInResidual)
 	require.Len(t, rsp.DataIn, 36)
 	// READ of 16 blocks into an 8-block buffer: the 8 that fit, DIOVER 4096.
 	rsp, err = ch.Do(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 16), DataInLen: 4096})
 	require.NoError(t, err)
 	require.NoError(t, rsp.Err())
-	require.Equal(t, srp.DIOVER, rsp.Flags&(srp.DIUNDER|srp.DIOVER))
+	require.Equal(t, iu.DIOVER, rsp.Flags&(iu.DIUNDER|iu.DIOVER))
 	require.Equal(t, uint32(4096), rsp.DataInResidual)
 	// A full read: no residual flags at all.
 	rsp, err = ch.Read10(ctxT(t), 0, 0, 8, testBlockSize)
@@ -200,12 +201,12 @@ func TestResiduals(t *testing.T) {
 }
 
 // cmdIU encodes an SRP_CMD for SendRaw.
-func cmdIU(t *testing.T, f srp.CmdFields) []byte {
+func cmdIU(t *testing.T, f iu.CmdFields) []byte {
 	t.Helper()
-	n, err := srp.CmdLen(&f)
+	n, err := iu.CmdLen(&f)
 	require.NoError(t, err)
 	b := make([]byte, n)
-	_, err = srp.Cmd(b).Encode(&f)
+	_, err = iu.Cmd(b).Encode(&f)
 	require.NoError(t, err)
 	return b
 }
@@ -213,10 +214,10 @@ func cmdIU(t *testing.T, f srp.CmdFields) []byte {
 // nextRsp waits for the next unsolicited IU and decodes it as SRP_RSP.
 func nextRsp(t *testing.T, ch *srptest.Channel) []byte {
 	t.Helper()
-	iu, err := ch.NextUnsolicited(ctxT(t))
+	msg, err := ch.NextUnsolicited(ctxT(t))
 	require.NoError(t, err)
-	require.Equal(t, srp.OpRsp, srp.Opcode(iu[0]), "got %v", srp.Opcode(iu[0]))
-	return iu
+	require.Equal(t, iu.OpRsp, iu.Opcode(msg[0]), "got %v", iu.Opcode(msg[0]))
+	return msg
 }
 
 // invalidFieldInCommandIU is the SRP_RSP the target sends for a malformed SRP_CMD, written
@@ -246,8 +247,8 @@ func TestMalformedCommands(t *testing.T) {
 	noImm := h.login(cfg)
 	clearUA(t, noImm, 0)
 
-	direct := func(n uint32) srp.DataBufFields {
-		return srp.DataBufFields{Format: srp.DescDirect, Direct: srp.DirectBufFields{VA: 0x1000, Key: 0x1234, Len: n}}
+	direct := func(n uint32) iu.DataBufFields {
+		return iu.DataBufFields{Format: iu.DescDirect, Direct: iu.DirectBufFields{VA: 0x1000, Key: 0x1234, Len: n}}
 	}
 	read10 := [16]byte{0x28, 0, 0, 0, 0, 0, 0, 0, 8}
 	cases := []struct {
@@ -255,31 +256,31 @@ func TestMalformedCommands(t *testing.T) {
 		ch   *srptest.Channel
 		iu   []byte
 	}{
-		{"descriptor lengths disagree with TOTAL LENGTH", ch, cmdIU(t, srp.CmdFields{Tag: 1, CDB: read10, DataIn: srp.DataBufFields{
-			Format: srp.DescIndirect, DescCnt: 2, Indirect: srp.IndirectBufFields{
-				Table:    srp.DirectBufFields{VA: 0x2000, Key: 1, Len: 32},
+		{"descriptor lengths disagree with TOTAL LENGTH", ch, cmdIU(t, iu.CmdFields{Tag: 1, CDB: read10, DataIn: iu.DataBufFields{
+			Format: iu.DescIndirect, DescCnt: 2, Indirect: iu.IndirectBufFields{
+				Table:    iu.DirectBufFields{VA: 0x2000, Key: 1, Len: 32},
 				TotalLen: 4096,
-				Descs:    []srp.DirectBufFields{{VA: 0x1000, Key: 1, Len: 1024}, {VA: 0x3000, Key: 1, Len: 1024}},
+				Descs:    []iu.DirectBufFields{{VA: 0x1000, Key: 1, Len: 1024}, {VA: 0x3000, Key: 1, Len: 1024}},
 			}}})},
 		{"descriptor count for a direct descriptor", ch, func() []byte {
 			d := direct(4096)
 			d.DescCnt = 5
-			return cmdIU(t, srp.CmdFields{Tag: 2, CDB: read10, DataIn: d})
+			return cmdIU(t, iu.CmdFields{Tag: 2, CDB: read10, DataIn: d})
 		}()},
-		{"short SRP_CMD", ch, cmdIU(t, srp.CmdFields{Tag: 3, CDB: read10})[:20]},
-		{"transfer beyond max_transfer_len", ch, cmdIU(t, srp.CmdFields{Tag: 4, CDB: read10, DataIn: direct(16 << 20)})},
-		{"reserved task attribute", ch, cmdIU(t, srp.CmdFields{Tag: 5, CDB: read10, TaskAttr: 3, DataIn: direct(4096)})},
-		{"bidirectional", ch, cmdIU(t, srp.CmdFields{Tag: 6, CDB: read10, DataIn: direct(4096), DataOut: direct(4096)})},
-		{"immediate data not granted", noImm, cmdIU(t, srp.CmdFields{Tag: 7, CDB: read10, DataOut: srp.DataBufFields{Format: srp.DescImm, ImmDataOffset: 68, ImmData: make([]byte, 512)}})},
-		{"too many descriptors", ch, cmdIU(t, srp.CmdFields{Tag: 8, CDB: read10, DataIn: srp.DataBufFields{
-			Format: srp.DescIndirect, DescCnt: 1, Indirect: srp.IndirectBufFields{
-				Table:    srp.DirectBufFields{VA: 0x2000, Key: 1, Len: 17 * 16},
+		{"short SRP_CMD", ch, cmdIU(t, iu.CmdFields{Tag: 3, CDB: read10})[:20]},
+		{"transfer beyond max_transfer_len", ch, cmdIU(t, iu.CmdFields{Tag: 4, CDB: read10, DataIn: direct(16 << 20)})},
+		{"reserved task attribute", ch, cmdIU(t, iu.CmdFields{Tag: 5, CDB: read10, TaskAttr: 3, DataIn: direct(4096)})},
+		{"bidirectional", ch, cmdIU(t, iu.CmdFields{Tag: 6, CDB: read10, DataIn: direct(4096), DataOut: direct(4096)})},
+		{"immediate data not granted", noImm, cmdIU(t, iu.CmdFields{Tag: 7, CDB: read10, DataOut: iu.DataBufFields{Format: iu.DescImm, ImmDataOffset: 68, ImmData: make([]byte, 512)}})},
+		{"too many descriptors", ch, cmdIU(t, iu.CmdFields{Tag: 8, CDB: read10, DataIn: iu.DataBufFields{
+			Format: iu.DescIndirect, DescCnt: 1, Indirect: iu.IndirectBufFields{
+				Table:    iu.DirectBufFields{VA: 0x2000, Key: 1, Len: 17 * 16},
 				TotalLen: 17 * 512,
-				Descs:    []srp.DirectBufFields{{VA: 0x1000, Key: 1, Len: 512}},
+				Descs:    []iu.DirectBufFields{{VA: 0x1000, Key: 1, Len: 512}},
 			}}})},
-		{"descriptors end before the IU does", ch, append(cmdIU(t, srp.CmdFields{Tag: 9, CDB: read10, DataIn: direct(4096)}), 0, 0, 0, 0)},
+		{"descriptors end before the IU does", ch, append(cmdIU(t, iu.CmdFields{Tag: 9, CDB: read10, DataIn: direct(4096)}), 0, 0, 0, 0)},
 		{"immediate data length beyond the IU", ch, func() []byte {
-			b := cmdIU(t, srp.CmdFields{Tag: 10, CDB: read10, DataOut: srp.DataBufFields{Format: srp.DescImm, ImmDataOffset: 68, ImmData: make([]byte, 512)}})
+			b := cmdIU(t, iu.CmdFields{Tag: 10, CDB: read10, DataOut: iu.DataBufFields{Format: iu.DescImm, ImmDataOffset: 68, ImmData: make([]byte, 512)}})
 			binary.BigEndian.PutUint32(b[48:], 0xFFFFFFFF)
 			return b
 		}()},
@@ -305,19 +306,19 @@ func TestMalformedCommands(t *testing.T) {
 // the channel; other channels go on.
 func TestProtocolViolations(t *testing.T) {
 	tm := func(n int) []byte {
-		b := make([]byte, srp.TskMgmtSize)
-		_, _ = srp.TskMgmt(b).Encode(&srp.TskMgmtFields{Tag: 0x77, Func: srp.TskAbortTask})
+		b := make([]byte, iu.TskMgmtSize)
+		iu.TskMgmt(b).Encode(&iu.TskMgmtFields{Tag: 0x77, Func: iu.TskAbortTask})
 		return b[:n]
 	}
 	cases := []struct {
 		name   string
 		iu     []byte
-		reason srp.TLogoutReason // 0xFF: no SRP_T_LOGOUT expected
+		reason iu.TLogoutReason // 0xFF: no SRP_T_LOGOUT expected
 	}{
-		{"unknown IU type", []byte{0x77, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8}, srp.TLogoutInvalidIUType},
-		{"target IU sent by the initiator", []byte{byte(srp.OpRsp), 0, 0, 0, 0, 0, 0, 1, 1, 2, 3, 4, 5, 6, 7, 8}, srp.TLogoutInvalidIUType},
-		{"IU without a tag", []byte{byte(srp.OpCmd), 0, 0, 0, 0, 0, 0, 0}, srp.TLogoutInvalidIULength},
-		{"IU longer than max_it_iu_len", append([]byte{byte(srp.OpCmd)}, make([]byte, 9000)...), 0xFF},
+		{"unknown IU type", []byte{0x77, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8}, iu.TLogoutInvalidIUType},
+		{"target IU sent by the initiator", []byte{byte(iu.OpRsp), 0, 0, 0, 0, 0, 0, 1, 1, 2, 3, 4, 5, 6, 7, 8}, iu.TLogoutInvalidIUType},
+		{"IU without a tag", []byte{byte(iu.OpCmd), 0, 0, 0, 0, 0, 0, 0}, iu.TLogoutInvalidIULength},
+		{"IU longer than max_it_iu_len", append([]byte{byte(iu.OpCmd)}, make([]byte, 9000)...), 0xFF},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -325,7 +326,7 @@ func TestProtocolViolations(t *testing.T) {
 			other := h.login(h.cfg())
 			clearUA(t, other, 0)
 			cfg := h.cfg()
-			cfg.InitiatorPortID = srp.PortID{15: 9}
+			cfg.InitiatorPortID = iu.PortID{15: 9}
 			bad := h.login(cfg)
 			require.NoError(t, bad.SendRaw(tc.iu))
 			select {
@@ -356,8 +357,8 @@ func TestProtocolViolations(t *testing.T) {
 		0, 0, 0, 0x02,
 	}, got)
 	// Unsolicited initiator responses are ignored.
-	cr := make([]byte, srp.CredRspSize)
-	_, _ = srp.CredRsp(cr).Encode(&srp.CredRspFields{Tag: 5})
+	cr := make([]byte, iu.CredRspSize)
+	iu.CredRsp(cr).Encode(&iu.CredRspFields{Tag: 5})
 	require.NoError(t, ch.SendRaw(cr))
 	clearUA(t, ch, 0)
 	require.Equal(t, int64(128), ch.Credits())
@@ -373,7 +374,7 @@ func TestRemoteAccessErrors(t *testing.T) {
 
 	newBad := func(i byte) *srptest.Channel {
 		cfg := h.cfg()
-		cfg.InitiatorPortID = srp.PortID{15: i}
+		cfg.InitiatorPortID = iu.PortID{15: i}
 		return h.login(cfg)
 	}
 	write10 := [16]byte{0x2A, 0, 0, 0, 0, 0, 0, 0, 8}
@@ -383,22 +384,22 @@ func TestRemoteAccessErrors(t *testing.T) {
 		iu   func(ch *srptest.Channel) []byte
 	}{
 		{"wrong rkey", func(*srptest.Channel) []byte {
-			return cmdIU(t, srp.CmdFields{Tag: 1, CDB: write10, DataOut: srp.DataBufFields{Format: srp.DescDirect,
-				Direct: srp.DirectBufFields{VA: 0x10000, Key: 0xdeadbeef, Len: 4096}}})
+			return cmdIU(t, iu.CmdFields{Tag: 1, CDB: write10, DataOut: iu.DataBufFields{Format: iu.DescDirect,
+				Direct: iu.DirectBufFields{VA: 0x10000, Key: 0xdeadbeef, Len: 4096}}})
 		}},
 		{"range beyond the region", func(ch *srptest.Channel) []byte {
 			mr, err := ch.Node().PD().RegisterMemory(make([]byte, 2048), ib.AccessRemoteRead)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = mr.Deregister() })
-			return cmdIU(t, srp.CmdFields{Tag: 2, CDB: write10, DataOut: srp.DataBufFields{Format: srp.DescDirect,
-				Direct: srp.DirectBufFields{VA: mr.Addr(), Key: mr.RKey(), Len: 4096}}})
+			return cmdIU(t, iu.CmdFields{Tag: 2, CDB: write10, DataOut: iu.DataBufFields{Format: iu.DescDirect,
+				Direct: iu.DirectBufFields{VA: mr.Addr(), Key: mr.RKey(), Len: 4096}}})
 		}},
 		{"data-in into read-only memory", func(ch *srptest.Channel) []byte {
 			mr, err := ch.Node().PD().RegisterMemory(make([]byte, 4096), ib.AccessRemoteRead)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = mr.Deregister() })
-			return cmdIU(t, srp.CmdFields{Tag: 3, CDB: read10, DataIn: srp.DataBufFields{Format: srp.DescDirect,
-				Direct: srp.DirectBufFields{VA: mr.Addr(), Key: mr.RKey(), Len: 4096}}})
+			return cmdIU(t, iu.CmdFields{Tag: 3, CDB: read10, DataIn: iu.DataBufFields{Format: iu.DescDirect,
+				Direct: iu.DirectBufFields{VA: mr.Addr(), Key: mr.RKey(), Len: 4096}}})
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -443,7 +444,7 @@ func TestAbortTaskInLogicalUnit(t *testing.T) {
 	time.AfterFunc(50*time.Millisecond, h.gate.release)
 	code, err := ch.Abort(ctxT(t), p1)
 	require.NoError(t, err)
-	require.Equal(t, uint8(srp.TskMgmtSuccess), code)
+	require.Equal(t, uint8(iu.TskMgmtSuccess), code)
 	_, err = p1.Wait(ctxT(t))
 	require.ErrorIs(t, err, srptest.ErrForgotten)
 	rsp, err := p2.Wait(ctxT(t))
@@ -454,9 +455,9 @@ func TestAbortTaskInLogicalUnit(t *testing.T) {
 	require.Equal(t, int64(128), ch.Credits())
 	require.Zero(t, ch.Stats().UnknownTags, "a response for the aborted command was sent")
 	// Aborting a command that is not there completes too (SAM-5).
-	code, err = ch.TaskMgmt(ctxT(t), srp.TskAbortTask, 0, 0x4242)
+	code, err = ch.TaskMgmt(ctxT(t), iu.TskAbortTask, 0, 0x4242)
 	require.NoError(t, err)
-	require.Equal(t, uint8(srp.TskMgmtSuccess), code)
+	require.Equal(t, uint8(iu.TskMgmtSuccess), code)
 	h.waitIdle()
 }
 
@@ -476,7 +477,7 @@ func TestAbortTaskWaitingForBuffer(t *testing.T) {
 
 	code, err := ch.Abort(ctxT(t), small)
 	require.NoError(t, err)
-	require.Equal(t, uint8(srp.TskMgmtSuccess), code)
+	require.Equal(t, uint8(iu.TskMgmtSuccess), code)
 	require.Equal(t, uint64(1), h.tgt.Stats().Aborted)
 	h.gate.release()
 	rsp, err := big.Wait(ctxT(t))
@@ -536,7 +537,7 @@ func TestLUNResetAcrossChannels(t *testing.T) {
 	time.AfterFunc(50*time.Millisecond, h.gate.release)
 	code, err := chs[0].ResetLUN(ctxT(t), 0)
 	require.NoError(t, err)
-	require.Equal(t, uint8(srp.TskMgmtSuccess), code)
+	require.Equal(t, uint8(iu.TskMgmtSuccess), code)
 	rsp, err := other.Wait(ctxT(t))
 	require.NoError(t, err)
 	require.NoError(t, rsp.Err())
@@ -571,23 +572,23 @@ func TestTaskManagementFunctions(t *testing.T) {
 	ch := h.login(h.cfg())
 	clearUA(t, ch, 0)
 	for _, tc := range []struct {
-		fn   srp.TskMgmtFunc
+		fn   iu.TskMgmtFunc
 		lun  uint16
-		code srp.TskMgmtRspCode
+		code iu.TskMgmtRspCode
 	}{
-		{srp.TskAbortTaskSet, 0, srp.TskMgmtSuccess},
-		{srp.TskClearTaskSet, 0, srp.TskMgmtSuccess},
-		{srp.TskClearACA, 0, srp.TskMgmtFuncNotSupp},
-		{srp.TskLUNReset, 7, srp.TskMgmtFailed}, // LUN not mapped
-		{srp.TskAbortTaskSet, 7, srp.TskMgmtFailed},
-		{0x00, 0, srp.TskMgmtFuncNotSupp},
-		{0x03, 0, srp.TskMgmtFuncNotSupp},
-		{0x10, 0, srp.TskMgmtFuncNotSupp}, // SAS: I_T NEXUS RESET
-		{0x20, 0, srp.TskMgmtFuncNotSupp},
-		{0x80, 0, srp.TskMgmtFuncNotSupp}, // SAS: QUERY TASK
-		{0x81, 0, srp.TskMgmtFuncNotSupp}, // SAS: QUERY TASK SET
-		{0x82, 0, srp.TskMgmtFuncNotSupp}, // SAS: QUERY ASYNCHRONOUS EVENT
-		{0xFF, 0, srp.TskMgmtFuncNotSupp},
+		{iu.TskAbortTaskSet, 0, iu.TskMgmtSuccess},
+		{iu.TskClearTaskSet, 0, iu.TskMgmtSuccess},
+		{iu.TskClearACA, 0, iu.TskMgmtFuncNotSupp},
+		{iu.TskLUNReset, 7, iu.TskMgmtFailed}, // LUN not mapped
+		{iu.TskAbortTaskSet, 7, iu.TskMgmtFailed},
+		{0x00, 0, iu.TskMgmtFuncNotSupp},
+		{0x03, 0, iu.TskMgmtFuncNotSupp},
+		{0x10, 0, iu.TskMgmtFuncNotSupp}, // SAS: I_T NEXUS RESET
+		{0x20, 0, iu.TskMgmtFuncNotSupp},
+		{0x80, 0, iu.TskMgmtFuncNotSupp}, // SAS: QUERY TASK
+		{0x81, 0, iu.TskMgmtFuncNotSupp}, // SAS: QUERY TASK SET
+		{0x82, 0, iu.TskMgmtFuncNotSupp}, // SAS: QUERY ASYNCHRONOUS EVENT
+		{0xFF, 0, iu.TskMgmtFuncNotSupp},
 	} {
 		code, err := ch.TaskMgmt(ctxT(t), tc.fn, tc.lun, 0x99)
 		require.NoError(t, err)
@@ -608,10 +609,10 @@ func TestTaskManagementFunctions(t *testing.T) {
 	p, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096})
 	require.NoError(t, err)
 	testutil.WaitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
-	for _, fn := range []srp.TskMgmtFunc{0x10, 0x80} {
+	for _, fn := range []iu.TskMgmtFunc{0x10, 0x80} {
 		code, err := ch.TaskMgmt(ctxT(t), fn, 0, p.Tag())
 		require.NoError(t, err)
-		require.Equal(t, uint8(srp.TskMgmtFuncNotSupp), code, "%v", fn)
+		require.Equal(t, uint8(iu.TskMgmtFuncNotSupp), code, "%v", fn)
 	}
 	h.gate.release()
 	rsp, err = p.Wait(ctxT(t))
@@ -626,7 +627,7 @@ func TestTaskManagementFunctions(t *testing.T) {
 	require.NoError(t, err)
 	testutil.WaitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
 	time.AfterFunc(30*time.Millisecond, h.gate.release)
-	code, err := ch.TaskMgmt(ctxT(t), srp.TskAbortTaskSet, 0, 0)
+	code, err := ch.TaskMgmt(ctxT(t), iu.TskAbortTaskSet, 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, uint8(0), code)
 	require.Equal(t, uint64(1), h.tgt.Stats().Aborted)
@@ -783,7 +784,7 @@ func TestReauthorize(t *testing.T) {
 	require.Equal(t, []uint8{0x06, 0x3F, 0x0E}, []uint8{k, asc, ascq})
 	clearUA(t, ch, 1)
 
-	h.tgt.SetAuthorizer(srp.AuthorizerFunc(func(srp.PortID, srp.PortID, netip.AddrPort) (*scsi.LUNMap, error) {
+	h.tgt.SetAuthorizer(srp.AuthorizerFunc(func(iu.PortID, iu.PortID, netip.AddrPort) (*scsi.LUNMap, error) {
 		return nil, srp.ErrNotAuthorized
 	}))
 	select {
@@ -794,7 +795,7 @@ func TestReauthorize(t *testing.T) {
 	_, err = h.loginErr(h.cfg())
 	var rej *srptest.LoginRejectedError
 	require.ErrorAs(t, err, &rej)
-	require.Equal(t, srp.LoginRejChannelLimitReached, rej.Reason)
+	require.Equal(t, iu.LoginRejChannelLimitReached, rej.Reason)
 }
 
 // TestDeviceRemoved: the RDMA device disappears; channels close without waiting for flush
@@ -825,7 +826,7 @@ func TestConcurrentLoginsAndIO(t *testing.T) {
 			defer wg.Done()
 			for round := 0; round < 3; round++ {
 				cfg := h.cfg()
-				cfg.InitiatorPortID = srp.PortID{14: byte(s), 15: byte(round)}
+				cfg.InitiatorPortID = iu.PortID{14: byte(s), 15: byte(round)}
 				ctx := ctxT(t)
 				chs, err := srptest.LoginMulti(ctx, h.fab, cfg, 2)
 				if err != nil {
@@ -933,7 +934,7 @@ func TestSmallSendQueue(t *testing.T) {
 	require.NoError(t, g.Wait())
 	// A command needing more work requests than the queue holds is refused.
 	cfg := h.cfg()
-	cfg.Node, cfg.MultiChannel, cfg.ChannelIndex, cfg.CmdSGEntries = ch.Node(), srp.MultiChanMulti, 1, 16
+	cfg.Node, cfg.MultiChannel, cfg.ChannelIndex, cfg.CmdSGEntries = ch.Node(), iu.MultiChanMulti, 1, 16
 	ch16 := h.login(cfg)
 	rsp, err := ch16.Do(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 16), DataInLen: 16 * testBlockSize, Layout: srptest.Indirect{N: 16}})
 	require.NoError(t, err)
@@ -951,7 +952,7 @@ func TestPoolContention(t *testing.T) {
 	a := h.login(h.cfg())
 	clearUA(t, a, 0)
 	cfg := h.cfg()
-	cfg.InitiatorPortID = srp.PortID{15: 2}
+	cfg.InitiatorPortID = iu.PortID{15: 2}
 	b := h.login(cfg)
 	clearUA(t, b, 0)
 	const size = 4 << 20

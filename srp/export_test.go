@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // Test hooks for the external test package.
@@ -33,7 +35,7 @@ type Scripted struct {
 	// claimed to be released by their channels.
 	tmf     *cmdCtx
 	claimed []claimedCmd
-	code    TskMgmtRspCode
+	code    iu.TskMgmtRspCode
 }
 
 // ScriptChannels makes t hand every channel it accepts from now on to the returned channel
@@ -132,7 +134,7 @@ func (s *Scripted) Stop(graceful bool, why string) {
 	if graceful {
 		mode = stopGraceful
 	}
-	s.ch.requestStop(mode, why, TLogoutNoReason)
+	s.ch.requestStop(mode, why, iu.TLogoutNoReason)
 }
 
 // State describes the channel: its phase, counters, queues, and every context in use.

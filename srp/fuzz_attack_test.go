@@ -16,6 +16,7 @@ import (
 	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
 
@@ -35,7 +36,7 @@ func FuzzLogin(f *testing.F) {
 	}
 	f.Add(good)
 	mcfg := h.cfg()
-	mcfg.MultiChannel = srp.MultiChanMulti
+	mcfg.MultiChannel = iu.MultiChanMulti
 	multi, err := srptest.LoginRequest(mcfg)
 	if err != nil {
 		f.Fatal(err)
@@ -69,7 +70,7 @@ func FuzzLogin(f *testing.F) {
 		defer cancel()
 		if probe == nil {
 			cfg := h.cfg()
-			cfg.InitiatorPortID = srp.PortID{15: 0xF1}
+			cfg.InitiatorPortID = iu.PortID{15: 0xF1}
 			if probe, err = srptest.Login(ctx, h.fab, cfg); err != nil {
 				t.Fatal(err)
 			}
@@ -84,7 +85,7 @@ func FuzzLogin(f *testing.F) {
 		var rej *memfabric.RejectedError
 		switch {
 		case err == nil:
-			var rsp srp.LoginRsp = conn.PrivateData()
+			var rsp iu.LoginRsp = conn.PrivateData()
 			if rsp.Validate() != nil {
 				t.Fatalf("accepted with a private data the initiator cannot decode: % x", []byte(rsp))
 			}
@@ -94,7 +95,7 @@ func FuzzLogin(f *testing.F) {
 				accepted = accepted[1:]
 			}
 		case errors.As(err, &rej):
-			var lr srp.LoginRej = rej.PrivateData
+			var lr iu.LoginRej = rej.PrivateData
 			if lr.Validate() != nil {
 				t.Fatalf("rejected with a private data the initiator cannot decode: % x", rej.PrivateData)
 			}
@@ -132,7 +133,7 @@ type descLayout struct {
 const (
 	segStride = 8192 + 512
 	tableOff  = 8 * segStride
-	regionLen = tableOff + 8*srp.DirectBufSize
+	regionLen = tableOff + 8*iu.DirectBufSize
 )
 
 // decodeLayout turns fuzz bytes into a layout of total bytes.
@@ -180,7 +181,7 @@ func FuzzDescriptors(f *testing.F) {
 	var ch *srptest.Channel
 	var mr ib.MR
 	mem := make([]byte, regionLen)
-	tag := srp.Tag(0x7000_0000)
+	tag := iu.Tag(0x7000_0000)
 	f.Cleanup(func() {
 		if mr != nil {
 			_ = mr.Deregister()
@@ -210,7 +211,7 @@ func FuzzDescriptors(f *testing.F) {
 		l := decodeLayout(total, layout)
 		data := testutil.Pattern(total, int(tag))
 		pos := 0
-		descs := make([]srp.DirectBufFields, len(l.sizes))
+		descs := make([]iu.DirectBufFields, len(l.sizes))
 		for i, sz := range l.sizes {
 			seg := mem[l.offs[i] : l.offs[i]+sz]
 			if write {
@@ -220,10 +221,10 @@ func FuzzDescriptors(f *testing.F) {
 					seg[j] = 0xEE
 				}
 			}
-			descs[i] = srp.DirectBufFields{VA: mr.Addr() + uint64(l.offs[i]), Key: mr.RKey(), Len: uint32(sz)}
+			descs[i] = iu.DirectBufFields{VA: mr.Addr() + uint64(l.offs[i]), Key: mr.RKey(), Len: uint32(sz)}
 			pos += sz
 		}
-		buf := srp.DataBufFields{Format: srp.DescDirect, Direct: descs[0]}
+		buf := iu.DataBufFields{Format: iu.DescDirect, Direct: descs[0]}
 		if len(descs) > 1 {
 			totalLen := uint32(total)
 			if l.corrupt {
@@ -233,14 +234,14 @@ func FuzzDescriptors(f *testing.F) {
 			if l.external {
 				inIU = descs[:l.partial]
 				for i, d := range descs {
-					b := mem[tableOff+i*srp.DirectBufSize:]
+					b := mem[tableOff+i*iu.DirectBufSize:]
 					binary.BigEndian.PutUint64(b, d.VA)
 					binary.BigEndian.PutUint32(b[8:], d.Key)
 					binary.BigEndian.PutUint32(b[12:], d.Len)
 				}
 			}
-			buf = srp.DataBufFields{Format: srp.DescIndirect, DescCnt: uint8(len(inIU)), Indirect: srp.IndirectBufFields{
-				Table:    srp.DirectBufFields{VA: mr.Addr() + tableOff, Key: mr.RKey(), Len: uint32(len(descs) * srp.DirectBufSize)},
+			buf = iu.DataBufFields{Format: iu.DescIndirect, DescCnt: uint8(len(inIU)), Indirect: iu.IndirectBufFields{
+				Table:    iu.DirectBufFields{VA: mr.Addr() + tableOff, Key: mr.RKey(), Len: uint32(len(descs) * iu.DirectBufSize)},
 				TotalLen: totalLen,
 				Descs:    inIU,
 			}}
@@ -248,7 +249,7 @@ func FuzzDescriptors(f *testing.F) {
 			return // one direct descriptor has no TOTAL LENGTH to disagree with
 		}
 		tag++
-		cmd := srp.CmdFields{Tag: tag}
+		cmd := iu.CmdFields{Tag: tag}
 		op := byte(0x28)
 		if write {
 			op = 0x2A
@@ -257,25 +258,25 @@ func FuzzDescriptors(f *testing.F) {
 			cmd.DataIn = buf
 		}
 		cmd.CDB = [16]byte{op, 0, byte(first >> 24), byte(first >> 16), byte(first >> 8), byte(first), 0, byte(nblk >> 8), byte(nblk)}
-		n, err := srp.CmdLen(&cmd)
+		n, err := iu.CmdLen(&cmd)
 		if err != nil || n > int(ch.MaxITIULen()) {
 			return
 		}
-		iu := make([]byte, n)
-		if _, err := srp.Cmd(iu).Encode(&cmd); err != nil {
+		msg := make([]byte, n)
+		if _, err := iu.Cmd(msg).Encode(&cmd); err != nil {
 			t.Fatal(err)
 		}
-		if err := ch.SendRaw(iu); err != nil {
+		if err := ch.SendRaw(msg); err != nil {
 			t.Fatalf("sending: %v", err)
 		}
-		var rsp srp.Rsp
+		var rsp iu.Rsp
 		for {
 			b, err := ch.NextUnsolicited(ctx)
 			if err != nil {
 				t.Fatalf("no response to a command with valid keys (layout %+v): %v", l, err)
 			}
-			if srp.Opcode(b[0]) == srp.OpRsp && srp.Rsp(b).Tag() == tag {
-				rsp = srp.Rsp(b)
+			if iu.Opcode(b[0]) == iu.OpRsp && iu.Rsp(b).Tag() == tag {
+				rsp = iu.Rsp(b)
 				break
 			}
 		}
@@ -328,7 +329,7 @@ func FuzzTwoChannelSequences(f *testing.F) {
 		var chs [2]*srptest.Channel
 		for i := range chs {
 			cfg := h.cfg()
-			cfg.InitiatorPortID = srp.PortID{0xfd, 15: byte(i)}
+			cfg.InitiatorPortID = iu.PortID{0xfd, 15: byte(i)}
 			c, err := srptest.Login(ctx, h.fab, cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -369,7 +370,7 @@ func FuzzTwoChannelSequences(f *testing.F) {
 					time.AfterFunc(20*time.Millisecond, h.gate.release)
 					held = false
 				}
-				fn := [...]srp.TskMgmtFunc{srp.TskLUNReset, srp.TskAbortTaskSet, srp.TskClearTaskSet}[int(s&7)-5]
+				fn := [...]iu.TskMgmtFunc{iu.TskLUNReset, iu.TskAbortTaskSet, iu.TskClearTaskSet}[int(s&7)-5]
 				tctx, tcancel := context.WithTimeout(ctx, 10*time.Second)
 				_, err := c.TaskMgmt(tctx, fn, lun, 0)
 				tcancel()

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
 
@@ -15,19 +16,19 @@ import (
 // panic, must answer or close that channel, and must keep serving another session.
 func FuzzChannelIU(f *testing.F) {
 	read10 := [16]byte{0x28, 0, 0, 0, 0, 0, 0, 0, 8}
-	add := func(fields srp.CmdFields) {
-		n, _ := srp.CmdLen(&fields)
+	add := func(fields iu.CmdFields) {
+		n, _ := iu.CmdLen(&fields)
 		b := make([]byte, n)
-		_, _ = srp.Cmd(b).Encode(&fields)
+		_, _ = iu.Cmd(b).Encode(&fields)
 		f.Add(b)
 	}
-	add(srp.CmdFields{Tag: 1, CDB: read10, DataIn: srp.DataBufFields{Format: srp.DescDirect, Direct: srp.DirectBufFields{VA: 0x1000, Key: 1, Len: 4096}}})
-	add(srp.CmdFields{Tag: 2, CDB: [16]byte{0x2A, 0, 0, 0, 0, 0, 0, 0, 1}, DataOut: srp.DataBufFields{Format: srp.DescImm, ImmDataOffset: 68, ImmData: make([]byte, 512)}})
-	add(srp.CmdFields{Tag: 3, CDB: read10, DataIn: srp.DataBufFields{Format: srp.DescIndirect, DescCnt: 1, Indirect: srp.IndirectBufFields{
-		Table: srp.DirectBufFields{VA: 0x2000, Key: 2, Len: 48}, TotalLen: 4096, Descs: []srp.DirectBufFields{{VA: 0x1000, Key: 1, Len: 1024}}}}})
-	add(srp.CmdFields{Tag: 4, CDB: [16]byte{0x00}})
-	tm := make([]byte, srp.TskMgmtSize)
-	_, _ = srp.TskMgmt(tm).Encode(&srp.TskMgmtFields{Tag: 5, Func: srp.TskLUNReset})
+	add(iu.CmdFields{Tag: 1, CDB: read10, DataIn: iu.DataBufFields{Format: iu.DescDirect, Direct: iu.DirectBufFields{VA: 0x1000, Key: 1, Len: 4096}}})
+	add(iu.CmdFields{Tag: 2, CDB: [16]byte{0x2A, 0, 0, 0, 0, 0, 0, 0, 1}, DataOut: iu.DataBufFields{Format: iu.DescImm, ImmDataOffset: 68, ImmData: make([]byte, 512)}})
+	add(iu.CmdFields{Tag: 3, CDB: read10, DataIn: iu.DataBufFields{Format: iu.DescIndirect, DescCnt: 1, Indirect: iu.IndirectBufFields{
+		Table: iu.DirectBufFields{VA: 0x2000, Key: 2, Len: 48}, TotalLen: 4096, Descs: []iu.DirectBufFields{{VA: 0x1000, Key: 1, Len: 1024}}}}})
+	add(iu.CmdFields{Tag: 4, CDB: [16]byte{0x00}})
+	tm := make([]byte, iu.TskMgmtSize)
+	iu.TskMgmt(tm).Encode(&iu.TskMgmtFields{Tag: 5, Func: iu.TskLUNReset})
 	f.Add(tm)
 	f.Add([]byte{0x03, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9})
 	f.Add([]byte{0x41, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9})
@@ -42,8 +43,8 @@ func FuzzChannelIU(f *testing.F) {
 			}
 		}
 	})
-	f.Fuzz(func(t *testing.T, iu []byte) {
-		if len(iu) == 0 || len(iu) > 2*srp.DefaultMaxITIULen {
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		if len(msg) == 0 || len(msg) > 2*srp.DefaultMaxITIULen {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -59,12 +60,12 @@ func FuzzChannelIU(f *testing.F) {
 				_ = ch.Close()
 			}
 			cfg := h.cfg()
-			cfg.InitiatorPortID = srp.PortID{15: 0xF0}
+			cfg.InitiatorPortID = iu.PortID{15: 0xF0}
 			if ch, err = srptest.Login(ctx, h.fab, cfg); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := ch.SendRaw(iu); err != nil {
+		if err := ch.SendRaw(msg); err != nil {
 			return
 		}
 		// Either the channel answers a command after the IU, or it was closed.

@@ -21,12 +21,13 @@ import (
 	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
 
 // testPortID is the target port identifier of the test target: id_ext = ioc_guid, as LIO
 // requires for its own.
-var testPortID = srp.PortID{0x00, 0x02, 0xc9, 0x03, 0x00, 0xa3, 0x42, 0x70, 0x00, 0x02, 0xc9, 0x03, 0x00, 0xa3, 0x42, 0x70}
+var testPortID = iu.PortID{0x00, 0x02, 0xc9, 0x03, 0x00, 0xa3, 0x42, 0x70, 0x00, 0x02, 0xc9, 0x03, 0x00, 0xa3, 0x42, 0x70}
 
 const (
 	testBlockSize = 512
@@ -62,7 +63,7 @@ type harnessOpts struct {
 	auth      srp.Authorizer // nil: every initiator sees all LUNs
 	noServe   bool
 	logLevel  zapcore.Level
-	targetPID *srp.PortID
+	targetPID *iu.PortID
 	gate      bool // LUN 0's backstore can be held (h.gate)
 	latency   bool // srp.Config.MeasureLatency
 	// targetPort and morePorts are srp.Config.TargetPort and MorePorts.

@@ -8,16 +8,17 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // supportedBufFmt is what the target supports and answers in SUPPORTED BUFFER FORMATS:
 // direct and indirect descriptors (external tables included).
-const supportedBufFmt = BufFormatDirect | BufFormatIndirect
+const supportedBufFmt = iu.BufFormatDirect | iu.BufFormatIndirect
 
 // loginError is a refused login: the SRP_LOGIN_REJ reason, what was wrong, and what the operator
 // should change.
 type loginError struct {
-	reason LoginRejReason
+	reason iu.LoginRejReason
 	detail string
 	hint   string
 }
@@ -25,10 +26,10 @@ type loginError struct {
 // checkLogin validates a login request against the target's identity and limits. It is
 // what LIO's srpt_cm_req_recv checks, in the same order of precedence, each with a reason
 // ib_srp understands (it prints a dedicated message for REQ_IT_IU_LENGTH_TOO_LARGE).
-func checkLogin(f *LoginReqFields, targetPort PortID, lim *Limits) *loginError {
+func checkLogin(f *iu.LoginReqFields, targetPort iu.PortID, lim *Limits) *loginError {
 	if f.TargetPortID != targetPort {
 		return &loginError{
-			reason: LoginRejUnableAssociateChannel,
+			reason: iu.LoginRejUnableAssociateChannel,
 			detail: fmt.Sprintf("initiator asked for target port id_ext=%016x ioc_guid=%016x, this target is id_ext=%016x ioc_guid=%016x",
 				f.TargetPortID.IDExt(), f.TargetPortID.GUID(), targetPort.IDExt(), targetPort.GUID()),
 			hint: fmt.Sprintf("use id_ext=%016x,ioc_guid=%016x in the initiator's add_target string, or change the target's port identifier",
@@ -37,28 +38,28 @@ func checkLogin(f *LoginReqFields, targetPort PortID, lim *Limits) *loginError {
 	}
 	if f.ReqITIULen > lim.MaxITIULen {
 		return &loginError{
-			reason: LoginRejReqITIULengthTooLarge,
+			reason: iu.LoginRejReqITIULengthTooLarge,
 			detail: fmt.Sprintf("initiator asked it_iu_len %d > max_it_iu_len %d", f.ReqITIULen, lim.MaxITIULen),
 			hint:   fmt.Sprintf("raise limits.max_it_iu_len to at least %d, or set max_it_iu_size=%d on the initiator", f.ReqITIULen, lim.MaxITIULen),
 		}
 	}
-	if f.ReqITIULen < LoginReqSize {
+	if f.ReqITIULen < iu.LoginReqSize {
 		return &loginError{
-			reason: LoginRejReqITIULengthTooLarge,
-			detail: fmt.Sprintf("initiator asked it_iu_len %d < %d", f.ReqITIULen, LoginReqSize),
+			reason: iu.LoginRejReqITIULengthTooLarge,
+			detail: fmt.Sprintf("initiator asked it_iu_len %d < %d", f.ReqITIULen, iu.LoginReqSize),
 			hint:   "the initiator is broken: no SRP_CMD fits in fewer than 64 bytes",
 		}
 	}
 	if unsup := f.ReqBufFmt &^ supportedBufFmt; unsup != 0 {
 		return &loginError{
-			reason: LoginRejUnsupportedDescriptorFmt,
+			reason: iu.LoginRejUnsupportedDescriptorFmt,
 			detail: fmt.Sprintf("initiator requires buffer formats %#04x, this target supports %#04x (direct and indirect)", uint16(f.ReqBufFmt), uint16(supportedBufFmt)),
 			hint:   "the initiator asks for a descriptor format this target does not know",
 		}
 	}
-	if a := f.ReqFlags.MultiChanAction(); a != MultiChanSingle && a != MultiChanMulti {
+	if a := f.ReqFlags.MultiChanAction(); a != iu.MultiChanSingle && a != iu.MultiChanMulti {
 		return &loginError{
-			reason: LoginRejUnableEstablishChannel,
+			reason: iu.LoginRejUnableEstablishChannel,
 			detail: fmt.Sprintf("reserved MULTI-CHANNEL ACTION %d", a),
 			hint:   "the initiator is broken: only 0 (single) and 1 (multiple) are defined",
 		}
@@ -70,11 +71,11 @@ func checkLogin(f *LoginReqFields, targetPort PortID, lim *Limits) *loginError {
 // asked with an offset of at least 48; this target also requires room for the 4-byte
 // immediate descriptor before the data (offset >= 52, else no command could use it) and an
 // offset inside the receive buffer. Linux asks with 68.
-func grantImmediate(f *LoginReqFields, lim *Limits) uint16 {
-	if lim.DisableImmediateData || f.ReqFlags&ImmedRequested == 0 {
+func grantImmediate(f *iu.LoginReqFields, lim *Limits) uint16 {
+	if lim.DisableImmediateData || f.ReqFlags&iu.ImmedRequested == 0 {
 		return 0
 	}
-	if f.ImmDataOffset < CmdMinSize+ImmBufSize || uint32(f.ImmDataOffset) >= lim.MaxITIULen {
+	if f.ImmDataOffset < iu.CmdMinSize+iu.ImmBufSize || uint32(f.ImmDataOffset) >= lim.MaxITIULen {
 		return 0
 	}
 	return f.ImmDataOffset
@@ -114,7 +115,7 @@ func listenerPortSpace(l ib.Listener) uint16 {
 // parseLogin decodes the SRP_LOGIN_REQ of req. The request's own port space wins over the
 // listener's (lps, 0 when unknown); a port space other than TCP and IB, or none, falls back to
 // telling the forms apart by length. It also returns the port space used, for the log.
-func parseLogin(req ib.ConnRequest, lps uint16) (LoginReqFields, uint16, error) {
+func parseLogin(req ib.ConnRequest, lps uint16) (iu.LoginReqFields, uint16, error) {
 	ps := lps
 	if p, ok := req.(PortSpacer); ok {
 		ps = p.RDMAPortSpace()
@@ -122,13 +123,13 @@ func parseLogin(req ib.ConnRequest, lps uint16) (LoginReqFields, uint16, error) 
 	b := req.PrivateData()
 	switch ps {
 	case PortSpaceTCP:
-		f, err := ParseLoginReqRDMA(b)
+		f, err := iu.Parse[iu.LoginReqRDMA](b)
 		return f, ps, err
 	case PortSpaceIB:
-		f, err := ParseLoginReqIB(b)
+		f, err := iu.Parse[iu.LoginReq](b)
 		return f, ps, err
 	}
-	f, err := ParseLoginReq(b)
+	f, err := iu.ParseLoginReq(b)
 	return f, ps, err
 }
 
@@ -150,7 +151,7 @@ func (t *Target) login(req ib.ConnRequest, lps uint16) {
 	log := t.log.With(zap.Stringer("src", src))
 	f, ps, err := parseLogin(req, lps)
 	if err != nil {
-		t.reject(req, 0, LoginRejUnableEstablishChannel, log,
+		t.reject(req, 0, iu.LoginRejUnableEstablishChannel, log,
 			fmt.Sprintf("malformed SRP_LOGIN_REQ (%d bytes of private data, login form %s): %v", len(req.PrivateData()), loginFormName(ps), err),
 			"the peer is not an SRP initiator, or sends a login format this target does not know")
 		return
@@ -166,7 +167,7 @@ func (t *Target) login(req ib.ConnRequest, lps uint16) {
 		return
 	}
 	if req.ResponderResources() == 0 {
-		t.reject(req, f.Tag, LoginRejInsufficientResources, log,
+		t.reject(req, f.Tag, iu.LoginRejInsufficientResources, log,
 			"initiator offers no responder resources: the target could not RDMA READ data-out (SCSI WRITE)",
 			"the initiator must allow RDMA READs (ib_srp offers 4)")
 		return
@@ -174,13 +175,13 @@ func (t *Target) login(req ib.ConnRequest, lps uint16) {
 	held := t.auth.Load()
 	a := held.a
 	if a == nil {
-		t.reject(req, f.Tag, LoginRejChannelLimitReached, log, "no access control list is configured",
+		t.reject(req, f.Tag, iu.LoginRejChannelLimitReached, log, "no access control list is configured",
 			"configure the initiators allowed to log in")
 		return
 	}
 	m, err := a.Authorize(f.InitiatorPortID, f.TargetPortID, src)
 	if err != nil || m == nil {
-		reason := LoginRejChannelLimitReached
+		reason := iu.LoginRejChannelLimitReached
 		detail := "initiator refused by the access control list"
 		var re *LoginRefusedError
 		if errors.As(err, &re) {
@@ -195,7 +196,7 @@ func (t *Target) login(req ib.ConnRequest, lps uint16) {
 
 	sess, ok := t.acquireSession(nexusKey{initiator: f.InitiatorPortID, target: f.TargetPortID})
 	if !ok {
-		t.reject(req, f.Tag, LoginRejInsufficientResources, log,
+		t.reject(req, f.Tag, iu.LoginRejInsufficientResources, log,
 			fmt.Sprintf("the target has %d I_T nexuses with channels (max_sessions %d)", t.lim.MaxSessions, t.lim.MaxSessions),
 			"raise limits.max_sessions, or log out initiators that are no longer used")
 		return
@@ -205,12 +206,12 @@ func (t *Target) login(req ib.ConnRequest, lps uint16) {
 	defer sess.loginMu.Unlock()
 	sess.waitReset()
 
-	var result LoginRspFlags
+	var result iu.LoginRspFlags
 	switch f.ReqFlags.MultiChanAction() {
-	case MultiChanMulti:
+	case iu.MultiChanMulti:
 		n := sess.channelCount()
 		if n >= t.lim.MaxChannels {
-			t.reject(req, f.Tag, LoginRejChannelLimitReached, log,
+			t.reject(req, f.Tag, iu.LoginRejChannelLimitReached, log,
 				fmt.Sprintf("the I_T nexus already has %d channels (max_channels %d)", n, t.lim.MaxChannels),
 				fmt.Sprintf("raise limits.max_channels or set ch_count=%d or lower on the initiator", t.lim.MaxChannels))
 			return
@@ -220,23 +221,23 @@ func (t *Target) login(req ib.ConnRequest, lps uint16) {
 			// joins the nexus must not change the LUNs its other channels see. Initiator
 			// port identifiers are not authenticated, so this is what keeps a login from
 			// another address with the same identifier from taking over the nexus's LUNs.
-			t.reject(req, f.Tag, LoginRejUnableAssociateChannel, log,
+			t.reject(req, f.Tag, iu.LoginRejUnableAssociateChannel, log,
 				fmt.Sprintf("the access control list grants this login (from %v) %d LUNs, other than the %d LUNs of the nexus's %d channels",
 					src.Addr(), len(m.Mappings()), len(cur.Mappings()), n),
 				"make every address this initiator port logs in from match the same ACL, or give each host its own initiator port id")
 			return
 		}
 		if n > 0 {
-			result = LoginRspMultiChanMaintained
+			result = iu.LoginRspMultiChanMaintained
 		}
 	default:
 		if t.terminateChannels(sess, log) {
-			result = LoginRspMultiChanTerminated
+			result = iu.LoginRspMultiChanTerminated
 		}
 	}
 
 	if total, ok := t.reserveChannel(); !ok {
-		t.reject(req, f.Tag, LoginRejInsufficientResources, log,
+		t.reject(req, f.Tag, iu.LoginRejInsufficientResources, log,
 			fmt.Sprintf("the target has %d channels (max_channels_total %d)", total, t.lim.MaxChannelsTotal),
 			"raise limits.max_channels_total, or lower ch_count on the initiators")
 		return
@@ -249,16 +250,16 @@ func (t *Target) login(req ib.ConnRequest, lps uint16) {
 	}()
 	ch, ap, err := t.prepareChannel(sess, req, &f)
 	if err != nil {
-		t.reject(req, f.Tag, LoginRejInsufficientResources, log, err.Error(),
+		t.reject(req, f.Tag, iu.LoginRejInsufficientResources, log, err.Error(),
 			"check the memory available for registration (ulimit -l) and the device limits")
 		return
 	}
-	var rsp [LoginRspSize]byte
+	var rsp [iu.LoginRspSize]byte
 	flags := result
 	if ch.immOff != 0 {
-		flags |= LoginRspImmedSupp
+		flags |= iu.LoginRspImmedSupp
 	}
-	_, _ = LoginRsp(rsp[:]).Encode(&LoginRspFields{
+	iu.LoginRsp(rsp[:]).Encode(&iu.LoginRspFields{
 		ReqLimDelta: uint32(ch.credits),
 		Tag:         f.Tag,
 		MaxITIULen:  t.lim.MaxITIULen,
@@ -272,7 +273,7 @@ func (t *Target) login(req ib.ConnRequest, lps uint16) {
 	t.unreserveChannel()
 	if !added {
 		ch.release()
-		t.reject(req, f.Tag, LoginRejInsufficientResources, log, "target is shutting down", "wait for the target to restart")
+		t.reject(req, f.Tag, iu.LoginRejInsufficientResources, log, "target is shutting down", "wait for the target to restart")
 		return
 	}
 	conn, err := req.Accept(ap)
@@ -283,7 +284,7 @@ func (t *Target) login(req ib.ConnRequest, lps uint16) {
 			log.Warn("accepting the login failed", zap.Error(err))
 			return
 		}
-		t.reject(req, f.Tag, LoginRejInsufficientResources, log, "accepting the connection failed: "+err.Error(),
+		t.reject(req, f.Tag, iu.LoginRejInsufficientResources, log, "accepting the connection failed: "+err.Error(),
 			"check the device limits (queue depths) against limits.credits and limits.send_queue_depth")
 		return
 	}
@@ -327,7 +328,7 @@ func (t *Target) terminateChannels(sess *session, log *zap.Logger) bool {
 	}
 	log.Info("login with MULTI-CHANNEL ACTION single: terminating the nexus's channels", zap.Int("channels", len(old)))
 	for _, ch := range old {
-		ch.requestStop(stopHard, "replaced by a login with MULTI-CHANNEL ACTION single", TLogoutMultiChannelAction)
+		ch.requestStop(stopHard, "replaced by a login with MULTI-CHANNEL ACTION single", iu.TLogoutMultiChannelAction)
 	}
 	if m := sess.lunMap.Load(); m != nil {
 		m.NexusReset(sess.nexus)
@@ -346,7 +347,7 @@ func (t *Target) terminateChannels(sess *session, log *zap.Logger) bool {
 }
 
 // prepareChannel sizes and allocates a channel for req; the caller accepts.
-func (t *Target) prepareChannel(sess *session, req ib.ConnRequest, f *LoginReqFields) (*channel, ib.AcceptParams, error) {
+func (t *Target) prepareChannel(sess *session, req ib.ConnRequest, f *iu.LoginReqFields) (*channel, ib.AcceptParams, error) {
 	lim := req.Limits()
 	p := channelParams{
 		// One receive beyond the credits is kept for the answer to SRP_CRED_REQ.
@@ -384,11 +385,11 @@ func (t *Target) prepareChannel(sess *session, req ib.ConnRequest, f *LoginReqFi
 }
 
 // reject answers req with an SRP_LOGIN_REJ and logs why and what to change.
-func (t *Target) reject(req ib.ConnRequest, tag Tag, reason LoginRejReason, log *zap.Logger, detail, hint string) {
-	var b [LoginRejSize]byte
-	_, _ = LoginRej(b[:]).Encode(&LoginRejFields{Reason: reason, Tag: tag, SupBufFmt: supportedBufFmt})
+func (t *Target) reject(req ib.ConnRequest, tag iu.Tag, reason iu.LoginRejReason, log *zap.Logger, detail, hint string) {
+	var b [iu.LoginRejSize]byte
+	iu.LoginRej(b[:]).Encode(&iu.LoginRejFields{Reason: reason, Tag: tag, SupBufFmt: supportedBufFmt})
 	t.stats.loginsRejected.Add(1)
-	if i := int(reason) - int(LoginRejUnableEstablishChannel); i >= 0 && i < len(t.stats.rejects) {
+	if i := int(reason) - int(iu.LoginRejUnableEstablishChannel); i >= 0 && i < len(t.stats.rejects) {
 		t.stats.rejects[i].Add(1)
 	}
 	// One line per refusal, except in a flood: per source address at most rejectLogBurst
@@ -406,23 +407,23 @@ func (t *Target) reject(req ib.ConnRequest, tag Tag, reason LoginRejReason, log 
 }
 
 type multiChanResult struct {
-	action LoginReqFlags
-	result LoginRspFlags
+	action iu.LoginReqFlags
+	result iu.LoginRspFlags
 }
 
-func multiChanName(action LoginReqFlags, result LoginRspFlags) fmt.Stringer {
+func multiChanName(action iu.LoginReqFlags, result iu.LoginRspFlags) fmt.Stringer {
 	return multiChanResult{action, result}
 }
 
 func (m multiChanResult) String() string {
 	a := "single"
-	if m.action == MultiChanMulti {
+	if m.action == iu.MultiChanMulti {
 		a = "multi"
 	}
 	switch m.result {
-	case LoginRspMultiChanTerminated:
+	case iu.LoginRspMultiChanTerminated:
 		return a + ": existing channels terminated"
-	case LoginRspMultiChanMaintained:
+	case iu.LoginRspMultiChanMaintained:
 		return a + ": existing channels maintained"
 	}
 	return a + ": no existing channels"

@@ -12,18 +12,19 @@ import (
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
-var unitPort = PortID{1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8}
+var unitPort = iu.PortID{1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8}
 
-func linuxLogin() LoginReqFields {
-	return LoginReqFields{
+func linuxLogin() iu.LoginReqFields {
+	return iu.LoginReqFields{
 		Tag:             0,
 		ReqITIULen:      8260,
-		ReqBufFmt:       BufFormatDirect | BufFormatIndirect,
-		ReqFlags:        ImmedRequested,
+		ReqBufFmt:       iu.BufFormatDirect | iu.BufFormatIndirect,
+		ReqFlags:        iu.ImmedRequested,
 		ImmDataOffset:   68,
-		InitiatorPortID: PortID{15: 1},
+		InitiatorPortID: iu.PortID{15: 1},
 		TargetPortID:    unitPort,
 	}
 }
@@ -32,22 +33,22 @@ func TestCheckLogin(t *testing.T) {
 	lim := Limits{}.withDefaults()
 	cases := []struct {
 		name   string
-		mod    func(*LoginReqFields)
-		reason LoginRejReason // 0: accepted
+		mod    func(*iu.LoginReqFields)
+		reason iu.LoginRejReason // 0: accepted
 	}{
-		{"linux defaults", func(*LoginReqFields) {}, 0},
-		{"exactly the limit", func(f *LoginReqFields) { f.ReqITIULen = 8276 }, 0},
-		{"minimum 64", func(f *LoginReqFields) { f.ReqITIULen = 64 }, 0},
-		{"multi", func(f *LoginReqFields) { f.ReqFlags |= MultiChanMulti }, 0},
-		{"only direct required", func(f *LoginReqFields) { f.ReqBufFmt = BufFormatDirect }, 0},
-		{"nothing required", func(f *LoginReqFields) { f.ReqBufFmt = 0 }, 0},
-		{"one more than the limit", func(f *LoginReqFields) { f.ReqITIULen = 8277 }, LoginRejReqITIULengthTooLarge},
-		{"63", func(f *LoginReqFields) { f.ReqITIULen = 63 }, LoginRejReqITIULengthTooLarge},
-		{"id_ext differs", func(f *LoginReqFields) { f.TargetPortID[0] ^= 1 }, LoginRejUnableAssociateChannel},
-		{"ioc_guid differs", func(f *LoginReqFields) { f.TargetPortID[15] ^= 1 }, LoginRejUnableAssociateChannel},
-		{"target port checked first", func(f *LoginReqFields) { f.TargetPortID[15] ^= 1; f.ReqITIULen = 1 << 20 }, LoginRejUnableAssociateChannel},
-		{"unknown buffer format", func(f *LoginReqFields) { f.ReqBufFmt |= 1 }, LoginRejUnsupportedDescriptorFmt},
-		{"reserved action 3", func(f *LoginReqFields) { f.ReqFlags |= 3 }, LoginRejUnableEstablishChannel},
+		{"linux defaults", func(*iu.LoginReqFields) {}, 0},
+		{"exactly the limit", func(f *iu.LoginReqFields) { f.ReqITIULen = 8276 }, 0},
+		{"minimum 64", func(f *iu.LoginReqFields) { f.ReqITIULen = 64 }, 0},
+		{"multi", func(f *iu.LoginReqFields) { f.ReqFlags |= iu.MultiChanMulti }, 0},
+		{"only direct required", func(f *iu.LoginReqFields) { f.ReqBufFmt = iu.BufFormatDirect }, 0},
+		{"nothing required", func(f *iu.LoginReqFields) { f.ReqBufFmt = 0 }, 0},
+		{"one more than the limit", func(f *iu.LoginReqFields) { f.ReqITIULen = 8277 }, iu.LoginRejReqITIULengthTooLarge},
+		{"63", func(f *iu.LoginReqFields) { f.ReqITIULen = 63 }, iu.LoginRejReqITIULengthTooLarge},
+		{"id_ext differs", func(f *iu.LoginReqFields) { f.TargetPortID[0] ^= 1 }, iu.LoginRejUnableAssociateChannel},
+		{"ioc_guid differs", func(f *iu.LoginReqFields) { f.TargetPortID[15] ^= 1 }, iu.LoginRejUnableAssociateChannel},
+		{"target port checked first", func(f *iu.LoginReqFields) { f.TargetPortID[15] ^= 1; f.ReqITIULen = 1 << 20 }, iu.LoginRejUnableAssociateChannel},
+		{"unknown buffer format", func(f *iu.LoginReqFields) { f.ReqBufFmt |= 1 }, iu.LoginRejUnsupportedDescriptorFmt},
+		{"reserved action 3", func(f *iu.LoginReqFields) { f.ReqFlags |= 3 }, iu.LoginRejUnableEstablishChannel},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,19 +70,19 @@ func TestCheckLogin(t *testing.T) {
 func TestGrantImmediate(t *testing.T) {
 	lim := Limits{}.withDefaults()
 	for _, tc := range []struct {
-		flags LoginReqFlags
+		flags iu.LoginReqFlags
 		off   uint16
 		lim   Limits
 		want  uint16
 	}{
-		{ImmedRequested, 68, lim, 68},
+		{iu.ImmedRequested, 68, lim, 68},
 		{0, 68, lim, 0},
-		{ImmedRequested, 47, lim, 0},
-		{ImmedRequested, 51, lim, 0},
-		{ImmedRequested, 52, lim, 52},
-		{ImmedRequested, 8275, lim, 8275},
-		{ImmedRequested, 8276, lim, 0},
-		{ImmedRequested, 68, func() Limits { l := lim; l.DisableImmediateData = true; return l }(), 0},
+		{iu.ImmedRequested, 47, lim, 0},
+		{iu.ImmedRequested, 51, lim, 0},
+		{iu.ImmedRequested, 52, lim, 52},
+		{iu.ImmedRequested, 8275, lim, 8275},
+		{iu.ImmedRequested, 8276, lim, 0},
+		{iu.ImmedRequested, 68, func() Limits { l := lim; l.DisableImmediateData = true; return l }(), 0},
 	} {
 		f := linuxLogin()
 		f.ReqFlags, f.ImmDataOffset = tc.flags, tc.off
@@ -121,10 +122,9 @@ func (failingPD) RegisterMemory([]byte, ib.Access) (ib.MR, error) {
 
 var goodLimits = ib.DeviceLimits{MaxQueueDepth: 16384, MaxSendSGE: 32, MaxRecvSGE: 32, MaxReadSGE: 32, MaxInlineData: 256, MaxRDAtomic: 16}
 
-func loginBytes(t *testing.T, f LoginReqFields) []byte {
-	b := make([]byte, LoginReqRDMASize)
-	_, err := LoginReqRDMA(b).Encode(&f)
-	require.NoError(t, err)
+func loginBytes(t *testing.T, f iu.LoginReqFields) []byte {
+	b := make([]byte, iu.LoginReqRDMASize)
+	iu.LoginReqRDMA(b).Encode(&f)
 	return b
 }
 
@@ -211,11 +211,9 @@ func TestParseLoginPortSpace(t *testing.T) {
 	f := linuxLogin()
 	f.Tag = 0x1122
 	rdma := make([]byte, 92) // the RDMA/CM form followed by zeros
-	_, err := LoginReqRDMA(rdma).Encode(&f)
-	require.NoError(t, err)
+	iu.LoginReqRDMA(rdma).Encode(&f)
 	ibForm := make([]byte, 92)
-	_, err = LoginReq(ibForm).Encode(&f)
-	require.NoError(t, err)
+	iu.LoginReq(ibForm).Encode(&f)
 	for _, tc := range []struct {
 		name    string
 		req     ib.ConnRequest

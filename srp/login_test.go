@@ -14,6 +14,7 @@ import (
 	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
 
@@ -21,9 +22,9 @@ import (
 // up to its private data size.
 func requireRej(t *testing.T, raw []byte, reason uint32, tag uint64) {
 	t.Helper()
-	require.GreaterOrEqual(t, len(raw), srp.LoginRejSize)
-	require.Equal(t, rejBytes(reason, tag), raw[:srp.LoginRejSize])
-	require.Equal(t, make([]byte, len(raw)-srp.LoginRejSize), raw[srp.LoginRejSize:])
+	require.GreaterOrEqual(t, len(raw), iu.LoginRejSize)
+	require.Equal(t, rejBytes(reason, tag), raw[:iu.LoginRejSize])
+	require.Equal(t, make([]byte, len(raw)-iu.LoginRejSize), raw[iu.LoginRejSize:])
 }
 
 // rejBytes is an SRP_LOGIN_REJ written out by hand (include/scsi/srp.h struct srp_login_rej): opcode C2, reason,
@@ -54,11 +55,11 @@ func TestLoginResponseBytes(t *testing.T) {
 		0x80, // IMMED supported, no existing channels
 		0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
 	}
-	require.Len(t, want, srp.LoginRspSize)
+	require.Len(t, want, iu.LoginRspSize)
 	// The CM delivers the REP's private data zero-padded to its full size.
 	got := ch.LoginResponseIU()
-	require.Equal(t, want, got[:srp.LoginRspSize])
-	require.Equal(t, make([]byte, len(got)-srp.LoginRspSize), got[srp.LoginRspSize:])
+	require.Equal(t, want, got[:iu.LoginRspSize])
+	require.Equal(t, make([]byte, len(got)-iu.LoginRspSize), got[iu.LoginRspSize:])
 	require.True(t, ch.ImmediateData())
 
 	testutil.WaitFor(t, "the login log line", func() bool { _, ok := h.logged("login accepted"); return ok })
@@ -76,66 +77,66 @@ func TestLoginResponseBytes(t *testing.T) {
 func TestLoginRejects(t *testing.T) {
 	otherPort := testPortID
 	otherPort[15] ^= 0xFF
-	refuser := srp.AuthorizerFunc(func(ini, tgt srp.PortID, src netip.AddrPort) (*scsi.LUNMap, error) {
+	refuser := srp.AuthorizerFunc(func(ini, tgt iu.PortID, src netip.AddrPort) (*scsi.LUNMap, error) {
 		return nil, srp.ErrNotAuthorized
 	})
-	custom := srp.AuthorizerFunc(func(ini, tgt srp.PortID, src netip.AddrPort) (*scsi.LUNMap, error) {
-		return nil, &srp.LoginRefusedError{Reason: srp.LoginRejMultiChannelUnsupported, Detail: "policy says one channel"}
+	custom := srp.AuthorizerFunc(func(ini, tgt iu.PortID, src netip.AddrPort) (*scsi.LUNMap, error) {
+		return nil, &srp.LoginRefusedError{Reason: iu.LoginRejMultiChannelUnsupported, Detail: "policy says one channel"}
 	})
 	cases := []struct {
 		name   string
 		auth   srp.Authorizer
 		limits srp.Limits
 		cfg    func(*srptest.Config)
-		reason srp.LoginRejReason
+		reason iu.LoginRejReason
 		log    []string // substrings of the reject log's detail and fix
 	}{
 		{
 			name:   "wrong target port",
 			cfg:    func(c *srptest.Config) { c.TargetPortID = otherPort },
-			reason: srp.LoginRejUnableAssociateChannel,
+			reason: iu.LoginRejUnableAssociateChannel,
 			log:    []string{"ioc_guid=0002c90300a3428f", "use id_ext=0002c90300a34270,ioc_guid=0002c90300a34270"},
 		},
 		{
 			name:   "IT IU length too large",
 			cfg:    func(c *srptest.Config) { c.ITIULen = 16484 },
-			reason: srp.LoginRejReqITIULengthTooLarge,
+			reason: iu.LoginRejReqITIULengthTooLarge,
 			log:    []string{"initiator asked it_iu_len 16484 > max_it_iu_len 8276", "raise limits.max_it_iu_len", "max_it_iu_size=8276"},
 		},
 		{
 			name:   "IT IU length below 64",
 			cfg:    func(c *srptest.Config) { c.ITIULen = 63 },
-			reason: srp.LoginRejReqITIULengthTooLarge,
+			reason: iu.LoginRejReqITIULengthTooLarge,
 			log:    []string{"it_iu_len 63 < 64"},
 		},
 		{
 			name:   "small target limit rejects Linux's immediate-data login",
 			limits: srp.Limits{MaxITIULen: 4148},
-			reason: srp.LoginRejReqITIULengthTooLarge,
+			reason: iu.LoginRejReqITIULengthTooLarge,
 			log:    []string{"8260 > max_it_iu_len 4148"},
 		},
 		{
 			name:   "unsupported buffer format",
-			cfg:    func(c *srptest.Config) { c.ReqBufFmt = srp.BufFormatDirect | srp.BufFormatIndirect | 0x0100 },
-			reason: srp.LoginRejUnsupportedDescriptorFmt,
+			cfg:    func(c *srptest.Config) { c.ReqBufFmt = iu.BufFormatDirect | iu.BufFormatIndirect | 0x0100 },
+			reason: iu.LoginRejUnsupportedDescriptorFmt,
 			log:    []string{"requires buffer formats 0x0106"},
 		},
 		{
 			name:   "reserved multi-channel action",
 			cfg:    func(c *srptest.Config) { c.MultiChannel = 2 },
-			reason: srp.LoginRejUnableEstablishChannel,
+			reason: iu.LoginRejUnableEstablishChannel,
 			log:    []string{"reserved MULTI-CHANNEL ACTION 2"},
 		},
 		{
 			name:   "ACL refusal",
 			auth:   refuser,
-			reason: srp.LoginRejChannelLimitReached,
+			reason: iu.LoginRejChannelLimitReached,
 			log:    []string{"initiator not authorized", "add initiator port 0x"},
 		},
 		{
 			name:   "ACL refusal with its own reason",
 			auth:   custom,
-			reason: srp.LoginRejMultiChannelUnsupported,
+			reason: iu.LoginRejMultiChannelUnsupported,
 			log:    []string{"policy says one channel"},
 		},
 	}
@@ -171,7 +172,7 @@ func TestLoginChannelLimit(t *testing.T) {
 	chs := h.loginMulti(h.cfg(), 2)
 	cfg := h.cfg()
 	cfg.Node = chs[0].Node()
-	cfg.MultiChannel = srp.MultiChanMulti
+	cfg.MultiChannel = iu.MultiChanMulti
 	cfg.ChannelIndex = 2
 	_, err := h.loginErr(cfg)
 	var rej *srptest.LoginRejectedError
@@ -232,7 +233,7 @@ func TestLoginImmediateDataGrant(t *testing.T) {
 			cfg.ImmediateData = tc.imm
 			cfg.ImmDataOffset = tc.offset
 			ch := h.login(cfg)
-			require.Equal(t, tc.granted, ch.LoginResponse().RspFlags&srp.LoginRspImmedSupp != 0)
+			require.Equal(t, tc.granted, ch.LoginResponse().RspFlags&iu.LoginRspImmedSupp != 0)
 			clearUA(t, ch, 0)
 			// Writes work either way (immediate data or RDMA READ) and read back.
 			data := testutil.Pattern(4096, int(tc.offset))
@@ -270,8 +271,8 @@ func TestLoginIBCMForm(t *testing.T) {
 	cfg.LoginTag = 0xAABB
 	ch := h.login(cfg)
 	require.Equal(t, memfabric.PortSpaceIB, ch.Config().PortSpace)
-	require.Len(t, ch.LoginRequestIU(), srp.LoginReqSize)
-	require.Equal(t, srp.Tag(0xAABB), ch.LoginResponse().Tag)
+	require.Len(t, ch.LoginRequestIU(), iu.LoginReqSize)
+	require.Equal(t, iu.Tag(0xAABB), ch.LoginResponse().Tag)
 	require.Equal(t, uint32(128), ch.LoginResponse().ReqLimDelta)
 	require.True(t, ch.ImmediateData())
 	var e observer.LoggedEntry
@@ -366,7 +367,7 @@ func TestLoginFormByPortSpace(t *testing.T) {
 			}
 			var rej *srptest.LoginRejectedError
 			require.ErrorAs(t, err, &rej)
-			require.Equal(t, srp.LoginRejReason(tc.reject), rej.Reason)
+			require.Equal(t, iu.LoginRejReason(tc.reject), rej.Reason)
 		})
 	}
 }
@@ -377,9 +378,9 @@ func TestLoginFormByPortSpace(t *testing.T) {
 func TestMultiChannel(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
 	chs := h.loginMulti(h.cfg(), 3)
-	require.Equal(t, srp.LoginRspMultiChanNoChan, chs[0].LoginResponse().RspFlags.MultiChanResult())
-	require.Equal(t, srp.LoginRspMultiChanMaintained, chs[1].LoginResponse().RspFlags.MultiChanResult())
-	require.Equal(t, srp.LoginRspMultiChanMaintained, chs[2].LoginResponse().RspFlags.MultiChanResult())
+	require.Equal(t, iu.LoginRspMultiChanNoChan, chs[0].LoginResponse().RspFlags.MultiChanResult())
+	require.Equal(t, iu.LoginRspMultiChanMaintained, chs[1].LoginResponse().RspFlags.MultiChanResult())
+	require.Equal(t, iu.LoginRspMultiChanMaintained, chs[2].LoginResponse().RspFlags.MultiChanResult())
 	for _, ch := range chs {
 		require.Equal(t, uint32(256), ch.LoginResponse().MaxTIIULen)
 	}
@@ -393,7 +394,7 @@ func TestMultiChannel(t *testing.T) {
 	cfg := h.cfg()
 	cfg.Node = chs[0].Node()
 	again := h.login(cfg)
-	require.Equal(t, srp.LoginRspMultiChanTerminated, again.LoginResponse().RspFlags.MultiChanResult())
+	require.Equal(t, iu.LoginRspMultiChanTerminated, again.LoginResponse().RspFlags.MultiChanResult())
 	require.Equal(t, uint32(256), again.LoginResponse().MaxTIIULen, "MAX TI IU LENGTH must not change across relogins")
 	for _, ch := range chs {
 		select {
@@ -402,11 +403,11 @@ func TestMultiChannel(t *testing.T) {
 			t.Fatal("old channel not disconnected")
 		}
 		require.ErrorIs(t, ch.Err(), srptest.ErrDisconnected)
-		iu, err := ch.NextUnsolicited(ctxT(t))
+		msg, err := ch.NextUnsolicited(ctxT(t))
 		require.NoError(t, err)
-		f, err := srp.ParseTLogout(iu)
+		f, err := iu.Parse[iu.TLogout](msg)
 		require.NoError(t, err)
-		require.Equal(t, srp.TLogoutMultiChannelAction, f.Reason)
+		require.Equal(t, iu.TLogoutMultiChannelAction, f.Reason)
 	}
 	testutil.WaitFor(t, "1 channel in the session", func() bool {
 		s := h.tgt.Sessions()
@@ -442,7 +443,7 @@ func TestServeTwoListeners(t *testing.T) {
 	ch1 := h.login(h.cfg())
 	cfg := h.cfg()
 	cfg.Addr = ln2.Addr()
-	cfg.InitiatorPortID = srp.PortID{15: 2}
+	cfg.InitiatorPortID = iu.PortID{15: 2}
 	ch2 := h.login(cfg)
 	for _, ch := range []*srptest.Channel{ch1, ch2} {
 		clearUA(t, ch, 0)

@@ -10,6 +10,7 @@ import (
 	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
 
@@ -85,7 +86,7 @@ func TestTaskManagementStatsByFunction(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
 	ch := h.login(h.cfg())
 	ctx := ctxT(t)
-	for _, fn := range []srp.TskMgmtFunc{srp.TskAbortTask, srp.TskLUNReset, srp.TskLUNReset} {
+	for _, fn := range []iu.TskMgmtFunc{iu.TskAbortTask, iu.TskLUNReset, iu.TskLUNReset} {
 		_, err := ch.TaskMgmt(ctx, fn, 0, 0x1234)
 		require.NoError(t, err)
 	}
@@ -93,7 +94,7 @@ func TestTaskManagementStatsByFunction(t *testing.T) {
 	want := [len(srp.TaskMgmtFuncs) + 1]uint64{}
 	want[0], want[3] = 1, 2 // ABORT TASK, LOGICAL UNIT RESET
 	require.Equal(t, want, st.TaskMgmtByFunc)
-	require.Equal(t, srp.TskLUNReset, srp.TaskMgmtFuncs[3])
+	require.Equal(t, iu.TskLUNReset, srp.TaskMgmtFuncs[3])
 	require.Positive(t, st.PoolSize)
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/srptarget/srptarget/ib/memfabric"
 	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
 
@@ -119,9 +120,9 @@ func (r *rawConn) recv() []byte {
 	}
 }
 
-func tur(tag srp.Tag) []byte {
-	b := make([]byte, srp.CmdMinSize)
-	_, _ = srp.Cmd(b).Encode(&srp.CmdFields{Tag: tag})
+func tur(tag iu.Tag) []byte {
+	b := make([]byte, iu.CmdMinSize)
+	_, _ = iu.Cmd(b).Encode(&iu.CmdFields{Tag: tag})
 	return b
 }
 
@@ -135,16 +136,16 @@ func TestCommandsAfterTaskManagement(t *testing.T) {
 	old, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096})
 	require.NoError(t, err)
 	testutil.WaitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
-	tm := make([]byte, srp.TskMgmtSize)
-	_, _ = srp.TskMgmt(tm).Encode(&srp.TskMgmtFields{Tag: 0x4444, Func: srp.TskLUNReset})
+	tm := make([]byte, iu.TskMgmtSize)
+	iu.TskMgmt(tm).Encode(&iu.TskMgmtFields{Tag: 0x4444, Func: iu.TskLUNReset})
 	require.NoError(t, ch.SendRaw(tm))
 	h.waitStats("the reset", func(s srp.Stats) bool { return s.TaskMgmt == 1 })
 	later, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(8, 8), DataInLen: 4096})
 	require.NoError(t, err)
 	h.gate.release()
-	iu, err := ch.NextUnsolicited(ctxT(t))
+	msg, err := ch.NextUnsolicited(ctxT(t))
 	require.NoError(t, err)
-	require.Equal(t, uint8(0), srp.Rsp(iu).RespData()[3])
+	require.Equal(t, uint8(0), iu.Rsp(msg).RespData()[3])
 	rsp, err := later.Wait(ctxT(t))
 	require.NoError(t, err)
 	k, asc, ascq := senseOf(t, rsp) // the reset's unit attention, not an abort

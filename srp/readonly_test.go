@@ -11,13 +11,14 @@ import (
 	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
 
 // Initiator port identifiers of the read-write and the read-only initiator of the tests below.
 var (
-	rwInitiator = srp.PortID{15: 0x01}
-	roInitiator = srp.PortID{15: 0x02}
+	rwInitiator = iu.PortID{15: 0x01}
+	roInitiator = iu.PortID{15: 0x02}
 )
 
 // readOnlyPair logs in two initiators that share LUN 0 of h (a gated harness): one through a
@@ -27,7 +28,7 @@ func readOnlyPair(t *testing.T, h *harness) (rw, ro *srptest.Channel) {
 	t.Helper()
 	roMap, err := scsi.NewLUNMap([]scsi.Mapping{{LUN: 0, LU: h.lus[0], ReadOnly: true}})
 	require.NoError(t, err)
-	h.tgt.SetAuthorizer(srp.AuthorizerFunc(func(initiator, _ srp.PortID, _ netip.AddrPort) (*scsi.LUNMap, error) {
+	h.tgt.SetAuthorizer(srp.AuthorizerFunc(func(initiator, _ iu.PortID, _ netip.AddrPort) (*scsi.LUNMap, error) {
 		if initiator == roInitiator {
 			return roMap, nil
 		}
@@ -78,11 +79,11 @@ func requireTUR(t *testing.T, ch *srptest.Channel, want []uint8) {
 func TestReadOnlyTaskManagement(t *testing.T) {
 	busDeviceReset := []uint8{0x06, 0x29, 0x03}
 	for _, tc := range []struct {
-		fn srp.TskMgmtFunc
+		fn iu.TskMgmtFunc
 		ua []uint8 // what the read-only initiator sees after its own function
 	}{
-		{srp.TskClearTaskSet, nil},
-		{srp.TskLUNReset, busDeviceReset},
+		{iu.TskClearTaskSet, nil},
+		{iu.TskLUNReset, busDeviceReset},
 	} {
 		t.Run(tc.fn.String(), func(t *testing.T) {
 			h := newHarness(t, harnessOpts{gate: true})
@@ -112,7 +113,7 @@ func TestReadOnlyTaskManagement(t *testing.T) {
 				defer cancel()
 				code, err := ch.TaskMgmt(ctx, tc.fn, 0, 0)
 				require.NoError(t, err)
-				require.Equal(t, uint8(srp.TskMgmtSuccess), code)
+				require.Equal(t, uint8(iu.TskMgmtSuccess), code)
 			}
 
 			// The read-only initiator has nothing to abort: the function is answered while
@@ -156,7 +157,7 @@ func TestReadOnlyTaskManagement(t *testing.T) {
 			time.AfterFunc(50*time.Millisecond, h.gate.release)
 			code, err := rw.ResetLUN(ctxT(t), 0)
 			require.NoError(t, err)
-			require.Equal(t, uint8(srp.TskMgmtSuccess), code)
+			require.Equal(t, uint8(iu.TskMgmtSuccess), code)
 			require.Equal(t, uint64(3), h.tgt.Stats().Aborted)
 			requireTUR(t, ro, busDeviceReset)
 			requireTUR(t, rw, busDeviceReset)

@@ -11,6 +11,7 @@ import (
 	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
 
@@ -183,7 +184,7 @@ func TestReloadRacingLogin(t *testing.T) {
 	require.NoError(t, err)
 	entered, proceed := make(chan struct{}), make(chan struct{})
 	first := true
-	h.tgt.SetAuthorizer(srp.AuthorizerFunc(func(_, _ srp.PortID, _ netip.AddrPort) (*scsi.LUNMap, error) {
+	h.tgt.SetAuthorizer(srp.AuthorizerFunc(func(_, _ iu.PortID, _ netip.AddrPort) (*scsi.LUNMap, error) {
 		if first {
 			first = false
 			close(entered)

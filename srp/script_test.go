@@ -13,6 +13,7 @@ import (
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // TestChannelScripts runs the scripts in testdata/channel: sequences of events (an IU from
@@ -199,7 +200,7 @@ func (si *scriptInit) iu(t *testing.T, line string) []byte {
 		require.NoError(t, err, "argument %q of %q", f, line)
 		args[k] = n
 	}
-	tag := srp.Tag(args["tag"])
+	tag := iu.Tag(args["tag"])
 	switch fields[0] {
 	case "tur":
 		return tur(tag)
@@ -220,43 +221,40 @@ func (si *scriptInit) iu(t *testing.T, line string) []byte {
 		require.NoError(t, err)
 		si.mrs = append(si.mrs, mr)
 		si.bufs[uint64(tag)] = buf
-		desc := srp.DataBufFields{Format: srp.DescDirect, Direct: srp.DirectBufFields{VA: mr.Addr(), Key: mr.RKey(), Len: uint32(n)}}
-		f := srp.CmdFields{Tag: tag, CDB: cdb}
+		desc := iu.DataBufFields{Format: iu.DescDirect, Direct: iu.DirectBufFields{VA: mr.Addr(), Key: mr.RKey(), Len: uint32(n)}}
+		f := iu.CmdFields{Tag: tag, CDB: cdb}
 		if fields[0] == "write" {
 			f.DataOut = desc
 		} else {
 			f.DataIn = desc
 		}
-		size, err := srp.CmdLen(&f)
+		size, err := iu.CmdLen(&f)
 		require.NoError(t, err)
 		b := make([]byte, size)
-		_, err = srp.Cmd(b).Encode(&f)
+		_, err = iu.Cmd(b).Encode(&f)
 		require.NoError(t, err)
 		return b
 	case "abort-task", "lun-reset":
-		f := srp.TskMgmtFields{Tag: tag, Func: srp.TskLUNReset}
+		f := iu.TskMgmtFields{Tag: tag, Func: iu.TskLUNReset}
 		if fields[0] == "abort-task" {
-			f.Func, f.TaskTag = srp.TskAbortTask, srp.Tag(args["task"])
+			f.Func, f.TaskTag = iu.TskAbortTask, iu.Tag(args["task"])
 		}
-		b := make([]byte, srp.TskMgmtSize)
-		_, err := srp.TskMgmt(b).Encode(&f)
-		require.NoError(t, err)
+		b := make([]byte, iu.TskMgmtSize)
+		iu.TskMgmt(b).Encode(&f)
 		return b
 	case "bad-type":
 		// An SRP_RSP: a target-to-initiator IU the initiator must not send.
-		b := make([]byte, srp.RspMinSize)
-		_, err := srp.Rsp(b).Encode(&srp.RspFields{Tag: tag})
+		b := make([]byte, iu.RspMinSize)
+		_, err := iu.Rsp(b).Encode(&iu.RspFields{Tag: tag})
 		require.NoError(t, err)
 		return b
 	case "cred-rsp":
-		b := make([]byte, srp.CredRspSize)
-		_, err := srp.CredRsp(b).Encode(&srp.CredRspFields{Tag: tag})
-		require.NoError(t, err)
+		b := make([]byte, iu.CredRspSize)
+		iu.CredRsp(b).Encode(&iu.CredRspFields{Tag: tag})
 		return b
 	case "logout":
-		b := make([]byte, srp.ILogoutSize)
-		_, err := srp.ILogout(b).Encode(&srp.ILogoutFields{})
-		require.NoError(t, err)
+		b := make([]byte, iu.ILogoutSize)
+		iu.ILogout(b).Encode(&iu.ILogoutFields{})
 		return b
 	}
 	t.Fatalf("unknown IU %q", line)
@@ -265,9 +263,9 @@ func (si *scriptInit) iu(t *testing.T, line string) []byte {
 
 // describeIU prints an IU the target sent, with the fields a script checks.
 func describeIU(b []byte) string {
-	switch srp.Opcode(b[0]) {
-	case srp.OpRsp:
-		r := srp.Rsp(b)
+	switch iu.Opcode(b[0]) {
+	case iu.OpRsp:
+		r := iu.Rsp(b)
 		s := fmt.Sprintf("SRP_RSP tag %d delta %d", r.Tag(), r.ReqLimDelta())
 		if rd := r.RespData(); len(rd) >= 4 {
 			return s + fmt.Sprintf(" task management response %#02x", rd[3])
@@ -276,15 +274,15 @@ func describeIU(b []byte) string {
 		if sense := r.SenseData(); len(sense) >= 14 {
 			s += fmt.Sprintf(" sense %x/%02x/%02x", sense[2]&0x0F, sense[12], sense[13])
 		}
-		if f := r.Flags(); f&srp.DIUNDER != 0 {
+		if f := r.Flags(); f&iu.DIUNDER != 0 {
 			s += fmt.Sprintf(" data-in residual %d", r.DataInResCnt())
 		}
 		return s
-	case srp.OpCredReq:
-		r := srp.CredReq(b)
+	case iu.OpCredReq:
+		r := iu.CredReq(b)
 		return fmt.Sprintf("SRP_CRED_REQ tag %d delta %d", r.Tag(), r.ReqLimDelta())
-	case srp.OpTLogout:
-		return fmt.Sprintf("SRP_T_LOGOUT reason %v", srp.TLogout(b).Reason())
+	case iu.OpTLogout:
+		return fmt.Sprintf("SRP_T_LOGOUT reason %v", iu.TLogout(b).Reason())
 	}
 	return fmt.Sprintf("IU %x", b)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
 
@@ -24,13 +25,13 @@ import (
 
 // stuckRead is an SRP_CMD READ(10) of blocks 512-byte blocks from LBA 0 into the attacker's
 // memory mr.
-func stuckRead(tag srp.Tag, mr ib.MR, blocks int) []byte {
-	f := &srp.CmdFields{Tag: tag,
+func stuckRead(tag iu.Tag, mr ib.MR, blocks int) []byte {
+	f := &iu.CmdFields{Tag: tag,
 		CDB:    [16]byte{0x28, 0, 0, 0, 0, 0, 0, byte(blocks >> 8), byte(blocks)},
-		DataIn: srp.DataBufFields{Format: srp.DescDirect, Direct: srp.DirectBufFields{VA: mr.Addr(), Key: mr.RKey(), Len: uint32(blocks * testBlockSize)}}}
-	n, _ := srp.CmdLen(f)
+		DataIn: iu.DataBufFields{Format: iu.DescDirect, Direct: iu.DirectBufFields{VA: mr.Addr(), Key: mr.RKey(), Len: uint32(blocks * testBlockSize)}}}
+	n, _ := iu.CmdLen(f)
 	b := make([]byte, n)
-	_, _ = srp.Cmd(b).Encode(f)
+	_, _ = iu.Cmd(b).Encode(f)
 	return b
 }
 
@@ -51,7 +52,7 @@ func TestSecStuckInitiatorCannotStarveOthers(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = mr.Deregister() }()
 	stalledAt := time.Now()
-	for tag := srp.Tag(1); tag <= 8; tag++ {
+	for tag := iu.Tag(1); tag <= 8; tag++ {
 		attacker.send(stuckRead(tag, mr, len(mem)/testBlockSize))
 	}
 	h.waitStats("the attacker's reads", func(s srp.Stats) bool { return s.Commands >= 8+2 })
@@ -92,16 +93,16 @@ func TestSecStuckInitiatorCannotBlockLUNReset(t *testing.T) {
 
 	r := newRawConn(t, h, "198.19.4.1", 1)
 	r.send(tur(1))
-	require.Equal(t, srp.Tag(1), srp.Rsp(r.recv()).Tag()) // its only receive buffer is used up
-	r.send(tur(2)[:20])                                   // answered at once: the SEND waits in RNR
+	require.Equal(t, iu.Tag(1), iu.Rsp(r.recv()).Tag()) // its only receive buffer is used up
+	r.send(tur(2)[:20])                                 // answered at once: the SEND waits in RNR
 	data := testutil.Pattern(4096, 5)
 	dmr, err := r.pd.RegisterMemory(data, ib.AccessRemoteRead)
 	require.NoError(t, err)
 	defer func() { _ = dmr.Deregister() }()
-	n, _ := srp.CmdLen(&srp.CmdFields{DataOut: srp.DataBufFields{Format: srp.DescDirect}})
+	n, _ := iu.CmdLen(&iu.CmdFields{DataOut: iu.DataBufFields{Format: iu.DescDirect}})
 	w := make([]byte, n)
-	_, _ = srp.Cmd(w).Encode(&srp.CmdFields{Tag: 3, CDB: [16]byte{0x2A, 0, 0, 0, 0x10, 0, 0, 0, 8},
-		DataOut: srp.DataBufFields{Format: srp.DescDirect, Direct: srp.DirectBufFields{VA: dmr.Addr(), Key: dmr.RKey(), Len: 4096}}})
+	_, _ = iu.Cmd(w).Encode(&iu.CmdFields{Tag: 3, CDB: [16]byte{0x2A, 0, 0, 0, 0x10, 0, 0, 0, 8},
+		DataOut: iu.DataBufFields{Format: iu.DescDirect, Direct: iu.DirectBufFields{VA: dmr.Addr(), Key: dmr.RKey(), Len: 4096}}})
 	r.send(w)
 	h.waitStats("the attacker's commands", func(s srp.Stats) bool { return s.Commands == base+3 })
 
@@ -111,7 +112,7 @@ func TestSecStuckInitiatorCannotBlockLUNReset(t *testing.T) {
 	code, err := victim.ResetLUN(ctx, 0)
 	elapsed := time.Since(start)
 	require.NoError(t, err, "the victim's LUN RESET did not complete within rdma_timeout + 1 s")
-	require.Equal(t, uint8(srp.TskMgmtSuccess), code)
+	require.Equal(t, uint8(iu.TskMgmtSuccess), code)
 	require.LessOrEqual(t, elapsed, timeout+500*time.Millisecond)
 	require.GreaterOrEqual(t, h.tgt.Stats().RDMAStalls, uint64(1), "the stuck channel was not closed")
 
@@ -177,7 +178,7 @@ func TestSecSpoofedLoginCannotSwapLUNs(t *testing.T) {
 	otherMap, err := scsi.NewLUNMap([]scsi.Mapping{{LUN: 1, LU: h.lus[1]}})
 	require.NoError(t, err)
 	victimAddr, attackerAddr := netip.MustParseAddr("198.19.6.1"), netip.MustParseAddr("198.19.6.2")
-	h.tgt.SetAuthorizer(srp.AuthorizerFunc(func(_, _ srp.PortID, src netip.AddrPort) (*scsi.LUNMap, error) {
+	h.tgt.SetAuthorizer(srp.AuthorizerFunc(func(_, _ iu.PortID, src netip.AddrPort) (*scsi.LUNMap, error) {
 		if src.Addr() == attackerAddr {
 			return otherMap, nil
 		}
@@ -187,11 +188,11 @@ func TestSecSpoofedLoginCannotSwapLUNs(t *testing.T) {
 	clearUA(t, victim, 0)
 
 	spoof := srptest.Config{Addr: h.addr, TargetPortID: testPortID, Source: attackerAddr,
-		InitiatorPortID: victim.Config().InitiatorPortID, MultiChannel: srp.MultiChanMulti}
+		InitiatorPortID: victim.Config().InitiatorPortID, MultiChannel: iu.MultiChanMulti}
 	_, err = h.loginErr(spoof)
 	var rej *srptest.LoginRejectedError
 	require.True(t, errors.As(err, &rej), "spoofed login: %v", err)
-	require.Equal(t, srp.LoginRejUnableAssociateChannel, rej.Reason)
+	require.Equal(t, iu.LoginRejUnableAssociateChannel, rej.Reason)
 
 	rsp, err := victim.TestUnitReady(ctxT(t), 0)
 	require.NoError(t, err)
@@ -214,7 +215,7 @@ func TestSecSpoofedLoginCannotSwapLUNs(t *testing.T) {
 // max_logins_in_progress are refused with INSUFFICIENT RESOURCES; a session without channels
 // makes room for a new one.
 func TestSecGlobalLimits(t *testing.T) {
-	id := func(i byte) srp.PortID { return srp.PortID{0xfe, 15: i} }
+	id := func(i byte) iu.PortID { return iu.PortID{0xfe, 15: i} }
 	cfgFor := func(h *harness, i byte) srptest.Config {
 		return srptest.Config{Addr: h.addr, TargetPortID: testPortID, InitiatorPortID: id(i), QueueDepth: 8}
 	}
@@ -222,7 +223,7 @@ func TestSecGlobalLimits(t *testing.T) {
 		t.Helper()
 		var rej *srptest.LoginRejectedError
 		require.True(t, errors.As(err, &rej), "login: %v", err)
-		require.Equal(t, srp.LoginRejInsufficientResources, rej.Reason)
+		require.Equal(t, iu.LoginRejInsufficientResources, rej.Reason)
 	}
 
 	t.Run("max_sessions", func(t *testing.T) {
@@ -247,7 +248,7 @@ func TestSecGlobalLimits(t *testing.T) {
 		h := newHarness(t, harnessOpts{limits: srp.Limits{MaxLoginsInProgress: 1}})
 		entered, release := make(chan struct{}), make(chan struct{})
 		var once sync.Once
-		h.tgt.SetAuthorizer(srp.AuthorizerFunc(func(init, _ srp.PortID, _ netip.AddrPort) (*scsi.LUNMap, error) {
+		h.tgt.SetAuthorizer(srp.AuthorizerFunc(func(init, _ iu.PortID, _ netip.AddrPort) (*scsi.LUNMap, error) {
 			if init == id(1) {
 				once.Do(func() { close(entered) })
 				<-release
@@ -301,7 +302,7 @@ func TestSecRefusedCommandsLogRateLimited(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
 	ch := h.login(h.cfg())
 	for i := range 20 {
-		rsp, err := ch.Do(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096, Attr: srp.TaskAttr(3)})
+		rsp, err := ch.Do(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096, Attr: iu.TaskAttr(3)})
 		require.NoError(t, err)
 		k, asc, ascq := senseOf(t, rsp)
 		require.Equal(t, []uint8{0x05, 0x0E, 0x03}, []uint8{k, asc, ascq}, "command %d", i) // INVALID FIELD IN COMMAND IU
@@ -314,7 +315,7 @@ func TestSecRefusedCommandsLogRateLimited(t *testing.T) {
 // every time, logged 5 times.
 func TestSecRefusedLoginsLogRateLimited(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
-	h.tgt.SetAuthorizer(srp.AuthorizerFunc(func(srp.PortID, srp.PortID, netip.AddrPort) (*scsi.LUNMap, error) {
+	h.tgt.SetAuthorizer(srp.AuthorizerFunc(func(iu.PortID, iu.PortID, netip.AddrPort) (*scsi.LUNMap, error) {
 		return nil, srp.ErrNotAuthorized
 	}))
 	node, err := h.fab.NewNode(netip.MustParseAddr("198.19.8.1"))
@@ -322,7 +323,7 @@ func TestSecRefusedLoginsLogRateLimited(t *testing.T) {
 	for i := range 12 {
 		cfg := h.cfg()
 		cfg.Node = node
-		cfg.InitiatorPortID = srp.PortID{0xfc, 15: byte(i)} // every one a new identifier
+		cfg.InitiatorPortID = iu.PortID{0xfc, 15: byte(i)} // every one a new identifier
 		_, err := h.loginErr(cfg)
 		var rej *srptest.LoginRejectedError
 		require.True(t, errors.As(err, &rej), "login %d: %v", i, err)

@@ -10,11 +10,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // nexusKey identifies an I_T nexus: (initiator port identifier, target port identifier).
 type nexusKey struct {
-	initiator, target PortID
+	initiator, target iu.PortID
 }
 
 // session is one I_T nexus. It outlives its channels: the scsi.Nexus pointer must stay the same
@@ -179,13 +180,13 @@ func (s *session) reauthorize(a Authorizer) {
 		switch {
 		case a == nil || err != nil || m == nil:
 			ch.log.Warn("access revoked by the new configuration: disconnecting the channel", zap.Error(err))
-			ch.requestStop(stopHard, "access revoked by configuration reload", TLogoutNoReason)
+			ch.requestStop(stopHard, "access revoked by configuration reload", iu.TLogoutNoReason)
 		case keep == nil:
 			keep = m
 		case m != keep && !sameMappings(m, keep):
 			ch.log.Warn("the new configuration grants this channel's source other LUNs than the nexus's first channel: disconnecting the channel",
 				zap.Int("luns", len(m.Mappings())), zap.Int("nexus_luns", len(keep.Mappings())))
-			ch.requestStop(stopHard, "access changed by configuration reload", TLogoutNoReason)
+			ch.requestStop(stopHard, "access changed by configuration reload", iu.TLogoutNoReason)
 		}
 	}
 	if keep != nil {

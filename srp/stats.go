@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // SessionInfo describes one I_T nexus, for operators.
 type SessionInfo struct {
-	InitiatorPortID PortID
-	TargetPortID    PortID
+	InitiatorPortID iu.PortID
+	TargetPortID    iu.PortID
 	Channels        int
 	Remote          netip.AddrPort
 	// LUNMap is the map the session's commands go to (the Authorizer's answer), ChannelInfo

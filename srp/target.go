@@ -12,6 +12,7 @@ import (
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // The target engine (target.go, config.go, login.go, session.go, channel.go, cmd.go, pool.go,
@@ -76,7 +77,7 @@ type Target struct {
 	log *zap.Logger
 	// ports maps each target port identifier the target accepts logins for to its SCSI
 	// target port (Config.TargetPort and Config.MorePorts).
-	ports  map[PortID]*scsi.TargetPort
+	ports  map[iu.PortID]*scsi.TargetPort
 	auth   atomic.Pointer[authHolder]
 	stats  counters
 	chanID atomic.Uint64
@@ -124,7 +125,7 @@ func New(cfg Config) (*Target, error) {
 	if port == nil {
 		port = &scsi.TargetPort{Name: cfg.TargetPortID.String(), RelativeID: 1}
 	}
-	ports := map[PortID]*scsi.TargetPort{cfg.TargetPortID: port}
+	ports := map[iu.PortID]*scsi.TargetPort{cfg.TargetPortID: port}
 	rel := map[uint16]bool{port.RelativeID: true}
 	for _, p := range cfg.MorePorts {
 		switch {
@@ -222,11 +223,11 @@ func (t *Target) Serve(ctx context.Context, l ib.Listener) error {
 
 // rejectShutdown answers a request that arrived while shutting down.
 func (t *Target) rejectShutdown(req ib.ConnRequest, lps uint16) {
-	var tag Tag
+	var tag iu.Tag
 	if f, _, err := parseLogin(req, lps); err == nil {
 		tag = f.Tag
 	}
-	t.reject(req, tag, LoginRejInsufficientResources, t.log, "target is shutting down", "wait for the target to restart")
+	t.reject(req, tag, iu.LoginRejInsufficientResources, t.log, "target is shutting down", "wait for the target to restart")
 }
 
 // Prepare registers the data buffer pool of the device l is bound to (ib.DeviceListener), so
@@ -251,13 +252,13 @@ func (t *Target) Prepare(l ib.Listener) error {
 
 // rejectBusy answers a request that found every login slot taken.
 func (t *Target) rejectBusy(req ib.ConnRequest, lps uint16) {
-	var tag Tag
+	var tag iu.Tag
 	log := t.log.With(zap.Stringer("src", req.RemoteAddr()))
 	if f, _, err := parseLogin(req, lps); err == nil {
 		tag = f.Tag
 		log = log.With(zap.Stringer("initiator", f.InitiatorPortID))
 	}
-	t.reject(req, tag, LoginRejInsufficientResources, log,
+	t.reject(req, tag, iu.LoginRejInsufficientResources, log,
 		fmt.Sprintf("%d logins already in progress (max_logins_in_progress)", t.lim.MaxLoginsInProgress),
 		"the initiator retries; if logins arrive this fast legitimately, raise limits.max_logins_in_progress")
 }
@@ -291,7 +292,7 @@ func (t *Target) Shutdown(ctx context.Context) error {
 	t.mu.Unlock()
 	t.log.Info("shutting down", zap.Int("channels", len(chs)))
 	for _, ch := range chs {
-		ch.requestStop(stopGraceful, "target shutdown", TLogoutNoReason)
+		ch.requestStop(stopGraceful, "target shutdown", iu.TLogoutNoReason)
 	}
 	allClosed := make(chan struct{})
 	go func() {
@@ -305,7 +306,7 @@ func (t *Target) Shutdown(ctx context.Context) error {
 		err = ctx.Err()
 		t.log.Warn("shutdown deadline reached: closing channels with commands outstanding", zap.Error(err))
 		for _, ch := range chs {
-			ch.requestStop(stopHard, "target shutdown deadline", TLogoutNoReason)
+			ch.requestStop(stopHard, "target shutdown deadline", iu.TLogoutNoReason)
 		}
 		<-allClosed
 	}

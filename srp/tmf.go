@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // Which task management functions exist, and their codes. Sourced: SRP defines ABORT TASK
@@ -42,10 +43,10 @@ const TaskManagementFunctions = scsi.TMFAbortTask | scsi.TMFAbortTaskSet | scsi.
 
 // TaskMgmtFuncs are the task management functions Stats.TaskMgmtByFunc counts one by one: those
 // SRP r16a defines (table 16).
-var TaskMgmtFuncs = [...]TskMgmtFunc{TskAbortTask, TskAbortTaskSet, TskClearTaskSet, TskLUNReset, TskClearACA}
+var TaskMgmtFuncs = [...]iu.TskMgmtFunc{iu.TskAbortTask, iu.TskAbortTaskSet, iu.TskClearTaskSet, iu.TskLUNReset, iu.TskClearACA}
 
 // taskMgmtIndex is fn's index in TaskMgmtFuncs, or len(TaskMgmtFuncs) for another function.
-func taskMgmtIndex(fn TskMgmtFunc) int {
+func taskMgmtIndex(fn iu.TskMgmtFunc) int {
 	for i, f := range TaskMgmtFuncs {
 		if f == fn {
 			return i
@@ -57,23 +58,23 @@ func taskMgmtIndex(fn TskMgmtFunc) int {
 // startTMF queues an SRP_TSK_MGMT for the task management goroutine.
 func (ch *channel) startTMF(c *cmdCtx, b []byte) {
 	ch.t.stats.taskMgmt.Add(1)
-	iu := TskMgmt(b)
-	tag := Tag(0)
+	req := iu.TskMgmt(b)
+	tag := iu.Tag(0)
 	if len(b) >= 16 {
-		tag = iu.Tag()
+		tag = req.Tag()
 	}
 	seq := ch.t.seq.Add(1)
 	c.activate(ctxTMF, seq, tag, 0, nil)
 	c.tm = tmReq{seq: seq}
-	if err := iu.Validate(); err != nil {
+	if err := req.Validate(); err != nil {
 		ch.t.stats.taskMgmtByFunc[len(TaskMgmtFuncs)].Add(1)
 		ch.log.Warn("malformed SRP_TSK_MGMT", zap.Uint64("tag", uint64(tag)), zap.Error(err))
-		c.tm.code = TskMgmtReqInvalid
+		c.tm.code = iu.TskMgmtReqInvalid
 		c.setStage(stageRespond)
 		ch.newSQWork(c)
 		return
 	}
-	c.tm.fn, c.tm.lun, c.tm.taskTag = iu.Func(), iu.LUN(), iu.TaskTag()
+	c.tm.fn, c.tm.lun, c.tm.taskTag = req.Func(), req.LUN(), req.TaskTag()
 	ch.t.stats.taskMgmtByFunc[taskMgmtIndex(c.tm.fn)].Add(1)
 	c.setStage(stageTMF)
 	ch.handedOff++
@@ -108,7 +109,7 @@ func (ch *channel) tmfLoop() {
 // tcm_to_srp_tsk_mgmt_status): FUNCTION COMPLETE → 0x00, rejected → 0x04, anything else
 // (unknown LUN) → 0x05. Codes SRP r16a does not define are
 // answered 0x04 without touching any command (see the comment at the top of this file).
-func (ch *channel) runTMF(tm *tmReq) TskMgmtRspCode {
+func (ch *channel) runTMF(tm *tmReq) iu.TskMgmtRspCode {
 	claimed, code := ch.beginTMF(tm)
 	waitClaimed(claimed)
 	return code
@@ -117,31 +118,31 @@ func (ch *channel) runTMF(tm *tmReq) TskMgmtRspCode {
 // beginTMF claims the transport's commands tm covers and performs it in the logical unit; it
 // returns the claimed commands, which the function must wait for (waitClaimed) before its
 // response, and the response code.
-func (ch *channel) beginTMF(tm *tmReq) (claimed []claimedCmd, code TskMgmtRspCode) {
+func (ch *channel) beginTMF(tm *tmReq) (claimed []claimedCmd, code iu.TskMgmtRspCode) {
 	s := ch.sess
 	n := s.nexus
 	m := s.lunMap.Load()
 	lun := tm.lun
 	switch tm.fn {
-	case TskAbortTask:
+	case iu.TskAbortTask:
 		tag := uint64(tm.taskTag)
 		claimed = claim(s.channelList(), tm.seq, func(c *cmdCtx) bool { return c.tag.Load() == tag && c.lun.Load() == lun })
 		r := m.AbortTask(n, lun, tag)
 		if len(claimed) > 0 {
-			return claimed, TskMgmtSuccess
+			return claimed, iu.TskMgmtSuccess
 		}
 		return nil, tmfCode(r)
-	case TskAbortTaskSet:
+	case iu.TskAbortTaskSet:
 		claimed = claim(s.channelList(), tm.seq, func(c *cmdCtx) bool { return c.lun.Load() == lun })
 		return claimed, tmfCode(m.AbortTaskSet(n, lun))
-	case TskClearTaskSet:
+	case iu.TskClearTaskSet:
 		// Commands of other nexuses in their transport phase are left alone: the logical
 		// unit tells those nexuses with a unit attention only about commands it held. From a
 		// write-protected mapping the logical unit leaves other nexuses' commands alone too
 		// (scsi.LUNMap.ClearTaskSet acts as ABORT TASK SET).
 		claimed = claim(s.channelList(), tm.seq, func(c *cmdCtx) bool { return c.lun.Load() == lun })
 		return claimed, tmfCode(m.ClearTaskSet(n, lun))
-	case TskLUNReset:
+	case iu.TskLUNReset:
 		// A LUN reset covers the logical unit's commands from every channel and every
 		// nexus (ib_srp sends it on channel 0 only: drivers/infiniband/ulp/srp/ib_srp.c,
 		// srp_reset_device); other nexuses may map the logical unit at another LUN, so
@@ -164,22 +165,22 @@ func (ch *channel) beginTMF(tm *tmReq) (claimed []claimedCmd, code TskMgmtRspCod
 		}
 		claimed = claim(chs, tm.seq, func(c *cmdCtx) bool { return c.lu.Load() == lu })
 		return claimed, tmfCode(m.LogicalUnitReset(n, lun))
-	case TskClearACA:
+	case iu.TskClearACA:
 		// NORMACA is 0 in the INQUIRY data: ACA is never established.
-		return nil, TskMgmtFuncNotSupp
+		return nil, iu.TskMgmtFuncNotSupp
 	}
-	return nil, TskMgmtFuncNotSupp
+	return nil, iu.TskMgmtFuncNotSupp
 }
 
 // tmfCode maps a SAM service response to the SRP response code (LIO's mapping).
-func tmfCode(r scsi.TMFResponse) TskMgmtRspCode {
+func tmfCode(r scsi.TMFResponse) iu.TskMgmtRspCode {
 	switch r {
 	case scsi.TMFComplete, scsi.TMFSucceeded:
-		return TskMgmtSuccess
+		return iu.TskMgmtSuccess
 	case scsi.TMFRejected:
-		return TskMgmtFuncNotSupp
+		return iu.TskMgmtFuncNotSupp
 	}
-	return TskMgmtFailed
+	return iu.TskMgmtFailed
 }
 
 // claim marks every in-progress command of chs that arrived before the task management
@@ -283,6 +284,6 @@ func closeHolders(claimed []claimedCmd, waited time.Duration) {
 		ch.log.Warn("task management waited rdma_timeout for a command of this channel to stop: closing the channel",
 			zap.Duration("rdma_timeout", waited), zap.Uint64("tag", cl.tag), zap.Uint64("lun", cl.lun),
 			zap.String("hint", "the initiator stopped taking responses (no receive buffers posted, or hung)"))
-		ch.requestStop(stopHard, "task management timed out waiting for its commands", TLogoutNoReason)
+		ch.requestStop(stopHard, "task management timed out waiting for its commands", iu.TLogoutNoReason)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // TestWaitClaimedContextReused is the LUN reset that never finished under `sg_reset -d` and
@@ -21,7 +22,7 @@ func TestWaitClaimedContextReused(t *testing.T) {
 		c := &ch.ctxs[i]
 		c.ch, c.idx = ch, uint32(i)
 		c.abortDone = make(chan struct{}, 1)
-		c.activate(ctxCmd, uint64(i+1), Tag(100+i), 0, nil)
+		c.activate(ctxCmd, uint64(i+1), iu.Tag(100+i), 0, nil)
 	}
 	claimed := claim([]*channel{ch}, 10, func(*cmdCtx) bool { return true })
 	require.Len(t, claimed, 2)
@@ -35,7 +36,7 @@ func TestWaitClaimedContextReused(t *testing.T) {
 	// The second command ends first and its context starts the next IU at once.
 	second.free()
 	second.discardAbortSignal()
-	second.activate(ctxCmd, 11, Tag(200), 0, nil)
+	second.activate(ctxCmd, 11, iu.Tag(200), 0, nil)
 	select {
 	case <-done:
 		t.Fatal("waitClaimed returned while the first command was still claimed")

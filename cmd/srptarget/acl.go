@@ -8,6 +8,7 @@ import (
 	"github.com/srptarget/srptarget/config"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // aclAuthorizer is the srp.Authorizer of one configuration: the ACLs in file order, each with
@@ -64,7 +65,7 @@ func (e *aclEntry) matches(id string, src netip.Addr) bool {
 // Authorize returns the LUN map of the first matching ACL. An initiator that matches none is
 // refused, and the refusal (which the engine logs with the login's details) spells out the ACL
 // that would let it in.
-func (a *aclAuthorizer) Authorize(initiator, _ srp.PortID, src netip.AddrPort) (*scsi.LUNMap, error) {
+func (a *aclAuthorizer) Authorize(initiator, _ iu.PortID, src netip.AddrPort) (*scsi.LUNMap, error) {
 	id := initiator.String()
 	addr := src.Addr().Unmap().WithZone("")
 	for _, e := range a.acls {
@@ -72,7 +73,7 @@ func (a *aclAuthorizer) Authorize(initiator, _ srp.PortID, src netip.AddrPort) (
 			return e.lunMap, nil
 		}
 	}
-	return nil, &srp.LoginRefusedError{Reason: srp.LoginRejChannelLimitReached, Detail: a.refusal(id, addr)}
+	return nil, &srp.LoginRefusedError{Reason: iu.LoginRejChannelLimitReached, Detail: a.refusal(id, addr)}
 }
 
 func (a *aclAuthorizer) refusal(id string, src netip.Addr) string {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/srptarget/srptarget/config"
 	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // run executes the command line args with the given seams and returns stdout, stderr and the
@@ -193,7 +194,7 @@ func TestResolveIdentity(t *testing.T) {
 		})
 	}
 	id := identity{idExt: 0x0002c90300a0b0c1, iocGUID: 0x1122334455667788}
-	require.Equal(t, srp.PortID{0x00, 0x02, 0xc9, 0x03, 0x00, 0xa0, 0xb0, 0xc1, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88}, id.portID())
+	require.Equal(t, iu.PortID{0x00, 0x02, 0xc9, 0x03, 0x00, 0xa0, 0xb0, 0xc1, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88}, id.portID())
 	_, err := resolveIdentity(config.Target{}, func() ([]rdmaDevice, error) { return []rdmaDevice{{Name: "x"}}, nil })
 	require.EqualError(t, err, "target identity: no RDMA device with a node GUID to take it from: set target.id_ext and target.ioc_guid in the configuration")
 }
@@ -254,18 +255,18 @@ acls:
 	require.Nil(t, cerr)
 	ip := func(s string) netip.AddrPort { return netip.AddrPortFrom(netip.MustParseAddr(s), 1) }
 	tests := []struct {
-		id   srp.PortID
+		id   iu.PortID
 		src  netip.AddrPort
 		want int
 	}{
-		{portID(1), ip("10.1.2.3"), 0},            // first ACL by initiator, though the second matches too
-		{portID(2), ip("172.16.0.1"), 1},          // second ACL by initiator pattern
-		{portID(0x20), ip("10.1.2.3"), 1},         // second ACL by source
-		{portID(0x20), ip("::ffff:10.1.2.3"), 1},  // an IPv4-mapped source is its IPv4 address
-		{portID(0x20), ip("fd00::1%eth0"), 1},     // the zone does not matter
-		{portID(0x20), ip("172.16.0.1"), 2},       // "*"
-		{portID(0x20), netip.AddrPort{}, 2},       // no source address
-		{srp.PortID{0xff}, ip("198.51.100.1"), 2}, // "*" again
+		{portID(1), ip("10.1.2.3"), 0},           // first ACL by initiator, though the second matches too
+		{portID(2), ip("172.16.0.1"), 1},         // second ACL by initiator pattern
+		{portID(0x20), ip("10.1.2.3"), 1},        // second ACL by source
+		{portID(0x20), ip("::ffff:10.1.2.3"), 1}, // an IPv4-mapped source is its IPv4 address
+		{portID(0x20), ip("fd00::1%eth0"), 1},    // the zone does not matter
+		{portID(0x20), ip("172.16.0.1"), 2},      // "*"
+		{portID(0x20), netip.AddrPort{}, 2},      // no source address
+		{iu.PortID{0xff}, ip("198.51.100.1"), 2}, // "*" again
 	}
 	for _, tc := range tests {
 		m, err := a.Authorize(tc.id, testPortID, tc.src)
@@ -279,7 +280,7 @@ acls:
 	_, err = none.Authorize(portID(7), testPortID, ip("203.0.113.1"))
 	var re *srp.LoginRefusedError
 	require.ErrorAs(t, err, &re)
-	require.Equal(t, srp.LoginRejChannelLimitReached, re.Reason)
+	require.Equal(t, iu.LoginRejChannelLimitReached, re.Reason)
 	require.Equal(t, `initiator 0x00000000000000000000000000000007 from 203.0.113.1 is refused: the configuration has no ACLs; `+
 		`to let it in, add to acls: {initiators: ["0x00000000000000000000000000000007"], luns: [0, 1]} (or sources: ["203.0.113.1"] instead of initiators)`, re.Detail)
 
@@ -294,20 +295,20 @@ func TestNewLogger(t *testing.T) {
 	log, err := newLogger(&buf, "json", "info")
 	require.NoError(t, err)
 	log.Debug("hidden")
-	log.Info("login rejected", zap.Stringer("reason", srp.LoginRejChannelLimitReached))
+	log.Info("login rejected", zap.Stringer("reason", iu.LoginRejChannelLimitReached))
 	var m map[string]any
 	require.NoError(t, json.Unmarshal(buf.Bytes(), &m))
 	require.Equal(t, "login rejected", m["msg"])
 	require.Equal(t, "info", m["level"])
-	require.Equal(t, srp.LoginRejChannelLimitReached.String(), m["reason"])
+	require.Equal(t, iu.LoginRejChannelLimitReached.String(), m["reason"])
 	require.Contains(t, m, "ts")
 
 	buf.Reset()
 	log, err = newLogger(&buf, "console", "debug")
 	require.NoError(t, err)
-	log.Debug("shown", zap.Stringer("reason", srp.LoginRejChannelLimitReached))
+	log.Debug("shown", zap.Stringer("reason", iu.LoginRejChannelLimitReached))
 	line := buf.String()
-	require.Contains(t, line, "\tDEBUG\tshown\t{\"reason\": \""+srp.LoginRejChannelLimitReached.String()+"\"}\n")
+	require.Contains(t, line, "\tDEBUG\tshown\t{\"reason\": \""+iu.LoginRejChannelLimitReached.String()+"\"}\n")
 
 	_, err = newLogger(&buf, "xml", "info")
 	require.EqualError(t, err, `--log-format "xml": want console or json`)

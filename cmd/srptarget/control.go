@@ -23,6 +23,7 @@ import (
 	"github.com/srptarget/srptarget/config"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // The control socket: a Unix stream socket (unix(7)) on which the daemon answers the
@@ -657,7 +658,7 @@ func (d *daemon) lunsInfo() []lunInfo {
 			for _, r := range regs {
 				l.Reservations.Registrations = append(l.Reservations.Registrations, prRegistration{
 					Key:            fmt.Sprintf("0x%x", r.Key),
-					Initiator:      srp.PortID(r.Initiator).String(),
+					Initiator:      iu.PortID(r.Initiator).String(),
 					RelativePort:   r.RelativePort,
 					AllTargetPorts: r.AllTargetPorts,
 					Holder:         r.Holder || typ >= scsi.PRTypeWriteExclusiveAllRegistrants,
@@ -818,8 +819,8 @@ func sameLUNs(a, b *scsi.LUNMap) bool {
 
 // parseInitiator reads an initiator port identifier as the log prints it: 0x and 32 hex
 // digits (colons allowed), and returns it in that form.
-func parseInitiator(s string) (srp.PortID, error) {
-	var p srp.PortID
+func parseInitiator(s string) (iu.PortID, error) {
+	var p iu.PortID
 	h := strings.ReplaceAll(strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X"), ":", "")
 	if len(h) != 32 {
 		return p, fmt.Errorf("initiator %q: want 0x and 32 hex digits, as the log prints it (0x00000000000000000002c90300a0b0c2)", s)

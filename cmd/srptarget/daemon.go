@@ -17,6 +17,7 @@ import (
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // DefaultShutdownTimeout bounds how long SIGTERM waits for outstanding commands before the
@@ -773,7 +774,7 @@ func (d *daemon) checkImmutable(cfg *config.Config) config.Errors {
 	} else {
 		// The target ports are the engine's too; their groups and states may change.
 		type port struct {
-			id  srp.PortID
+			id  iu.PortID
 			rel uint16
 		}
 		ports := func(c *config.Config) []port {

@@ -22,21 +22,21 @@ import (
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
 	"github.com/srptarget/srptarget/internal/testutil"
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
 
 var (
 	testTargetAddr = netip.MustParseAddr("192.0.2.1")
 	// testPortID is id_ext = ioc_guid = 0002c90300a34270, as the test configurations set it.
-	testPortID        = srp.PortID{0x00, 0x02, 0xc9, 0x03, 0x00, 0xa3, 0x42, 0x70, 0x00, 0x02, 0xc9, 0x03, 0x00, 0xa3, 0x42, 0x70}
+	testPortID        = iu.PortID{0x00, 0x02, 0xc9, 0x03, 0x00, 0xa3, 0x42, 0x70, 0x00, 0x02, 0xc9, 0x03, 0x00, 0xa3, 0x42, 0x70}
 	rwInitiator       = portID(0xaaaa)
 	roInitiator       = portID(0xbbbb)
 	strangerInitiator = portID(0xcccc)
 )
 
-func portID(low uint64) srp.PortID {
-	var p srp.PortID
+func portID(low uint64) iu.PortID {
+	var p iu.PortID
 	binary.BigEndian.PutUint64(p[8:], low)
 	return p
 }
@@ -189,7 +189,7 @@ func (e *env) logText() string {
 }
 
 // login logs an initiator in through port.
-func (e *env) login(id srp.PortID, src string, port uint16) (*srptest.Channel, error) {
+func (e *env) login(id iu.PortID, src string, port uint16) (*srptest.Channel, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cfg := srptest.Config{
@@ -205,7 +205,7 @@ func (e *env) login(id srp.PortID, src string, port uint16) (*srptest.Channel, e
 
 // mustLogin logs in as login does, requires the login to succeed, and closes the channel when
 // the test ends.
-func (e *env) mustLogin(id srp.PortID, src string, port uint16) *srptest.Channel {
+func (e *env) mustLogin(id iu.PortID, src string, port uint16) *srptest.Channel {
 	e.t.Helper()
 	ch, err := e.login(id, src, port)
 	require.NoError(e.t, err)
@@ -395,12 +395,12 @@ func TestDaemonEndToEnd(t *testing.T) {
 	_, err = e.login(strangerInitiator, "203.0.113.9", 5555)
 	var rej *srptest.LoginRejectedError
 	require.ErrorAs(t, err, &rej)
-	require.Equal(t, srp.LoginRejChannelLimitReached, rej.Reason)
+	require.Equal(t, iu.LoginRejChannelLimitReached, rej.Reason)
 	rejects := e.logs.FilterMessage("login rejected").Filter(func(l observer.LoggedEntry) bool {
 		return fmt.Sprint(l.ContextMap()["initiator"]) == strangerInitiator.String()
 	}).All()
 	require.Len(t, rejects, 1)
-	require.Equal(t, srp.LoginRejChannelLimitReached.String(), rejects[0].ContextMap()["reason"])
+	require.Equal(t, iu.LoginRejChannelLimitReached.String(), rejects[0].ContextMap()["reason"])
 	require.Equal(t, `initiator 0x0000000000000000000000000000cccc from 203.0.113.9 matches none of the 2 ACLs; `+
 		`to let it in, add to acls: {initiators: ["0x0000000000000000000000000000cccc"], luns: [0, 1]} `+
 		`(or sources: ["203.0.113.9"] instead of initiators)`, rejects[0].ContextMap()["detail"])

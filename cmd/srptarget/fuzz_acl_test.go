@@ -9,7 +9,7 @@ import (
 
 	"github.com/srptarget/srptarget/config"
 	"github.com/srptarget/srptarget/scsi"
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // refMatch is the initiator pattern syntax of configs/README.md written out plainly, as a
@@ -90,7 +90,7 @@ func FuzzMatchInitiator(f *testing.F) {
 		// Any pattern against any id: no panic.
 		config.MatchInitiator(pattern, string(raw))
 
-		var pid srp.PortID
+		var pid iu.PortID
 		copy(pid[:], raw)
 		id := pid.String()
 		require.True(t, config.MatchInitiator(id, id))
@@ -121,7 +121,7 @@ func FuzzMatchInitiator(f *testing.F) {
 		want := refMatch(pattern, id)
 		require.Equal(t, want, config.MatchInitiator(pattern, id), "pattern %q, id %s", pattern, id)
 		a, m := oneACL(t, []string{pattern}, nil)
-		got, err := a.Authorize(pid, srp.PortID{}, netip.AddrPortFrom(netip.MustParseAddr("192.0.2.7"), 1))
+		got, err := a.Authorize(pid, iu.PortID{}, netip.AddrPortFrom(netip.MustParseAddr("192.0.2.7"), 1))
 		if want {
 			require.NoError(t, err)
 			require.Same(t, m, got)
@@ -159,7 +159,7 @@ func FuzzACLSources(f *testing.F) {
 		require.Equal(t, p.Masked(), p, "%q", source)
 		a, m := oneACL(t, nil, []netip.Prefix{p})
 		login := func(src netip.Addr) bool {
-			got, err := a.Authorize(srp.PortID{}, srp.PortID{}, netip.AddrPortFrom(src, 40000))
+			got, err := a.Authorize(iu.PortID{}, iu.PortID{}, netip.AddrPortFrom(src, 40000))
 			if err != nil {
 				require.Nil(t, got)
 				return false

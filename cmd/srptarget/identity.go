@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/srptarget/srptarget/config"
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // identity is the SRP target port identifier: id_ext (bytes 0-7) and ioc_guid (bytes 8-15),
@@ -19,8 +19,8 @@ type identity struct {
 	from string
 }
 
-func (id identity) portID() srp.PortID {
-	var p srp.PortID
+func (id identity) portID() iu.PortID {
+	var p iu.PortID
 	binary.BigEndian.PutUint64(p[0:8], id.idExt)
 	binary.BigEndian.PutUint64(p[8:16], id.iocGUID)
 	return p

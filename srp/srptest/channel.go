@@ -9,7 +9,7 @@ import (
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // Work request IDs: send buffers are numbered 0..ntx-1; raw IUs and receives are marked.
@@ -57,7 +57,7 @@ type Channel struct {
 	pd          ib.ProtectionDomain
 	loginReq    []byte
 	loginRspIU  []byte
-	loginRsp    srp.LoginRspFields
+	loginRsp    iu.LoginRspFields
 	neg         negotiated
 	canQueue    int
 	rxSize      int
@@ -79,7 +79,7 @@ type Channel struct {
 	tagBusy   []bool
 	tagNext   int
 	txFree    []int
-	pending   map[srp.Tag]*request
+	pending   map[iu.Tag]*request
 	tmSeq     uint64
 	raw       map[uint64]ib.MR
 	rawSeq    uint64
@@ -87,7 +87,7 @@ type Channel struct {
 	err       error
 	down      chan struct{}
 	tlogout   chan struct{}
-	tlogoutF  srp.TLogoutFields
+	tlogoutF  iu.TLogoutFields
 	unsol     [][]byte
 	unsolWake chan struct{}
 	stats     Stats
@@ -103,7 +103,7 @@ type fabricConn interface {
 
 // request is a command or task management request in flight.
 type request struct {
-	tag    srp.Tag
+	tag    iu.Tag
 	lun    uint64
 	tagIdx int // can_queue slot, -1 for task management
 	tm     bool
@@ -125,7 +125,7 @@ func newChannel(node *memfabric.Node, conn *memfabric.Conn, cfg Config, loginReq
 		stop:      make(chan struct{}),
 		pollDone:  make(chan struct{}),
 		wake:      make(chan struct{}),
-		pending:   make(map[srp.Tag]*request),
+		pending:   make(map[iu.Tag]*request),
 		raw:       make(map[uint64]ib.MR),
 		sendWait:  make(map[uint64]chan ib.Status),
 		down:      make(chan struct{}),
@@ -143,20 +143,20 @@ func newChannel(node *memfabric.Node, conn *memfabric.Conn, cfg Config, loginReq
 // setup decodes the login response and allocates and posts the rings.
 func (c *Channel) setup() error {
 	cfg := c.cfg
-	rsp, err := srp.ParseLoginRsp(c.loginRspIU)
+	rsp, err := iu.Parse[iu.LoginRsp](c.loginRspIU)
 	if err != nil {
 		return fmt.Errorf("srptest: login to %v: %w: %w", cfg.Addr, ErrLoginResponse, err)
 	}
-	if rsp.MaxTIIULen < srp.RspMinSize || rsp.MaxTIIULen > maxTIIULen {
+	if rsp.MaxTIIULen < iu.RspMinSize || rsp.MaxTIIULen > maxTIIULen {
 		return fmt.Errorf("srptest: login to %v: MAXIMUM TI IU LENGTH %d outside %d..%d: %w",
-			cfg.Addr, rsp.MaxTIIULen, srp.RspMinSize, maxTIIULen, ErrLoginResponse)
+			cfg.Addr, rsp.MaxTIIULen, iu.RspMinSize, maxTIIULen, ErrLoginResponse)
 	}
 	c.loginRsp = rsp
 	// srp_cm_rep_handler: req_lim = delta, use_imm_data = requested && IMMED_SUPP,
 	// max_it_iu_len recomputed with the grant, can_queue = min(req_lim - 1, can_queue).
 	c.credits = int64(rsp.ReqLimDelta)
 	c.neg = negotiated{
-		immGranted:   cfg.immRequested() && rsp.RspFlags&srp.LoginRspImmedSupp != 0,
+		immGranted:   cfg.immRequested() && rsp.RspFlags&iu.LoginRspImmedSupp != 0,
 		immOffset:    cfg.ImmDataOffset,
 		cmdSGEntries: cfg.CmdSGEntries,
 		allowExtSG:   cfg.AllowExtSG,
@@ -204,7 +204,7 @@ func (c *Channel) recvWR(i int) ib.RecvWR {
 func (c *Channel) txSlot(i int) []byte { return c.txBuf[i*c.txSize : (i+1)*c.txSize] }
 
 // LoginResponse returns the decoded SRP_LOGIN_RSP.
-func (c *Channel) LoginResponse() srp.LoginRspFields { return c.loginRsp }
+func (c *Channel) LoginResponse() iu.LoginRspFields { return c.loginRsp }
 
 // LoginResponseIU returns the CM REP's private data as received.
 func (c *Channel) LoginResponseIU() []byte { return append([]byte(nil), c.loginRspIU...) }
@@ -281,14 +281,14 @@ func (c *Channel) Err() error {
 func (c *Channel) TargetLogout() <-chan struct{} { return c.tlogout }
 
 // TargetLogoutReason returns the first SRP_T_LOGOUT's fields, and whether one arrived.
-func (c *Channel) TargetLogoutReason() (srp.TLogoutFields, bool) {
+func (c *Channel) TargetLogoutReason() (iu.TLogoutFields, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	select {
 	case <-c.tlogout:
 		return c.tlogoutF, true
 	default:
-		return srp.TLogoutFields{}, false
+		return iu.TLogoutFields{}, false
 	}
 }
 
@@ -436,46 +436,46 @@ func (c *Channel) recvLocked(wc *ib.Completion) {
 		return
 	}
 	off := i * c.rxSize
-	iu := append([]byte(nil), c.rxBuf[off:off+int(wc.ByteLen)]...)
+	msg := append([]byte(nil), c.rxBuf[off:off+int(wc.ByteLen)]...)
 	if c.err == nil {
 		if _, err := c.conn.PostRecv([]ib.RecvWR{c.recvWR(i)}); err != nil {
 			c.failLocked(fmt.Errorf("srptest: re-posting receive %d: %w: %w", i, ErrTransport, err))
 		}
 	}
-	c.handleIULocked(iu)
+	c.handleIULocked(msg)
 }
 
 // handleIULocked is ib_srp's srp_recv_done dispatch.
-func (c *Channel) handleIULocked(iu []byte) {
-	if len(iu) == 0 {
+func (c *Channel) handleIULocked(msg []byte) {
+	if len(msg) == 0 {
 		c.protoErrorLocked(fmt.Errorf("empty IU"))
-		c.unsolicitedLocked(iu)
+		c.unsolicitedLocked(msg)
 		return
 	}
-	switch op := srp.Opcode(iu[0]); op {
-	case srp.OpRsp:
-		c.rspLocked(iu)
-	case srp.OpCredReq:
+	switch op := iu.Opcode(msg[0]); op {
+	case iu.OpRsp:
+		c.rspLocked(msg)
+	case iu.OpCredReq:
 		c.stats.CredReqs++
-		c.addDeltaLocked(iu)
-		if err := srp.CredReq(iu).Validate(); err != nil {
+		c.addDeltaLocked(msg)
+		if err := iu.CredReq(msg).Validate(); err != nil {
 			c.protoErrorLocked(err)
 		} else {
-			c.answerLocked(srp.OpCredRsp, srp.CredReq(iu).Tag())
+			c.answerLocked(iu.OpCredRsp, iu.CredReq(msg).Tag())
 		}
-		c.unsolicitedLocked(iu)
-	case srp.OpAerReq:
+		c.unsolicitedLocked(msg)
+	case iu.OpAerReq:
 		c.stats.AerReqs++
-		c.addDeltaLocked(iu)
-		if err := srp.AerReq(iu).Validate(); err != nil {
+		c.addDeltaLocked(msg)
+		if err := iu.AerReq(msg).Validate(); err != nil {
 			c.protoErrorLocked(err)
 		} else {
-			c.answerLocked(srp.OpAerRsp, srp.AerReq(iu).Tag())
+			c.answerLocked(iu.OpAerRsp, iu.AerReq(msg).Tag())
 		}
-		c.unsolicitedLocked(iu)
-	case srp.OpTLogout:
+		c.unsolicitedLocked(msg)
+	case iu.OpTLogout:
 		c.stats.TLogouts++
-		f, err := srp.ParseTLogout(iu)
+		f, err := iu.Parse[iu.TLogout](msg)
 		if err != nil {
 			c.protoErrorLocked(err)
 		} else {
@@ -486,24 +486,24 @@ func (c *Channel) handleIULocked(iu []byte) {
 				close(c.tlogout)
 			}
 		}
-		c.unsolicitedLocked(iu)
+		c.unsolicitedLocked(msg)
 	default:
 		c.protoErrorLocked(fmt.Errorf("unexpected %v from the target", op))
-		c.unsolicitedLocked(iu)
+		c.unsolicitedLocked(msg)
 	}
 }
 
 // addDeltaLocked adds the REQUEST LIMIT DELTA (bytes 4-7 of SRP_RSP, SRP_CRED_REQ and
 // SRP_AER_REQ) when the IU is long enough to hold it.
-func (c *Channel) addDeltaLocked(iu []byte) {
-	if len(iu) >= 8 {
-		c.credits += int64(binary.BigEndian.Uint32(iu[4:8]))
+func (c *Channel) addDeltaLocked(msg []byte) {
+	if len(msg) >= 8 {
+		c.credits += int64(binary.BigEndian.Uint32(msg[4:8]))
 		c.broadcastLocked()
 	}
 }
 
 // answerLocked sends SRP_CRED_RSP / SRP_AER_RSP, which take no credit (srp_response_common).
-func (c *Channel) answerLocked(op srp.Opcode, tag srp.Tag) {
+func (c *Channel) answerLocked(op iu.Opcode, tag iu.Tag) {
 	if c.err != nil {
 		return
 	}
@@ -516,10 +516,10 @@ func (c *Channel) answerLocked(op srp.Opcode, tag srp.Tag) {
 	c.txFree = c.txFree[:len(c.txFree)-1]
 	buf := c.txSlot(slot)
 	var n int
-	if op == srp.OpCredRsp {
-		n, _ = srp.CredRsp(buf).Encode(&srp.CredRspFields{Tag: tag})
+	if op == iu.OpCredRsp {
+		n = iu.CredRsp(buf).Encode(&iu.CredRspFields{Tag: tag})
 	} else {
-		n, _ = srp.AerRsp(buf).Encode(&srp.AerRspFields{Tag: tag})
+		n = iu.AerRsp(buf).Encode(&iu.AerRspFields{Tag: tag})
 	}
 	if _, err := c.conn.PostSend([]ib.SendWR{c.sendWR(uint64(slot), c.txMR, uint64(slot*c.txSize), n)}); err != nil {
 		c.txFree = append(c.txFree, slot)
@@ -532,15 +532,15 @@ func (c *Channel) sendWR(id uint64, mr ib.MR, off uint64, n int) ib.SendWR {
 }
 
 // rspLocked is ib_srp's srp_process_rsp.
-func (c *Channel) rspLocked(iu []byte) {
+func (c *Channel) rspLocked(msg []byte) {
 	c.stats.Responses++
-	c.addDeltaLocked(iu)
-	if len(iu) < 16 {
-		c.protoErrorLocked(fmt.Errorf("SRP_RSP of %d bytes has no TAG", len(iu)))
-		c.unsolicitedLocked(iu)
+	c.addDeltaLocked(msg)
+	if len(msg) < 16 {
+		c.protoErrorLocked(fmt.Errorf("SRP_RSP of %d bytes has no TAG", len(msg)))
+		c.unsolicitedLocked(msg)
 		return
 	}
-	v := srp.Rsp(iu)
+	v := iu.Rsp(msg)
 	r := c.pending[v.Tag()]
 	verr := v.Validate()
 	if verr != nil {
@@ -548,7 +548,7 @@ func (c *Channel) rspLocked(iu []byte) {
 	}
 	if r == nil || !r.posted {
 		c.stats.UnknownTags++
-		c.unsolicitedLocked(iu)
+		c.unsolicitedLocked(msg)
 		return
 	}
 	delete(c.pending, r.tag)
@@ -563,7 +563,7 @@ func (c *Channel) rspLocked(iu []byte) {
 		DataInResidual:  v.DataInResCnt(),
 		DataOutResidual: v.DataOutResCnt(),
 		ReqLimDelta:     v.ReqLimDelta(),
-		IU:              iu,
+		IU:              msg,
 	}
 	if n := v.RespDataLen(); n > 0 {
 		rsp.RespData = v.RespData()
@@ -573,7 +573,7 @@ func (c *Channel) rspLocked(iu []byte) {
 	}
 	if r.build != nil && r.build.inBuf != nil {
 		valid := len(r.build.inBuf)
-		if rsp.Flags&srp.DIUNDER != 0 {
+		if rsp.Flags&iu.DIUNDER != 0 {
 			if uint64(rsp.DataInResidual) > uint64(valid) {
 				c.protoErrorLocked(fmt.Errorf("SRP_RSP tag %#x: DIUNDER residual %d exceeds the %d-byte data-in buffer",
 					r.tag, rsp.DataInResidual, valid))
@@ -588,12 +588,12 @@ func (c *Channel) rspLocked(iu []byte) {
 }
 
 // unsolicitedLocked queues a copy of an IU that answered no request in flight.
-func (c *Channel) unsolicitedLocked(iu []byte) {
+func (c *Channel) unsolicitedLocked(msg []byte) {
 	if len(c.unsol) >= maxUnsolicited {
 		c.unsol = c.unsol[1:]
 		c.stats.UnsolicitedDropped++
 	}
-	c.unsol = append(c.unsol, iu)
+	c.unsol = append(c.unsol, msg)
 	close(c.unsolWake)
 	c.unsolWake = make(chan struct{})
 }
@@ -619,10 +619,10 @@ func (c *Channel) NextUnsolicited(ctx context.Context) ([]byte, error) {
 		}
 		c.mu.Lock()
 	}
-	iu := c.unsol[0]
+	msg := c.unsol[0]
 	c.unsol = c.unsol[1:]
 	c.mu.Unlock()
-	return iu, nil
+	return msg, nil
 }
 
 // Pending is a command in flight, returned by Submit.
@@ -632,7 +632,7 @@ type Pending struct {
 }
 
 // Tag returns the command's TAG.
-func (p *Pending) Tag() srp.Tag { return p.r.tag }
+func (p *Pending) Tag() iu.Tag { return p.r.tag }
 
 // Done is closed when the response arrived or the request ended otherwise.
 func (p *Pending) Done() <-chan struct{} { return p.r.done }
@@ -746,7 +746,7 @@ func (c *Channel) Submit(ctx context.Context, req *Request) (*Pending, error) {
 	if err != nil {
 		return undo(err)
 	}
-	n, err := srp.Cmd(c.txSlot(slot)).Encode(&b.fields)
+	n, err := iu.Cmd(c.txSlot(slot)).Encode(&b.fields)
 	if err != nil {
 		b.release()
 		return undo(fmt.Errorf("srptest: SRP_CMD does not fit the %d-byte send buffer: %w: %w", c.txSize, ErrConfig, err))
@@ -803,11 +803,11 @@ func (c *Channel) freeTagLocked() int {
 // bit 31 set. A response with less than 4 bytes of response data is an ErrProtocol error
 // (ib_srp treats it as a failed function). If ctx ends first the request is forgotten, and a
 // late response counts as an unknown tag ("too late").
-func (c *Channel) TaskMgmt(ctx context.Context, fn srp.TskMgmtFunc, lun uint16, taskTag srp.Tag) (uint8, error) {
+func (c *Channel) TaskMgmt(ctx context.Context, fn iu.TskMgmtFunc, lun uint16, taskTag iu.Tag) (uint8, error) {
 	return c.taskMgmt(ctx, fn, encodeLUN(lun), taskTag)
 }
 
-func (c *Channel) taskMgmt(ctx context.Context, fn srp.TskMgmtFunc, lun uint64, taskTag srp.Tag) (uint8, error) {
+func (c *Channel) taskMgmt(ctx context.Context, fn iu.TskMgmtFunc, lun uint64, taskTag iu.Tag) (uint8, error) {
 	c.tmMu.Lock()
 	defer c.tmMu.Unlock()
 	c.mu.Lock()
@@ -837,7 +837,7 @@ func (c *Channel) taskMgmt(ctx context.Context, fn srp.TskMgmtFunc, lun uint64, 
 	r := &request{tag: tag, lun: lun, tagIdx: -1, tm: true, posted: true, done: make(chan struct{})}
 	c.pending[tag] = r
 	c.stats.TaskMgmts++
-	n, _ := srp.TskMgmt(c.txSlot(slot)).Encode(&srp.TskMgmtFields{Tag: tag, LUN: lun, Func: fn, TaskTag: taskTag})
+	n := iu.TskMgmt(c.txSlot(slot)).Encode(&iu.TskMgmtFields{Tag: tag, LUN: lun, Func: fn, TaskTag: taskTag})
 	c.mu.Unlock()
 	if _, err := c.conn.PostSend([]ib.SendWR{c.sendWR(uint64(slot), c.txMR, uint64(slot*c.txSize), n)}); err != nil {
 		c.mu.Lock()
@@ -863,7 +863,7 @@ func (c *Channel) taskMgmt(ctx context.Context, fn srp.TskMgmtFunc, lun uint64, 
 	if r.err != nil {
 		return 0, r.err
 	}
-	if len(r.rsp.RespData) < srp.TskMgmtRspDataSize {
+	if len(r.rsp.RespData) < iu.TskMgmtRspDataSize {
 		c.mu.Lock()
 		c.protoErrorLocked(fmt.Errorf("%v response tag %#x with %d bytes of response data", fn, tag, len(r.rsp.RespData)))
 		c.mu.Unlock()
@@ -877,13 +877,13 @@ func (c *Channel) taskMgmt(ctx context.Context, fn srp.TskMgmtFunc, lun uint64, 
 // channel. The returned code is the TM response code; ib_srp treats any response as success.
 func (c *Channel) Abort(ctx context.Context, p *Pending) (uint8, error) {
 	p.Forget()
-	return c.taskMgmt(ctx, srp.TskAbortTask, p.r.lun, p.r.tag)
+	return c.taskMgmt(ctx, iu.TskAbortTask, p.r.lun, p.r.tag)
 }
 
 // ResetLUN is ib_srp's srp_reset_device: LOGICAL UNIT RESET with task tag SRP_TAG_NO_REQ.
 // ib_srp sends it on channel 0 only and counts only response code 0 as success.
 func (c *Channel) ResetLUN(ctx context.Context, lun uint16) (uint8, error) {
-	return c.TaskMgmt(ctx, srp.TskLUNReset, lun, LUNResetTaskTag)
+	return c.TaskMgmt(ctx, iu.TskLUNReset, lun, LUNResetTaskTag)
 }
 
 // SendRaw sends iu as it is in one SEND, for robustness tests (malformed IUs, unknown opcodes,
@@ -891,16 +891,16 @@ func (c *Channel) ResetLUN(ctx context.Context, lun uint16) (uint8, error) {
 // consumes a credit unless it is an initiator response (opcode 0x40-0x7F, like SRP_CRED_RSP
 // and SRP_AER_RSP): SendRaw never waits for a credit, so the count can go negative, as a
 // misbehaving initiator's would.
-func (c *Channel) SendRaw(iu []byte) error {
-	_, err := c.sendRaw(iu, false)
+func (c *Channel) SendRaw(msg []byte) error {
+	_, err := c.sendRaw(msg, false)
 	return err
 }
 
-func (c *Channel) sendRaw(iu []byte, wait bool) (<-chan ib.Status, error) {
-	if len(iu) == 0 {
+func (c *Channel) sendRaw(msg []byte, wait bool) (<-chan ib.Status, error) {
+	if len(msg) == 0 {
 		return nil, fmt.Errorf("srptest: empty raw IU: %w", ErrConfig)
 	}
-	buf := append([]byte(nil), iu...)
+	buf := append([]byte(nil), msg...)
 	mr, err := c.pd.RegisterMemory(buf, 0)
 	if err != nil {
 		return nil, fmt.Errorf("srptest: registering raw IU: %w", err)
@@ -920,7 +920,7 @@ func (c *Channel) sendRaw(iu []byte, wait bool) (<-chan ib.Status, error) {
 		w = make(chan ib.Status, 1)
 		c.sendWait[id] = w
 	}
-	if iu[0]>>6 != 1 {
+	if msg[0]>>6 != 1 {
 		c.credits--
 	}
 	c.stats.RawIUs++
@@ -929,7 +929,7 @@ func (c *Channel) sendRaw(iu []byte, wait bool) (<-chan ib.Status, error) {
 		c.mu.Lock()
 		delete(c.raw, id)
 		delete(c.sendWait, id)
-		if iu[0]>>6 != 1 {
+		if msg[0]>>6 != 1 {
 			c.credits++
 		}
 		c.mu.Unlock()
@@ -943,9 +943,9 @@ func (c *Channel) sendRaw(iu []byte, wait bool) (<-chan ib.Status, error) {
 // SEND to complete (at most Config.Timeout), then disconnects and releases the channel as
 // Close does. It returns the SEND's failure, if any, or Close's error.
 func (c *Channel) Logout() error {
-	iu := make([]byte, srp.ILogoutSize)
-	_, _ = srp.ILogout(iu).Encode(&srp.ILogoutFields{})
-	w, err := c.sendRaw(iu, true)
+	msg := make([]byte, iu.ILogoutSize)
+	iu.ILogout(msg).Encode(&iu.ILogoutFields{})
+	w, err := c.sendRaw(msg, true)
 	if err == nil {
 		timer := time.NewTimer(c.cfg.Timeout)
 		defer timer.Stop()

@@ -10,13 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/srp/iu"
 
 	"github.com/srptarget/srptarget/ib/memfabric"
 	"github.com/srptarget/srptarget/internal/testutil"
-	"github.com/srptarget/srptarget/srp"
 )
 
-var testTargetPort = srp.PortID{0x00, 0x02, 0xc9, 0x03, 0x00, 0xab, 0xcd, 0xef, 0x00, 0x02, 0xc9, 0x03, 0x00, 0xab, 0xcd, 0xef}
+var testTargetPort = iu.PortID{0x00, 0x02, 0xc9, 0x03, 0x00, 0xab, 0xcd, 0xef, 0x00, 0x02, 0xc9, 0x03, 0x00, 0xab, 0xcd, 0xef}
 
 // setup makes a fabric and a fake target; options are applied before it starts listening.
 // Everything is closed at the end of the test, target first.
@@ -61,7 +61,7 @@ func TestLoginDoLogout(t *testing.T) {
 			got := ft.logins[0]
 			ft.mu.Unlock()
 			require.Equal(t, uint32(8260), got.ReqITIULen)
-			require.Equal(t, srp.ImmedRequested|srp.MultiChanSingle, got.ReqFlags)
+			require.Equal(t, iu.ImmedRequested|iu.MultiChanSingle, got.ReqFlags)
 			require.Equal(t, testTargetPort, got.TargetPortID)
 
 			data := testutil.Pattern(4096, 1)
@@ -153,7 +153,7 @@ func TestSCSIHelpers(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, rsp.Err())
 	require.Len(t, rsp.DataIn, 36, "96-byte buffer minus the DIUNDER residual of 60")
-	require.Equal(t, srp.DIUNDER, rsp.Flags)
+	require.Equal(t, iu.DIUNDER, rsp.Flags)
 	require.Equal(t, uint32(60), rsp.DataInResidual)
 	require.Equal(t, "FAKE    ", string(rsp.DataIn[8:16]))
 
@@ -181,7 +181,7 @@ func TestSCSIHelpers(t *testing.T) {
 	rsp, err = ch.Read16(ctx, 0, 2047, 2, 512)
 	require.NoError(t, err)
 	require.Equal(t, uint8(0x02), rsp.Status)
-	require.Equal(t, srp.SNSVALID, rsp.Flags)
+	require.Equal(t, iu.SNSVALID, rsp.Flags)
 	key, asc, ascq, ok := rsp.SenseKey()
 	require.True(t, ok)
 	require.Equal(t, [3]uint8{0x05, 0x21, 0x00}, [3]uint8{key, asc, ascq})
@@ -197,22 +197,22 @@ func TestSCSIHelpers(t *testing.T) {
 
 func TestLoginRejected(t *testing.T) {
 	fab, ft := setup(t, memfabric.Options{}, func(ft *fakeTarget) {
-		ft.login = func(f srp.LoginReqFields) (*srp.LoginRspFields, *srp.LoginRejFields) {
-			return nil, &srp.LoginRejFields{Reason: srp.LoginRejUnableAssociateChannel, Tag: f.Tag,
-				SupBufFmt: srp.BufFormatDirect | srp.BufFormatIndirect}
+		ft.login = func(f iu.LoginReqFields) (*iu.LoginRspFields, *iu.LoginRejFields) {
+			return nil, &iu.LoginRejFields{Reason: iu.LoginRejUnableAssociateChannel, Tag: f.Tag,
+				SupBufFmt: iu.BufFormatDirect | iu.BufFormatIndirect}
 		}
 	})
 	_, err := Login(testCtx(t), fab, Config{Addr: ft.addr})
 	var rej *LoginRejectedError
 	require.ErrorAs(t, err, &rej)
 	require.True(t, rej.Decoded)
-	require.Equal(t, srp.LoginRejUnableAssociateChannel, rej.Reason)
+	require.Equal(t, iu.LoginRejUnableAssociateChannel, rej.Reason)
 	require.Equal(t, memfabric.RejectConsumerDefined, rej.CMReason)
-	require.GreaterOrEqual(t, len(rej.Raw), srp.LoginRejSize)
+	require.GreaterOrEqual(t, len(rej.Raw), iu.LoginRejSize)
 	require.Equal(t, []byte{0xc2, 0, 0, 0, 0x00, 0x01, 0x00, 0x03, 0, 0, 0, 0, 0, 0, 0, 0,
-		0, 0, 0, 0, 0, 0, 0, 0, 0x00, 0x06, 0, 0, 0, 0, 0, 0}, rej.Raw[:srp.LoginRejSize])
+		0, 0, 0, 0, 0, 0, 0, 0, 0x00, 0x06, 0, 0, 0, 0, 0, 0}, rej.Raw[:iu.LoginRejSize])
 	// Whatever the CM pads the REJ private data with (148 bytes on IB) is zero.
-	require.Equal(t, make([]byte, len(rej.Raw)-srp.LoginRejSize), rej.Raw[srp.LoginRejSize:])
+	require.Equal(t, make([]byte, len(rej.Raw)-iu.LoginRejSize), rej.Raw[iu.LoginRejSize:])
 
 	// Nobody listening on the port: the CM rejects, no SRP_LOGIN_REJ.
 	addr := ft.addr
@@ -228,7 +228,7 @@ func TestBadLoginResponse(t *testing.T) {
 		"short":        {0xc0, 0, 0, 0, 0, 0, 0, 32},
 		"MAXIMUM TI IU LENGTH 35": func() []byte {
 			b := make([]byte, 52)
-			_, _ = srp.LoginRsp(b).Encode(&srp.LoginRspFields{ReqLimDelta: 8, MaxITIULen: 8260, MaxTIIULen: 35})
+			iu.LoginRsp(b).Encode(&iu.LoginRspFields{ReqLimDelta: 8, MaxITIULen: 8260, MaxTIIULen: 35})
 			return b
 		}(),
 	} {
@@ -277,10 +277,10 @@ func TestIBCMLogin(t *testing.T) {
 	priv := ft.privs[0]
 	ft.mu.Unlock()
 	require.Len(t, priv, memfabric.MaxIBConnRequestPrivateData)
-	require.Equal(t, ch.LoginRequestIU(), priv[:srp.LoginReqSize])
-	require.Len(t, ch.LoginRequestIU(), srp.LoginReqSize)
+	require.Equal(t, ch.LoginRequestIU(), priv[:iu.LoginReqSize])
+	require.Len(t, ch.LoginRequestIU(), iu.LoginReqSize)
 	require.Equal(t, make([]byte, 92-64), priv[64:])
-	require.Equal(t, srp.Tag(0x77), ch.LoginResponse().Tag)
+	require.Equal(t, iu.Tag(0x77), ch.LoginResponse().Tag)
 
 	data := testutil.Pattern(4096, 3)
 	rsp, err := ch.Write10(ctx, 0, 8, data, 512)
@@ -317,14 +317,14 @@ func TestLoginMulti(t *testing.T) {
 		require.NoError(t, err)
 	}
 	ft.mu.Lock()
-	logins := append([]srp.LoginReqFields(nil), ft.logins...)
+	logins := append([]iu.LoginReqFields(nil), ft.logins...)
 	ft.mu.Unlock()
 	require.Len(t, logins, 3)
-	require.Equal(t, srp.ImmedRequested|srp.MultiChanSingle, logins[0].ReqFlags)
-	require.Equal(t, srp.ImmedRequested|srp.MultiChanMulti, logins[1].ReqFlags)
-	require.Equal(t, srp.ImmedRequested|srp.MultiChanMulti, logins[2].ReqFlags)
+	require.Equal(t, iu.ImmedRequested|iu.MultiChanSingle, logins[0].ReqFlags)
+	require.Equal(t, iu.ImmedRequested|iu.MultiChanMulti, logins[1].ReqFlags)
+	require.Equal(t, iu.ImmedRequested|iu.MultiChanMulti, logins[2].ReqFlags)
 	require.Equal(t, logins[0].InitiatorPortID, logins[2].InitiatorPortID, "one I_T nexus")
-	require.Equal(t, srp.LoginRspMultiChanMaintained, chans[1].LoginResponse().RspFlags.MultiChanResult())
+	require.Equal(t, iu.LoginRspMultiChanMaintained, chans[1].LoginResponse().RspFlags.MultiChanResult())
 
 	// Tags carry the channel index as blk_mq_unique_tag does: channel 2, tag 0.
 	ius := ft.channel(2).receivedIUs()
@@ -368,7 +368,7 @@ func (d *dreqConn) PollEvent() (ib.Event, bool) {
 func TestResponseBeforeDREQ(t *testing.T) {
 	c, sc, r := newStubChannel(t)
 	rsp := make([]byte, 64)
-	n, err := srp.Rsp(rsp).Encode(&srp.RspFields{Tag: fuzzTag, ReqLimDelta: 1})
+	n, err := iu.Rsp(rsp).Encode(&iu.RspFields{Tag: fuzzTag, ReqLimDelta: 1})
 	require.NoError(t, err)
 	dc := &dreqConn{stubConn: *sc, c: c, rsp: rsp[:n]}
 	dc.ready = make(chan struct{}, 1)

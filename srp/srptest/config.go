@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/srptarget/srptarget/ib/memfabric"
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // ib_srp constants (drivers/infiniband/ulp/srp/ib_srp.h, include/scsi/srp.h).
@@ -97,9 +97,9 @@ type Config struct {
 	// InitiatorPortID is the INITIATOR PORT IDENTIFIER (initiator_ext and the port GUID). If
 	// zero, Login uses 8 zero bytes followed by an EUI-64 derived from the node address, the
 	// way ib_srp uses the interface ID of GID 0.
-	InitiatorPortID srp.PortID
+	InitiatorPortID iu.PortID
 	// TargetPortID is the TARGET PORT IDENTIFIER (id_ext and ioc_guid).
-	TargetPortID srp.PortID
+	TargetPortID iu.PortID
 
 	// LoginForm selects the 56-byte RDMA/CM (default) or the 64-byte IB CM login layout.
 	LoginForm LoginForm
@@ -109,15 +109,15 @@ type Config struct {
 	// not, for tests of the target's parsing (or of the fabric's size limit).
 	PortSpace memfabric.PortSpace
 	// LoginTag is the TAG of SRP_LOGIN_REQ; ib_srp sends 0.
-	LoginTag srp.Tag
+	LoginTag iu.Tag
 	// ReqBufFmt is REQUIRED BUFFER FORMATS; zero means ib_srp's direct|indirect.
-	ReqBufFmt srp.BufFmt
+	ReqBufFmt iu.BufFmt
 	// ExtraReqFlags are ORed into REQ FLAGS (e.g. the solicited-notification bits, which
 	// ib_srp never sets).
-	ExtraReqFlags srp.LoginReqFlags
-	// MultiChannel is the MULTI-CHANNEL ACTION: srp.MultiChanSingle (the zero value, ib_srp's
-	// first channel) or srp.MultiChanMulti (its other channels). LoginMulti sets it per channel.
-	MultiChannel srp.LoginReqFlags
+	ExtraReqFlags iu.LoginReqFlags
+	// MultiChannel is the MULTI-CHANNEL ACTION: iu.MultiChanSingle (the zero value, ib_srp's
+	// first channel) or iu.MultiChanMulti (its other channels). LoginMulti sets it per channel.
+	MultiChannel iu.LoginReqFlags
 	// ChannelIndex is the hardware queue index that ib_srp puts in bits 31:16 of command tags
 	// (blk_mq_unique_tag). LoginMulti numbers its channels 0..n-1; set it when a separate
 	// Login joins an existing session, so that tags stay unique across the session.
@@ -168,7 +168,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, fmt.Errorf("srptest: config: target address %v: %w", cfg.Addr, ErrConfig)
 	}
 	if cfg.ReqBufFmt == 0 {
-		cfg.ReqBufFmt = srp.BufFormatDirect | srp.BufFormatIndirect
+		cfg.ReqBufFmt = iu.BufFormatDirect | iu.BufFormatIndirect
 	}
 	if cfg.MaxImmData == 0 {
 		cfg.MaxImmData = DefaultMaxImmData
@@ -216,7 +216,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, fmt.Errorf("srptest: config: %v: %w", cfg.LoginForm, ErrConfig)
 	case cfg.PortSpace != 0 && cfg.PortSpace != memfabric.PortSpaceTCP && cfg.PortSpace != memfabric.PortSpaceIB:
 		return cfg, fmt.Errorf("srptest: config: %v: %w", cfg.PortSpace, ErrConfig)
-	case cfg.MultiChannel&^srp.MultiChanActionMask != 0:
+	case cfg.MultiChannel&^iu.MultiChanActionMask != 0:
 		return cfg, fmt.Errorf("srptest: config: multi-channel action %#x is more than bits 1:0: %w", uint8(cfg.MultiChannel), ErrConfig)
 	}
 	return cfg, nil
@@ -237,7 +237,7 @@ func (cfg *Config) rnrRetry() uint8 {
 // by maxITIUSize (ib_srp's max_it_iu_size) if that is non-zero. With the defaults (12, true,
 // 8192, 0) it is 8260.
 func MaxITIULen(cmdSGEntries int, immData bool, maxImmData int, maxITIUSize uint32) uint32 {
-	n := uint32(srp.CmdMinSize + MaxAddCDBLen + srp.IndirectBufHeaderSize + cmdSGEntries*srp.DirectBufSize)
+	n := uint32(iu.CmdMinSize + MaxAddCDBLen + iu.IndirectBufHeaderSize + cmdSGEntries*iu.DirectBufSize)
 	if immData {
 		n = max(n, uint32(ImmDataOffset+maxImmData))
 	}
@@ -259,7 +259,7 @@ func (cfg *Config) reqITIULen() uint32 {
 // build, even when that is more than was requested or granted (tests of the target's length
 // checks send such IUs on purpose).
 func (cfg *Config) txBufSize() int {
-	n := max(int(cfg.reqITIULen()), int(MaxITIULen(cfg.CmdSGEntries, false, 0, 0)), srp.TskMgmtSize)
+	n := max(int(cfg.reqITIULen()), int(MaxITIULen(cfg.CmdSGEntries, false, 0, 0)), iu.TskMgmtSize)
 	if cfg.immRequested() {
 		n = max(n, int(cfg.ImmDataOffset)+cfg.MaxImmData)
 	}

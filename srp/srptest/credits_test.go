@@ -11,7 +11,7 @@ import (
 
 	"github.com/srptarget/srptarget/ib/memfabric"
 	"github.com/srptarget/srptarget/internal/testutil"
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 func encodeIU(t *testing.T, n int, enc func(b []byte) (int, error)) []byte {
@@ -22,11 +22,11 @@ func encodeIU(t *testing.T, n int, enc func(b []byte) (int, error)) []byte {
 	return b[:m]
 }
 
-func findOpcode(ius [][]byte, op srp.Opcode) [][]byte {
+func findOpcode(ius [][]byte, op iu.Opcode) [][]byte {
 	var out [][]byte
-	for _, iu := range ius {
-		if len(iu) > 0 && srp.Opcode(iu[0]) == op {
-			out = append(out, iu)
+	for _, msg := range ius {
+		if len(msg) > 0 && iu.Opcode(msg[0]) == op {
+			out = append(out, msg)
 		}
 	}
 	return out
@@ -70,7 +70,7 @@ func TestCreditAccounting(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint8(0), code)
 	require.Equal(t, int64(0), ch.Credits())
-	tm := findOpcode(fc.receivedIUs(), srp.OpTskMgmt)
+	tm := findOpcode(fc.receivedIUs(), iu.OpTskMgmt)
 	require.Len(t, tm, 1)
 	require.Equal(t, []byte{
 		0x01, 0, 0, 0, 0, 0, 0, 0, // SRP_TSK_MGMT
@@ -85,13 +85,13 @@ func TestCreditAccounting(t *testing.T) {
 	}, tm[0])
 
 	// No credit at all: task management fails at once, as in ib_srp.
-	_, err = ch.TaskMgmt(ctx, srp.TskAbortTaskSet, 0, 0)
+	_, err = ch.TaskMgmt(ctx, iu.TskAbortTaskSet, 0, 0)
 	require.ErrorIs(t, err, ErrNoCredits)
 	require.Equal(t, uint64(2), ch.Stats().ZeroReqLim)
 
 	// SRP_CRED_REQ: answered with SRP_CRED_RSP (no credit), delta added, the command goes.
-	fc.send(encodeIU(t, srp.CredReqSize, func(b []byte) (int, error) {
-		return srp.CredReq(b).Encode(&srp.CredReqFields{ReqLimDelta: 2, Tag: 0x7777})
+	fc.send(encodeIU(t, iu.CredReqSize, func(b []byte) (int, error) {
+		return iu.CredReq(b).Encode(&iu.CredReqFields{ReqLimDelta: 2, Tag: 0x7777}), nil
 	}))
 	select {
 	case r := <-blocked:
@@ -101,38 +101,38 @@ func TestCreditAccounting(t *testing.T) {
 		t.Fatal("the command did not go after SRP_CRED_REQ")
 	}
 	require.Equal(t, int64(1), ch.Credits(), "0 + 2 - 1 + 0")
-	testutil.WaitFor(t, "SRP_CRED_RSP", func() bool { return len(findOpcode(fc.receivedIUs(), srp.OpCredRsp)) == 1 })
+	testutil.WaitFor(t, "SRP_CRED_RSP", func() bool { return len(findOpcode(fc.receivedIUs(), iu.OpCredRsp)) == 1 })
 	require.Equal(t, []byte{0x41, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x77, 0x77},
-		findOpcode(fc.receivedIUs(), srp.OpCredRsp)[0])
+		findOpcode(fc.receivedIUs(), iu.OpCredRsp)[0])
 
 	// SRP_AER_REQ: answered with SRP_AER_RSP, delta added.
 	fc.send(encodeIU(t, 64, func(b []byte) (int, error) {
-		return srp.AerReq(b).Encode(&srp.AerReqFields{ReqLimDelta: 3, Tag: 0x0102, LUN: encodeLUN(1),
+		return iu.AerReq(b).Encode(&iu.AerReqFields{ReqLimDelta: 3, Tag: 0x0102, LUN: encodeLUN(1),
 			SenseData: senseFixed(0x06, 0x2a, 0x09)})
 	}))
-	testutil.WaitFor(t, "SRP_AER_RSP", func() bool { return len(findOpcode(fc.receivedIUs(), srp.OpAerRsp)) == 1 })
+	testutil.WaitFor(t, "SRP_AER_RSP", func() bool { return len(findOpcode(fc.receivedIUs(), iu.OpAerRsp)) == 1 })
 	require.Equal(t, []byte{0x42, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0x02},
-		findOpcode(fc.receivedIUs(), srp.OpAerRsp)[0])
+		findOpcode(fc.receivedIUs(), iu.OpAerRsp)[0])
 	require.Equal(t, int64(4), ch.Credits())
 
 	// An SRP_RSP nobody asked for: its credits count all the same.
-	fc.send(encodeIU(t, srp.RspMinSize, func(b []byte) (int, error) {
-		return srp.Rsp(b).Encode(&srp.RspFields{ReqLimDelta: 5, Tag: 0xdead})
+	fc.send(encodeIU(t, iu.RspMinSize, func(b []byte) (int, error) {
+		return iu.Rsp(b).Encode(&iu.RspFields{ReqLimDelta: 5, Tag: 0xdead})
 	}))
 	testutil.WaitFor(t, "the unknown response", func() bool { return ch.Stats().UnknownTags == 1 })
 	require.Equal(t, int64(9), ch.Credits())
 
-	for _, op := range []srp.Opcode{srp.OpCredReq, srp.OpAerReq, srp.OpRsp} {
-		iu, err := ch.NextUnsolicited(ctx)
+	for _, op := range []iu.Opcode{iu.OpCredReq, iu.OpAerReq, iu.OpRsp} {
+		msg, err := ch.NextUnsolicited(ctx)
 		require.NoError(t, err)
-		require.Equal(t, op, srp.Opcode(iu[0]))
+		require.Equal(t, op, iu.Opcode(msg[0]))
 	}
 	st := ch.Stats()
 	require.Equal(t, Stats{Credits: 9, ZeroReqLim: 2, Commands: 3, TaskMgmts: 1, Responses: 5, UnknownTags: 1,
 		CredReqs: 1, AerReqs: 1}, st)
 	require.Empty(t, ch.ProtocolErrors())
 	// Credit answers never took a credit: 3 commands and 1 TM are all the target saw.
-	require.Equal(t, 3, len(findOpcode(fc.receivedIUs(), srp.OpCmd)))
+	require.Equal(t, 3, len(findOpcode(fc.receivedIUs(), iu.OpCmd)))
 }
 
 // The number of commands in flight never exceeds can_queue, whatever the credits.
@@ -164,9 +164,9 @@ func TestCanQueueLimit(t *testing.T) {
 
 func TestAbort(t *testing.T) {
 	fab, ft := setup(t, memfabric.Options{}, func(ft *fakeTarget) {
-		ft.onCmd = func(fc *fakeChan, iu []byte) bool {
-			if srp.Cmd(iu).CDB()[0] == opRead10 {
-				return hold(fc, iu)
+		ft.onCmd = func(fc *fakeChan, msg []byte) bool {
+			if iu.Cmd(msg).CDB()[0] == opRead10 {
+				return hold(fc, msg)
 			}
 			return false
 		}
@@ -191,8 +191,8 @@ func TestAbort(t *testing.T) {
 	// LIO-style: no response to the aborted command, its credit comes back with the TM
 	// response (delta 1 + 1 owed).
 	require.Equal(t, int64(32), ch.Credits())
-	tm := findOpcode(fc.receivedIUs(), srp.OpTskMgmt)[0]
-	require.Equal(t, byte(srp.TskAbortTask), tm[30])
+	tm := findOpcode(fc.receivedIUs(), iu.OpTskMgmt)[0]
+	require.Equal(t, byte(iu.TskAbortTask), tm[30])
 	require.Equal(t, []byte{0x00, 0x02, 0, 0, 0, 0, 0, 0}, tm[20:28], "the command's LUN")
 	require.Equal(t, []byte{0, 0, 0, 0, 0, 0, 0, 0}, tm[32:40], "the command's tag, hardware queue 0 tag 0")
 	require.Equal(t, uint64(1), ch.Stats().Forgotten)
@@ -203,27 +203,27 @@ func TestAbort(t *testing.T) {
 	_, err = ch.Submit(ctx, &Request{CDB: CDBTestUnitReady(), Tag: 0x1122334455667788})
 	require.ErrorIs(t, err, ErrTagInUse)
 	testutil.WaitFor(t, "the target to hold the read", func() bool { return len(fc.heldTags()) == 1 })
-	require.Equal(t, []srp.Tag{0x1122334455667788}, fc.heldTags())
-	code, err = ch.TaskMgmt(ctx, srp.TskAbortTask, 0, p.Tag())
+	require.Equal(t, []iu.Tag{0x1122334455667788}, fc.heldTags())
+	code, err = ch.TaskMgmt(ctx, iu.TskAbortTask, 0, p.Tag())
 	require.NoError(t, err)
 	require.Equal(t, uint8(0), code)
 	p.Forget()
 }
 
 func TestTaskMgmtResponses(t *testing.T) {
-	fab, ft := setup(t, memfabric.Options{}, func(ft *fakeTarget) { ft.tmCode = uint8(srp.TskMgmtFuncNotSupp) })
+	fab, ft := setup(t, memfabric.Options{}, func(ft *fakeTarget) { ft.tmCode = uint8(iu.TskMgmtFuncNotSupp) })
 	ctx := testCtx(t)
 	ch, err := Login(ctx, fab, Config{Addr: ft.addr})
 	require.NoError(t, err)
 	defer ch.Close()
-	code, err := ch.TaskMgmt(ctx, srp.TskClearACA, 0, 0)
+	code, err := ch.TaskMgmt(ctx, iu.TskClearACA, 0, 0)
 	require.NoError(t, err)
-	require.Equal(t, uint8(srp.TskMgmtFuncNotSupp), code)
+	require.Equal(t, uint8(iu.TskMgmtFuncNotSupp), code)
 
 	// Task management tags increase: the second is 0x80000002 in host order.
-	_, err = ch.TaskMgmt(ctx, srp.TskClearACA, 0, 0)
+	_, err = ch.TaskMgmt(ctx, iu.TskClearACA, 0, 0)
 	require.NoError(t, err)
-	tms := findOpcode(ft.channel(0).receivedIUs(), srp.OpTskMgmt)
+	tms := findOpcode(ft.channel(0).receivedIUs(), iu.OpTskMgmt)
 	require.Equal(t, []byte{0x02, 0x00, 0x00, 0x80, 0, 0, 0, 0}, tms[1][8:16])
 }
 
@@ -241,9 +241,9 @@ func TestTaskMgmtWithoutResponseData(t *testing.T) {
 	require.Equal(t, int64(32), ch.Credits())
 
 	// A second answer to the same tag is "too late": an unknown tag whose credits count.
-	tag := srp.TskMgmt(findOpcode(ft.channel(0).receivedIUs(), srp.OpTskMgmt)[0]).Tag()
-	ft.channel(0).send(encodeIU(t, srp.RspMinSize, func(b []byte) (int, error) {
-		return srp.Rsp(b).Encode(&srp.RspFields{ReqLimDelta: 1, Tag: tag})
+	tag := iu.TskMgmt(findOpcode(ft.channel(0).receivedIUs(), iu.OpTskMgmt)[0]).Tag()
+	ft.channel(0).send(encodeIU(t, iu.RspMinSize, func(b []byte) (int, error) {
+		return iu.Rsp(b).Encode(&iu.RspFields{ReqLimDelta: 1, Tag: tag})
 	}))
 	testutil.WaitFor(t, "the late TM response", func() bool { return ch.Stats().UnknownTags == 1 })
 	require.Equal(t, int64(33), ch.Credits())
@@ -269,8 +269,8 @@ func TestDoContextEnds(t *testing.T) {
 
 	held := fc.heldTags()
 	require.Len(t, held, 1)
-	fc.send(encodeIU(t, srp.RspMinSize, func(b []byte) (int, error) {
-		return srp.Rsp(b).Encode(&srp.RspFields{ReqLimDelta: 1, Tag: held[0]})
+	fc.send(encodeIU(t, iu.RspMinSize, func(b []byte) (int, error) {
+		return iu.Rsp(b).Encode(&iu.RspFields{ReqLimDelta: 1, Tag: held[0]})
 	}))
 	testutil.WaitFor(t, "the late response", func() bool { return ch.Stats().UnknownTags == 1 })
 	require.Equal(t, int64(32), ch.Credits())
@@ -284,8 +284,8 @@ func TestTargetLogout(t *testing.T) {
 	defer ch.Close()
 	_, ok := ch.TargetLogoutReason()
 	require.False(t, ok)
-	ft.channel(0).send(encodeIU(t, srp.TLogoutSize, func(b []byte) (int, error) {
-		return srp.TLogout(b).Encode(&srp.TLogoutFields{Reason: srp.TLogoutInactive, Tag: 9})
+	ft.channel(0).send(encodeIU(t, iu.TLogoutSize, func(b []byte) (int, error) {
+		return iu.TLogout(b).Encode(&iu.TLogoutFields{Reason: iu.TLogoutInactive, Tag: 9}), nil
 	}))
 	select {
 	case <-ch.TargetLogout():
@@ -294,14 +294,14 @@ func TestTargetLogout(t *testing.T) {
 	}
 	f, ok := ch.TargetLogoutReason()
 	require.True(t, ok)
-	require.Equal(t, srp.TLogoutFields{Reason: srp.TLogoutInactive, Tag: 9}, f)
+	require.Equal(t, iu.TLogoutFields{Reason: iu.TLogoutInactive, Tag: 9}, f)
 	// ib_srp ignores it: the channel keeps working.
 	rsp, err := ch.TestUnitReady(ctx, 0)
 	require.NoError(t, err)
 	require.NoError(t, rsp.Err())
-	iu, err := ch.NextUnsolicited(ctx)
+	msg, err := ch.NextUnsolicited(ctx)
 	require.NoError(t, err)
-	require.Equal(t, byte(0x80), iu[0])
+	require.Equal(t, byte(0x80), msg[0])
 	require.Equal(t, uint64(1), ch.Stats().TLogouts)
 }
 
@@ -314,29 +314,29 @@ func TestSendRaw(t *testing.T) {
 
 	// An unknown initiator opcode: the fake target answers SRP_T_LOGOUT "invalid IU type".
 	require.NoError(t, ch.SendRaw([]byte{0x05, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}))
-	iu, err := ch.NextUnsolicited(ctx)
+	msg, err := ch.NextUnsolicited(ctx)
 	require.NoError(t, err)
-	f, err := srp.ParseTLogout(iu)
+	f, err := iu.Parse[iu.TLogout](msg)
 	require.NoError(t, err)
-	require.Equal(t, srp.TLogoutInvalidIUType, f.Reason)
+	require.Equal(t, iu.TLogoutInvalidIUType, f.Reason)
 	require.Equal(t, int64(31), ch.Credits(), "a request IU takes a credit")
 
 	// A raw SRP_CMD: its SRP_RSP has a tag nobody waits for.
 	cmd := encodeIU(t, 64, func(b []byte) (int, error) {
-		return srp.Cmd(b).Encode(&srp.CmdFields{Tag: 0xabc, CDB: [16]byte{opTestUnitReady}})
+		return iu.Cmd(b).Encode(&iu.CmdFields{Tag: 0xabc, CDB: [16]byte{opTestUnitReady}})
 	})
 	require.NoError(t, ch.SendRaw(cmd))
-	iu, err = ch.NextUnsolicited(ctx)
+	msg, err = ch.NextUnsolicited(ctx)
 	require.NoError(t, err)
-	require.Equal(t, srp.Tag(0xabc), srp.Rsp(iu).Tag())
+	require.Equal(t, iu.Tag(0xabc), iu.Rsp(msg).Tag())
 	require.Equal(t, int64(31), ch.Credits(), "-1 for the command, +1 from its response")
 
 	// An initiator response takes no credit.
 	require.NoError(t, ch.SendRaw(encodeIU(t, 16, func(b []byte) (int, error) {
-		return srp.CredRsp(b).Encode(&srp.CredRspFields{Tag: 1})
+		return iu.CredRsp(b).Encode(&iu.CredRspFields{Tag: 1}), nil
 	})))
 	testutil.WaitFor(t, "the raw SRP_CRED_RSP", func() bool {
-		return len(findOpcode(ft.channel(0).receivedIUs(), srp.OpCredRsp)) == 1
+		return len(findOpcode(ft.channel(0).receivedIUs(), iu.OpCredRsp)) == 1
 	})
 	require.Equal(t, int64(31), ch.Credits())
 	require.Equal(t, uint64(3), ch.Stats().RawIUs)

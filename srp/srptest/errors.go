@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/srptarget/srptarget/ib/memfabric"
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // Sentinel errors, always wrapped with context; test with errors.Is.
@@ -45,9 +45,9 @@ type LoginRejectedError struct {
 	// nobody listens.
 	CMReason memfabric.RejectReason
 	// Reason is the SRP_LOGIN_REJ REASON; zero if the REJ carried no (valid) SRP_LOGIN_REJ.
-	Reason srp.LoginRejReason
+	Reason iu.LoginRejReason
 	// Fields is the decoded SRP_LOGIN_REJ (valid when Decoded is true).
-	Fields srp.LoginRejFields
+	Fields iu.LoginRejFields
 	// Decoded says whether Raw held a valid SRP_LOGIN_REJ.
 	Decoded bool
 	// Raw is the REJ's private data as received.
@@ -67,7 +67,7 @@ func (e *LoginRejectedError) Error() string {
 func newLoginRejected(re *memfabric.RejectedError) *LoginRejectedError {
 	e := &LoginRejectedError{CMReason: re.Reason, Raw: append([]byte(nil), re.PrivateData...)}
 	// ib_srp looks at byte 0 only; a full decode needs the 32 bytes.
-	if f, err := srp.ParseLoginRej(e.Raw); err == nil {
+	if f, err := iu.Parse[iu.LoginRej](e.Raw); err == nil {
 		e.Fields, e.Reason, e.Decoded = f, f.Reason, true
 	}
 	return e

@@ -10,14 +10,14 @@ import (
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
 	"github.com/srptarget/srptarget/internal/testutil"
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // holdReads makes the fake target keep READ commands without answering.
 func holdReads(ft *fakeTarget) {
-	ft.onCmd = func(fc *fakeChan, iu []byte) bool {
-		if op := srp.Cmd(iu).CDB()[0]; op == opRead10 || op == opRead16 {
-			return hold(fc, iu)
+	ft.onCmd = func(fc *fakeChan, msg []byte) bool {
+		if op := iu.Cmd(msg).CDB()[0]; op == opRead10 || op == opRead16 {
+			return hold(fc, msg)
 		}
 		return false
 	}
@@ -28,8 +28,8 @@ func heldIU(t *testing.T, fc *fakeChan) []byte {
 	testutil.WaitFor(t, "a held command", func() bool { return len(fc.heldTags()) == 1 })
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
-	for _, iu := range fc.held {
-		return iu
+	for _, msg := range fc.held {
+		return msg
 	}
 	return nil
 }
@@ -63,7 +63,7 @@ func TestVanish(t *testing.T) {
 	require.NoError(t, ch.Close(), "Close after Vanish does nothing")
 
 	fc.exec(func() {
-		fc.respond(&srp.RspFields{Tag: srp.Cmd(held).Tag(), ReqLimDelta: 1}, nil)
+		fc.respond(&iu.RspFields{Tag: iu.Cmd(held).Tag(), ReqLimDelta: 1}, nil)
 	})
 	testutil.WaitFor(t, "the target's SEND to fail", func() bool { return len(fc.errors()) > 0 })
 	require.Equal(t, ib.StatusTransportRetryExceeded, fc.errors()[0].Status)
@@ -92,7 +92,7 @@ func TestTargetDisconnects(t *testing.T) {
 	require.ErrorIs(t, ch.Err(), ErrDisconnected)
 	_, err = ch.TestUnitReady(ctx, 0)
 	require.ErrorIs(t, err, ErrDisconnected)
-	_, err = ch.TaskMgmt(ctx, srp.TskAbortTask, 0, p.Tag())
+	_, err = ch.TaskMgmt(ctx, iu.TskAbortTask, 0, p.Tag())
 	require.ErrorIs(t, err, ErrDisconnected)
 	require.ErrorIs(t, ch.SendRaw([]byte{0x03}), ErrDisconnected)
 	_, err = ch.NextUnsolicited(ctx)
@@ -104,13 +104,13 @@ func TestTargetDisconnects(t *testing.T) {
 // remote access error, which (RC semantics) breaks the connection.
 func TestLateRDMAFails(t *testing.T) {
 	fab, ft := setup(t, memfabric.Options{}, func(ft *fakeTarget) {
-		ft.onCmd = func(fc *fakeChan, iu []byte) bool {
-			if srp.Cmd(iu).CDB()[0] != opRead10 {
+		ft.onCmd = func(fc *fakeChan, msg []byte) bool {
+			if iu.Cmd(msg).CDB()[0] != opRead10 {
 				return false
 			}
-			hold(fc, iu)
+			hold(fc, msg)
 			// Answer at once, without data.
-			fc.respond(&srp.RspFields{Tag: srp.Cmd(iu).Tag(), ReqLimDelta: 1, Flags: srp.DIUNDER, DataInResCnt: 512}, nil)
+			fc.respond(&iu.RspFields{Tag: iu.Cmd(msg).Tag(), ReqLimDelta: 1, Flags: iu.DIUNDER, DataInResCnt: 512}, nil)
 			return true
 		}
 	})
@@ -123,7 +123,7 @@ func TestLateRDMAFails(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, rsp.DataIn)
 
-	_, in, err := srp.Cmd(heldIU(t, fc)).DataBuffers(fc.immOff)
+	_, in, err := iu.Cmd(heldIU(t, fc)).DataBuffers(fc.immOff)
 	require.NoError(t, err)
 	d := in.DescriptorAt(0)
 	var st ib.Status
@@ -148,7 +148,7 @@ func TestWrongDirectionFails(t *testing.T) {
 	fc := ft.channel(0)
 	_, err = ch.Submit(ctx, &Request{CDB: CDBRead10(0, 1), DataInLen: 512})
 	require.NoError(t, err)
-	_, in, err := srp.Cmd(heldIU(t, fc)).DataBuffers(fc.immOff)
+	_, in, err := iu.Cmd(heldIU(t, fc)).DataBuffers(fc.immOff)
 	require.NoError(t, err)
 	d := in.DescriptorAt(0)
 	var st ib.Status
@@ -169,9 +169,9 @@ func TestOversizedIU(t *testing.T) {
 	ch, err := Login(ctx, fab, Config{Addr: ft.addr})
 	require.NoError(t, err)
 	defer ch.Close()
-	iu := make([]byte, 8261)
-	_, _ = srp.Rsp(iu).Encode(&srp.RspFields{Tag: 1, ReqLimDelta: 1})
-	ft.channel(0).send(iu)
+	msg := make([]byte, 8261)
+	_, _ = iu.Rsp(msg).Encode(&iu.RspFields{Tag: 1, ReqLimDelta: 1})
+	ft.channel(0).send(msg)
 	waitClosed(t, "Disconnected", ch.Disconnected())
 	require.ErrorIs(t, ch.Err(), ErrTransport)
 	errs := ch.ProtocolErrors()
@@ -190,11 +190,11 @@ func TestMalformedResponses(t *testing.T) {
 	// SNSVALID without sense data: the command ends with ErrProtocol, its credits count.
 	p, err := ch.Submit(ctx, &Request{CDB: CDBRead10(0, 1), DataInLen: 512})
 	require.NoError(t, err)
-	tag := srp.Cmd(heldIU(t, fc)).Tag()
-	bad := encodeIU(t, srp.RspMinSize, func(b []byte) (int, error) {
-		return srp.Rsp(b).Encode(&srp.RspFields{Tag: tag, ReqLimDelta: 2})
+	tag := iu.Cmd(heldIU(t, fc)).Tag()
+	bad := encodeIU(t, iu.RspMinSize, func(b []byte) (int, error) {
+		return iu.Rsp(b).Encode(&iu.RspFields{Tag: tag, ReqLimDelta: 2})
 	})
-	bad[18] |= byte(srp.SNSVALID)
+	bad[18] |= byte(iu.SNSVALID)
 	fc.mu.Lock()
 	delete(fc.held, tag)
 	fc.mu.Unlock()
@@ -206,9 +206,9 @@ func TestMalformedResponses(t *testing.T) {
 	// A DIUNDER residual larger than the buffer: no valid data, a protocol error.
 	p, err = ch.Submit(ctx, &Request{CDB: CDBRead10(0, 1), DataInLen: 512})
 	require.NoError(t, err)
-	tag = srp.Cmd(heldIU(t, fc)).Tag()
-	fc.send(encodeIU(t, srp.RspMinSize, func(b []byte) (int, error) {
-		return srp.Rsp(b).Encode(&srp.RspFields{Tag: tag, ReqLimDelta: 1, Flags: srp.DIUNDER, DataInResCnt: 513})
+	tag = iu.Cmd(heldIU(t, fc)).Tag()
+	fc.send(encodeIU(t, iu.RspMinSize, func(b []byte) (int, error) {
+		return iu.Rsp(b).Encode(&iu.RspFields{Tag: tag, ReqLimDelta: 1, Flags: iu.DIUNDER, DataInResCnt: 513})
 	}))
 	rsp, err := p.Wait(ctx)
 	require.NoError(t, err)
@@ -225,9 +225,9 @@ func TestMalformedResponses(t *testing.T) {
 	require.Contains(t, errs[2].Error(), "unexpected SRP_CMD from the target")
 	require.Contains(t, errs[3].Error(), "SRP_RSP of 10 bytes has no TAG")
 	for _, want := range [][]byte{{0x02, 0, 0, 0}, {0xc1, 0, 0, 0, 0, 0, 0, 1, 0, 0}} {
-		iu, err := ch.NextUnsolicited(ctx)
+		msg, err := ch.NextUnsolicited(ctx)
 		require.NoError(t, err)
-		require.Equal(t, want, iu)
+		require.Equal(t, want, msg)
 	}
 	require.Equal(t, int64(34), ch.Credits(), "32 - 1 + 2 - 1 + 1, and the short SRP_RSP still carried a delta of 1")
 	require.Equal(t, uint64(4), ch.Stats().ProtocolErrors)
@@ -271,19 +271,19 @@ func TestCreditWaitContext(t *testing.T) {
 func TestLoginMultiPartial(t *testing.T) {
 	n := 0
 	fab, ft := setup(t, memfabric.Options{}, func(ft *fakeTarget) {
-		ft.login = func(f srp.LoginReqFields) (*srp.LoginRspFields, *srp.LoginRejFields) {
+		ft.login = func(f iu.LoginReqFields) (*iu.LoginRspFields, *iu.LoginRejFields) {
 			n++ // the fake target accepts one request at a time
 			if n == 3 {
-				return nil, &srp.LoginRejFields{Reason: srp.LoginRejChannelLimitReached}
+				return nil, &iu.LoginRejFields{Reason: iu.LoginRejChannelLimitReached}
 			}
-			return &srp.LoginRspFields{ReqLimDelta: 8, Tag: f.Tag, MaxITIULen: 8276, MaxTIIULen: 8260}, nil
+			return &iu.LoginRspFields{ReqLimDelta: 8, Tag: f.Tag, MaxITIULen: 8276, MaxTIIULen: 8260}, nil
 		}
 	})
 	ctx := testCtx(t)
 	chans, err := LoginMulti(ctx, fab, Config{Addr: ft.addr}, 4)
 	var rej *LoginRejectedError
 	require.ErrorAs(t, err, &rej)
-	require.Equal(t, srp.LoginRejChannelLimitReached, rej.Reason)
+	require.Equal(t, iu.LoginRejChannelLimitReached, rej.Reason)
 	require.Len(t, chans, 2)
 	for _, ch := range chans {
 		_, err := ch.TestUnitReady(ctx, 0)

@@ -14,7 +14,7 @@ import (
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
 	"github.com/srptarget/srptarget/internal/testutil"
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // fakeTarget is a scripted SRP target on the in-memory fabric, just enough to exercise the
@@ -34,11 +34,11 @@ type fakeTarget struct {
 	credits    uint32 // REQUEST LIMIT DELTA of the login response (default 32)
 	maxITIULen uint32 // default 8276 (LIO's srp_max_req_size)
 	noImm      bool   // do not grant immediate data
-	login      func(f srp.LoginReqFields) (*srp.LoginRspFields, *srp.LoginRejFields)
+	login      func(f iu.LoginReqFields) (*iu.LoginRspFields, *iu.LoginRejFields)
 	// loginRaw, if set, replaces the REP private data.
 	loginRaw []byte
 	// onCmd sees every SRP_CMD first; returning true means it took care of it (no response).
-	onCmd func(fc *fakeChan, iu []byte) bool
+	onCmd func(fc *fakeChan, msg []byte) bool
 	// rspDelta chooses the REQUEST LIMIT DELTA of a response (default 1 + credits owed).
 	rspDelta func(fc *fakeChan) uint32
 	// tmCode is the TM response code (default 0); tmNoData leaves the response data out.
@@ -55,7 +55,7 @@ type fakeTarget struct {
 
 	mu     sync.Mutex
 	chans  []*fakeChan
-	logins []srp.LoginReqFields
+	logins []iu.LoginReqFields
 	privs  [][]byte // the connection requests' private data, as delivered
 	disk   []byte
 }
@@ -70,7 +70,7 @@ type fakeChan struct {
 	rxMR   ib.MR
 	rx     []byte
 	stop   chan struct{} // the fake target's done
-	req    srp.LoginReqFields
+	req    iu.LoginReqFields
 
 	// Owned by the channel goroutine.
 	backlog []ib.Completion
@@ -79,7 +79,7 @@ type fakeChan struct {
 
 	mu       sync.Mutex
 	received [][]byte
-	held     map[srp.Tag][]byte
+	held     map[iu.Tag][]byte
 	owed     uint32
 	wcErrors []ib.Completion
 	down     bool
@@ -168,7 +168,7 @@ func (ft *fakeTarget) numChans() int {
 }
 
 func (ft *fakeTarget) accept(req ib.ConnRequest) {
-	f, err := srp.ParseLoginReq(req.PrivateData())
+	f, err := iu.ParseLoginReq(req.PrivateData())
 	if err != nil {
 		ft.t.Errorf("fake target: login request: %v", err)
 		_ = req.Reject(nil)
@@ -178,40 +178,40 @@ func (ft *fakeTarget) accept(req ib.ConnRequest) {
 	ft.logins = append(ft.logins, f)
 	ft.privs = append(ft.privs, append([]byte(nil), req.PrivateData()...))
 	ft.mu.Unlock()
-	rsp := &srp.LoginRspFields{
+	rsp := &iu.LoginRspFields{
 		ReqLimDelta: ft.credits,
 		Tag:         f.Tag,
 		MaxITIULen:  ft.maxITIULen,
 		MaxTIIULen:  f.ReqITIULen, // LIO echoes the requested IT IU length
-		SupBufFmt:   srp.BufFormatDirect | srp.BufFormatIndirect,
+		SupBufFmt:   iu.BufFormatDirect | iu.BufFormatIndirect,
 	}
-	if f.ReqFlags&srp.ImmedRequested != 0 && !ft.noImm {
-		rsp.RspFlags |= srp.LoginRspImmedSupp
+	if f.ReqFlags&iu.ImmedRequested != 0 && !ft.noImm {
+		rsp.RspFlags |= iu.LoginRspImmedSupp
 	}
-	if f.ReqFlags.MultiChanAction() == srp.MultiChanMulti {
-		rsp.RspFlags |= srp.LoginRspMultiChanMaintained
+	if f.ReqFlags.MultiChanAction() == iu.MultiChanMulti {
+		rsp.RspFlags |= iu.LoginRspMultiChanMaintained
 	}
 	if ft.login != nil {
-		var rej *srp.LoginRejFields
+		var rej *iu.LoginRejFields
 		rsp, rej = ft.login(f)
 		if rej != nil {
-			b := make([]byte, srp.LoginRejSize)
-			_, _ = srp.LoginRej(b).Encode(rej)
+			b := make([]byte, iu.LoginRejSize)
+			iu.LoginRej(b).Encode(rej)
 			_ = req.Reject(b)
 			return
 		}
 	}
-	priv := make([]byte, srp.LoginRspSize)
-	_, _ = srp.LoginRsp(priv).Encode(rsp)
+	priv := make([]byte, iu.LoginRspSize)
+	iu.LoginRsp(priv).Encode(rsp)
 	if ft.loginRaw != nil {
 		priv = ft.loginRaw
 	}
 	fc := &fakeChan{
 		ft: ft, pd: req.PD(), rxSize: 9000, stop: ft.done, req: f,
-		sendMRs: make(map[uint64][]ib.MR), held: make(map[srp.Tag][]byte), downCh: make(chan struct{}),
+		sendMRs: make(map[uint64][]ib.MR), held: make(map[iu.Tag][]byte), downCh: make(chan struct{}),
 		wakeCh: make(chan struct{}, 1),
 	}
-	if rsp.RspFlags&srp.LoginRspImmedSupp != 0 {
+	if rsp.RspFlags&iu.LoginRspImmedSupp != 0 {
 		fc.immOff = f.ImmDataOffset
 	}
 	fc.rx = make([]byte, fakeRxCount*fc.rxSize)
@@ -330,23 +330,23 @@ func (fc *fakeChan) completion(wc ib.Completion) {
 		return
 	}
 	i := int(wc.ID)
-	iu := append([]byte(nil), fc.rx[i*fc.rxSize:i*fc.rxSize+int(wc.ByteLen)]...)
+	msg := append([]byte(nil), fc.rx[i*fc.rxSize:i*fc.rxSize+int(wc.ByteLen)]...)
 	_, _ = fc.conn.PostRecv([]ib.RecvWR{fc.recvWR(i)})
 	fc.mu.Lock()
-	fc.received = append(fc.received, iu)
+	fc.received = append(fc.received, msg)
 	fc.mu.Unlock()
-	fc.handle(iu)
+	fc.handle(msg)
 }
 
 // post SENDs iu (signaled); mrs are deregistered with its completion.
-func (fc *fakeChan) post(iu []byte, mrs []ib.MR) {
-	mr, err := fc.pd.RegisterMemory(append([]byte(nil), iu...), 0)
+func (fc *fakeChan) post(msg []byte, mrs []ib.MR) {
+	mr, err := fc.pd.RegisterMemory(append([]byte(nil), msg...), 0)
 	require.NoError(fc.ft.t, err)
 	fc.nextID++
 	id := fakeSendBit | fc.nextID
 	fc.sendMRs[id] = append(mrs, mr)
 	if _, err := fc.conn.PostSend([]ib.SendWR{{ID: id, Op: ib.OpSend, Signaled: true,
-		SGL: []ib.SGE{{MR: mr, Length: uint32(len(iu))}}}}); err != nil {
+		SGL: []ib.SGE{{MR: mr, Length: uint32(len(msg))}}}}); err != nil {
 		for _, m := range fc.sendMRs[id] {
 			_ = m.Deregister()
 		}
@@ -396,9 +396,9 @@ func (fc *fakeChan) rdma(op ib.Opcode, local ib.MR, off uint64, length uint32, r
 }
 
 // send has the channel goroutine SEND iu, and waits until it is posted.
-func (fc *fakeChan) send(iu []byte) {
-	iu = append([]byte(nil), iu...)
-	fc.exec(func() { fc.post(iu, nil) })
+func (fc *fakeChan) send(msg []byte) {
+	msg = append([]byte(nil), msg...)
+	fc.exec(func() { fc.post(msg, nil) })
 }
 
 // exec runs f on the channel goroutine and waits for it.
@@ -430,10 +430,10 @@ func (fc *fakeChan) errors() []ib.Completion {
 	return append([]ib.Completion(nil), fc.wcErrors...)
 }
 
-func (fc *fakeChan) heldTags() []srp.Tag {
+func (fc *fakeChan) heldTags() []iu.Tag {
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
-	var tags []srp.Tag
+	var tags []iu.Tag
 	for t := range fc.held {
 		tags = append(tags, t)
 	}
@@ -441,10 +441,10 @@ func (fc *fakeChan) heldTags() []srp.Tag {
 }
 
 // hold makes the channel keep commands without answering them (for onCmd).
-func hold(fc *fakeChan, iu []byte) bool {
+func hold(fc *fakeChan, msg []byte) bool {
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
-	fc.held[srp.Cmd(iu).Tag()] = iu
+	fc.held[iu.Cmd(msg).Tag()] = msg
 	return true
 }
 
@@ -459,22 +459,22 @@ func (fc *fakeChan) delta() uint32 {
 	return d
 }
 
-func (fc *fakeChan) handle(iu []byte) {
-	if len(iu) == 0 {
+func (fc *fakeChan) handle(msg []byte) {
+	if len(msg) == 0 {
 		return
 	}
-	switch srp.Opcode(iu[0]) {
-	case srp.OpCmd:
-		if fc.ft.onCmd != nil && fc.ft.onCmd(fc, iu) {
+	switch iu.Opcode(msg[0]) {
+	case iu.OpCmd:
+		if fc.ft.onCmd != nil && fc.ft.onCmd(fc, msg) {
 			return
 		}
-		fc.command(iu)
-	case srp.OpTskMgmt:
-		f, err := srp.ParseTskMgmt(iu)
+		fc.command(msg)
+	case iu.OpTskMgmt:
+		f, err := iu.Parse[iu.TskMgmt](msg)
 		if err != nil {
 			return
 		}
-		if f.Func == srp.TskAbortTask {
+		if f.Func == iu.TskAbortTask {
 			fc.mu.Lock()
 			if _, ok := fc.held[f.TaskTag]; ok {
 				// LIO sends no response for an aborted command and owes its credit.
@@ -483,35 +483,35 @@ func (fc *fakeChan) handle(iu []byte) {
 			}
 			fc.mu.Unlock()
 		}
-		code := srp.TskMgmtRspCode(fc.ft.tmCode).ResponseData()
-		rsp := &srp.RspFields{Tag: f.Tag, ReqLimDelta: fc.delta(), RespData: code[:]}
+		code := iu.TskMgmtRspCode(fc.ft.tmCode).ResponseData()
+		rsp := &iu.RspFields{Tag: f.Tag, ReqLimDelta: fc.delta(), RespData: code[:]}
 		if fc.ft.tmNoData {
 			rsp.RespData = nil
 		}
 		fc.respond(rsp, nil)
-	case srp.OpILogout:
+	case iu.OpILogout:
 		if fc.ft.dreqOnLogout {
 			_ = fc.conn.Disconnect()
 		}
-	case srp.OpCredRsp, srp.OpAerRsp:
+	case iu.OpCredRsp, iu.OpAerRsp:
 		// Recorded in received only.
 	default:
-		t := make([]byte, srp.TLogoutSize)
-		_, _ = srp.TLogout(t).Encode(&srp.TLogoutFields{Reason: srp.TLogoutInvalidIUType})
+		t := make([]byte, iu.TLogoutSize)
+		iu.TLogout(t).Encode(&iu.TLogoutFields{Reason: iu.TLogoutInvalidIUType})
 		fc.post(t, nil)
 	}
 }
 
-func (fc *fakeChan) respond(f *srp.RspFields, mrs []ib.MR) {
-	b := make([]byte, srp.RspLen(f))
-	_, _ = srp.Rsp(b).Encode(f)
+func (fc *fakeChan) respond(f *iu.RspFields, mrs []ib.MR) {
+	b := make([]byte, iu.RspLen(f))
+	_, _ = iu.Rsp(b).Encode(f)
 	fc.post(b, mrs)
 }
 
 // descriptors returns the direct descriptors of one direction, fetching an external table
 // with RDMA READ as a target that supports allow_ext_sg must.
-func (fc *fakeChan) descriptors(d srp.DataBuf) ([]srp.DirectBufFields, error) {
-	var out []srp.DirectBufFields
+func (fc *fakeChan) descriptors(d iu.DataBuf) ([]iu.DirectBufFields, error) {
+	var out []iu.DirectBufFields
 	if d.External() {
 		td := d.TableDescriptor()
 		table := make([]byte, td.Len())
@@ -523,8 +523,8 @@ func (fc *fakeChan) descriptors(d srp.DataBuf) ([]srp.DirectBufFields, error) {
 		if st := fc.rdma(ib.OpRDMARead, mr, 0, td.Len(), td.VA(), td.Key()); st != ib.StatusSuccess {
 			return nil, fmt.Errorf("reading the descriptor table: %v", st)
 		}
-		for i := 0; i < len(table); i += srp.DirectBufSize {
-			out = append(out, srp.DirectBuf(table[i:]).Fields())
+		for i := 0; i < len(table); i += iu.DirectBufSize {
+			out = append(out, iu.DirectBuf(table[i:]).Fields())
 		}
 		return out, nil
 	}
@@ -541,14 +541,14 @@ func senseFixed(key, asc, ascq uint8) []byte {
 }
 
 // command executes an SRP_CMD against the RAM disk.
-func (fc *fakeChan) command(iu []byte) {
-	cmd := srp.Cmd(iu)
+func (fc *fakeChan) command(msg []byte) {
+	cmd := iu.Cmd(msg)
 	out, in, err := cmd.DataBuffers(fc.immOff)
 	if err != nil {
 		fc.ft.t.Errorf("fake target: SRP_CMD: %v", err)
 		return
 	}
-	rsp := &srp.RspFields{Tag: cmd.Tag()}
+	rsp := &iu.RspFields{Tag: cmd.Tag()}
 	cdb := cmd.CDB()
 	var dataIn []byte
 	var lba uint64
@@ -595,7 +595,7 @@ func (fc *fakeChan) command(iu []byte) {
 		copy(disk[lba*512:], data[:n])
 		fc.ft.mu.Unlock()
 		if uint64(out.Len()) < blocks*512 {
-			rsp.Flags |= srp.DOUNDER
+			rsp.Flags |= iu.DOUNDER
 			rsp.DataOutResCnt = uint32(blocks*512 - uint64(out.Len()))
 		}
 	}
@@ -610,7 +610,7 @@ func (fc *fakeChan) command(iu []byte) {
 			return
 		}
 		if n < int(in.Len()) {
-			rsp.Flags |= srp.DIUNDER
+			rsp.Flags |= iu.DIUNDER
 			rsp.DataInResCnt = in.Len() - uint32(n)
 		}
 	}
@@ -619,8 +619,8 @@ func (fc *fakeChan) command(iu []byte) {
 }
 
 // fetch gets the data-out bytes: immediate data, or RDMA READs of every descriptor.
-func (fc *fakeChan) fetch(out srp.DataBuf) ([]byte, error) {
-	if out.Format() == srp.DescImm {
+func (fc *fakeChan) fetch(out iu.DataBuf) ([]byte, error) {
+	if out.Format() == iu.DescImm {
 		return out.ImmediateData(), nil
 	}
 	if !out.Present() {
@@ -648,7 +648,7 @@ func (fc *fakeChan) fetch(out srp.DataBuf) ([]byte, error) {
 
 // place RDMA WRITEs src over the data-in descriptors (unsignaled, before the response, as LIO
 // does) and returns the local region to release with the response.
-func (fc *fakeChan) place(in srp.DataBuf, src []byte) ([]ib.MR, error) {
+func (fc *fakeChan) place(in iu.DataBuf, src []byte) ([]ib.MR, error) {
 	descs, err := fc.descriptors(in)
 	if err != nil {
 		return nil, err

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/srptarget/srptarget/ib"
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // Layout selects how a Request's data buffers are described in the SRP_CMD. A nil Layout does
@@ -51,7 +51,7 @@ type negotiated struct {
 
 // cmdBuild is an SRP_CMD ready to encode, with the regions registered for it.
 type cmdBuild struct {
-	fields srp.CmdFields
+	fields iu.CmdFields
 	// mrs are deregistered when the response arrives: data pieces, then descriptor tables.
 	mrs []ib.MR
 	// inBuf is the data-in buffer (nil without data-in).
@@ -77,24 +77,24 @@ const (
 
 // prepareCmd builds the SRP_CMD fields for req, registering its data buffers (and descriptor
 // tables) in pd. On error nothing stays registered.
-func prepareCmd(pd ib.ProtectionDomain, neg *negotiated, req *Request, tag srp.Tag) (*cmdBuild, error) {
+func prepareCmd(pd ib.ProtectionDomain, neg *negotiated, req *Request, tag iu.Tag) (*cmdBuild, error) {
 	if req.DataInLen < 0 {
 		return nil, fmt.Errorf("srptest: data-in length %d: %w", req.DataInLen, ErrConfig)
 	}
-	b := &cmdBuild{fields: srp.CmdFields{
+	b := &cmdBuild{fields: iu.CmdFields{
 		Tag:      tag,
 		LUN:      req.lun(),
 		TaskAttr: req.Attr,
 	}}
-	if len(req.CDB) > srp.CDBSize+srp.MaxAddCDBLen {
+	if len(req.CDB) > iu.CDBSize+iu.MaxAddCDBLen {
 		return nil, fmt.Errorf("srptest: CDB of %d bytes: %w", len(req.CDB), ErrConfig)
 	}
 	copy(b.fields.CDB[:], req.CDB)
-	if len(req.CDB) > srp.CDBSize {
+	if len(req.CDB) > iu.CDBSize {
 		// ib_srp: add_cdb_len = round_up(cmd_len - 16, 4), the padding zeroed.
-		add := len(req.CDB) - srp.CDBSize
+		add := len(req.CDB) - iu.CDBSize
 		b.fields.AddCDB = make([]byte, (add+3)&^3)
-		copy(b.fields.AddCDB, req.CDB[srp.CDBSize:])
+		copy(b.fields.AddCDB, req.CDB[iu.CDBSize:])
 	}
 	ok := false
 	defer func() {
@@ -123,7 +123,7 @@ func prepareCmd(pd ib.ProtectionDomain, neg *negotiated, req *Request, tag srp.T
 }
 
 // describe fills d for one data buffer according to layout.
-func (b *cmdBuild) describe(pd ib.ProtectionDomain, neg *negotiated, layout Layout, buf []byte, in bool, d *srp.DataBufFields) error {
+func (b *cmdBuild) describe(pd ib.ProtectionDomain, neg *negotiated, layout Layout, buf []byte, in bool, d *iu.DataBufFields) error {
 	dir := "data-out"
 	access := accessDataOut
 	if in {
@@ -133,7 +133,7 @@ func (b *cmdBuild) describe(pd ib.ProtectionDomain, neg *negotiated, layout Layo
 	switch l := layout.(type) {
 	case nil:
 		if !in && immFits(neg, len(buf)) {
-			*d = srp.DataBufFields{Format: srp.DescImm, ImmDataOffset: neg.immOffset, ImmData: buf}
+			*d = iu.DataBufFields{Format: iu.DescImm, ImmDataOffset: neg.immOffset, ImmData: buf}
 			return nil
 		}
 	case Direct:
@@ -145,7 +145,7 @@ func (b *cmdBuild) describe(pd ib.ProtectionDomain, neg *negotiated, layout Layo
 			return fmt.Errorf("srptest: immediate data-out of %d bytes at offset %d exceeds the IT IU length %d: %w",
 				len(buf), neg.immOffset, neg.maxITIULen, ErrConfig)
 		}
-		*d = srp.DataBufFields{Format: srp.DescImm, ImmDataOffset: neg.immOffset, ImmData: buf}
+		*d = iu.DataBufFields{Format: iu.DescImm, ImmDataOffset: neg.immOffset, ImmData: buf}
 		return nil
 	case Indirect:
 		n = l.N
@@ -173,7 +173,7 @@ func (b *cmdBuild) describe(pd ib.ProtectionDomain, neg *negotiated, layout Layo
 	}
 	_, indirect := layout.(Indirect)
 	_, external := layout.(External)
-	descs := make([]srp.DirectBufFields, n)
+	descs := make([]iu.DirectBufFields, n)
 	off := 0
 	for i := range descs {
 		size := len(buf) / n
@@ -185,18 +185,18 @@ func (b *cmdBuild) describe(pd ib.ProtectionDomain, neg *negotiated, layout Layo
 			return fmt.Errorf("srptest: registering %s region %d of %d bytes: %w", dir, i, size, err)
 		}
 		b.mrs = append(b.mrs, mr)
-		descs[i] = srp.DirectBufFields{VA: mr.Addr(), Key: mr.RKey(), Len: uint32(size)}
+		descs[i] = iu.DirectBufFields{VA: mr.Addr(), Key: mr.RKey(), Len: uint32(size)}
 		off += size
 	}
 	if !indirect && !external {
-		*d = srp.DataBufFields{Format: srp.DescDirect, Direct: descs[0]}
+		*d = iu.DataBufFields{Format: iu.DescDirect, Direct: descs[0]}
 		return nil
 	}
 	// The whole table lives in initiator memory, registered for remote read as ib_srp's
 	// srp_map_idb does; the IU carries the first min(n, cmd_sg_entries) entries.
-	table := make([]byte, n*srp.DirectBufSize)
+	table := make([]byte, n*iu.DirectBufSize)
 	for i := range descs {
-		_, _ = srp.DirectBuf(table[i*srp.DirectBufSize:]).Encode(&descs[i])
+		iu.DirectBuf(table[i*iu.DirectBufSize:]).Encode(&descs[i])
 	}
 	tmr, err := pd.RegisterMemory(table, accessTable)
 	if err != nil {
@@ -204,11 +204,11 @@ func (b *cmdBuild) describe(pd ib.ProtectionDomain, neg *negotiated, layout Layo
 	}
 	b.mrs = append(b.mrs, tmr)
 	count := min(n, neg.cmdSGEntries)
-	*d = srp.DataBufFields{
-		Format:  srp.DescIndirect,
+	*d = iu.DataBufFields{
+		Format:  iu.DescIndirect,
 		DescCnt: uint8(count),
-		Indirect: srp.IndirectBufFields{
-			Table:    srp.DirectBufFields{VA: tmr.Addr(), Key: tmr.RKey(), Len: uint32(len(table))},
+		Indirect: iu.IndirectBufFields{
+			Table:    iu.DirectBufFields{VA: tmr.Addr(), Key: tmr.RKey(), Len: uint32(len(table))},
 			TotalLen: uint32(len(buf)),
 			Descs:    descs[:count],
 		},

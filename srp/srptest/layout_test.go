@@ -8,7 +8,7 @@ import (
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/internal/testutil"
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // fakePD hands out regions with predictable addresses and keys: region k (from 1) has address
@@ -191,7 +191,7 @@ func TestBuildCmd(t *testing.T) {
 		},
 		{
 			name: "LUN 300 (flat space), ordered, 18-byte CDB padded to 20",
-			req: Request{LUN: 300, Attr: srp.TaskAttrOrdered,
+			req: Request{LUN: 300, Attr: iu.TaskAttrOrdered,
 				CDB: []byte{0x7f, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}},
 			want: func() []byte {
 				h := header(0x00, 0, 0, []byte{0x41, 0x2c, 0, 0, 0, 0, 0, 0}, 4,
@@ -215,7 +215,7 @@ func TestBuildCmd(t *testing.T) {
 			b, err := prepareCmd(pd, &neg, &tc.req, LinuxTag(1<<16|2))
 			require.NoError(t, err)
 			buf := make([]byte, 9000)
-			n, err := srp.Cmd(buf).Encode(&b.fields)
+			n, err := iu.Cmd(buf).Encode(&b.fields)
 			require.NoError(t, err)
 			require.Equal(t, tc.want, buf[:n])
 
@@ -225,7 +225,7 @@ func TestBuildCmd(t *testing.T) {
 				require.Equal(t, tc.mrs[i], mr.Access(), "region %d", i)
 			}
 			// The target parses what we built, and the data buffers add up.
-			out, in, err := srp.Cmd(buf[:n]).DataBuffers(neg.immOffset)
+			out, in, err := iu.Cmd(buf[:n]).DataBuffers(neg.immOffset)
 			require.NoError(t, err)
 			require.Equal(t, uint32(len(tc.req.DataOut)), out.Len())
 			require.Equal(t, uint32(tc.req.DataInLen), in.Len())
@@ -287,5 +287,5 @@ func TestBuildCmdRejects(t *testing.T) {
 	pd := newFakePD()
 	b, err := prepareCmd(pd, &small, &Request{DataOut: make([]byte, 32), Layout: Immediate{}}, 1)
 	require.NoError(t, err)
-	require.Equal(t, srp.DescImm, b.fields.DataOut.Format)
+	require.Equal(t, iu.DescImm, b.fields.DataOut.Format)
 }

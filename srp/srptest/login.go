@@ -10,7 +10,7 @@ import (
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // maxTIIULen bounds the receive buffers Login allocates from a login response (16 MiB): a
@@ -56,9 +56,9 @@ func LoginMulti(ctx context.Context, fab *memfabric.Fabric, cfg Config, n int) (
 	for i := 0; i < n; i++ {
 		c := cfg
 		c.ChannelIndex = uint16(i)
-		c.MultiChannel = srp.MultiChanSingle
+		c.MultiChannel = iu.MultiChanSingle
 		if i > 0 {
-			c.MultiChannel = srp.MultiChanMulti
+			c.MultiChannel = iu.MultiChanMulti
 		}
 		ch, err := login(ctx, node, c)
 		if err != nil {
@@ -107,8 +107,8 @@ func (cfg *Config) node(fab *memfabric.Fabric) (*memfabric.Node, error) {
 // defaultInitiatorPortID is 8 zero bytes (initiator_ext 0) followed by the modified EUI-64
 // of a MAC address made from the node address (02:00:a:b:c:d for IPv4 a.b.c.d; the last 8
 // bytes for IPv6), standing in for the interface ID of the local GID that ib_srp uses.
-func defaultInitiatorPortID(a netip.Addr) srp.PortID {
-	var id srp.PortID
+func defaultInitiatorPortID(a netip.Addr) iu.PortID {
+	var id iu.PortID
 	if a.Is4() {
 		b := a.As4()
 		// MAC 02:00:b0:b1:b2:b3 -> EUI-64 00:00:b0:ff:fe:b1:b2:b3 (U/L bit flipped).
@@ -136,7 +136,7 @@ func LoginRequest(cfg Config) ([]byte, error) {
 
 // buildLoginReq is srp_send_req's private data.
 func buildLoginReq(cfg *Config) []byte {
-	f := srp.LoginReqFields{
+	f := iu.LoginReqFields{
 		Tag:             cfg.LoginTag,
 		ReqITIULen:      cfg.reqITIULen(),
 		ReqBufFmt:       cfg.ReqBufFmt,
@@ -146,22 +146,22 @@ func buildLoginReq(cfg *Config) []byte {
 	}
 	if cfg.immRequested() {
 		// ib_srp sets the offset only together with the flag; otherwise the field stays 0.
-		f.ReqFlags |= srp.ImmedRequested
+		f.ReqFlags |= iu.ImmedRequested
 		f.ImmDataOffset = cfg.ImmDataOffset
 	}
 	if cfg.LoginForm == LoginFormIBCM {
-		b := make([]byte, srp.LoginReqSize)
-		_, _ = srp.LoginReq(b).Encode(&f)
+		b := make([]byte, iu.LoginReqSize)
+		iu.LoginReq(b).Encode(&f)
 		return b
 	}
-	b := make([]byte, srp.LoginReqRDMASize)
-	_, _ = srp.LoginReqRDMA(b).Encode(&f)
+	b := make([]byte, iu.LoginReqRDMASize)
+	iu.LoginReqRDMA(b).Encode(&f)
 	return b
 }
 
 // login connects one channel from node with a complete cfg.
 func login(ctx context.Context, node *memfabric.Node, cfg Config) (*Channel, error) {
-	if cfg.InitiatorPortID == (srp.PortID{}) {
+	if cfg.InitiatorPortID == (iu.PortID{}) {
 		cfg.InitiatorPortID = defaultInitiatorPortID(node.Addr())
 	}
 	lim := node.Limits()

@@ -6,11 +6,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 var (
-	testIniPort = srp.PortID{0, 0, 0, 0, 0, 0, 0, 1, 0x50, 0x54, 0x00, 0xff, 0xfe, 0x12, 0x34, 0x56}
+	testIniPort = iu.PortID{0, 0, 0, 0, 0, 0, 0, 1, 0x50, 0x54, 0x00, 0xff, 0xfe, 0x12, 0x34, 0x56}
 	testAddr    = netip.MustParseAddrPort("192.0.2.1:5555")
 )
 
@@ -61,7 +61,7 @@ func TestLoginRequestBytes(t *testing.T) {
 			// use_imm_data=0: no IMMED flag, imm_data_offset left 0 (kzalloc), and
 			// srp_max_it_iu_len(12, false) = 48 + 16 + 20 + 12*16 = 276.
 			name: "RDMA/CM form, use_imm_data off, further channel",
-			cfg: Config{ImmediateData: Off, MultiChannel: srp.MultiChanMulti,
+			cfg: Config{ImmediateData: Off, MultiChannel: iu.MultiChanMulti,
 				InitiatorPortID: testIniPort, TargetPortID: testTargetPort},
 			want: []byte{
 				0, 0, 0, 0, 0, 0, 0, 0,
@@ -79,7 +79,7 @@ func TestLoginRequestBytes(t *testing.T) {
 			// cmd_sg_entries=255 without immediate data: 48 + 16 + 20 + 255*16 = 4164.
 			name: "IB CM form, 255 descriptors, no immediate data, tag and solicited bits",
 			cfg: Config{LoginForm: LoginFormIBCM, CmdSGEntries: 255, ImmediateData: Off,
-				LoginTag: 0x0102030405060708, ExtraReqFlags: srp.LOSOLNT | srp.AESOLNT,
+				LoginTag: 0x0102030405060708, ExtraReqFlags: iu.LOSOLNT | iu.AESOLNT,
 				InitiatorPortID: testIniPort, TargetPortID: testTargetPort},
 			want: []byte{
 				0x00, 0, 0, 0, 0, 0, 0, 0,
@@ -162,19 +162,19 @@ func TestConfigRejects(t *testing.T) {
 
 func TestDefaultInitiatorPortID(t *testing.T) {
 	require.Equal(t,
-		srp.PortID{0, 0, 0, 0, 0, 0, 0, 0, 0x00, 0x00, 198, 0xff, 0xfe, 18, 0, 5},
+		iu.PortID{0, 0, 0, 0, 0, 0, 0, 0, 0x00, 0x00, 198, 0xff, 0xfe, 18, 0, 5},
 		defaultInitiatorPortID(netip.MustParseAddr("198.18.0.5")))
 	require.Equal(t,
-		srp.PortID{0, 0, 0, 0, 0, 0, 0, 0, 0x02, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55},
+		iu.PortID{0, 0, 0, 0, 0, 0, 0, 0, 0x02, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55},
 		defaultInitiatorPortID(netip.MustParseAddr("fe80::211:22ff:fe33:4455")))
 }
 
 func TestLinuxTag(t *testing.T) {
 	// ib_srp stores blk_mq_unique_tag (hwq << 16 | tag) in host byte order: on x86 the TAG
 	// bytes of hardware queue 1, tag 2 are 02 00 01 00 00 00 00 00.
-	require.Equal(t, srp.Tag(0x0200010000000000), LinuxTag(1<<16|2))
+	require.Equal(t, iu.Tag(0x0200010000000000), LinuxTag(1<<16|2))
 	// The first task management tag, (0 + 1) | SRP_TAG_TSK_MGMT: 01 00 00 80 00 00 00 00.
-	require.Equal(t, srp.Tag(0x0100008000000000), LinuxTag(1|tagTskMgmt))
+	require.Equal(t, iu.Tag(0x0100008000000000), LinuxTag(1|tagTskMgmt))
 	// SRP_TAG_NO_REQ for LOGICAL UNIT RESET: ff ff ff ff 00 00 00 00.
-	require.Equal(t, srp.Tag(0xFFFFFFFF00000000), LUNResetTaskTag)
+	require.Equal(t, iu.Tag(0xFFFFFFFF00000000), LUNResetTaskTag)
 }

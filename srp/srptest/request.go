@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // Request is one SCSI command.
@@ -20,10 +20,10 @@ type Request struct {
 	// CDB is the command descriptor block; bytes beyond 16 go to the additional CDB, padded to
 	// a multiple of 4 (ib_srp never sends more than 16 because its max_cmd_len is 16).
 	CDB []byte
-	// Attr is the task attribute; ib_srp always sends srp.TaskAttrSimple (0).
-	Attr srp.TaskAttr
+	// Attr is the task attribute; ib_srp always sends iu.TaskAttrSimple (0).
+	Attr iu.TaskAttr
 	// Tag is the TAG to send. Zero allocates one as ib_srp does (see Channel.Submit).
-	Tag srp.Tag
+	Tag iu.Tag
 	// DataOut is the data-out (write) buffer. It is registered as it is, not copied: leave it
 	// alone until the response arrives.
 	DataOut []byte
@@ -58,7 +58,7 @@ func encodeLUN(n uint16) uint64 {
 // Response is the SRP_RSP that completed a Request.
 type Response struct {
 	// Tag is the TAG of the command (and of the response).
-	Tag srp.Tag
+	Tag iu.Tag
 	// Status is the SCSI status byte.
 	Status uint8
 	// Sense is the sense data (SNSVALID), complete; ib_srp passes on at most 96 bytes.
@@ -68,7 +68,7 @@ type Response struct {
 	// DataIn holds the valid data-in bytes: the buffer minus the DIUNDER residual.
 	DataIn []byte
 	// Flags are the SRP_RSP flags (residual and validity bits).
-	Flags srp.RspFlags
+	Flags iu.RspFlags
 	// DataInResidual and DataOutResidual are the residual counts as sent (meaningful with the
 	// corresponding OVER / UNDER flag).
 	DataInResidual  uint32
@@ -135,9 +135,9 @@ func (e *StatusError) Error() string {
 
 // LinuxTag returns the TAG that ib_srp puts on the wire for a host-order value v on a
 // little-endian host (x86): ib_srp stores its u32 or u64 tag in the 8-byte field without
-// byte swapping, so the bytes are v's little-endian bytes, which srp.Tag (read big-endian)
+// byte swapping, so the bytes are v's little-endian bytes, which iu.Tag (read big-endian)
 // sees byte-reversed.
-func LinuxTag(v uint64) srp.Tag { return srp.Tag(bits.ReverseBytes64(v)) }
+func LinuxTag(v uint64) iu.Tag { return iu.Tag(bits.ReverseBytes64(v)) }
 
 // Tag values ib_srp uses.
 const (

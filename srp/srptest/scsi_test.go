@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/ib/memfabric"
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // CDB layouts from SBC-3 / SPC-4, written out by hand.
@@ -52,11 +52,11 @@ func TestSenseKey(t *testing.T) {
 
 func TestLoginRejectedErrorText(t *testing.T) {
 	rej := make([]byte, 148)
-	_, _ = srp.LoginRej(rej).Encode(&srp.LoginRejFields{Reason: srp.LoginRejReqITIULengthTooLarge})
+	iu.LoginRej(rej).Encode(&iu.LoginRejFields{Reason: iu.LoginRejReqITIULengthTooLarge})
 	e := newLoginRejected(&memfabric.RejectedError{Reason: memfabric.RejectConsumerDefined, PrivateData: rej})
 	require.True(t, e.Decoded)
-	require.Equal(t, srp.LoginRejReqITIULengthTooLarge, e.Reason)
-	require.Equal(t, "srptest: login rejected: "+srp.LoginRejReqITIULengthTooLarge.String(), e.Error())
+	require.Equal(t, iu.LoginRejReqITIULengthTooLarge, e.Reason)
+	require.Equal(t, "srptest: login rejected: "+iu.LoginRejReqITIULengthTooLarge.String(), e.Error())
 	e = newLoginRejected(&memfabric.RejectedError{Reason: memfabric.RejectConsumerDefined, PrivateData: []byte{0xc0}})
 	require.False(t, e.Decoded)
 	require.Contains(t, e.Error(), "1 bytes of private data that are no SRP_LOGIN_REJ")

@@ -51,7 +51,7 @@ import (
 	"time"
 
 	"github.com/srptarget/srptarget/scsi"
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // ib_srp's login values (drivers/infiniband/ulp/srp/ib_srp.c, srp_send_req and
@@ -238,8 +238,8 @@ func parseSize(s string) (uint64, error) {
 // portID builds an SRP port identifier from its two halves (identifier extension, then GUID),
 // big-endian, as ib_srp fills them (srp_send_req: initiator_port_id = initiator_ext + the
 // interface ID of the local GID; target_port_id = id_ext + ioc_guid).
-func portID(ext, guid uint64) srp.PortID {
-	var id srp.PortID
+func portID(ext, guid uint64) iu.PortID {
+	var id iu.PortID
 	for i := range 8 {
 		id[i] = byte(ext >> (56 - 8*i))
 		id[8+i] = byte(guid >> (56 - 8*i))
@@ -251,22 +251,22 @@ func portID(ext, guid uint64) srp.PortID {
 // sends for its first channel: tag 0, IT IU length 8260, direct and indirect descriptors,
 // MULTI-CHANNEL ACTION single, immediate data requested at offset 68.
 func loginRequest(cfg *config) []byte {
-	f := srp.LoginReqFields{
+	f := iu.LoginReqFields{
 		ReqITIULen:      itIULen,
-		ReqBufFmt:       srp.BufFormatDirect | srp.BufFormatIndirect,
-		ReqFlags:        srp.MultiChanSingle | srp.ImmedRequested,
+		ReqBufFmt:       iu.BufFormatDirect | iu.BufFormatIndirect,
+		ReqFlags:        iu.MultiChanSingle | iu.ImmedRequested,
 		ImmDataOffset:   immDataOffset,
 		InitiatorPortID: portID(cfg.initiatorExt, cfg.initiatorGUID),
 		TargetPortID:    portID(cfg.idExt, cfg.iocGUID),
 	}
-	b := make([]byte, srp.LoginReqRDMASize)
-	_, _ = srp.LoginReqRDMA(b).Encode(&f) // cannot fail: b has the size
+	b := make([]byte, iu.LoginReqRDMASize)
+	iu.LoginReqRDMA(b).Encode(&f)
 	return b
 }
 
 // readCDB is READ(10) (SBC-4 5.14) of blocks blocks from lba.
-func readCDB(lba uint32, blocks uint16) [srp.CDBSize]byte {
-	var c [srp.CDBSize]byte
+func readCDB(lba uint32, blocks uint16) [iu.CDBSize]byte {
+	var c [iu.CDBSize]byte
 	c[0] = readCDBOpcode
 	c[2], c[3], c[4], c[5] = byte(lba>>24), byte(lba>>16), byte(lba>>8), byte(lba)
 	c[7], c[8] = byte(blocks>>8), byte(blocks)
@@ -276,22 +276,22 @@ func readCDB(lba uint32, blocks uint16) [srp.CDBSize]byte {
 // readCmd is the SRP_CMD for command i: tag i+1, READ(10) of cfg.size bytes from cfg.lba,
 // with a direct data-in descriptor for [va, va+cfg.size) under rkey.
 func readCmd(cfg *config, i int, va uint64, rkey uint32) ([]byte, error) {
-	f := srp.CmdFields{
-		Tag:      srp.Tag(i + 1),
+	f := iu.CmdFields{
+		Tag:      iu.Tag(i + 1),
 		LUN:      scsi.EncodeLUN(cfg.lun),
-		TaskAttr: srp.TaskAttrSimple,
+		TaskAttr: iu.TaskAttrSimple,
 		CDB:      readCDB(cfg.lba, uint16(cfg.size/cfg.blockSize)),
-		DataIn: srp.DataBufFields{
-			Format: srp.DescDirect,
-			Direct: srp.DirectBufFields{VA: va, Key: rkey, Len: cfg.size},
+		DataIn: iu.DataBufFields{
+			Format: iu.DescDirect,
+			Direct: iu.DirectBufFields{VA: va, Key: rkey, Len: cfg.size},
 		},
 	}
-	n, err := srp.CmdLen(&f)
+	n, err := iu.CmdLen(&f)
 	if err != nil {
 		return nil, err
 	}
 	b := make([]byte, n)
-	if _, err := srp.Cmd(b).Encode(&f); err != nil {
+	if _, err := iu.Cmd(b).Encode(&f); err != nil {
 		return nil, err
 	}
 	return b, nil

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/scsi"
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 var required = []string{"-target", "169.254.50.1:5556", "-id-ext", "000000fffe000001", "-ioc-guid", "0x000000fffe000001"}
@@ -107,14 +107,14 @@ func TestLoginRequest(t *testing.T) {
 	cfg, err := parse(t, "-initiator-ext", "f1", "-initiator-guid", "0102030405060708")
 	require.NoError(t, err)
 	b := loginRequest(&cfg)
-	require.Len(t, b, srp.LoginReqRDMASize, "the 56-byte RDMA/CM form")
-	f, err := srp.ParseLoginReqRDMA(b)
+	require.Len(t, b, iu.LoginReqRDMASize, "the 56-byte RDMA/CM form")
+	f, err := iu.Parse[iu.LoginReqRDMA](b)
 	require.NoError(t, err)
-	require.Equal(t, srp.Tag(0), f.Tag)
+	require.Equal(t, iu.Tag(0), f.Tag)
 	require.Equal(t, uint32(8260), f.ReqITIULen)
-	require.Equal(t, srp.BufFormatDirect|srp.BufFormatIndirect, f.ReqBufFmt)
-	require.Equal(t, srp.MultiChanSingle, f.ReqFlags.MultiChanAction())
-	require.NotZero(t, f.ReqFlags&srp.ImmedRequested)
+	require.Equal(t, iu.BufFormatDirect|iu.BufFormatIndirect, f.ReqBufFmt)
+	require.Equal(t, iu.MultiChanSingle, f.ReqFlags.MultiChanAction())
+	require.NotZero(t, f.ReqFlags&iu.ImmedRequested)
 	require.Equal(t, uint16(68), f.ImmDataOffset)
 	require.Equal(t, uint64(0xf1), f.InitiatorPortID.IDExt())
 	require.Equal(t, uint64(0x0102030405060708), f.InitiatorPortID.GUID())
@@ -131,23 +131,23 @@ func TestReadCmd(t *testing.T) {
 	b, err := readCmd(&cfg, 4, va, rkey)
 	require.NoError(t, err)
 	require.Len(t, b, iuSlot, "header, CDB and one direct descriptor fill the slot")
-	f, err := srp.ParseCmd(b, 68)
+	f, err := iu.Cmd(b).Fields(68)
 	require.NoError(t, err)
-	require.Equal(t, srp.Tag(5), f.Tag)
+	require.Equal(t, iu.Tag(5), f.Tag)
 	require.Equal(t, scsi.EncodeLUN(3), f.LUN)
 	require.Equal(t, uint64(0x0003000000000000), f.LUN)
-	require.Equal(t, srp.TaskAttrSimple, f.TaskAttr)
-	require.Equal(t, srp.DescNone, f.DataOut.Format)
-	require.Equal(t, srp.DescDirect, f.DataIn.Format)
-	require.Equal(t, srp.DirectBufFields{VA: va, Key: rkey, Len: 8 << 20}, f.DataIn.Direct)
+	require.Equal(t, iu.TaskAttrSimple, f.TaskAttr)
+	require.Equal(t, iu.DescNone, f.DataOut.Format)
+	require.Equal(t, iu.DescDirect, f.DataIn.Format)
+	require.Equal(t, iu.DirectBufFields{VA: va, Key: rkey, Len: 8 << 20}, f.DataIn.Direct)
 	// READ(10): opcode, LBA 70000 = 0x00011170, TRANSFER LENGTH 16384 blocks = 0x4000
-	require.Equal(t, [srp.CDBSize]byte{0x28, 0, 0x00, 0x01, 0x11, 0x70, 0, 0x40, 0x00, 0}, f.CDB)
+	require.Equal(t, [iu.CDBSize]byte{0x28, 0, 0x00, 0x01, 0x11, 0x70, 0, 0x40, 0x00, 0}, f.CDB)
 
 	cfg, err = parse(t, "-lun", "300", "-size", "512")
 	require.NoError(t, err)
 	b, err = readCmd(&cfg, 0, va, rkey)
 	require.NoError(t, err)
-	f, err = srp.ParseCmd(b, 68)
+	f, err = iu.Cmd(b).Fields(68)
 	require.NoError(t, err)
 	require.Equal(t, uint64(0x412c000000000000), f.LUN, "flat space addressing above 255")
 	require.Equal(t, byte(1), f.CDB[8])

@@ -9,7 +9,7 @@ import (
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/verbs"
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // iuSlot is the room for one SRP_CMD in the registered memory: 48 bytes of header and CDB and
@@ -61,14 +61,14 @@ func run(cfg config, out io.Writer) error {
 	if err != nil {
 		var re *verbs.RejectedError
 		if errors.As(err, &re) {
-			if rej, perr := srp.ParseLoginRej(re.PrivateData); perr == nil {
+			if rej, perr := iu.Parse[iu.LoginRej](re.PrivateData); perr == nil {
 				return fmt.Errorf("login rejected: %v", rej.Reason)
 			}
 		}
 		return fmt.Errorf("login: %w", err)
 	}
 	defer conn.Close()
-	rsp, err := srp.ParseLoginRsp(conn.PrivateData())
+	rsp, err := iu.Parse[iu.LoginRsp](conn.PrivateData())
 	if err != nil {
 		return fmt.Errorf("login response in the REP's private data: %w", err)
 	}
@@ -85,14 +85,14 @@ func run(cfg config, out io.Writer) error {
 	}
 	wrs := make([]ib.SendWR, n)
 	for i := range n {
-		iu, err := readCmd(&cfg, i, mr.Addr()+uint64(iuArea), mr.RKey())
+		msg, err := readCmd(&cfg, i, mr.Addr()+uint64(iuArea), mr.RKey())
 		if err != nil {
 			return err
 		}
 		off := i * iuSlot
-		copy(mr.Bytes()[off:off+iuSlot], iu)
+		copy(mr.Bytes()[off:off+iuSlot], msg)
 		wrs[i] = ib.SendWR{ID: uint64(i), Op: ib.OpSend, Signaled: true,
-			SGL: []ib.SGE{{MR: mr, Offset: uint64(off), Length: uint32(len(iu))}}}
+			SGL: []ib.SGE{{MR: mr, Offset: uint64(off), Length: uint32(len(msg))}}}
 	}
 	if posted, err := conn.PostSend(wrs); err != nil {
 		return fmt.Errorf("posting command %d of %d: %w", posted, n, err)

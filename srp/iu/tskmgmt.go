@@ -1,4 +1,4 @@
-package srp
+package iu
 
 import (
 	"encoding/binary"
@@ -42,7 +42,7 @@ type TskMgmtFunc uint8
 
 // Task management functions, exactly the set SRP r16a and include/scsi/srp.h define. No SRP
 // code for I_T NEXUS RESET, QUERY TASK or the other later SAM functions could be sourced (the
-// SRP-2 drafts were not readable; see tmf.go), so none is invented here: SRP r16a answers
+// SRP-2 drafts were not readable; see srp/tmf.go), so none is invented here: SRP r16a answers
 // every other value with TskMgmtFuncNotSupp, and so does the target. ib_srp sends only
 // TskAbortTask (SCSI error handler abort) and TskLUNReset (device reset).
 const (
@@ -113,9 +113,6 @@ type TskMgmt []byte
 // Validate checks length and opcode.
 func (b TskMgmt) Validate() error { return checkIU(b, OpTskMgmt, tskMgmtOpcode, TskMgmtSize) }
 
-// Opcode returns byte 0.
-func (b TskMgmt) Opcode() Opcode { return Opcode(b[tskMgmtOpcode]) }
-
 // SolNot returns byte 1 (SCSOLNT, UCSOLNT).
 func (b TskMgmt) SolNot() uint8 { return b[tskMgmtSolNot] }
 
@@ -142,11 +139,10 @@ func (b TskMgmt) Fields() TskMgmtFields {
 	}
 }
 
-// Encode writes the 48-byte SRP_TSK_MGMT into b and returns 48.
-func (b TskMgmt) Encode(f *TskMgmtFields) (int, error) {
-	if err := checkBuf(b, OpTskMgmt, TskMgmtSize); err != nil {
-		return 0, err
-	}
+// Encode writes the 48-byte SRP_TSK_MGMT into b and returns TskMgmtSize. It panics if b is
+// shorter, as encoding/binary's Put functions do.
+func (b TskMgmt) Encode(f *TskMgmtFields) int {
+	_ = b[TskMgmtSize-1] // the one bounds check; panics if b is short
 	b[tskMgmtOpcode] = byte(OpTskMgmt)
 	b[tskMgmtSolNot] = f.SolNot
 	clear(b[tskMgmtReserved1:tskMgmtTag])
@@ -158,13 +154,5 @@ func (b TskMgmt) Encode(f *TskMgmtFields) (int, error) {
 	b[tskMgmtReserved4] = 0
 	binary.BigEndian.PutUint64(b[tskMgmtTaskTag:], uint64(f.TaskTag))
 	clear(b[tskMgmtReserved5:TskMgmtSize])
-	return TskMgmtSize, nil
-}
-
-// ParseTskMgmt validates and decodes an SRP_TSK_MGMT.
-func ParseTskMgmt(b []byte) (TskMgmtFields, error) {
-	if err := TskMgmt(b).Validate(); err != nil {
-		return TskMgmtFields{}, err
-	}
-	return TskMgmt(b).Fields(), nil
+	return TskMgmtSize
 }

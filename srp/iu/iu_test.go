@@ -1,4 +1,4 @@
-package srp_test
+package iu_test
 
 import (
 	"bytes"
@@ -7,20 +7,20 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // Values used throughout the layout tests. Every field gets distinct, non-zero bytes so that a
 // field written at the wrong offset or with the wrong width shows up in the byte comparison.
 const (
-	testTag     srp.Tag = 0x0102030405060708
-	testTaskTag srp.Tag = 0x1112131415161718
-	testLUN     uint64  = 0x4142434445464748
+	testTag     iu.Tag = 0x0102030405060708
+	testTaskTag iu.Tag = 0x1112131415161718
+	testLUN     uint64 = 0x4142434445464748
 )
 
 var (
-	testInitiator = srp.PortID{0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f}
-	testTarget    = srp.PortID{0x20, 0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28, 0x29, 0x2a, 0x2b, 0x2c, 0x2d, 0x2e, 0x2f}
+	testInitiator = iu.PortID{0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f}
+	testTarget    = iu.PortID{0x20, 0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28, 0x29, 0x2a, 0x2b, 0x2c, 0x2d, 0x2e, 0x2f}
 )
 
 // ffBuf returns n bytes of 0xFF, so that any byte an encoder forgets to write (reserved bytes
@@ -29,11 +29,67 @@ func ffBuf(n int) []byte { return bytes.Repeat([]byte{0xFF}, n) }
 
 func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 
-// checkLayout encodes in into a 0xFF-filled buffer 8 bytes larger than the IU and compares the
+// named is one constant of an enumeration: the value the standard gives it and what its String
+// method prints.
+type named[E ~uint8 | ~uint32] struct {
+	c    E
+	val  uint32
+	name string
+}
+
+// checkNames checks the value and the String of every constant in cases.
+func checkNames[E interface {
+	~uint8 | ~uint32
+	String() string
+}](t *testing.T, cases []named[E]) {
+	t.Helper()
+	for _, tc := range cases {
+		require.Equal(t, tc.val, uint32(tc.c), tc.name)
+		require.Equal(t, tc.name, tc.c.String())
+	}
+}
+
+// fixedIU is the contract of an IU of fixed size: a view that validates, decodes and encodes,
+// the encoder taking a buffer of at least the IU's size and so never failing.
+type fixedIU[F any] interface {
+	iu.View[F]
+	Encode(*F) int
+}
+
+// varIU is the contract of an IU whose length depends on its content (SRP_RSP, SRP_AER_REQ):
+// its encoder reports a buffer too short for the content with ErrShort.
+type varIU[F any] interface {
+	iu.View[F]
+	Encode(*F) (int, error)
+}
+
+func encFixed[V fixedIU[F], F any](b []byte, f *F) (int, error) { return V(b).Encode(f), nil }
+func encVar[V varIU[F], F any](b []byte, f *F) (int, error)     { return V(b).Encode(f) }
+
+// checkLayout checks a fixed-size IU V against its bytes (see checkBytes); encoding into a
+// buffer one byte short panics, as encoding/binary's Put functions do.
+func checkLayout[V fixedIU[F], F any](t *testing.T, want []byte, in F, opAt int) {
+	t.Helper()
+	checkBytes(t, want, in, opAt, encFixed[V, F], iu.Parse[V, F], iu.ErrShort)
+	require.Panics(t, func() { V(ffBuf(len(want) - 1)).Encode(&in) }, "encoding into a buffer one byte short")
+}
+
+// checkLayoutVar checks a variable-size IU V against its bytes (see checkBytes); encoding into
+// a buffer one byte short is ErrShort and writes nothing.
+func checkLayoutVar[V varIU[F], F any](t *testing.T, want []byte, in F, truncErr error) {
+	t.Helper()
+	checkBytes(t, want, in, 0, encVar[V, F], iu.Parse[V, F], truncErr)
+	short := ffBuf(len(want) - 1)
+	_, err := V(short).Encode(&in)
+	require.ErrorIs(t, err, iu.ErrShort, "encoding into a buffer one byte short")
+	require.Equal(t, ffBuf(len(want)-1), short, "nothing written on error")
+}
+
+// checkBytes encodes in into a 0xFF-filled buffer 8 bytes larger than the IU and compares the
 // full output with want; checks that nothing past the IU was written; decodes the output and
-// compares with in; and checks the decoder's and encoder's errors on short buffers and on a
-// wrong opcode at opAt (if opAt >= 0).
-func checkLayout[F any](t *testing.T, want []byte, in F, opAt int,
+// compares with in; and checks the decoder's errors on short input (truncErr for want less its
+// last byte) and on a wrong opcode at opAt.
+func checkBytes[F any](t *testing.T, want []byte, in F, opAt int,
 	encode func([]byte, *F) (int, error), decode func([]byte) (F, error), truncErr error,
 ) {
 	t.Helper()
@@ -48,21 +104,15 @@ func checkLayout[F any](t *testing.T, want []byte, in F, opAt int,
 	require.NoError(t, err)
 	require.Equal(t, in, got, "decode(encode(x)) != x")
 
-	_, err = encode(ffBuf(len(want)-1), &in)
-	require.ErrorIs(t, err, srp.ErrShortIU, "encoding into a buffer one byte short")
-
 	_, err = decode(want[:len(want)-1])
 	require.ErrorIs(t, err, truncErr, "decoding an IU one byte short")
 	_, err = decode(nil)
-	require.ErrorIs(t, err, srp.ErrShortIU, "decoding nothing")
+	require.ErrorIs(t, err, iu.ErrShort, "decoding nothing")
 
-	if opAt < 0 { // descriptors carry no opcode
-		return
-	}
 	bad := bytes.Clone(want)
 	bad[opAt] ^= 0x40
 	_, err = decode(bad)
-	require.ErrorIs(t, err, srp.ErrOpcode, "decoding with a wrong opcode")
+	require.ErrorIs(t, err, iu.ErrOpcode, "decoding with a wrong opcode")
 }
 
 func TestLoginReqIBLayout(t *testing.T) {
@@ -82,15 +132,13 @@ func TestLoginReqIBLayout(t *testing.T) {
 		testInitiator[:],
 		testTarget[:],
 	)
-	require.Len(t, want, srp.LoginReqSize)
-	checkLayout(t, want, testLoginReqFields(), 0,
-		func(b []byte, f *srp.LoginReqFields) (int, error) { return srp.LoginReq(b).Encode(f) },
-		srp.ParseLoginReqIB, srp.ErrShortIU)
+	require.Len(t, want, iu.LoginReqSize)
+	checkLayout[iu.LoginReq](t, want, testLoginReqFields(), 0)
 
 	// The generic decoder picks the IB CM form for 64 bytes and for the 92 bytes of IB CM REQ
 	// private data (zero padded).
 	for _, b := range [][]byte{want, cat(want, make([]byte, 28))} {
-		got, err := srp.ParseLoginReq(b)
+		got, err := iu.ParseLoginReq(b)
 		require.NoError(t, err)
 		require.Equal(t, testLoginReqFields(), got)
 	}
@@ -110,58 +158,23 @@ func TestLoginReqRDMALayout(t *testing.T) {
 		[]byte{0x00, 0x44},       // imm_data_offset = 68
 		[]byte{0, 0, 0, 0, 0, 0}, // reserved
 	)
-	require.Len(t, want, srp.LoginReqRDMASize)
-	checkLayout(t, want, testLoginReqFields(), 11,
-		func(b []byte, f *srp.LoginReqFields) (int, error) { return srp.LoginReqRDMA(b).Encode(f) },
-		srp.ParseLoginReqRDMA, srp.ErrShortIU)
+	require.Len(t, want, iu.LoginReqRDMASize)
+	checkLayout[iu.LoginReqRDMA](t, want, testLoginReqFields(), 11)
 
-	got, err := srp.ParseLoginReq(want)
+	got, err := iu.ParseLoginReq(want)
 	require.NoError(t, err)
 	require.Equal(t, testLoginReqFields(), got)
 }
 
-func testLoginReqFields() srp.LoginReqFields {
-	return srp.LoginReqFields{
+func testLoginReqFields() iu.LoginReqFields {
+	return iu.LoginReqFields{
 		Tag:             testTag,
 		ReqITIULen:      8260,
-		ReqBufFmt:       srp.BufFormatDirect | srp.BufFormatIndirect,
-		ReqFlags:        srp.MultiChanMulti | srp.ImmedRequested,
+		ReqBufFmt:       iu.BufFormatDirect | iu.BufFormatIndirect,
+		ReqFlags:        iu.MultiChanMulti | iu.ImmedRequested,
 		ImmDataOffset:   68,
 		InitiatorPortID: testInitiator,
 		TargetPortID:    testTarget,
-	}
-}
-
-func TestLoginReqViewsAgree(t *testing.T) {
-	f := testLoginReqFields()
-	ib := make(srp.LoginReq, srp.LoginReqSize)
-	_, err := ib.Encode(&f)
-	require.NoError(t, err)
-	rd := make(srp.LoginReqRDMA, srp.LoginReqRDMASize)
-	_, err = rd.Encode(&f)
-	require.NoError(t, err)
-
-	require.NoError(t, ib.Validate())
-	require.NoError(t, rd.Validate())
-	for _, v := range []interface {
-		Opcode() srp.Opcode
-		Tag() srp.Tag
-		ReqITIULen() uint32
-		ReqBufFmt() srp.BufFmt
-		ReqFlags() srp.LoginReqFlags
-		ImmDataOffset() uint16
-		InitiatorPortID() srp.PortID
-		TargetPortID() srp.PortID
-	}{ib, rd} {
-		require.Equal(t, srp.OpLoginReq, v.Opcode())
-		require.Equal(t, f.Tag, v.Tag())
-		require.Equal(t, f.ReqITIULen, v.ReqITIULen())
-		require.Equal(t, f.ReqBufFmt, v.ReqBufFmt())
-		require.Equal(t, f.ReqFlags, v.ReqFlags())
-		require.Equal(t, srp.MultiChanMulti, v.ReqFlags().MultiChanAction())
-		require.Equal(t, f.ImmDataOffset, v.ImmDataOffset())
-		require.Equal(t, f.InitiatorPortID, v.InitiatorPortID())
-		require.Equal(t, f.TargetPortID, v.TargetPortID())
 	}
 }
 
@@ -170,20 +183,20 @@ func TestParseLoginReqLengths(t *testing.T) {
 		n    int
 		want error
 	}{
-		{0, srp.ErrShortIU},
-		{55, srp.ErrShortIU},
-		{57, srp.ErrInconsistent},
-		{63, srp.ErrInconsistent},
+		{0, iu.ErrShort},
+		{55, iu.ErrShort},
+		{57, iu.ErrInconsistent},
+		{63, iu.ErrInconsistent},
 	} {
-		_, err := srp.ParseLoginReq(make([]byte, tc.n))
+		_, err := iu.ParseLoginReq(make([]byte, tc.n))
 		require.ErrorIs(t, err, tc.want, "length %d", tc.n)
 	}
 	// A 64-byte buffer whose byte 0 is not SRP_LOGIN_REQ is rejected even though byte 11
 	// (the RDMA/CM opcode position) is zero.
 	b := make([]byte, 64)
-	b[0] = byte(srp.OpCmd)
-	_, err := srp.ParseLoginReq(b)
-	require.ErrorIs(t, err, srp.ErrOpcode)
+	b[0] = byte(iu.OpCmd)
+	_, err := iu.ParseLoginReq(b)
+	require.ErrorIs(t, err, iu.ErrOpcode)
 }
 
 func TestLoginRspLayout(t *testing.T) {
@@ -199,19 +212,17 @@ func TestLoginRspLayout(t *testing.T) {
 		[]byte{0x82},                   // rsp_flags = MULTICHAN_MAINTAINED | IMMED_SUPP
 		make([]byte, 25),               // reserved2
 	)
-	require.Len(t, want, srp.LoginRspSize)
-	in := srp.LoginRspFields{
+	require.Len(t, want, iu.LoginRspSize)
+	in := iu.LoginRspFields{
 		ReqLimDelta: 128,
 		Tag:         testTag,
 		MaxITIULen:  8276,
 		MaxTIIULen:  8260,
-		SupBufFmt:   srp.BufFormatDirect | srp.BufFormatIndirect,
-		RspFlags:    srp.LoginRspMultiChanMaintained | srp.LoginRspImmedSupp,
+		SupBufFmt:   iu.BufFormatDirect | iu.BufFormatIndirect,
+		RspFlags:    iu.LoginRspMultiChanMaintained | iu.LoginRspImmedSupp,
 	}
-	checkLayout(t, want, in, 0,
-		func(b []byte, f *srp.LoginRspFields) (int, error) { return srp.LoginRsp(b).Encode(f) },
-		srp.ParseLoginRsp, srp.ErrShortIU)
-	require.Equal(t, srp.LoginRspMultiChanMaintained, srp.LoginRsp(want).RspFlags().MultiChanResult())
+	checkLayout[iu.LoginRsp](t, want, in, 0)
+	require.Equal(t, iu.LoginRspMultiChanMaintained, iu.LoginRsp(want).RspFlags().MultiChanResult())
 }
 
 func TestLoginRejLayout(t *testing.T) {
@@ -225,72 +236,46 @@ func TestLoginRejLayout(t *testing.T) {
 		[]byte{0x00, 0x06},             // buf_fmt
 		make([]byte, 6),                // reserved3
 	)
-	require.Len(t, want, srp.LoginRejSize)
-	in := srp.LoginRejFields{
-		Reason:    srp.LoginRejReqITIULengthTooLarge,
+	require.Len(t, want, iu.LoginRejSize)
+	in := iu.LoginRejFields{
+		Reason:    iu.LoginRejReqITIULengthTooLarge,
 		Tag:       testTag,
-		SupBufFmt: srp.BufFormatDirect | srp.BufFormatIndirect,
+		SupBufFmt: iu.BufFormatDirect | iu.BufFormatIndirect,
 	}
-	checkLayout(t, want, in, 0,
-		func(b []byte, f *srp.LoginRejFields) (int, error) { return srp.LoginRej(b).Encode(f) },
-		srp.ParseLoginRej, srp.ErrShortIU)
+	checkLayout[iu.LoginRej](t, want, in, 0)
 }
 
-func TestLoginRejReasonString(t *testing.T) {
-	for _, tc := range []struct {
-		r    srp.LoginRejReason
-		want string
-	}{
-		{srp.LoginRejUnableEstablishChannel, "SRP_LOGIN_REJ_UNABLE_ESTABLISH_CHANNEL (unable to establish RDMA channel, no reason specified, 0x00010000)"},
-		{srp.LoginRejInsufficientResources, "SRP_LOGIN_REJ_INSUFFICIENT_RESOURCES (insufficient RDMA channel resources, 0x00010001)"},
-		{srp.LoginRejReqITIULengthTooLarge, "SRP_LOGIN_REJ_REQ_IT_IU_LENGTH_TOO_LARGE (requested maximum initiator to target IU length too large, 0x00010002)"},
-		{srp.LoginRejUnableAssociateChannel, "SRP_LOGIN_REJ_UNABLE_ASSOCIATE_CHANNEL (unable to associate RDMA channel with specified I_T nexus, 0x00010003)"},
-		{srp.LoginRejUnsupportedDescriptorFmt, "SRP_LOGIN_REJ_UNSUPPORTED_DESCRIPTOR_FMT (requested data buffer descriptor format not supported, 0x00010004)"},
-		{srp.LoginRejMultiChannelUnsupported, "SRP_LOGIN_REJ_MULTI_CHANNEL_UNSUPPORTED (multiple RDMA channels per I_T nexus not supported, 0x00010005)"},
-		{srp.LoginRejChannelLimitReached, "SRP_LOGIN_REJ_CHANNEL_LIMIT_REACHED (RDMA channel limit reached for this initiator, 0x00010006)"},
-		{0x00010007, "SRP_LOGIN_REJ reason 0x00010007"},
-	} {
-		require.Equal(t, tc.want, tc.r.String())
-	}
-	// The values themselves, from enum srp_login_rej_reason.
-	require.Equal(t, []uint32{0x00010000, 0x00010001, 0x00010002, 0x00010003, 0x00010004, 0x00010005, 0x00010006},
-		[]uint32{
-			uint32(srp.LoginRejUnableEstablishChannel), uint32(srp.LoginRejInsufficientResources),
-			uint32(srp.LoginRejReqITIULengthTooLarge), uint32(srp.LoginRejUnableAssociateChannel),
-			uint32(srp.LoginRejUnsupportedDescriptorFmt), uint32(srp.LoginRejMultiChannelUnsupported),
-			uint32(srp.LoginRejChannelLimitReached),
-		})
+func TestLoginRejReasons(t *testing.T) {
+	// enum srp_login_rej_reason; String adds the meaning and the number ib_srp prints.
+	checkNames(t, []named[iu.LoginRejReason]{
+		{iu.LoginRejUnableEstablishChannel, 0x00010000, "SRP_LOGIN_REJ_UNABLE_ESTABLISH_CHANNEL (unable to establish RDMA channel, no reason specified, 0x00010000)"},
+		{iu.LoginRejInsufficientResources, 0x00010001, "SRP_LOGIN_REJ_INSUFFICIENT_RESOURCES (insufficient RDMA channel resources, 0x00010001)"},
+		{iu.LoginRejReqITIULengthTooLarge, 0x00010002, "SRP_LOGIN_REJ_REQ_IT_IU_LENGTH_TOO_LARGE (requested maximum initiator to target IU length too large, 0x00010002)"},
+		{iu.LoginRejUnableAssociateChannel, 0x00010003, "SRP_LOGIN_REJ_UNABLE_ASSOCIATE_CHANNEL (unable to associate RDMA channel with specified I_T nexus, 0x00010003)"},
+		{iu.LoginRejUnsupportedDescriptorFmt, 0x00010004, "SRP_LOGIN_REJ_UNSUPPORTED_DESCRIPTOR_FMT (requested data buffer descriptor format not supported, 0x00010004)"},
+		{iu.LoginRejMultiChannelUnsupported, 0x00010005, "SRP_LOGIN_REJ_MULTI_CHANNEL_UNSUPPORTED (multiple RDMA channels per I_T nexus not supported, 0x00010005)"},
+		{iu.LoginRejChannelLimitReached, 0x00010006, "SRP_LOGIN_REJ_CHANNEL_LIMIT_REACHED (RDMA channel limit reached for this initiator, 0x00010006)"},
+		{0x00010007, 0x00010007, "SRP_LOGIN_REJ reason 0x00010007"},
+	})
 }
 
 func TestOpcodes(t *testing.T) {
 	// The enum at the top of include/scsi/srp.h.
-	for _, tc := range []struct {
-		op   srp.Opcode
-		val  uint8
-		name string
-	}{
-		{srp.OpLoginReq, 0x00, "SRP_LOGIN_REQ"},
-		{srp.OpTskMgmt, 0x01, "SRP_TSK_MGMT"},
-		{srp.OpCmd, 0x02, "SRP_CMD"},
-		{srp.OpILogout, 0x03, "SRP_I_LOGOUT"},
-		{srp.OpLoginRsp, 0xC0, "SRP_LOGIN_RSP"},
-		{srp.OpRsp, 0xC1, "SRP_RSP"},
-		{srp.OpLoginRej, 0xC2, "SRP_LOGIN_REJ"},
-		{srp.OpTLogout, 0x80, "SRP_T_LOGOUT"},
-		{srp.OpCredReq, 0x81, "SRP_CRED_REQ"},
-		{srp.OpAerReq, 0x82, "SRP_AER_REQ"},
-		{srp.OpCredRsp, 0x41, "SRP_CRED_RSP"},
-		{srp.OpAerRsp, 0x42, "SRP_AER_RSP"},
-	} {
-		require.Equal(t, tc.val, uint8(tc.op), tc.name)
-		require.Equal(t, tc.name, tc.op.String())
-		op, err := srp.PeekOpcode([]byte{tc.val, 0xFF})
-		require.NoError(t, err)
-		require.Equal(t, tc.op, op)
-	}
-	require.Equal(t, "SRP opcode 0x04", srp.Opcode(4).String())
-	_, err := srp.PeekOpcode(nil)
-	require.ErrorIs(t, err, srp.ErrShortIU)
+	checkNames(t, []named[iu.Opcode]{
+		{iu.OpLoginReq, 0x00, "SRP_LOGIN_REQ"},
+		{iu.OpTskMgmt, 0x01, "SRP_TSK_MGMT"},
+		{iu.OpCmd, 0x02, "SRP_CMD"},
+		{iu.OpILogout, 0x03, "SRP_I_LOGOUT"},
+		{iu.OpLoginRsp, 0xC0, "SRP_LOGIN_RSP"},
+		{iu.OpRsp, 0xC1, "SRP_RSP"},
+		{iu.OpLoginRej, 0xC2, "SRP_LOGIN_REJ"},
+		{iu.OpTLogout, 0x80, "SRP_T_LOGOUT"},
+		{iu.OpCredReq, 0x81, "SRP_CRED_REQ"},
+		{iu.OpAerReq, 0x82, "SRP_AER_REQ"},
+		{iu.OpCredRsp, 0x41, "SRP_CRED_RSP"},
+		{iu.OpAerRsp, 0x42, "SRP_AER_RSP"},
+		{4, 4, "SRP opcode 0x04"},
+	})
 }
 
 func TestPortID(t *testing.T) {
@@ -302,9 +287,7 @@ func TestPortID(t *testing.T) {
 func TestILogoutLayout(t *testing.T) {
 	// struct srp_i_logout: opcode, reserved[7], tag.
 	want := cat([]byte{0x03, 0, 0, 0, 0, 0, 0, 0}, []byte{1, 2, 3, 4, 5, 6, 7, 8})
-	checkLayout(t, want, srp.ILogoutFields{Tag: testTag}, 0,
-		func(b []byte, f *srp.ILogoutFields) (int, error) { return srp.ILogout(b).Encode(f) },
-		srp.ParseILogout, srp.ErrShortIU)
+	checkLayout[iu.ILogout](t, want, iu.ILogoutFields{Tag: testTag}, 0)
 }
 
 func TestTLogoutLayout(t *testing.T) {
@@ -314,29 +297,20 @@ func TestTLogoutLayout(t *testing.T) {
 		[]byte{0x00, 0x00, 0x00, 0x07}, // reason = unsupported data-in format
 		[]byte{1, 2, 3, 4, 5, 6, 7, 8}, // tag
 	)
-	in := srp.TLogoutFields{SolNot: srp.SOLNT, Reason: srp.TLogoutUnsupportedDataInFormat, Tag: testTag}
-	checkLayout(t, want, in, 0,
-		func(b []byte, f *srp.TLogoutFields) (int, error) { return srp.TLogout(b).Encode(f) },
-		srp.ParseTLogout, srp.ErrShortIU)
+	in := iu.TLogoutFields{SolNot: iu.SOLNT, Reason: iu.TLogoutUnsupportedDataInFormat, Tag: testTag}
+	checkLayout[iu.TLogout](t, want, in, 0)
 
-	for _, tc := range []struct {
-		r    srp.TLogoutReason
-		val  uint32
-		want string
-	}{
-		{srp.TLogoutNoReason, 0, "no reason specified"},
-		{srp.TLogoutInactive, 1, "inactive RDMA channel"},
-		{srp.TLogoutInvalidIUType, 2, "invalid IU type"},
-		{srp.TLogoutUnexpectedInitiatorRsp, 3, "initiator response without request"},
-		{srp.TLogoutMultiChannelAction, 4, "multi-channel action of a new login"},
-		{srp.TLogoutUnsupportedDataOutFormat, 6, "unsupported data-out descriptor format"},
-		{srp.TLogoutUnsupportedDataInFormat, 7, "unsupported data-in descriptor format"},
-		{srp.TLogoutInvalidIULength, 8, "invalid IU length"},
+	checkNames(t, []named[iu.TLogoutReason]{
+		{iu.TLogoutNoReason, 0, "no reason specified"},
+		{iu.TLogoutInactive, 1, "inactive RDMA channel"},
+		{iu.TLogoutInvalidIUType, 2, "invalid IU type"},
+		{iu.TLogoutUnexpectedInitiatorRsp, 3, "initiator response without request"},
+		{iu.TLogoutMultiChannelAction, 4, "multi-channel action of a new login"},
+		{iu.TLogoutUnsupportedDataOutFormat, 6, "unsupported data-out descriptor format"},
+		{iu.TLogoutUnsupportedDataInFormat, 7, "unsupported data-in descriptor format"},
+		{iu.TLogoutInvalidIULength, 8, "invalid IU length"},
 		{5, 5, "SRP_T_LOGOUT reason 5"},
-	} {
-		require.Equal(t, tc.val, uint32(tc.r))
-		require.Equal(t, tc.want, tc.r.String())
-	}
+	})
 }
 
 func TestTskMgmtLayout(t *testing.T) {
@@ -353,48 +327,39 @@ func TestTskMgmtLayout(t *testing.T) {
 		[]byte{0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18}, // task_tag
 		make([]byte, 8), // reserved5
 	)
-	require.Len(t, want, srp.TskMgmtSize)
-	in := srp.TskMgmtFields{
-		SolNot:  srp.SCSOLNT | srp.UCSOLNT,
+	require.Len(t, want, iu.TskMgmtSize)
+	in := iu.TskMgmtFields{
+		SolNot:  iu.SCSOLNT | iu.UCSOLNT,
 		Tag:     testTag,
 		LUN:     testLUN,
-		Func:    srp.TskAbortTask,
+		Func:    iu.TskAbortTask,
 		TaskTag: testTaskTag,
 	}
-	checkLayout(t, want, in, 0,
-		func(b []byte, f *srp.TskMgmtFields) (int, error) { return srp.TskMgmt(b).Encode(f) },
-		srp.ParseTskMgmt, srp.ErrShortIU)
+	checkLayout[iu.TskMgmt](t, want, in, 0)
 }
 
 func TestTskMgmtCodes(t *testing.T) {
 	// SRP_TSK_* from include/scsi/srp.h; response codes from SRP r16a table 24 (LIO, illumos).
-	for _, tc := range []struct {
-		f    srp.TskMgmtFunc
-		val  uint8
-		name string
-	}{
-		{srp.TskAbortTask, 0x01, "ABORT TASK"},
-		{srp.TskAbortTaskSet, 0x02, "ABORT TASK SET"},
-		{srp.TskClearTaskSet, 0x04, "CLEAR TASK SET"},
-		{srp.TskLUNReset, 0x08, "LOGICAL UNIT RESET"},
-		{srp.TskClearACA, 0x40, "CLEAR ACA"},
+	checkNames(t, []named[iu.TskMgmtFunc]{
+		{iu.TskAbortTask, 0x01, "ABORT TASK"},
+		{iu.TskAbortTaskSet, 0x02, "ABORT TASK SET"},
+		{iu.TskClearTaskSet, 0x04, "CLEAR TASK SET"},
+		{iu.TskLUNReset, 0x08, "LOGICAL UNIT RESET"},
+		{iu.TskClearACA, 0x40, "CLEAR ACA"},
 		{0x80, 0x80, "task management function 0x80"},
-	} {
-		require.Equal(t, tc.val, uint8(tc.f))
-		require.Equal(t, tc.name, tc.f.String())
-	}
-	require.Equal(t, [4]byte{0, 0, 0, 0x00}, srp.TskMgmtSuccess.ResponseData())
-	require.Equal(t, [4]byte{0, 0, 0, 0x02}, srp.TskMgmtReqInvalid.ResponseData())
-	require.Equal(t, [4]byte{0, 0, 0, 0x04}, srp.TskMgmtFuncNotSupp.ResponseData())
-	require.Equal(t, [4]byte{0, 0, 0, 0x05}, srp.TskMgmtFailed.ResponseData())
+	})
+	require.Equal(t, [4]byte{0, 0, 0, 0x00}, iu.TskMgmtSuccess.ResponseData())
+	require.Equal(t, [4]byte{0, 0, 0, 0x02}, iu.TskMgmtReqInvalid.ResponseData())
+	require.Equal(t, [4]byte{0, 0, 0, 0x04}, iu.TskMgmtFuncNotSupp.ResponseData())
+	require.Equal(t, [4]byte{0, 0, 0, 0x05}, iu.TskMgmtFailed.ResponseData())
 }
 
 func TestRspLayout(t *testing.T) {
 	sense := []byte{0x70, 0x00, 0x05, 0x00, 0x00, 0x00, 0x00, 0x0a, 0, 0, 0, 0, 0x24, 0x00, 0, 0, 0, 0}
-	tmData := srp.TskMgmtFuncNotSupp.ResponseData()
+	tmData := iu.TskMgmtFuncNotSupp.ResponseData()
 	for _, tc := range []struct {
 		name string
-		in   srp.RspFields
+		in   iu.RspFields
 		want []byte
 	}{
 		{
@@ -402,8 +367,8 @@ func TestRspLayout(t *testing.T) {
 			// reserved2[2], flags, status, data_out_res_cnt, data_in_res_cnt,
 			// sense_data_len, resp_data_len, data[] (packed, 36 bytes + data).
 			name: "check condition with sense and data-in underflow",
-			in: srp.RspFields{
-				SolNot: srp.SOLNT, ReqLimDelta: 3, Tag: testTag, Flags: srp.DIUNDER,
+			in: iu.RspFields{
+				SolNot: iu.SOLNT, ReqLimDelta: 3, Tag: testTag, Flags: iu.DIUNDER,
 				Status: 0x02, DataOutResCnt: 0x0A0B0C0D, DataInResCnt: 512, SenseData: sense,
 			},
 			want: cat(
@@ -422,7 +387,7 @@ func TestRspLayout(t *testing.T) {
 		},
 		{
 			name: "task management response",
-			in:   srp.RspFields{ReqLimDelta: 1, Tag: testTaskTag, RespData: tmData[:]},
+			in:   iu.RspFields{ReqLimDelta: 1, Tag: testTaskTag, RespData: tmData[:]},
 			want: cat(
 				[]byte{0xC1, 0x00, 0, 0},
 				[]byte{0x00, 0x00, 0x00, 0x01},
@@ -438,8 +403,8 @@ func TestRspLayout(t *testing.T) {
 		},
 		{
 			name: "response data then sense data",
-			in: srp.RspFields{
-				ReqLimDelta: 0x01020304, Tag: testTag, Flags: srp.DOOVER | srp.DOUNDER | srp.DIOVER,
+			in: iu.RspFields{
+				ReqLimDelta: 0x01020304, Tag: testTag, Flags: iu.DOOVER | iu.DOUNDER | iu.DIOVER,
 				Status: 0x08, RespData: []byte{0xA1, 0xA2, 0xA3, 0xA4, 0xA5, 0xA6, 0xA7, 0xA8},
 				SenseData: []byte{0x72, 0x06, 0x29, 0x00, 0, 0, 0, 0},
 			},
@@ -459,7 +424,7 @@ func TestRspLayout(t *testing.T) {
 		},
 		{
 			name: "good status, nothing else",
-			in:   srp.RspFields{ReqLimDelta: 1, Tag: testTag},
+			in:   iu.RspFields{ReqLimDelta: 1, Tag: testTag},
 			want: cat(
 				[]byte{0xC1, 0x00, 0, 0},
 				[]byte{0x00, 0x00, 0x00, 0x01},
@@ -473,28 +438,25 @@ func TestRspLayout(t *testing.T) {
 			in := tc.in
 			want := tc.in
 			if len(in.RespData) > 0 {
-				want.Flags |= srp.RSPVALID
+				want.Flags |= iu.RSPVALID
 			}
 			if len(in.SenseData) > 0 {
-				want.Flags |= srp.SNSVALID
+				want.Flags |= iu.SNSVALID
 			}
-			require.Equal(t, len(tc.want), srp.RspLen(&in))
-			checkLayout(t, tc.want, want, 0,
-				func(b []byte, f *srp.RspFields) (int, error) { return srp.Rsp(b).Encode(f) },
-				srp.ParseRsp, truncErrFor(tc.want, srp.RspMinSize))
+			require.Equal(t, len(tc.want), iu.RspLen(&in))
+			checkLayoutVar[iu.Rsp](t, tc.want, want, truncErrFor(tc.want, iu.RspMinSize))
 
 			// RSPVALID and SNSVALID follow the presence of data, whatever the caller set.
-			for _, flags := range []srp.RspFlags{0, srp.RSPVALID | srp.SNSVALID} {
+			for _, flags := range []iu.RspFlags{0, iu.RSPVALID | iu.SNSVALID} {
 				in.Flags = tc.in.Flags | flags
 				buf := ffBuf(len(tc.want))
-				_, err := srp.Rsp(buf).Encode(&in)
+				_, err := iu.Rsp(buf).Encode(&in)
 				require.NoError(t, err)
 				require.Equal(t, tc.want, buf)
 			}
 
-			r := srp.Rsp(tc.want)
+			r := iu.Rsp(tc.want)
 			require.NoError(t, r.Validate())
-			require.Equal(t, len(tc.want), r.Len())
 			require.Equal(t, len(tc.in.RespData), len(r.RespData()))
 			require.Equal(t, len(tc.in.SenseData), len(r.SenseData()))
 		})
@@ -505,44 +467,61 @@ func TestRspLayout(t *testing.T) {
 // is short, or the lengths it declares run past the end.
 func truncErrFor(want []byte, min int) error {
 	if len(want)-1 < min {
-		return srp.ErrShortIU
+		return iu.ErrShort
 	}
-	return srp.ErrInconsistent
+	return iu.ErrInconsistent
+}
+
+func TestRspEncodeTskMgmt(t *testing.T) {
+	// The SRP_RSP answering an SRP_TSK_MGMT: RSPVALID, 4 bytes of response data with the code
+	// in the last byte (SRP r16a table 24), no sense data, whatever b held before.
+	buf := ffBuf(iu.TskMgmtRspSize + 8)
+	require.Equal(t, iu.TskMgmtRspSize, iu.Rsp(buf).EncodeTskMgmt(0x8000000000000001, 2, iu.TskMgmtFuncNotSupp))
+	require.Equal(t, cat(
+		[]byte{0xC1, 0, 0, 0, 0, 0, 0, 2}, // opcode SRP_RSP, sol_not, reserved1, req_lim_delta = 2
+		[]byte{0x80, 0, 0, 0, 0, 0, 0, 1}, // tag
+		[]byte{0, 0, 0x01, 0x00},          // reserved2, flags = RSPVALID, status GOOD
+		make([]byte, 8),                   // residual counts
+		[]byte{0, 0, 0, 0, 0, 0, 0, 4},    // sense_data_len = 0, resp_data_len = 4
+		[]byte{0, 0, 0, 0x04},             // response data: FUNCTION NOT SUPPORTED
+		ffBuf(8),                          // untouched
+	), buf)
+	require.Panics(t, func() { iu.Rsp(ffBuf(iu.TskMgmtRspSize-1)).EncodeTskMgmt(1, 1, iu.TskMgmtSuccess) })
 }
 
 func TestRspFlagValues(t *testing.T) {
 	// SRP_RSP_FLAG_* from include/scsi/srp.h.
-	require.Equal(t, []srp.RspFlags{0x01, 0x02, 0x04, 0x08, 0x10, 0x20},
-		[]srp.RspFlags{srp.RSPVALID, srp.SNSVALID, srp.DOOVER, srp.DOUNDER, srp.DIOVER, srp.DIUNDER})
+	require.Equal(t, []iu.RspFlags{0x01, 0x02, 0x04, 0x08, 0x10, 0x20},
+		[]iu.RspFlags{iu.RSPVALID, iu.SNSVALID, iu.DOOVER, iu.DOUNDER, iu.DIOVER, iu.DIUNDER})
 }
 
 func TestRspValidateRejects(t *testing.T) {
 	good := func() []byte {
 		b := make([]byte, 40)
-		_, err := srp.Rsp(b).Encode(&srp.RspFields{Tag: testTag, SenseData: []byte{0x70, 0, 5, 0}})
+		_, err := iu.Rsp(b).Encode(&iu.RspFields{Tag: testTag, SenseData: []byte{0x70, 0, 5, 0}})
 		require.NoError(t, err)
 		return b
 	}
-	require.NoError(t, srp.Rsp(good()).Validate())
+	require.NoError(t, iu.Rsp(good()).Validate())
 
 	for _, tc := range []struct {
 		name  string
 		patch func(b []byte) []byte
 		want  error
 	}{
-		{"SNSVALID clear with sense data", func(b []byte) []byte { b[18] &^= 0x02; return b }, srp.ErrInconsistent},
-		{"RSPVALID set without response data", func(b []byte) []byte { b[18] |= 0x01; return b }, srp.ErrInconsistent},
-		{"sense length past the end", func(b []byte) []byte { b[31] = 5; return b }, srp.ErrInconsistent},
+		{"SNSVALID clear with sense data", func(b []byte) []byte { b[18] &^= 0x02; return b }, iu.ErrInconsistent},
+		{"RSPVALID set without response data", func(b []byte) []byte { b[18] |= 0x01; return b }, iu.ErrInconsistent},
+		{"sense length past the end", func(b []byte) []byte { b[31] = 5; return b }, iu.ErrInconsistent},
 		{"response length 4 GiB - 1", func(b []byte) []byte {
 			b[18] |= 0x01
 			copy(b[32:36], []byte{0xFF, 0xFF, 0xFF, 0xFF})
 			return b
-		}, srp.ErrInconsistent},
-		{"header only", func(b []byte) []byte { return b[:35] }, srp.ErrShortIU},
-		{"wrong opcode", func(b []byte) []byte { b[0] = byte(srp.OpCmd); return b }, srp.ErrOpcode},
+		}, iu.ErrInconsistent},
+		{"header only", func(b []byte) []byte { return b[:35] }, iu.ErrShort},
+		{"wrong opcode", func(b []byte) []byte { b[0] = byte(iu.OpCmd); return b }, iu.ErrOpcode},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := srp.ParseRsp(tc.patch(good()))
+			_, err := iu.Parse[iu.Rsp](tc.patch(good()))
 			require.ErrorIs(t, err, tc.want)
 		})
 	}
@@ -552,8 +531,8 @@ func TestRspEncodeTooSmall(t *testing.T) {
 	// The caller slices the send buffer to the initiator's MAXIMUM TI IU LENGTH: sense data
 	// that does not fit is an error, not an oversize SEND.
 	buf := ffBuf(64)
-	_, err := srp.Rsp(buf[:50]).Encode(&srp.RspFields{SenseData: make([]byte, 18)})
-	require.ErrorIs(t, err, srp.ErrShortIU)
+	_, err := iu.Rsp(buf[:50]).Encode(&iu.RspFields{SenseData: make([]byte, 18)})
+	require.ErrorIs(t, err, iu.ErrShort)
 	require.Equal(t, ffBuf(64), buf, "nothing written on error")
 }
 
@@ -564,17 +543,13 @@ func TestCredReqLayout(t *testing.T) {
 		[]byte{0x00, 0x00, 0x01, 0x02}, // req_lim_delta = 258
 		[]byte{1, 2, 3, 4, 5, 6, 7, 8},
 	)
-	checkLayout(t, want, srp.CredReqFields{SolNot: srp.SOLNT, ReqLimDelta: 258, Tag: testTag}, 0,
-		func(b []byte, f *srp.CredReqFields) (int, error) { return srp.CredReq(b).Encode(f) },
-		srp.ParseCredReq, srp.ErrShortIU)
+	checkLayout[iu.CredReq](t, want, iu.CredReqFields{SolNot: iu.SOLNT, ReqLimDelta: 258, Tag: testTag}, 0)
 }
 
 func TestCredRspLayout(t *testing.T) {
 	// struct srp_cred_rsp: opcode, reserved[7], tag.
 	want := cat([]byte{0x41, 0, 0, 0, 0, 0, 0, 0}, []byte{1, 2, 3, 4, 5, 6, 7, 8})
-	checkLayout(t, want, srp.CredRspFields{Tag: testTag}, 0,
-		func(b []byte, f *srp.CredRspFields) (int, error) { return srp.CredRsp(b).Encode(f) },
-		srp.ParseCredRsp, srp.ErrShortIU)
+	checkLayout[iu.CredRsp](t, want, iu.CredRspFields{Tag: testTag}, 0)
 }
 
 func TestAerReqLayout(t *testing.T) {
@@ -591,32 +566,25 @@ func TestAerReqLayout(t *testing.T) {
 		[]byte{0, 0, 0, 0},                                     // reserved3
 		sense,
 	)
-	in := srp.AerReqFields{ReqLimDelta: 1, Tag: testTag, LUN: testLUN, SenseData: sense}
-	checkLayout(t, want, in, 0,
-		func(b []byte, f *srp.AerReqFields) (int, error) { return srp.AerReq(b).Encode(f) },
-		srp.ParseAerReq, srp.ErrInconsistent)
-	require.Equal(t, len(want), srp.AerReq(want).Len())
-	require.Equal(t, sense, srp.AerReq(want).SenseData())
+	in := iu.AerReqFields{ReqLimDelta: 1, Tag: testTag, LUN: testLUN, SenseData: sense}
+	checkLayoutVar[iu.AerReq](t, want, in, iu.ErrInconsistent)
+	require.Equal(t, sense, iu.AerReq(want).SenseData())
 
 	// Without sense data it is exactly the 36-byte fixed part.
 	want0 := cat(want[:28], []byte{0, 0, 0, 0}, []byte{0, 0, 0, 0})
-	checkLayout(t, want0, srp.AerReqFields{ReqLimDelta: 1, Tag: testTag, LUN: testLUN}, 0,
-		func(b []byte, f *srp.AerReqFields) (int, error) { return srp.AerReq(b).Encode(f) },
-		srp.ParseAerReq, srp.ErrShortIU)
+	checkLayoutVar[iu.AerReq](t, want0, iu.AerReqFields{ReqLimDelta: 1, Tag: testTag, LUN: testLUN}, iu.ErrShort)
 }
 
 func TestAerRspLayout(t *testing.T) {
 	// struct srp_aer_rsp: opcode, reserved[7], tag.
 	want := cat([]byte{0x42, 0, 0, 0, 0, 0, 0, 0}, []byte{1, 2, 3, 4, 5, 6, 7, 8})
-	checkLayout(t, want, srp.AerRspFields{Tag: testTag}, 0,
-		func(b []byte, f *srp.AerRspFields) (int, error) { return srp.AerRsp(b).Encode(f) },
-		srp.ParseAerRsp, srp.ErrShortIU)
+	checkLayout[iu.AerRsp](t, want, iu.AerRspFields{Tag: testTag}, 0)
 }
 
 func TestErrorsCarryContext(t *testing.T) {
-	_, err := srp.ParseTskMgmt(make([]byte, 10))
+	_, err := iu.Parse[iu.TskMgmt](make([]byte, 10))
 	require.EqualError(t, err, "srp: SRP_TSK_MGMT of 10 bytes, need 48: srp: IU too short")
-	_, err = srp.ParseCredRsp(cat([]byte{0x42}, make([]byte, 15)))
+	_, err = iu.Parse[iu.CredRsp](cat([]byte{0x42}, make([]byte, 15)))
 	require.EqualError(t, err, "srp: opcode SRP_AER_RSP where SRP_CRED_RSP expected: srp: unexpected opcode")
-	require.True(t, errors.Is(err, srp.ErrOpcode))
+	require.True(t, errors.Is(err, iu.ErrOpcode))
 }

@@ -1,4 +1,4 @@
-package srp
+package iu
 
 import (
 	"encoding/binary"
@@ -16,16 +16,13 @@ import (
 //	   +-----------------------------------------------------------------------+
 //
 // SRP_CRED_RSP and SRP_AER_RSP (16 bytes), initiator to target, are an opcode, 7 reserved
-// bytes and the TAG of the request they answer.
+// bytes and the TAG of the request they answer, laid out as SRP_I_LOGOUT (logout.go).
 const (
 	credReqOpcode      = 0
 	credReqSolNot      = 1
 	credReqReserved    = 2
 	credReqReqLimDelta = 4
 	credReqTag         = 8
-
-	opTagOpcode = 0 // SRP_CRED_RSP, SRP_AER_RSP
-	opTagTag    = 8
 )
 
 // CredReqFields is the content of an SRP_CRED_REQ.
@@ -43,9 +40,6 @@ type CredReq []byte
 // Validate checks length and opcode.
 func (b CredReq) Validate() error { return checkIU(b, OpCredReq, credReqOpcode, CredReqSize) }
 
-// Opcode returns byte 0.
-func (b CredReq) Opcode() Opcode { return Opcode(b[credReqOpcode]) }
-
 // SolNot returns byte 1 (SOLNT in bit 0).
 func (b CredReq) SolNot() uint8 { return b[credReqSolNot] }
 
@@ -60,25 +54,16 @@ func (b CredReq) Fields() CredReqFields {
 	return CredReqFields{SolNot: b.SolNot(), ReqLimDelta: b.ReqLimDelta(), Tag: b.Tag()}
 }
 
-// Encode writes the 16-byte SRP_CRED_REQ into b and returns 16.
-func (b CredReq) Encode(f *CredReqFields) (int, error) {
-	if err := checkBuf(b, OpCredReq, CredReqSize); err != nil {
-		return 0, err
-	}
+// Encode writes the 16-byte SRP_CRED_REQ into b and returns CredReqSize. It panics if b is
+// shorter, as encoding/binary's Put functions do.
+func (b CredReq) Encode(f *CredReqFields) int {
+	_ = b[CredReqSize-1] // the one bounds check; panics if b is short
 	b[credReqOpcode] = byte(OpCredReq)
 	b[credReqSolNot] = f.SolNot
 	clear(b[credReqReserved:credReqReqLimDelta])
 	binary.BigEndian.PutUint32(b[credReqReqLimDelta:], f.ReqLimDelta)
 	binary.BigEndian.PutUint64(b[credReqTag:], uint64(f.Tag))
-	return CredReqSize, nil
-}
-
-// ParseCredReq validates and decodes an SRP_CRED_REQ.
-func ParseCredReq(b []byte) (CredReqFields, error) {
-	if err := CredReq(b).Validate(); err != nil {
-		return CredReqFields{}, err
-	}
-	return CredReq(b).Fields(), nil
+	return CredReqSize
 }
 
 // CredRspFields is the content of an SRP_CRED_RSP.
@@ -92,27 +77,15 @@ type CredRsp []byte
 // Validate checks length and opcode.
 func (b CredRsp) Validate() error { return checkIU(b, OpCredRsp, opTagOpcode, CredRspSize) }
 
-// Opcode returns byte 0.
-func (b CredRsp) Opcode() Opcode { return Opcode(b[opTagOpcode]) }
-
 // Tag returns the TAG of the SRP_CRED_REQ being answered.
 func (b CredRsp) Tag() Tag { return Tag(binary.BigEndian.Uint64(b[opTagTag:])) }
 
 // Fields returns all fields. Call Validate first.
 func (b CredRsp) Fields() CredRspFields { return CredRspFields{Tag: b.Tag()} }
 
-// Encode writes the 16-byte SRP_CRED_RSP into b and returns 16.
-func (b CredRsp) Encode(f *CredRspFields) (int, error) {
-	return encodeOpcodeTag(b, OpCredRsp, f.Tag)
-}
-
-// ParseCredRsp validates and decodes an SRP_CRED_RSP.
-func ParseCredRsp(b []byte) (CredRspFields, error) {
-	if err := CredRsp(b).Validate(); err != nil {
-		return CredRspFields{}, err
-	}
-	return CredRsp(b).Fields(), nil
-}
+// Encode writes the 16-byte SRP_CRED_RSP into b and returns CredRspSize. It panics if b is
+// shorter, as encoding/binary's Put functions do.
+func (b CredRsp) Encode(f *CredRspFields) int { return encodeOpcodeTag(b, OpCredRsp, f.Tag) }
 
 // SRP_AER_REQ (struct srp_aer_req, 36 bytes + sense data), target to initiator: an
 // asynchronous event report with sense data for one LUN. ib_srp only logs "ignoring AER for
@@ -169,9 +142,6 @@ func (b AerReq) Validate() error {
 	return nil
 }
 
-// Opcode returns byte 0.
-func (b AerReq) Opcode() Opcode { return Opcode(b[aerReqOpcode]) }
-
 // SolNot returns byte 1 (SOLNT in bit 0).
 func (b AerReq) SolNot() uint8 { return b[aerReqSolNot] }
 
@@ -189,9 +159,6 @@ func (b AerReq) SenseDataLen() uint32 { return binary.BigEndian.Uint32(b[aerReqS
 
 // SenseData returns the sense data in place. Call Validate first.
 func (b AerReq) SenseData() []byte { return b[aerReqSense : aerReqSense+int(b.SenseDataLen())] }
-
-// Len returns the IU length implied by the header: 36 + SENSE DATA LIST LENGTH.
-func (b AerReq) Len() int { return aerReqSense + int(b.SenseDataLen()) }
 
 // Fields returns all fields; SenseData is a copy. Call Validate first.
 func (b AerReq) Fields() AerReqFields {
@@ -227,14 +194,6 @@ func (b AerReq) Encode(f *AerReqFields) (int, error) {
 	return n, nil
 }
 
-// ParseAerReq validates and decodes an SRP_AER_REQ.
-func ParseAerReq(b []byte) (AerReqFields, error) {
-	if err := AerReq(b).Validate(); err != nil {
-		return AerReqFields{}, err
-	}
-	return AerReq(b).Fields(), nil
-}
-
 // AerRspFields is the content of an SRP_AER_RSP.
 type AerRspFields struct {
 	Tag Tag
@@ -246,27 +205,15 @@ type AerRsp []byte
 // Validate checks length and opcode.
 func (b AerRsp) Validate() error { return checkIU(b, OpAerRsp, opTagOpcode, AerRspSize) }
 
-// Opcode returns byte 0.
-func (b AerRsp) Opcode() Opcode { return Opcode(b[opTagOpcode]) }
-
 // Tag returns the TAG of the SRP_AER_REQ being answered.
 func (b AerRsp) Tag() Tag { return Tag(binary.BigEndian.Uint64(b[opTagTag:])) }
 
 // Fields returns all fields. Call Validate first.
 func (b AerRsp) Fields() AerRspFields { return AerRspFields{Tag: b.Tag()} }
 
-// Encode writes the 16-byte SRP_AER_RSP into b and returns 16.
-func (b AerRsp) Encode(f *AerRspFields) (int, error) {
-	return encodeOpcodeTag(b, OpAerRsp, f.Tag)
-}
-
-// ParseAerRsp validates and decodes an SRP_AER_RSP.
-func ParseAerRsp(b []byte) (AerRspFields, error) {
-	if err := AerRsp(b).Validate(); err != nil {
-		return AerRspFields{}, err
-	}
-	return AerRsp(b).Fields(), nil
-}
+// Encode writes the 16-byte SRP_AER_RSP into b and returns AerRspSize. It panics if b is
+// shorter, as encoding/binary's Put functions do.
+func (b AerRsp) Encode(f *AerRspFields) int { return encodeOpcodeTag(b, OpAerRsp, f.Tag) }
 
 const maxUint32 = 1<<32 - 1
 

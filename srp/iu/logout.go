@@ -1,4 +1,4 @@
-package srp
+package iu
 
 import (
 	"encoding/binary"
@@ -13,9 +13,12 @@ import (
 //	   +--------+--------------------------------------------------------------+
 //	8  |                                 TAG                                   |
 //	   +-----------------------------------------------------------------------+
+//
+// SRP_CRED_RSP and SRP_AER_RSP have the same layout; the three share these offsets.
 const (
-	iLogoutOpcode = 0
-	iLogoutTag    = 8
+	opTagOpcode = 0
+	opTagTag    = 8
+	opTagSize   = 16
 )
 
 // ILogoutFields is the content of an SRP_I_LOGOUT.
@@ -27,40 +30,26 @@ type ILogoutFields struct {
 type ILogout []byte
 
 // Validate checks length and opcode.
-func (b ILogout) Validate() error { return checkIU(b, OpILogout, iLogoutOpcode, ILogoutSize) }
-
-// Opcode returns byte 0.
-func (b ILogout) Opcode() Opcode { return Opcode(b[iLogoutOpcode]) }
+func (b ILogout) Validate() error { return checkIU(b, OpILogout, opTagOpcode, ILogoutSize) }
 
 // Tag returns the TAG.
-func (b ILogout) Tag() Tag { return Tag(binary.BigEndian.Uint64(b[iLogoutTag:])) }
+func (b ILogout) Tag() Tag { return Tag(binary.BigEndian.Uint64(b[opTagTag:])) }
 
 // Fields returns all fields. Call Validate first.
 func (b ILogout) Fields() ILogoutFields { return ILogoutFields{Tag: b.Tag()} }
 
-// Encode writes the 16-byte SRP_I_LOGOUT into b and returns 16.
-func (b ILogout) Encode(f *ILogoutFields) (int, error) {
-	return encodeOpcodeTag(b, OpILogout, f.Tag)
-}
-
-// ParseILogout validates and decodes an SRP_I_LOGOUT.
-func ParseILogout(b []byte) (ILogoutFields, error) {
-	if err := ILogout(b).Validate(); err != nil {
-		return ILogoutFields{}, err
-	}
-	return ILogout(b).Fields(), nil
-}
+// Encode writes the 16-byte SRP_I_LOGOUT into b and returns ILogoutSize. It panics if b is
+// shorter, as encoding/binary's Put functions do.
+func (b ILogout) Encode(f *ILogoutFields) int { return encodeOpcodeTag(b, OpILogout, f.Tag) }
 
 // encodeOpcodeTag writes the 16-byte IUs that carry nothing but an opcode and a TAG
 // (SRP_I_LOGOUT, SRP_CRED_RSP, SRP_AER_RSP).
-func encodeOpcodeTag(b []byte, op Opcode, tag Tag) (int, error) {
-	if err := checkBuf(b, op, 16); err != nil {
-		return 0, err
-	}
-	b[0] = byte(op)
-	clear(b[1:8])
-	binary.BigEndian.PutUint64(b[8:], uint64(tag))
-	return 16, nil
+func encodeOpcodeTag(b []byte, op Opcode, tag Tag) int {
+	_ = b[opTagSize-1] // the one bounds check; panics if b is short
+	b[opTagOpcode] = byte(op)
+	clear(b[opTagOpcode+1 : opTagTag])
+	binary.BigEndian.PutUint64(b[opTagTag:], uint64(tag))
+	return opTagSize
 }
 
 // SRP_T_LOGOUT (struct srp_t_logout, 16 bytes), target to initiator. ib_srp only logs "Got
@@ -132,9 +121,6 @@ type TLogout []byte
 // Validate checks length and opcode.
 func (b TLogout) Validate() error { return checkIU(b, OpTLogout, tLogoutOpcode, TLogoutSize) }
 
-// Opcode returns byte 0.
-func (b TLogout) Opcode() Opcode { return Opcode(b[tLogoutOpcode]) }
-
 // SolNot returns byte 1 (SOLNT in bit 0).
 func (b TLogout) SolNot() uint8 { return b[tLogoutSolNot] }
 
@@ -151,23 +137,14 @@ func (b TLogout) Fields() TLogoutFields {
 	return TLogoutFields{SolNot: b.SolNot(), Reason: b.Reason(), Tag: b.Tag()}
 }
 
-// Encode writes the 16-byte SRP_T_LOGOUT into b and returns 16.
-func (b TLogout) Encode(f *TLogoutFields) (int, error) {
-	if err := checkBuf(b, OpTLogout, TLogoutSize); err != nil {
-		return 0, err
-	}
+// Encode writes the 16-byte SRP_T_LOGOUT into b and returns TLogoutSize. It panics if b is
+// shorter, as encoding/binary's Put functions do.
+func (b TLogout) Encode(f *TLogoutFields) int {
+	_ = b[TLogoutSize-1] // the one bounds check; panics if b is short
 	b[tLogoutOpcode] = byte(OpTLogout)
 	b[tLogoutSolNot] = f.SolNot
 	clear(b[tLogoutReserved:tLogoutReason])
 	binary.BigEndian.PutUint32(b[tLogoutReason:], uint32(f.Reason))
 	binary.BigEndian.PutUint64(b[tLogoutTag:], uint64(f.Tag))
-	return TLogoutSize, nil
-}
-
-// ParseTLogout validates and decodes an SRP_T_LOGOUT.
-func ParseTLogout(b []byte) (TLogoutFields, error) {
-	if err := TLogout(b).Validate(); err != nil {
-		return TLogoutFields{}, err
-	}
-	return TLogout(b).Fields(), nil
+	return TLogoutSize
 }

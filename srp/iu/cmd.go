@@ -1,4 +1,4 @@
-package srp
+package iu
 
 import (
 	"encoding/binary"
@@ -48,6 +48,10 @@ const (
 	cmdAddData        = 48
 )
 
+// CmdCDBOffset is the byte offset of the CDB field in SRP_CMD, for a caller that needs the SCSI
+// operation code before Validate (to account a command to its class even when it is rejected).
+const CmdCDBOffset = cmdCDB
+
 // CDBSize is the size of the CDB field; longer CDBs continue in the additional CDB.
 const CDBSize = 16
 
@@ -95,19 +99,13 @@ func (b Cmd) Validate() error {
 	}
 	if end := cmdAddData + b.AddCDBLen(); end > len(b) {
 		return fmt.Errorf("srp: SRP_CMD of %d bytes with a %d-byte additional CDB: %w",
-			len(b), b.AddCDBLen(), ErrShortIU)
+			len(b), b.AddCDBLen(), ErrShort)
 	}
 	return nil
 }
 
-// Opcode returns byte 0.
-func (b Cmd) Opcode() Opcode { return Opcode(b[cmdOpcode]) }
-
 // SolNot returns byte 1 (SCSOLNT, UCSOLNT).
 func (b Cmd) SolNot() uint8 { return b[cmdSolNot] }
-
-// BufFmt returns the BUFFER FORMATS byte (data-out format in the high nibble).
-func (b Cmd) BufFmt() uint8 { return b[cmdBufFmt] }
 
 // DataOutFmt returns the DATA-OUT BUFFER DESCRIPTOR FORMAT (high nibble).
 func (b Cmd) DataOutFmt() DescFmt { return DescFmt(b[cmdBufFmt] >> 4) }
@@ -143,7 +141,7 @@ func (b Cmd) CDB() []byte { return b[cmdCDB : cmdAddData+b.AddCDBLen()] }
 // IMMEDIATE DATA OFFSET granted at login, or 0 if immediate data was not granted.
 //
 // It returns an error, never panics, and allocates nothing on success, when:
-//   - the IU is shorter than its descriptors (ErrShortIU);
+//   - the IU is shorter than its descriptors (ErrShort);
 //   - a format is reserved, DescImm is used for data-in or was not negotiated
 //     (ErrUnsupportedFormat);
 //   - a descriptor count disagrees with the format (must be 0 for none, 0 or 1 for direct and
@@ -223,7 +221,7 @@ func (b Cmd) dataBuf(off int, format DescFmt, cnt uint8, dir string) (DataBuf, i
 	}
 	if off+size > len(b) {
 		return DataBuf{}, 0, fmt.Errorf("srp: SRP_CMD tag %#x: %d-byte %s %v descriptor at byte %d of a %d-byte IU: %w",
-			b.Tag(), size, dir, format, off, len(b), ErrShortIU)
+			b.Tag(), size, dir, format, off, len(b), ErrShort)
 	}
 	d.desc = b[off : off+size]
 	if format == DescIndirect {
@@ -284,11 +282,6 @@ func (b Cmd) Fields(immDataOffset uint16) (CmdFields, error) {
 	return f, nil
 }
 
-// ParseCmd validates and decodes a whole SRP_CMD (see Cmd.Fields).
-func ParseCmd(b []byte, immDataOffset uint16) (CmdFields, error) {
-	return Cmd(b).Fields(immDataOffset)
-}
-
 // CmdLen returns the length of the SRP_CMD that Encode writes for f.
 func CmdLen(f *CmdFields) (int, error) {
 	if len(f.AddCDB)%4 != 0 || len(f.AddCDB) > MaxAddCDBLen {
@@ -345,9 +338,7 @@ func (b Cmd) Encode(f *CmdFields) (int, error) {
 	copy(b[cmdCDB:cmdAddData], f.CDB[:])
 	off := cmdAddData + copy(b[cmdAddData:], f.AddCDB)
 	for _, d := range [...]*DataBufFields{&f.DataOut, &f.DataIn} {
-		size, _ := d.descLen()
-		d.encodeDesc(b[off : off+size])
-		off += size
+		off += d.encodeDesc(b[off:])
 	}
 	if f.DataOut.Format == DescImm {
 		imm := int(f.DataOut.ImmDataOffset)

@@ -1,11 +1,11 @@
-package srp_test
+package iu_test
 
 import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // linuxRDMACMLogin builds, byte by byte, the private data that Linux ib_srp passes to
@@ -43,31 +43,31 @@ func linuxRDMACMLogin(flags byte) []byte {
 }
 
 func TestLinuxRDMACMLogin(t *testing.T) {
-	wantIni := srp.PortID{0, 0, 0, 0, 0, 0, 0, 1, 0x50, 0x54, 0x00, 0xff, 0xfe, 0x12, 0x34, 0x56}
-	wantTgt := srp.PortID{0x00, 0x02, 0xc9, 0x03, 0x00, 0xab, 0xcd, 0xef, 0x00, 0x02, 0xc9, 0x03, 0x00, 0xab, 0xcd, 0xef}
+	wantIni := iu.PortID{0, 0, 0, 0, 0, 0, 0, 1, 0x50, 0x54, 0x00, 0xff, 0xfe, 0x12, 0x34, 0x56}
+	wantTgt := iu.PortID{0x00, 0x02, 0xc9, 0x03, 0x00, 0xab, 0xcd, 0xef, 0x00, 0x02, 0xc9, 0x03, 0x00, 0xab, 0xcd, 0xef}
 
 	for _, tc := range []struct {
 		name   string
 		flags  byte
-		action srp.LoginReqFlags
+		action iu.LoginReqFlags
 	}{
-		{"first channel", 0x80, srp.MultiChanSingle},
-		{"further channel", 0x81, srp.MultiChanMulti},
+		{"first channel", 0x80, iu.MultiChanSingle},
+		{"further channel", 0x81, iu.MultiChanMulti},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := linuxRDMACMLogin(tc.flags)
 			require.Len(t, b, 56, "sizeof(struct srp_login_req_rdma)")
 
-			f, err := srp.ParseLoginReq(b)
+			f, err := iu.ParseLoginReq(b)
 			require.NoError(t, err)
-			require.Equal(t, srp.Tag(0), f.Tag)
+			require.Equal(t, iu.Tag(0), f.Tag)
 			require.Equal(t, uint32(8260), f.ReqITIULen)
-			require.Equal(t, srp.BufFormatDirect|srp.BufFormatIndirect, f.ReqBufFmt)
-			require.NotZero(t, f.ReqBufFmt&srp.BufFormatDirect)
-			require.NotZero(t, f.ReqBufFmt&srp.BufFormatIndirect)
+			require.Equal(t, iu.BufFormatDirect|iu.BufFormatIndirect, f.ReqBufFmt)
+			require.NotZero(t, f.ReqBufFmt&iu.BufFormatDirect)
+			require.NotZero(t, f.ReqBufFmt&iu.BufFormatIndirect)
 			require.Equal(t, tc.action, f.ReqFlags.MultiChanAction())
-			require.NotZero(t, f.ReqFlags&srp.ImmedRequested, "IMMED requested")
-			require.Zero(t, f.ReqFlags&(srp.LOSOLNT|srp.CRSOLNT|srp.AESOLNT), "ib_srp asks for no solicited notification")
+			require.NotZero(t, f.ReqFlags&iu.ImmedRequested, "IMMED requested")
+			require.Zero(t, f.ReqFlags&(iu.LOSOLNT|iu.CRSOLNT|iu.AESOLNT), "ib_srp asks for no solicited notification")
 			require.Equal(t, uint16(68), f.ImmDataOffset)
 			require.Equal(t, wantIni, f.InitiatorPortID)
 			require.Equal(t, uint64(1), f.InitiatorPortID.IDExt())
@@ -78,15 +78,13 @@ func TestLinuxRDMACMLogin(t *testing.T) {
 			// The same logical login in the IB CM form decodes to the same fields, and
 			// re-encoding the RDMA/CM form gives back the initiator's bytes.
 			ib := make([]byte, 92) // IB CM REQ private data
-			_, err = srp.LoginReq(ib).Encode(&f)
-			require.NoError(t, err)
-			fib, err := srp.ParseLoginReq(ib)
+			iu.LoginReq(ib).Encode(&f)
+			fib, err := iu.ParseLoginReq(ib)
 			require.NoError(t, err)
 			require.Equal(t, f, fib)
 
 			again := ffBuf(56)
-			_, err = srp.LoginReqRDMA(again).Encode(&f)
-			require.NoError(t, err)
+			iu.LoginReqRDMA(again).Encode(&f)
 			require.Equal(t, b, again)
 		})
 	}
@@ -96,21 +94,20 @@ func TestLoginRspForLinux(t *testing.T) {
 	// What a target answers the login above with, as LIO does: credits = receives posted,
 	// MAX IT IU = its receive buffer size (>= 8260), MAX TI IU = the requested IT IU length,
 	// direct+indirect, IMMED granted. ib_srp checks opcode 0xC0 and reads exactly these fields.
-	b := make([]byte, srp.LoginRspSize)
-	n, err := srp.LoginRsp(b).Encode(&srp.LoginRspFields{
+	b := make([]byte, iu.LoginRspSize)
+	n := iu.LoginRsp(b).Encode(&iu.LoginRspFields{
 		ReqLimDelta: 64, Tag: 0, MaxITIULen: 8276, MaxTIIULen: 8260,
-		SupBufFmt: srp.BufFormatDirect | srp.BufFormatIndirect,
-		RspFlags:  srp.LoginRspMultiChanNoChan | srp.LoginRspImmedSupp,
+		SupBufFmt: iu.BufFormatDirect | iu.BufFormatIndirect,
+		RspFlags:  iu.LoginRspMultiChanNoChan | iu.LoginRspImmedSupp,
 	})
-	require.NoError(t, err)
 	require.Equal(t, 52, n)
-	v := srp.LoginRsp(b)
+	require.Equal(t, byte(0xC0), b[0], "opcode SRP_LOGIN_RSP")
+	v := iu.LoginRsp(b)
 	require.NoError(t, v.Validate())
-	require.Equal(t, srp.OpLoginRsp, v.Opcode())
 	require.Equal(t, uint32(64), v.ReqLimDelta())
 	require.Equal(t, uint32(8276), v.MaxITIULen())
 	require.Equal(t, uint32(8260), v.MaxTIIULen())
-	require.NotZero(t, v.RspFlags()&srp.LoginRspImmedSupp)
-	require.Equal(t, srp.LoginRspMultiChanNoChan, v.RspFlags().MultiChanResult())
-	require.Equal(t, srp.LoginRspFlags(0x10), srp.LoginRspSOLNT)
+	require.NotZero(t, v.RspFlags()&iu.LoginRspImmedSupp)
+	require.Equal(t, iu.LoginRspMultiChanNoChan, v.RspFlags().MultiChanResult())
+	require.Equal(t, iu.LoginRspFlags(0x10), iu.LoginRspSOLNT)
 }

@@ -1,4 +1,4 @@
-package srp
+package iu
 
 import (
 	"encoding/binary"
@@ -97,9 +97,6 @@ func (b Rsp) Validate() error {
 	return nil
 }
 
-// Opcode returns byte 0.
-func (b Rsp) Opcode() Opcode { return Opcode(b[rspOpcode]) }
-
 // SolNot returns byte 1 (SOLNT in bit 0).
 func (b Rsp) SolNot() uint8 { return b[rspSolNot] }
 
@@ -136,9 +133,6 @@ func (b Rsp) SenseData() []byte {
 	return b[start : start+int(b.SenseDataLen())]
 }
 
-// Len returns the IU length implied by the header: 36 + response + sense data lengths.
-func (b Rsp) Len() int { return rspData + int(b.RespDataLen()) + int(b.SenseDataLen()) }
-
 // Fields returns all fields; RespData and SenseData are copies. Call Validate first.
 func (b Rsp) Fields() RspFields {
 	return RspFields{
@@ -163,7 +157,7 @@ func RspLen(f *RspFields) int { return rspData + len(f.RespData) + len(f.SenseDa
 // length (36 + len(RespData) + len(SenseData)). It sets RSPVALID and SNSVALID from whether
 // RespData and SenseData are present. It allocates nothing, so the data path can build each
 // response straight in a registered send buffer; slice b to the initiator's maximum
-// target-to-initiator IU length to get ErrShortIU instead of an oversize SEND.
+// target-to-initiator IU length to get ErrShort instead of an oversize SEND.
 func (b Rsp) Encode(f *RspFields) (int, error) {
 	n := RspLen(f)
 	if err := checkBuf(b, OpRsp, n); err != nil {
@@ -173,6 +167,25 @@ func (b Rsp) Encode(f *RspFields) (int, error) {
 		return 0, fmt.Errorf("srp: SRP_RSP with %d bytes of response data and %d of sense data: %w",
 			len(f.RespData), len(f.SenseData), ErrInvalidField)
 	}
+	return b.encode(f, n), nil
+}
+
+// TskMgmtRspSize is the length of the SRP_RSP that answers an SRP_TSK_MGMT: the fixed part
+// and the 4 bytes of response data carrying the TskMgmtRspCode, no sense data.
+const TskMgmtRspSize = RspMinSize + TskMgmtRspDataSize
+
+// EncodeTskMgmt writes the SRP_RSP that answers the SRP_TSK_MGMT tag with code (RSPVALID,
+// status GOOD, no residuals) and gives back delta credits; it returns TskMgmtRspSize. That
+// size is fixed and below any MAXIMUM TARGET-TO-INITIATOR IU LENGTH a login accepts, so it
+// cannot fail: it panics if b is shorter, as encoding/binary's Put functions do.
+func (b Rsp) EncodeTskMgmt(tag Tag, delta uint32, code TskMgmtRspCode) int {
+	_ = b[TskMgmtRspSize-1] // the one bounds check; panics if b is short
+	rd := code.ResponseData()
+	return b.encode(&RspFields{ReqLimDelta: delta, Tag: tag, RespData: rd[:]}, TskMgmtRspSize)
+}
+
+// encode writes f as an n-byte SRP_RSP (n = RspLen(f), which the caller checked fits b).
+func (b Rsp) encode(f *RspFields, n int) int {
 	flags := f.Flags &^ (RSPVALID | SNSVALID)
 	if len(f.RespData) > 0 {
 		flags |= RSPVALID
@@ -194,13 +207,5 @@ func (b Rsp) Encode(f *RspFields) (int, error) {
 	binary.BigEndian.PutUint32(b[rspRespLen:], uint32(len(f.RespData)))
 	copy(b[rspData:], f.RespData)
 	copy(b[rspData+len(f.RespData):n], f.SenseData)
-	return n, nil
-}
-
-// ParseRsp validates and decodes an SRP_RSP.
-func ParseRsp(b []byte) (RspFields, error) {
-	if err := Rsp(b).Validate(); err != nil {
-		return RspFields{}, err
-	}
-	return Rsp(b).Fields(), nil
+	return n
 }

@@ -1,4 +1,4 @@
-package srp
+package iu
 
 import (
 	"encoding/binary"
@@ -66,14 +66,6 @@ type DirectBufFields struct {
 // DirectBuf is a view of a direct data buffer descriptor.
 type DirectBuf []byte
 
-// Validate checks the length.
-func (d DirectBuf) Validate() error {
-	if len(d) < DirectBufSize {
-		return fmt.Errorf("srp: direct descriptor of %d bytes, need %d: %w", len(d), DirectBufSize, ErrShortIU)
-	}
-	return nil
-}
-
 // VA returns the VIRTUAL ADDRESS.
 func (d DirectBuf) VA() uint64 { return binary.BigEndian.Uint64(d[directBufVA:]) }
 
@@ -88,16 +80,14 @@ func (d DirectBuf) Fields() DirectBufFields {
 	return DirectBufFields{VA: d.VA(), Key: d.Key(), Len: d.Len()}
 }
 
-// Encode writes the 16-byte descriptor into d and returns 16.
-func (d DirectBuf) Encode(f *DirectBufFields) (int, error) {
-	if len(d) < DirectBufSize {
-		return 0, fmt.Errorf("srp: encoding a direct descriptor needs %d bytes, buffer has %d: %w",
-			DirectBufSize, len(d), ErrShortIU)
-	}
+// Encode writes the 16-byte descriptor into d and returns DirectBufSize. It panics if d is
+// shorter, as encoding/binary's Put functions do.
+func (d DirectBuf) Encode(f *DirectBufFields) int {
+	_ = d[DirectBufSize-1] // the one bounds check; panics if d is short
 	binary.BigEndian.PutUint64(d[directBufVA:], f.VA)
 	binary.BigEndian.PutUint32(d[directBufKey:], f.Key)
 	binary.BigEndian.PutUint32(d[directBufLen:], f.Len)
-	return DirectBufSize, nil
+	return DirectBufSize
 }
 
 // Indirect data buffer descriptor (struct srp_indirect_buf, 20 + 16n bytes): the data is
@@ -136,18 +126,6 @@ type IndirectBufFields struct {
 // partial descriptor list.
 type IndirectBuf []byte
 
-// Validate checks that the view holds the 20-byte header and a whole number of descriptors.
-func (d IndirectBuf) Validate() error {
-	if len(d) < IndirectBufHeaderSize {
-		return fmt.Errorf("srp: indirect descriptor of %d bytes, need %d: %w", len(d), IndirectBufHeaderSize, ErrShortIU)
-	}
-	if (len(d)-IndirectBufHeaderSize)%DirectBufSize != 0 {
-		return fmt.Errorf("srp: indirect descriptor of %d bytes is not %d + a multiple of %d: %w",
-			len(d), IndirectBufHeaderSize, DirectBufSize, ErrInconsistent)
-	}
-	return nil
-}
-
 // Table returns the INDIRECT TABLE DESCRIPTOR.
 func (d IndirectBuf) Table() DirectBuf { return DirectBuf(d[indirectBufTable:indirectBufTotalLen]) }
 
@@ -183,19 +161,17 @@ func IndirectBufLen(f *IndirectBufFields) int {
 	return IndirectBufHeaderSize + DirectBufSize*len(f.Descs)
 }
 
-// Encode writes the indirect descriptor with its partial list into d and returns its length.
-func (d IndirectBuf) Encode(f *IndirectBufFields) (int, error) {
+// Encode writes the indirect descriptor with its partial list into d and returns its length,
+// IndirectBufLen(f). It panics if d is shorter, as encoding/binary's Put functions do.
+func (d IndirectBuf) Encode(f *IndirectBufFields) int {
 	n := IndirectBufLen(f)
-	if len(d) < n {
-		return 0, fmt.Errorf("srp: encoding an indirect descriptor needs %d bytes, buffer has %d: %w",
-			n, len(d), ErrShortIU)
-	}
-	_, _ = DirectBuf(d[indirectBufTable:]).Encode(&f.Table)
+	_ = d[n-1] // the one bounds check; panics if d is short
+	DirectBuf(d[indirectBufTable:]).Encode(&f.Table)
 	binary.BigEndian.PutUint32(d[indirectBufTotalLen:], f.TotalLen)
 	for i := range f.Descs {
-		_, _ = DirectBuf(d[indirectBufDescs+i*DirectBufSize:]).Encode(&f.Descs[i])
+		DirectBuf(d[indirectBufDescs+i*DirectBufSize:]).Encode(&f.Descs[i])
 	}
-	return n, nil
+	return n
 }
 
 // ImmBuf is a view of the SRP-2 immediate data buffer descriptor (struct srp_imm_buf, 4 bytes):
@@ -203,24 +179,14 @@ func (d IndirectBuf) Encode(f *IndirectBufFields) (int, error) {
 // IMMEDIATE DATA OFFSET negotiated at login (not necessarily right after the descriptor).
 type ImmBuf []byte
 
-// Validate checks the length.
-func (d ImmBuf) Validate() error {
-	if len(d) < ImmBufSize {
-		return fmt.Errorf("srp: immediate data descriptor of %d bytes, need %d: %w", len(d), ImmBufSize, ErrShortIU)
-	}
-	return nil
-}
-
 // Len returns the DATA LENGTH.
 func (d ImmBuf) Len() uint32 { return binary.BigEndian.Uint32(d) }
 
-// Encode writes the 4-byte descriptor into d and returns 4.
-func (d ImmBuf) Encode(length uint32) (int, error) {
-	if err := d.Validate(); err != nil {
-		return 0, err
-	}
+// Encode writes the 4-byte descriptor into d and returns ImmBufSize. It panics if d is
+// shorter, as encoding/binary's Put functions do.
+func (d ImmBuf) Encode(length uint32) int {
 	binary.BigEndian.PutUint32(d, length)
-	return ImmBufSize, nil
+	return ImmBufSize
 }
 
 // DataBuf is one direction (data-out or data-in) of an SRP_CMD after Cmd.DataBuffers located
@@ -309,7 +275,7 @@ func (d DataBuf) TableLen() int {
 // receive buffer, which therefore stays busy until the command is done with it.
 func (d DataBuf) ImmediateData() []byte { return d.data }
 
-// DataBufFields is the content of one direction of an SRP_CMD, for Cmd.Encode and ParseCmd.
+// DataBufFields is the content of one direction of an SRP_CMD, for Cmd.Encode and Cmd.Fields.
 type DataBufFields struct {
 	// Format selects which of the fields below are used.
 	Format DescFmt
@@ -365,14 +331,16 @@ func (f *DataBufFields) descLen() (int, error) {
 	return 0, fmt.Errorf("srp: descriptor format %d does not fit a nibble: %w", uint8(f.Format), ErrInvalidField)
 }
 
-// encodeDesc writes f's descriptor at b[0:] (the caller checked the size).
-func (f *DataBufFields) encodeDesc(b []byte) {
+// encodeDesc writes f's descriptor at b[0:] and returns its size (the caller checked it fits
+// with descLen).
+func (f *DataBufFields) encodeDesc(b []byte) int {
 	switch f.Format {
 	case DescDirect:
-		_, _ = DirectBuf(b).Encode(&f.Direct)
+		return DirectBuf(b).Encode(&f.Direct)
 	case DescIndirect:
-		_, _ = IndirectBuf(b).Encode(&f.Indirect)
+		return IndirectBuf(b).Encode(&f.Indirect)
 	case DescImm:
-		_, _ = ImmBuf(b).Encode(uint32(len(f.ImmData)))
+		return ImmBuf(b).Encode(uint32(len(f.ImmData)))
 	}
+	return 0
 }

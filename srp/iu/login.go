@@ -1,4 +1,4 @@
-package srp
+package iu
 
 import (
 	"encoding/binary"
@@ -116,10 +116,8 @@ func (l *loginReqLayout) fields(b []byte) LoginReqFields {
 	return f
 }
 
-func (l *loginReqLayout) encode(b []byte, f *LoginReqFields) (int, error) {
-	if err := checkBuf(b, OpLoginReq, l.size); err != nil {
-		return 0, err
-	}
+func (l *loginReqLayout) encode(b []byte, f *LoginReqFields) int {
+	_ = b[l.size-1] // the one bounds check; panics if b is short
 	for _, r := range l.reserved {
 		clear(b[r[0]:r[1]])
 	}
@@ -131,7 +129,7 @@ func (l *loginReqLayout) encode(b []byte, f *LoginReqFields) (int, error) {
 	binary.BigEndian.PutUint16(b[l.immOff:], f.ImmDataOffset)
 	copy(b[l.initiator:l.initiator+16], f.InitiatorPortID[:])
 	copy(b[l.target:l.target+16], f.TargetPortID[:])
-	return l.size, nil
+	return l.size
 }
 
 // LoginReq is a view of the 64-byte IB CM form of SRP_LOGIN_REQ (struct srp_login_req).
@@ -141,35 +139,12 @@ type LoginReq []byte
 // is padding) and the opcode.
 func (b LoginReq) Validate() error { return loginReqIB.validate(b) }
 
-// Opcode returns byte 0.
-func (b LoginReq) Opcode() Opcode { return Opcode(b[loginReqIB.opcode]) }
-
-// Tag returns the TAG.
-func (b LoginReq) Tag() Tag { return Tag(binary.BigEndian.Uint64(b[loginReqIB.tag:])) }
-
-// ReqITIULen returns the REQUESTED MAXIMUM INITIATOR-TO-TARGET IU LENGTH.
-func (b LoginReq) ReqITIULen() uint32 { return binary.BigEndian.Uint32(b[loginReqIB.itIULen:]) }
-
-// ReqBufFmt returns the REQUIRED BUFFER FORMATS.
-func (b LoginReq) ReqBufFmt() BufFmt { return BufFmt(binary.BigEndian.Uint16(b[loginReqIB.bufFmt:])) }
-
-// ReqFlags returns the REQ FLAGS byte.
-func (b LoginReq) ReqFlags() LoginReqFlags { return LoginReqFlags(b[loginReqIB.flags]) }
-
-// ImmDataOffset returns the SRP-2 IMMEDIATE DATA OFFSET.
-func (b LoginReq) ImmDataOffset() uint16 { return binary.BigEndian.Uint16(b[loginReqIB.immOff:]) }
-
-// InitiatorPortID returns the INITIATOR PORT IDENTIFIER.
-func (b LoginReq) InitiatorPortID() PortID { return PortID(b[loginReqIB.initiator:][:16]) }
-
-// TargetPortID returns the TARGET PORT IDENTIFIER.
-func (b LoginReq) TargetPortID() PortID { return PortID(b[loginReqIB.target:][:16]) }
-
 // Fields returns all fields. Call Validate first.
 func (b LoginReq) Fields() LoginReqFields { return loginReqIB.fields(b) }
 
-// Encode writes the 64-byte IB CM form into b and returns 64.
-func (b LoginReq) Encode(f *LoginReqFields) (int, error) { return loginReqIB.encode(b, f) }
+// Encode writes the 64-byte IB CM form into b and returns LoginReqSize. It panics if b is
+// shorter, as encoding/binary's Put functions do.
+func (b LoginReq) Encode(f *LoginReqFields) int { return loginReqIB.encode(b, f) }
 
 // LoginReqRDMA is a view of the 56-byte RDMA/CM form of SRP_LOGIN_REQ
 // (struct srp_login_req_rdma).
@@ -179,76 +154,31 @@ type LoginReqRDMA []byte
 // byte 11.
 func (b LoginReqRDMA) Validate() error { return loginReqRDMA.validate(b) }
 
-// Opcode returns byte 11.
-func (b LoginReqRDMA) Opcode() Opcode { return Opcode(b[loginReqRDMA.opcode]) }
-
-// Tag returns the TAG.
-func (b LoginReqRDMA) Tag() Tag { return Tag(binary.BigEndian.Uint64(b[loginReqRDMA.tag:])) }
-
-// ReqITIULen returns the REQUESTED MAXIMUM INITIATOR-TO-TARGET IU LENGTH.
-func (b LoginReqRDMA) ReqITIULen() uint32 {
-	return binary.BigEndian.Uint32(b[loginReqRDMA.itIULen:])
-}
-
-// ReqBufFmt returns the REQUIRED BUFFER FORMATS.
-func (b LoginReqRDMA) ReqBufFmt() BufFmt {
-	return BufFmt(binary.BigEndian.Uint16(b[loginReqRDMA.bufFmt:]))
-}
-
-// ReqFlags returns the REQ FLAGS byte.
-func (b LoginReqRDMA) ReqFlags() LoginReqFlags { return LoginReqFlags(b[loginReqRDMA.flags]) }
-
-// ImmDataOffset returns the SRP-2 IMMEDIATE DATA OFFSET.
-func (b LoginReqRDMA) ImmDataOffset() uint16 {
-	return binary.BigEndian.Uint16(b[loginReqRDMA.immOff:])
-}
-
-// InitiatorPortID returns the INITIATOR PORT IDENTIFIER.
-func (b LoginReqRDMA) InitiatorPortID() PortID { return PortID(b[loginReqRDMA.initiator:][:16]) }
-
-// TargetPortID returns the TARGET PORT IDENTIFIER.
-func (b LoginReqRDMA) TargetPortID() PortID { return PortID(b[loginReqRDMA.target:][:16]) }
-
 // Fields returns all fields. Call Validate first.
 func (b LoginReqRDMA) Fields() LoginReqFields { return loginReqRDMA.fields(b) }
 
-// Encode writes the 56-byte RDMA/CM form into b and returns 56.
-func (b LoginReqRDMA) Encode(f *LoginReqFields) (int, error) { return loginReqRDMA.encode(b, f) }
+// Encode writes the 56-byte RDMA/CM form into b and returns LoginReqRDMASize. It panics if b
+// is shorter, as encoding/binary's Put functions do.
+func (b LoginReqRDMA) Encode(f *LoginReqFields) int { return loginReqRDMA.encode(b, f) }
 
 // ParseLoginReq decodes the private data of a connection request in either form, telling them
 // apart by length: exactly 56 bytes is the RDMA/CM form (the kernel hands RDMA/CM listeners
 // 92 - 36 = 56 bytes over IB/RoCE, and iWARP carries exactly what the initiator sent); 64 bytes
 // or more is the IB CM form (IB CM REQ private data is 92 bytes, zero-padded). A listener that
-// knows its transport should call ParseLoginReqIB or ParseLoginReqRDMA instead.
+// knows its transport should call Parse[LoginReq] or Parse[LoginReqRDMA] instead.
 func ParseLoginReq(b []byte) (LoginReqFields, error) {
 	switch {
 	case len(b) == LoginReqRDMASize:
-		return ParseLoginReqRDMA(b)
+		return Parse[LoginReqRDMA](b)
 	case len(b) >= LoginReqSize:
-		return ParseLoginReqIB(b)
+		return Parse[LoginReq](b)
 	case len(b) < LoginReqRDMASize:
 		return LoginReqFields{}, fmt.Errorf("srp: SRP_LOGIN_REQ of %d bytes, need %d or %d: %w",
-			len(b), LoginReqRDMASize, LoginReqSize, ErrShortIU)
+			len(b), LoginReqRDMASize, LoginReqSize, ErrShort)
 	default:
 		return LoginReqFields{}, fmt.Errorf("srp: SRP_LOGIN_REQ of %d bytes matches neither the %d-byte RDMA/CM nor the %d-byte IB CM form: %w",
 			len(b), LoginReqRDMASize, LoginReqSize, ErrInconsistent)
 	}
-}
-
-// ParseLoginReqIB decodes the 64-byte IB CM form (bytes after the 64th are ignored).
-func ParseLoginReqIB(b []byte) (LoginReqFields, error) {
-	if err := LoginReq(b).Validate(); err != nil {
-		return LoginReqFields{}, err
-	}
-	return LoginReq(b).Fields(), nil
-}
-
-// ParseLoginReqRDMA decodes the 56-byte RDMA/CM form (bytes after the 56th are ignored).
-func ParseLoginReqRDMA(b []byte) (LoginReqFields, error) {
-	if err := LoginReqRDMA(b).Validate(); err != nil {
-		return LoginReqFields{}, err
-	}
-	return LoginReqRDMA(b).Fields(), nil
 }
 
 // SRP_LOGIN_RSP (struct srp_login_rsp, 52 bytes) is the private data of the CM REP:
@@ -316,9 +246,6 @@ type LoginRsp []byte
 // Validate checks length and opcode.
 func (b LoginRsp) Validate() error { return checkIU(b, OpLoginRsp, loginRspOpcode, LoginRspSize) }
 
-// Opcode returns byte 0.
-func (b LoginRsp) Opcode() Opcode { return Opcode(b[loginRspOpcode]) }
-
 // ReqLimDelta returns the REQUEST LIMIT DELTA.
 func (b LoginRsp) ReqLimDelta() uint32 { return binary.BigEndian.Uint32(b[loginRspReqLimDelta:]) }
 
@@ -349,11 +276,10 @@ func (b LoginRsp) Fields() LoginRspFields {
 	}
 }
 
-// Encode writes the 52-byte SRP_LOGIN_RSP into b and returns 52.
-func (b LoginRsp) Encode(f *LoginRspFields) (int, error) {
-	if err := checkBuf(b, OpLoginRsp, LoginRspSize); err != nil {
-		return 0, err
-	}
+// Encode writes the 52-byte SRP_LOGIN_RSP into b and returns LoginRspSize. It panics if b is
+// shorter, as encoding/binary's Put functions do.
+func (b LoginRsp) Encode(f *LoginRspFields) int {
+	_ = b[LoginRspSize-1] // the one bounds check; panics if b is short
 	b[loginRspOpcode] = byte(OpLoginRsp)
 	clear(b[loginRspOpcode+1 : loginRspReqLimDelta])
 	binary.BigEndian.PutUint32(b[loginRspReqLimDelta:], f.ReqLimDelta)
@@ -363,15 +289,7 @@ func (b LoginRsp) Encode(f *LoginRspFields) (int, error) {
 	binary.BigEndian.PutUint16(b[loginRspBufFmt:], uint16(f.SupBufFmt))
 	b[loginRspFlags] = byte(f.RspFlags)
 	clear(b[loginRspReserved2:LoginRspSize])
-	return LoginRspSize, nil
-}
-
-// ParseLoginRsp validates and decodes an SRP_LOGIN_RSP.
-func ParseLoginRsp(b []byte) (LoginRspFields, error) {
-	if err := LoginRsp(b).Validate(); err != nil {
-		return LoginRspFields{}, err
-	}
-	return LoginRsp(b).Fields(), nil
+	return LoginRspSize
 }
 
 // SRP_LOGIN_REJ (struct srp_login_rej, 32 bytes) is the private data of the CM REJ (reason 28,
@@ -462,9 +380,6 @@ type LoginRej []byte
 // Validate checks length and opcode.
 func (b LoginRej) Validate() error { return checkIU(b, OpLoginRej, loginRejOpcode, LoginRejSize) }
 
-// Opcode returns byte 0.
-func (b LoginRej) Opcode() Opcode { return Opcode(b[loginRejOpcode]) }
-
 // Reason returns the REASON.
 func (b LoginRej) Reason() LoginRejReason {
 	return LoginRejReason(binary.BigEndian.Uint32(b[loginRejReason:]))
@@ -481,11 +396,10 @@ func (b LoginRej) Fields() LoginRejFields {
 	return LoginRejFields{Reason: b.Reason(), Tag: b.Tag(), SupBufFmt: b.SupBufFmt()}
 }
 
-// Encode writes the 32-byte SRP_LOGIN_REJ into b and returns 32.
-func (b LoginRej) Encode(f *LoginRejFields) (int, error) {
-	if err := checkBuf(b, OpLoginRej, LoginRejSize); err != nil {
-		return 0, err
-	}
+// Encode writes the 32-byte SRP_LOGIN_REJ into b and returns LoginRejSize. It panics if b is
+// shorter, as encoding/binary's Put functions do.
+func (b LoginRej) Encode(f *LoginRejFields) int {
+	_ = b[LoginRejSize-1] // the one bounds check; panics if b is short
 	b[loginRejOpcode] = byte(OpLoginRej)
 	clear(b[loginRejOpcode+1 : loginRejReason])
 	binary.BigEndian.PutUint32(b[loginRejReason:], uint32(f.Reason))
@@ -493,13 +407,5 @@ func (b LoginRej) Encode(f *LoginRejFields) (int, error) {
 	clear(b[loginRejReserved2:loginRejBufFmt])
 	binary.BigEndian.PutUint16(b[loginRejBufFmt:], uint16(f.SupBufFmt))
 	clear(b[loginRejReserved3:LoginRejSize])
-	return LoginRejSize, nil
-}
-
-// ParseLoginRej validates and decodes an SRP_LOGIN_REJ.
-func ParseLoginRej(b []byte) (LoginRejFields, error) {
-	if err := LoginRej(b).Validate(); err != nil {
-		return LoginRejFields{}, err
-	}
-	return LoginRej(b).Fields(), nil
+	return LoginRejSize
 }

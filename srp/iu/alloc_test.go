@@ -1,23 +1,23 @@
-package srp_test
+package iu_test
 
 import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // walkCmd is what the data path does per received SRP_CMD: locate and check the descriptors,
 // then visit every direct descriptor (to post RDMA READs / WRITEs) or the immediate data.
 func walkCmd(b []byte, immOff uint16) (sum uint64, err error) {
-	c := srp.Cmd(b)
+	c := iu.Cmd(b)
 	out, in, err := c.DataBuffers(immOff)
 	if err != nil {
 		return 0, err
 	}
 	sum += uint64(c.Tag()) + c.LUN() + uint64(c.CDB()[0])
-	for _, d := range [2]srp.DataBuf{out, in} {
+	for _, d := range [2]iu.DataBuf{out, in} {
 		for i := 0; i < d.NumDescriptors(); i++ {
 			desc := d.DescriptorAt(i)
 			sum += desc.VA() + uint64(desc.Key()) + uint64(desc.Len())
@@ -56,15 +56,18 @@ func TestDataPathAllocatesNothing(t *testing.T) {
 	sense[0], sense[2], sense[7], sense[12] = 0x70, 0x05, 10, 0x24
 	allocs = testing.AllocsPerRun(100, func() {
 		// SCSI response with sense data and a residual.
-		f := srp.RspFields{ReqLimDelta: 1, Tag: 42, Flags: srp.DIUNDER, Status: 0x02, DataInResCnt: 512, SenseData: sense}
-		n, _ := srp.Rsp(sendBuf).Encode(&f)
+		f := iu.RspFields{ReqLimDelta: 1, Tag: 42, Flags: iu.DIUNDER, Status: 0x02, DataInResCnt: 512, SenseData: sense}
+		n, err := iu.Rsp(sendBuf).Encode(&f)
+		if err != nil {
+			panic(err)
+		}
 		sink += uint64(n)
 		// Task management response.
-		rd := srp.TskMgmtFuncNotSupp.ResponseData()
-		f = srp.RspFields{ReqLimDelta: 1, Tag: 43, RespData: rd[:]}
-		n, _ = srp.Rsp(sendBuf).Encode(&f)
-		sink += uint64(n)
+		sink += uint64(iu.Rsp(sendBuf).EncodeTskMgmt(43, 1, iu.TskMgmtFuncNotSupp))
+		// Control IUs of the send path.
+		sink += uint64(iu.TLogout(sendBuf).Encode(&iu.TLogoutFields{Reason: iu.TLogoutInvalidIULength}))
+		sink += uint64(iu.CredReq(sendBuf).Encode(&iu.CredReqFields{ReqLimDelta: 2, Tag: 44}))
 	})
-	require.Zero(t, allocs, "SRP_RSP encoding allocated")
+	require.Zero(t, allocs, "encoding SRP_RSP, SRP_T_LOGOUT or SRP_CRED_REQ allocated")
 	require.NotZero(t, sink)
 }

@@ -1,4 +1,4 @@
-package srp_test
+package iu_test
 
 import (
 	"bytes"
@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // Reserved byte ranges [start, end) per IU, from the struct definitions in
@@ -51,71 +51,64 @@ func reencode[F any](t *testing.T, in []byte, n int, reserved [][2]int, f F,
 	require.Equal(t, f, f2)
 }
 
-func encLoginReqIB(b []byte, f *srp.LoginReqFields) (int, error) { return srp.LoginReq(b).Encode(f) }
-func encLoginReqRDMA(b []byte, f *srp.LoginReqFields) (int, error) {
-	return srp.LoginReqRDMA(b).Encode(f)
-}
-
 func FuzzLoginReq(f *testing.F) {
 	f.Add(linuxRDMACMLogin(0x80))
 	f.Add(linuxRDMACMLogin(0x81))
 	ib := make([]byte, 92)
 	fields := testLoginReqFields()
-	_, _ = srp.LoginReq(ib).Encode(&fields)
+	iu.LoginReq(ib).Encode(&fields)
 	f.Add(ib)
 	f.Add(ib[:64])
 	f.Add(make([]byte, 60))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		// The generic decoder, checked against the explicit ones.
-		got, err := srp.ParseLoginReq(b)
+		got, err := iu.ParseLoginReq(b)
 		if err == nil {
-			var want srp.LoginReqFields
+			var want iu.LoginReqFields
 			var werr error
-			if len(b) == srp.LoginReqRDMASize {
-				want, werr = srp.ParseLoginReqRDMA(b)
+			if len(b) == iu.LoginReqRDMASize {
+				want, werr = iu.Parse[iu.LoginReqRDMA](b)
 			} else {
-				want, werr = srp.ParseLoginReqIB(b)
+				want, werr = iu.Parse[iu.LoginReq](b)
 			}
 			require.NoError(t, werr)
 			require.Equal(t, want, got)
 			// Both forms carry the same logical fields.
-			for _, enc := range []func([]byte, *srp.LoginReqFields) (int, error){encLoginReqIB, encLoginReqRDMA} {
+			for _, enc := range []func([]byte, *iu.LoginReqFields) (int, error){
+				encFixed[iu.LoginReq], encFixed[iu.LoginReqRDMA],
+			} {
 				buf := make([]byte, 64)
 				n, err := enc(buf, &got)
 				require.NoError(t, err)
-				again, err := srp.ParseLoginReq(buf[:n])
+				again, err := iu.ParseLoginReq(buf[:n])
 				require.NoError(t, err)
 				require.Equal(t, got, again)
 			}
 		}
-		fixedOp(t, b, srp.OpLoginReq, 0, srp.LoginReqSize, rsvLoginReqIB, encLoginReqIB, srp.ParseLoginReqIB)
-		fixedOp(t, b, srp.OpLoginReq, 11, srp.LoginReqRDMASize, rsvLoginReqRDMA, encLoginReqRDMA, srp.ParseLoginReqRDMA)
+		fixedOp[iu.LoginReq](t, b, iu.OpLoginReq, 0, iu.LoginReqSize, rsvLoginReqIB)
+		fixedOp[iu.LoginReqRDMA](t, b, iu.OpLoginReq, 11, iu.LoginReqRDMASize, rsvLoginReqRDMA)
 	})
 }
 
 func FuzzLoginRspRej(f *testing.F) {
-	rsp := make([]byte, srp.LoginRspSize)
-	_, _ = srp.LoginRsp(rsp).Encode(&srp.LoginRspFields{ReqLimDelta: 64, MaxITIULen: 8276, MaxTIIULen: 8260, SupBufFmt: 6, RspFlags: 0x81})
+	rsp := make([]byte, iu.LoginRspSize)
+	iu.LoginRsp(rsp).Encode(&iu.LoginRspFields{ReqLimDelta: 64, MaxITIULen: 8276, MaxTIIULen: 8260, SupBufFmt: 6, RspFlags: 0x81})
 	f.Add(rsp)
-	rej := make([]byte, srp.LoginRejSize)
-	_, _ = srp.LoginRej(rej).Encode(&srp.LoginRejFields{Reason: srp.LoginRejChannelLimitReached, SupBufFmt: 6})
+	rej := make([]byte, iu.LoginRejSize)
+	iu.LoginRej(rej).Encode(&iu.LoginRejFields{Reason: iu.LoginRejChannelLimitReached, SupBufFmt: 6})
 	f.Add(rej)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		fixedOp(t, b, srp.OpLoginRsp, 0, srp.LoginRspSize, rsvLoginRsp,
-			func(b []byte, f *srp.LoginRspFields) (int, error) { return srp.LoginRsp(b).Encode(f) }, srp.ParseLoginRsp)
-		fixedOp(t, b, srp.OpLoginRej, 0, srp.LoginRejSize, rsvLoginRej,
-			func(b []byte, f *srp.LoginRejFields) (int, error) { return srp.LoginRej(b).Encode(f) }, srp.ParseLoginRej)
+		fixedOp[iu.LoginRsp](t, b, iu.OpLoginRsp, 0, iu.LoginRspSize, rsvLoginRsp)
+		fixedOp[iu.LoginRej](t, b, iu.OpLoginRej, 0, iu.LoginRejSize, rsvLoginRej)
 	})
 }
 
-// fixedOp runs decode on b for a fixed-size IU with opcode op at byte opAt. The decoder must
+// fixedOp decodes b as the fixed-size IU V with opcode op at byte opAt. The decoder must
 // accept exactly the inputs of at least size bytes with the right opcode, and what it accepts
 // must re-encode to the same bytes.
-func fixedOp[F any](t *testing.T, b []byte, op srp.Opcode, opAt, size int, reserved [][2]int,
-	encode func([]byte, *F) (int, error), decode func([]byte) (F, error),
-) {
+func fixedOp[V fixedIU[F], F any](t *testing.T, b []byte, op iu.Opcode, opAt, size int, reserved [][2]int) {
 	t.Helper()
-	f, err := decode(b)
+	f, err := iu.Parse[V](b)
 	if err != nil {
 		if len(b) >= size {
 			require.NotEqual(t, byte(op), b[opAt], "rejected a full-size IU with the right opcode: %v", err)
@@ -124,90 +117,88 @@ func fixedOp[F any](t *testing.T, b []byte, op srp.Opcode, opAt, size int, reser
 	}
 	require.GreaterOrEqual(t, len(b), size)
 	require.Equal(t, byte(op), b[opAt])
-	reencode(t, b, size, reserved, f, encode, decode)
+	reencode(t, b, size, reserved, f, encFixed[V, F], iu.Parse[V, F])
 }
 
 func FuzzTskMgmt(f *testing.F) {
-	b := make([]byte, srp.TskMgmtSize)
-	_, _ = srp.TskMgmt(b).Encode(&srp.TskMgmtFields{Tag: 1 << 31, LUN: 1 << 48, Func: srp.TskLUNReset, TaskTag: 0xffffffff})
+	b := make([]byte, iu.TskMgmtSize)
+	iu.TskMgmt(b).Encode(&iu.TskMgmtFields{Tag: 1 << 31, LUN: 1 << 48, Func: iu.TskLUNReset, TaskTag: 0xffffffff})
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		fixedOp(t, b, srp.OpTskMgmt, 0, srp.TskMgmtSize, rsvTskMgmt,
-			func(b []byte, f *srp.TskMgmtFields) (int, error) { return srp.TskMgmt(b).Encode(f) }, srp.ParseTskMgmt)
+		fixedOp[iu.TskMgmt](t, b, iu.OpTskMgmt, 0, iu.TskMgmtSize, rsvTskMgmt)
 	})
 }
 
 func FuzzLogout(f *testing.F) {
 	b := make([]byte, 16)
-	_, _ = srp.ILogout(b).Encode(&srp.ILogoutFields{Tag: 7})
+	iu.ILogout(b).Encode(&iu.ILogoutFields{Tag: 7})
 	f.Add(b)
 	b = make([]byte, 16)
-	_, _ = srp.TLogout(b).Encode(&srp.TLogoutFields{SolNot: 1, Reason: srp.TLogoutInvalidIULength, Tag: 7})
+	iu.TLogout(b).Encode(&iu.TLogoutFields{SolNot: 1, Reason: iu.TLogoutInvalidIULength, Tag: 7})
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		fixedOp(t, b, srp.OpILogout, 0, srp.ILogoutSize, rsvOpTag,
-			func(b []byte, f *srp.ILogoutFields) (int, error) { return srp.ILogout(b).Encode(f) }, srp.ParseILogout)
-		fixedOp(t, b, srp.OpTLogout, 0, srp.TLogoutSize, rsvTLogout,
-			func(b []byte, f *srp.TLogoutFields) (int, error) { return srp.TLogout(b).Encode(f) }, srp.ParseTLogout)
+		fixedOp[iu.ILogout](t, b, iu.OpILogout, 0, iu.ILogoutSize, rsvOpTag)
+		fixedOp[iu.TLogout](t, b, iu.OpTLogout, 0, iu.TLogoutSize, rsvTLogout)
 	})
 }
 
 func FuzzCredAer(f *testing.F) {
 	for _, enc := range []func(b []byte) (int, error){
-		func(b []byte) (int, error) { return srp.CredReq(b).Encode(&srp.CredReqFields{ReqLimDelta: 5, Tag: 9}) },
-		func(b []byte) (int, error) { return srp.CredRsp(b).Encode(&srp.CredRspFields{Tag: 9}) },
 		func(b []byte) (int, error) {
-			return srp.AerReq(b).Encode(&srp.AerReqFields{ReqLimDelta: 1, Tag: 9, LUN: 1 << 48, SenseData: []byte{0x70, 0, 6, 0}})
+			return iu.CredReq(b).Encode(&iu.CredReqFields{ReqLimDelta: 5, Tag: 9}), nil
 		},
-		func(b []byte) (int, error) { return srp.AerRsp(b).Encode(&srp.AerRspFields{Tag: 9}) },
+		func(b []byte) (int, error) { return iu.CredRsp(b).Encode(&iu.CredRspFields{Tag: 9}), nil },
+		func(b []byte) (int, error) {
+			return iu.AerReq(b).Encode(&iu.AerReqFields{ReqLimDelta: 1, Tag: 9, LUN: 1 << 48, SenseData: []byte{0x70, 0, 6, 0}})
+		},
+		func(b []byte) (int, error) { return iu.AerRsp(b).Encode(&iu.AerRspFields{Tag: 9}), nil },
 	} {
 		b := make([]byte, 64)
-		n, _ := enc(b)
+		n, err := enc(b)
+		if err != nil {
+			f.Fatal(err)
+		}
 		f.Add(b[:n])
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		fixedOp(t, b, srp.OpCredReq, 0, srp.CredReqSize, rsvCredReq,
-			func(b []byte, f *srp.CredReqFields) (int, error) { return srp.CredReq(b).Encode(f) }, srp.ParseCredReq)
-		fixedOp(t, b, srp.OpCredRsp, 0, srp.CredRspSize, rsvOpTag,
-			func(b []byte, f *srp.CredRspFields) (int, error) { return srp.CredRsp(b).Encode(f) }, srp.ParseCredRsp)
-		fixedOp(t, b, srp.OpAerRsp, 0, srp.AerRspSize, rsvOpTag,
-			func(b []byte, f *srp.AerRspFields) (int, error) { return srp.AerRsp(b).Encode(f) }, srp.ParseAerRsp)
+		fixedOp[iu.CredReq](t, b, iu.OpCredReq, 0, iu.CredReqSize, rsvCredReq)
+		fixedOp[iu.CredRsp](t, b, iu.OpCredRsp, 0, iu.CredRspSize, rsvOpTag)
+		fixedOp[iu.AerRsp](t, b, iu.OpAerRsp, 0, iu.AerRspSize, rsvOpTag)
 
-		aer, err := srp.ParseAerReq(b)
+		aer, err := iu.Parse[iu.AerReq](b)
 		if err != nil {
 			return
 		}
-		n := srp.AerReq(b).Len()
+		n := iu.AerReqMinSize + len(aer.SenseData)
 		require.LessOrEqual(t, n, len(b))
-		require.Equal(t, n, srp.AerReqMinSize+len(aer.SenseData))
-		reencode(t, b, n, rsvAerReq, aer,
-			func(b []byte, f *srp.AerReqFields) (int, error) { return srp.AerReq(b).Encode(f) }, srp.ParseAerReq)
+		reencode(t, b, n, rsvAerReq, aer, encVar[iu.AerReq, iu.AerReqFields], iu.Parse[iu.AerReq, iu.AerReqFields])
 	})
 }
 
 func FuzzRsp(f *testing.F) {
-	for _, in := range []srp.RspFields{
+	for _, in := range []iu.RspFields{
 		{ReqLimDelta: 1, Tag: 3},
-		{ReqLimDelta: 1, Tag: 3, Status: 2, Flags: srp.DIUNDER, DataInResCnt: 7, SenseData: []byte{0x70, 0, 5, 0, 0, 0, 0, 10}},
+		{ReqLimDelta: 1, Tag: 3, Status: 2, Flags: iu.DIUNDER, DataInResCnt: 7, SenseData: []byte{0x70, 0, 5, 0, 0, 0, 0, 10}},
 		{ReqLimDelta: 2, Tag: 3, RespData: []byte{0, 0, 0, 4}, SenseData: []byte{0x72, 0, 0, 0}},
 	} {
-		b := make([]byte, srp.RspLen(&in))
-		_, _ = srp.Rsp(b).Encode(&in)
+		b := make([]byte, iu.RspLen(&in))
+		if _, err := iu.Rsp(b).Encode(&in); err != nil {
+			f.Fatal(err)
+		}
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := srp.ParseRsp(b)
+		r, err := iu.Parse[iu.Rsp](b)
 		if err != nil {
 			return
 		}
-		v := srp.Rsp(b)
-		n := v.Len()
+		v := iu.Rsp(b)
+		n := iu.RspLen(&r)
 		require.LessOrEqual(t, n, len(b))
-		require.Equal(t, n, srp.RspLen(&r))
-		require.Equal(t, v.RespDataLen() != 0, r.Flags&srp.RSPVALID != 0)
-		require.Equal(t, v.SenseDataLen() != 0, r.Flags&srp.SNSVALID != 0)
-		reencode(t, b, n, rsvRsp, r,
-			func(b []byte, f *srp.RspFields) (int, error) { return srp.Rsp(b).Encode(f) }, srp.ParseRsp)
+		require.Equal(t, uint64(n), iu.RspMinSize+uint64(v.RespDataLen())+uint64(v.SenseDataLen()))
+		require.Equal(t, v.RespDataLen() != 0, r.Flags&iu.RSPVALID != 0)
+		require.Equal(t, v.SenseDataLen() != 0, r.Flags&iu.SNSVALID != 0)
+		reencode(t, b, n, rsvRsp, r, encVar[iu.Rsp, iu.RspFields], iu.Parse[iu.Rsp, iu.RspFields])
 	})
 }
 
@@ -218,20 +209,20 @@ func FuzzCmd(f *testing.F) {
 	f.Add(cat(cmdHeader(0x02, 0, 3, 0), dd(1, 2, 47), be32(0), make([]byte, 48)), uint16(0))
 	f.Add(cat(cmdHeader(0x30, 0, 0, 0), []byte{0xFF, 0xFF, 0xFF, 0xFF}, make([]byte, 16)), uint16(68))
 	f.Fuzz(func(t *testing.T, b []byte, immOff uint16) {
-		c := srp.Cmd(b)
+		c := iu.Cmd(b)
 		out, in, err := c.DataBuffers(immOff)
 		if err != nil {
-			require.Equal(t, srp.DataBuf{}, out)
-			require.Equal(t, srp.DataBuf{}, in)
-			_, perr := srp.ParseCmd(b, immOff)
+			require.Equal(t, iu.DataBuf{}, out)
+			require.Equal(t, iu.DataBuf{}, in)
+			_, perr := iu.Cmd(b).Fields(immOff)
 			require.Equal(t, err.Error(), perr.Error())
 			return
 		}
 		require.Equal(t, c.DataOutFmt(), out.Format())
 		require.Equal(t, c.DataInFmt(), in.Format())
-		require.NotEqual(t, srp.DescImm, in.Format())
-		descEnd := srp.CmdMinSize + c.AddCDBLen() + len(out.Descriptor()) + len(in.Descriptor())
-		for _, d := range []srp.DataBuf{out, in} {
+		require.NotEqual(t, iu.DescImm, in.Format())
+		descEnd := iu.CmdMinSize + c.AddCDBLen() + len(out.Descriptor()) + len(in.Descriptor())
+		for _, d := range []iu.DataBuf{out, in} {
 			// Walk every descriptor the way the data path does; none may be out of range.
 			var sum uint64
 			for i := 0; i < d.NumDescriptors(); i++ {
@@ -240,41 +231,41 @@ func FuzzCmd(f *testing.F) {
 			require.LessOrEqual(t, d.NumDescriptors(), d.TableLen())
 			require.Equal(t, d.External(), d.TableLen() > d.NumDescriptors())
 			switch d.Format() {
-			case srp.DescDirect:
+			case iu.DescDirect:
 				require.Equal(t, uint64(d.Len()), sum)
-			case srp.DescIndirect:
+			case iu.DescIndirect:
 				require.Zero(t, d.TableDescriptor().Len()%16)
 				if d.External() {
 					require.LessOrEqual(t, sum, uint64(d.Len()))
 				} else {
 					require.Equal(t, uint64(d.Len()), sum)
 				}
-			case srp.DescImm:
+			case iu.DescImm:
 				require.Len(t, d.ImmediateData(), int(d.Len()))
 				require.LessOrEqual(t, descEnd, int(immOff))
 				require.Equal(t, len(b), int(immOff)+int(d.Len()))
 			}
 		}
-		if out.Format() != srp.DescImm {
+		if out.Format() != iu.DescImm {
 			require.Equal(t, len(b), descEnd)
 		}
 
 		// Re-encoding gives back the input with reserved bytes and bits and the padding
 		// before immediate data cleared.
-		fields, err := srp.ParseCmd(b, immOff)
+		fields, err := iu.Cmd(b).Fields(immOff)
 		require.NoError(t, err)
 		want := normalized(b, len(b), rsvCmd)
 		want[29] &= 0x07
 		want[31] &= 0xFC
-		if out.Format() == srp.DescImm {
+		if out.Format() == iu.DescImm {
 			clear(want[descEnd:immOff])
 		}
 		buf := make([]byte, len(b))
-		n, err := srp.Cmd(buf).Encode(&fields)
+		n, err := iu.Cmd(buf).Encode(&fields)
 		require.NoError(t, err)
 		require.Equal(t, len(b), n)
 		require.Equal(t, want, buf)
-		again, err := srp.ParseCmd(buf, immOff)
+		again, err := iu.Cmd(buf).Fields(immOff)
 		require.NoError(t, err)
 		require.Equal(t, fields, again)
 	})

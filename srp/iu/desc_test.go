@@ -1,12 +1,33 @@
-package srp_test
+package iu_test
 
 import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
 )
+
+// descView is the contract of a data buffer descriptor view: it decodes and encodes in place.
+// Descriptors have no Validate of their own: Cmd.DataBuffers checks them within their SRP_CMD.
+type descView[F any] interface {
+	~[]byte
+	Fields() F
+	Encode(*F) int
+}
+
+// checkDescLayout encodes in into a 0xFF-filled buffer 8 bytes larger than want, compares
+// the output with want and checks that nothing past it was written, decodes want back to in,
+// and checks that encoding into a buffer one byte short panics.
+func checkDescLayout[V descView[F], F any](t *testing.T, want []byte, in F) {
+	t.Helper()
+	buf := ffBuf(len(want) + 8)
+	n := V(buf).Encode(&in)
+	require.Equal(t, want, buf[:n], "encoded bytes")
+	require.Equal(t, ffBuf(8), buf[n:], "bytes past the descriptor must be untouched")
+	require.Equal(t, in, V(want).Fields(), "decode(encode(x)) != x")
+	require.Panics(t, func() { V(ffBuf(len(want) - 1)).Encode(&in) }, "encoding into a buffer one byte short")
+}
 
 func TestDirectBufLayout(t *testing.T) {
 	// struct srp_direct_buf: __be64 va, __be32 key, __be32 len.
@@ -15,20 +36,11 @@ func TestDirectBufLayout(t *testing.T) {
 		0x00, 0xab, 0xcd, 0xef, // key
 		0x00, 0x00, 0x10, 0x00, // len
 	}
-	checkLayout(t, want, ddA, -1, encodeDirect, decodeDirect, srp.ErrShortIU)
-	d := srp.DirectBuf(want)
+	checkDescLayout[iu.DirectBuf](t, want, ddA)
+	d := iu.DirectBuf(want)
 	require.Equal(t, uint64(0x00007f0012345000), d.VA())
 	require.Equal(t, uint32(0x00abcdef), d.Key())
 	require.Equal(t, uint32(0x1000), d.Len())
-}
-
-func encodeDirect(b []byte, f *srp.DirectBufFields) (int, error) { return srp.DirectBuf(b).Encode(f) }
-
-func decodeDirect(b []byte) (srp.DirectBufFields, error) {
-	if err := srp.DirectBuf(b).Validate(); err != nil {
-		return srp.DirectBufFields{}, err
-	}
-	return srp.DirectBuf(b).Fields(), nil
 }
 
 func TestIndirectBufLayout(t *testing.T) {
@@ -40,18 +52,11 @@ func TestIndirectBufLayout(t *testing.T) {
 		[]byte{0x00, 0x00, 0x7f, 0x00, 0x12, 0x34, 0x50, 0x00, 0x00, 0xab, 0xcd, 0xef, 0x00, 0x00, 0x10, 0x00},
 		[]byte{0x00, 0x00, 0x7f, 0x00, 0x12, 0x34, 0x60, 0x00, 0x00, 0xab, 0xcd, 0xf0, 0x00, 0x00, 0x20, 0x00},
 	)
-	in := srp.IndirectBufFields{Table: ddT(32), TotalLen: 0x3000, Descs: []srp.DirectBufFields{ddA, ddB}}
-	require.Equal(t, len(want), srp.IndirectBufLen(&in))
-	checkLayout(t, want, in, -1,
-		func(b []byte, f *srp.IndirectBufFields) (int, error) { return srp.IndirectBuf(b).Encode(f) },
-		func(b []byte) (srp.IndirectBufFields, error) {
-			if err := srp.IndirectBuf(b).Validate(); err != nil {
-				return srp.IndirectBufFields{}, err
-			}
-			return srp.IndirectBuf(b).Fields(), nil
-		}, srp.ErrInconsistent)
+	in := iu.IndirectBufFields{Table: ddT(32), TotalLen: 0x3000, Descs: []iu.DirectBufFields{ddA, ddB}}
+	require.Equal(t, len(want), iu.IndirectBufLen(&in))
+	checkDescLayout[iu.IndirectBuf](t, want, in)
 
-	v := srp.IndirectBuf(want)
+	v := iu.IndirectBuf(want)
 	require.Equal(t, 2, v.NumDescs())
 	require.Equal(t, ddT(32), v.Table().Fields())
 	require.Equal(t, uint32(0x3000), v.TotalLen())
@@ -60,50 +65,38 @@ func TestIndirectBufLayout(t *testing.T) {
 	require.Panics(t, func() { v.DescAt(-1) })
 
 	// A header without a list decodes to nil Descs.
-	f := srp.IndirectBuf(want[:20]).Fields()
+	f := iu.IndirectBuf(want[:20]).Fields()
 	require.Nil(t, f.Descs)
-	require.ErrorIs(t, srp.IndirectBuf(want[:19]).Validate(), srp.ErrShortIU)
 }
 
 func TestImmBufLayout(t *testing.T) {
 	// struct srp_imm_buf: __be32 len.
 	b := ffBuf(6)
-	n, err := srp.ImmBuf(b).Encode(8192)
-	require.NoError(t, err)
-	require.Equal(t, 4, n)
+	require.Equal(t, 4, iu.ImmBuf(b).Encode(8192))
 	require.Equal(t, []byte{0x00, 0x00, 0x20, 0x00, 0xFF, 0xFF}, b)
-	require.Equal(t, uint32(8192), srp.ImmBuf(b).Len())
-	_, err = srp.ImmBuf(b[:3]).Encode(1)
-	require.ErrorIs(t, err, srp.ErrShortIU)
-	require.ErrorIs(t, srp.ImmBuf(b[:3]).Validate(), srp.ErrShortIU)
+	require.Equal(t, uint32(8192), iu.ImmBuf(b).Len())
+	require.Panics(t, func() { iu.ImmBuf(b[:3]).Encode(1) })
 }
 
 func TestDescFmtValues(t *testing.T) {
 	// SRP_NO_DATA_DESC, SRP_DATA_DESC_DIRECT, SRP_DATA_DESC_INDIRECT, SRP_DATA_DESC_IMM;
 	// SRP_BUF_FORMAT_DIRECT / _INDIRECT.
-	for _, tc := range []struct {
-		f    srp.DescFmt
-		val  uint8
-		name string
-	}{
-		{srp.DescNone, 0, "none"},
-		{srp.DescDirect, 1, "direct"},
-		{srp.DescIndirect, 2, "indirect"},
-		{srp.DescImm, 3, "immediate"},
+	checkNames(t, []named[iu.DescFmt]{
+		{iu.DescNone, 0, "none"},
+		{iu.DescDirect, 1, "direct"},
+		{iu.DescIndirect, 2, "indirect"},
+		{iu.DescImm, 3, "immediate"},
 		{7, 7, "reserved descriptor format 7"},
-	} {
-		require.Equal(t, tc.val, uint8(tc.f))
-		require.Equal(t, tc.name, tc.f.String())
-	}
-	require.Equal(t, srp.BufFmt(0x0002), srp.BufFormatDirect)
-	require.Equal(t, srp.BufFmt(0x0004), srp.BufFormatIndirect)
+	})
+	require.Equal(t, iu.BufFmt(0x0002), iu.BufFormatDirect)
+	require.Equal(t, iu.BufFmt(0x0004), iu.BufFormatIndirect)
 }
 
 func TestDataBufDescriptorAtBounds(t *testing.T) {
-	var d srp.DataBuf
+	var d iu.DataBuf
 	require.Panics(t, func() { d.DescriptorAt(0) })
 	b := cat(cmdHeader(0x10, 0, 0, 0), dd(1, 2, 3))
-	out, _, err := srp.Cmd(b).DataBuffers(0)
+	out, _, err := iu.Cmd(b).DataBuffers(0)
 	require.NoError(t, err)
 	require.NotPanics(t, func() { out.DescriptorAt(0) })
 	require.Panics(t, func() { out.DescriptorAt(1) })

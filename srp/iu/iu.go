@@ -1,21 +1,4 @@
-// Package srp implements the SCSI RDMA Protocol (SRP) target side: information units (IUs),
-// login, RDMA channels and sessions.
-//
-// The iu*.go and desc*.go files hold the wire formats. Every IU is a typed view over the bytes
-// that arrived (or will be sent), in the style of gVisor's pkg/tcpip/header: `type Cmd []byte`
-// with accessor methods that read fields in place with encoding/binary.BigEndian. Views never
-// copy and never allocate, because the data path parses one SRP_CMD and builds one SRP_RSP per
-// SCSI command straight in registered receive and send buffers.
-//
-// Accessors do not check bounds: call Validate (or, for SRP_CMD, DataBuffers) first; those
-// checks return an error on short or inconsistent input and never panic. Encoders take a
-// ...Fields struct, write the whole IU (reserved bytes as zero) into a caller-supplied buffer,
-// and return the number of bytes written; they never write past that length.
-//
-// Layouts follow the Linux kernel's include/scsi/srp.h (T10 SRP r16a plus the SRP-2 immediate
-// data additions), cross-checked against the Linux initiator (drivers/infiniband/ulp/srp), the
-// LIO and SCST targets (srpt) and illumos' COMSTAR srpt. All multi-byte numbers are big-endian.
-package srp
+package iu
 
 import (
 	"encoding/binary"
@@ -75,16 +58,6 @@ func (o Opcode) String() string {
 	return fmt.Sprintf("SRP opcode %#02x", uint8(o))
 }
 
-// PeekOpcode returns byte 0 of an IU received with an RDMA SEND, so that the receive path can
-// dispatch to the right view before validating it. It is not meant for the login request,
-// whose RDMA/CM form carries the opcode at byte 11.
-func PeekOpcode(b []byte) (Opcode, error) {
-	if len(b) == 0 {
-		return 0, fmt.Errorf("srp: empty IU: %w", ErrShortIU)
-	}
-	return Opcode(b[0]), nil
-}
-
 // IU sizes in bytes (fixed sizes, or the fixed part of variable-length IUs), from the
 // compile-time size checks in ib_srp.c and the struct definitions in include/scsi/srp.h.
 const (
@@ -106,8 +79,9 @@ const (
 // Errors returned by the decoders and encoders, always wrapped with context (test them with
 // errors.Is).
 var (
-	// ErrShortIU: the IU (or the buffer given to an encoder) is shorter than its layout needs.
-	ErrShortIU = errors.New("srp: IU too short")
+	// ErrShort: the IU (or the buffer given to a variable-size encoder) is shorter than its
+	// layout needs.
+	ErrShort = errors.New("srp: IU too short")
 	// ErrOpcode: byte 0 (byte 11 of the RDMA/CM login) is not the opcode of the expected IU.
 	ErrOpcode = errors.New("srp: unexpected opcode")
 	// ErrInconsistent: length fields, descriptor counts or flags disagree with each other or with
@@ -164,10 +138,48 @@ const (
 	UCSOLNT uint8 = 1 << 2
 )
 
+// View is the decoding half of the contract every IU view meets: a []byte that validates
+// untrusted input and decodes into its Fields struct F. SRP_CMD is the exception: its Fields
+// needs the immediate data offset granted at login.
+type View[F any] interface {
+	~[]byte
+	Validate() error
+	Fields() F
+}
+
+// The views that meet View, checked at compile time by instantiating Parse with each.
+var (
+	_ = Parse[LoginReq]
+	_ = Parse[LoginReqRDMA]
+	_ = Parse[LoginRsp]
+	_ = Parse[LoginRej]
+	_ = Parse[TskMgmt]
+	_ = Parse[Rsp]
+	_ = Parse[ILogout]
+	_ = Parse[TLogout]
+	_ = Parse[CredReq]
+	_ = Parse[CredRsp]
+	_ = Parse[AerReq]
+	_ = Parse[AerRsp]
+)
+
+// Parse validates b as the IU V and decodes it: iu.Parse[iu.TLogout](b). Variable parts of
+// the fields (sense data) are copies, so the result outlives b. SRP_CMD, whose decoding needs
+// the immediate data offset of its login, is decoded with Cmd.Fields; the login request, whose
+// form depends on the transport, with ParseLoginReq or Parse[LoginReq] / Parse[LoginReqRDMA].
+func Parse[V View[F], F any](b []byte) (F, error) {
+	v := V(b)
+	if err := v.Validate(); err != nil {
+		var zero F
+		return zero, err
+	}
+	return v.Fields(), nil
+}
+
 // checkIU is the common length and opcode check of every decoder.
 func checkIU(b []byte, op Opcode, opAt, size int) error {
 	if len(b) < size {
-		return fmt.Errorf("srp: %v of %d bytes, need %d: %w", op, len(b), size, ErrShortIU)
+		return fmt.Errorf("srp: %v of %d bytes, need %d: %w", op, len(b), size, ErrShort)
 	}
 	if got := Opcode(b[opAt]); got != op {
 		return fmt.Errorf("srp: opcode %v where %v expected: %w", got, op, ErrOpcode)
@@ -178,7 +190,7 @@ func checkIU(b []byte, op Opcode, opAt, size int) error {
 // checkBuf is the common output-buffer check of every encoder.
 func checkBuf(b []byte, op Opcode, size int) error {
 	if len(b) < size {
-		return fmt.Errorf("srp: encoding %v needs %d bytes, buffer has %d: %w", op, size, len(b), ErrShortIU)
+		return fmt.Errorf("srp: encoding %v needs %d bytes, buffer has %d: %w", op, size, len(b), ErrShort)
 	}
 	return nil
 }
