@@ -69,29 +69,39 @@ func (a *aclAuthorizer) match(id string, src netip.Addr) *aclEntry {
 	return nil
 }
 
+// newACLCheck parses acl-check's initiator and source and starts the answer, the same whether
+// the daemon or a configuration file (from) answers it.
+func newACLCheck(from, initiator, source string) (*aclCheckResult, netip.Addr, error) {
+	id, err := parseInitiator(initiator)
+	if err != nil {
+		return nil, netip.Addr{}, err
+	}
+	src, err := parseSource(source)
+	if err != nil {
+		return nil, netip.Addr{}, err
+	}
+	res := &aclCheckResult{From: from, Initiator: id.String(), LUNs: []lunRef{}}
+	if src.IsValid() {
+		res.Source = src.String()
+	}
+	return res, src, nil
+}
+
 // aclCheck answers which ACL of the running configuration admits the initiator and which
 // LUNs it sees.
 func (d *daemon) aclCheck(initiator, source string) (*aclCheckResult, error) {
-	id, err := parseInitiator(initiator)
-	if err != nil {
-		return nil, err
-	}
-	src, err := parseSource(source)
+	res, src, err := newACLCheck("daemon", initiator, source)
 	if err != nil {
 		return nil, err
 	}
 	d.mu.Lock()
 	auth := d.auth
 	d.mu.Unlock()
-	res := &aclCheckResult{From: "daemon", Initiator: id.String(), LUNs: []lunRef{}}
-	if src.IsValid() {
-		res.Source = src.String()
-	}
-	if e := auth.match(id.String(), src); e != nil {
+	if e := auth.match(res.Initiator, src); e != nil {
 		res.ACL = e.describe()
 		res.LUNs = lunRefs(e.lunMap)
 	} else {
-		res.Refusal = auth.refusal(id.String(), src)
+		res.Refusal = auth.refusal(res.Initiator, src)
 	}
 	return res, nil
 }
@@ -99,11 +109,7 @@ func (d *daemon) aclCheck(initiator, source string) (*aclCheckResult, error) {
 // aclCheckFile answers acl-check from a configuration file, without a daemon: the same
 // matching, on the ACLs as written (LUN read_only flags included).
 func aclCheckFile(file, initiator, source string) (*aclCheckResult, error) {
-	id, err := parseInitiator(initiator)
-	if err != nil {
-		return nil, err
-	}
-	src, err := parseSource(source)
+	res, src, err := newACLCheck(file, initiator, source)
 	if err != nil {
 		return nil, err
 	}
@@ -125,18 +131,14 @@ func aclCheckFile(file, initiator, source string) (*aclCheckResult, error) {
 		}
 		a.acls = append(a.acls, e)
 	}
-	res := &aclCheckResult{From: file, Initiator: id.String(), LUNs: []lunRef{}}
-	if src.IsValid() {
-		res.Source = src.String()
-	}
-	if e := a.match(id.String(), src); e != nil {
+	if e := a.match(res.Initiator, src); e != nil {
 		res.ACL = e.describe()
 		for _, n := range e.cfg.LUNs {
 			res.LUNs = append(res.LUNs, lunRef{LUN: n, ReadOnly: e.cfg.ReadOnly || roLUN[n]})
 		}
 		slices.SortFunc(res.LUNs, func(a, b lunRef) int { return a.LUN - b.LUN })
 	} else {
-		res.Refusal = a.refusal(id.String(), src)
+		res.Refusal = a.refusal(res.Initiator, src)
 	}
 	return res, nil
 }
