@@ -16,7 +16,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
 
@@ -558,23 +557,4 @@ func TestValidateDiff(t *testing.T) {
 	require.Contains(t, errOut, "the target identity cannot change while running")
 	require.Contains(t, errOut, "the running daemon would refuse it: 1 error")
 	require.NoError(t, e.stop(syscall.SIGTERM))
-}
-
-func TestPortGroupChanges(t *testing.T) {
-	old := []scsi.PortGroup{
-		{ID: 1, State: scsi.ActiveOptimized, Preferred: true, Ports: []uint16{1}},
-		{ID: 2, State: scsi.Standby, Ports: []uint16{2, 3}},
-		{ID: 4, State: scsi.Unavailable, Ports: []uint16{4}},
-	}
-	new := []scsi.PortGroup{
-		{ID: 3, State: scsi.Transitioning, Ports: []uint16{4}},
-		{ID: 2, State: scsi.ActiveOptimized, Ports: []uint16{2, 3}},
-		{ID: 1, State: scsi.ActiveOptimized, Preferred: true, Ports: []uint16{1}},
-	}
-	require.Equal(t, []string{
-		"group 2: standby, ports [2 3] -> active/optimized, ports [2 3]",
-		"group 3: added (transitioning, ports [4])",
-		"group 4: removed (was unavailable, ports [4])",
-	}, portGroupChanges(old, new))
-	require.Equal(t, []string{}, portGroupChanges(old, old))
 }

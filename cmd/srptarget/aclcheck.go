@@ -1,0 +1,144 @@
+package main
+
+// acl-check: which ACL admits an initiator and which LUNs it sees, asked of the running
+// daemon or of a configuration file.
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/srptarget/srptarget/config"
+	"github.com/srptarget/srptarget/srp/iu"
+)
+
+// aclCheckResult answers acl-check.
+type aclCheckResult struct {
+	// From is "daemon" (the running configuration) or the configuration file read locally.
+	From      string  `json:"from"`
+	Initiator string  `json:"initiator"`
+	Source    string  `json:"source,omitempty"`
+	ACL       *aclRef `json:"acl"`
+	// LUNs are what the initiator would see; Refusal what the log would say when none admits it.
+	LUNs    []lunRef `json:"luns"`
+	Refusal string   `json:"refusal,omitempty"`
+}
+
+// parseInitiator reads an initiator port identifier as the log prints it: 0x and 32 hex
+// digits (colons allowed), and returns it in that form.
+func parseInitiator(s string) (iu.PortID, error) {
+	var p iu.PortID
+	h := strings.ReplaceAll(strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X"), ":", "")
+	if len(h) != 32 {
+		return p, fmt.Errorf("initiator %q: want 0x and 32 hex digits, as the log prints it (0x00000000000000000002c90300a0b0c2)", s)
+	}
+	for i := range p {
+		v, err := strconv.ParseUint(h[2*i:2*i+2], 16, 8)
+		if err != nil {
+			return p, fmt.Errorf("initiator %q: want 0x and 32 hex digits: %w", s, err)
+		}
+		p[i] = byte(v)
+	}
+	return p, nil
+}
+
+// parseSource reads --source: an IP address, with or without a port.
+func parseSource(s string) (netip.Addr, error) {
+	if s == "" {
+		return netip.Addr{}, nil
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap().WithZone(""), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("source %q: not an IP address: %w", s, err)
+	}
+	return a.Unmap().WithZone(""), nil
+}
+
+// match returns the first ACL that admits the initiator from src, as Authorize decides.
+func (a *aclAuthorizer) match(id string, src netip.Addr) *aclEntry {
+	for _, e := range a.acls {
+		if e.matches(id, src) {
+			return e
+		}
+	}
+	return nil
+}
+
+// newACLCheck parses acl-check's initiator and source and starts the answer, the same whether
+// the daemon or a configuration file (from) answers it.
+func newACLCheck(from, initiator, source string) (*aclCheckResult, netip.Addr, error) {
+	id, err := parseInitiator(initiator)
+	if err != nil {
+		return nil, netip.Addr{}, err
+	}
+	src, err := parseSource(source)
+	if err != nil {
+		return nil, netip.Addr{}, err
+	}
+	res := &aclCheckResult{From: from, Initiator: id.String(), LUNs: []lunRef{}}
+	if src.IsValid() {
+		res.Source = src.String()
+	}
+	return res, src, nil
+}
+
+// aclCheck answers which ACL of the running configuration admits the initiator and which
+// LUNs it sees.
+func (d *daemon) aclCheck(initiator, source string) (*aclCheckResult, error) {
+	res, src, err := newACLCheck("daemon", initiator, source)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	auth := d.auth
+	d.mu.Unlock()
+	if e := auth.match(res.Initiator, src); e != nil {
+		res.ACL = e.describe()
+		res.LUNs = lunRefs(e.lunMap)
+	} else {
+		res.Refusal = auth.refusal(res.Initiator, src)
+	}
+	return res, nil
+}
+
+// aclCheckFile answers acl-check from a configuration file, without a daemon: the same
+// matching, on the ACLs as written (LUN read_only flags included).
+func aclCheckFile(file, initiator, source string) (*aclCheckResult, error) {
+	res, src, err := newACLCheck(file, initiator, source)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(file)
+	if err != nil {
+		return nil, err
+	}
+	a := &aclAuthorizer{}
+	roLUN := map[int]bool{}
+	for _, l := range cfg.LUNs {
+		a.luns = append(a.luns, *l.LUN)
+		roLUN[*l.LUN] = l.ReadOnly
+	}
+	slices.Sort(a.luns)
+	for i := range cfg.ACLs {
+		e, cerr := newACLEntry(cfg, i)
+		if cerr != nil {
+			return nil, cerr
+		}
+		a.acls = append(a.acls, e)
+	}
+	if e := a.match(res.Initiator, src); e != nil {
+		res.ACL = e.describe()
+		for _, n := range e.cfg.LUNs {
+			res.LUNs = append(res.LUNs, lunRef{LUN: n, ReadOnly: e.cfg.ReadOnly || roLUN[n]})
+		}
+		slices.SortFunc(res.LUNs, func(a, b lunRef) int { return a.LUN - b.LUN })
+	} else {
+		res.Refusal = a.refusal(res.Initiator, src)
+	}
+	return res, nil
+}

@@ -1,0 +1,334 @@
+package main
+
+// The answers of the control commands status, sessions, luns and stats: what the daemon
+// reports of itself, its sessions, its logical units and its counters.
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/srp/iu"
+)
+
+type statusInfo struct {
+	Version string `json:"version"`
+	PID     int    `json:"pid"`
+	Config  string `json:"config"`
+	// State is "serving", or "waiting for an RDMA device" (serve started before the device).
+	State            string         `json:"state"`
+	Started          time.Time      `json:"started"`
+	UptimeSeconds    float64        `json:"uptime_seconds"`
+	IDExt            string         `json:"id_ext"`
+	IOCGUID          string         `json:"ioc_guid"`
+	IdentityFrom     string         `json:"identity_from"`
+	Listeners        []listenerInfo `json:"listeners"`
+	Devices          []string       `json:"devices"`
+	DevicesError     string         `json:"devices_error,omitempty"`
+	BufferPoolInUse  int64          `json:"buffer_pool_in_use"`
+	BufferPoolSize   int64          `json:"buffer_pool_size"`
+	Sessions         int            `json:"sessions"`
+	Channels         int            `json:"channels"`
+	CommandsInFlight int            `json:"commands_in_flight"`
+}
+
+type listenerInfo struct {
+	Address string `json:"address"`
+	// State is "listening", or "failed" (its device went away; a reload listens again).
+	State string `json:"state"`
+}
+
+// aclRef names the ACL that admitted an initiator: its index under acls and who it lists.
+type aclRef struct {
+	Index       int    `json:"index"`
+	Description string `json:"description"`
+}
+
+type lunRef struct {
+	LUN      int  `json:"lun"`
+	ReadOnly bool `json:"read_only"`
+}
+
+type sessionInfo struct {
+	Initiator string   `json:"initiator"`
+	Sources   []string `json:"sources"`
+	// ACL is nil when the session's LUN map belongs to no ACL of the running configuration.
+	ACL              *aclRef       `json:"acl"`
+	LUNs             []lunRef      `json:"luns"`
+	Channels         []channelInfo `json:"channels"`
+	CommandsInFlight int           `json:"commands_in_flight"`
+	LoginTime        time.Time     `json:"login_time"`
+}
+
+type channelInfo struct {
+	ID               uint64    `json:"id"`
+	Source           string    `json:"source"`
+	QPNum            uint32    `json:"qp_num"`
+	Credits          int       `json:"credits"`
+	CreditsHeld      int64     `json:"credits_held"`
+	CommandsInFlight int       `json:"commands_in_flight"`
+	LoginTime        time.Time `json:"login_time"`
+}
+
+type lunInfo struct {
+	LUN       int    `json:"lun"`
+	Backstore string `json:"backstore"`
+	Path      string `json:"path,omitempty"`
+	Size      uint64 `json:"size"`
+	BlockSize uint32 `json:"block_size"`
+	ReadOnly  bool   `json:"read_only"`
+	// WriteCache is the WCE bit now, which an initiator may have changed with MODE SELECT.
+	WriteCache       bool     `json:"write_cache"`
+	ThinProvisioning bool     `json:"thin_provisioning"`
+	Serial           string   `json:"serial"`
+	Sessions         []string `json:"sessions"`
+	// Reservations are the SCSI persistent reservations, when an initiator registered.
+	Reservations *prInfo `json:"persistent_reservations,omitempty"`
+}
+
+// prInfo is what `srptarget luns` shows of a LUN's persistent reservations.
+type prInfo struct {
+	Generation uint32 `json:"generation"`
+	// Type is the reservation type (SPC-4 table 212), 0 when nothing is reserved.
+	Type          uint8            `json:"type"`
+	Registrations []prRegistration `json:"registrations"`
+}
+
+type prRegistration struct {
+	Key            string `json:"key"`
+	Initiator      string `json:"initiator"`
+	RelativePort   uint16 `json:"relative_target_port"`
+	AllTargetPorts bool   `json:"all_target_ports,omitempty"`
+	Holder         bool   `json:"holder,omitempty"`
+}
+
+// statEntry is one counter of srp.Target.Stats, in the order the struct has them.
+type statEntry struct {
+	Name  string `json:"name"`
+	Value int64  `json:"value"`
+}
+
+// deviceNames lists the RDMA devices for status, or says why it cannot.
+func deviceNames(devices devicesFunc) (names []string, why string) {
+	names = []string{}
+	if devices == nil {
+		return names, errNoRDMA.Error()
+	}
+	devs, err := devices()
+	if err != nil {
+		return names, err.Error()
+	}
+	for _, dev := range devs {
+		names = append(names, dev.Name)
+	}
+	slices.Sort(names)
+	return names, ""
+}
+
+func (s *controlServer) status(d *daemon) statusInfo {
+	st := statusInfo{
+		Version:       version,
+		PID:           os.Getpid(),
+		Config:        s.opts.configFile,
+		State:         "serving",
+		Started:       s.started.UTC().Truncate(time.Second),
+		UptimeSeconds: time.Since(s.started).Round(time.Second).Seconds(),
+		Listeners:     []listenerInfo{},
+		Devices:       []string{},
+	}
+	if d == nil {
+		st.State = "waiting for an RDMA device"
+		st.Devices, st.DevicesError = deviceNames(s.opts.devices)
+		return st
+	}
+	d.mu.Lock()
+	st.IDExt = fmt.Sprintf("%016x", d.ident.idExt)
+	st.IOCGUID = fmt.Sprintf("%016x", d.ident.iocGUID)
+	st.IdentityFrom = d.ident.from
+	for ap, ls := range d.listeners {
+		state := "listening"
+		if ls.failed.Load() {
+			state = "failed"
+		}
+		st.Listeners = append(st.Listeners, listenerInfo{Address: ap.String(), State: state})
+	}
+	d.mu.Unlock()
+	slices.SortFunc(st.Listeners, func(a, b listenerInfo) int { return strings.Compare(a.Address, b.Address) })
+	st.Devices, st.DevicesError = deviceNames(d.opts.devices)
+	st.BufferPoolInUse, st.BufferPoolSize = d.target.PoolUse()
+	for _, si := range d.target.Sessions() {
+		st.Sessions++
+		st.Channels += len(si.ChannelInfo)
+		for _, ci := range si.ChannelInfo {
+			st.CommandsInFlight += ci.InFlight
+		}
+	}
+	return st
+}
+
+// aclOf returns the ACL of the running configuration whose LUN map m is, or nil.
+func (a *aclAuthorizer) aclOf(m *scsi.LUNMap) *aclEntry {
+	if a == nil || m == nil {
+		return nil
+	}
+	for _, e := range a.acls {
+		if e.lunMap == m {
+			return e
+		}
+	}
+	return nil
+}
+
+// describe is a short description of an ACL: who it lists.
+func (e *aclEntry) describe() *aclRef {
+	var who []string
+	if len(e.cfg.Initiators) > 0 {
+		who = append(who, "initiators "+strings.Join(e.cfg.Initiators, ", "))
+	}
+	if len(e.cfg.Sources) > 0 {
+		who = append(who, "sources "+strings.Join(e.cfg.Sources, ", "))
+	}
+	desc := strings.Join(who, " or ")
+	if e.cfg.ReadOnly {
+		desc += ", read-only"
+	}
+	return &aclRef{Index: e.index, Description: desc}
+}
+
+// lunRefs lists the LUNs of a map, in LUN order.
+func lunRefs(m *scsi.LUNMap) []lunRef {
+	out := []lunRef{}
+	if m == nil {
+		return out
+	}
+	for i := range m.Mappings() {
+		mp := &m.Mappings()[i]
+		out = append(out, lunRef{LUN: int(mp.LUN), ReadOnly: mp.WriteProtected()})
+	}
+	slices.SortFunc(out, func(a, b lunRef) int { return a.LUN - b.LUN })
+	return out
+}
+
+func (d *daemon) sessionsInfo() []sessionInfo {
+	d.mu.Lock()
+	auth := d.auth
+	d.mu.Unlock()
+	out := []sessionInfo{}
+	for _, si := range d.target.Sessions() {
+		s := sessionInfo{Initiator: si.InitiatorPortID.String(), LUNs: lunRefs(si.LUNMap), Channels: []channelInfo{}}
+		if e := auth.aclOf(si.LUNMap); e != nil {
+			s.ACL = e.describe()
+		}
+		for _, ci := range si.ChannelInfo {
+			src := ci.Remote.Addr().Unmap().String()
+			if !slices.Contains(s.Sources, src) {
+				s.Sources = append(s.Sources, src)
+			}
+			s.Channels = append(s.Channels, channelInfo{
+				ID: ci.ID, Source: ci.Remote.String(), QPNum: ci.QPNum, Credits: ci.Credits,
+				CreditsHeld: ci.CreditsHeld, CommandsInFlight: ci.InFlight, LoginTime: ci.LoginTime.UTC(),
+			})
+			s.CommandsInFlight += ci.InFlight
+			if s.LoginTime.IsZero() || ci.LoginTime.Before(s.LoginTime) {
+				s.LoginTime = ci.LoginTime.UTC()
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func (d *daemon) lunsInfo() []lunInfo {
+	sessions := d.target.Sessions()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := []lunInfo{}
+	for _, st := range d.luns {
+		l := lunInfo{
+			LUN:              st.num,
+			Backstore:        string(st.cfg.Backstore),
+			Path:             st.cfg.Path,
+			Size:             st.lu.Blocks() * uint64(st.lu.BlockSize()),
+			BlockSize:        st.lu.BlockSize(),
+			ReadOnly:         st.key.readOnly,
+			WriteCache:       st.lu.WriteCacheEnabled(),
+			ThinProvisioning: st.key.thin,
+			Serial:           st.key.serial,
+			Sessions:         []string{},
+		}
+		if regs, typ, gen := st.lu.Reservations().Registrations(); len(regs) > 0 {
+			l.Reservations = &prInfo{Generation: gen, Type: typ}
+			for _, r := range regs {
+				l.Reservations.Registrations = append(l.Reservations.Registrations, prRegistration{
+					Key:            fmt.Sprintf("0x%x", r.Key),
+					Initiator:      iu.PortID(r.Initiator).String(),
+					RelativePort:   r.RelativePort,
+					AllTargetPorts: r.AllTargetPorts,
+					Holder:         r.Holder || typ >= scsi.PRTypeWriteExclusiveAllRegistrants,
+				})
+			}
+		}
+		for _, si := range sessions {
+			if si.LUNMap == nil {
+				continue
+			}
+			for _, mp := range si.LUNMap.Mappings() {
+				if mp.LU == st.lu {
+					l.Sessions = append(l.Sessions, si.InitiatorPortID.String())
+					break
+				}
+			}
+		}
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(a, b lunInfo) int { return a.LUN - b.LUN })
+	return out
+}
+
+// statEntries lists the target's counters in the order of srp.Stats, named in snake case.
+func statEntries(s srp.Stats) []statEntry {
+	out := []statEntry{
+		{"logins_accepted", int64(s.LoginsAccepted)},
+		{"logins_rejected", int64(s.LoginsRejected)},
+	}
+	for i, n := range s.Rejects {
+		out = append(out, statEntry{fmt.Sprintf("logins_rejected_%s", rejectName(i)), int64(n)})
+	}
+	return append(out,
+		statEntry{"channels_open", s.ChannelsOpen},
+		statEntry{"channels_closed", int64(s.ChannelsClosed)},
+		statEntry{"commands", int64(s.Commands)},
+		statEntry{"task_mgmt", int64(s.TaskMgmt)},
+		statEntry{"aborted", int64(s.Aborted)},
+		statEntry{"bytes_in", int64(s.BytesIn)},
+		statEntry{"bytes_out", int64(s.BytesOut)},
+		statEntry{"transport_errors", int64(s.TransportErrors)},
+		statEntry{"protocol_errors", int64(s.ProtocolErrors)},
+		statEntry{"rdma_errors", int64(s.RDMAErrors)},
+		statEntry{"buffer_waits", int64(s.BufferWaits)},
+		statEntry{"buffer_busy", int64(s.BufferBusy)},
+		statEntry{"rdma_stalls", int64(s.RDMAStalls)},
+		statEntry{"credit_violations", int64(s.CreditViolations)},
+		statEntry{"credit_requests", int64(s.CreditRequests)},
+		statEntry{"pool_in_use", s.PoolInUse},
+		statEntry{"pool_high_mark", s.PoolHighMark},
+		statEntry{"send_posts", int64(s.SendPosts)},
+		statEntry{"send_wrs", int64(s.SendWRs)},
+	)
+}
+
+// rejectName names srp.Stats.Rejects[i]: the SRP_LOGIN_REJ reason 0x00010000+i (SRP r16a,
+// table 10).
+func rejectName(i int) string {
+	names := [...]string{"unable_establish_channel", "insufficient_resources", "req_it_iu_length_too_large",
+		"unable_associate_channel", "unsupported_descriptor_fmt", "multi_channel_unsupported", "channel_limit_reached"}
+	if i < len(names) {
+		return names[i]
+	}
+	return strconv.Itoa(i)
+}

@@ -1,0 +1,399 @@
+package main
+
+// Reload: the configuration file applied again in place, all of it or none, and the report
+// of what it changes (or, as a dry run, would change) for the control socket.
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"go.uber.org/zap"
+
+	"github.com/srptarget/srptarget/config"
+	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp/iu"
+)
+
+// reloadResult is what a reload did, or with DryRun would do.
+type reloadResult struct {
+	DryRun bool `json:"dry_run"`
+	// Applied is true when the new configuration runs now.
+	Applied bool `json:"applied"`
+	// Errors are the reasons a reload is refused, as the log has them (file:line: key: ...).
+	Errors           []string        `json:"errors,omitempty"`
+	Warnings         []string        `json:"warnings,omitempty"`
+	LUNsAdded        []int           `json:"luns_added"`
+	LUNsChanged      []int           `json:"luns_changed"`
+	LUNsRemoved      []int           `json:"luns_removed"`
+	LUNsUnchanged    []int           `json:"luns_unchanged"`
+	ListenersAdded   []string        `json:"listeners_added"`
+	ListenersRemoved []string        `json:"listeners_removed"`
+	Sessions         []sessionChange `json:"sessions"`
+	// PortGroupsChanged describes each ALUA target port group whose state, preference or
+	// ports change ("group 2: standby -> active/optimized").
+	PortGroupsChanged []string `json:"port_groups_changed"`
+
+	// candidate, when set, is the configuration a dry run plans instead of the daemon's file
+	// (validate --diff), named candidateName.
+	candidate     []byte
+	candidateName string
+}
+
+// sessionChange is what a reload does to one logged-in initiator: the LUNs it loses (removed
+// from its map, or replaced by a changed logical unit), the LUNs it gains, and whether it is
+// disconnected (no ACL admits it any more) or some of its channels are (their sources are
+// granted other LUNs than its first channel's).
+type sessionChange struct {
+	Initiator            string `json:"initiator"`
+	LosesLUNs            []int  `json:"loses_luns,omitempty"`
+	ChangedLUNs          []int  `json:"changed_luns,omitempty"`
+	GainsLUNs            []int  `json:"gains_luns,omitempty"`
+	Disconnected         bool   `json:"disconnected,omitempty"`
+	ChannelsDisconnected int    `json:"channels_disconnected,omitempty"`
+}
+
+// errReloadStopped is returned by reload after shutdown began.
+var errReloadStopped = errors.New("the target is shutting down")
+
+// reload applies the configuration file again. Either all of it takes effect or none: on any
+// error the running configuration stays as it was, and every error is logged with its file and
+// line.
+func (d *daemon) reload() error {
+	_, err := d.reloadReport(false)
+	return err
+}
+
+// reloadReport is reload for the control socket: it also says what changed (or, with dryRun,
+// what would change: the plan is rolled back and nothing is applied) and, when the reload is
+// refused, every error as the log has it.
+func (d *daemon) reloadReport(dryRun bool) (*reloadResult, error) {
+	return d.reloadReportOf(&reloadResult{DryRun: dryRun})
+}
+
+// reloadReportText plans, without applying anything, the configuration text data (named
+// name in messages) in place of the daemon's file: validate --diff.
+func (d *daemon) reloadReportText(name string, data []byte) (*reloadResult, error) {
+	if name == "" {
+		name = "configuration"
+	}
+	return d.reloadReportOf(&reloadResult{DryRun: true, candidate: data, candidateName: name})
+}
+
+func (d *daemon) reloadReportOf(res *reloadResult) (*reloadResult, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	dryRun := res.DryRun
+	if d.stopped {
+		res.Errors = []string{errReloadStopped.Error()}
+		return res, errReloadStopped
+	}
+	if dryRun {
+		d.log.Info("planning a reload without applying it (dry run)", zap.String("config", d.opts.configFile))
+	} else {
+		d.log.Info("reloading the configuration", zap.String("config", d.opts.configFile))
+	}
+	err := d.reloadLocked(res)
+	if err != nil {
+		var errs config.Errors
+		var one *config.Error
+		switch {
+		case errors.As(err, &errs):
+		case errors.As(err, &one):
+			errs = config.Errors{one}
+		default:
+			errs = config.Errors{{File: d.opts.configFile, Msg: err.Error()}}
+		}
+		res.Errors = res.Errors[:0]
+		for _, e := range errs {
+			res.Errors = append(res.Errors, e.Error())
+			if !dryRun {
+				d.log.Error("configuration error", zap.String("error", e.Error()), zap.String("file", e.File), zap.Int("line", e.Line))
+			}
+		}
+		if !dryRun {
+			d.reloadsFailed.Add(1)
+			d.log.Error("reload failed: the running configuration is unchanged", zap.Int("errors", len(errs)))
+		}
+		return res, err
+	}
+	res.Applied = !dryRun
+	if !dryRun {
+		d.reloadsApplied.Add(1)
+	}
+	return res, nil
+}
+
+// reloadLocked loads, plans and, unless res.DryRun, commits the configuration file; res gets
+// the changes.
+func (d *daemon) reloadLocked(res *reloadResult) error {
+	var cfg *config.Config
+	var err error
+	if res.candidate != nil {
+		cfg, err = config.Parse(res.candidateName, res.candidate)
+	} else {
+		cfg, err = config.LoadTrusted(d.opts.configFile)
+	}
+	if err != nil {
+		return err
+	}
+	if !res.DryRun {
+		d.logWarnings(cfg)
+	}
+	for _, w := range cfg.Warnings() {
+		res.Warnings = append(res.Warnings, w.Error())
+	}
+	if errs := d.checkImmutable(cfg); len(errs) > 0 {
+		return errs
+	}
+	oldLUNs, oldListeners := d.luns, make(map[netip.AddrPort]bool)
+	for ap, ls := range d.listeners {
+		oldListeners[ap] = !ls.failed.Load()
+	}
+	p, err := d.planWith(cfg, res.DryRun)
+	if err != nil {
+		return err
+	}
+	added, changed, removed, kept := []int{}, []int{}, []int{}, []int{}
+	for num, st := range p.luns {
+		switch prev := oldLUNs[num]; {
+		case prev == nil:
+			added = append(added, num)
+		case prev != st:
+			changed = append(changed, num)
+		default:
+			kept = append(kept, num)
+		}
+	}
+	for num := range oldLUNs {
+		if p.luns[num] == nil {
+			removed = append(removed, num)
+		}
+	}
+	for _, s := range [][]int{added, changed, removed, kept} {
+		slices.Sort(s)
+	}
+	res.LUNsAdded, res.LUNsChanged, res.LUNsRemoved, res.LUNsUnchanged = added, changed, removed, kept
+	d.describePlan(p, res)
+	if res.DryRun {
+		p.rollback()
+		return nil
+	}
+	d.commit(p)
+	d.applyPortGroups(cfg)
+	for _, num := range kept {
+		st := d.luns[num]
+		if st.cfg.Backstore != "file" && st.cfg.Backstore != "block" && st.cfg.Backstore != "rbd" {
+			continue
+		}
+		if resized, err := st.lu.RefreshCapacity(); err != nil {
+			d.log.Warn("re-reading the capacity failed", zap.Int("lun", num), zap.Error(err))
+		} else if resized {
+			d.log.Info("capacity changed: CAPACITY DATA HAS CHANGED pending for every initiator",
+				zap.Int("lun", num), zap.Stringer("size", config.Size(st.lu.Blocks()*uint64(st.lu.BlockSize()))))
+		}
+	}
+	for _, num := range append(append([]int(nil), added...), changed...) {
+		d.logLUN(d.luns[num])
+	}
+	for _, ls := range p.newListeners {
+		d.log.Info("listening", zap.Stringer("address", ls.addr))
+	}
+	d.logACLs()
+	d.log.Info("configuration reloaded",
+		zap.Ints("luns_added", added), zap.Ints("luns_changed", changed),
+		zap.Ints("luns_removed", removed), zap.Ints("luns_unchanged", kept),
+		zap.Int("acls", len(cfg.ACLs)), zap.Int("listeners", len(d.listeners)))
+	return nil
+}
+
+// checkImmutable reports the changes a reload cannot make: the engine's target port identifier
+// and limits are fixed when it is created.
+func (d *daemon) checkImmutable(cfg *config.Config) config.Errors {
+	var errs config.Errors
+	ident := d.ident
+	if cfg.Target.Configured() || d.ident.from == "configuration" {
+		var err error
+		ident, err = resolveIdentity(cfg.Target, d.opts.devices)
+		if err != nil {
+			return config.Errors{cfg.ErrorAt(config.At("target"), "%v", err)}
+		}
+	}
+	if ident.idExt != d.ident.idExt || ident.iocGUID != d.ident.iocGUID {
+		errs = append(errs, cfg.ErrorAt(config.At("target"), "the target identity cannot change while running (id_ext=%016x ioc_guid=%016x, from the %s): restart srptarget to change it",
+			d.ident.idExt, d.ident.iocGUID, d.ident.from))
+	} else {
+		// The target ports are the engine's too; their groups and states may change.
+		type port struct {
+			id  iu.PortID
+			rel uint16
+		}
+		ports := func(c *config.Config) []port {
+			ps := []port{{ident.portID(), c.Target.RelativePortID}}
+			for _, p := range c.Target.Ports {
+				ps = append(ps, port{portIdentity(p, ident).portID(), p.RelativePortID})
+			}
+			return ps
+		}
+		if !slices.Equal(ports(d.cfg), ports(cfg)) {
+			errs = append(errs, cfg.ErrorAt(config.At("target"), "target ports cannot change while running (relative_port_id and ports): restart srptarget to change them; alua.groups can change"))
+		}
+	}
+	o, n := &d.cfg.Limits, &cfg.Limits
+	oe, ne := d.cfg.SRPLimits(), cfg.SRPLimits()
+	for _, c := range []struct {
+		key      string
+		old, new any
+	}{
+		{"max_it_iu_len", o.MaxIUSize, n.MaxIUSize},
+		{"credits", o.Credits, n.Credits},
+		{"max_channels", o.MaxChannels, n.MaxChannels},
+		{"max_transfer_size", o.MaxTransferSize, n.MaxTransferSize},
+		{"send_queue_depth", o.SendQueueDepth, n.SendQueueDepth},
+		{"buffer_pool_size", o.BufferPoolSize, n.BufferPoolSize},
+		{"immediate_data", *o.ImmediateData, *n.ImmediateData},
+		{"completion", oe.Completion, ne.Completion},
+		{"poll_window", oe.PollWindow, ne.PollWindow},
+		{"rdma_timeout", oe.RDMATimeout, ne.RDMATimeout},
+		{"max_channel_buffer", oe.MaxChannelBuffer, ne.MaxChannelBuffer},
+		{"max_sessions", o.MaxSessions, n.MaxSessions},
+		{"max_channels_total", o.MaxChannelsTotal, n.MaxChannelsTotal},
+		{"max_logins_in_progress", o.MaxLoginsInProgress, n.MaxLoginsInProgress},
+	} {
+		if c.old != c.new {
+			errs = append(errs, cfg.ErrorAt(config.At("limits", c.key), "limits cannot change while running (running with %v): restart srptarget to change them", c.old))
+		}
+	}
+	return errs
+}
+
+// describePlan fills in what committing p would change besides the LUNs: listeners, and the
+// logged-in initiators that lose or gain LUNs or are disconnected, found by asking the plan's
+// ACLs about each channel as Target.SetAuthorizer will.
+func (d *daemon) describePlan(p *plan, res *reloadResult) {
+	res.ListenersAdded, res.ListenersRemoved, res.Sessions = []string{}, []string{}, []sessionChange{}
+	for _, ls := range p.newListeners {
+		res.ListenersAdded = append(res.ListenersAdded, ls.addr.String())
+	}
+	for _, ap := range p.wouldListen {
+		res.ListenersAdded = append(res.ListenersAdded, ap.String())
+	}
+	for ap := range d.listeners {
+		if !p.keep[ap] {
+			res.ListenersRemoved = append(res.ListenersRemoved, ap.String())
+		}
+	}
+	slices.Sort(res.ListenersAdded)
+	slices.Sort(res.ListenersRemoved)
+	res.PortGroupsChanged = portGroupChanges(d.alua.Groups(), p.cfg.PortGroups())
+	for _, si := range d.target.Sessions() {
+		sc := sessionChange{Initiator: si.InitiatorPortID.String()}
+		var keep *scsi.LUNMap
+		for _, ci := range si.ChannelInfo {
+			m, err := p.auth.Authorize(si.InitiatorPortID, si.TargetPortID, ci.Remote)
+			switch {
+			case err != nil || m == nil:
+				sc.ChannelsDisconnected++
+			case keep == nil:
+				keep = m
+			case !sameLUNs(m, keep):
+				sc.ChannelsDisconnected++
+			}
+		}
+		oldLUs := map[int]*scsi.LogicalUnit{}
+		if si.LUNMap != nil {
+			for _, mp := range si.LUNMap.Mappings() {
+				oldLUs[int(mp.LUN)] = mp.LU
+			}
+		}
+		newLUs := map[int]*scsi.LogicalUnit{}
+		if keep == nil {
+			sc.Disconnected = true
+		} else {
+			for _, mp := range keep.Mappings() {
+				newLUs[int(mp.LUN)] = mp.LU
+			}
+		}
+		for n, lu := range oldLUs {
+			switch nlu, ok := newLUs[n]; {
+			case !ok:
+				sc.LosesLUNs = append(sc.LosesLUNs, n)
+			case nlu != lu:
+				sc.ChangedLUNs = append(sc.ChangedLUNs, n)
+			}
+		}
+		for n := range newLUs {
+			if _, ok := oldLUs[n]; !ok {
+				sc.GainsLUNs = append(sc.GainsLUNs, n)
+			}
+		}
+		if sc.Disconnected || sc.ChannelsDisconnected > 0 || len(sc.LosesLUNs)+len(sc.ChangedLUNs)+len(sc.GainsLUNs) > 0 {
+			for _, s := range [][]int{sc.LosesLUNs, sc.ChangedLUNs, sc.GainsLUNs} {
+				slices.Sort(s)
+			}
+			res.Sessions = append(res.Sessions, sc)
+		}
+	}
+}
+
+// sameLUNs reports whether two LUN maps give the same logical units under the same numbers
+// with the same access.
+func sameLUNs(a, b *scsi.LUNMap) bool {
+	am, bm := a.Mappings(), b.Mappings()
+	if len(am) != len(bm) {
+		return false
+	}
+	for _, x := range am {
+		if !slices.ContainsFunc(bm, func(y scsi.Mapping) bool {
+			return x.LUN == y.LUN && x.LU == y.LU && x.ReadOnly == y.ReadOnly
+		}) {
+			return false
+		}
+	}
+	return true
+}
+
+// portGroupChanges describes how the target port groups change from old to new, one line per
+// group that is added, removed or changed, in group order.
+func portGroupChanges(old, new []scsi.PortGroup) []string {
+	desc := func(g scsi.PortGroup) string {
+		s := fmt.Sprintf("%v, ports %v", g.State, g.Ports)
+		if g.Preferred {
+			s += ", preferred"
+		}
+		return s
+	}
+	byID := func(gs []scsi.PortGroup) map[uint16]scsi.PortGroup {
+		m := make(map[uint16]scsi.PortGroup, len(gs))
+		for _, g := range gs {
+			m[g.ID] = g
+		}
+		return m
+	}
+	o, n := byID(old), byID(new)
+	ids := make([]uint16, 0, len(o)+len(n))
+	for id := range o {
+		ids = append(ids, id)
+	}
+	for id := range n {
+		if _, ok := o[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	out := []string{}
+	for _, id := range ids {
+		og, inOld := o[id]
+		ng, inNew := n[id]
+		switch {
+		case !inNew:
+			out = append(out, fmt.Sprintf("group %d: removed (was %s)", id, desc(og)))
+		case !inOld:
+			out = append(out, fmt.Sprintf("group %d: added (%s)", id, desc(ng)))
+		case desc(og) != desc(ng):
+			out = append(out, fmt.Sprintf("group %d: %s -> %s", id, desc(og), desc(ng)))
+		}
+	}
+	return out
+}

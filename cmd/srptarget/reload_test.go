@@ -1,0 +1,264 @@
+package main
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/srptarget/srptarget/config"
+	"github.com/srptarget/srptarget/internal/testutil"
+	"github.com/srptarget/srptarget/scsi"
+	"github.com/srptarget/srptarget/srp/srptest"
+)
+
+func TestReloadFailureChangesNothing(t *testing.T) {
+	e := newEnv(t, e2eConfig)
+	e.start()
+	ch := e.mustLogin(rwInitiator, "", 5555)
+	clearUA(t, ch, 0)
+	lu0, lu1 := e.d.luns[0].lu, e.d.luns[1].lu
+
+	// Valid on its own, but the new listener cannot listen: the LUN it adds (a file it would
+	// create) and the ACL changes must not take effect, and the file must not stay behind.
+	other, err := e.node.Listen(5557)
+	require.NoError(t, err)
+	defer other.Close()
+	cfg := strings.Replace(e2eConfig, "    port: 5555\n", "    port: 5555\n  - address: 192.0.2.1\n    port: 5557\n", 1)
+	cfg = strings.Replace(cfg, "acls:\n", `  - lun: 3
+    backstore: file
+    path: DIR/lun3.img
+    create: true
+    size: 1MiB
+acls:
+`, 1)
+	cfg += "  - initiators: [\"*\"]\n    luns: [3]\n"
+	e.writeConfig(cfg)
+	err = e.reload()
+	require.Error(t, err)
+	require.Equal(t, 1, e.count("configuration error", "error",
+		e.file+":6: listeners[1]: listening on 192.0.2.1:5557: memfabric: listen 192.0.2.1:5557 in RDMA_PS_TCP: address already in use"))
+	_, err = os.Stat(filepath.Join(e.dir, "lun3.img"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+	require.Same(t, lu0, e.d.luns[0].lu)
+	require.Same(t, lu1, e.d.luns[1].lu)
+	require.Len(t, e.d.luns, 2)
+	require.Equal(t, []uint16{0, 1}, reportLUNs(t, ch))
+	// No REPORTED LUNS DATA HAS CHANGED: nothing changed.
+	rsp := do(t, ch, &srptest.Request{LUN: 0, CDB: srptest.CDBTestUnitReady()})
+	require.NoError(t, rsp.Err())
+	// The ACL for everyone did not take effect either.
+	_, err = e.login(strangerInitiator, "203.0.113.9", 5555)
+	var rej *srptest.LoginRejectedError
+	require.ErrorAs(t, err, &rej)
+
+	// Changes a running engine cannot take are refused with their lines.
+	cfg = strings.Replace(e2eConfig, `id_ext: "0002c90300a34270"`, `id_ext: "0002c90300a34271"`, 1)
+	cfg = strings.Replace(cfg, "buffer_pool_size: 16MiB", "buffer_pool_size: 16MiB\n  credits: 64", 1)
+	e.writeConfig(cfg)
+	var errs config.Errors
+	require.ErrorAs(t, e.reload(), &errs)
+	require.Equal(t, []string{
+		e.file + ":1: target: the target identity cannot change while running (id_ext=0002c90300a34270 ioc_guid=0002c90300a34270, from the configuration): restart srptarget to change it",
+		e.file + ":8: limits.credits: limits cannot change while running (running with 128): restart srptarget to change them",
+	}, errStrings(errs))
+	require.NoError(t, e.stop(syscall.SIGTERM))
+}
+
+func errStrings(errs config.Errors) []string {
+	out := make([]string, len(errs))
+	for i, e := range errs {
+		out[i] = e.Error()
+	}
+	return out
+}
+
+func TestReloadChangedLUNKeepsItsBackstore(t *testing.T) {
+	e := newEnv(t, e2eConfig)
+	e.start()
+	ch := e.mustLogin(rwInitiator, "", 5555)
+	clearUA(t, ch, 0)
+	ctx := context.Background()
+	data := testutil.Pattern(4096, 5)
+	write10(t, ch, 0, 0, data, 512)
+	lu0, store0 := e.d.luns[0].lu, e.d.luns[0].store
+
+	// A new vendor string makes a new logical unit over the same memory.
+	e.writeConfig(strings.Replace(e2eConfig, "    size: 16MiB\n", "    size: 16MiB\n    vendor: NEWVEND\n", 1))
+	require.NoError(t, e.reload())
+	require.NotSame(t, lu0, e.d.luns[0].lu)
+	require.Same(t, store0, e.d.luns[0].store)
+	require.Equal(t, 1, e.count("configuration reloaded", "luns_changed", "[0]", "luns_unchanged", "[1]"))
+	clearUA(t, ch, 0)
+	rsp, err := ch.Inquiry(ctx, 0, false, 0, 36)
+	require.NoError(t, err)
+	require.NoError(t, rsp.Err())
+	require.Equal(t, "NEWVEND ", string(rsp.DataIn[8:16]))
+	require.Equal(t, data, read10(t, ch, 0, 0, 8, 512))
+
+	// Removing the initiator's ACL disconnects it.
+	e.writeConfig(strings.Replace(e2eConfig, `["0x0000000000000000000000000000aaaa"]`, `["0x0000000000000000000000000000eeee"]`, 1))
+	require.NoError(t, e.reload())
+	select {
+	case <-ch.Disconnected():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the initiator whose ACL was removed is still connected")
+	}
+	require.NoError(t, e.stop(syscall.SIGINT))
+}
+
+// TestReloadRemoveAndReAddLUN: a reload removes the file LUN 1, the next one adds it back. The
+// removed unit retires on its own goroutine, so its backstore must leave the daemon's stores at
+// once: the second reload opens the file afresh instead of reusing a store that is closing,
+// and reads back what was written before the removal.
+func TestReloadRemoveAndReAddLUN(t *testing.T) {
+	e := newEnv(t, e2eConfig)
+	e.start()
+	ch := e.mustLogin(rwInitiator, "", 5555)
+	clearUA(t, ch, 0)
+	clearUA(t, ch, 1)
+	data := testutil.Pattern(4096, 9)
+	write10(t, ch, 1, 0, data, 512)
+	store1 := e.d.luns[1].store
+
+	without1 := strings.Replace(e2eConfig, "  - lun: 1\n    backstore: file\n    path: DIR/lun1.img\n    create: true\n    size: 8MiB\n", "", 1)
+	without1 = strings.ReplaceAll(without1, "luns: [0, 1]", "luns: [0]")
+	require.NotEqual(t, e2eConfig, without1)
+	e.writeConfig(without1)
+	require.NoError(t, e.reload())
+	require.Equal(t, 1, e.count("configuration reloaded", "luns_removed", "[1]"))
+	for _, s := range e.d.stores {
+		require.NotSame(t, store1, s, "the removed LUN's backstore is still offered to later reloads")
+	}
+
+	e.writeConfig(e2eConfig)
+	require.NoError(t, e.reload())
+	require.NotSame(t, store1, e.d.luns[1].store)
+	clearUA(t, ch, 1)
+	require.Equal(t, data, read10(t, ch, 1, 0, 8, 512))
+	require.NoError(t, e.stop(syscall.SIGINT))
+}
+
+// aluaConfig has two target ports, relative ports 1 and 2, in groups 1 and 2, and a remote
+// port 3 in group 2. STATE1 and STATE2 are the groups' states.
+const aluaConfig = `target:
+  id_ext: "0002c90300a34270"
+  ports:
+    - id_ext: "0002c90300a34271"
+      relative_port_id: 2
+listeners:
+  - address: 192.0.2.1
+    port: 5555
+limits:
+  buffer_pool_size: 16MiB
+luns:
+  - lun: 0
+    backstore: memory
+    size: 1MiB
+acls:
+  - initiators: ["*"]
+    luns: [0]
+alua:
+  groups:
+    - id: 1
+      state: STATE1
+      ports: [1]
+    - id: 2
+      state: STATE2
+      ports: [2, 3]
+`
+
+func aluaStates(s1, s2 string) string {
+	return strings.NewReplacer("STATE1", s1, "STATE2", s2).Replace(aluaConfig)
+}
+
+// TestReloadChangesPortGroupStates logs one initiator in through both target ports, checks
+// what each path sees, then reloads with the states swapped: both paths get ASYMMETRIC ACCESS
+// STATE CHANGED, and the I/O that worked on one path now works on the other.
+func TestReloadChangesPortGroupStates(t *testing.T) {
+	e := newEnv(t, aluaStates("active/optimized", "standby"))
+	e.start()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var chans [2]*srptest.Channel
+	for i := range chans {
+		tp := testPortID
+		tp[7] += byte(i) // 0002c90300a34270, then 0002c90300a34271
+		ch, err := srptest.Login(ctx, e.fab, srptest.Config{Addr: netip.AddrPortFrom(testTargetAddr, 5555),
+			InitiatorPortID: rwInitiator, TargetPortID: tp})
+		require.NoError(t, err)
+		defer ch.Close()
+		chans[i] = ch
+		rsp := do(t, ch, &srptest.Request{CDB: srptest.CDBTestUnitReady()})
+		requireSense(t, rsp, senseUnitAttention, 0x29, 0x00)
+	}
+	a, b := chans[0], chans[1]
+	read := &srptest.Request{CDB: srptest.CDBRead10(0, 1), DataInLen: 512}
+	require.NoError(t, do(t, a, read).Err())
+	requireSense(t, do(t, b, read), 0x02, 0x04, 0x0B)
+
+	// Both paths: TPGS 01b and the same REPORT TARGET PORT GROUPS, each its own port in VPD 0x83.
+	rtpg := []byte{0xA3, 0x2A, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}
+	for i, ch := range chans {
+		rsp := do(t, ch, &srptest.Request{CDB: srptest.CDBInquiry(false, 0, 96), DataInLen: 96})
+		require.NoError(t, rsp.Err())
+		require.Equal(t, byte(0x10), rsp.DataIn[5])
+		rsp = do(t, ch, &srptest.Request{CDB: rtpg, DataInLen: 256})
+		require.NoError(t, rsp.Err())
+		require.Equal(t, []byte{0, 0, 0, 32, 0x10, 0, 0, 0,
+			0x00, 0x8F, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1,
+			0x02, 0x8F, 0, 2, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 3}, rsp.DataIn)
+		rsp = do(t, ch, &srptest.Request{CDB: srptest.CDBInquiry(true, 0x83, 512), DataInLen: 512})
+		require.NoError(t, rsp.Err())
+		require.Contains(t, string(rsp.DataIn), string([]byte{0x01, 0x14, 0, 4, 0, 0, 0, byte(i + 1)}))
+		require.Contains(t, string(rsp.DataIn), string([]byte{0x01, 0x15, 0, 4, 0, 0, 0, byte(i + 1)}))
+	}
+
+	// A target port cannot be added by a reload.
+	e.writeConfig(strings.Replace(aluaStates("active/optimized", "standby"), "relative_port_id: 2", "relative_port_id: 3\n    - {id_ext: \"0002c90300a34272\", relative_port_id: 2}", 1))
+	err := e.reload()
+	require.ErrorContains(t, err, "target ports cannot change while running")
+
+	e.writeConfig(aluaStates("unavailable", "active/optimized"))
+	require.NoError(t, e.reload())
+	require.Equal(t, 1, e.count("asymmetric access states changed: ASYMMETRIC ACCESS STATE CHANGED pending for every initiator"))
+	for _, ch := range chans {
+		requireSense(t, do(t, ch, read), senseUnitAttention, 0x2A, 0x06)
+	}
+	requireSense(t, do(t, a, read), 0x02, 0x04, 0x0C)
+	require.NoError(t, do(t, b, read).Err())
+	rsp := do(t, a, &srptest.Request{CDB: rtpg, DataInLen: 256})
+	require.NoError(t, rsp.Err())
+	require.Equal(t, []byte{0x03, 0x8F, 0, 1, 0, 0x02, 0, 1}, rsp.DataIn[8:16])
+	require.Equal(t, []byte{0x00, 0x8F, 0, 2, 0, 0x02, 0, 2}, rsp.DataIn[20:28])
+
+	// The same states again: no unit attention.
+	require.NoError(t, e.reload())
+	require.NoError(t, do(t, b, read).Err())
+	require.NoError(t, e.stop(syscall.SIGINT))
+}
+
+func TestPortGroupChanges(t *testing.T) {
+	old := []scsi.PortGroup{
+		{ID: 1, State: scsi.ActiveOptimized, Preferred: true, Ports: []uint16{1}},
+		{ID: 2, State: scsi.Standby, Ports: []uint16{2, 3}},
+		{ID: 4, State: scsi.Unavailable, Ports: []uint16{4}},
+	}
+	new := []scsi.PortGroup{
+		{ID: 3, State: scsi.Transitioning, Ports: []uint16{4}},
+		{ID: 2, State: scsi.ActiveOptimized, Ports: []uint16{2, 3}},
+		{ID: 1, State: scsi.ActiveOptimized, Preferred: true, Ports: []uint16{1}},
+	}
+	require.Equal(t, []string{
+		"group 2: standby, ports [2 3] -> active/optimized, ports [2 3]",
+		"group 3: added (transitioning, ports [4])",
+		"group 4: removed (was unavailable, ports [4])",
+	}, portGroupChanges(old, new))
+	require.Equal(t, []string{}, portGroupChanges(old, old))
+}
