@@ -317,7 +317,8 @@ const (
 // configuration the command is not supported (TPGS is 00b), as SPC-4 requires, and REPORT
 // SUPPORTED OPERATION CODES does not list it (LogicalUnit.offers).
 func reportTargetPortGroups(lu *LogicalUnit, c *Command) {
-	if !c.checkCDBUsage(usageReportTPGs) {
+	if f := checkCDBUsage(c.CDB, usageReportTPGs); f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
 	a := c.alua()

@@ -34,7 +34,8 @@ const (
 // an empty list, nothing follows the header either way; its GENERATION CODE is 0 (not
 // reported).
 func readDefectData10(lu *LogicalUnit, c *Command) {
-	if !c.checkCDBUsage(usageReadDefectData10) {
+	if f := checkCDBUsage(c.CDB, usageReadDefectData10); f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
 	sel := c.CDB[2]
@@ -49,7 +50,8 @@ func readDefectData10(lu *LogicalUnit, c *Command) {
 }
 
 func readDefectData12(lu *LogicalUnit, c *Command) {
-	if !c.checkCDBUsage(usageReadDefectData12) {
+	if f := checkCDBUsage(c.CDB, usageReadDefectData12); f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
 	sel := c.CDB[1]

@@ -306,7 +306,8 @@ const (
 
 // persistentReserveIn handles PERSISTENT RESERVE IN (SPC-4 6.15).
 func persistentReserveIn(lu *LogicalUnit, c *Command) {
-	if !c.checkCDBUsage(usagePRIn) {
+	if f := checkCDBUsage(c.CDB, usagePRIn); f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
 	alloc := int(binary.BigEndian.Uint16(c.CDB[7:9]))

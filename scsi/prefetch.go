@@ -20,11 +20,13 @@ func preFetch10(lu *LogicalUnit, c *Command) { lu.preFetch(c, usagePreFetch10) }
 func preFetch16(lu *LogicalUnit, c *Command) { lu.preFetch(c, usagePreFetch16) }
 
 func (lu *LogicalUnit) preFetch(c *Command, usage []byte) {
-	if !c.checkCDBUsage(usage) {
+	if f := checkCDBUsage(c.CDB, usage); f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
-	b, ok := c.decodeBlockCDB()
-	if !ok {
+	b, f := decodeBlockCDB(c.CDB)
+	if f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
 	if !lu.lbaInRange(b.lba, uint64(b.blocks)) {

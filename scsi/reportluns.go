@@ -16,7 +16,8 @@ const (
 // can ask again with a larger buffer. Reporting the list clears REPORTED LUNS DATA HAS CHANGED for
 // the nexus on every logical unit of the map.
 func reportLUNs(lu *LogicalUnit, c *Command) {
-	if !c.checkCDBUsage(usageReportLUNs) {
+	if f := checkCDBUsage(c.CDB, usageReportLUNs); f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
 	sel := c.CDB[2]

@@ -37,7 +37,8 @@ func reserveSPC2(lu *LogicalUnit, c *Command) {
 	if c.CDB[0] == opReserve10 {
 		usage = usageReserve10
 	}
-	if !c.checkCDBUsage(usage) {
+	if f := checkCDBUsage(c.CDB, usage); f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
 	id := c.Nexus.id()
@@ -71,7 +72,8 @@ func releaseSPC2(lu *LogicalUnit, c *Command) {
 	if c.CDB[0] == opRelease10 {
 		usage = usageRelease10
 	}
-	if !c.checkCDBUsage(usage) {
+	if f := checkCDBUsage(c.CDB, usage); f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
 	id := c.Nexus.id()

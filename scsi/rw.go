@@ -6,8 +6,9 @@ package scsi
 // read6 is READ(6): a 21-bit LBA, and a TRANSFER LENGTH of 0 means 256 blocks. Byte 1 bits 7:5
 // (the LUN of SCSI-2) are reserved.
 func read6(lu *LogicalUnit, c *Command) {
-	lba, n, ok := c.decode6()
-	if !ok {
+	lba, n, f := decode6(c.CDB)
+	if f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
 	lu.readBlocks(c, lba, n, 4)
@@ -20,11 +21,13 @@ func read12(lu *LogicalUnit, c *Command) { lu.readN(c) }
 func read16(lu *LogicalUnit, c *Command) { lu.readN(c) }
 
 func (lu *LogicalUnit) readN(c *Command) {
-	if c.checkReadWriteByte1() {
+	if f := checkReadWriteByte1(c.CDB); f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
-	b, ok := c.decodeBlockCDB()
-	if !ok {
+	b, f := decodeBlockCDB(c.CDB)
+	if f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
 	lu.readBlocks(c, b.lba, b.blocks, b.lengthOff)
@@ -32,8 +35,9 @@ func (lu *LogicalUnit) readN(c *Command) {
 
 // write6 is WRITE(6), laid out as READ(6).
 func write6(lu *LogicalUnit, c *Command) {
-	lba, n, ok := c.decode6()
-	if !ok {
+	lba, n, f := decode6(c.CDB)
+	if f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
 	lu.writeBlocks(c, lba, n, false, 4)
@@ -46,64 +50,65 @@ func write12(lu *LogicalUnit, c *Command) { lu.writeN(c) }
 func write16(lu *LogicalUnit, c *Command) { lu.writeN(c) }
 
 func (lu *LogicalUnit) writeN(c *Command) {
-	if c.checkReadWriteByte1() {
+	if f := checkReadWriteByte1(c.CDB); f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
-	b, ok := c.decodeBlockCDB()
-	if !ok {
+	b, f := decodeBlockCDB(c.CDB)
+	if f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
 	lu.writeBlocks(c, b.lba, b.blocks, c.CDB[1]&cdbFUA != 0, b.lengthOff)
 }
 
-// decode6 reads the LBA and the transfer length of READ(6) and WRITE(6).
-func (c *Command) decode6() (lba uint64, n uint32, ok bool) {
-	cdb := c.CDB
-	if c.cdbBitsSet(1, 0xE0) {
-		return 0, 0, false
+// decode6 reads the LBA and the transfer length of READ(6) and WRITE(6); byte 1 bits 7:5 are
+// reserved.
+func decode6(cdb []byte) (lba uint64, n uint32, f fault) {
+	if f := (zeroField{1, 0xE0}).check(cdb); f.reason != ReasonNone {
+		return 0, 0, f
 	}
 	lba = uint64(cdb[1]&0x1F)<<16 | uint64(cdb[2])<<8 | uint64(cdb[3])
 	n = uint32(cdb[4])
 	if n == 0 {
 		n = 256
 	}
-	return lba, n, true
+	return lba, n, fault{}
 }
 
-// checkReadWriteByte1 checks byte 1 of READ/WRITE(10/12/16): the protection field must be zero
-// (the logical unit has no protection information: PROTECT is 0 in INQUIRY) and bit 2 is
-// reserved (RARC of SBC-4, rebuild assist, is not supported). Bit 1 (FUA_NV) is obsolete and
+// readWriteByte1Zero are the fields of byte 1 of READ/WRITE(10/12/16) that must be zero: the
+// protection field (the logical unit has no protection information: PROTECT is 0 in INQUIRY)
+// and bit 2 (RARC of SBC-4, rebuild assist, is not supported). Bit 1 (FUA_NV) is obsolete and
 // ignored, and so is bit 0 (obsolete in the 10- and 12-byte CDBs; in the 16-byte ones SBC-4's
-// DLD2, which an initiator only sets for a device that reports command duration limits). It
-// reports whether it failed the command.
-func (c *Command) checkReadWriteByte1() bool {
-	return c.cdbBitsSet(1, cdbProtectMask) || c.cdbBitsSet(1, 0x04)
-}
+// DLD2, which an initiator only sets for a device that reports command duration limits).
+var readWriteByte1Zero = []zeroField{{1, cdbProtectMask}, {1, 0x04}}
+
+// checkReadWriteByte1 checks byte 1 of READ/WRITE(10/12/16) (readWriteByte1Zero).
+func checkReadWriteByte1(cdb []byte) fault { return checkZeroFields(cdb, readWriteByte1Zero) }
 
 // checkTransfer does what every command that moves n blocks does before touching the medium:
-// it sets TransferLength, refuses a transfer longer than the advertised maximum (pointing at the
-// transfer length field at lengthOff) and an LBA range outside the medium. It returns the
-// transfer in bytes; ok is false when it failed the command.
-func (lu *LogicalUnit) checkTransfer(c *Command, lba uint64, n uint32, lengthOff int) (bytes uint64, ok bool) {
+// it refuses a transfer longer than the advertised maximum (pointing at the transfer length
+// field at lengthOff) and an LBA range outside the medium. It returns the transfer in bytes, for
+// TransferLength, whether it refuses it or not.
+func (lu *LogicalUnit) checkTransfer(lba uint64, n uint32, lengthOff int) (bytes uint64, f fault) {
 	bytes = lu.blockBytes(uint64(n))
-	c.TransferLength = clampInt(bytes)
 	if lu.transferTooLong(bytes) {
-		c.invalidCDBField(lengthOff, -1)
-		return bytes, false
+		return bytes, cdbFieldFault(lengthOff, -1)
 	}
 	if !lu.lbaInRange(lba, uint64(n)) {
-		c.fail(ReasonLBAOutOfRange)
-		return bytes, false
+		return bytes, fault{reason: ReasonLBAOutOfRange}
 	}
-	return bytes, true
+	return bytes, fault{}
 }
 
 // readBlocks reads n blocks from lba into c.DataIn. When the buffer is shorter than the transfer
 // it gets the whole blocks that fit, and the transport reports the overflow (TransferLength stays
 // the full transfer).
 func (lu *LogicalUnit) readBlocks(c *Command, lba uint64, n uint32, lengthOff int) {
-	bytes, ok := lu.checkTransfer(c, lba, n, lengthOff)
-	if !ok {
+	bytes, f := lu.checkTransfer(lba, n, lengthOff)
+	c.TransferLength = clampInt(bytes)
+	if f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
 	fit := min(bytes, uint64(len(c.DataIn))) &^ uint64(lu.blockSize-1)
@@ -121,8 +126,10 @@ func (lu *LogicalUnit) readBlocks(c *Command, lba uint64, n uint32, lengthOff in
 // transfer: a write whose data does not match its CDB is refused whole, as LIO does, with
 // INVALID FIELD IN COMMAND INFORMATION UNIT, rather than writing part of it or garbage.
 func (lu *LogicalUnit) writeBlocks(c *Command, lba uint64, n uint32, fua bool, lengthOff int) {
-	bytes, ok := lu.checkTransfer(c, lba, n, lengthOff)
-	if !ok {
+	bytes, f := lu.checkTransfer(lba, n, lengthOff)
+	c.TransferLength = clampInt(bytes)
+	if f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
 	if uint64(len(c.DataOut)) != bytes {

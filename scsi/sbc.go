@@ -144,26 +144,33 @@ const (
 // device that reports support for them.
 const groupReserved = 0xC0
 
-// cdbBitsSet ends the command with INVALID FIELD IN CDB when byte off of the CDB has any bit of
-// mask set; mask covers one field (or one reserved bit or run of reserved bits), and the bit
-// pointer names its first, left-most, bit as SPC-4 4.5.2.4.2 asks for a field in error. It
-// reports whether it failed the command.
-func (c *Command) cdbBitsSet(off int, mask byte) bool {
-	if c.CDB[off]&mask == 0 {
-		return false
-	}
-	c.invalidCDBField(off, bits.Len8(mask)-1)
-	return true
+// zeroField is a field of a CDB that must be zero: a reserved field (one reserved bit, or a run of
+// them), or a field whose only supported value is zero (RDPROTECT with no protection
+// information).
+type zeroField struct {
+	off  int  // byte of the CDB
+	mask byte // the bits of the field
 }
 
-// cdbBytesSet is cdbBitsSet for the whole bytes [from, to) of the CDB, a reserved field.
-func (c *Command) cdbBytesSet(from, to int) bool {
-	for i := from; i < to; i++ {
-		if c.cdbBitsSet(i, 0xFF) {
-			return true
+// check returns INVALID FIELD IN CDB when the field is not zero in cdb, with the bit pointer on
+// its first, left-most, bit as SPC-4 4.5.2.4.2 asks for a field in error; the zero fault when it
+// is zero.
+func (z zeroField) check(cdb []byte) fault {
+	if cdb[z.off]&z.mask == 0 {
+		return fault{}
+	}
+	return cdbFieldFault(z.off, bits.Len8(z.mask)-1)
+}
+
+// checkZeroFields returns the fault of the first of fields that is not zero in cdb, in the
+// order given, or the zero fault.
+func checkZeroFields(cdb []byte, fields []zeroField) fault {
+	for _, z := range fields {
+		if f := z.check(cdb); f.reason != ReasonNone {
+			return f
 		}
 	}
-	return false
+	return fault{}
 }
 
 // blockCDB is the part of a 10-, 12- or 16-byte block CDB that all of them share.
@@ -174,9 +181,8 @@ type blockCDB struct {
 }
 
 // decodeBlockCDB reads the LBA and the transfer length of a 10-, 12- or 16-byte block CDB and
-// checks the reserved bits of its GROUP NUMBER byte. ok is false when it failed the command.
-func (c *Command) decodeBlockCDB() (b blockCDB, ok bool) {
-	cdb := c.CDB
+// checks the reserved bits of its GROUP NUMBER byte.
+func decodeBlockCDB(cdb []byte) (b blockCDB, f fault) {
 	var groupOff int
 	switch cdbLengthOf(cdb[0]) {
 	case 10:
@@ -192,10 +198,7 @@ func (c *Command) decodeBlockCDB() (b blockCDB, ok bool) {
 		b.blocks = binary.BigEndian.Uint32(cdb[cdb16LengthOff:])
 		b.lengthOff, groupOff = cdb16LengthOff, cdb16GroupOff
 	}
-	if c.cdbBitsSet(groupOff, groupReserved) {
-		return b, false
-	}
-	return b, true
+	return b, zeroField{groupOff, groupReserved}.check(cdb)
 }
 
 // cdbLengthOf is the CDB length that the group code of an operation code implies (SPC-4 4.2.5.1);

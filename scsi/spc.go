@@ -81,34 +81,40 @@ var spcCommands = []opInfo{
 const controlReserved = 0x3B
 
 // checkCDBUsage checks that every bit of the CDB outside the command's CDB usage data is zero
-// (reserved and obsolete fields), and ends the command with INVALID FIELD IN CDB pointing at the
-// first offending byte and its highest offending bit when one is not. It reports whether the
-// CDB passed. The operation code byte is not checked (the lookup matched it).
-func (c *Command) checkCDBUsage(usage []byte) bool {
+// (reserved and obsolete fields) and returns INVALID FIELD IN CDB pointing at the first
+// offending byte and its highest offending bit when one is not. The operation code byte is not
+// checked (the lookup matched it).
+func checkCDBUsage(cdb, usage []byte) fault {
 	last := len(usage) - 1
 	for i := 1; i < last; i++ {
-		if x := c.CDB[i] &^ usage[i]; x != 0 {
-			c.invalidCDBField(i, bits.Len8(x)-1)
-			return false
+		if x := cdb[i] &^ usage[i]; x != 0 {
+			return cdbFieldFault(i, bits.Len8(x)-1)
 		}
 	}
-	if x := c.CDB[last] & controlReserved; x != 0 {
-		c.invalidCDBField(last, bits.Len8(x)-1)
-		return false
+	return checkControl(cdb, last)
+}
+
+// checkControl checks the CONTROL byte at off: the bits of controlReserved must be zero.
+func checkControl(cdb []byte, off int) fault {
+	if x := cdb[off] & controlReserved; x != 0 {
+		return cdbFieldFault(off, bits.Len8(x)-1)
 	}
-	return true
+	return fault{}
 }
 
 // testUnitReady reports GOOD: the medium is always ready.
 func testUnitReady(lu *LogicalUnit, c *Command) {
-	c.checkCDBUsage(usageTestUnitReady)
+	if f := checkCDBUsage(c.CDB, usageTestUnitReady); f.reason != ReasonNone {
+		c.failWith(f)
+	}
 }
 
 // preventAllowMediumRemoval accepts PREVENT 00b (allow) and 01b (prevent) and does nothing:
 // the medium is not removable (RMB is 0), so there is nothing to lock. 10b and 11b were for
 // medium changers and are obsolete in SPC-4.
 func preventAllowMediumRemoval(lu *LogicalUnit, c *Command) {
-	if !c.checkCDBUsage(usagePreventAllow) {
+	if f := checkCDBUsage(c.CDB, usagePreventAllow); f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
 	if c.CDB[4]&0x03 > 1 {

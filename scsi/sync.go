@@ -12,17 +12,25 @@ import "encoding/binary"
 func synchronizeCache10(lu *LogicalUnit, c *Command) {
 	cdb := c.CDB
 	lu.synchronizeCache(c, uint64(binary.BigEndian.Uint32(cdb[2:])),
-		uint64(binary.BigEndian.Uint16(cdb[cdb10LengthOff:])), cdb10GroupOff)
+		uint64(binary.BigEndian.Uint16(cdb[cdb10LengthOff:])), synchronizeCache10Zero)
 }
 
 func synchronizeCache16(lu *LogicalUnit, c *Command) {
 	cdb := c.CDB
 	lu.synchronizeCache(c, binary.BigEndian.Uint64(cdb[2:]),
-		uint64(binary.BigEndian.Uint32(cdb[cdb16LengthOff:])), cdb16GroupOff)
+		uint64(binary.BigEndian.Uint32(cdb[cdb16LengthOff:])), synchronizeCache16Zero)
 }
 
-func (lu *LogicalUnit) synchronizeCache(c *Command, lba, n uint64, groupOff int) {
-	if c.cdbBitsSet(1, 0xF8) || c.cdbBitsSet(groupOff, groupReserved) {
+// synchronizeCache10Zero and synchronizeCache16Zero are the fields that must be zero: the
+// reserved bits 7:3 of byte 1 and the reserved bits of the GROUP NUMBER byte.
+var (
+	synchronizeCache10Zero = []zeroField{{1, 0xF8}, {cdb10GroupOff, groupReserved}}
+	synchronizeCache16Zero = []zeroField{{1, 0xF8}, {cdb16GroupOff, groupReserved}}
+)
+
+func (lu *LogicalUnit) synchronizeCache(c *Command, lba, n uint64, zero []zeroField) {
+	if f := checkZeroFields(c.CDB, zero); f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
 	if !lu.lbaInRange(lba, n) {

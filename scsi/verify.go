@@ -36,8 +36,13 @@ func verify10(lu *LogicalUnit, c *Command) { lu.verifyN(c) }
 func verify12(lu *LogicalUnit, c *Command) { lu.verifyN(c) }
 func verify16(lu *LogicalUnit, c *Command) { lu.verifyN(c) }
 
+// verifyByte1Zero are the fields of byte 1 of VERIFY(10/12/16) that must be zero: VRPROTECT and
+// the reserved bit 3.
+var verifyByte1Zero = []zeroField{{1, cdbProtectMask}, {1, 0x08}}
+
 func (lu *LogicalUnit) verifyN(c *Command) {
-	if c.cdbBitsSet(1, cdbProtectMask) || c.cdbBitsSet(1, 0x08) {
+	if f := checkZeroFields(c.CDB, verifyByte1Zero); f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
 	bytchk := c.CDB[1] >> 1 & 0x3
@@ -45,8 +50,9 @@ func (lu *LogicalUnit) verifyN(c *Command) {
 		c.invalidCDBField(1, 2)
 		return
 	}
-	b, ok := c.decodeBlockCDB()
-	if !ok {
+	b, f := decodeBlockCDB(c.CDB)
+	if f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
 	var out uint64 // data-out bytes
@@ -86,17 +92,25 @@ func writeAndVerify10(lu *LogicalUnit, c *Command) { lu.writeAndVerifyN(c) }
 func writeAndVerify12(lu *LogicalUnit, c *Command) { lu.writeAndVerifyN(c) }
 func writeAndVerify16(lu *LogicalUnit, c *Command) { lu.writeAndVerifyN(c) }
 
+// writeAndVerifyByte1Zero are the fields of byte 1 of WRITE AND VERIFY(10/12/16) that must be
+// zero: WRPROTECT, the reserved bit 3 and bit 2.
+var writeAndVerifyByte1Zero = []zeroField{{1, cdbProtectMask}, {1, 0x08}, {1, 0x04}}
+
 func (lu *LogicalUnit) writeAndVerifyN(c *Command) {
-	if c.cdbBitsSet(1, cdbProtectMask) || c.cdbBitsSet(1, 0x08) || c.cdbBitsSet(1, 0x04) {
+	if f := checkZeroFields(c.CDB, writeAndVerifyByte1Zero); f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
 	compare := c.CDB[1]&0x02 != 0
-	b, ok := c.decodeBlockCDB()
-	if !ok {
+	b, f := decodeBlockCDB(c.CDB)
+	if f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
-	total, ok := lu.checkTransfer(c, b.lba, b.blocks, b.lengthOff)
-	if !ok {
+	total, f := lu.checkTransfer(b.lba, b.blocks, b.lengthOff)
+	c.TransferLength = clampInt(total)
+	if f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
 	if uint64(len(c.DataOut)) != total {
