@@ -24,7 +24,7 @@ func (lu *LogicalUnit) maxCompareAndWriteBlocks() uint8 {
 // compareAndWriteZero are the fields of COMPARE AND WRITE that must be zero, in the order they
 // are checked: WRPROTECT, the reserved bits 2 and 0 of byte 1, the reserved bytes 10-12 and the
 // reserved bits of the GROUP NUMBER byte.
-var compareAndWriteZero = []zeroField{{1, cdbProtectMask}, {1, 0x04}, {1, 0x01},
+var compareAndWriteZero = []cdbField{{1, cdbProtectMask}, {1, 0x04}, {1, 0x01},
 	{10, 0xFF}, {11, 0xFF}, {12, 0xFF}, {cdb16GroupOff, groupReserved}}
 
 // compareAndWrite is COMPARE AND WRITE. The data-out buffer holds 2n blocks: the first n are

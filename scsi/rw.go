@@ -15,7 +15,8 @@ func read6(lu *LogicalUnit, c *Command) {
 }
 
 // read10, read12 and read16 are READ(10/12/16). RDPROTECT must be zero (no protection
-// information); DPO and FUA are accepted: every read goes to the backstore anyway.
+// information); DPO and FUA are accepted: every read goes to the backstore anyway. The rest of
+// byte 1 is checkReadWriteByte1's.
 func read10(lu *LogicalUnit, c *Command) { lu.readN(c) }
 func read12(lu *LogicalUnit, c *Command) { lu.readN(c) }
 func read16(lu *LogicalUnit, c *Command) { lu.readN(c) }
@@ -65,7 +66,7 @@ func (lu *LogicalUnit) writeN(c *Command) {
 // decode6 reads the LBA and the transfer length of READ(6) and WRITE(6); byte 1 bits 7:5 are
 // reserved.
 func decode6(cdb []byte) (lba uint64, n uint32, f fault) {
-	if f := (zeroField{1, 0xE0}).check(cdb); f.reason != ReasonNone {
+	if f := (cdbField{1, 0xE0}).checkZero(cdb); f.reason != ReasonNone {
 		return 0, 0, f
 	}
 	lba = uint64(cdb[1]&0x1F)<<16 | uint64(cdb[2])<<8 | uint64(cdb[3])
@@ -76,15 +77,24 @@ func decode6(cdb []byte) (lba uint64, n uint32, f fault) {
 	return lba, n, fault{}
 }
 
-// readWriteByte1Zero are the fields of byte 1 of READ/WRITE(10/12/16) that must be zero: the
+// readWriteByte1Zero are the fields of byte 1 of READ/WRITE(10/12) that must be zero: the
 // protection field (the logical unit has no protection information: PROTECT is 0 in INQUIRY)
-// and bit 2 (RARC of SBC-4, rebuild assist, is not supported). Bit 1 (FUA_NV) is obsolete and
-// ignored, and so is bit 0 (obsolete in the 10- and 12-byte CDBs; in the 16-byte ones SBC-4's
-// DLD2, which an initiator only sets for a device that reports command duration limits).
-var readWriteByte1Zero = []zeroField{{1, cdbProtectMask}, {1, 0x04}}
+// and bit 2 (RARC of SBC-4, rebuild assist, is not supported). Bits 1 (FUA_NV) and 0 are
+// obsolete and ignored (ignoredReadWrite). readWrite16Byte1Zero adds bit 0 of READ/WRITE(16),
+// SBC-4's DLD2: the command duration limits are not supported, and its companions DLD1 and DLD0
+// in the GROUP NUMBER byte are refused with the rest of groupReserved.
+var (
+	readWriteByte1Zero   = []cdbField{{1, cdbProtectMask}, {1, 0x04}}
+	readWrite16Byte1Zero = []cdbField{{1, cdbProtectMask}, {1, 0x04}, {1, 0x01}}
+)
 
-// checkReadWriteByte1 checks byte 1 of READ/WRITE(10/12/16) (readWriteByte1Zero).
-func checkReadWriteByte1(cdb []byte) fault { return checkZeroFields(cdb, readWriteByte1Zero) }
+// checkReadWriteByte1 checks byte 1 of READ/WRITE(10/12/16).
+func checkReadWriteByte1(cdb []byte) fault {
+	if cdbLengthOf(cdb[0]) == 16 {
+		return checkZeroFields(cdb, readWrite16Byte1Zero)
+	}
+	return checkZeroFields(cdb, readWriteByte1Zero)
+}
 
 // checkTransfer does what every command that moves n blocks does before touching the medium:
 // it refuses a transfer longer than the advertised maximum (pointing at the transfer length

@@ -75,27 +75,36 @@ var spcCommands = []opInfo{
 		hasSA: true, cdbLength: 12, usage: usageReportTPGs, flags: opPRAllowed | opAllowedWhenInaccessible, run: reportTargetPortGroups},
 }
 
-// controlReserved are the bits of the CONTROL byte that must be zero: LINK (bit 0) and the
+// Bits of the CONTROL byte (SAM-5 5.2). controlReserved must be zero: LINK (bit 0) and the
 // obsolete FLAG (bit 1), since linked commands are not supported, and the reserved bits 5:3.
-// NACA (bit 2) is refused by LogicalUnit.Execute; bits 7:6 are vendor specific and ignored.
-const controlReserved = 0x3B
+// NACA (bit 2) must be zero too: auto contingent allegiance is not supported (NORMACA is 0 in
+// the standard INQUIRY data). The vendor specific bits 7:6 are ignored by every command.
+const (
+	controlReserved = 0x3B
+	controlNACA     = 0x04
+)
 
-// checkCDBUsage checks that every bit of the CDB outside the command's CDB usage data is zero
-// (reserved and obsolete fields) and returns INVALID FIELD IN CDB pointing at the first
-// offending byte and its highest offending bit when one is not. The operation code byte is not
-// checked (the lookup matched it).
+// checkCDBUsage checks that every bit of the CDB between the operation code and the CONTROL
+// byte that the command's CDB usage data does not mark is zero (reserved and obsolete fields),
+// and returns INVALID FIELD IN CDB pointing at the first offending byte and its highest
+// offending bit when one is not. The operation code byte is not checked (the lookup matched
+// it), nor the CONTROL byte (checkControl, for every command).
 func checkCDBUsage(cdb, usage []byte) fault {
-	last := len(usage) - 1
-	for i := 1; i < last; i++ {
+	for i := 1; i < len(usage)-1; i++ {
 		if x := cdb[i] &^ usage[i]; x != 0 {
 			return cdbFieldFault(i, bits.Len8(x)-1)
 		}
 	}
-	return checkControl(cdb, last)
+	return fault{}
 }
 
-// checkControl checks the CONTROL byte at off: the bits of controlReserved must be zero.
+// checkControl checks the CONTROL byte of every command, at off: NACA first (so that a CDB asking
+// for ACA hears about that), then the other bits of controlReserved, pointing at the highest
+// offending one.
 func checkControl(cdb []byte, off int) fault {
+	if cdb[off]&controlNACA != 0 {
+		return cdbFieldFault(off, 2)
+	}
 	if x := cdb[off] & controlReserved; x != 0 {
 		return cdbFieldFault(off, bits.Len8(x)-1)
 	}
@@ -156,8 +165,8 @@ func executeWithoutLU(m *LUNMap, c *Command) {
 		c.fail(ReasonInvalidFieldInCommandIU)
 		return
 	}
-	if ctl := c.CDB[op.cdbLength-1]; ctl&0x04 != 0 {
-		c.invalidCDBField(op.cdbLength-1, 2)
+	if f := checkControl(c.CDB, op.cdbLength-1); f.reason != ReasonNone {
+		c.failWith(f)
 		return
 	}
 	op.run(nil, c)

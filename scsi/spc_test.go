@@ -2,7 +2,6 @@ package scsi
 
 import (
 	"bytes"
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -65,39 +64,6 @@ func readyMap(t testing.TB, mod func(*Config)) (*LogicalUnit, *LUNMap) {
 	m := newTestMap(t, lu)
 	clearPowerOnUA(t, m, testNexus)
 	return lu, m
-}
-
-// TestCDBReservedBits sets, one at a time, every CDB bit that the CDB usage data of an SPC
-// command does not mark (reserved and obsolete fields) and every reserved bit of the CONTROL
-// byte, and expects INVALID FIELD IN CDB pointing at exactly that bit.
-func TestCDBReservedBits(t *testing.T) {
-	_, m := readyMap(t, nil)
-	for _, op := range spcCommands {
-		base := make([]byte, op.cdbLength)
-		base[0] = op.opcode
-		if op.hasSA {
-			base[1] = byte(op.serviceAction)
-		}
-		last := op.cdbLength - 1
-		for i := 1; i <= last; i++ {
-			for bit := 0; bit < 8; bit++ {
-				mask := byte(1) << bit
-				reserved := op.usage[i]&mask == 0
-				if i == last {
-					reserved = controlReserved&mask != 0
-				}
-				if !reserved {
-					continue
-				}
-				t.Run(fmt.Sprintf("%s/byte%d/bit%d", op.name, i, bit), func(t *testing.T) {
-					cdb := bytes.Clone(base)
-					cdb[i] |= mask
-					c := run(m, testNexus, 0, cdb, nil, 512)
-					requireInvalidCDB(t, c, i, bit)
-				})
-			}
-		}
-	}
 }
 
 // TestCDBControlByte checks the CONTROL byte: NACA is refused (no ACA), the vendor-specific

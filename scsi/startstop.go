@@ -31,5 +31,5 @@ func startStopUnit(lu *LogicalUnit, c *Command) {
 // startStopZero are the fields of START STOP UNIT that must be zero, in the order they are
 // checked: the reserved bits 7:1 of byte 1, the reserved byte 2, the reserved bits 7:4 of byte 3,
 // POWER CONDITION, POWER CONDITION MODIFIER, the reserved bit 3 of byte 4, and LOEJ.
-var startStopZero = []zeroField{{1, 0xFE}, {2, 0xFF}, {3, 0xF0}, {4, 0xF0}, {3, 0x0F}, {4, 0x08},
+var startStopZero = []cdbField{{1, 0xFE}, {2, 0xFF}, {3, 0xF0}, {4, 0xF0}, {3, 0x0F}, {4, 0x08},
 	{4, 0x02}}

@@ -5,7 +5,8 @@ import "encoding/binary"
 // SYNCHRONIZE CACHE(10/16) (SBC-3).
 //
 // Byte 1: bits 7:3 reserved, bit 2 SYNC_NV (obsolete, ignored), bit 1 IMMED (accepted: the
-// command answers once the flush is done, which IMMED allows), bit 0 obsolete. The range is
+// command answers once the flush is done, which IMMED allows), bit 0 obsolete (ignored) in
+// SYNCHRONIZE CACHE(10) and reserved in SYNCHRONIZE CACHE(16) (SBC-4 5.31). The range is
 // checked like any other; a NUMBER OF LOGICAL BLOCKS of zero means "to the last block". The
 // backstore flushes everything, which covers any range.
 
@@ -22,13 +23,14 @@ func synchronizeCache16(lu *LogicalUnit, c *Command) {
 }
 
 // synchronizeCache10Zero and synchronizeCache16Zero are the fields that must be zero: the
-// reserved bits 7:3 of byte 1 and the reserved bits of the GROUP NUMBER byte.
+// reserved bits 7:3 of byte 1 (and bit 0 in the 16-byte CDB) and the reserved bits of the GROUP
+// NUMBER byte.
 var (
-	synchronizeCache10Zero = []zeroField{{1, 0xF8}, {cdb10GroupOff, groupReserved}}
-	synchronizeCache16Zero = []zeroField{{1, 0xF8}, {cdb16GroupOff, groupReserved}}
+	synchronizeCache10Zero = []cdbField{{1, 0xF8}, {cdb10GroupOff, groupReserved}}
+	synchronizeCache16Zero = []cdbField{{1, 0xF8}, {1, 0x01}, {cdb16GroupOff, groupReserved}}
 )
 
-func (lu *LogicalUnit) synchronizeCache(c *Command, lba, n uint64, zero []zeroField) {
+func (lu *LogicalUnit) synchronizeCache(c *Command, lba, n uint64, zero []cdbField) {
 	if f := checkZeroFields(c.CDB, zero); f.reason != ReasonNone {
 		c.failWith(f)
 		return

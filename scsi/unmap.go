@@ -64,7 +64,7 @@ func (lu *LogicalUnit) zeroingLimitBlocks() uint64 {
 // unmapZero are the fields of the UNMAP CDB that must be zero, in the order they are checked:
 // the reserved bits 7:1 of byte 1, ANCHOR (ANC_SUP is 0), the reserved bytes 2-5 and the
 // reserved bits of the GROUP NUMBER byte.
-var unmapZero = []zeroField{{1, 0xFE}, {1, 0x01}, {2, 0xFF}, {3, 0xFF}, {4, 0xFF}, {5, 0xFF},
+var unmapZero = []cdbField{{1, 0xFE}, {1, 0x01}, {2, 0xFF}, {3, 0xFF}, {4, 0xFF}, {5, 0xFF},
 	{cdb10GroupOff, groupReserved}}
 
 // unmap is UNMAP. Byte 1 bit 0 is ANCHOR (anchored LBAs are not supported: ANC_SUP is 0), bits

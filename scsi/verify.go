@@ -36,12 +36,20 @@ func verify10(lu *LogicalUnit, c *Command) { lu.verifyN(c) }
 func verify12(lu *LogicalUnit, c *Command) { lu.verifyN(c) }
 func verify16(lu *LogicalUnit, c *Command) { lu.verifyN(c) }
 
-// verifyByte1Zero are the fields of byte 1 of VERIFY(10/12/16) that must be zero: VRPROTECT and
-// the reserved bit 3.
-var verifyByte1Zero = []zeroField{{1, cdbProtectMask}, {1, 0x08}}
+// verifyByte1Zero are the fields of byte 1 of VERIFY(10/12) that must be zero: VRPROTECT and the
+// reserved bit 3; bit 0 is obsolete and ignored (ignoredVerify). In VERIFY(16) bit 0 is reserved
+// (SBC-4 5.35) and must be zero too.
+var (
+	verifyByte1Zero   = []cdbField{{1, cdbProtectMask}, {1, 0x08}}
+	verify16Byte1Zero = []cdbField{{1, cdbProtectMask}, {1, 0x08}, {1, 0x01}}
+)
 
 func (lu *LogicalUnit) verifyN(c *Command) {
-	if f := checkZeroFields(c.CDB, verifyByte1Zero); f.reason != ReasonNone {
+	zero := verifyByte1Zero
+	if c.CDB[0] == opVerify16 {
+		zero = verify16Byte1Zero
+	}
+	if f := checkZeroFields(c.CDB, zero); f.reason != ReasonNone {
 		c.failWith(f)
 		return
 	}
@@ -92,12 +100,20 @@ func writeAndVerify10(lu *LogicalUnit, c *Command) { lu.writeAndVerifyN(c) }
 func writeAndVerify12(lu *LogicalUnit, c *Command) { lu.writeAndVerifyN(c) }
 func writeAndVerify16(lu *LogicalUnit, c *Command) { lu.writeAndVerifyN(c) }
 
-// writeAndVerifyByte1Zero are the fields of byte 1 of WRITE AND VERIFY(10/12/16) that must be
-// zero: WRPROTECT, the reserved bit 3 and bit 2.
-var writeAndVerifyByte1Zero = []zeroField{{1, cdbProtectMask}, {1, 0x08}, {1, 0x04}}
+// writeAndVerifyByte1Zero are the fields of byte 1 of WRITE AND VERIFY(10/12) that must be zero:
+// WRPROTECT, the reserved bit 3 and bit 2; bit 0 is obsolete and ignored (ignoredVerify). In
+// WRITE AND VERIFY(16) bit 0 is reserved (SBC-4 5.43) and must be zero too.
+var (
+	writeAndVerifyByte1Zero   = []cdbField{{1, cdbProtectMask}, {1, 0x08}, {1, 0x04}}
+	writeAndVerify16Byte1Zero = []cdbField{{1, cdbProtectMask}, {1, 0x08}, {1, 0x04}, {1, 0x01}}
+)
 
 func (lu *LogicalUnit) writeAndVerifyN(c *Command) {
-	if f := checkZeroFields(c.CDB, writeAndVerifyByte1Zero); f.reason != ReasonNone {
+	zero := writeAndVerifyByte1Zero
+	if c.CDB[0] == opWriteAndVerify16 {
+		zero = writeAndVerify16Byte1Zero
+	}
+	if f := checkZeroFields(c.CDB, zero); f.reason != ReasonNone {
 		c.failWith(f)
 		return
 	}

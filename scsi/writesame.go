@@ -37,9 +37,9 @@ const (
 // they are checked: WRPROTECT, ANCHOR, PBDATA, LBDATA and the reserved bits of the GROUP NUMBER
 // byte.
 var (
-	writeSame10Zero = []zeroField{{1, cdbProtectMask}, {1, wsAnchor}, {1, wsPBData}, {1, wsLBData},
+	writeSame10Zero = []cdbField{{1, cdbProtectMask}, {1, wsAnchor}, {1, wsPBData}, {1, wsLBData},
 		{cdb10GroupOff, groupReserved}}
-	writeSame16Zero = []zeroField{{1, cdbProtectMask}, {1, wsAnchor}, {1, wsPBData}, {1, wsLBData},
+	writeSame16Zero = []cdbField{{1, cdbProtectMask}, {1, wsAnchor}, {1, wsPBData}, {1, wsLBData},
 		{cdb16GroupOff, groupReserved}}
 )
 
@@ -67,7 +67,7 @@ func writeSame16(lu *LogicalUnit, c *Command) {
 // chunks. Either way the blocks read back as the data-out block, which is what SBC-3 requires
 // whether or not the device server unmaps. With the write cache disabled the result is flushed
 // before the command completes.
-func (lu *LogicalUnit) writeSame(c *Command, lba, n uint64, ndob bool, lengthOff int, zeroFields []zeroField) {
+func (lu *LogicalUnit) writeSame(c *Command, lba, n uint64, ndob bool, lengthOff int, zeroFields []cdbField) {
 	cdb := c.CDB
 	if f := checkZeroFields(cdb, zeroFields); f.reason != ReasonNone {
 		c.failWith(f)
