@@ -42,10 +42,9 @@ func portID(low uint64) srp.PortID {
 
 // SCSI values the tests check.
 const (
-	statusCheckCondition = 0x02
-	senseIllegalRequest  = 0x05
-	senseUnitAttention   = 0x06
-	senseDataProtect     = 0x07
+	senseIllegalRequest = 0x05
+	senseUnitAttention  = 0x06
+	senseDataProtect    = 0x07
 )
 
 // env is a daemon running runServe on an in-memory fabric, driven by signals sent through a
@@ -214,10 +213,7 @@ func do(t *testing.T, ch *srptest.Channel, req *srptest.Request) *srptest.Respon
 // requireSense checks a CHECK CONDITION with the sense key, ASC and ASCQ.
 func requireSense(t *testing.T, rsp *srptest.Response, key, asc, ascq uint8) {
 	t.Helper()
-	require.Equal(t, uint8(statusCheckCondition), rsp.Status, "status")
-	k, a, q, ok := rsp.SenseKey()
-	require.True(t, ok, "sense data")
-	require.Equal(t, [3]uint8{key, asc, ascq}, [3]uint8{k, a, q}, "sense key, ASC, ASCQ")
+	testutil.RequireSense(t, rsp.Status, rsp.Sense, key, asc, ascq)
 }
 
 // clearUA sends TEST UNIT READY until the LUN reports no more unit attentions.
