@@ -39,8 +39,7 @@ var compareAndWriteZero = []cdbField{{1, cdbProtectMask}, {1, 0x04}, {1, 0x01},
 func compareAndWrite(lu *LogicalUnit, c *Command) {
 	const nolbOff = 13
 	cdb := c.CDB
-	if f := checkZeroFields(cdb, compareAndWriteZero); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkZeroFields(cdb, compareAndWriteZero)) {
 		return
 	}
 	lba := binary.BigEndian.Uint64(cdb[2:])

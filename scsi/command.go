@@ -127,8 +127,7 @@ func (c *Command) DataOutResidual() (overflow bool, n int) {
 // decoder found nothing wrong. Decoders return a fault instead of failing the command
 // themselves, so that every handler shows in one place where it fails: the idiom is
 //
-//	if f := decodeSomething(c.CDB); f.reason != ReasonNone {
-//		c.failWith(f)
+//	if c.failOn(checkSomething(c.CDB)) {
 //		return
 //	}
 type fault struct {
@@ -161,6 +160,16 @@ func (c *Command) fail(reason Reason) { c.failInfo(reason, SenseInfo{}) }
 
 // failWith ends the command with CHECK CONDITION for the fault a decoder returned.
 func (c *Command) failWith(f fault) { c.failInfo(f.reason, f.info) }
+
+// failOn ends the command with CHECK CONDITION for f when f is a fault, and reports whether it
+// did: true means the command failed.
+func (c *Command) failOn(f fault) bool {
+	if f.reason == ReasonNone {
+		return false
+	}
+	c.failWith(f)
+	return true
+}
 
 // failInfo ends the command with CHECK CONDITION for reason with detail.
 func (c *Command) failInfo(reason Reason, info SenseInfo) {

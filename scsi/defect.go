@@ -34,8 +34,7 @@ const (
 // an empty list, nothing follows the header either way; its GENERATION CODE is 0 (not
 // reported).
 func readDefectData10(lu *LogicalUnit, c *Command) {
-	if f := checkCDBUsage(c.CDB, usageReadDefectData10); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkCDBUsage(c.CDB, usageReadDefectData10)) {
 		return
 	}
 	sel := c.CDB[2]
@@ -50,8 +49,7 @@ func readDefectData10(lu *LogicalUnit, c *Command) {
 }
 
 func readDefectData12(lu *LogicalUnit, c *Command) {
-	if f := checkCDBUsage(c.CDB, usageReadDefectData12); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkCDBUsage(c.CDB, usageReadDefectData12)) {
 		return
 	}
 	sel := c.CDB[1]

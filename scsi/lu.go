@@ -361,8 +361,7 @@ func (lu *LogicalUnit) Execute(c *Command) {
 		return
 	}
 	// The CONTROL byte, the same for every command: no ACA, no linked commands.
-	if f := checkControl(c.CDB, op.cdbLength-1); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkControl(c.CDB, op.cdbLength-1)) {
 		return
 	}
 	if c.Attr == TaskACA {

@@ -137,8 +137,7 @@ func modeSense(lu *LogicalUnit, c *Command) {
 	if ten {
 		usage, hdrLen = usageModeSense10, 8
 	}
-	if f := checkCDBUsage(c.CDB, usage); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkCDBUsage(c.CDB, usage)) {
 		return
 	}
 	dbd := c.CDB[1]&0x08 != 0
@@ -267,8 +266,7 @@ func modeSelect(lu *LogicalUnit, c *Command) {
 	if ten {
 		usage, hdrLen = usageModeSelect10, 8
 	}
-	if f := checkCDBUsage(c.CDB, usage); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkCDBUsage(c.CDB, usage)) {
 		return
 	}
 	plen := int(c.CDB[4])
@@ -325,8 +323,7 @@ func modeSelect(lu *LogicalUnit, c *Command) {
 		c.fail(ReasonParameterListLengthError)
 		return
 	}
-	if f := lu.checkBlockDescriptor(data[hdrLen:hdrLen+bdLen], hdrLen); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(lu.checkBlockDescriptor(data[hdrLen:hdrLen+bdLen], hdrLen)) {
 		return
 	}
 

@@ -306,8 +306,7 @@ const (
 
 // persistentReserveIn handles PERSISTENT RESERVE IN (SPC-4 6.15).
 func persistentReserveIn(lu *LogicalUnit, c *Command) {
-	if f := checkCDBUsage(c.CDB, usagePRIn); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkCDBUsage(c.CDB, usagePRIn)) {
 		return
 	}
 	alloc := int(binary.BigEndian.Uint16(c.CDB[7:9]))

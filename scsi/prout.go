@@ -56,8 +56,7 @@ func (c *Command) reservationConflict() {
 // out on a copy of the state under the reservations' lock and put in force (persisted first
 // when APTPL asks for it) before the other I_T nexuses hear of it.
 func persistentReserveOut(lu *LogicalUnit, c *Command) {
-	if f := checkCDBUsage(c.CDB, usagePROut); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkCDBUsage(c.CDB, usagePROut)) {
 		return
 	}
 	sa := c.CDB[1] & 0x1F
@@ -135,8 +134,7 @@ func prOut(lu *LogicalUnit, c *Command, s *prState, id ITNexusID, sa byte, p []b
 	switch sa {
 	case prOutReserve:
 		// SPC-4 5.13.9.
-		if f := checkScopeType(scope, typ); f.reason != ReasonNone {
-			c.failWith(f)
+		if c.failOn(checkScopeType(scope, typ)) {
 			return false
 		}
 		if s.resType != 0 {
@@ -322,8 +320,7 @@ func prPreempt(c *Command, s *prState, id ITNexusID, saKey uint64, scope, typ by
 		s.generation++
 		return true
 	}
-	if f := checkScopeType(scope, typ); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkScopeType(scope, typ)) {
 		return false
 	}
 	oldType := s.resType

@@ -27,13 +27,11 @@ func checkCapacityLBA(lba uint64, lbaOff int, pmi bool) fault {
 // readCapacity10 handles READ CAPACITY(10) (SBC-3 5.15): the last LBA, or FFFFFFFFh when it
 // does not fit (the initiator then uses READ CAPACITY(16)), and the block length.
 func readCapacity10(lu *LogicalUnit, c *Command) {
-	if f := checkCDBUsage(c.CDB, usageReadCapacity10); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkCDBUsage(c.CDB, usageReadCapacity10)) {
 		return
 	}
 	lba := uint64(binary.BigEndian.Uint32(c.CDB[2:6]))
-	if f := checkCapacityLBA(lba, 2, c.CDB[8]&0x01 != 0); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkCapacityLBA(lba, 2, c.CDB[8]&0x01 != 0)) {
 		return
 	}
 	var buf [8]byte
@@ -45,13 +43,11 @@ func readCapacity10(lu *LogicalUnit, c *Command) {
 
 // readCapacity16 handles READ CAPACITY(16) (SBC-3 5.16).
 func readCapacity16(lu *LogicalUnit, c *Command) {
-	if f := checkCDBUsage(c.CDB, usageReadCapacity16); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkCDBUsage(c.CDB, usageReadCapacity16)) {
 		return
 	}
 	lba := binary.BigEndian.Uint64(c.CDB[2:10])
-	if f := checkCapacityLBA(lba, 2, c.CDB[14]&0x01 != 0); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkCapacityLBA(lba, 2, c.CDB[14]&0x01 != 0)) {
 		return
 	}
 	alloc := int(binary.BigEndian.Uint32(c.CDB[10:14]))

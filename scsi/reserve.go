@@ -37,8 +37,7 @@ func reserveSPC2(lu *LogicalUnit, c *Command) {
 	if c.CDB[0] == opReserve10 {
 		usage = usageReserve10
 	}
-	if f := checkCDBUsage(c.CDB, usage); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkCDBUsage(c.CDB, usage)) {
 		return
 	}
 	id := c.Nexus.id()
@@ -72,8 +71,7 @@ func releaseSPC2(lu *LogicalUnit, c *Command) {
 	if c.CDB[0] == opRelease10 {
 		usage = usageRelease10
 	}
-	if f := checkCDBUsage(c.CDB, usage); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkCDBUsage(c.CDB, usage)) {
 		return
 	}
 	id := c.Nexus.id()

@@ -7,8 +7,7 @@ package scsi
 // (the LUN of SCSI-2) are reserved.
 func read6(lu *LogicalUnit, c *Command) {
 	lba, n, f := decode6(c.CDB)
-	if f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(f) {
 		return
 	}
 	lu.readBlocks(c, lba, n, 4)
@@ -22,13 +21,11 @@ func read12(lu *LogicalUnit, c *Command) { lu.readN(c) }
 func read16(lu *LogicalUnit, c *Command) { lu.readN(c) }
 
 func (lu *LogicalUnit) readN(c *Command) {
-	if f := checkReadWriteByte1(c.CDB); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkReadWriteByte1(c.CDB)) {
 		return
 	}
 	b, f := decodeBlockCDB(c.CDB)
-	if f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(f) {
 		return
 	}
 	lu.readBlocks(c, b.lba, b.blocks, b.lengthOff)
@@ -37,8 +34,7 @@ func (lu *LogicalUnit) readN(c *Command) {
 // write6 is WRITE(6), laid out as READ(6).
 func write6(lu *LogicalUnit, c *Command) {
 	lba, n, f := decode6(c.CDB)
-	if f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(f) {
 		return
 	}
 	lu.writeBlocks(c, lba, n, false, 4)
@@ -51,13 +47,11 @@ func write12(lu *LogicalUnit, c *Command) { lu.writeN(c) }
 func write16(lu *LogicalUnit, c *Command) { lu.writeN(c) }
 
 func (lu *LogicalUnit) writeN(c *Command) {
-	if f := checkReadWriteByte1(c.CDB); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkReadWriteByte1(c.CDB)) {
 		return
 	}
 	b, f := decodeBlockCDB(c.CDB)
-	if f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(f) {
 		return
 	}
 	lu.writeBlocks(c, b.lba, b.blocks, c.CDB[1]&cdbFUA != 0, b.lengthOff)
@@ -117,8 +111,7 @@ func (lu *LogicalUnit) checkTransfer(lba uint64, n uint32, lengthOff int) (bytes
 func (lu *LogicalUnit) readBlocks(c *Command, lba uint64, n uint32, lengthOff int) {
 	bytes, f := lu.checkTransfer(lba, n, lengthOff)
 	c.TransferLength = clampInt(bytes)
-	if f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(f) {
 		return
 	}
 	fit := min(bytes, uint64(len(c.DataIn))) &^ uint64(lu.blockSize-1)
@@ -138,8 +131,7 @@ func (lu *LogicalUnit) readBlocks(c *Command, lba uint64, n uint32, lengthOff in
 func (lu *LogicalUnit) writeBlocks(c *Command, lba uint64, n uint32, fua bool, lengthOff int) {
 	bytes, f := lu.checkTransfer(lba, n, lengthOff)
 	c.TransferLength = clampInt(bytes)
-	if f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(f) {
 		return
 	}
 	if uint64(len(c.DataOut)) != bytes {

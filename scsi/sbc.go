@@ -1,6 +1,7 @@
 package scsi
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math/bits"
 )
@@ -46,60 +47,28 @@ var sbcCommands = []opInfo{
 	{name: "READ(6)", opcode: opRead6, cdbLength: 6,
 		usage: []byte{opRead6, 0x1F, 0xFF, 0xFF, 0xFF, 0x07},
 		flags: opPRReads, run: read6},
-	{name: "READ(10)", opcode: opRead10, cdbLength: 10,
-		usage: []byte{opRead10, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0xFF, 0xFF, 0x07},
-		flags: opPRReads, ignored: ignoredReadWrite, run: read10},
-	{name: "READ(12)", opcode: opRead12, cdbLength: 12,
-		usage: []byte{opRead12, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
-		flags: opPRReads, ignored: ignoredReadWrite, run: read12},
-	{name: "READ(16)", opcode: opRead16, cdbLength: 16,
-		usage: []byte{opRead16, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
-		flags: opPRReads, ignored: ignoredReadWrite16, run: read16},
+	blockOp("READ(10)", opRead10, 0xF8, opPRReads, ignoredReadWrite, read10),
+	blockOp("READ(12)", opRead12, 0xF8, opPRReads, ignoredReadWrite, read12),
+	blockOp("READ(16)", opRead16, 0xF8, opPRReads, ignoredReadWrite16, read16),
 	{name: "WRITE(6)", opcode: opWrite6, cdbLength: 6,
 		usage: []byte{opWrite6, 0x1F, 0xFF, 0xFF, 0xFF, 0x07},
 		flags: opWritesMedium, run: write6},
-	{name: "WRITE(10)", opcode: opWrite10, cdbLength: 10,
-		usage: []byte{opWrite10, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0xFF, 0xFF, 0x07},
-		flags: opWritesMedium, ignored: ignoredReadWrite, run: write10},
-	{name: "WRITE(12)", opcode: opWrite12, cdbLength: 12,
-		usage: []byte{opWrite12, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
-		flags: opWritesMedium, ignored: ignoredReadWrite, run: write12},
-	{name: "WRITE(16)", opcode: opWrite16, cdbLength: 16,
-		usage: []byte{opWrite16, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
-		flags: opWritesMedium, ignored: ignoredReadWrite16, run: write16},
-	{name: "WRITE AND VERIFY(10)", opcode: opWriteAndVerify10, cdbLength: 10,
-		usage: []byte{opWriteAndVerify10, 0xF2, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0xFF, 0xFF, 0x07},
-		flags: opWritesMedium, ignored: ignoredVerify, run: writeAndVerify10},
-	{name: "WRITE AND VERIFY(12)", opcode: opWriteAndVerify12, cdbLength: 12,
-		usage: []byte{opWriteAndVerify12, 0xF2, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
-		flags: opWritesMedium, ignored: ignoredVerify, run: writeAndVerify12},
-	{name: "WRITE AND VERIFY(16)", opcode: opWriteAndVerify16, cdbLength: 16,
-		usage: []byte{opWriteAndVerify16, 0xF2, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
-		flags: opWritesMedium, run: writeAndVerify16},
-	{name: "VERIFY(10)", opcode: opVerify10, cdbLength: 10,
-		usage: []byte{opVerify10, 0xF6, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0xFF, 0xFF, 0x07},
-		flags: opPRReads, ignored: ignoredVerify, run: verify10},
-	{name: "VERIFY(12)", opcode: opVerify12, cdbLength: 12,
-		usage: []byte{opVerify12, 0xF6, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
-		flags: opPRReads, ignored: ignoredVerify, run: verify12},
-	{name: "VERIFY(16)", opcode: opVerify16, cdbLength: 16,
-		usage: []byte{opVerify16, 0xF6, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
-		flags: opPRReads, run: verify16},
-	{name: "SYNCHRONIZE CACHE(10)", opcode: opSynchronizeCache, cdbLength: 10,
-		usage:   []byte{opSynchronizeCache, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0xFF, 0xFF, 0x07},
-		ignored: ignoredSynchronizeCache10, run: synchronizeCache10},
-	{name: "SYNCHRONIZE CACHE(16)", opcode: opSynchronizeCache16, cdbLength: 16,
-		usage:   []byte{opSynchronizeCache16, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
-		ignored: ignoredSynchronizeCache16, run: synchronizeCache16},
+	blockOp("WRITE(10)", opWrite10, 0xF8, opWritesMedium, ignoredReadWrite, write10),
+	blockOp("WRITE(12)", opWrite12, 0xF8, opWritesMedium, ignoredReadWrite, write12),
+	blockOp("WRITE(16)", opWrite16, 0xF8, opWritesMedium, ignoredReadWrite16, write16),
+	blockOp("WRITE AND VERIFY(10)", opWriteAndVerify10, 0xF2, opWritesMedium, ignoredVerify, writeAndVerify10),
+	blockOp("WRITE AND VERIFY(12)", opWriteAndVerify12, 0xF2, opWritesMedium, ignoredVerify, writeAndVerify12),
+	blockOp("WRITE AND VERIFY(16)", opWriteAndVerify16, 0xF2, opWritesMedium, nil, writeAndVerify16),
+	blockOp("VERIFY(10)", opVerify10, 0xF6, opPRReads, ignoredVerify, verify10),
+	blockOp("VERIFY(12)", opVerify12, 0xF6, opPRReads, ignoredVerify, verify12),
+	blockOp("VERIFY(16)", opVerify16, 0xF6, opPRReads, nil, verify16),
+	blockOp("SYNCHRONIZE CACHE(10)", opSynchronizeCache, 0x02, 0, ignoredSynchronizeCache10, synchronizeCache10),
+	blockOp("SYNCHRONIZE CACHE(16)", opSynchronizeCache16, 0x02, 0, ignoredSynchronizeCache16, synchronizeCache16),
 	{name: "UNMAP", opcode: opUnmap, cdbLength: 10,
 		usage: []byte{opUnmap, 0x01, 0x00, 0x00, 0x00, 0x00, 0x3F, 0xFF, 0xFF, 0x07},
 		flags: opWritesMedium, run: unmap},
-	{name: "WRITE SAME(10)", opcode: opWriteSame10, cdbLength: 10,
-		usage: []byte{opWriteSame10, 0xFE, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0xFF, 0xFF, 0x07},
-		flags: opWritesMedium, ignored: ignoredWriteSame10, run: writeSame10},
-	{name: "WRITE SAME(16)", opcode: opWriteSame16, cdbLength: 16,
-		usage: []byte{opWriteSame16, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
-		flags: opWritesMedium, run: writeSame16},
+	blockOp("WRITE SAME(10)", opWriteSame10, 0xFE, opWritesMedium, ignoredWriteSame10, writeSame10),
+	blockOp("WRITE SAME(16)", opWriteSame16, 0xFF, opWritesMedium, nil, writeSame16),
 	{name: "COMPARE AND WRITE", opcode: opCompareAndWrite, cdbLength: 16,
 		usage: []byte{opCompareAndWrite, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0xFF, 0x3F, 0x07},
 		flags: opWritesMedium, ignored: ignoredCompareAndWrite, run: compareAndWrite},
@@ -119,6 +88,33 @@ var sbcCommands = []opInfo{
 		usage: usageReadDefectData12, flags: opPRReads, run: readDefectData12},
 	{name: "GET LBA STATUS", opcode: opServiceActionIn16, serviceAction: saGetLBAStatus, hasSA: true,
 		cdbLength: 16, usage: usageGetLBAStatus, flags: opPRReads, run: getLBAStatus},
+}
+
+// blockOp describes a block command whose 10-, 12- or 16-byte CDB is laid out as READ's: byte 1
+// (whose evaluated bits byte1 marks), the LOGICAL BLOCK ADDRESS, the length and the GROUP NUMBER
+// (blockUsage).
+func blockOp(name string, opcode, byte1 byte, flags opFlags, ignored []cdbField, run handler) opInfo {
+	n := cdbLengthOf(opcode)
+	return opInfo{name: name, opcode: opcode, cdbLength: n, usage: blockUsage(opcode, byte1, n),
+		ignored: ignored, flags: flags, run: run}
+}
+
+// blockUsage is the CDB usage data of a block CDB laid out as READ(10/12/16): byte1 for byte 1,
+// every bit of the LOGICAL BLOCK ADDRESS and of the length, the six bits of the GROUP NUMBER
+// (groupReserved are reserved) and 07h for the CONTROL byte.
+func blockUsage(opcode, byte1 byte, cdbLength int) []byte {
+	u := bytes.Repeat([]byte{0xFF}, cdbLength)
+	u[0], u[1] = opcode, byte1
+	switch cdbLength {
+	case 10:
+		u[cdb10GroupOff] = ^byte(groupReserved)
+	case 12:
+		u[cdb12GroupOff] = ^byte(groupReserved)
+	default:
+		u[cdb16GroupOff] = ^byte(groupReserved)
+	}
+	u[cdbLength-1] = controlNACA | 0x03 // NACA, FLAG, LINK
+	return u
 }
 
 // The obsolete bits of byte 1 that the block commands ignore (opInfo.ignored); every other bit

@@ -113,17 +113,14 @@ func checkControl(cdb []byte, off int) fault {
 
 // testUnitReady reports GOOD: the medium is always ready.
 func testUnitReady(lu *LogicalUnit, c *Command) {
-	if f := checkCDBUsage(c.CDB, usageTestUnitReady); f.reason != ReasonNone {
-		c.failWith(f)
-	}
+	c.failOn(checkCDBUsage(c.CDB, usageTestUnitReady))
 }
 
 // preventAllowMediumRemoval accepts PREVENT 00b (allow) and 01b (prevent) and does nothing:
 // the medium is not removable (RMB is 0), so there is nothing to lock. 10b and 11b were for
 // medium changers and are obsolete in SPC-4.
 func preventAllowMediumRemoval(lu *LogicalUnit, c *Command) {
-	if f := checkCDBUsage(c.CDB, usagePreventAllow); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkCDBUsage(c.CDB, usagePreventAllow)) {
 		return
 	}
 	if c.CDB[4]&0x03 > 1 {
@@ -165,8 +162,7 @@ func executeWithoutLU(m *LUNMap, c *Command) {
 		c.fail(ReasonInvalidFieldInCommandIU)
 		return
 	}
-	if f := checkControl(c.CDB, op.cdbLength-1); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkControl(c.CDB, op.cdbLength-1)) {
 		return
 	}
 	op.run(nil, c)

@@ -17,8 +17,7 @@ func startStopUnit(lu *LogicalUnit, c *Command) {
 		noFlush = 0x04
 	)
 	cdb := c.CDB
-	if f := checkZeroFields(cdb, startStopZero); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkZeroFields(cdb, startStopZero)) {
 		return
 	}
 	if cdb[4]&start == 0 && cdb[4]&noFlush == 0 {

@@ -31,8 +31,7 @@ var (
 )
 
 func (lu *LogicalUnit) synchronizeCache(c *Command, lba, n uint64, zero []cdbField) {
-	if f := checkZeroFields(c.CDB, zero); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkZeroFields(c.CDB, zero)) {
 		return
 	}
 	if !lu.lbaInRange(lba, n) {

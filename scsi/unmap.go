@@ -91,8 +91,7 @@ func unmap(lu *LogicalUnit, c *Command) {
 		return
 	}
 	cdb := c.CDB
-	if f := checkZeroFields(cdb, unmapZero); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkZeroFields(cdb, unmapZero)) {
 		return
 	}
 	paramLen := int(binary.BigEndian.Uint16(cdb[cdb10LengthOff:]))

@@ -49,8 +49,7 @@ func (lu *LogicalUnit) verifyN(c *Command) {
 	if c.CDB[0] == opVerify16 {
 		zero = verify16Byte1Zero
 	}
-	if f := checkZeroFields(c.CDB, zero); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkZeroFields(c.CDB, zero)) {
 		return
 	}
 	bytchk := c.CDB[1] >> 1 & 0x3
@@ -59,8 +58,7 @@ func (lu *LogicalUnit) verifyN(c *Command) {
 		return
 	}
 	b, f := decodeBlockCDB(c.CDB)
-	if f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(f) {
 		return
 	}
 	var out uint64 // data-out bytes
@@ -113,20 +111,17 @@ func (lu *LogicalUnit) writeAndVerifyN(c *Command) {
 	if c.CDB[0] == opWriteAndVerify16 {
 		zero = writeAndVerify16Byte1Zero
 	}
-	if f := checkZeroFields(c.CDB, zero); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkZeroFields(c.CDB, zero)) {
 		return
 	}
 	compare := c.CDB[1]&0x02 != 0
 	b, f := decodeBlockCDB(c.CDB)
-	if f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(f) {
 		return
 	}
 	total, f := lu.checkTransfer(b.lba, b.blocks, b.lengthOff)
 	c.TransferLength = clampInt(total)
-	if f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(f) {
 		return
 	}
 	if uint64(len(c.DataOut)) != total {

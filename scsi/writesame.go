@@ -69,8 +69,7 @@ func writeSame16(lu *LogicalUnit, c *Command) {
 // before the command completes.
 func (lu *LogicalUnit) writeSame(c *Command, lba, n uint64, ndob bool, lengthOff int, zeroFields []cdbField) {
 	cdb := c.CDB
-	if f := checkZeroFields(cdb, zeroFields); f.reason != ReasonNone {
-		c.failWith(f)
+	if c.failOn(checkZeroFields(cdb, zeroFields)) {
 		return
 	}
 	unmapBit := cdb[1]&wsUnmap != 0
