@@ -15,16 +15,13 @@ func read6(lu *LogicalUnit, c *Command) {
 
 // read10, read12 and read16 are READ(10/12/16). RDPROTECT must be zero (no protection
 // information); DPO and FUA are accepted: every read goes to the backstore anyway. The rest of
-// byte 1 is checkReadWriteByte1's.
+// byte 1 is decodeReadWrite's.
 func read10(lu *LogicalUnit, c *Command) { lu.readN(c) }
 func read12(lu *LogicalUnit, c *Command) { lu.readN(c) }
 func read16(lu *LogicalUnit, c *Command) { lu.readN(c) }
 
 func (lu *LogicalUnit) readN(c *Command) {
-	if c.failOn(checkReadWriteByte1(c.CDB)) {
-		return
-	}
-	b, f := decodeBlockCDB(c.CDB)
+	b, f := decodeReadWrite(c.CDB)
 	if c.failOn(f) {
 		return
 	}
@@ -47,10 +44,7 @@ func write12(lu *LogicalUnit, c *Command) { lu.writeN(c) }
 func write16(lu *LogicalUnit, c *Command) { lu.writeN(c) }
 
 func (lu *LogicalUnit) writeN(c *Command) {
-	if c.failOn(checkReadWriteByte1(c.CDB)) {
-		return
-	}
-	b, f := decodeBlockCDB(c.CDB)
+	b, f := decodeReadWrite(c.CDB)
 	if c.failOn(f) {
 		return
 	}
@@ -74,44 +68,53 @@ func decode6(cdb []byte) (lba uint64, n uint32, f fault) {
 // readWriteByte1Zero are the fields of byte 1 of READ/WRITE(10/12) that must be zero: the
 // protection field (the logical unit has no protection information: PROTECT is 0 in INQUIRY)
 // and bit 2 (RARC of SBC-4, rebuild assist, is not supported). Bits 1 (FUA_NV) and 0 are
-// obsolete and ignored (ignoredReadWrite). readWrite16Byte1Zero adds bit 0 of READ/WRITE(16),
-// SBC-4's DLD2: the command duration limits are not supported, and its companions DLD1 and DLD0
+// obsolete and ignored (ignoredReadWrite). In READ/WRITE(16) bit 0, SBC-4's DLD2, must be zero
+// too: command duration limits are not supported, and its companions DLD1 and DLD0
 // in the GROUP NUMBER byte are refused with the rest of groupReserved.
-var (
-	readWriteByte1Zero   = []cdbField{{1, cdbProtectMask}, {1, 0x04}}
-	readWrite16Byte1Zero = []cdbField{{1, cdbProtectMask}, {1, 0x04}, {1, 0x01}}
-)
-
-// checkReadWriteByte1 checks byte 1 of READ/WRITE(10/12/16).
-func checkReadWriteByte1(cdb []byte) fault {
-	if cdbLengthOf(cdb[0]) == 16 {
-		return checkZeroFields(cdb, readWrite16Byte1Zero)
-	}
-	return checkZeroFields(cdb, readWriteByte1Zero)
+var readWriteByte1Zero = byte1Fields{
+	short: []cdbField{{1, cdbProtectMask}, {1, 0x04}},
+	long:  []cdbField{{1, cdbProtectMask}, {1, 0x04}, {1, 0x01}},
 }
 
-// checkTransfer does what every command that moves n blocks does before touching the medium:
-// it refuses a transfer longer than the advertised maximum (pointing at the transfer length
-// field at lengthOff) and an LBA range outside the medium. It returns the transfer in bytes, for
-// TransferLength, whether it refuses it or not.
-func (lu *LogicalUnit) checkTransfer(lba uint64, n uint32, lengthOff int) (bytes uint64, f fault) {
-	bytes = lu.blockBytes(uint64(n))
+// decodeReadWrite decodes READ/WRITE(10/12/16): the fields of byte 1 that must be zero, then
+// what every block CDB has (decodeBlockCDB).
+func decodeReadWrite(cdb []byte) (blockCDB, fault) {
+	if f := readWriteByte1Zero.check(cdb); f.reason != ReasonNone {
+		return blockCDB{}, f
+	}
+	return decodeBlockCDB(cdb)
+}
+
+// checkTransfer does what every command that moves data for n blocks from lba does before
+// touching the medium: it refuses moving more bytes than the advertised maximum (pointing at the
+// transfer length field at lengthOff) and an LBA range outside the medium.
+func (lu *LogicalUnit) checkTransfer(lba, n, bytes uint64, lengthOff int) fault {
 	if lu.transferTooLong(bytes) {
-		return bytes, cdbFieldFault(lengthOff, -1)
+		return cdbFieldFault(lengthOff, -1)
 	}
-	if !lu.lbaInRange(lba, uint64(n)) {
-		return bytes, fault{reason: ReasonLBAOutOfRange}
+	if !lu.lbaInRange(lba, n) {
+		return fault{reason: ReasonLBAOutOfRange}
 	}
-	return bytes, fault{}
+	return fault{}
+}
+
+// checkDataOut refuses a data-out buffer that does not hold exactly the bytes the CDB asks for:
+// such a command is refused whole, as LIO does, with INVALID FIELD IN COMMAND INFORMATION UNIT,
+// rather than writing or comparing part of it, or garbage.
+func checkDataOut(dataOut []byte, bytes uint64) fault {
+	if uint64(len(dataOut)) != bytes {
+		return fault{reason: ReasonInvalidFieldInCommandIU}
+	}
+	return fault{}
 }
 
 // readBlocks reads n blocks from lba into c.DataIn. When the buffer is shorter than the transfer
 // it gets the whole blocks that fit, and the transport reports the overflow (TransferLength stays
 // the full transfer).
 func (lu *LogicalUnit) readBlocks(c *Command, lba uint64, n uint32, lengthOff int) {
-	bytes, f := lu.checkTransfer(lba, n, lengthOff)
+	bytes := lu.blockBytes(uint64(n))
 	c.TransferLength = clampInt(bytes)
-	if c.failOn(f) {
+	if c.failOn(lu.checkTransfer(lba, uint64(n), bytes, lengthOff)) {
 		return
 	}
 	fit := min(bytes, uint64(len(c.DataIn))) &^ uint64(lu.blockSize-1)
@@ -126,16 +129,14 @@ func (lu *LogicalUnit) readBlocks(c *Command, lba uint64, n uint32, lengthOff in
 }
 
 // writeBlocks writes n blocks from c.DataOut at lba. The data-out buffer must hold exactly the
-// transfer: a write whose data does not match its CDB is refused whole, as LIO does, with
-// INVALID FIELD IN COMMAND INFORMATION UNIT, rather than writing part of it or garbage.
+// transfer (checkDataOut).
 func (lu *LogicalUnit) writeBlocks(c *Command, lba uint64, n uint32, fua bool, lengthOff int) {
-	bytes, f := lu.checkTransfer(lba, n, lengthOff)
+	bytes := lu.blockBytes(uint64(n))
 	c.TransferLength = clampInt(bytes)
-	if c.failOn(f) {
+	if c.failOn(lu.checkTransfer(lba, uint64(n), bytes, lengthOff)) {
 		return
 	}
-	if uint64(len(c.DataOut)) != bytes {
-		c.fail(ReasonInvalidFieldInCommandIU)
+	if c.failOn(checkDataOut(c.DataOut, bytes)) {
 		return
 	}
 	if n == 0 {

@@ -195,6 +195,20 @@ func checkZeroFields(cdb []byte, fields []cdbField) fault {
 	return fault{}
 }
 
+// byte1Fields are the fields of byte 1 that must be zero in the 10- and 12-byte CDBs of a command
+// (short) and in its 16-byte CDB (long), where bit 0 is reserved rather than obsolete.
+type byte1Fields struct {
+	short, long []cdbField
+}
+
+// check checks cdb against the list for its length.
+func (b byte1Fields) check(cdb []byte) fault {
+	if cdbLengthOf(cdb[0]) == 16 {
+		return checkZeroFields(cdb, b.long)
+	}
+	return checkZeroFields(cdb, b.short)
+}
+
 // blockCDB is the part of a 10-, 12- or 16-byte block CDB that all of them share.
 type blockCDB struct {
 	lba       uint64

@@ -39,17 +39,13 @@ func verify16(lu *LogicalUnit, c *Command) { lu.verifyN(c) }
 // verifyByte1Zero are the fields of byte 1 of VERIFY(10/12) that must be zero: VRPROTECT and the
 // reserved bit 3; bit 0 is obsolete and ignored (ignoredVerify). In VERIFY(16) bit 0 is reserved
 // (SBC-4 5.35) and must be zero too.
-var (
-	verifyByte1Zero   = []cdbField{{1, cdbProtectMask}, {1, 0x08}}
-	verify16Byte1Zero = []cdbField{{1, cdbProtectMask}, {1, 0x08}, {1, 0x01}}
-)
+var verifyByte1Zero = byte1Fields{
+	short: []cdbField{{1, cdbProtectMask}, {1, 0x08}},
+	long:  []cdbField{{1, cdbProtectMask}, {1, 0x08}, {1, 0x01}},
+}
 
 func (lu *LogicalUnit) verifyN(c *Command) {
-	zero := verifyByte1Zero
-	if c.CDB[0] == opVerify16 {
-		zero = verify16Byte1Zero
-	}
-	if c.failOn(checkZeroFields(c.CDB, zero)) {
+	if c.failOn(verifyByte1Zero.check(c.CDB)) {
 		return
 	}
 	bytchk := c.CDB[1] >> 1 & 0x3
@@ -71,16 +67,10 @@ func (lu *LogicalUnit) verifyN(c *Command) {
 		}
 	}
 	c.TransferLength = clampInt(out)
-	if lu.transferTooLong(out) {
-		c.invalidCDBField(b.lengthOff, -1)
+	if c.failOn(lu.checkTransfer(b.lba, uint64(b.blocks), out, b.lengthOff)) {
 		return
 	}
-	if !lu.lbaInRange(b.lba, uint64(b.blocks)) {
-		c.fail(ReasonLBAOutOfRange)
-		return
-	}
-	if uint64(len(c.DataOut)) != out {
-		c.fail(ReasonInvalidFieldInCommandIU)
+	if c.failOn(checkDataOut(c.DataOut, out)) {
 		return
 	}
 	if b.blocks == 0 {
@@ -101,17 +91,13 @@ func writeAndVerify16(lu *LogicalUnit, c *Command) { lu.writeAndVerifyN(c) }
 // writeAndVerifyByte1Zero are the fields of byte 1 of WRITE AND VERIFY(10/12) that must be zero:
 // WRPROTECT, the reserved bit 3 and bit 2; bit 0 is obsolete and ignored (ignoredVerify). In
 // WRITE AND VERIFY(16) bit 0 is reserved (SBC-4 5.43) and must be zero too.
-var (
-	writeAndVerifyByte1Zero   = []cdbField{{1, cdbProtectMask}, {1, 0x08}, {1, 0x04}}
-	writeAndVerify16Byte1Zero = []cdbField{{1, cdbProtectMask}, {1, 0x08}, {1, 0x04}, {1, 0x01}}
-)
+var writeAndVerifyByte1Zero = byte1Fields{
+	short: []cdbField{{1, cdbProtectMask}, {1, 0x08}, {1, 0x04}},
+	long:  []cdbField{{1, cdbProtectMask}, {1, 0x08}, {1, 0x04}, {1, 0x01}},
+}
 
 func (lu *LogicalUnit) writeAndVerifyN(c *Command) {
-	zero := writeAndVerifyByte1Zero
-	if c.CDB[0] == opWriteAndVerify16 {
-		zero = writeAndVerify16Byte1Zero
-	}
-	if c.failOn(checkZeroFields(c.CDB, zero)) {
+	if c.failOn(writeAndVerifyByte1Zero.check(c.CDB)) {
 		return
 	}
 	compare := c.CDB[1]&0x02 != 0
@@ -119,13 +105,12 @@ func (lu *LogicalUnit) writeAndVerifyN(c *Command) {
 	if c.failOn(f) {
 		return
 	}
-	total, f := lu.checkTransfer(b.lba, b.blocks, b.lengthOff)
+	total := lu.blockBytes(uint64(b.blocks))
 	c.TransferLength = clampInt(total)
-	if c.failOn(f) {
+	if c.failOn(lu.checkTransfer(b.lba, uint64(b.blocks), total, b.lengthOff)) {
 		return
 	}
-	if uint64(len(c.DataOut)) != total {
-		c.fail(ReasonInvalidFieldInCommandIU)
+	if c.failOn(checkDataOut(c.DataOut, total)) {
 		return
 	}
 	if b.blocks == 0 {
