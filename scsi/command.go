@@ -147,6 +147,8 @@ func paramFieldFault(byteOff int, bit int) fault {
 	return fieldFault(ReasonInvalidFieldInParameterList, false, byteOff, bit)
 }
 
+// fieldFault is reason with the field pointer of the sense-key specific bytes (SPC-4 4.5.2.4.2)
+// on byteOff and, when bit >= 0, bit, in the CDB (inCDB) or the parameter list.
 func fieldFault(reason Reason, inCDB bool, byteOff int, bit int) fault {
 	info := SenseInfo{FieldPointerValid: true, InCDB: inCDB, FieldPointer: uint16(byteOff)}
 	if bit >= 0 {
