@@ -12,17 +12,36 @@ import (
 // cdbBase is a CDB of one command that completes with GOOD on the logical unit of
 // TestCDBReservedBits, with its data-out and the size of its data-in buffer. Each command that
 // writes has blocks of its own and writes what is there already (zeroes), so that it can run
-// any number of times with the same result.
+// any number of times with the same result; setup, when not nil, sends before each run the
+// commands that put the reservations in the state the command needs.
 type cdbBase struct {
-	cdb []byte
-	out []byte
-	in  int
+	cdb   []byte
+	out   []byte
+	in    int
+	setup []prStep
 }
 
-// reservedBitsBases has a base CDB for every command of spcCommands and sbcCommands; a command
-// added to the tables without one fails TestCDBReservedBits.
-func reservedBitsBases() map[string]cdbBase {
+// prStep is a PERSISTENT RESERVE OUT from the nexus of TestCDBReservedBits that must complete
+// with GOOD.
+type prStep struct {
+	sa, typ byte
+	params  []byte
+}
+
+// reservedBitsBases has a base CDB for every command of the command table; a command added to
+// the table without one fails TestCDBReservedBits. other is an initiator port that REGISTER AND
+// MOVE moves the reservation to, through relative port 1.
+func reservedBitsBases(other [16]byte) map[string]cdbBase {
 	const bs = 512
+	const key = 0xABCD
+	we := byte(PRTypeWriteExclusive)
+	prOut := func(sa, typ byte, params []byte, setup ...prStep) cdbBase {
+		return cdbBase{cdb: prOutCDB(sa, typ, uint32(len(params))), out: params, setup: setup}
+	}
+	register := prStep{prOutRegisterAndIgnore, 0, prParams(0, key, 0)}
+	unregister := prStep{prOutRegisterAndIgnore, 0, prParams(0, 0, 0)}
+	reserve := prStep{prOutReserve, we, prParams(key, 0, 0)}
+	clear := prStep{prOutClear, 0, prParams(key, 0, 0)}
 	return map[string]cdbBase{
 		"TEST UNIT READY":              {cdb: []byte{0x00, 0, 0, 0, 0, 0}},
 		"REQUEST SENSE":                {cdb: []byte{0x03, 0, 0, 0, 18, 0}, in: 18},
@@ -69,11 +88,31 @@ func reservedBitsBases() map[string]cdbBase {
 		"READ DEFECT DATA(12)": {
 			cdb: []byte{0xB7, defectReqGList, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0}, in: 8},
 		"GET LBA STATUS": {cdb: getLBAStatusCDB(0, 1024), in: 1024},
+
+		"PERSISTENT RESERVE IN READ KEYS":           {cdb: prInCDB(0, 1024), in: 1024},
+		"PERSISTENT RESERVE IN READ RESERVATION":    {cdb: prInCDB(1, 1024), in: 1024},
+		"PERSISTENT RESERVE IN REPORT CAPABILITIES": {cdb: prInCDB(2, 1024), in: 1024},
+		"PERSISTENT RESERVE IN READ FULL STATUS":    {cdb: prInCDB(3, 1024), in: 1024},
+		"PERSISTENT RESERVE OUT REGISTER":           prOut(prOutRegister, 0, prParams(0, key, 0), unregister),
+		"PERSISTENT RESERVE OUT RESERVE":            prOut(prOutReserve, we, prParams(key, 0, 0), register),
+		"PERSISTENT RESERVE OUT RELEASE":            prOut(prOutRelease, we, prParams(key, 0, 0), register, reserve),
+		"PERSISTENT RESERVE OUT CLEAR":              prOut(prOutClear, 0, prParams(key, 0, 0), register),
+		// Preempting one's own key with no reservation keeps one's registration and
+		// changes nothing else, and no other initiator gets a unit attention.
+		"PERSISTENT RESERVE OUT PREEMPT":                          prOut(prOutPreempt, we, prParams(key, key, 0), register),
+		"PERSISTENT RESERVE OUT PREEMPT AND ABORT":                prOut(prOutPreemptAndAbort, we, prParams(key, key, 0), register),
+		"PERSISTENT RESERVE OUT REGISTER AND IGNORE EXISTING KEY": prOut(prOutRegisterAndIgnore, 0, prParams(0, key, 0)),
+		"PERSISTENT RESERVE OUT REGISTER AND MOVE": prOut(prOutRegisterAndMove, we, moveParams(key, key+1, 0, 1, srpTID(other)),
+			register, clear, register, reserve),
+		"RESERVE(6)":  {cdb: []byte{0x16, 0, 0, 0, 0, 0}, setup: []prStep{register, clear}},
+		"RELEASE(6)":  {cdb: []byte{0x17, 0, 0, 0, 0, 0}, setup: []prStep{register, clear}},
+		"RESERVE(10)": {cdb: []byte{0x56, 0, 0, 0, 0, 0, 0, 0, 0, 0}, setup: []prStep{register, clear}},
+		"RELEASE(10)": {cdb: []byte{0x57, 0, 0, 0, 0, 0, 0, 0, 0, 0}, setup: []prStep{register, clear}},
 	}
 }
 
 // TestCDBReservedBits sets, one at a time, every CDB bit that the CDB usage data of a command
-// leaves out, in a CDB that otherwise completes with GOOD, for every SPC and SBC command:
+// leaves out, in a CDB that otherwise completes with GOOD, for every command of the table:
 //
 //   - a bit the command's ignored list names (obsolete fields, SBC-4), or a vendor specific bit
 //     of the CONTROL byte, changes nothing: GOOD, the same data-in and the same backstore calls
@@ -88,11 +127,14 @@ func TestCDBReservedBits(t *testing.T) {
 	_, n, _ := aluaNexuses(t, ActiveOptimized, ActiveOptimized) // REPORT TARGET PORT GROUPS needs ALUA
 	_, m, rec := newRecordingLU(t, 1024, 512, func(c *Config) { c.ThinProvisioning = true })
 	clearPowerOnUA(t, m, n)
-	bases := reservedBitsBases()
-	ops := append(append([]opInfo(nil), spcCommands...), sbcCommands...)
+	bases := reservedBitsBases(prInitiator(0x33))
+	ops := append(append(append([]opInfo(nil), spcCommands...), sbcCommands...), prCommands...)
 	require.Len(t, bases, len(ops), "one base CDB per command")
 
 	exec := func(b cdbBase, cdb []byte) (*Command, []ioRecord) {
+		for _, s := range b.setup {
+			requireGood(t, sendPROut(m, n, s.sa, s.typ, s.params))
+		}
 		c := run(m, n, 0, cdb, bytes.Clone(b.out), b.in)
 		return c, rec.take()
 	}
