@@ -128,7 +128,14 @@ func TestCDBReservedBits(t *testing.T) {
 	_, m, rec := newRecordingLU(t, 1024, 512, func(c *Config) { c.ThinProvisioning = true })
 	clearPowerOnUA(t, m, n)
 	bases := reservedBitsBases(prInitiator(0x33))
-	ops := append(append(append([]opInfo(nil), spcCommands...), sbcCommands...), prCommands...)
+	var ops []*opInfo
+	for i := range commandTable {
+		if e := &commandTable[i]; e.plain != nil {
+			ops = append(ops, e.plain)
+		} else {
+			ops = append(ops, e.bySA...)
+		}
+	}
 	require.Len(t, bases, len(ops), "one base CDB per command")
 
 	exec := func(b cdbBase, cdb []byte) (*Command, []ioRecord) {
@@ -159,6 +166,10 @@ func TestCDBReservedBits(t *testing.T) {
 		}
 		refused[last] = 0x3F
 
+		// Every command starts with no reservation of either kind.
+		requireGood(t, sendPROut(m, n, prOutRegisterAndIgnore, 0, prParams(0, 1, 0)))
+		requireGood(t, sendPROut(m, n, prOutClear, 0, prParams(1, 0, 0)))
+		requireGood(t, run(m, n, 0, []byte{opRelease6, 0, 0, 0, 0, 0}, nil, 0))
 		base, baseIO := exec(b, b.cdb)
 		require.Equal(t, StatusGood, base.Status, "%s: base CDB % x: sense % x", op.name, b.cdb, base.SenseData())
 		for i := 1; i <= last; i++ {
