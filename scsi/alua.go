@@ -317,7 +317,7 @@ const (
 // configuration the command is not supported (TPGS is 00b), as SPC-4 requires, and REPORT
 // SUPPORTED OPERATION CODES does not list it (LogicalUnit.offers).
 func reportTargetPortGroups(lu *LogicalUnit, c *Command) {
-	if !c.checkCDBUsage(usageReportTPGs) {
+	if c.failOn(checkCDBUsage(c.CDB, usageReportTPGs)) {
 		return
 	}
 	a := c.alua()

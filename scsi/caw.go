@@ -21,6 +21,12 @@ func (lu *LogicalUnit) maxCompareAndWriteBlocks() uint8 {
 	return uint8(n)
 }
 
+// compareAndWriteZero are the fields of COMPARE AND WRITE that must be zero, in the order they
+// are checked: WRPROTECT, the reserved bits 2 and 0 of byte 1, the reserved bytes 10-12 and the
+// reserved bits of the GROUP NUMBER byte.
+var compareAndWriteZero = []cdbField{{1, cdbProtectMask}, {1, 0x04}, {1, 0x01},
+	{10, 0xFF}, {11, 0xFF}, {12, 0xFF}, {cdb16GroupOff, groupReserved}}
+
 // compareAndWrite is COMPARE AND WRITE. The data-out buffer holds 2n blocks: the first n are
 // compared with the medium, and when they are equal the second n are written in their place.
 // The LBA range is locked exclusively for the whole operation, so that no write of another
@@ -33,8 +39,7 @@ func (lu *LogicalUnit) maxCompareAndWriteBlocks() uint8 {
 func compareAndWrite(lu *LogicalUnit, c *Command) {
 	const nolbOff = 13
 	cdb := c.CDB
-	if c.cdbBitsSet(1, cdbProtectMask) || c.cdbBitsSet(1, 0x04) || c.cdbBitsSet(1, 0x01) || c.cdbBytesSet(10, 13) ||
-		c.cdbBitsSet(cdb16GroupOff, groupReserved) {
+	if c.failOn(checkZeroFields(cdb, compareAndWriteZero)) {
 		return
 	}
 	lba := binary.BigEndian.Uint64(cdb[2:])

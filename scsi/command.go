@@ -122,8 +122,56 @@ func (c *Command) DataOutResidual() (overflow bool, n int) {
 	return false, len(c.DataOut) - c.TransferLength
 }
 
+// fault is why a decoder refused a command: the reason and, when the reason names a field, the
+// field pointer of the sense-key specific bytes. The zero fault (reason ReasonNone) means the
+// decoder found nothing wrong. Decoders return a fault instead of failing the command
+// themselves, so that every handler shows in one place where it fails: the idiom is
+//
+//	if c.failOn(checkSomething(c.CDB)) {
+//		return
+//	}
+type fault struct {
+	reason Reason
+	info   SenseInfo
+}
+
+// cdbFieldFault is INVALID FIELD IN CDB pointing at byte byteOff (and bit, when bit >= 0) of the
+// CDB, so that the initiator's log names the offending field.
+func cdbFieldFault(byteOff int, bit int) fault {
+	return fieldFault(ReasonInvalidFieldInCDB, true, byteOff, bit)
+}
+
+// paramFieldFault is INVALID FIELD IN PARAMETER LIST pointing at byte byteOff (and bit, when
+// bit >= 0) of the parameter list.
+func paramFieldFault(byteOff int, bit int) fault {
+	return fieldFault(ReasonInvalidFieldInParameterList, false, byteOff, bit)
+}
+
+// fieldFault is reason with the field pointer of the sense-key specific bytes (SPC-4 4.5.2.4.2)
+// on byteOff and, when bit >= 0, bit, in the CDB (inCDB) or the parameter list.
+func fieldFault(reason Reason, inCDB bool, byteOff int, bit int) fault {
+	info := SenseInfo{FieldPointerValid: true, InCDB: inCDB, FieldPointer: uint16(byteOff)}
+	if bit >= 0 {
+		info.BitPointerValid, info.BitPointer = true, uint8(bit)
+	}
+	return fault{reason: reason, info: info}
+}
+
 // fail ends the command with CHECK CONDITION for reason, in the LU's sense format.
 func (c *Command) fail(reason Reason) { c.failInfo(reason, SenseInfo{}) }
+
+// failWith ends the command with CHECK CONDITION for the fault a decoder returned.
+func (c *Command) failWith(f fault) { c.failInfo(f.reason, f.info) }
+
+// failOn ends the command with CHECK CONDITION for f when f is a fault, and reports whether it
+// did: true means the command failed.
+func (c *Command) failOn(f fault) bool {
+	if f.reason == ReasonNone {
+		return false
+	}
+	c.failWith(f)
+	return true
+}
 
 // failInfo ends the command with CHECK CONDITION for reason with detail.
 func (c *Command) failInfo(reason Reason, info SenseInfo) {
@@ -133,24 +181,12 @@ func (c *Command) failInfo(reason Reason, info SenseInfo) {
 	c.DataInLength = 0
 }
 
-// invalidCDBField ends the command with INVALID FIELD IN CDB pointing at byte (and bit, when
-// bit >= 0) of the CDB, so that the initiator's log names the offending field.
-func (c *Command) invalidCDBField(byteOff int, bit int) {
-	info := SenseInfo{FieldPointerValid: true, InCDB: true, FieldPointer: uint16(byteOff)}
-	if bit >= 0 {
-		info.BitPointerValid, info.BitPointer = true, uint8(bit)
-	}
-	c.failInfo(ReasonInvalidFieldInCDB, info)
-}
+// invalidCDBField ends the command with cdbFieldFault(byteOff, bit).
+func (c *Command) invalidCDBField(byteOff int, bit int) { c.failWith(cdbFieldFault(byteOff, bit)) }
 
-// invalidParamField ends the command with INVALID FIELD IN PARAMETER LIST pointing at byte (and
-// bit, when bit >= 0) of the parameter list.
+// invalidParamField ends the command with paramFieldFault(byteOff, bit).
 func (c *Command) invalidParamField(byteOff int, bit int) {
-	info := SenseInfo{FieldPointerValid: true, FieldPointer: uint16(byteOff)}
-	if bit >= 0 {
-		info.BitPointerValid, info.BitPointer = true, uint8(bit)
-	}
-	c.failInfo(ReasonInvalidFieldInParameterList, info)
+	c.failWith(paramFieldFault(byteOff, bit))
 }
 
 // putDataIn copies data (the full parameter data of a command, whose header lengths describe all

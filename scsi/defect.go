@@ -34,31 +34,26 @@ const (
 // an empty list, nothing follows the header either way; its GENERATION CODE is 0 (not
 // reported).
 func readDefectData10(lu *LogicalUnit, c *Command) {
-	if !c.checkCDBUsage(usageReadDefectData10) {
-		return
-	}
-	sel := c.CDB[2]
-	if sel&defectFormatMask == defectFormatReserved {
-		c.invalidCDBField(2, 2)
-		return
-	}
-	var buf [defectListHeader10Len]byte
-	buf[1] = sel & (defectReqPList | defectReqGList | defectFormatMask)
-	// Bytes 2-3: DEFECT LIST LENGTH 0.
-	c.putDataIn(buf[:], int(binary.BigEndian.Uint16(c.CDB[7:9])))
+	// Bytes 2-3 of the header: DEFECT LIST LENGTH 0.
+	readDefectData(c, usageReadDefectData10, 2, defectListHeader10Len, int(binary.BigEndian.Uint16(c.CDB[7:9])))
 }
 
 func readDefectData12(lu *LogicalUnit, c *Command) {
-	if !c.checkCDBUsage(usageReadDefectData12) {
+	// Bytes 2-3 of the header: GENERATION CODE 0; bytes 4-7: DEFECT LIST LENGTH 0.
+	readDefectData(c, usageReadDefectData12, 1, defectListHeader12Len, int(binary.BigEndian.Uint32(c.CDB[6:10])))
+}
+
+// readDefectData answers either command: sel is the offset of the byte that selects the lists
+// and the format, hdrLen the length of the header.
+func readDefectData(c *Command, usage []byte, sel, hdrLen, alloc int) {
+	if c.failOn(checkCDBUsage(c.CDB, usage)) {
 		return
 	}
-	sel := c.CDB[1]
-	if sel&defectFormatMask == defectFormatReserved {
-		c.invalidCDBField(1, 2)
+	if c.CDB[sel]&defectFormatMask == defectFormatReserved {
+		c.invalidCDBField(sel, 2)
 		return
 	}
 	var buf [defectListHeader12Len]byte
-	buf[1] = sel & (defectReqPList | defectReqGList | defectFormatMask)
-	// Bytes 2-3: GENERATION CODE 0; bytes 4-7: DEFECT LIST LENGTH 0.
-	c.putDataIn(buf[:], int(binary.BigEndian.Uint32(c.CDB[6:10])))
+	buf[1] = c.CDB[sel] & (defectReqPList | defectReqGList | defectFormatMask)
+	c.putDataIn(buf[:hdrLen], alloc)
 }

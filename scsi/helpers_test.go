@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/internal/testutil"
 )
 
 // testNexus and otherNexus are two I_T nexuses through one target port.
@@ -67,11 +68,8 @@ func clearPowerOnUA(t testing.TB, m *LUNMap, n *Nexus) {
 // returns the parsed sense data.
 func requireSense(t testing.TB, c *Command, reason Reason) ParsedSense {
 	t.Helper()
-	require.Equal(t, StatusCheckCondition, c.Status, "status")
+	testutil.RequireSense(t, uint8(c.Status), c.SenseData(), uint8(reason.Key()), reason.ASC(), reason.ASCQ())
 	s, ok := ParseSense(c.SenseData())
 	require.True(t, ok, "sense data % x", c.SenseData())
-	require.Equal(t, reason.Key(), s.Key, "sense key (want %v)", reason)
-	require.Equal(t, reason.ASC(), s.ASC, "ASC (want %v)", reason)
-	require.Equal(t, reason.ASCQ(), s.ASCQ, "ASCQ (want %v)", reason)
 	return s
 }

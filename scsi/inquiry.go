@@ -28,7 +28,7 @@ const standardInquiryLength = 96
 // EVPD is set. It runs despite a pending unit attention, and also without a logical unit (lu is
 // nil) for a LUN that is not mapped and for the REPORT LUNS well-known logical unit.
 func inquiry(lu *LogicalUnit, c *Command) {
-	if !c.checkCDBUsage(usageInquiry) {
+	if c.failOn(checkCDBUsage(c.CDB, usageInquiry)) {
 		return
 	}
 	evpd := c.CDB[1]&0x01 != 0

@@ -75,12 +75,7 @@ func TestInquiryIdentification(t *testing.T) {
 
 func TestInquiryErrors(t *testing.T) {
 	_, m := readyMap(t, nil)
-	for _, tc := range []struct {
-		name    string
-		cdb     []byte
-		byteOff int
-		bit     int
-	}{
+	for _, tc := range []cdbCase{
 		{"page code without EVPD", []byte{0x12, 0, 0x80, 0, 0xFF, 0}, 2, -1},
 		{"page code 0x83 without EVPD", []byte{0x12, 0, 0x83, 0, 0xFF, 0}, 2, -1},
 		{"CMDDT (obsolete)", []byte{0x12, 0x02, 0, 0, 0xFF, 0}, 1, 1},
@@ -94,8 +89,7 @@ func TestInquiryErrors(t *testing.T) {
 		{"NACA", []byte{0x12, 0, 0, 0, 0xFF, 0x04}, 5, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := run(m, testNexus, 0, tc.cdb, nil, 255)
-			requireInvalidCDB(t, c, tc.byteOff, tc.bit)
+			requireCDBCase(t, run(m, testNexus, 0, tc.cdb, nil, 255), tc)
 		})
 	}
 }

@@ -45,7 +45,7 @@ const (
 // provisioned, so every block is mapped, whatever its file looks like; so is every block of a
 // store that keeps no map (a block device).
 func getLBAStatus(lu *LogicalUnit, c *Command) {
-	if !c.checkCDBUsage(usageGetLBAStatus) {
+	if c.failOn(checkCDBUsage(c.CDB, usageGetLBAStatus)) {
 		return
 	}
 	lba := binary.BigEndian.Uint64(c.CDB[2:10])

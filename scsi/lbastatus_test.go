@@ -168,47 +168,6 @@ func TestGetLBAStatusFileHoles(t *testing.T) {
 	requireData(t, c, want, len(want))
 }
 
-// TestNewSBCCommandsReservedBits sets, one at a time, every CDB bit that the CDB usage data of
-// PRE-FETCH, READ DEFECT DATA and GET LBA STATUS does not mark, and every reserved bit of the
-// CONTROL byte, and expects INVALID FIELD IN CDB pointing at exactly that bit.
-func TestNewSBCCommandsReservedBits(t *testing.T) {
-	_, m := readyMap(t, func(c *Config) { c.ThinProvisioning = true })
-	for _, name := range []string{"PRE-FETCH(10)", "PRE-FETCH(16)", "READ DEFECT DATA(10)", "READ DEFECT DATA(12)", "GET LBA STATUS"} {
-		var op *opInfo
-		for i := range sbcCommands {
-			if sbcCommands[i].name == name {
-				op = &sbcCommands[i]
-			}
-		}
-		require.NotNil(t, op, name)
-		base := make([]byte, op.cdbLength)
-		base[0] = op.opcode
-		if op.hasSA {
-			base[1] = byte(op.serviceAction)
-		}
-		requireGood(t, run(m, testNexus, 0, base, nil, 512))
-		last := op.cdbLength - 1
-		for i := 1; i <= last; i++ {
-			for bit := 0; bit < 8; bit++ {
-				mask := byte(1) << bit
-				reserved := op.usage[i]&mask == 0
-				if i == last {
-					reserved = controlReserved&mask != 0
-				}
-				if !reserved {
-					continue
-				}
-				cdb := bytes.Clone(base)
-				cdb[i] |= mask
-				c := run(m, testNexus, 0, cdb, nil, 512)
-				t.Run(fmt.Sprintf("%s/byte%d/bit%d", name, i, bit), func(t *testing.T) {
-					requireInvalidCDB(t, c, i, bit)
-				})
-			}
-		}
-	}
-}
-
 // TestPreFetch checks PRE-FETCH(10/16): GOOD for a range inside the medium (a length of zero is
 // to the end), with IMMED or not, LOGICAL BLOCK ADDRESS OUT OF RANGE past it, and that nothing
 // reaches the backstore.

@@ -360,10 +360,8 @@ func (lu *LogicalUnit) Execute(c *Command) {
 		c.fail(ReasonInvalidFieldInCommandIU)
 		return
 	}
-	// The NACA bit of the CONTROL byte asks for auto contingent allegiance, which this device
-	// server does not support (NORMACA is 0 in the standard INQUIRY data).
-	if ctl := c.CDB[op.cdbLength-1]; ctl&0x04 != 0 {
-		c.invalidCDBField(op.cdbLength-1, 2)
+	// The CONTROL byte, the same for every command: no ACA, no linked commands.
+	if c.failOn(checkControl(c.CDB, op.cdbLength-1)) {
 		return
 	}
 	if c.Attr == TaskACA {

@@ -137,7 +137,7 @@ func modeSense(lu *LogicalUnit, c *Command) {
 	if ten {
 		usage, hdrLen = usageModeSense10, 8
 	}
-	if !c.checkCDBUsage(usage) {
+	if c.failOn(checkCDBUsage(c.CDB, usage)) {
 		return
 	}
 	dbd := c.CDB[1]&0x08 != 0
@@ -266,7 +266,7 @@ func modeSelect(lu *LogicalUnit, c *Command) {
 	if ten {
 		usage, hdrLen = usageModeSelect10, 8
 	}
-	if !c.checkCDBUsage(usage) {
+	if c.failOn(checkCDBUsage(c.CDB, usage)) {
 		return
 	}
 	plen := int(c.CDB[4])
@@ -323,7 +323,7 @@ func modeSelect(lu *LogicalUnit, c *Command) {
 		c.fail(ReasonParameterListLengthError)
 		return
 	}
-	if !lu.checkBlockDescriptor(c, data[hdrLen:hdrLen+bdLen], hdrLen) {
+	if c.failOn(lu.checkBlockDescriptor(data[hdrLen:hdrLen+bdLen], hdrLen)) {
 		return
 	}
 
@@ -384,7 +384,7 @@ func modeSelect(lu *LogicalUnit, c *Command) {
 // zero (SBC-3 6.4.2: no change) or the current value as MODE SENSE reports it, and LOGICAL BLOCK
 // LENGTH zero or the current one. off is the descriptor's offset in the parameter list, for the
 // field pointer.
-func (lu *LogicalUnit) checkBlockDescriptor(c *Command, bd []byte, off int) bool {
+func (lu *LogicalUnit) checkBlockDescriptor(bd []byte, off int) fault {
 	blocks := lu.Blocks()
 	var count uint64
 	var reserved []byte
@@ -392,7 +392,7 @@ func (lu *LogicalUnit) checkBlockDescriptor(c *Command, bd []byte, off int) bool
 	var reservedOff, lengthOff int
 	switch len(bd) {
 	case 0:
-		return true
+		return fault{}
 	case 8:
 		// Short LBA: NUMBER OF LOGICAL BLOCKS (0-3), reserved (4), LOGICAL BLOCK LENGTH (5-7).
 		count, blocks = uint64(binary.BigEndian.Uint32(bd[0:4])), min(blocks, 0xFFFFFFFF)
@@ -406,18 +406,15 @@ func (lu *LogicalUnit) checkBlockDescriptor(c *Command, bd []byte, off int) bool
 		length, lengthOff = binary.BigEndian.Uint32(bd[12:16]), 12
 	}
 	if count != 0 && count != blocks {
-		c.invalidParamField(off, -1)
-		return false
+		return paramFieldFault(off, -1)
 	}
 	for i, b := range reserved {
 		if b != 0 {
-			c.invalidParamField(off+reservedOff+i, -1)
-			return false
+			return paramFieldFault(off+reservedOff+i, -1)
 		}
 	}
 	if length != 0 && length != lu.blockSize {
-		c.invalidParamField(off+lengthOff, -1)
-		return false
+		return paramFieldFault(off+lengthOff, -1)
 	}
-	return true
+	return fault{}
 }

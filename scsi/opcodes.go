@@ -79,8 +79,14 @@ type opInfo struct {
 	// bytes, the first the operation code, then a bit set for every CDB bit the device server
 	// evaluates.
 	usage []byte
-	flags opFlags
-	run   handler
+	// ignored are the bits outside usage that the device server ignores rather than refuses:
+	// obsolete fields an initiator may still set. The usage data shows them as zero, as SPC-4
+	// 6.35.3 asks for a bit the device server ignores; every other bit that usage leaves out is
+	// refused with INVALID FIELD IN CDB (and so are the bits of controlReserved in the CONTROL
+	// byte, whose vendor specific bits every command ignores).
+	ignored []cdbField
+	flags   opFlags
+	run     handler
 }
 
 // commandTable lists every supported command. It is put together from the SPC and SBC halves so
@@ -100,6 +106,11 @@ func buildCommandTable(lists ...[]opInfo) *[256]opEntry {
 			op := &l[i]
 			if len(op.usage) != op.cdbLength || op.usage[0] != op.opcode {
 				panic("scsi: bad CDB usage data for " + op.name)
+			}
+			for _, f := range op.ignored {
+				if f.off <= 0 || f.off >= op.cdbLength-1 || op.usage[f.off]&f.mask != 0 {
+					panic("scsi: ignored CDB bits inside the CDB usage data of " + op.name)
+				}
 			}
 			e := &t[op.opcode]
 			if op.hasSA {

@@ -306,7 +306,7 @@ const (
 
 // persistentReserveIn handles PERSISTENT RESERVE IN (SPC-4 6.15).
 func persistentReserveIn(lu *LogicalUnit, c *Command) {
-	if !c.checkCDBUsage(usagePRIn) {
+	if c.failOn(checkCDBUsage(c.CDB, usagePRIn)) {
 		return
 	}
 	alloc := int(binary.BigEndian.Uint16(c.CDB[7:9]))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/srptarget/srptarget/backstore"
 	"github.com/srptarget/srptarget/internal/testutil"
+	"github.com/srptarget/srptarget/internal/testutil/gatestore"
 )
 
 // Three I_T nexuses through one target port for the reservation tests: A and B register (keys
@@ -564,7 +565,7 @@ func TestPROutParameterErrors(t *testing.T) {
 func TestPRPreemptAndAbort(t *testing.T) {
 	mem, err := backstore.NewMemory(64*512, 512)
 	require.NoError(t, err)
-	g := newGateStore(mem)
+	g := gatestore.New(mem)
 	lu, m := newLUOver(t, g, nil)
 	for _, n := range []*Nexus{prNexusA, prNexusB} {
 		clearPowerOnUA(t, m, n)
@@ -573,9 +574,9 @@ func TestPRPreemptAndAbort(t *testing.T) {
 	requireGood(t, sendPROut(m, prNexusB, prOutRegister, 0, prParams(0, keyB, 0)))
 	requireGood(t, sendPROut(m, prNexusB, prOutReserve, PRTypeWriteExclusiveRegistrantsOnly, prParams(keyB, 0, 0)))
 
-	open := g.gate(3 * 512)
+	open := g.Gate(3 * 512)
 	running := start(m, prNexusB, 1, TaskSimple, cdb10(0x2A, 0, 3, 1), fill(512, 3), 0)
-	g.requireEntered(t, 3*512)
+	g.RequireEntered(t, 3*512)
 	waiting := start(m, prNexusB, 2, TaskOrdered, cdb10(0x2A, 0, 4, 1), fill(512, 4), 0)
 	waitTasks(t, lu, 2, 1)
 

@@ -6,8 +6,8 @@ package scsi
 // GROUP NUMBER and the PREFETCH LENGTH. Byte 1 bit 0 is obsolete (RELADR) and the rest of
 // byte 1 reserved.
 var (
-	usagePreFetch10 = []byte{opPreFetch10, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0xFF, 0xFF, 0x07}
-	usagePreFetch16 = []byte{opPreFetch16, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07}
+	usagePreFetch10 = blockUsage(opPreFetch10, 0x02, 10)
+	usagePreFetch16 = blockUsage(opPreFetch16, 0x02, 16)
 )
 
 // preFetch10 and preFetch16 are PRE-FETCH(10/16): the range is checked (an LBA, or LBA plus
@@ -20,11 +20,11 @@ func preFetch10(lu *LogicalUnit, c *Command) { lu.preFetch(c, usagePreFetch10) }
 func preFetch16(lu *LogicalUnit, c *Command) { lu.preFetch(c, usagePreFetch16) }
 
 func (lu *LogicalUnit) preFetch(c *Command, usage []byte) {
-	if !c.checkCDBUsage(usage) {
+	if c.failOn(checkCDBUsage(c.CDB, usage)) {
 		return
 	}
-	b, ok := c.decodeBlockCDB()
-	if !ok {
+	b, f := decodeBlockCDB(c.CDB)
+	if c.failOn(f) {
 		return
 	}
 	if !lu.lbaInRange(b.lba, uint64(b.blocks)) {

@@ -56,7 +56,7 @@ func (c *Command) reservationConflict() {
 // out on a copy of the state under the reservations' lock and put in force (persisted first
 // when APTPL asks for it) before the other I_T nexuses hear of it.
 func persistentReserveOut(lu *LogicalUnit, c *Command) {
-	if !c.checkCDBUsage(usagePROut) {
+	if c.failOn(checkCDBUsage(c.CDB, usagePROut)) {
 		return
 	}
 	sa := c.CDB[1] & 0x1F
@@ -93,6 +93,19 @@ func persistentReserveOut(lu *LogicalUnit, c *Command) {
 	}
 }
 
+// checkScopeType checks the SCOPE and TYPE fields of PERSISTENT RESERVE OUT (CDB byte 2) for
+// the service actions that use them: the scope must be LU_SCOPE and the type one of SPC-4
+// table 176.
+func checkScopeType(scope, typ byte) fault {
+	if scope != prScopeLU {
+		return cdbFieldFault(2, 7)
+	}
+	if !validPRType(typ) {
+		return cdbFieldFault(2, 3)
+	}
+	return fault{}
+}
+
 // prOut applies service action sa with parameter list p from the I_T nexus id to s. It reports
 // whether s changed; a failure is set on c.
 func prOut(lu *LogicalUnit, c *Command, s *prState, id ITNexusID, sa byte, p []byte, eff *prEffects) bool {
@@ -118,22 +131,10 @@ func prOut(lu *LogicalUnit, c *Command, s *prState, id ITNexusID, sa byte, p []b
 		c.reservationConflict()
 		return false
 	}
-	checkScopeType := func() bool {
-		if scope != prScopeLU {
-			c.invalidCDBField(2, 7)
-			return false
-		}
-		if !validPRType(typ) {
-			c.invalidCDBField(2, 3)
-			return false
-		}
-		return true
-	}
-
 	switch sa {
 	case prOutReserve:
 		// SPC-4 5.13.9.
-		if !checkScopeType() {
+		if c.failOn(checkScopeType(scope, typ)) {
 			return false
 		}
 		if s.resType != 0 {
@@ -174,7 +175,7 @@ func prOut(lu *LogicalUnit, c *Command, s *prState, id ITNexusID, sa byte, p []b
 		return true
 
 	case prOutPreempt, prOutPreemptAndAbort:
-		return prPreempt(c, s, id, saKey, scope, typ, sa == prOutPreemptAndAbort, checkScopeType, eff)
+		return prPreempt(c, s, id, saKey, scope, typ, sa == prOutPreemptAndAbort, eff)
 	}
 	return false
 }
@@ -277,7 +278,7 @@ func prUnregister(s *prState, i int, id ITNexusID, eff *prEffects) {
 
 // prPreempt handles PREEMPT and PREEMPT AND ABORT (SPC-4 5.13.11.4).
 func prPreempt(c *Command, s *prState, id ITNexusID, saKey uint64, scope, typ byte,
-	abort bool, checkScopeType func() bool, eff *prEffects) bool {
+	abort bool, eff *prEffects) bool {
 	removeKey := func(k uint64, all bool) bool {
 		found := false
 		kept := s.regs[:0]
@@ -319,7 +320,7 @@ func prPreempt(c *Command, s *prState, id ITNexusID, saKey uint64, scope, typ by
 		s.generation++
 		return true
 	}
-	if !checkScopeType() {
+	if c.failOn(checkScopeType(scope, typ)) {
 		return false
 	}
 	oldType := s.resType

@@ -17,22 +17,21 @@ func (lu *LogicalUnit) lastLBA() uint64 {
 // BLOCK ADDRESS field is obsolete and must be zero unless the (equally obsolete) PMI bit is set.
 // With PMI set the device server reports the last LBA anyway: there is no substantial delay
 // anywhere on this medium.
-func (c *Command) checkCapacityLBA(lba uint64, lbaOff int, pmi bool) bool {
+func checkCapacityLBA(lba uint64, lbaOff int, pmi bool) fault {
 	if !pmi && lba != 0 {
-		c.invalidCDBField(lbaOff, -1)
-		return false
+		return cdbFieldFault(lbaOff, -1)
 	}
-	return true
+	return fault{}
 }
 
 // readCapacity10 handles READ CAPACITY(10) (SBC-3 5.15): the last LBA, or FFFFFFFFh when it
 // does not fit (the initiator then uses READ CAPACITY(16)), and the block length.
 func readCapacity10(lu *LogicalUnit, c *Command) {
-	if !c.checkCDBUsage(usageReadCapacity10) {
+	if c.failOn(checkCDBUsage(c.CDB, usageReadCapacity10)) {
 		return
 	}
 	lba := uint64(binary.BigEndian.Uint32(c.CDB[2:6]))
-	if !c.checkCapacityLBA(lba, 2, c.CDB[8]&0x01 != 0) {
+	if c.failOn(checkCapacityLBA(lba, 2, c.CDB[8]&0x01 != 0)) {
 		return
 	}
 	var buf [8]byte
@@ -44,11 +43,11 @@ func readCapacity10(lu *LogicalUnit, c *Command) {
 
 // readCapacity16 handles READ CAPACITY(16) (SBC-3 5.16).
 func readCapacity16(lu *LogicalUnit, c *Command) {
-	if !c.checkCDBUsage(usageReadCapacity16) {
+	if c.failOn(checkCDBUsage(c.CDB, usageReadCapacity16)) {
 		return
 	}
 	lba := binary.BigEndian.Uint64(c.CDB[2:10])
-	if !c.checkCapacityLBA(lba, 2, c.CDB[14]&0x01 != 0) {
+	if c.failOn(checkCapacityLBA(lba, 2, c.CDB[14]&0x01 != 0)) {
 		return
 	}
 	alloc := int(binary.BigEndian.Uint32(c.CDB[10:14]))

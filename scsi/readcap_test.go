@@ -116,12 +116,7 @@ func TestReadCapacityLengths(t *testing.T) {
 
 func TestReadCapacityErrors(t *testing.T) {
 	_, m := readyMap(t, nil)
-	for _, tc := range []struct {
-		name    string
-		cdb     []byte
-		byteOff int // -1: GOOD
-		bit     int
-	}{
+	for _, tc := range []cdbCase{
 		{"10: LBA without PMI", []byte{0x25, 0, 0, 0, 0, 1, 0, 0, 0, 0}, 2, -1},
 		{"10: LBA with PMI", []byte{0x25, 0, 0, 0, 0, 1, 0, 0, 1, 0}, -1, 0},
 		{"10: PMI without LBA", []byte{0x25, 0, 0, 0, 0, 0, 0, 0, 1, 0}, -1, 0},
@@ -135,16 +130,14 @@ func TestReadCapacityErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := run(m, testNexus, 0, tc.cdb, nil, 32)
+			requireCDBCase(t, c, tc)
 			if tc.byteOff < 0 {
-				requireGood(t, c)
 				last := data(c)[0:4] // RETURNED LOGICAL BLOCK ADDRESS
 				if tc.cdb[0] == 0x9E {
 					last = data(c)[4:8]
 				}
 				require.Equal(t, []byte{0x00, 0x00, 0x03, 0xE7}, last)
-				return
 			}
-			requireInvalidCDB(t, c, tc.byteOff, tc.bit)
 		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/srptarget/srptarget/backstore"
 	"github.com/srptarget/srptarget/internal/testutil"
+	"github.com/srptarget/srptarget/internal/testutil/gatestore"
 )
 
 // Tests of what an initiator for which the logical unit is write-protected (a read-only mapping,
@@ -156,7 +157,7 @@ func TestTaskManagementWriteProtected(t *testing.T) {
 		t.Run(tc.fn.name+" from a "+tc.name, func(t *testing.T) {
 			mem, err := backstore.NewMemory(64*512, 512)
 			require.NoError(t, err)
-			g := newGateStore(mem)
+			g := gatestore.New(mem)
 			lu, otherMap := newLUOver(t, g, func(cfg *Config) { cfg.ReadOnly = tc.luReadOnly })
 			senderMap, err := NewLUNMap([]Mapping{{LUN: 0, LU: lu, ReadOnly: tc.roMapping}})
 			require.NoError(t, err)
@@ -165,11 +166,11 @@ func TestTaskManagementWriteProtected(t *testing.T) {
 			// returns it to the default (on).
 			lu.mode.wce.Store(false)
 
-			openOther, openOwn := g.gate(1*512), g.gate(2*512)
+			openOther, openOwn := g.Gate(1*512), g.Gate(2*512)
 			other := start(otherMap, otherNexus, 1, TaskSimple, cdb10(0x28, 0, 1, 1), nil, 512)
-			g.requireEntered(t, 1*512)
+			g.RequireEntered(t, 1*512)
 			own := start(senderMap, testNexus, 1, TaskSimple, cdb10(0x28, 0, 2, 1), nil, 512)
-			g.requireEntered(t, 2*512)
+			g.RequireEntered(t, 2*512)
 
 			r := tmfAsync(func() TMFResponse { return tc.fn.do(senderMap, testNexus) })
 			testutil.WaitFor(t, "the function to wait for a running command", func() bool { return lu.aborters() == 1 })

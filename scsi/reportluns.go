@@ -16,7 +16,7 @@ const (
 // can ask again with a larger buffer. Reporting the list clears REPORTED LUNS DATA HAS CHANGED for
 // the nexus on every logical unit of the map.
 func reportLUNs(lu *LogicalUnit, c *Command) {
-	if !c.checkCDBUsage(usageReportLUNs) {
+	if c.failOn(checkCDBUsage(c.CDB, usageReportLUNs)) {
 		return
 	}
 	sel := c.CDB[2]

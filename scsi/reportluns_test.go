@@ -92,12 +92,7 @@ func TestReportLUNsManyLUNs(t *testing.T) {
 
 func TestReportLUNsErrors(t *testing.T) {
 	m, _ := newMap0_5_300(t)
-	for _, tc := range []struct {
-		name    string
-		cdb     []byte
-		byteOff int
-		bit     int
-	}{
+	for _, tc := range []cdbCase{
 		{"select report 03h", reportLUNsCDB(3, 4096), 2, -1},
 		{"select report 10h (administrative LU, SPC-5)", reportLUNsCDB(0x10, 4096), 2, -1},
 		{"select report FFh", reportLUNsCDB(0xFF, 4096), 2, -1},
@@ -109,8 +104,7 @@ func TestReportLUNsErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, lun := range []uint16{0, 9} {
-				c := run(m, testNexus, lun, tc.cdb, nil, 4096)
-				requireInvalidCDB(t, c, tc.byteOff, tc.bit)
+				requireCDBCase(t, run(m, testNexus, lun, tc.cdb, nil, 4096), tc)
 			}
 		})
 	}

@@ -6,7 +6,7 @@ package scsi
 // format. Without a logical unit (lu nil) an incorrect LUN answers LOGICAL UNIT NOT SUPPORTED as
 // parameter data and the REPORT LUNS well-known logical unit NO SENSE; the status is GOOD.
 func requestSense(lu *LogicalUnit, c *Command) {
-	if !c.checkCDBUsage(usageRequestSense) {
+	if c.failOn(checkCDBUsage(c.CDB, usageRequestSense)) {
 		return
 	}
 	descriptor := c.CDB[1]&0x01 != 0

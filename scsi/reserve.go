@@ -37,7 +37,7 @@ func reserveSPC2(lu *LogicalUnit, c *Command) {
 	if c.CDB[0] == opReserve10 {
 		usage = usageReserve10
 	}
-	if !c.checkCDBUsage(usage) {
+	if c.failOn(checkCDBUsage(c.CDB, usage)) {
 		return
 	}
 	id := c.Nexus.id()
@@ -71,7 +71,7 @@ func releaseSPC2(lu *LogicalUnit, c *Command) {
 	if c.CDB[0] == opRelease10 {
 		usage = usageRelease10
 	}
-	if !c.checkCDBUsage(usage) {
+	if c.failOn(checkCDBUsage(c.CDB, usage)) {
 		return
 	}
 	id := c.Nexus.id()

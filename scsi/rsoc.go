@@ -58,7 +58,7 @@ const commandTimeoutsDescriptorLength = 12
 // Linux asks for single commands (reporting option 1, and 3 when there is a service action) to
 // learn whether WRITE SAME is supported.
 func reportSupportedOpcodes(lu *LogicalUnit, c *Command) {
-	if !c.checkCDBUsage(usageReportOpcodes) {
+	if c.failOn(checkCDBUsage(c.CDB, usageReportOpcodes)) {
 		return
 	}
 	rctd := c.CDB[2]&0x80 != 0
@@ -187,7 +187,7 @@ const (
 // 4-byte parameter data, or the extended 16-byte data when REPD is set, whose TMFTMOV is 0 (no
 // task management timeouts are reported).
 func reportSupportedTMFs(lu *LogicalUnit, c *Command) {
-	if !c.checkCDBUsage(usageReportTMFs) {
+	if c.failOn(checkCDBUsage(c.CDB, usageReportTMFs)) {
 		return
 	}
 	repd := c.CDB[2]&0x80 != 0

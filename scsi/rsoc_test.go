@@ -78,12 +78,7 @@ func TestReportSupportedOpcodesOne(t *testing.T) {
 
 func TestReportSupportedOpcodesErrors(t *testing.T) {
 	_, m := readyMap(t, nil)
-	for _, tc := range []struct {
-		name    string
-		cdb     []byte
-		byteOff int
-		bit     int
-	}{
+	for _, tc := range []cdbCase{
 		{"option 1 for an operation code with service actions", rsocCDB(false, 1, 0x9E, 0x10, 512), 3, -1},
 		{"option 1 for MAINTENANCE IN", rsocCDB(false, 1, 0xA3, 0, 512), 3, -1},
 		{"option 2 for an operation code without service actions", rsocCDB(false, 2, 0x12, 0, 512), 3, -1},
@@ -94,7 +89,7 @@ func TestReportSupportedOpcodesErrors(t *testing.T) {
 		{"reserved byte 10", []byte{0xA3, 0x0C, 1, 0x12, 0, 0, 0, 0, 2, 0, 0x01, 0}, 10, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			requireInvalidCDB(t, run(m, testNexus, 0, tc.cdb, nil, 512), tc.byteOff, tc.bit)
+			requireCDBCase(t, run(m, testNexus, 0, tc.cdb, nil, 512), tc)
 		})
 	}
 }

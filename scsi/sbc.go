@@ -1,6 +1,7 @@
 package scsi
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math/bits"
 )
@@ -38,69 +39,39 @@ const (
 //
 // The CDB USAGE DATA marks every field the device server acts on or checks for a value it does not
 // support (RDPROTECT, ANCHOR...), and the GROUP NUMBER, which it accepts and ignores. Bits that are
-// reserved, and obsolete bits that are ignored (FUA_NV, SYNC_NV, RELADR), read as zero. The
-// CONTROL byte reads 07h everywhere (NACA, and the obsolete FLAG and LINK), as in spcCommands.
+// reserved, and obsolete bits that are ignored (FUA_NV, SYNC_NV, RELADR: the ignored lists below),
+// read as zero; the handlers refuse every other bit the usage data leaves out, which
+// TestCDBReservedBits checks bit by bit. The CONTROL byte reads 07h everywhere (NACA, and the
+// obsolete FLAG and LINK), as in spcCommands.
 var sbcCommands = []opInfo{
 	{name: "READ(6)", opcode: opRead6, cdbLength: 6,
 		usage: []byte{opRead6, 0x1F, 0xFF, 0xFF, 0xFF, 0x07},
 		flags: opPRReads, run: read6},
-	{name: "READ(10)", opcode: opRead10, cdbLength: 10,
-		usage: []byte{opRead10, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0xFF, 0xFF, 0x07},
-		flags: opPRReads, run: read10},
-	{name: "READ(12)", opcode: opRead12, cdbLength: 12,
-		usage: []byte{opRead12, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
-		flags: opPRReads, run: read12},
-	{name: "READ(16)", opcode: opRead16, cdbLength: 16,
-		usage: []byte{opRead16, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
-		flags: opPRReads, run: read16},
+	blockOp("READ(10)", opRead10, 0xF8, opPRReads, ignoredReadWrite, read10),
+	blockOp("READ(12)", opRead12, 0xF8, opPRReads, ignoredReadWrite, read12),
+	blockOp("READ(16)", opRead16, 0xF8, opPRReads, ignoredReadWrite16, read16),
 	{name: "WRITE(6)", opcode: opWrite6, cdbLength: 6,
 		usage: []byte{opWrite6, 0x1F, 0xFF, 0xFF, 0xFF, 0x07},
 		flags: opWritesMedium, run: write6},
-	{name: "WRITE(10)", opcode: opWrite10, cdbLength: 10,
-		usage: []byte{opWrite10, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0xFF, 0xFF, 0x07},
-		flags: opWritesMedium, run: write10},
-	{name: "WRITE(12)", opcode: opWrite12, cdbLength: 12,
-		usage: []byte{opWrite12, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
-		flags: opWritesMedium, run: write12},
-	{name: "WRITE(16)", opcode: opWrite16, cdbLength: 16,
-		usage: []byte{opWrite16, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
-		flags: opWritesMedium, run: write16},
-	{name: "WRITE AND VERIFY(10)", opcode: opWriteAndVerify10, cdbLength: 10,
-		usage: []byte{opWriteAndVerify10, 0xF2, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0xFF, 0xFF, 0x07},
-		flags: opWritesMedium, run: writeAndVerify10},
-	{name: "WRITE AND VERIFY(12)", opcode: opWriteAndVerify12, cdbLength: 12,
-		usage: []byte{opWriteAndVerify12, 0xF2, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
-		flags: opWritesMedium, run: writeAndVerify12},
-	{name: "WRITE AND VERIFY(16)", opcode: opWriteAndVerify16, cdbLength: 16,
-		usage: []byte{opWriteAndVerify16, 0xF2, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
-		flags: opWritesMedium, run: writeAndVerify16},
-	{name: "VERIFY(10)", opcode: opVerify10, cdbLength: 10,
-		usage: []byte{opVerify10, 0xF6, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0xFF, 0xFF, 0x07},
-		flags: opPRReads, run: verify10},
-	{name: "VERIFY(12)", opcode: opVerify12, cdbLength: 12,
-		usage: []byte{opVerify12, 0xF6, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
-		flags: opPRReads, run: verify12},
-	{name: "VERIFY(16)", opcode: opVerify16, cdbLength: 16,
-		usage: []byte{opVerify16, 0xF6, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
-		flags: opPRReads, run: verify16},
-	{name: "SYNCHRONIZE CACHE(10)", opcode: opSynchronizeCache, cdbLength: 10,
-		usage: []byte{opSynchronizeCache, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0xFF, 0xFF, 0x07},
-		run:   synchronizeCache10},
-	{name: "SYNCHRONIZE CACHE(16)", opcode: opSynchronizeCache16, cdbLength: 16,
-		usage: []byte{opSynchronizeCache16, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
-		run:   synchronizeCache16},
+	blockOp("WRITE(10)", opWrite10, 0xF8, opWritesMedium, ignoredReadWrite, write10),
+	blockOp("WRITE(12)", opWrite12, 0xF8, opWritesMedium, ignoredReadWrite, write12),
+	blockOp("WRITE(16)", opWrite16, 0xF8, opWritesMedium, ignoredReadWrite16, write16),
+	blockOp("WRITE AND VERIFY(10)", opWriteAndVerify10, 0xF2, opWritesMedium, ignoredVerify, writeAndVerify10),
+	blockOp("WRITE AND VERIFY(12)", opWriteAndVerify12, 0xF2, opWritesMedium, ignoredVerify, writeAndVerify12),
+	blockOp("WRITE AND VERIFY(16)", opWriteAndVerify16, 0xF2, opWritesMedium, nil, writeAndVerify16),
+	blockOp("VERIFY(10)", opVerify10, 0xF6, opPRReads, ignoredVerify, verify10),
+	blockOp("VERIFY(12)", opVerify12, 0xF6, opPRReads, ignoredVerify, verify12),
+	blockOp("VERIFY(16)", opVerify16, 0xF6, opPRReads, nil, verify16),
+	blockOp("SYNCHRONIZE CACHE(10)", opSynchronizeCache, 0x02, 0, ignoredSynchronizeCache10, synchronizeCache10),
+	blockOp("SYNCHRONIZE CACHE(16)", opSynchronizeCache16, 0x02, 0, ignoredSynchronizeCache16, synchronizeCache16),
 	{name: "UNMAP", opcode: opUnmap, cdbLength: 10,
 		usage: []byte{opUnmap, 0x01, 0x00, 0x00, 0x00, 0x00, 0x3F, 0xFF, 0xFF, 0x07},
 		flags: opWritesMedium, run: unmap},
-	{name: "WRITE SAME(10)", opcode: opWriteSame10, cdbLength: 10,
-		usage: []byte{opWriteSame10, 0xFE, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0xFF, 0xFF, 0x07},
-		flags: opWritesMedium, run: writeSame10},
-	{name: "WRITE SAME(16)", opcode: opWriteSame16, cdbLength: 16,
-		usage: []byte{opWriteSame16, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F, 0x07},
-		flags: opWritesMedium, run: writeSame16},
+	blockOp("WRITE SAME(10)", opWriteSame10, 0xFE, opWritesMedium, ignoredWriteSame10, writeSame10),
+	blockOp("WRITE SAME(16)", opWriteSame16, 0xFF, opWritesMedium, nil, writeSame16),
 	{name: "COMPARE AND WRITE", opcode: opCompareAndWrite, cdbLength: 16,
 		usage: []byte{opCompareAndWrite, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0xFF, 0x3F, 0x07},
-		flags: opWritesMedium, run: compareAndWrite},
+		flags: opWritesMedium, ignored: ignoredCompareAndWrite, run: compareAndWrite},
 	{name: "START STOP UNIT", opcode: opStartStopUnit, cdbLength: 6,
 		usage: []byte{opStartStopUnit, 0x01, 0x00, 0x0F, 0xF7, 0x07},
 		flags: opPRByCDB, run: startStopUnit},
@@ -118,6 +89,57 @@ var sbcCommands = []opInfo{
 	{name: "GET LBA STATUS", opcode: opServiceActionIn16, serviceAction: saGetLBAStatus, hasSA: true,
 		cdbLength: 16, usage: usageGetLBAStatus, flags: opPRReads, run: getLBAStatus},
 }
+
+// blockOp describes a block command whose 10-, 12- or 16-byte CDB is laid out as READ's: byte 1
+// (whose evaluated bits byte1 marks), the LOGICAL BLOCK ADDRESS, the length and the GROUP NUMBER
+// (blockUsage).
+func blockOp(name string, opcode, byte1 byte, flags opFlags, ignored []cdbField, run handler) opInfo {
+	n := cdbLengthOf(opcode)
+	return opInfo{name: name, opcode: opcode, cdbLength: n, usage: blockUsage(opcode, byte1, n),
+		ignored: ignored, flags: flags, run: run}
+}
+
+// blockUsage is the CDB usage data of a block CDB laid out as READ(10/12/16): byte1 for byte 1,
+// every bit of the LOGICAL BLOCK ADDRESS and of the length, the six bits of the GROUP NUMBER
+// (groupReserved are reserved) and 07h for the CONTROL byte.
+func blockUsage(opcode, byte1 byte, cdbLength int) []byte {
+	u := bytes.Repeat([]byte{0xFF}, cdbLength)
+	u[0], u[1] = opcode, byte1
+	switch cdbLength {
+	case 10:
+		u[cdb10GroupOff] = ^byte(groupReserved)
+	case 12:
+		u[cdb12GroupOff] = ^byte(groupReserved)
+	default:
+		u[cdb16GroupOff] = ^byte(groupReserved)
+	}
+	u[cdbLength-1] = controlNACA | 0x03 // NACA, FLAG, LINK
+	return u
+}
+
+// The obsolete bits of byte 1 that the block commands ignore (opInfo.ignored); every other bit
+// their CDB usage data leaves out is refused. Section numbers are SBC-4's.
+var (
+	// READ(10) and READ(12) (5.13, 5.14), WRITE(10) and WRITE(12) (5.37, 5.38): bits 1
+	// (FUA_NV of SBC-3) and 0 (RELADR of SBC-1) are obsolete.
+	ignoredReadWrite = []cdbField{{1, 0x03}}
+	// READ(16) and WRITE(16) (5.15, 5.39): bit 1 is obsolete; bit 0 is DLD2 (refused).
+	ignoredReadWrite16 = []cdbField{{1, 0x02}}
+	// VERIFY(10) and VERIFY(12) (5.33, 5.34), WRITE AND VERIFY(10) and WRITE AND VERIFY(12)
+	// (5.41, 5.42): bit 0 is obsolete. It is reserved, and refused, in the 16-byte CDBs.
+	ignoredVerify = []cdbField{{1, 0x01}}
+	// SYNCHRONIZE CACHE(10) (5.30): bits 2 (SYNC_NV) and 0 are obsolete.
+	ignoredSynchronizeCache10 = []cdbField{{1, 0x05}}
+	// SYNCHRONIZE CACHE(16) (5.31): bit 2 (SYNC_NV) is obsolete; bit 0 is reserved (refused).
+	ignoredSynchronizeCache16 = []cdbField{{1, 0x04}}
+	// WRITE SAME(10) (5.49): bit 0 is obsolete. The obsolete PBDATA and LBDATA are refused,
+	// since an initiator that sets them asks for block contents this device server does not
+	// write; the usage data marks them.
+	ignoredWriteSame10 = []cdbField{{1, 0x01}}
+	// COMPARE AND WRITE (5.3): FUA_NV (bit 1) asks to bypass a non-volatile cache, of which
+	// there is none besides the backstore, which FUA already reaches.
+	ignoredCompareAndWrite = []cdbField{{1, 0x02}}
+)
 
 // Bits of byte 1 shared by the READ, WRITE, VERIFY and COMPARE AND WRITE CDBs (SBC-3).
 const (
@@ -144,26 +166,47 @@ const (
 // device that reports support for them.
 const groupReserved = 0xC0
 
-// cdbBitsSet ends the command with INVALID FIELD IN CDB when byte off of the CDB has any bit of
-// mask set; mask covers one field (or one reserved bit or run of reserved bits), and the bit
-// pointer names its first, left-most, bit as SPC-4 4.5.2.4.2 asks for a field in error. It
-// reports whether it failed the command.
-func (c *Command) cdbBitsSet(off int, mask byte) bool {
-	if c.CDB[off]&mask == 0 {
-		return false
-	}
-	c.invalidCDBField(off, bits.Len8(mask)-1)
-	return true
+// cdbField names bits of one byte of a CDB: a field that must be zero (a reserved field, one
+// reserved bit or a run of them, or a field whose only supported value is zero, as RDPROTECT with
+// no protection information), or obsolete bits the device server ignores (opInfo.ignored).
+type cdbField struct {
+	off  int  // byte of the CDB
+	mask byte // the bits of the field
 }
 
-// cdbBytesSet is cdbBitsSet for the whole bytes [from, to) of the CDB, a reserved field.
-func (c *Command) cdbBytesSet(from, to int) bool {
-	for i := from; i < to; i++ {
-		if c.cdbBitsSet(i, 0xFF) {
-			return true
+// check returns INVALID FIELD IN CDB when the field is not zero in cdb, with the bit pointer on
+// its first, left-most, bit as SPC-4 4.5.2.4.2 asks for a field in error; the zero fault when it
+// is zero.
+func (z cdbField) checkZero(cdb []byte) fault {
+	if cdb[z.off]&z.mask == 0 {
+		return fault{}
+	}
+	return cdbFieldFault(z.off, bits.Len8(z.mask)-1)
+}
+
+// checkZeroFields returns the fault of the first of fields that is not zero in cdb, in the
+// order given, or the zero fault.
+func checkZeroFields(cdb []byte, fields []cdbField) fault {
+	for _, z := range fields {
+		if f := z.checkZero(cdb); f.reason != ReasonNone {
+			return f
 		}
 	}
-	return false
+	return fault{}
+}
+
+// byte1Fields are the fields of byte 1 that must be zero in the 10- and 12-byte CDBs of a command
+// (short) and in its 16-byte CDB (long), where bit 0 is reserved rather than obsolete.
+type byte1Fields struct {
+	short, long []cdbField
+}
+
+// check checks cdb against the list for its length.
+func (b byte1Fields) check(cdb []byte) fault {
+	if cdbLengthOf(cdb[0]) == 16 {
+		return checkZeroFields(cdb, b.long)
+	}
+	return checkZeroFields(cdb, b.short)
 }
 
 // blockCDB is the part of a 10-, 12- or 16-byte block CDB that all of them share.
@@ -174,9 +217,8 @@ type blockCDB struct {
 }
 
 // decodeBlockCDB reads the LBA and the transfer length of a 10-, 12- or 16-byte block CDB and
-// checks the reserved bits of its GROUP NUMBER byte. ok is false when it failed the command.
-func (c *Command) decodeBlockCDB() (b blockCDB, ok bool) {
-	cdb := c.CDB
+// checks the reserved bits of its GROUP NUMBER byte.
+func decodeBlockCDB(cdb []byte) (b blockCDB, f fault) {
 	var groupOff int
 	switch cdbLengthOf(cdb[0]) {
 	case 10:
@@ -192,10 +234,7 @@ func (c *Command) decodeBlockCDB() (b blockCDB, ok bool) {
 		b.blocks = binary.BigEndian.Uint32(cdb[cdb16LengthOff:])
 		b.lengthOff, groupOff = cdb16LengthOff, cdb16GroupOff
 	}
-	if c.cdbBitsSet(groupOff, groupReserved) {
-		return b, false
-	}
-	return b, true
+	return b, cdbField{groupOff, groupReserved}.checkZero(cdb)
 }
 
 // cdbLengthOf is the CDB length that the group code of an operation code implies (SPC-4 4.2.5.1);

@@ -504,13 +504,13 @@ func TestWriteAndVerify(t *testing.T) {
 func TestSynchronizeCache(t *testing.T) {
 	_, m, rec := newRecordingLU(t, 100, 512, nil)
 	good := [][]byte{
-		{0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0},                                  // whole medium
-		{0x35, 0x02, 0, 0, 0, 0x10, 0, 0, 0x54, 0},                         // IMMED, LBA 16, 84 blocks: to the end
-		{0x35, 0x04, 0, 0, 0, 0x63, 0, 0, 0, 0},                            // SYNC_NV (ignored), last LBA, to the end
-		{0x91, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x64, 0, 0},          // 100 blocks from 0
-		{0x91, 0x02, 0, 0, 0, 0, 0, 0, 0, 0x32, 0, 0, 0, 0, 0x3F, 0},       // IMMED, from 50 to the end, group 3Fh
-		{0x35, 0x00, 0, 0, 0, 0x05, 0x1F, 0, 0x01, 0},                      // group 1Fh
-		{0x91, 0x01, 0, 0, 0, 0, 0, 0, 0, 0x00, 0, 0, 0, 0x01, 0x00, 0x00}, // obsolete bit 0
+		{0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0},                            // whole medium
+		{0x35, 0x02, 0, 0, 0, 0x10, 0, 0, 0x54, 0},                   // IMMED, LBA 16, 84 blocks: to the end
+		{0x35, 0x04, 0, 0, 0, 0x63, 0, 0, 0, 0},                      // SYNC_NV (ignored), last LBA, to the end
+		{0x91, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x64, 0, 0},    // 100 blocks from 0
+		{0x91, 0x02, 0, 0, 0, 0, 0, 0, 0, 0x32, 0, 0, 0, 0, 0x3F, 0}, // IMMED, from 50 to the end, group 3Fh
+		{0x35, 0x00, 0, 0, 0, 0x05, 0x1F, 0, 0x01, 0},                // group 1Fh
+		{0x35, 0x01, 0, 0, 0, 0, 0, 0, 0x01, 0},                      // obsolete bit 0 (ignored)
 	}
 	for _, cdb := range good {
 		c := exec(m, cdb, nil, 0)

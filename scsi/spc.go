@@ -75,40 +75,52 @@ var spcCommands = []opInfo{
 		hasSA: true, cdbLength: 12, usage: usageReportTPGs, flags: opPRAllowed | opAllowedWhenInaccessible, run: reportTargetPortGroups},
 }
 
-// controlReserved are the bits of the CONTROL byte that must be zero: LINK (bit 0) and the
+// Bits of the CONTROL byte (SAM-5 5.2). controlReserved must be zero: LINK (bit 0) and the
 // obsolete FLAG (bit 1), since linked commands are not supported, and the reserved bits 5:3.
-// NACA (bit 2) is refused by LogicalUnit.Execute; bits 7:6 are vendor specific and ignored.
-const controlReserved = 0x3B
+// NACA (bit 2) must be zero too: auto contingent allegiance is not supported (NORMACA is 0 in
+// the standard INQUIRY data). The vendor specific bits 7:6 are ignored by every command.
+const (
+	controlReserved = 0x3B
+	controlNACA     = 0x04
+)
 
-// checkCDBUsage checks that every bit of the CDB outside the command's CDB usage data is zero
-// (reserved and obsolete fields), and ends the command with INVALID FIELD IN CDB pointing at the
-// first offending byte and its highest offending bit when one is not. It reports whether the
-// CDB passed. The operation code byte is not checked (the lookup matched it).
-func (c *Command) checkCDBUsage(usage []byte) bool {
-	last := len(usage) - 1
-	for i := 1; i < last; i++ {
-		if x := c.CDB[i] &^ usage[i]; x != 0 {
-			c.invalidCDBField(i, bits.Len8(x)-1)
-			return false
+// checkCDBUsage checks that every bit of the CDB between the operation code and the CONTROL
+// byte that the command's CDB usage data does not mark is zero (reserved and obsolete fields),
+// and returns INVALID FIELD IN CDB pointing at the first offending byte and its highest
+// offending bit when one is not. The operation code byte is not checked (the lookup matched
+// it), nor the CONTROL byte (checkControl, for every command).
+func checkCDBUsage(cdb, usage []byte) fault {
+	for i := 1; i < len(usage)-1; i++ {
+		if x := cdb[i] &^ usage[i]; x != 0 {
+			return cdbFieldFault(i, bits.Len8(x)-1)
 		}
 	}
-	if x := c.CDB[last] & controlReserved; x != 0 {
-		c.invalidCDBField(last, bits.Len8(x)-1)
-		return false
+	return fault{}
+}
+
+// checkControl checks the CONTROL byte of every command, at off: NACA first (so that a CDB asking
+// for ACA hears about that), then the other bits of controlReserved, pointing at the highest
+// offending one.
+func checkControl(cdb []byte, off int) fault {
+	if cdb[off]&controlNACA != 0 {
+		return cdbFieldFault(off, 2)
 	}
-	return true
+	if x := cdb[off] & controlReserved; x != 0 {
+		return cdbFieldFault(off, bits.Len8(x)-1)
+	}
+	return fault{}
 }
 
 // testUnitReady reports GOOD: the medium is always ready.
 func testUnitReady(lu *LogicalUnit, c *Command) {
-	c.checkCDBUsage(usageTestUnitReady)
+	c.failOn(checkCDBUsage(c.CDB, usageTestUnitReady))
 }
 
 // preventAllowMediumRemoval accepts PREVENT 00b (allow) and 01b (prevent) and does nothing:
 // the medium is not removable (RMB is 0), so there is nothing to lock. 10b and 11b were for
 // medium changers and are obsolete in SPC-4.
 func preventAllowMediumRemoval(lu *LogicalUnit, c *Command) {
-	if !c.checkCDBUsage(usagePreventAllow) {
+	if c.failOn(checkCDBUsage(c.CDB, usagePreventAllow)) {
 		return
 	}
 	if c.CDB[4]&0x03 > 1 {
@@ -150,8 +162,7 @@ func executeWithoutLU(m *LUNMap, c *Command) {
 		c.fail(ReasonInvalidFieldInCommandIU)
 		return
 	}
-	if ctl := c.CDB[op.cdbLength-1]; ctl&0x04 != 0 {
-		c.invalidCDBField(op.cdbLength-1, 2)
+	if c.failOn(checkControl(c.CDB, op.cdbLength-1)) {
 		return
 	}
 	op.run(nil, c)

@@ -14,13 +14,10 @@ package scsi
 func startStopUnit(lu *LogicalUnit, c *Command) {
 	const (
 		start   = 0x01
-		loej    = 0x02
 		noFlush = 0x04
 	)
 	cdb := c.CDB
-	if c.cdbBitsSet(1, 0xFE) || c.cdbBitsSet(2, 0xFF) || c.cdbBitsSet(3, 0xF0) ||
-		c.cdbBitsSet(4, 0xF0) || c.cdbBitsSet(3, 0x0F) || c.cdbBitsSet(4, 0x08) ||
-		c.cdbBitsSet(4, loej) {
+	if c.failOn(checkZeroFields(cdb, startStopZero)) {
 		return
 	}
 	if cdb[4]&start == 0 && cdb[4]&noFlush == 0 {
@@ -29,3 +26,9 @@ func startStopUnit(lu *LogicalUnit, c *Command) {
 		}
 	}
 }
+
+// startStopZero are the fields of START STOP UNIT that must be zero, in the order they are
+// checked: the reserved bits 7:1 of byte 1, the reserved byte 2, the reserved bits 7:4 of byte 3,
+// POWER CONDITION, POWER CONDITION MODIFIER, the reserved bit 3 of byte 4, and LOEJ.
+var startStopZero = []cdbField{{1, 0xFE}, {2, 0xFF}, {3, 0xF0}, {4, 0xF0}, {3, 0x0F}, {4, 0x08},
+	{4, 0x02}}

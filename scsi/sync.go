@@ -5,24 +5,33 @@ import "encoding/binary"
 // SYNCHRONIZE CACHE(10/16) (SBC-3).
 //
 // Byte 1: bits 7:3 reserved, bit 2 SYNC_NV (obsolete, ignored), bit 1 IMMED (accepted: the
-// command answers once the flush is done, which IMMED allows), bit 0 obsolete. The range is
+// command answers once the flush is done, which IMMED allows), bit 0 obsolete (ignored) in
+// SYNCHRONIZE CACHE(10) and reserved in SYNCHRONIZE CACHE(16) (SBC-4 5.31). The range is
 // checked like any other; a NUMBER OF LOGICAL BLOCKS of zero means "to the last block". The
 // backstore flushes everything, which covers any range.
 
 func synchronizeCache10(lu *LogicalUnit, c *Command) {
 	cdb := c.CDB
 	lu.synchronizeCache(c, uint64(binary.BigEndian.Uint32(cdb[2:])),
-		uint64(binary.BigEndian.Uint16(cdb[cdb10LengthOff:])), cdb10GroupOff)
+		uint64(binary.BigEndian.Uint16(cdb[cdb10LengthOff:])), synchronizeCache10Zero)
 }
 
 func synchronizeCache16(lu *LogicalUnit, c *Command) {
 	cdb := c.CDB
 	lu.synchronizeCache(c, binary.BigEndian.Uint64(cdb[2:]),
-		uint64(binary.BigEndian.Uint32(cdb[cdb16LengthOff:])), cdb16GroupOff)
+		uint64(binary.BigEndian.Uint32(cdb[cdb16LengthOff:])), synchronizeCache16Zero)
 }
 
-func (lu *LogicalUnit) synchronizeCache(c *Command, lba, n uint64, groupOff int) {
-	if c.cdbBitsSet(1, 0xF8) || c.cdbBitsSet(groupOff, groupReserved) {
+// synchronizeCache10Zero and synchronizeCache16Zero are the fields that must be zero: the
+// reserved bits 7:3 of byte 1 (and bit 0 in the 16-byte CDB) and the reserved bits of the GROUP
+// NUMBER byte.
+var (
+	synchronizeCache10Zero = []cdbField{{1, 0xF8}, {cdb10GroupOff, groupReserved}}
+	synchronizeCache16Zero = []cdbField{{1, 0xF8}, {1, 0x01}, {cdb16GroupOff, groupReserved}}
+)
+
+func (lu *LogicalUnit) synchronizeCache(c *Command, lba, n uint64, zero []cdbField) {
+	if c.failOn(checkZeroFields(c.CDB, zero)) {
 		return
 	}
 	if !lu.lbaInRange(lba, n) {

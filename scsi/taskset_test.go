@@ -11,82 +11,15 @@ import (
 
 	"github.com/srptarget/srptarget/backstore"
 	"github.com/srptarget/srptarget/internal/testutil"
+	"github.com/srptarget/srptarget/internal/testutil/gatestore"
 )
 
-// gateStore wraps a backstore so that tests can hold a command "running": a read or write at a
-// gated offset announces itself on entered and blocks until the gate opens. It also records the
-// order in which reads and writes passed.
-type gateStore struct {
-	backstore.Backstore
-	entered chan int64
-
-	mu    sync.Mutex
-	gates map[int64]chan struct{}
-	order []string
-}
-
-func newGateStore(inner backstore.Backstore) *gateStore {
-	return &gateStore{Backstore: inner, entered: make(chan int64, 64), gates: make(map[int64]chan struct{})}
-}
-
-// gate makes I/O at off block until the returned function is called.
-func (g *gateStore) gate(off int64) (open func()) {
-	ch := make(chan struct{})
-	g.mu.Lock()
-	g.gates[off] = ch
-	g.mu.Unlock()
-	return sync.OnceFunc(func() { close(ch) })
-}
-
-func (g *gateStore) pass(op string, off int64) {
-	g.mu.Lock()
-	ch := g.gates[off]
-	g.mu.Unlock()
-	if ch != nil {
-		g.entered <- off
-		<-ch
-	}
-	g.mu.Lock()
-	g.order = append(g.order, fmt.Sprintf("%s %d", op, off))
-	g.mu.Unlock()
-}
-
-func (g *gateStore) ReadAt(p []byte, off int64) error {
-	g.pass("read", off)
-	return g.Backstore.ReadAt(p, off)
-}
-
-func (g *gateStore) WriteAt(p []byte, off int64, fua bool) error {
-	g.pass("write", off)
-	return g.Backstore.WriteAt(p, off, fua)
-}
-
-// takeOrder returns the I/O recorded so far and forgets it.
-func (g *gateStore) takeOrder() []string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	o := g.order
-	g.order = nil
-	return o
-}
-
-// requireEntered waits for I/O at off to reach its gate.
-func (g *gateStore) requireEntered(t *testing.T, off int64) {
-	t.Helper()
-	select {
-	case got := <-g.entered:
-		require.Equal(t, off, got, "I/O reached another gate")
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no I/O reached the gate at %d", off)
-	}
-}
-
 // newGateLU makes a logical unit of 64 blocks of 512 bytes over a gated memory backstore.
-func newGateLU(t *testing.T) (*LogicalUnit, *LUNMap, *gateStore) {
+func newGateLU(t *testing.T) (*LogicalUnit, *LUNMap, *gatestore.Store) {
 	t.Helper()
 	mem, err := backstore.NewMemory(64*512, 512)
 	require.NoError(t, err)
-	g := newGateStore(mem)
+	g := gatestore.New(mem)
 	lu, m := newLUOver(t, g, nil)
 	return lu, m, g
 }
@@ -158,11 +91,11 @@ func waitTasks(t *testing.T, lu *LogicalUnit, queued, waiting int) {
 // completed, and a HEAD OF QUEUE command runs at once past all of them.
 func TestTaskSetOrdered(t *testing.T) {
 	lu, m, g := newGateLU(t)
-	openA := g.gate(1 * 512)
-	openB := g.gate(2 * 512)
+	openA := g.Gate(1 * 512)
+	openB := g.Gate(2 * 512)
 
 	a := start(m, testNexus, 1, TaskSimple, cdb10(0x2A, 0, 1, 1), fill(512, 0xA), 0)
-	g.requireEntered(t, 1*512)
+	g.RequireEntered(t, 1*512)
 	b := start(m, otherNexus, 2, TaskOrdered, cdb10(0x2A, 0, 2, 1), fill(512, 0xB), 0)
 	waitTasks(t, lu, 2, 1)
 	c := start(m, testNexus, 3, TaskSimple, cdb10(0x28, 0, 2, 1), nil, 512)
@@ -173,11 +106,11 @@ func TestTaskSetOrdered(t *testing.T) {
 	checkGood(t, hoq)
 	b.requireRunning(t)
 	c.requireRunning(t)
-	require.Equal(t, []string{"read 2560"}, g.takeOrder())
+	require.Equal(t, []string{"read 2560"}, g.TakeOrder())
 
 	openA()
 	checkGood(t, a.wait(t))
-	g.requireEntered(t, 2*512) // B runs now...
+	g.RequireEntered(t, 2*512) // B runs now...
 	waitTasks(t, lu, 2, 1)     // ...and C still waits for it
 	c.requireRunning(t)
 	openB()
@@ -185,7 +118,7 @@ func TestTaskSetOrdered(t *testing.T) {
 	cc := c.wait(t)
 	checkGood(t, cc)
 	require.Equal(t, fill(512, 0xB), cc.DataIn, "C read what the ORDERED write before it wrote")
-	require.Equal(t, []string{"write 512", "write 1024", "read 1024"}, g.takeOrder())
+	require.Equal(t, []string{"write 512", "write 1024", "read 1024"}, g.TakeOrder())
 	waitTasks(t, lu, 0, 0)
 }
 
@@ -207,9 +140,9 @@ func TestTaskSetOrderedAlone(t *testing.T) {
 // and a SIMPLE command behind both waits for the second.
 func TestTaskSetOrderedChain(t *testing.T) {
 	lu, m, g := newGateLU(t)
-	open1 := g.gate(1 * 512)
+	open1 := g.Gate(1 * 512)
 	o1 := start(m, testNexus, 1, TaskOrdered, cdb10(0x2A, 0, 1, 1), fill(512, 1), 0)
-	g.requireEntered(t, 512)
+	g.RequireEntered(t, 512)
 	o2 := start(m, testNexus, 2, TaskOrdered, cdb10(0x2A, 0, 1, 1), fill(512, 2), 0)
 	waitTasks(t, lu, 2, 1)
 	s := start(m, otherNexus, 3, TaskSimple, cdb10(0x28, 0, 1, 1), nil, 512)
@@ -222,7 +155,7 @@ func TestTaskSetOrderedChain(t *testing.T) {
 	sc := s.wait(t)
 	checkGood(t, sc)
 	require.Equal(t, fill(512, 2), sc.DataIn)
-	require.Equal(t, []string{"write 512", "write 512", "read 512"}, g.takeOrder())
+	require.Equal(t, []string{"write 512", "write 512", "read 512"}, g.TakeOrder())
 }
 
 // TestTaskSetConcurrent runs many commands at once from several nexuses with mixed task

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/internal/testutil"
+	"github.com/srptarget/srptarget/internal/testutil/gatestore"
 )
 
 // tmfAsync runs a task management function in a goroutine; the channel yields its response.
@@ -53,6 +54,19 @@ func requireAborted(t *testing.T, c *Command) {
 	require.Zero(t, c.DataInLength)
 }
 
+// runningAndWaiting starts from nexus n a SIMPLE WRITE of block 1 (tag 1) that it holds at the
+// gate of g, running, and an ORDERED WRITE of block 2 (tag 2) that waits behind it; open lets
+// the first one finish.
+func runningAndWaiting(t *testing.T, lu *LogicalUnit, m *LUNMap, g *gatestore.Store, n *Nexus) (running, waiting *pending, open func()) {
+	t.Helper()
+	open = g.Gate(1 * 512)
+	running = start(m, n, 1, TaskSimple, cdb10(0x2A, 0, 1, 1), fill(512, 1), 0)
+	g.RequireEntered(t, 512)
+	waiting = start(m, n, 2, TaskOrdered, cdb10(0x2A, 0, 2, 1), fill(512, 2), 0)
+	waitTasks(t, lu, 2, 1)
+	return running, waiting, open
+}
+
 // turFrom sends TEST UNIT READY from n and returns the command.
 func turFrom(m *LUNMap, n *Nexus) *Command { return run(m, n, 0, make([]byte, 6), nil, 0) }
 
@@ -60,11 +74,7 @@ func turFrom(m *LUNMap, n *Nexus) *Command { return run(m, n, 0, make([]byte, 6)
 // once with TASK ABORTED, never touches the medium, and the function does not wait for anything.
 func TestAbortTaskWaiting(t *testing.T) {
 	lu, m, g := newGateLU(t)
-	open := g.gate(1 * 512)
-	a := start(m, testNexus, 1, TaskSimple, cdb10(0x2A, 0, 1, 1), fill(512, 1), 0)
-	g.requireEntered(t, 512)
-	b := start(m, testNexus, 2, TaskOrdered, cdb10(0x2A, 0, 2, 1), fill(512, 2), 0)
-	waitTasks(t, lu, 2, 1)
+	a, b, open := runningAndWaiting(t, lu, m, g, testNexus)
 
 	require.Equal(t, TMFComplete, m.AbortTask(testNexus, EncodeLUN(0), 2))
 	requireAborted(t, b.wait(t))
@@ -73,7 +83,7 @@ func TestAbortTaskWaiting(t *testing.T) {
 
 	open()
 	checkGood(t, a.wait(t))
-	require.Equal(t, []string{"write 512"}, g.takeOrder(), "the aborted write never reached the store")
+	require.Equal(t, []string{"write 512"}, g.TakeOrder(), "the aborted write never reached the store")
 	// ABORT TASK of a tag that is not there (any more) is FUNCTION COMPLETE too.
 	require.Equal(t, TMFComplete, m.AbortTask(testNexus, EncodeLUN(0), 2))
 	require.Equal(t, TMFIncorrectLUN, m.AbortTask(testNexus, EncodeLUN(5), 2))
@@ -84,9 +94,9 @@ func TestAbortTaskWaiting(t *testing.T) {
 // The same tag from another nexus is a different command and is not touched.
 func TestAbortTaskRunning(t *testing.T) {
 	lu, m, g := newGateLU(t)
-	open := g.gate(3 * 512)
+	open := g.Gate(3 * 512)
 	a := start(m, testNexus, 7, TaskSimple, cdb10(0x28, 0, 3, 1), nil, 512)
-	g.requireEntered(t, 3*512)
+	g.RequireEntered(t, 3*512)
 	other := start(m, otherNexus, 7, TaskSimple, cdb10(0x28, 0, 4, 1), nil, 512)
 	checkGood(t, other.wait(t))
 
@@ -109,11 +119,7 @@ func TestAbortTaskRunning(t *testing.T) {
 // unit attention.
 func TestAbortTaskSet(t *testing.T) {
 	lu, m, g := newGateLU(t)
-	open := g.gate(1 * 512)
-	a := start(m, testNexus, 1, TaskSimple, cdb10(0x2A, 0, 1, 1), fill(512, 1), 0)
-	g.requireEntered(t, 512)
-	b := start(m, testNexus, 2, TaskOrdered, cdb10(0x2A, 0, 2, 1), fill(512, 2), 0)
-	waitTasks(t, lu, 2, 1)
+	a, b, open := runningAndWaiting(t, lu, m, g, testNexus)
 	c := start(m, otherNexus, 3, TaskSimple, cdb10(0x2A, 0, 3, 1), fill(512, 3), 0)
 	waitTasks(t, lu, 3, 2)
 
@@ -139,11 +145,7 @@ func TestAbortTaskSet(t *testing.T) {
 // the function does not.
 func TestClearTaskSet(t *testing.T) {
 	lu, m, g := newGateLU(t)
-	open := g.gate(1 * 512)
-	a := start(m, otherNexus, 1, TaskSimple, cdb10(0x2A, 0, 1, 1), fill(512, 1), 0)
-	g.requireEntered(t, 512)
-	b := start(m, otherNexus, 2, TaskOrdered, cdb10(0x2A, 0, 2, 1), fill(512, 2), 0)
-	waitTasks(t, lu, 2, 1)
+	a, b, open := runningAndWaiting(t, lu, m, g, otherNexus)
 	c := start(m, testNexus, 3, TaskSimple, cdb10(0x2A, 0, 3, 1), fill(512, 3), 0)
 	waitTasks(t, lu, 3, 2)
 
@@ -156,7 +158,7 @@ func TestClearTaskSet(t *testing.T) {
 	requireTMF(t, r, TMFComplete)
 	a.wait(t)
 	require.True(t, a.c.Aborted())
-	require.Equal(t, []string{"write 512"}, g.takeOrder(), "the aborted waiting commands never started")
+	require.Equal(t, []string{"write 512"}, g.TakeOrder(), "the aborted waiting commands never started")
 
 	checkGood(t, turFrom(m, testNexus))
 	checkSense(t, turFrom(m, otherNexus), senseWant{0x6, 0x2F, 0x00, -1, -1, false, 0, false})
@@ -172,9 +174,9 @@ func TestLogicalUnitReset(t *testing.T) {
 	lu.mode.wce.Store(false)
 	lu.mode.dSense.Store(true)
 
-	open := g.gate(1 * 512)
+	open := g.Gate(1 * 512)
 	a := start(m, otherNexus, 1, TaskSimple, cdb10(0x28, 0, 1, 1), nil, 512)
-	g.requireEntered(t, 512)
+	g.RequireEntered(t, 512)
 	b := start(m, testNexus, 2, TaskOrdered, cdb10(0x28, 0, 2, 1), nil, 512)
 	waitTasks(t, lu, 2, 1)
 
@@ -201,9 +203,9 @@ func TestLogicalUnitReset(t *testing.T) {
 // unit never saw gets the usual power-on unit attention instead.
 func TestNexusReset(t *testing.T) {
 	lu, m, g := newGateLU(t)
-	open := g.gate(1 * 512)
+	open := g.Gate(1 * 512)
 	a := start(m, testNexus, 1, TaskSimple, cdb10(0x2A, 0, 1, 1), fill(512, 1), 0)
-	g.requireEntered(t, 512)
+	g.RequireEntered(t, 512)
 	b := start(m, otherNexus, 2, TaskSimple, cdb10(0x28, 0, 5, 1), nil, 512)
 	checkGood(t, b.wait(t))
 
@@ -238,9 +240,9 @@ func TestNexusReset(t *testing.T) {
 // (running or waiting), FUNCTION COMPLETE when it is not, per nexus.
 func TestQueryTask(t *testing.T) {
 	lu, m, g := newGateLU(t)
-	open := g.gate(1 * 512)
+	open := g.Gate(1 * 512)
 	a := start(m, testNexus, 10, TaskSimple, cdb10(0x28, 0, 1, 1), nil, 512)
-	g.requireEntered(t, 512)
+	g.RequireEntered(t, 512)
 	b := start(m, testNexus, 11, TaskOrdered, cdb10(0x28, 0, 2, 1), nil, 512)
 	waitTasks(t, lu, 2, 1)
 

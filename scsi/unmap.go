@@ -61,6 +61,12 @@ func (lu *LogicalUnit) zeroingLimitBlocks() uint64 {
 	return max(uint64(limit)>>lu.blockShift, 1)
 }
 
+// unmapZero are the fields of the UNMAP CDB that must be zero, in the order they are checked:
+// the reserved bits 7:1 of byte 1, ANCHOR (ANC_SUP is 0), the reserved bytes 2-5 and the
+// reserved bits of the GROUP NUMBER byte.
+var unmapZero = []cdbField{{1, 0xFE}, {1, 0x01}, {2, 0xFF}, {3, 0xFF}, {4, 0xFF}, {5, 0xFF},
+	{cdb10GroupOff, groupReserved}}
+
 // unmap is UNMAP. Byte 1 bit 0 is ANCHOR (anchored LBAs are not supported: ANC_SUP is 0), bits
 // 7:1 and bytes 2-5 are reserved, byte 6 holds the GROUP NUMBER, bytes 7-8 the PARAMETER LIST
 // LENGTH.
@@ -85,8 +91,7 @@ func unmap(lu *LogicalUnit, c *Command) {
 		return
 	}
 	cdb := c.CDB
-	if c.cdbBitsSet(1, 0xFE) || c.cdbBitsSet(1, 0x01) || c.cdbBytesSet(2, 6) ||
-		c.cdbBitsSet(cdb10GroupOff, groupReserved) {
+	if c.failOn(checkZeroFields(cdb, unmapZero)) {
 		return
 	}
 	paramLen := int(binary.BigEndian.Uint16(cdb[cdb10LengthOff:]))

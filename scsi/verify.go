@@ -36,8 +36,16 @@ func verify10(lu *LogicalUnit, c *Command) { lu.verifyN(c) }
 func verify12(lu *LogicalUnit, c *Command) { lu.verifyN(c) }
 func verify16(lu *LogicalUnit, c *Command) { lu.verifyN(c) }
 
+// verifyByte1Zero are the fields of byte 1 of VERIFY(10/12) that must be zero: VRPROTECT and the
+// reserved bit 3; bit 0 is obsolete and ignored (ignoredVerify). In VERIFY(16) bit 0 is reserved
+// (SBC-4 5.35) and must be zero too.
+var verifyByte1Zero = byte1Fields{
+	short: []cdbField{{1, cdbProtectMask}, {1, 0x08}},
+	long:  []cdbField{{1, cdbProtectMask}, {1, 0x08}, {1, 0x01}},
+}
+
 func (lu *LogicalUnit) verifyN(c *Command) {
-	if c.cdbBitsSet(1, cdbProtectMask) || c.cdbBitsSet(1, 0x08) {
+	if c.failOn(verifyByte1Zero.check(c.CDB)) {
 		return
 	}
 	bytchk := c.CDB[1] >> 1 & 0x3
@@ -45,8 +53,8 @@ func (lu *LogicalUnit) verifyN(c *Command) {
 		c.invalidCDBField(1, 2)
 		return
 	}
-	b, ok := c.decodeBlockCDB()
-	if !ok {
+	b, f := decodeBlockCDB(c.CDB)
+	if c.failOn(f) {
 		return
 	}
 	var out uint64 // data-out bytes
@@ -59,16 +67,10 @@ func (lu *LogicalUnit) verifyN(c *Command) {
 		}
 	}
 	c.TransferLength = clampInt(out)
-	if lu.transferTooLong(out) {
-		c.invalidCDBField(b.lengthOff, -1)
+	if c.failOn(lu.checkTransfer(b.lba, uint64(b.blocks), out, b.lengthOff)) {
 		return
 	}
-	if !lu.lbaInRange(b.lba, uint64(b.blocks)) {
-		c.fail(ReasonLBAOutOfRange)
-		return
-	}
-	if uint64(len(c.DataOut)) != out {
-		c.fail(ReasonInvalidFieldInCommandIU)
+	if c.failOn(checkDataOut(c.DataOut, out)) {
 		return
 	}
 	if b.blocks == 0 {
@@ -86,21 +88,29 @@ func writeAndVerify10(lu *LogicalUnit, c *Command) { lu.writeAndVerifyN(c) }
 func writeAndVerify12(lu *LogicalUnit, c *Command) { lu.writeAndVerifyN(c) }
 func writeAndVerify16(lu *LogicalUnit, c *Command) { lu.writeAndVerifyN(c) }
 
+// writeAndVerifyByte1Zero are the fields of byte 1 of WRITE AND VERIFY(10/12) that must be zero:
+// WRPROTECT, the reserved bit 3 and bit 2; bit 0 is obsolete and ignored (ignoredVerify). In
+// WRITE AND VERIFY(16) bit 0 is reserved (SBC-4 5.43) and must be zero too.
+var writeAndVerifyByte1Zero = byte1Fields{
+	short: []cdbField{{1, cdbProtectMask}, {1, 0x08}, {1, 0x04}},
+	long:  []cdbField{{1, cdbProtectMask}, {1, 0x08}, {1, 0x04}, {1, 0x01}},
+}
+
 func (lu *LogicalUnit) writeAndVerifyN(c *Command) {
-	if c.cdbBitsSet(1, cdbProtectMask) || c.cdbBitsSet(1, 0x08) || c.cdbBitsSet(1, 0x04) {
+	if c.failOn(writeAndVerifyByte1Zero.check(c.CDB)) {
 		return
 	}
 	compare := c.CDB[1]&0x02 != 0
-	b, ok := c.decodeBlockCDB()
-	if !ok {
+	b, f := decodeBlockCDB(c.CDB)
+	if c.failOn(f) {
 		return
 	}
-	total, ok := lu.checkTransfer(c, b.lba, b.blocks, b.lengthOff)
-	if !ok {
+	total := lu.blockBytes(uint64(b.blocks))
+	c.TransferLength = clampInt(total)
+	if c.failOn(lu.checkTransfer(b.lba, uint64(b.blocks), total, b.lengthOff)) {
 		return
 	}
-	if uint64(len(c.DataOut)) != total {
-		c.fail(ReasonInvalidFieldInCommandIU)
+	if c.failOn(checkDataOut(c.DataOut, total)) {
 		return
 	}
 	if b.blocks == 0 {

@@ -33,18 +33,28 @@ const (
 	wsNDOB   = 0x01 // WRITE SAME(16) only: no data-out buffer, the block is zeroes
 )
 
+// writeSame10Zero and writeSame16Zero are the fields of WRITE SAME that must be zero, in the order
+// they are checked: WRPROTECT, ANCHOR, PBDATA, LBDATA and the reserved bits of the GROUP NUMBER
+// byte.
+var (
+	writeSame10Zero = []cdbField{{1, cdbProtectMask}, {1, wsAnchor}, {1, wsPBData}, {1, wsLBData},
+		{cdb10GroupOff, groupReserved}}
+	writeSame16Zero = []cdbField{{1, cdbProtectMask}, {1, wsAnchor}, {1, wsPBData}, {1, wsLBData},
+		{cdb16GroupOff, groupReserved}}
+)
+
 // writeSame10 is WRITE SAME(10): byte 1 bit 0 is obsolete and ignored; there is no NDOB.
 func writeSame10(lu *LogicalUnit, c *Command) {
 	cdb := c.CDB
 	lu.writeSame(c, uint64(binary.BigEndian.Uint32(cdb[2:])),
-		uint64(binary.BigEndian.Uint16(cdb[cdb10LengthOff:])), false, cdb10LengthOff, cdb10GroupOff)
+		uint64(binary.BigEndian.Uint16(cdb[cdb10LengthOff:])), false, cdb10LengthOff, writeSame10Zero)
 }
 
 // writeSame16 is WRITE SAME(16), with NDOB.
 func writeSame16(lu *LogicalUnit, c *Command) {
 	cdb := c.CDB
 	lu.writeSame(c, binary.BigEndian.Uint64(cdb[2:]),
-		uint64(binary.BigEndian.Uint32(cdb[cdb16LengthOff:])), cdb[1]&wsNDOB != 0, cdb16LengthOff, cdb16GroupOff)
+		uint64(binary.BigEndian.Uint32(cdb[cdb16LengthOff:])), cdb[1]&wsNDOB != 0, cdb16LengthOff, writeSame16Zero)
 }
 
 // writeSame writes one block of data-out (or zeroes, with NDOB) to the n blocks from lba.
@@ -57,10 +67,9 @@ func writeSame16(lu *LogicalUnit, c *Command) {
 // chunks. Either way the blocks read back as the data-out block, which is what SBC-3 requires
 // whether or not the device server unmaps. With the write cache disabled the result is flushed
 // before the command completes.
-func (lu *LogicalUnit) writeSame(c *Command, lba, n uint64, ndob bool, lengthOff, groupOff int) {
+func (lu *LogicalUnit) writeSame(c *Command, lba, n uint64, ndob bool, lengthOff int, zeroFields []cdbField) {
 	cdb := c.CDB
-	if c.cdbBitsSet(1, cdbProtectMask) || c.cdbBitsSet(1, wsAnchor) ||
-		c.cdbBitsSet(1, wsPBData) || c.cdbBitsSet(1, wsLBData) || c.cdbBitsSet(groupOff, groupReserved) {
+	if c.failOn(checkZeroFields(cdb, zeroFields)) {
 		return
 	}
 	unmapBit := cdb[1]&wsUnmap != 0

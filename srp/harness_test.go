@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
 	"github.com/srptarget/srptarget/internal/testutil"
+	"github.com/srptarget/srptarget/internal/testutil/gatestore"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
 	"github.com/srptarget/srptarget/srp/iu"
@@ -71,62 +71,23 @@ type harnessOpts struct {
 	morePorts  []srp.Port
 }
 
-// gateStore holds reads and writes while closed, so that tests can keep commands inside the
-// logical unit.
+// gateStore is the harness's view of a gatestore.Store, in the words the tests of this package
+// use: hold and release for Hold and Release, entered for Entered.
 type gateStore struct {
-	backstore.Backstore
-	mu      sync.Mutex
-	gate    chan struct{}
-	entered atomic.Int32 // operations that reached the gate
+	*gatestore.Store
+	entered *atomic.Int32 // operations that reached the store since hold
 }
 
 func newGateStore(inner backstore.Backstore) *gateStore {
-	g := &gateStore{Backstore: inner, gate: make(chan struct{})}
-	close(g.gate)
-	return g
+	g := gatestore.New(inner)
+	return &gateStore{Store: g, entered: &g.Entered}
 }
 
-// hold makes later operations wait until release. Holding a gate already held keeps it:
-// operations waiting at it must not be left behind at a gate nobody releases.
-func (g *gateStore) hold() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.entered.Store(0)
-	select {
-	case <-g.gate:
-		g.gate = make(chan struct{})
-	default:
-	}
-}
+// hold makes later operations wait until release (gatestore.Store.Hold).
+func (g *gateStore) hold() { g.Hold() }
 
 // release lets waiting and later operations through.
-func (g *gateStore) release() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	select {
-	case <-g.gate:
-	default:
-		close(g.gate)
-	}
-}
-
-func (g *gateStore) wait() {
-	g.mu.Lock()
-	gate := g.gate
-	g.mu.Unlock()
-	g.entered.Add(1)
-	<-gate
-}
-
-func (g *gateStore) ReadAt(p []byte, off int64) error {
-	g.wait()
-	return g.Backstore.ReadAt(p, off)
-}
-
-func (g *gateStore) WriteAt(p []byte, off int64, fua bool) error {
-	g.wait()
-	return g.Backstore.WriteAt(p, off, fua)
-}
+func (g *gateStore) release() { g.Release() }
 
 // newHarness starts a target with opts.luns memory LUNs (default 1).
 func newHarness(t testing.TB, opts harnessOpts) *harness {

@@ -43,10 +43,9 @@ func portID(low uint64) iu.PortID {
 
 // SCSI values the tests check.
 const (
-	statusCheckCondition = 0x02
-	senseIllegalRequest  = 0x05
-	senseUnitAttention   = 0x06
-	senseDataProtect     = 0x07
+	senseIllegalRequest = 0x05
+	senseUnitAttention  = 0x06
+	senseDataProtect    = 0x07
 )
 
 // env is a daemon running runServe on an in-memory fabric, driven by signals sent through a
@@ -246,10 +245,7 @@ func read10(t *testing.T, ch *srptest.Channel, lun uint16, lba uint32, blocks ui
 // requireSense checks a CHECK CONDITION with the sense key, ASC and ASCQ.
 func requireSense(t *testing.T, rsp *srptest.Response, key, asc, ascq uint8) {
 	t.Helper()
-	require.Equal(t, uint8(statusCheckCondition), rsp.Status, "status")
-	k, a, q, ok := rsp.SenseKey()
-	require.True(t, ok, "sense data")
-	require.Equal(t, [3]uint8{key, asc, ascq}, [3]uint8{k, a, q}, "sense key, ASC, ASCQ")
+	testutil.RequireSense(t, rsp.Status, rsp.Sense, key, asc, ascq)
 }
 
 // clearUA sends TEST UNIT READY until the LUN reports no more unit attentions.

@@ -34,3 +34,35 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 		time.Sleep(100 * time.Microsecond)
 	}
 }
+
+// SenseCodes decodes the sense key, ASC and ASCQ of sense data in fixed (70h, 71h) or
+// descriptor (72h, 73h) format (SPC-4 4.5); ok is false when sense is neither or too short.
+func SenseCodes(sense []byte) (key, asc, ascq uint8, ok bool) {
+	switch {
+	case len(sense) >= 14 && (sense[0]&0x7F == 0x70 || sense[0]&0x7F == 0x71):
+		return sense[2] & 0x0F, sense[12], sense[13], true
+	case len(sense) >= 4 && (sense[0]&0x7F == 0x72 || sense[0]&0x7F == 0x73):
+		return sense[1] & 0x0F, sense[2], sense[3], true
+	}
+	return 0, 0, 0, false
+}
+
+// statusCheckCondition is the SAM-5 CHECK CONDITION status.
+const statusCheckCondition = 0x02
+
+// RequireSense checks that a command ended in CHECK CONDITION with sense data that carries the
+// sense key, ASC and ASCQ given, whatever its format. It takes the raw status and sense bytes,
+// so that it serves the tests of the device server and those of a whole target alike.
+func RequireSense(t testing.TB, status uint8, sense []byte, key, asc, ascq uint8) {
+	t.Helper()
+	if status != statusCheckCondition {
+		t.Fatalf("status %02Xh, want CHECK CONDITION; sense % x", status, sense)
+	}
+	k, a, q, ok := SenseCodes(sense)
+	if !ok {
+		t.Fatalf("no sense data in % x", sense)
+	}
+	if k != key || a != asc || q != ascq {
+		t.Fatalf("sense key %Xh ASC/ASCQ %02Xh/%02Xh, want %Xh %02Xh/%02Xh (sense % x)", k, a, q, key, asc, ascq, sense)
+	}
+}
