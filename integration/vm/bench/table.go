@@ -1,0 +1,230 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// fmtNum prints a value with precision that suits its size.
+func fmtNum(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "-"
+	case math.Abs(v) >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case math.Abs(v) >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+}
+
+func fmtRatio(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+// srptTargets are the targets other than LIO.
+func (s Summary) srptTargets() []Target {
+	var out []Target
+	for _, t := range s.Targets {
+		if t.Key != refTarget {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// hasModes tells whether srptarget ran one daemon per completion mode.
+func (s Summary) hasModes() bool {
+	for _, t := range s.Targets {
+		if t.Mode != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// writeRow writes one Markdown table row.
+func writeRow(w io.Writer, cells []string) {
+	fmt.Fprintln(w, "| "+strings.Join(cells, " | ")+" |")
+}
+
+// writeHeader writes a Markdown table header: left-aligned columns, then right-aligned ones.
+func writeHeader(w io.Writer, left, right []string) {
+	writeRow(w, append(append([]string(nil), left...), right...))
+	fmt.Fprintln(w, "|"+strings.Repeat("---|", len(left))+strings.Repeat("---:|", len(right)))
+}
+
+// WriteTable writes the Markdown tables: the metrics with a column per target and a ratio
+// to LIO per srptarget target, then the CPU figures.
+func (s Summary) WriteTable(w io.Writer) {
+	var cols []string
+	for _, t := range s.Targets {
+		cols = append(cols, t.Label)
+		if t.Key != refTarget {
+			cols = append(cols, t.Short+" / LIO")
+		}
+	}
+	writeHeader(w, []string{"job", "unit", "ch_count"}, cols)
+	for _, m := range Metrics {
+		for _, ch := range s.ChCounts {
+			row := []string{m.Label, m.Unit, strconv.Itoa(ch)}
+			has := false
+			for _, t := range s.Targets {
+				c, ok := s.cell(m.Key, ch, t.Key)
+				has = has || ok
+				if !ok {
+					row = append(row, "-")
+				} else {
+					row = append(row, fmt.Sprintf("%s (%s-%s)", fmtNum(c.Median), fmtNum(c.Min), fmtNum(c.Max)))
+				}
+				if t.Key != refTarget {
+					r := fmtRatio(s.Ratio(m.Key, ch, t.Key))
+					if p := s.PairedRatios(m.Key, ch, t.Key); len(p) > 1 {
+						r += fmt.Sprintf(" (%s-%s)", fmtRatio(p[0]), fmtRatio(p[len(p)-1]))
+					}
+					row = append(row, r)
+				}
+			}
+			if has { // a job that did not run (guest argument jobs=) has no row
+				writeRow(w, row)
+			}
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Medians over the rounds (minimum-maximum in brackets). Ratio = srptarget / LIO of the medians:")
+	fmt.Fprintln(w, "above 1 is better for IOPS and MiB/s, worse for latency; in brackets the lowest and highest ratio of")
+	fmt.Fprintln(w, "one round's srptarget block to the LIO block run right after it (same round and ch_count).")
+	if s.hasModes() {
+		fmt.Fprintln(w, "srptarget ran one daemon per completion mode (limits.completion; a name such as adaptive20us")
+		fmt.Fprintln(w, "means adaptive with poll_window 20us), each with its own memory and null LUN; per round and")
+		fmt.Fprintln(w, "ch_count every daemon's block ran, in an order rotated by one each round, then LIO's.")
+	}
+	if s.Excluded > 0 {
+		fmt.Fprintf(w, "%d of %d runs left out: ib_srp logged transport errors during them.\n", s.Excluded, s.Runs)
+	}
+	fmt.Fprintln(w)
+	if s.TargetHost {
+		s.writeFigureTable(w, []figureCols{
+			{"guest-cpu-us-per-io", "target host CPU µs/I/O", false, true},
+			{"daemon-cpu-us-per-io", "daemon CPU µs/I/O", true, false},
+			{"guest-idle-pct", "target host idle %", false, false},
+		})
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "CPU per I/O: busy CPU time of the target's host (its VM's vCPUs: the target, rxe, virtio-net)")
+		fmt.Fprintln(w, "over the I/Os of the job's measured part, from the target's /proc/stat sampled every 0.5 s;")
+		fmt.Fprintln(w, "daemon: srptarget's own user + system time (including the rxe work the kernel does inside its")
+		fmt.Fprintln(w, "system calls). Idle: share of the target host's vCPUs idle during the job.")
+	} else {
+		s.writeFigureTable(w, []figureCols{
+			{"guest-cpu-us-per-io", "guest CPU µs/I/O", false, true},
+			{"daemon-cpu-us-per-io", "daemon CPU µs/I/O", true, false},
+			{"guest-idle-pct", "guest idle %", false, false},
+		})
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "CPU per I/O: busy guest CPU time (both vCPUs: fio, ib_srp, rxe, the target) over the I/Os of")
+		fmt.Fprintln(w, "ramp + runtime; daemon: srptarget's own user + system time (including the rxe work the kernel does")
+		fmt.Fprintln(w, "inside its ibv_post_send system calls). Idle: share of both vCPUs idle during the job.")
+	}
+	if !s.hasFigure("ctxt-per-io") {
+		return
+	}
+	fmt.Fprintln(w)
+	if s.TargetHost {
+		s.writeFigureTable(w, []figureCols{
+			{"ctxt-per-io", "target host context switches/I/O", false, true},
+			{"daemon-vcs-per-io", "daemon wake-ups/I/O", true, false},
+			{"daemon-ivcs-per-io", "daemon preemptions/I/O", true, false},
+			{"daemon-reads-per-io", "daemon read()/I/O", true, false},
+			{"daemon-writes-per-io", "daemon write()/I/O", true, false},
+		})
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Target host: context switches of its vCPU (/proc/stat ctxt) per I/O. Daemon, all threads: wake-ups")
+		fmt.Fprintln(w, "are its voluntary context switches (each sleep ends with one), preemptions its involuntary ones")
+		fmt.Fprintln(w, "(/proc/PID/task/*/status); read() are completion-channel events, write() uverbs commands (the")
+		fmt.Fprintln(w, "post-send doorbell, the CQ re-arm) (/proc/PID/io syscr, syscw). Futex and epoll calls are not")
+		fmt.Fprintln(w, "counted.")
+		return
+	}
+	s.writeFigureTable(w, []figureCols{
+		{"ctxt-per-io", "context switches/I/O", false, true},
+		{"ipi-per-io", "IPIs/I/O", false, true},
+		{"daemon-reads-per-io", "daemon read()/I/O", true, false},
+		{"daemon-writes-per-io", "daemon write()/I/O", true, false},
+	})
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Guest-wide context switches and IPIs (rescheduling, function call, TLB shootdown) per I/O; the")
+	fmt.Fprintln(w, "daemon's read() (completion-channel events) and write() (uverbs commands: the post-send doorbell,")
+	fmt.Fprintln(w, "the CQ re-arm) system calls per I/O, all threads.")
+}
+
+// figureCols is one group of columns of a figure table: a figure, one column per target.
+type figureCols struct {
+	key   string
+	title string // heads the group's first column: "title: LIO"
+	srpt  bool   // srptarget's targets only (a figure of the daemon)
+	long  bool   // srptarget's columns titled "srptarget memory", not "memory"
+}
+
+func (s Summary) hasFigure(key string) bool {
+	for k := range s.Cells {
+		if strings.HasSuffix(k.metric, "/"+key) {
+			return true
+		}
+	}
+	return false
+}
+
+// writeFigureTable writes a table of figures: one row per job and ch_count, one group of
+// columns (the medians per target) per figure.
+func (s Summary) writeFigureTable(w io.Writer, groups []figureCols) {
+	var head []string
+	type col struct{ key, target string }
+	var cols []col
+	for _, g := range groups {
+		ts := s.Targets
+		if g.srpt {
+			ts = s.srptTargets()
+		}
+		for i, t := range ts {
+			name := t.Short
+			if g.long {
+				name = t.Label
+			}
+			if i == 0 {
+				name = g.title + ": " + name
+			}
+			head = append(head, name)
+			cols = append(cols, col{g.key, t.Key})
+		}
+	}
+	writeHeader(w, []string{"job", "ch_count"}, head)
+	seen := map[string]bool{}
+	for _, m := range Metrics {
+		if seen[m.Job] {
+			continue
+		}
+		seen[m.Job] = true
+		for _, ch := range s.ChCounts {
+			row := []string{m.Job, strconv.Itoa(ch)}
+			has := false
+			for _, c := range cols {
+				if st, ok := s.cell(m.Job+"/"+c.key, ch, c.target); ok {
+					row = append(row, fmtNum(st.Median))
+					has = true
+				} else {
+					row = append(row, "-")
+				}
+			}
+			if has {
+				writeRow(w, row)
+			}
+		}
+	}
+}
