@@ -10,19 +10,10 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm}
-VMDIR=$SRPT_VM_DIR
-log() { echo "alua: $*"; }
-die() { echo "alua.sh: error: $*" >&2; exit "${2:-2}"; }
 # shellcheck source=host-lib.sh
 . "$HERE/host-lib.sh"
-host_root
-host_build_deps
-mkdir -p "$VMDIR/bin" "$VMDIR/logs" "$VMDIR/run"
+host_init alua
 BIN=$VMDIR/bin/srptarget-alua
-log "go build -o $BIN ./cmd/srptarget"
-host_build_cgo "$BIN" ./cmd/srptarget
-"$HERE/build-image.sh"
+host_daemon_image "$BIN"
 SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-500} SRPT_VM_FILES="$BIN:/usr/local/bin/srptarget" \
 	exec "$HERE/run-vm.sh" "$HERE/guest/alua.sh" "$@"

@@ -141,29 +141,7 @@ if [ ! -s "$OUT/raw.txt" ] || [ -z "$ioff" ] || [ -z "$toff" ]; then
 	[ "$rc" = 0 ] && rc=4
 	exit "$rc"
 fi
-terminal="set terminal pngcairo size 1950,1150 font 'DejaVu Sans,11'"
-gnuplot -e 'set terminal' 2>&1 | grep -q pngcairo || terminal="set terminal png size 1950,1150"
-echo
-(cd "$REPO" && "$GO" run ./integration/vm/bench -raw "$OUT/raw.txt" -info "$OUT/info.txt" -out "$OUT" \
-	-target-samples "$OUT/target-samples.txt" \
-	-title "srptarget vs LIO ib_srpt, target on its own VM (1 vCPU), soft-RoCE, qemu TCG, $(date -u +%Y-%m-%d)" \
-	-terminal "$terminal") || die "the report failed" 4
-if command -v gnuplot >/dev/null; then
-	(cd "$OUT" && gnuplot chart.gp) || log "gnuplot failed: no chart.png"
-fi
-for prof in "$OUT"/srptarget.cpu.ch*.pprof; do
-	[ -s "$prof" ] || continue
-	ch=${prof%.pprof}
-	ch=${ch##*.}
-	(cd "$REPO" && "$GO" tool pprof -top -nodecount=20 "$BIN" "$prof" >"$OUT/pprof-top20.$ch.txt" 2>&1) ||
-		log "go tool pprof $prof failed"
-	(cd "$REPO" && "$GO" tool pprof -top -cum -nodecount=30 "$BIN" "$prof" >"$OUT/pprof-cum.$ch.txt" 2>&1) || true
-	echo
-	echo "CPU profile of the daemon on the target host, $ch ($prof), top 20:"
-	cat "$OUT/pprof-top20.$ch.txt"
-done
-echo
-cat "$OUT/setup.txt"
-echo
+host_bench_report "$OUT" "srptarget vs LIO ib_srpt, target on its own VM (1 vCPU), soft-RoCE, qemu TCG, $(date -u +%Y-%m-%d)" \
+	"the daemon on the target host" -target-samples "$OUT/target-samples.txt"
 echo "bench-2host: results in $OUT (initiator rc $rc)"
 exit "$rc"

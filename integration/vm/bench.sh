@@ -153,29 +153,7 @@ if [ ! -s "$OUT/raw.txt" ] || [ ! -s "$OUT/info.txt" ]; then
 	exit "$rc"
 fi
 
-terminal="set terminal pngcairo size 1950,1150 font 'DejaVu Sans,11'"
-gnuplot -e 'set terminal' 2>&1 | grep -q pngcairo || terminal="set terminal png size 1950,1150"
-echo
-(cd "$REPO" && "$GO" run ./integration/vm/bench -raw "$OUT/raw.txt" -info "$OUT/info.txt" -out "$OUT" \
-	-title "srptarget vs LIO ib_srpt over soft-RoCE, qemu TCG, $(date -u +%Y-%m-%d)" -terminal "$terminal") ||
-	die "the report failed" 4
-if command -v gnuplot >/dev/null; then
-	(cd "$OUT" && gnuplot chart.gp) || log "gnuplot failed: no chart.png"
-fi
-for prof in "$OUT"/srptarget.cpu.ch*.pprof; do
-	[ -s "$prof" ] || continue
-	ch=${prof%.pprof}
-	ch=${ch##*.}
-	(cd "$REPO" && "$GO" tool pprof -top -nodecount=20 "$BIN" "$prof" >"$OUT/pprof-top20.$ch.txt" 2>&1) ||
-		log "go tool pprof $prof failed"
-	(cd "$REPO" && "$GO" tool pprof -top -cum -nodecount=30 "$BIN" "$prof" >"$OUT/pprof-cum.$ch.txt" 2>&1) || true
-	echo
-	echo "CPU profile of the daemon, $ch ($prof), top 20:"
-	cat "$OUT/pprof-top20.$ch.txt"
-done
-echo
-cat "$OUT/setup.txt"
-echo
+host_bench_report "$OUT" "srptarget vs LIO ib_srpt over soft-RoCE, qemu TCG, $(date -u +%Y-%m-%d)" "the daemon"
 echo "bench: results in $OUT (guest rc $rc, $(elapsed) s)"
 [ -e "$OUT/chart.png" ] && echo "bench: chart $OUT/chart.png"
 exit "$rc"

@@ -168,13 +168,7 @@ if [ "$BENCH_FAILED" = 0 ] && [ "$BENCH_ERRS" = 0 ]; then
 else
 	record "bench" fail "$nruns fio runs in $bench_s s, $BENCH_FAILED failed, $BENCH_ERRS transport error lines"
 fi
-problems=$(kernel_log_problems)
-if [ -z "$problems" ]; then
-	record "kernel log" pass "no warnings, oopses or hung tasks"
-else
-	echo "$problems"
-	record "kernel log" fail "$(echo "$problems" | head -1)"
-fi
+record_kernel_log
 
 dmesg -n 1
 {

@@ -5,8 +5,6 @@
 #   lio_setup_ramdisk PORT MIB     LIO ib_srpt: one rd_mcp RAM disk of MIB MiB at
 #                                  LUN 0 on RDMA/CM port PORT, ACL for $RXE_IP4
 #                                  (configfs steps of selftest.sh); sets LIO_GUID
-#   bench_disk_lun sdX             the LUN of a SCSI disk (L of H:C:T:L)
-#   bench_disk_for_lun L           the ib_srp disk with LUN L (sdX)
 #   bench_count_disks              number of ib_srp disks
 #   bench_login GUID PORT CH N     add_target ... ch_count=CH, wait for N disks;
 #                                  sets BENCH_HOST (sysfs scsi_host dir)
@@ -48,20 +46,6 @@ lio_setup_ramdisk() {
 		mkdir "$tpg/acls/$RXE_IP4/lun_0" &&
 		ln -s "$tpg/lun/lun_0" "$tpg/acls/$RXE_IP4/lun_0/lun_0" &&
 		echo 1 >"$tpg/enable"
-}
-
-bench_disk_lun() {
-	local a
-	a=$(basename "$(readlink -f "/sys/block/$1/device")")
-	echo "${a##*:}"
-}
-
-bench_disk_for_lun() {
-	local d
-	for d in $(srp_disks); do
-		[ "$(bench_disk_lun "$d")" = "$1" ] && { echo "$d"; return 0; }
-	done
-	return 1
 }
 
 bench_count_disks() { srp_disks | grep -c .; }

@@ -266,7 +266,7 @@ step "prefill: every memory disk written once"
 ch0=${CH_COUNTS%% *}
 for i in "${!D_NAME[@]}"; do
 	bench_login "$RXE_GUID" "${D_PORT[$i]}" "$ch0" 2 || fail "login to $(dlabel "$i")"
-	d=$(bench_disk_for_lun 0) || fail "$(dlabel "$i"): no disk with LUN 0"
+	d=$(srp_disk_for_lun 0) || fail "$(dlabel "$i"): no disk with LUN 0"
 	t=$(uptime_s)
 	prefill "/dev/$d" || fail "prefill of $(dlabel "$i")'s /dev/$d: $(tail -3 /tmp/bench/prefill.txt)"
 	record "prefill $(dlabel "$i")" pass "/dev/$d (LUN 0, memory), ${SIZE_MIB} MiB in $(since "$t") s"
@@ -318,7 +318,7 @@ block() {
 		[ $profiled = 1 ] && kill -USR1 "$pid"
 		for lun in $SRPT_LUNS; do
 			case $lun in mem) l=0 ;; null) l=1 ;; esac
-			d=$(bench_disk_for_lun $l) || { nfail=$((nfail + 1)); continue; }
+			d=$(srp_disk_for_lun $l) || { nfail=$((nfail + 1)); continue; }
 			run_jobs "$round" "$ch" "srpt-$lun${D_SUFFIX[$i]}" "/dev/$d" "$pid" "$profiled" || nfail=$((nfail + $?))
 		done
 		if [ $profiled = 1 ]; then
@@ -394,13 +394,7 @@ for i in "${!D_PID[@]}"; do
 	fi
 done
 
-problems=$(kernel_log_problems)
-if [ -z "$problems" ]; then
-	record "kernel log" pass "no warnings, oopses or hung tasks"
-else
-	echo "$problems"
-	record "kernel log" fail "$(echo "$problems" | head -1)"
-fi
+record_kernel_log
 
 # ------------------------------------------------------------------ output
 dmesg -n 1
