@@ -13,7 +13,4 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=host-lib.sh
 . "$HERE/host-lib.sh"
 host_init alua
-BIN=$VMDIR/bin/srptarget-alua
-host_daemon_image "$BIN"
-SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-500} SRPT_VM_FILES="$BIN:/usr/local/bin/srptarget" \
-	exec "$HERE/run-vm.sh" "$HERE/guest/alua.sh" "$@"
+host_daemon_run alua 500 "$@"

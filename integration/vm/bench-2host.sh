@@ -55,21 +55,7 @@ log "go build -o $BIN ./cmd/srptarget"
 host_build_cgo "$BIN" ./cmd/srptarget
 "$HERE/build-image.sh"
 
-{
-	echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-	echo "host cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cpus"
-	echo "host kernel: $(uname -r)"
-	echo "qemu: $(qemu-system-x86_64 --version | head -1), TCG; target VM -smp ${SRPT_2HOST_TARGET_SMP:-1}, initiator VM -smp ${SRPT_2HOST_INIT_SMP:-2}, -m ${SRPT_2HOST_MEM:-2G} each, -netdev stream over a Unix socket"
-	echo "srptarget: $(cd "$REPO" && git describe --always --dirty 2>/dev/null || echo unknown)"
-	echo "guest arguments: ${*:-(defaults)}"
-} >"$OUT/setup.txt"
-(
-	while :; do
-		echo "$(date +%s) $(cut -d' ' -f1-3 /proc/loadavg) qemu=$(pgrep -c -f '^qemu-system-x86_64' || true)"
-		sleep 5
-	done
-) >"$OUT/hostload.txt" 2>/dev/null &
-sampler=$!
+host_bench_setup "$OUT" "TCG; target VM -smp ${SRPT_2HOST_TARGET_SMP:-1}, initiator VM -smp ${SRPT_2HOST_INIT_SMP:-2}, -m ${SRPT_2HOST_MEM:-2G} each, -netdev stream over a Unix socket" "$@"
 TPID=
 stop_target() {
 	[ -n "$TPID" ] || return 0
@@ -81,7 +67,7 @@ stop_target() {
 	wait "$TPID" 2>/dev/null || true
 	TPID=
 }
-trap 'stop_target; kill "$sampler" 2>/dev/null || true' EXIT
+trap 'stop_target; kill "$HOST_SAMPLER" 2>/dev/null || true' EXIT
 
 log "waiting for $LOCK (other VM runs)"
 exec 8>"$LOCK"
@@ -108,7 +94,7 @@ env "${common[@]}" SRPT_VM_SMP="${SRPT_2HOST_INIT_SMP:-2}" SRPT_VM_TIMEOUT="$TIM
 stop_target
 flock -u 8
 exec 8>&-
-kill "$sampler" 2>/dev/null || true
+host_bench_load_summary "$OUT"
 rm -f "$SOCK"
 
 # ------------------------------------------------------------------ results

@@ -96,25 +96,9 @@ for a in "$@"; do
 	esac
 done
 TIMEOUT=${SRPT_VM_TIMEOUT:-$((2400 + 900 * (nmodes > 1 ? nmodes - 1 : 0)))}
-{
-	echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-	echo "host cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cpus"
-	echo "host kernel: $(uname -r)"
-	echo "qemu: $(qemu-system-x86_64 --version | head -1), TCG (-accel tcg,thread=multi), -cpu ${SRPT_VM_CPU:-qemu64} -smp ${SRPT_VM_SMP:-2} -m ${SRPT_VM_MEM:-3G}"
-	echo "srptarget: $(cd "$REPO" && git describe --always --dirty 2>/dev/null || echo unknown), SRPT_BENCH_PROFILE=$PROFILE"
-	echo "guest arguments: ${*:-(defaults)}"
-} >"$OUT/setup.txt"
-
-# The host's load and the number of qemu processes (other engineers' VMs included) while
-# the VM runs, to tell a quiet run from a disturbed one.
-(
-	while :; do
-		echo "$(date +%s) $(cut -d' ' -f1-3 /proc/loadavg) qemu=$(pgrep -c -f '^qemu-system-x86_64' || true)"
-		sleep 5
-	done
-) >"$OUT/hostload.txt" 2>/dev/null &
-sampler=$!
-trap 'kill "$sampler" 2>/dev/null || true' EXIT
+host_bench_setup "$OUT" "TCG (-accel tcg,thread=multi), -cpu ${SRPT_VM_CPU:-qemu64} -smp ${SRPT_VM_SMP:-2} -m ${SRPT_VM_MEM:-3G}" "$@"
+echo "SRPT_BENCH_PROFILE=$PROFILE" >>"$OUT/setup.txt"
+trap 'kill "$HOST_SAMPLER" 2>/dev/null || true' EXIT
 
 log "waiting for $LOCK (other VM runs)"
 rc=0
@@ -128,11 +112,7 @@ SRPT_VM_RUN_LOCK_HELD=1 SRPT_VM_TIMEOUT=$TIMEOUT SRPT_VM_LOG="$OUT/console.log" 
 echo "host load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/setup.txt"
 flock -u 8
 exec 8>&-
-kill "$sampler" 2>/dev/null || true
-awk '{ l = $2 + 0; if (n == 0 || l < lo) lo = l; if (l > hi) hi = l; s += l; n++
-	q = $5; sub(/qemu=/, "", q); if (q + 0 > mq) mq = q + 0 }
-	END { if (n) printf "host load average (1 min) during the run: %.2f-%.2f, mean %.2f over %d samples; at most %d qemu processes at once (ours included)\n", lo, hi, s / n, n, mq }' \
-	"$OUT/hostload.txt" >>"$OUT/setup.txt"
+host_bench_load_summary "$OUT"
 
 # ------------------------------------------------------------------ results
 body() { sed 's/^\[ *[0-9.]*\] //' "$OUT/console.log" | tr -d '\r'; }

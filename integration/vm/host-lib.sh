@@ -15,11 +15,20 @@
 #                                 over rdma-core) and check that OUT links librdmacm
 #   host_daemon_image BIN [FLAG ...]  host_build_deps, the work directories (bin, logs, run),
 #                                 srptarget built as BIN (go build FLAG ...), the image
+#   host_daemon_run NAME SECONDS [K=V ...]  host_daemon_image $VMDIR/bin/srptarget-NAME, then
+#                                 guest/NAME.sh in the VM with that binary as srptarget, for
+#                                 SECONDS (SRPT_VM_TIMEOUT wins); exec, so its status is
+#                                 run-vm.sh's
 #   host_vm_checks NAME GUEST [K=V ...]  GUEST (a guest script) in the VM, the files of
 #                                 SRPT_VM_FILES with it, its console in $VMDIR/logs/NAME-<time>.log;
 #                                 then the count of passed and failed checks, the result rows
 #                                 matching HOST_VM_SUMMARY (grep -E; none by default) and the
 #                                 failed ones; exits with the guest's status
+#   host_bench_setup OUT QEMU [ARG ...]  OUT/setup.txt begun (date, host CPU and kernel,
+#                                 QEMU: how the VMs run, the commit, the guest arguments) and
+#                                 OUT/hostload.txt written every 5 s in the background
+#                                 (HOST_SAMPLER, its PID) until host_bench_load_summary
+#   host_bench_load_summary OUT   stop the sampler; the load during the run into setup.txt
 #   host_bench_report OUT TITLE WHOSE [FLAG ...]  the report of a bench run in OUT (raw.txt,
 #                                 info.txt, setup.txt, the profiles; the binary in $BIN):
 #                                 ./integration/vm/bench with FLAG ..., the chart, the top of
@@ -95,6 +104,14 @@ host_daemon_image() {
 	"$HERE/build-image.sh"
 }
 
+host_daemon_run() {
+	local name=$1 seconds=$2 bin=$VMDIR/bin/srptarget-$1
+	shift 2
+	host_daemon_image "$bin"
+	SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-$seconds} SRPT_VM_FILES="$bin:/usr/local/bin/srptarget" \
+		exec "$HERE/run-vm.sh" "$HERE/guest/$name.sh" "$@"
+}
+
 host_vm_checks() {
 	local name=$1 guest=$2 log results rc=0 pass failn
 	shift 2
@@ -108,6 +125,36 @@ host_vm_checks() {
 	grep '^[^|]*|fail|' "$results" 2>/dev/null | sed 's/^/  /' || true
 	echo "$name: serial log $log"
 	exit "$rc"
+}
+
+host_bench_setup() {
+	local out=$1 qemu=$2
+	shift 2
+	{
+		echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+		echo "host cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cpus"
+		echo "host kernel: $(uname -r)"
+		echo "qemu: $(qemu-system-x86_64 --version | head -1), $qemu"
+		echo "srptarget: $(cd "$REPO" && git describe --always --dirty 2>/dev/null || echo unknown)"
+		echo "guest arguments: ${*:-(defaults)}"
+	} >"$out/setup.txt"
+	# The host's load and the number of qemu processes (other engineers' VMs included) while
+	# the VMs run, to tell a quiet run from a disturbed one.
+	(
+		while :; do
+			echo "$(date +%s) $(cut -d' ' -f1-3 /proc/loadavg) qemu=$(pgrep -c -f '^qemu-system-x86_64' || true)"
+			sleep 5
+		done
+	) >"$out/hostload.txt" 2>/dev/null &
+	HOST_SAMPLER=$!
+}
+
+host_bench_load_summary() {
+	kill "$HOST_SAMPLER" 2>/dev/null || true
+	awk '{ l = $2 + 0; if (n == 0 || l < lo) lo = l; if (l > hi) hi = l; s += l; n++
+		q = $5; sub(/qemu=/, "", q); if (q + 0 > mq) mq = q + 0 }
+		END { if (n) printf "host load average (1 min) during the run: %.2f-%.2f, mean %.2f over %d samples; at most %d qemu processes at once (ours included)\n", lo, hi, s / n, n, mq }' \
+		"$1/hostload.txt" >>"$1/setup.txt"
 }
 
 host_bench_report() {

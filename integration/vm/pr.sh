@@ -10,7 +10,4 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=host-lib.sh
 . "$HERE/host-lib.sh"
 host_init pr
-BIN=$VMDIR/bin/srptarget-pr
-host_daemon_image "$BIN"
-SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-600} SRPT_VM_FILES="$BIN:/usr/local/bin/srptarget" \
-	SRPT_VM_LOG="$VMDIR/logs/pr-$(date +%Y%m%d-%H%M%S).log" exec "$HERE/run-vm.sh" "$HERE/guest/pr.sh" "$@"
+host_daemon_run pr 600 "$@"

@@ -5,6 +5,8 @@
 #
 #   ceph_conf [EXTRA]           write $C/ceph.conf (EXTRA: more [global] lines) and export CEPH_CONF
 #   ceph_up POOL IMAGE BYTES    mon, OSD, the pool and the image
+#   ceph_start IMAGE MIB [EXTRA]  ceph_conf EXTRA, ceph_up rbd IMAGE, the "ceph cluster" check
+#                               (fail, which ends the test, when the cluster does not come up)
 #   ceph_stop                   SIGTERM the OSD and the monitor (SIGKILL after 20 s)
 
 # shellcheck source=../../ceph/conf.sh
@@ -40,6 +42,18 @@ ceph_up() {
 		run ceph-osd -i "$id" &&
 		run timeout 300 "$RBDCTL" pool-create "$1" &&
 		run timeout 300 "$RBDCTL" create "$1" "$2" "$3"
+}
+
+ceph_start() {
+	local t0
+	t0=$(uptime_s)
+	ceph_conf "${3:-}"
+	if ceph_up rbd "$1" $(($2 << 20)); then
+		record "ceph cluster" pass "mon + OSD up, pool rbd and image rbd/$1 ($2 MiB) made in $(since "$t0") s${3:+; $3}"
+	else
+		tail -n 30 "$C"/log/*.log
+		fail "the cluster did not come up"
+	fi
 }
 
 ceph_stop() {

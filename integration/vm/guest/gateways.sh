@@ -127,16 +127,9 @@ step "ceph cluster in the guest, image rbd/gw0 (default features: exclusive-lock
 for b in ceph-mon ceph-osd monmaptool "$RBDCTL" multipath fio; do
 	command -v "$b" >/dev/null || fail "$b is not in the image (build-image.sh with SRPT_VM_CEPH=1)"
 done
-t0=$(uptime_s)
 # The OSD forgets a dead client's watch after osd_client_watch_timeout; only then will the
 # surviving gateway's librbd break (and blocklist) the dead owner's exclusive lock.
-ceph_conf "osd client watch timeout = $WATCH_TIMEOUT"
-if ceph_up rbd gw0 $((IMAGE_MIB << 20)); then
-	record "ceph cluster" pass "mon + OSD up, image rbd/gw0 (${IMAGE_MIB} MiB) in $(since "$t0") s; osd_client_watch_timeout $WATCH_TIMEOUT s"
-else
-	tail -n 30 "$C"/log/*.log
-	fail "the cluster did not come up"
-fi
+ceph_start gw0 "$IMAGE_MIB" "osd client watch timeout = $WATCH_TIMEOUT"
 
 step "soft-RoCE, modules"
 setup_rxe >$W/rxe.txt 2>&1 || { cat $W/rxe.txt; fail "soft-RoCE setup"; }
