@@ -573,9 +573,9 @@ func (c *Conn) progress() {
 			}
 			st = c.execSend(s, peer)
 		case ib.OpRDMAWrite:
-			st = c.execWrite(s, peer)
+			st = c.execRDMA(s, peer, false)
 		case ib.OpRDMARead:
-			st = c.execRead(s, peer)
+			st = c.execRDMA(s, peer, true)
 		}
 		c.unblock()
 		if st != ib.StatusSuccess {
@@ -648,33 +648,14 @@ func (c *Conn) execSend(s *sendSlot, peer *Conn) ib.Status {
 	return ib.StatusSuccess
 }
 
-func (c *Conn) execWrite(s *sendSlot, peer *Conn) ib.Status {
-	if !c.gather(s, false) {
+// execRDMA moves the bytes of an RDMA WRITE (read false: the local SGEs into the peer's
+// region) or an RDMA READ (read true: the peer's region into the local SGEs, which must be
+// locally writable).
+func (c *Conn) execRDMA(s *sendSlot, peer *Conn, read bool) ib.Status {
+	if !c.gather(s, read) {
 		return ib.StatusLocalProtectionError
 	}
-	total := 0
-	for _, b := range c.src {
-		total += len(b)
-	}
-	if total == 0 {
-		// A zero-length RDMA WRITE checks no rkey (IB spec); LIO uses one as a drain marker.
-		return ib.StatusSuccess
-	}
-	dst, ok := peer.node.pd.remote(s.wr.RKey, s.wr.RemoteAddr, uint32(total), ib.AccessRemoteWrite)
-	if !ok {
-		peer.enterError()
-		return ib.StatusRemoteAccessError
-	}
-	c.dst = append(c.dst[:0], dst)
-	scatter(c.dst, c.src)
-	return ib.StatusSuccess
-}
-
-func (c *Conn) execRead(s *sendSlot, peer *Conn) ib.Status {
-	if !c.gather(s, true) {
-		return ib.StatusLocalProtectionError
-	}
-	if c.node.f.opts.IWARP {
+	if read && c.node.f.opts.IWARP {
 		for _, g := range s.wr.SGL {
 			// gather checked that every SGE names a valid region of this node.
 			if g.MR.Access()&ib.AccessRemoteWrite == 0 {
@@ -687,16 +668,25 @@ func (c *Conn) execRead(s *sendSlot, peer *Conn) ib.Status {
 		total += len(b)
 	}
 	if total == 0 {
+		// A zero-length RDMA operation checks no rkey (IB spec); LIO uses a zero-length
+		// WRITE as a drain marker.
 		return ib.StatusSuccess
 	}
-	src, ok := peer.node.pd.remote(s.wr.RKey, s.wr.RemoteAddr, uint32(total), ib.AccessRemoteRead)
+	access := ib.AccessRemoteWrite
+	if read {
+		access = ib.AccessRemoteRead
+	}
+	remote, ok := peer.node.pd.remote(s.wr.RKey, s.wr.RemoteAddr, uint32(total), access)
 	if !ok {
 		peer.enterError()
 		return ib.StatusRemoteAccessError
 	}
-	// c.src holds the local sinks here.
-	c.dst = append(c.dst[:0], src)
-	scatter(c.src, c.dst)
+	c.dst = append(c.dst[:0], remote)
+	if read {
+		scatter(c.src, c.dst) // c.src holds the local sinks here
+	} else {
+		scatter(c.dst, c.src)
+	}
 	return ib.StatusSuccess
 }
 

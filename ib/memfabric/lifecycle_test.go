@@ -10,13 +10,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/ib/ibtest"
 )
 
 // connected is a connection with receives posted on both sides: target 100 and 101,
 // initiator 100.
 type connected struct {
 	e      *env
-	r      *regions
+	r      *ibtest.Regions
 	tc     ib.Conn
 	ic     *Conn
 	target ib.Conn // tc or ic, by the test's choice of side
@@ -26,9 +27,9 @@ func newConnected(t *testing.T, opts Options) *connected {
 	e := newEnv(t, opts)
 	r := newRegions(t, e)
 	ap := srpAccept()
-	ap.Recv = recvs(r.tmr, []uint64{100, 101}, 64)
+	ap.Recv = recvs(r.TMR, []uint64{100, 101}, 64)
 	cp := srpConnect()
-	cp.Recv = recvs(r.irecv, []uint64{100}, 64)
+	cp.Recv = recvs(r.IRecv, []uint64{100}, 64)
 	tc, ic := e.connect(t, cp, ap)
 	return &connected{e: e, r: r, tc: tc, ic: ic}
 }
@@ -52,11 +53,11 @@ func TestDisconnect(t *testing.T) {
 				// x disconnects, y is the other side; yMR is y's local region, yRecvs its receives.
 				var x, y ib.Conn = c.ic, c.tc
 				xRecvs, yRecvs := []uint64{100}, []uint64{100, 101}
-				yMR := c.r.tmr
+				yMR := c.r.TMR
 				if tt.byTarget {
 					x, y = c.tc, c.ic
 					xRecvs, yRecvs = yRecvs, xRecvs
-					yMR = c.r.imr
+					yMR = c.r.IMR
 				}
 
 				if tt.withClose {
@@ -140,7 +141,7 @@ func TestDeviceRemoved(t *testing.T) {
 			requireNoEvent(t, c.tc)
 			_, err := c.tc.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpRDMAWrite}})
 			require.ErrorIs(t, err, ib.ErrDeviceRemoved)
-			_, err = c.tc.PostRecv(recvs(c.r.tmr, []uint64{102}, 64))
+			_, err = c.tc.PostRecv(recvs(c.r.TMR, []uint64{102}, 64))
 			require.ErrorIs(t, err, ib.ErrDeviceRemoved)
 			require.ErrorIs(t, c.tc.Disconnect(), ib.ErrDeviceRemoved)
 			// No flush completions for the two posted receives: nothing to wait for.
@@ -158,7 +159,7 @@ func TestDeviceRemoved(t *testing.T) {
 			require.ErrorIs(t, err, unix.EHOSTUNREACH)
 
 			// The initiator is told nothing; its SENDs time out.
-			_, err = c.ic.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpSend, SGL: []ib.SGE{{MR: c.r.imr, Length: 8}}}})
+			_, err = c.ic.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpSend, SGL: []ib.SGE{{MR: c.r.IMR, Length: 8}}}})
 			require.NoError(t, err)
 			sq, rq := split(poll(t, c.ic, 2))
 			require.Equal(t, []ib.Completion{failed(1, ib.StatusTransportRetryExceeded)}, sq)
@@ -193,8 +194,8 @@ func TestVanish(t *testing.T) {
 			requireNoCompletions(t, c.tc)
 			start := time.Now()
 			_, err = c.tc.PostSend([]ib.SendWR{
-				{ID: 1, Op: ib.OpRDMAWrite, SGL: []ib.SGE{{MR: c.r.tmr, Length: 8}}, RemoteAddr: c.r.imr.Addr(), RKey: c.r.imr.RKey()},
-				{ID: 2, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{{MR: c.r.tmr, Length: 8}}},
+				{ID: 1, Op: ib.OpRDMAWrite, SGL: []ib.SGE{{MR: c.r.TMR, Length: 8}}, RemoteAddr: c.r.IMR.Addr(), RKey: c.r.IMR.RKey()},
+				{ID: 2, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{{MR: c.r.TMR, Length: 8}}},
 			})
 			require.NoError(t, err)
 			sq, rq := split(poll(t, c.tc, 4))
