@@ -95,26 +95,28 @@ func register(t *testing.T, f Fabric, pd ib.ProtectionDomain, n int, acc ib.Acce
 	return mr
 }
 
-// fill writes a pattern derived from seed into b and returns b.
-func fill(b []byte, seed byte) []byte {
+// Fill writes a pattern derived from seed into b and returns b.
+func Fill(b []byte, seed byte) []byte {
 	for i := range b {
 		b[i] = seed + byte(i*7)
 	}
 	return b
 }
 
-func ok(id uint64, op ib.Opcode) ib.Completion {
+// OK, Recvd and Failed are the completions the tests expect: a successful work request of
+// opcode op, a receive of n bytes, a failure with status st.
+func OK(id uint64, op ib.Opcode) ib.Completion {
 	return ib.Completion{ID: id, Status: ib.StatusSuccess, Opcode: op}
 }
-func recvd(id uint64, n int) ib.Completion {
+func Recvd(id uint64, n int) ib.Completion {
 	return ib.Completion{ID: id, Status: ib.StatusSuccess, Opcode: ib.OpRecv, ByteLen: uint32(n)}
 }
-func failed(id uint64, st ib.Status) ib.Completion { return ib.Completion{ID: id, Status: st} }
+func Failed(id uint64, st ib.Status) ib.Completion { return ib.Completion{ID: id, Status: st} }
 
 func flushed(ids ...uint64) []ib.Completion {
 	out := make([]ib.Completion, 0, len(ids))
 	for _, id := range ids {
-		out = append(out, failed(id, ib.StatusWRFlushError))
+		out = append(out, Failed(id, ib.StatusWRFlushError))
 	}
 	return out
 }
@@ -198,10 +200,10 @@ func requireNoEvent(t *testing.T, c ib.Conn) {
 	require.False(t, ok, "unexpected event %v", e)
 }
 
-// split separates send-queue and receive-queue completions (they interleave arbitrarily),
+// Split separates send-queue and receive-queue completions (they interleave arbitrarily),
 // keeping each queue's order. Receive completions are recognised by the IDs the tests give
 // receives: 100 and up.
-func split(wcs []ib.Completion) (sq, rq []ib.Completion) {
+func Split(wcs []ib.Completion) (sq, rq []ib.Completion) {
 	for _, wc := range wcs {
 		if wc.ID >= 100 {
 			rq = append(rq, wc)
@@ -231,10 +233,10 @@ func testSendRecv(t *testing.T, f Fabric) {
 	postRecv(t, p.T, ib.RecvWR{ID: 100, SGL: []ib.SGE{{MR: tmr, Length: 64}}}, second)
 	postRecv(t, p.I, recvs(imr, 64, 100)...)
 
-	want1 := bytes.Clone(fill(imr.Bytes()[1024:1064], 1))
+	want1 := bytes.Clone(Fill(imr.Bytes()[1024:1064], 1))
 	wrs := []ib.SendWR{{ID: 1, Op: ib.OpSend, Signaled: true,
 		SGL: []ib.SGE{{MR: imr, Offset: 1024, Length: 25}, {MR: imr, Offset: 1049, Length: 15}}}}
-	src := fill(imr.Bytes()[2048:2108], 2)
+	src := Fill(imr.Bytes()[2048:2108], 2)
 	want2 := bytes.Clone(src)
 	inline := p.Limits.MaxInlineData >= 60
 	if inline {
@@ -249,8 +251,8 @@ func testSendRecv(t *testing.T, f Fabric) {
 		// Copied at post time: scribbling over the source now is harmless.
 		clear(src)
 	}
-	require.Equal(t, []ib.Completion{ok(1, ib.OpSend), ok(2, ib.OpSend)}, Poll(t, p.I, 2))
-	require.Equal(t, []ib.Completion{recvd(100, 40), recvd(101, 60)}, Poll(t, p.T, 2))
+	require.Equal(t, []ib.Completion{OK(1, ib.OpSend), OK(2, ib.OpSend)}, Poll(t, p.I, 2))
+	require.Equal(t, []ib.Completion{Recvd(100, 40), Recvd(101, 60)}, Poll(t, p.T, 2))
 	require.Equal(t, want1, tmr.Bytes()[:40])
 	if rsge == 2 {
 		require.Equal(t, want2[:10], tmr.Bytes()[100:110])
@@ -267,9 +269,9 @@ func testSendRecv(t *testing.T, f Fabric) {
 	postSend(t, p.T,
 		ib.SendWR{ID: 3, Op: ib.OpSend, SGL: []ib.SGE{{MR: tmr, Offset: 1024, Length: 7}}},
 		ib.SendWR{ID: 4, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{{MR: tmr, Offset: 1024, Length: 3}}})
-	require.Equal(t, []ib.Completion{recvd(100, 7), recvd(101, 3)}, Poll(t, p.I, 2))
+	require.Equal(t, []ib.Completion{Recvd(100, 7), Recvd(101, 3)}, Poll(t, p.I, 2))
 	require.Equal(t, []byte("srp-rsp"), imr.Bytes()[:7])
-	require.Equal(t, []ib.Completion{ok(4, ib.OpSend)}, Poll(t, p.T, 1), "the unsignaled SEND has none")
+	require.Equal(t, []ib.Completion{OK(4, ib.OpSend)}, Poll(t, p.T, 1), "the unsignaled SEND has none")
 	requireNoCompletions(t, p.T)
 }
 
@@ -285,7 +287,7 @@ func testWriteThenSend(t *testing.T, f Fabric) {
 	postRecv(t, p.I, recvs(irecv, 64, 100)...)
 	for round := range rounds {
 		n := 1024 + (round*997)%5000
-		data := bytes.Clone(fill(tmr.Bytes()[:n], byte(round)))
+		data := bytes.Clone(Fill(tmr.Bytes()[:n], byte(round)))
 		off := uint64(round%7) * 8
 		half := n / 2
 		copy(tmr.Bytes()[7000:], fmt.Sprintf("rsp%05d", round))
@@ -296,7 +298,7 @@ func testWriteThenSend(t *testing.T, f Fabric) {
 				SGL: []ib.SGE{{MR: tmr, Offset: uint64(half), Length: uint32(n - half - 1)}, {MR: tmr, Offset: uint64(n - 1), Length: 1}}},
 			ib.SendWR{ID: 3, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{{MR: tmr, Offset: 7000, Length: 8}}},
 		)
-		require.Equal(t, []ib.Completion{recvd(100, 8)}, Poll(t, p.I, 1))
+		require.Equal(t, []ib.Completion{Recvd(100, 8)}, Poll(t, p.I, 1))
 		// Checked at once, before anything else happens: ordering, not luck.
 		if !bytes.Equal(data, imr.Bytes()[off:off+uint64(n)]) {
 			t.Fatalf("round %d: RDMA WRITE data not in place when the SEND arrived", round)
@@ -304,7 +306,7 @@ func testWriteThenSend(t *testing.T, f Fabric) {
 		require.Equal(t, fmt.Sprintf("rsp%05d", round), string(irecv.Bytes()[:8]))
 		postRecv(t, p.I, recvs(irecv, 64, 100)...)
 		// Only the signaled SEND completes at the target.
-		require.Equal(t, []ib.Completion{ok(3, ib.OpSend)}, Poll(t, p.T, 1))
+		require.Equal(t, []ib.Completion{OK(3, ib.OpSend)}, Poll(t, p.T, 1))
 	}
 }
 
@@ -315,7 +317,7 @@ func testRDMARead(t *testing.T, f Fabric) {
 	p := f.Connect(t, Caps)
 	tmr := register(t, f, p.TPD, 65536, ib.AccessLocalWrite)
 	imr := register(t, f, p.IPD, 65536, ib.AccessRemoteRead)
-	want := bytes.Clone(fill(imr.Bytes(), 3)[1000:41000])
+	want := bytes.Clone(Fill(imr.Bytes(), 3)[1000:41000])
 	sgl := []ib.SGE{{MR: tmr, Offset: 10, Length: 40000}}
 	if p.Limits.MaxReadSGE >= 2 {
 		sgl = []ib.SGE{{MR: tmr, Offset: 10, Length: 30000}, {MR: tmr, Offset: 40000, Length: 10000}}
@@ -324,7 +326,7 @@ func testRDMARead(t *testing.T, f Fabric) {
 		ib.SendWR{ID: 1, Op: ib.OpRDMARead, SGL: sgl, RemoteAddr: imr.Addr() + 1000, RKey: imr.RKey()},
 		ib.SendWR{ID: 2, Op: ib.OpRDMARead, Signaled: true, RKey: 0xdead},
 	)
-	require.Equal(t, []ib.Completion{ok(2, ib.OpRDMARead)}, Poll(t, p.T, 1))
+	require.Equal(t, []ib.Completion{OK(2, ib.OpRDMARead)}, Poll(t, p.T, 1))
 	off := 0
 	for _, g := range sgl {
 		require.Equal(t, want[off:off+int(g.Length)], tmr.Bytes()[g.Offset:g.Offset+uint64(g.Length)])
@@ -397,7 +399,7 @@ func testPostTimeErrors(t *testing.T, f Fabric) {
 	require.Equal(t, 1, n)
 	require.ErrorIs(t, err, ib.ErrInvalidArgument)
 	require.ErrorContains(t, err, "work request 1")
-	require.Equal(t, []ib.Completion{ok(1, ib.OpRDMARead)}, Poll(t, p.T, 1))
+	require.Equal(t, []ib.Completion{OK(1, ib.OpRDMARead)}, Poll(t, p.T, 1))
 	requireNoCompletions(t, p.T)
 }
 
@@ -432,10 +434,10 @@ func NewRegions(t *testing.T, f Fabric, tpd, ipd ib.ProtectionDomain) *Regions {
 	}
 	require.NoError(t, r.TDereg.Deregister())
 	require.NoError(t, r.IDereg.Deregister())
-	fill(r.TMR.Bytes(), 11)
-	fill(r.IMR.Bytes(), 22)
-	fill(r.IRO.Bytes(), 33)
-	fill(r.IWO.Bytes(), 44)
+	Fill(r.TMR.Bytes(), 11)
+	Fill(r.IMR.Bytes(), 22)
+	Fill(r.IRO.Bytes(), 33)
+	Fill(r.IWO.Bytes(), 44)
 	return r
 }
 
@@ -544,8 +546,8 @@ func RequesterErrors(t *testing.T, f Fabric, cases []RequesterError) {
 			if tt.StaleLKey && p.StaleLKeyQPOperationError {
 				status = ib.StatusLocalQPOperationError
 			}
-			sq, rq := split(Poll(t, p.T, 5))
-			require.Equal(t, []ib.Completion{failed(1, status), failed(2, ib.StatusWRFlushError), failed(3, ib.StatusWRFlushError)}, sq)
+			sq, rq := Split(Poll(t, p.T, 5))
+			require.Equal(t, []ib.Completion{Failed(1, status), Failed(2, ib.StatusWRFlushError), Failed(3, ib.StatusWRFlushError)}, sq)
 			require.Equal(t, flushed(100, 101), rq)
 			require.Equal(t, before, r.Snapshot(), "a failed work request moves no data")
 
@@ -605,9 +607,9 @@ func testQueueFull(t *testing.T, f Fabric) {
 	postSend(t, p.T, write(1, false), write(2, false), write(3, false), write(4, true))
 	_, err = p.T.PostSend([]ib.SendWR{write(5, true)})
 	require.ErrorIs(t, err, ib.ErrQueueFull, "slots are freed by polling, not by execution")
-	require.Equal(t, []ib.Completion{ok(4, ib.OpRDMAWrite)}, Poll(t, p.T, 1))
+	require.Equal(t, []ib.Completion{OK(4, ib.OpRDMAWrite)}, Poll(t, p.T, 1))
 	postSend(t, p.T, write(5, false), write(6, false), write(7, false), write(8, true))
-	require.Equal(t, []ib.Completion{ok(8, ib.OpRDMAWrite)}, Poll(t, p.T, 1))
+	require.Equal(t, []ib.Completion{OK(8, ib.OpRDMAWrite)}, Poll(t, p.T, 1))
 	n, err = p.T.PostSend(nil)
 	require.NoError(t, err, "an empty post is fine")
 	require.Zero(t, n)
@@ -618,10 +620,10 @@ func testQueueFull(t *testing.T, f Fabric) {
 	require.ErrorIs(t, err, ib.ErrQueueFull)
 	require.Equal(t, 2, n)
 	postSend(t, p.T, ib.SendWR{ID: 9, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{{MR: tmr, Length: 4}}})
-	require.Equal(t, []ib.Completion{ok(9, ib.OpSend)}, Poll(t, p.T, 1))
+	require.Equal(t, []ib.Completion{OK(9, ib.OpSend)}, Poll(t, p.T, 1))
 	_, err = p.I.PostRecv(recvs(imr, 8, 102))
 	require.ErrorIs(t, err, ib.ErrQueueFull)
-	require.Equal(t, []ib.Completion{recvd(100, 4)}, Poll(t, p.I, 1))
+	require.Equal(t, []ib.Completion{Recvd(100, 4)}, Poll(t, p.I, 1))
 	postRecv(t, p.I, recvs(imr, 8, 102)...)
 }
 

@@ -52,15 +52,15 @@ func TestReceiverErrors(t *testing.T) {
 			name:     "exact fit",
 			recv:     func(r *ibtest.Regions) ib.RecvWR { return ib.RecvWR{ID: 100, SGL: []ib.SGE{{MR: r.TMR, Length: 64}}} },
 			msgLen:   64,
-			recvWant: recvd(100, 64),
-			sendWant: ok(1, ib.OpSend),
+			recvWant: ibtest.Recvd(100, 64),
+			sendWant: ibtest.OK(1, ib.OpSend),
 		},
 		{
 			name:      "message larger than the receive buffer",
 			recv:      func(r *ibtest.Regions) ib.RecvWR { return ib.RecvWR{ID: 100, SGL: []ib.SGE{{MR: r.TMR, Length: 64}}} },
 			msgLen:    65,
-			recvWant:  failed(100, ib.StatusLocalLengthError),
-			sendWant:  failed(1, ib.StatusRemoteInvalidRequest),
+			recvWant:  ibtest.Failed(100, ib.StatusLocalLengthError),
+			sendWant:  ibtest.Failed(1, ib.StatusRemoteInvalidRequest),
 			bothError: true,
 		},
 		{
@@ -69,16 +69,16 @@ func TestReceiverErrors(t *testing.T) {
 				return ib.RecvWR{ID: 100, SGL: []ib.SGE{{MR: r.TMR, Length: 32}, {MR: r.TMR, Offset: 64, Length: 32}}}
 			},
 			msgLen:    65,
-			recvWant:  failed(100, ib.StatusLocalLengthError),
-			sendWant:  failed(1, ib.StatusRemoteInvalidRequest),
+			recvWant:  ibtest.Failed(100, ib.StatusLocalLengthError),
+			sendWant:  ibtest.Failed(1, ib.StatusRemoteInvalidRequest),
 			bothError: true,
 		},
 		{
 			name:      "receive buffer without local write",
 			recv:      func(r *ibtest.Regions) ib.RecvWR { return ib.RecvWR{ID: 100, SGL: []ib.SGE{{MR: r.TNone, Length: 64}}} },
 			msgLen:    16,
-			recvWant:  failed(100, ib.StatusLocalProtectionError),
-			sendWant:  failed(1, ib.StatusRemoteOperationError),
+			recvWant:  ibtest.Failed(100, ib.StatusLocalProtectionError),
+			sendWant:  ibtest.Failed(1, ib.StatusRemoteOperationError),
 			bothError: true,
 		},
 		{
@@ -87,8 +87,8 @@ func TestReceiverErrors(t *testing.T) {
 				return ib.RecvWR{ID: 100, SGL: []ib.SGE{{MR: r.TDereg, Length: 64}}}
 			},
 			msgLen:    16,
-			recvWant:  failed(100, ib.StatusLocalProtectionError),
-			sendWant:  failed(1, ib.StatusRemoteOperationError),
+			recvWant:  ibtest.Failed(100, ib.StatusLocalProtectionError),
+			sendWant:  ibtest.Failed(1, ib.StatusRemoteOperationError),
 			bothError: true,
 		},
 		{
@@ -97,8 +97,8 @@ func TestReceiverErrors(t *testing.T) {
 				return ib.RecvWR{ID: 100, SGL: []ib.SGE{{MR: r.TMR, Offset: 4090, Length: 64}}}
 			},
 			msgLen:    16,
-			recvWant:  failed(100, ib.StatusLocalProtectionError),
-			sendWant:  failed(1, ib.StatusRemoteOperationError),
+			recvWant:  ibtest.Failed(100, ib.StatusLocalProtectionError),
+			sendWant:  ibtest.Failed(1, ib.StatusRemoteOperationError),
 			bothError: true,
 		},
 		{
@@ -108,8 +108,8 @@ func TestReceiverErrors(t *testing.T) {
 				return ib.RecvWR{ID: 100, SGL: []ib.SGE{{MR: r.TMR, Length: 64}, {MR: r.TDereg, Length: 64}}}
 			},
 			msgLen:   64,
-			recvWant: recvd(100, 64),
-			sendWant: ok(1, ib.OpSend),
+			recvWant: ibtest.Recvd(100, 64),
+			sendWant: ibtest.OK(1, ib.OpSend),
 		},
 	}
 	for _, m := range modes {
@@ -132,10 +132,10 @@ func TestReceiverErrors(t *testing.T) {
 					requireNoCompletions(t, tc)
 					return
 				}
-				require.Equal(t, []ib.Completion{failed(101, ib.StatusWRFlushError)}, poll(t, tc, 1))
-				sq, rq := split(poll(t, ic, 2))
+				require.Equal(t, []ib.Completion{ibtest.Failed(101, ib.StatusWRFlushError)}, poll(t, tc, 1))
+				sq, rq := ibtest.Split(poll(t, ic, 2))
 				require.Equal(t, []ib.Completion{tt.sendWant}, sq)
-				require.Equal(t, []ib.Completion{failed(100, ib.StatusWRFlushError)}, rq)
+				require.Equal(t, []ib.Completion{ibtest.Failed(100, ib.StatusWRFlushError)}, rq)
 			})
 		}
 	}
@@ -179,10 +179,10 @@ func TestRNR(t *testing.T) {
 				})
 				require.NoError(t, err)
 				if tt.wantFail {
-					sq, rq := split(poll(t, ic, 3))
+					sq, rq := ibtest.Split(poll(t, ic, 3))
 					require.GreaterOrEqual(t, time.Since(start), tt.minWait)
-					require.Equal(t, []ib.Completion{failed(1, ib.StatusRNRRetryExceeded), failed(2, ib.StatusWRFlushError)}, sq)
-					require.Equal(t, []ib.Completion{failed(100, ib.StatusWRFlushError)}, rq)
+					require.Equal(t, []ib.Completion{ibtest.Failed(1, ib.StatusRNRRetryExceeded), ibtest.Failed(2, ib.StatusWRFlushError)}, sq)
+					require.Equal(t, []ib.Completion{ibtest.Failed(100, ib.StatusWRFlushError)}, rq)
 					// RNR is the requester's error only: the target's QP is fine.
 					requireNoCompletions(t, tc)
 					return
@@ -192,8 +192,8 @@ func TestRNR(t *testing.T) {
 				requireNoCompletions(t, tc)
 				_, err = tc.PostRecv(recvs(r.TMR, []uint64{100, 101}, 64))
 				require.NoError(t, err)
-				require.Equal(t, []ib.Completion{ok(2, ib.OpSend)}, poll(t, ic, 1))
-				require.Equal(t, []ib.Completion{recvd(100, 8), recvd(101, 8)}, poll(t, tc, 2))
+				require.Equal(t, []ib.Completion{ibtest.OK(2, ib.OpSend)}, poll(t, ic, 1))
+				require.Equal(t, []ib.Completion{ibtest.Recvd(100, 8), ibtest.Recvd(101, 8)}, poll(t, tc, 2))
 				require.Equal(t, r.IMR.Bytes()[8:16], r.TMR.Bytes()[64:72])
 			})
 		}
@@ -215,10 +215,10 @@ func TestBlockedSendPeerGone(t *testing.T) {
 			require.NoError(t, err)
 			time.Sleep(20 * time.Millisecond)
 			requireNoCompletions(t, tc)
-			require.Equal(t, fill(make([]byte, 8), 22), r.IMR.Bytes()[:8], "the WRITE waits behind the SEND")
+			require.Equal(t, ibtest.Fill(make([]byte, 8), 22), r.IMR.Bytes()[:8], "the WRITE waits behind the SEND")
 
 			ic.Vanish()
-			require.Equal(t, []ib.Completion{failed(1, ib.StatusTransportRetryExceeded), failed(2, ib.StatusWRFlushError)}, poll(t, tc, 2))
+			require.Equal(t, []ib.Completion{ibtest.Failed(1, ib.StatusTransportRetryExceeded), ibtest.Failed(2, ib.StatusWRFlushError)}, poll(t, tc, 2))
 			requireNoEvent(t, tc)
 		})
 	}

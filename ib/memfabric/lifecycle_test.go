@@ -73,7 +73,7 @@ func TestDisconnect(t *testing.T) {
 				} else {
 					require.NoError(t, x.Disconnect())
 					requireEvent(t, x, ib.EventDisconnected)
-					_, rq := split(poll(t, x, len(xRecvs)))
+					_, rq := ibtest.Split(poll(t, x, len(xRecvs)))
 					require.Equal(t, flushed(xRecvs), rq)
 					require.NoError(t, x.Disconnect(), "a second Disconnect is harmless")
 					requireNoEvent(t, x)
@@ -86,9 +86,9 @@ func TestDisconnect(t *testing.T) {
 				start := time.Now()
 				_, err := y.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpSend, SGL: []ib.SGE{{MR: yMR, Length: 8}}}})
 				require.NoError(t, err)
-				sq, rq := split(poll(t, y, 1+len(yRecvs)))
+				sq, rq := ibtest.Split(poll(t, y, 1+len(yRecvs)))
 				require.GreaterOrEqual(t, time.Since(start), retry)
-				require.Equal(t, []ib.Completion{failed(1, ib.StatusTransportRetryExceeded)}, sq)
+				require.Equal(t, []ib.Completion{ibtest.Failed(1, ib.StatusTransportRetryExceeded)}, sq)
 				require.Equal(t, flushed(yRecvs), rq)
 
 				require.NoError(t, y.Disconnect())
@@ -103,7 +103,7 @@ func TestDisconnect(t *testing.T) {
 func flushed(ids []uint64) []ib.Completion {
 	var out []ib.Completion
 	for _, id := range ids {
-		out = append(out, failed(id, ib.StatusWRFlushError))
+		out = append(out, ibtest.Failed(id, ib.StatusWRFlushError))
 	}
 	return out
 }
@@ -116,13 +116,13 @@ func TestDrainMarker(t *testing.T) {
 			// In RTS a zero-length WRITE succeeds without any key.
 			_, err := c.tc.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpRDMAWrite, Signaled: true, RKey: 0xbad}})
 			require.NoError(t, err)
-			require.Equal(t, []ib.Completion{ok(1, ib.OpRDMAWrite)}, poll(t, c.tc, 1))
+			require.Equal(t, []ib.Completion{ibtest.OK(1, ib.OpRDMAWrite)}, poll(t, c.tc, 1))
 
 			require.NoError(t, c.tc.Disconnect())
 			_, err = c.tc.PostSend([]ib.SendWR{{ID: 99, Op: ib.OpRDMAWrite}})
 			require.NoError(t, err)
 			wcs := poll(t, c.tc, 3)
-			require.Equal(t, failed(99, ib.StatusWRFlushError), wcs[2])
+			require.Equal(t, ibtest.Failed(99, ib.StatusWRFlushError), wcs[2])
 			require.Equal(t, []uint64{99, 100, 101}, sortedIDs(wcs))
 			requireEvent(t, c.tc, ib.EventDisconnected)
 		})
@@ -161,8 +161,8 @@ func TestDeviceRemoved(t *testing.T) {
 			// The initiator is told nothing; its SENDs time out.
 			_, err = c.ic.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpSend, SGL: []ib.SGE{{MR: c.r.IMR, Length: 8}}}})
 			require.NoError(t, err)
-			sq, rq := split(poll(t, c.ic, 2))
-			require.Equal(t, []ib.Completion{failed(1, ib.StatusTransportRetryExceeded)}, sq)
+			sq, rq := ibtest.Split(poll(t, c.ic, 2))
+			require.Equal(t, []ib.Completion{ibtest.Failed(1, ib.StatusTransportRetryExceeded)}, sq)
 			require.Equal(t, flushed([]uint64{100}), rq)
 			requireNoEvent(t, c.ic)
 			require.NoError(t, c.tc.Close())
@@ -198,9 +198,9 @@ func TestVanish(t *testing.T) {
 				{ID: 2, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{{MR: c.r.TMR, Length: 8}}},
 			})
 			require.NoError(t, err)
-			sq, rq := split(poll(t, c.tc, 4))
+			sq, rq := ibtest.Split(poll(t, c.tc, 4))
 			require.GreaterOrEqual(t, time.Since(start), retry)
-			require.Equal(t, []ib.Completion{failed(1, ib.StatusTransportRetryExceeded), failed(2, ib.StatusWRFlushError)}, sq)
+			require.Equal(t, []ib.Completion{ibtest.Failed(1, ib.StatusTransportRetryExceeded), ibtest.Failed(2, ib.StatusWRFlushError)}, sq)
 			require.Equal(t, flushed([]uint64{100, 101}), rq)
 			requireNoEvent(t, c.tc)
 
