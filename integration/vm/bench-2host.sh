@@ -45,15 +45,8 @@ die() { echo "bench-2host.sh: error: $*" >&2; exit "${2:-2}"; }
 . "$HERE/host-lib.sh"
 host_root
 
-host_build_deps gnuplot-nox:gnuplot
-
 stamp=2host-$(date +%Y%m%d-%H%M%S)
-OUT=$VMDIR/bench/$stamp
-mkdir -p "$OUT" "$VMDIR/run"
-BIN=$OUT/srptarget
-log "go build -o $BIN ./cmd/srptarget"
-host_build_cgo "$BIN" ./cmd/srptarget
-"$HERE/build-image.sh"
+host_bench_prepare "$stamp"
 
 host_bench_setup "$OUT" "TCG; target VM -smp ${SRPT_2HOST_TARGET_SMP:-1}, initiator VM -smp ${SRPT_2HOST_INIT_SMP:-2}, -m ${SRPT_2HOST_MEM:-2G} each, -netdev stream over a Unix socket" "$@"
 TPID=

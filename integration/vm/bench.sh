@@ -67,22 +67,10 @@ die() { echo "bench.sh: error: $*" >&2; exit "${2:-2}"; }
 . "$HERE/host-lib.sh"
 host_root
 
-# ------------------------------------------------------------------ host packages
-host_build_deps gnuplot-nox:gnuplot
-
+# ------------------------------------------------------------------ packages, the daemon, the image
+# The guest profiles the daemon with its own `serve --cpuprofile`.
 stamp=$(date +%Y%m%d-%H%M%S)
-OUT=$VMDIR/bench/$stamp
-mkdir -p "$OUT" "$VMDIR/run"
-
-# ------------------------------------------------------------------ the daemon
-# The binary is kept next to the results: go tool pprof symbolizes with it. The guest
-# profiles it with its own `serve --cpuprofile`.
-BIN=$OUT/srptarget
-log "go build -o $BIN ./cmd/srptarget"
-host_build_cgo "$BIN" ./cmd/srptarget
-
-# ------------------------------------------------------------------ the image
-"$HERE/build-image.sh"
+host_bench_prepare "$stamp"
 
 # ------------------------------------------------------------------ the run
 # Each more completion mode adds a third of the fio runs of a default run (and its prefill).

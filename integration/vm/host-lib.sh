@@ -24,6 +24,9 @@
 #                                 then the count of passed and failed checks, the result rows
 #                                 matching HOST_VM_SUMMARY (grep -E; none by default) and the
 #                                 failed ones; exits with the guest's status
+#   host_bench_prepare NAME       for a bench: gnuplot, OUT=$VMDIR/bench/NAME, the daemon built
+#                                 into OUT as BIN (go tool pprof symbolizes the profiles with
+#                                 it), the image
 #   host_bench_setup OUT QEMU [ARG ...]  OUT/setup.txt begun (date, host CPU and kernel,
 #                                 QEMU: how the VMs run, the commit, the guest arguments) and
 #                                 OUT/hostload.txt written every 5 s in the background
@@ -125,6 +128,16 @@ host_vm_checks() {
 	grep '^[^|]*|fail|' "$results" 2>/dev/null | sed 's/^/  /' || true
 	echo "$name: serial log $log"
 	exit "$rc"
+}
+
+host_bench_prepare() {
+	host_build_deps gnuplot-nox:gnuplot
+	OUT=$VMDIR/bench/$1
+	mkdir -p "$OUT" "$VMDIR/run"
+	BIN=$OUT/srptarget
+	log "go build -o $BIN ./cmd/srptarget"
+	host_build_cgo "$BIN" ./cmd/srptarget
+	"$HERE/build-image.sh"
 }
 
 host_bench_setup() {
