@@ -40,6 +40,12 @@ func newEnv(t testing.TB, opts Options) *env {
 	t.Helper()
 	f := New(opts)
 	t.Cleanup(func() { require.NoError(t, f.Close()) })
+	return envOn(t, f)
+}
+
+// envOn is the two nodes and the target's listener on f, which the caller closes.
+func envOn(t testing.TB, f *Fabric) *env {
+	t.Helper()
 	tn, err := f.NewNode(targetAddr)
 	require.NoError(t, err)
 	in, err := f.NewNode(initiatorAddr)

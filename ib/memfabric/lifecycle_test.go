@@ -219,30 +219,24 @@ func TestFabricCloseWithBusyConnections(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			f := New(Options{Async: m.async, RNRTimer: time.Hour, RetryTimeout: time.Hour})
 			t.Cleanup(func() { f.Close() })
-			tn, err := f.NewNode(targetAddr)
-			require.NoError(t, err)
-			in, err := f.NewNode(initiatorAddr)
-			require.NoError(t, err)
-			ln, err := tn.Listen(targetPort)
-			require.NoError(t, err)
-			e := &env{f: f, target: tn, initiator: in, ln: ln}
+			e := envOn(t, f)
 			ap := srpAccept()
 			ap.RNRRetryCount = 6
 			tc, ic := e.connect(t, srpConnect(), ap)
-			mr := register(t, in.PD(), 64, 0)
+			mr := register(t, e.initiator.PD(), 64, 0)
 			// A SEND waiting on an RNR timer of an hour, and a vanished peer's retry timer.
-			_, err = ic.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpSend, SGL: []ib.SGE{{MR: mr, Length: 8}}}})
+			_, err := ic.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpSend, SGL: []ib.SGE{{MR: mr, Length: 8}}}})
 			require.NoError(t, err)
 			tc2, ic2 := e.connect(t, srpConnect(), ap)
 			ic2.Vanish()
-			tmr := register(t, tn.PD(), 64, 0)
+			tmr := register(t, e.target.PD(), 64, 0)
 			_, err = tc2.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpSend, SGL: []ib.SGE{{MR: tmr, Length: 8}}}})
 			require.NoError(t, err)
 			// A pending request nobody answers.
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			ch := e.dialAsync(ctx, nil, srpConnect())
-			require.Eventually(t, func() bool { return len(ln.(*listener).reqs) == 1 }, waitLimit, time.Millisecond)
+			require.Eventually(t, func() bool { return len(e.ln.(*listener).reqs) == 1 }, waitLimit, time.Millisecond)
 
 			require.NoError(t, f.Close())
 			requireRejected(t, (<-ch).err, RejectInvalidServiceID)
