@@ -119,15 +119,24 @@ type sendSlot struct {
 	inlineLen int
 }
 
-// sendQueue is a ring of slots. [head, exec) executed and waiting for their slots to be
-// retired by a polled completion; [exec, tail) waiting to execute.
-type sendQueue struct {
-	slots            []sendSlot
-	head, exec, tail uint64
+// slotRing is the slots of a work queue: [head, tail) hold posted work requests, each until
+// its completion is polled. The queues below split the range where they stand.
+type slotRing[T any] struct {
+	slots      []T
+	head, tail uint64
 }
 
-func (q *sendQueue) slot(i uint64) *sendSlot { return &q.slots[i%uint64(len(q.slots))] }
-func (q *sendQueue) full() bool              { return q.tail-q.head == uint64(len(q.slots)) }
+func newSlotRing[T any](depth int) slotRing[T] { return slotRing[T]{slots: make([]T, depth)} }
+
+func (q *slotRing[T]) slot(i uint64) *T { return &q.slots[i%uint64(len(q.slots))] }
+func (q *slotRing[T]) full() bool       { return q.tail-q.head == uint64(len(q.slots)) }
+
+// sendQueue: [head, exec) executed and waiting for their slots to be retired by a polled
+// completion; [exec, tail) waiting to execute.
+type sendQueue struct {
+	slotRing[sendSlot]
+	exec uint64
+}
 
 type recvSlot struct {
 	id   uint64
@@ -137,12 +146,9 @@ type recvSlot struct {
 // recvQueue: [head, next) consumed and waiting for their completion to be polled;
 // [next, tail) posted and free to receive.
 type recvQueue struct {
-	slots            []recvSlot
-	head, next, tail uint64
+	slotRing[recvSlot]
+	next uint64
 }
-
-func (q *recvQueue) slot(i uint64) *recvSlot { return &q.slots[i%uint64(len(q.slots))] }
-func (q *recvQueue) full() bool              { return q.tail-q.head == uint64(len(q.slots)) }
 
 type cqEntry struct {
 	c   ib.Completion
@@ -215,8 +221,8 @@ func newConn(n *Node, caps ib.QPCaps, local, remote netip.AddrPort) *Conn {
 		remote: remote,
 		caps:   caps,
 		ready:  make(chan struct{}, 1),
-		sq:     sendQueue{slots: make([]sendSlot, caps.SendQueueDepth)},
-		rq:     recvQueue{slots: make([]recvSlot, caps.RecvQueueDepth)},
+		sq:     sendQueue{slotRing: newSlotRing[sendSlot](caps.SendQueueDepth)},
+		rq:     recvQueue{slotRing: newSlotRing[recvSlot](caps.RecvQueueDepth)},
 		cq:     compQueue{ring: make([]cqEntry, caps.SendQueueDepth+caps.RecvQueueDepth)},
 		events: make([]ib.Event, 0, 4),
 	}
