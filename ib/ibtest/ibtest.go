@@ -95,26 +95,28 @@ func register(t *testing.T, f Fabric, pd ib.ProtectionDomain, n int, acc ib.Acce
 	return mr
 }
 
-// fill writes a pattern derived from seed into b and returns b.
-func fill(b []byte, seed byte) []byte {
+// Fill writes a pattern derived from seed into b and returns b.
+func Fill(b []byte, seed byte) []byte {
 	for i := range b {
 		b[i] = seed + byte(i*7)
 	}
 	return b
 }
 
-func ok(id uint64, op ib.Opcode) ib.Completion {
+// OK, Recvd and Failed are the completions the tests expect: a successful work request of
+// opcode op, a receive of n bytes, a failure with status st.
+func OK(id uint64, op ib.Opcode) ib.Completion {
 	return ib.Completion{ID: id, Status: ib.StatusSuccess, Opcode: op}
 }
-func recvd(id uint64, n int) ib.Completion {
+func Recvd(id uint64, n int) ib.Completion {
 	return ib.Completion{ID: id, Status: ib.StatusSuccess, Opcode: ib.OpRecv, ByteLen: uint32(n)}
 }
-func failed(id uint64, st ib.Status) ib.Completion { return ib.Completion{ID: id, Status: st} }
+func Failed(id uint64, st ib.Status) ib.Completion { return ib.Completion{ID: id, Status: st} }
 
 func flushed(ids ...uint64) []ib.Completion {
 	out := make([]ib.Completion, 0, len(ids))
 	for _, id := range ids {
-		out = append(out, failed(id, ib.StatusWRFlushError))
+		out = append(out, Failed(id, ib.StatusWRFlushError))
 	}
 	return out
 }
@@ -198,10 +200,10 @@ func requireNoEvent(t *testing.T, c ib.Conn) {
 	require.False(t, ok, "unexpected event %v", e)
 }
 
-// split separates send-queue and receive-queue completions (they interleave arbitrarily),
+// Split separates send-queue and receive-queue completions (they interleave arbitrarily),
 // keeping each queue's order. Receive completions are recognised by the IDs the tests give
 // receives: 100 and up.
-func split(wcs []ib.Completion) (sq, rq []ib.Completion) {
+func Split(wcs []ib.Completion) (sq, rq []ib.Completion) {
 	for _, wc := range wcs {
 		if wc.ID >= 100 {
 			rq = append(rq, wc)
@@ -231,10 +233,10 @@ func testSendRecv(t *testing.T, f Fabric) {
 	postRecv(t, p.T, ib.RecvWR{ID: 100, SGL: []ib.SGE{{MR: tmr, Length: 64}}}, second)
 	postRecv(t, p.I, recvs(imr, 64, 100)...)
 
-	want1 := bytes.Clone(fill(imr.Bytes()[1024:1064], 1))
+	want1 := bytes.Clone(Fill(imr.Bytes()[1024:1064], 1))
 	wrs := []ib.SendWR{{ID: 1, Op: ib.OpSend, Signaled: true,
 		SGL: []ib.SGE{{MR: imr, Offset: 1024, Length: 25}, {MR: imr, Offset: 1049, Length: 15}}}}
-	src := fill(imr.Bytes()[2048:2108], 2)
+	src := Fill(imr.Bytes()[2048:2108], 2)
 	want2 := bytes.Clone(src)
 	inline := p.Limits.MaxInlineData >= 60
 	if inline {
@@ -249,8 +251,8 @@ func testSendRecv(t *testing.T, f Fabric) {
 		// Copied at post time: scribbling over the source now is harmless.
 		clear(src)
 	}
-	require.Equal(t, []ib.Completion{ok(1, ib.OpSend), ok(2, ib.OpSend)}, Poll(t, p.I, 2))
-	require.Equal(t, []ib.Completion{recvd(100, 40), recvd(101, 60)}, Poll(t, p.T, 2))
+	require.Equal(t, []ib.Completion{OK(1, ib.OpSend), OK(2, ib.OpSend)}, Poll(t, p.I, 2))
+	require.Equal(t, []ib.Completion{Recvd(100, 40), Recvd(101, 60)}, Poll(t, p.T, 2))
 	require.Equal(t, want1, tmr.Bytes()[:40])
 	if rsge == 2 {
 		require.Equal(t, want2[:10], tmr.Bytes()[100:110])
@@ -267,9 +269,9 @@ func testSendRecv(t *testing.T, f Fabric) {
 	postSend(t, p.T,
 		ib.SendWR{ID: 3, Op: ib.OpSend, SGL: []ib.SGE{{MR: tmr, Offset: 1024, Length: 7}}},
 		ib.SendWR{ID: 4, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{{MR: tmr, Offset: 1024, Length: 3}}})
-	require.Equal(t, []ib.Completion{recvd(100, 7), recvd(101, 3)}, Poll(t, p.I, 2))
+	require.Equal(t, []ib.Completion{Recvd(100, 7), Recvd(101, 3)}, Poll(t, p.I, 2))
 	require.Equal(t, []byte("srp-rsp"), imr.Bytes()[:7])
-	require.Equal(t, []ib.Completion{ok(4, ib.OpSend)}, Poll(t, p.T, 1), "the unsignaled SEND has none")
+	require.Equal(t, []ib.Completion{OK(4, ib.OpSend)}, Poll(t, p.T, 1), "the unsignaled SEND has none")
 	requireNoCompletions(t, p.T)
 }
 
@@ -285,7 +287,7 @@ func testWriteThenSend(t *testing.T, f Fabric) {
 	postRecv(t, p.I, recvs(irecv, 64, 100)...)
 	for round := range rounds {
 		n := 1024 + (round*997)%5000
-		data := bytes.Clone(fill(tmr.Bytes()[:n], byte(round)))
+		data := bytes.Clone(Fill(tmr.Bytes()[:n], byte(round)))
 		off := uint64(round%7) * 8
 		half := n / 2
 		copy(tmr.Bytes()[7000:], fmt.Sprintf("rsp%05d", round))
@@ -296,7 +298,7 @@ func testWriteThenSend(t *testing.T, f Fabric) {
 				SGL: []ib.SGE{{MR: tmr, Offset: uint64(half), Length: uint32(n - half - 1)}, {MR: tmr, Offset: uint64(n - 1), Length: 1}}},
 			ib.SendWR{ID: 3, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{{MR: tmr, Offset: 7000, Length: 8}}},
 		)
-		require.Equal(t, []ib.Completion{recvd(100, 8)}, Poll(t, p.I, 1))
+		require.Equal(t, []ib.Completion{Recvd(100, 8)}, Poll(t, p.I, 1))
 		// Checked at once, before anything else happens: ordering, not luck.
 		if !bytes.Equal(data, imr.Bytes()[off:off+uint64(n)]) {
 			t.Fatalf("round %d: RDMA WRITE data not in place when the SEND arrived", round)
@@ -304,7 +306,7 @@ func testWriteThenSend(t *testing.T, f Fabric) {
 		require.Equal(t, fmt.Sprintf("rsp%05d", round), string(irecv.Bytes()[:8]))
 		postRecv(t, p.I, recvs(irecv, 64, 100)...)
 		// Only the signaled SEND completes at the target.
-		require.Equal(t, []ib.Completion{ok(3, ib.OpSend)}, Poll(t, p.T, 1))
+		require.Equal(t, []ib.Completion{OK(3, ib.OpSend)}, Poll(t, p.T, 1))
 	}
 }
 
@@ -315,7 +317,7 @@ func testRDMARead(t *testing.T, f Fabric) {
 	p := f.Connect(t, Caps)
 	tmr := register(t, f, p.TPD, 65536, ib.AccessLocalWrite)
 	imr := register(t, f, p.IPD, 65536, ib.AccessRemoteRead)
-	want := bytes.Clone(fill(imr.Bytes(), 3)[1000:41000])
+	want := bytes.Clone(Fill(imr.Bytes(), 3)[1000:41000])
 	sgl := []ib.SGE{{MR: tmr, Offset: 10, Length: 40000}}
 	if p.Limits.MaxReadSGE >= 2 {
 		sgl = []ib.SGE{{MR: tmr, Offset: 10, Length: 30000}, {MR: tmr, Offset: 40000, Length: 10000}}
@@ -324,7 +326,7 @@ func testRDMARead(t *testing.T, f Fabric) {
 		ib.SendWR{ID: 1, Op: ib.OpRDMARead, SGL: sgl, RemoteAddr: imr.Addr() + 1000, RKey: imr.RKey()},
 		ib.SendWR{ID: 2, Op: ib.OpRDMARead, Signaled: true, RKey: 0xdead},
 	)
-	require.Equal(t, []ib.Completion{ok(2, ib.OpRDMARead)}, Poll(t, p.T, 1))
+	require.Equal(t, []ib.Completion{OK(2, ib.OpRDMARead)}, Poll(t, p.T, 1))
 	off := 0
 	for _, g := range sgl {
 		require.Equal(t, want[off:off+int(g.Length)], tmr.Bytes()[g.Offset:g.Offset+uint64(g.Length)])
@@ -397,46 +399,52 @@ func testPostTimeErrors(t *testing.T, f Fabric) {
 	require.Equal(t, 1, n)
 	require.ErrorIs(t, err, ib.ErrInvalidArgument)
 	require.ErrorContains(t, err, "work request 1")
-	require.Equal(t, []ib.Completion{ok(1, ib.OpRDMARead)}, Poll(t, p.T, 1))
+	require.Equal(t, []ib.Completion{OK(1, ib.OpRDMARead)}, Poll(t, p.T, 1))
 	requireNoCompletions(t, p.T)
 }
 
-// regions is the memory of an error test: target-side (t*) and initiator-side (i*) regions.
-type regions struct {
-	tmr    ib.MR // target, local write: SEND source, READ sink, receive buffers
-	tnone  ib.MR // target, no access flags
-	tdereg ib.MR // target, deregistered
-	imr    ib.MR // initiator, all access
-	iro    ib.MR // initiator, remote read only
-	iwo    ib.MR // initiator, remote write only (plus the required local write)
-	idereg ib.MR // initiator, deregistered
-	irecv  ib.MR // initiator receive buffers
+// Regions is the memory of an error test: target-side (T*) and initiator-side (I*) regions of
+// 4096 bytes. Exported for the error cases a fabric checks beyond the suite's (RequesterErrors).
+type Regions struct {
+	TMR    ib.MR // target, local write: SEND source, READ sink, receive buffers
+	TNone  ib.MR // target, no access flags
+	TOwn   ib.MR // target, remote write: an rkey of the target's own side
+	TDereg ib.MR // target, deregistered
+	IMR    ib.MR // initiator, all access
+	IRO    ib.MR // initiator, remote read only
+	IWO    ib.MR // initiator, remote write only (plus the required local write)
+	IDereg ib.MR // initiator, deregistered
+	IRecv  ib.MR // initiator receive buffers
 }
 
-func newRegions(t *testing.T, f Fabric, p *Pair) *regions {
+// NewRegions registers the regions in tpd and ipd, memory from f, and fills TMR, IMR, IRO and
+// IWO with distinct patterns.
+func NewRegions(t *testing.T, f Fabric, tpd, ipd ib.ProtectionDomain) *Regions {
 	all := ib.AccessLocalWrite | ib.AccessRemoteWrite | ib.AccessRemoteRead
-	r := &regions{
-		tmr:    register(t, f, p.TPD, 4096, ib.AccessLocalWrite),
-		tnone:  register(t, f, p.TPD, 4096, 0),
-		tdereg: register(t, f, p.TPD, 4096, ib.AccessLocalWrite),
-		imr:    register(t, f, p.IPD, 4096, all),
-		iro:    register(t, f, p.IPD, 4096, ib.AccessRemoteRead),
-		iwo:    register(t, f, p.IPD, 4096, ib.AccessLocalWrite|ib.AccessRemoteWrite),
-		idereg: register(t, f, p.IPD, 4096, all),
-		irecv:  register(t, f, p.IPD, 4096, ib.AccessLocalWrite),
+	r := &Regions{
+		TMR:    register(t, f, tpd, 4096, ib.AccessLocalWrite),
+		TNone:  register(t, f, tpd, 4096, 0),
+		TOwn:   register(t, f, tpd, 4096, ib.AccessLocalWrite|ib.AccessRemoteWrite),
+		TDereg: register(t, f, tpd, 4096, ib.AccessLocalWrite),
+		IMR:    register(t, f, ipd, 4096, all),
+		IRO:    register(t, f, ipd, 4096, ib.AccessRemoteRead),
+		IWO:    register(t, f, ipd, 4096, ib.AccessLocalWrite|ib.AccessRemoteWrite),
+		IDereg: register(t, f, ipd, 4096, all),
+		IRecv:  register(t, f, ipd, 4096, ib.AccessLocalWrite),
 	}
-	require.NoError(t, r.tdereg.Deregister())
-	require.NoError(t, r.idereg.Deregister())
-	fill(r.tmr.Bytes(), 11)
-	fill(r.imr.Bytes(), 22)
-	fill(r.iro.Bytes(), 33)
-	fill(r.iwo.Bytes(), 44)
+	require.NoError(t, r.TDereg.Deregister())
+	require.NoError(t, r.IDereg.Deregister())
+	Fill(r.TMR.Bytes(), 11)
+	Fill(r.IMR.Bytes(), 22)
+	Fill(r.IRO.Bytes(), 33)
+	Fill(r.IWO.Bytes(), 44)
 	return r
 }
 
-func (r *regions) snapshot() [][]byte {
+// Snapshot copies the contents of the regions that are still registered.
+func (r *Regions) Snapshot() [][]byte {
 	var out [][]byte
-	for _, mr := range []ib.MR{r.tmr, r.tnone, r.imr, r.iro, r.iwo, r.irecv} {
+	for _, mr := range []ib.MR{r.TMR, r.TNone, r.TOwn, r.IMR, r.IRO, r.IWO, r.IRecv} {
 		out = append(out, bytes.Clone(mr.Bytes()))
 	}
 	return out
@@ -450,90 +458,100 @@ func read(sgl []ib.SGE, mr ib.MR, off uint64) ib.SendWR {
 	return ib.SendWR{Op: ib.OpRDMARead, SGL: sgl, RemoteAddr: mr.Addr() + off, RKey: mr.RKey()}
 }
 
-// testRequesterErrors: a work request of the target (as requester) that fails at execution
+// RequesterError is one case of RequesterErrors: the work request that fails at execution
+// and the status it completes with.
+type RequesterError struct {
+	Name   string
+	WR     func(r *Regions) ib.SendWR
+	Status ib.Status
+	// StaleLKey: see Pair.StaleLKeyQPOperationError.
+	StaleLKey bool
+}
+
+// requesterErrors are the suite's cases, which any fabric can set up.
+var requesterErrors = []RequesterError{
+	{"write wrong rkey", func(r *Regions) ib.SendWR {
+		wr := write([]ib.SGE{{MR: r.TMR, Length: 16}}, r.IMR, 0)
+		wr.RKey ^= 0x5a5a00
+		return wr
+	}, ib.StatusRemoteAccessError, false},
+	{"write past the end", func(r *Regions) ib.SendWR {
+		return write([]ib.SGE{{MR: r.TMR, Length: 16}}, r.IMR, 4096-8)
+	}, ib.StatusRemoteAccessError, false},
+	{"write before the start", func(r *Regions) ib.SendWR {
+		wr := write([]ib.SGE{{MR: r.TMR, Length: 16}}, r.IMR, 0)
+		wr.RemoteAddr--
+		return wr
+	}, ib.StatusRemoteAccessError, false},
+	{"write to a region without remote write", func(r *Regions) ib.SendWR {
+		return write([]ib.SGE{{MR: r.TMR, Length: 16}}, r.IRO, 0)
+	}, ib.StatusRemoteAccessError, false},
+	{"write with an address of another region", func(r *Regions) ib.SendWR {
+		wr := write([]ib.SGE{{MR: r.TMR, Length: 16}}, r.IMR, 0)
+		wr.RemoteAddr = r.IWO.Addr()
+		return wr
+	}, ib.StatusRemoteAccessError, false},
+	{"write to a deregistered region", func(r *Regions) ib.SendWR {
+		return write([]ib.SGE{{MR: r.TMR, Length: 16}}, r.IDereg, 0)
+	}, ib.StatusRemoteAccessError, false},
+	{"read wrong rkey", func(r *Regions) ib.SendWR {
+		wr := read([]ib.SGE{{MR: r.TMR, Length: 16}}, r.IMR, 0)
+		wr.RKey ^= 0x5a5a00
+		return wr
+	}, ib.StatusRemoteAccessError, false},
+	{"read past the end", func(r *Regions) ib.SendWR {
+		return read([]ib.SGE{{MR: r.TMR, Length: 1200}}, r.IMR, 4096-1199)
+	}, ib.StatusRemoteAccessError, false},
+	{"read from a region without remote read", func(r *Regions) ib.SendWR {
+		return read([]ib.SGE{{MR: r.TMR, Length: 16}}, r.IWO, 0)
+	}, ib.StatusRemoteAccessError, false},
+	{"local SGE past the end of its region", func(r *Regions) ib.SendWR {
+		return write([]ib.SGE{{MR: r.TMR, Length: 8}, {MR: r.TMR, Offset: 4090, Length: 16}}, r.IMR, 0)
+	}, ib.StatusLocalProtectionError, false},
+	{"local SGE in a deregistered region", func(r *Regions) ib.SendWR {
+		return ib.SendWR{Op: ib.OpSend, SGL: []ib.SGE{{MR: r.TDereg, Length: 8}}}
+	}, ib.StatusLocalProtectionError, true},
+	{"read into a region without local write", func(r *Regions) ib.SendWR {
+		return read([]ib.SGE{{MR: r.TNone, Length: 16}}, r.IMR, 0)
+	}, ib.StatusLocalProtectionError, false},
+}
+
+// testRequesterErrors runs the suite's requester errors.
+func testRequesterErrors(t *testing.T, f Fabric) { RequesterErrors(t, f, requesterErrors) }
+
+// RequesterErrors: a work request of the target (as requester) that fails at execution
 // completes with its own status even though it is unsignaled, moves no data, and puts the QP
 // in the error state: everything behind it and every posted receive is flushed with
 // StatusWRFlushError in posting order, and later posts succeed and flush at once. For remote
 // access errors the initiator's QP (the responder) goes to the error state too. QP errors are
-// no CM events.
-func testRequesterErrors(t *testing.T, f Fabric) {
-	tests := []struct {
-		name   string
-		wr     func(r *regions) ib.SendWR
-		status ib.Status
-		// staleLKey: see Pair.StaleLKeyQPOperationError.
-		staleLKey bool
-	}{
-		{"write wrong rkey", func(r *regions) ib.SendWR {
-			wr := write([]ib.SGE{{MR: r.tmr, Length: 16}}, r.imr, 0)
-			wr.RKey ^= 0x5a5a00
-			return wr
-		}, ib.StatusRemoteAccessError, false},
-		{"write past the end", func(r *regions) ib.SendWR {
-			return write([]ib.SGE{{MR: r.tmr, Length: 16}}, r.imr, 4096-8)
-		}, ib.StatusRemoteAccessError, false},
-		{"write before the start", func(r *regions) ib.SendWR {
-			wr := write([]ib.SGE{{MR: r.tmr, Length: 16}}, r.imr, 0)
-			wr.RemoteAddr--
-			return wr
-		}, ib.StatusRemoteAccessError, false},
-		{"write to a region without remote write", func(r *regions) ib.SendWR {
-			return write([]ib.SGE{{MR: r.tmr, Length: 16}}, r.iro, 0)
-		}, ib.StatusRemoteAccessError, false},
-		{"write with an address of another region", func(r *regions) ib.SendWR {
-			wr := write([]ib.SGE{{MR: r.tmr, Length: 16}}, r.imr, 0)
-			wr.RemoteAddr = r.iwo.Addr()
-			return wr
-		}, ib.StatusRemoteAccessError, false},
-		{"write to a deregistered region", func(r *regions) ib.SendWR {
-			return write([]ib.SGE{{MR: r.tmr, Length: 16}}, r.idereg, 0)
-		}, ib.StatusRemoteAccessError, false},
-		{"read wrong rkey", func(r *regions) ib.SendWR {
-			wr := read([]ib.SGE{{MR: r.tmr, Length: 16}}, r.imr, 0)
-			wr.RKey ^= 0x5a5a00
-			return wr
-		}, ib.StatusRemoteAccessError, false},
-		{"read past the end", func(r *regions) ib.SendWR {
-			return read([]ib.SGE{{MR: r.tmr, Length: 1200}}, r.imr, 4096-1199)
-		}, ib.StatusRemoteAccessError, false},
-		{"read from a region without remote read", func(r *regions) ib.SendWR {
-			return read([]ib.SGE{{MR: r.tmr, Length: 16}}, r.iwo, 0)
-		}, ib.StatusRemoteAccessError, false},
-		{"local SGE past the end of its region", func(r *regions) ib.SendWR {
-			return write([]ib.SGE{{MR: r.tmr, Length: 8}, {MR: r.tmr, Offset: 4090, Length: 16}}, r.imr, 0)
-		}, ib.StatusLocalProtectionError, false},
-		{"local SGE in a deregistered region", func(r *regions) ib.SendWR {
-			return ib.SendWR{Op: ib.OpSend, SGL: []ib.SGE{{MR: r.tdereg, Length: 8}}}
-		}, ib.StatusLocalProtectionError, true},
-		{"read into a region without local write", func(r *regions) ib.SendWR {
-			return read([]ib.SGE{{MR: r.tnone, Length: 16}}, r.imr, 0)
-		}, ib.StatusLocalProtectionError, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+// no CM events. The suite runs its own cases; a fabric runs with it the cases only it can set
+// up.
+func RequesterErrors(t *testing.T, f Fabric, cases []RequesterError) {
+	for _, tt := range cases {
+		t.Run(tt.Name, func(t *testing.T) {
 			p := f.Connect(t, Caps)
-			r := newRegions(t, f, p)
-			postRecv(t, p.T, recvs(r.tmr, 64, 100, 101)...)
-			postRecv(t, p.I, recvs(r.irecv, 64, 100, 101)...)
-			before := r.snapshot()
+			r := NewRegions(t, f, p.TPD, p.IPD)
+			postRecv(t, p.T, recvs(r.TMR, 64, 100, 101)...)
+			postRecv(t, p.I, recvs(r.IRecv, 64, 100, 101)...)
+			before := r.Snapshot()
 
-			bad := tt.wr(r)
+			bad := tt.WR(r)
 			bad.ID = 1 // unsignaled: errors complete anyway
 			postSend(t, p.T,
 				bad,
-				ib.SendWR{ID: 2, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{{MR: r.tmr, Length: 8}}},
-				ib.SendWR{ID: 3, Op: ib.OpRDMAWrite, Signaled: true, SGL: []ib.SGE{{MR: r.tmr, Length: 8}}, RemoteAddr: r.imr.Addr(), RKey: r.imr.RKey()},
+				ib.SendWR{ID: 2, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{{MR: r.TMR, Length: 8}}},
+				ib.SendWR{ID: 3, Op: ib.OpRDMAWrite, Signaled: true, SGL: []ib.SGE{{MR: r.TMR, Length: 8}}, RemoteAddr: r.IMR.Addr(), RKey: r.IMR.RKey()},
 			)
-			status := tt.status
-			if tt.staleLKey && p.StaleLKeyQPOperationError {
+			status := tt.Status
+			if tt.StaleLKey && p.StaleLKeyQPOperationError {
 				status = ib.StatusLocalQPOperationError
 			}
-			sq, rq := split(Poll(t, p.T, 5))
-			require.Equal(t, []ib.Completion{failed(1, status), failed(2, ib.StatusWRFlushError), failed(3, ib.StatusWRFlushError)}, sq)
+			sq, rq := Split(Poll(t, p.T, 5))
+			require.Equal(t, []ib.Completion{Failed(1, status), Failed(2, ib.StatusWRFlushError), Failed(3, ib.StatusWRFlushError)}, sq)
 			require.Equal(t, flushed(100, 101), rq)
-			require.Equal(t, before, r.snapshot(), "a failed work request moves no data")
+			require.Equal(t, before, r.Snapshot(), "a failed work request moves no data")
 
-			if tt.status == ib.StatusRemoteAccessError {
+			if tt.Status == ib.StatusRemoteAccessError {
 				require.Equal(t, flushed(100, 101), Poll(t, p.I, 2), "the responder's QP is in the error state as well")
 			} else {
 				requireNoCompletions(t, p.I)
@@ -541,9 +559,9 @@ func testRequesterErrors(t *testing.T, f Fabric) {
 
 			// In the error state posts succeed and flush at once, in posting order; a
 			// zero-length WRITE is the drain marker.
-			postSend(t, p.T, ib.SendWR{ID: 4, Op: ib.OpSend, SGL: []ib.SGE{{MR: r.tmr, Length: 8}}}, ib.SendWR{ID: 5, Op: ib.OpRDMAWrite})
+			postSend(t, p.T, ib.SendWR{ID: 4, Op: ib.OpSend, SGL: []ib.SGE{{MR: r.TMR, Length: 8}}}, ib.SendWR{ID: 5, Op: ib.OpRDMAWrite})
 			require.Equal(t, flushed(4, 5), Poll(t, p.T, 2))
-			postRecv(t, p.T, recvs(r.tmr, 64, 102)...)
+			postRecv(t, p.T, recvs(r.TMR, 64, 102)...)
 			if p.RecvInErrorNotFlushed {
 				requireNoCompletions(t, p.T)
 			} else {
@@ -589,9 +607,9 @@ func testQueueFull(t *testing.T, f Fabric) {
 	postSend(t, p.T, write(1, false), write(2, false), write(3, false), write(4, true))
 	_, err = p.T.PostSend([]ib.SendWR{write(5, true)})
 	require.ErrorIs(t, err, ib.ErrQueueFull, "slots are freed by polling, not by execution")
-	require.Equal(t, []ib.Completion{ok(4, ib.OpRDMAWrite)}, Poll(t, p.T, 1))
+	require.Equal(t, []ib.Completion{OK(4, ib.OpRDMAWrite)}, Poll(t, p.T, 1))
 	postSend(t, p.T, write(5, false), write(6, false), write(7, false), write(8, true))
-	require.Equal(t, []ib.Completion{ok(8, ib.OpRDMAWrite)}, Poll(t, p.T, 1))
+	require.Equal(t, []ib.Completion{OK(8, ib.OpRDMAWrite)}, Poll(t, p.T, 1))
 	n, err = p.T.PostSend(nil)
 	require.NoError(t, err, "an empty post is fine")
 	require.Zero(t, n)
@@ -602,10 +620,10 @@ func testQueueFull(t *testing.T, f Fabric) {
 	require.ErrorIs(t, err, ib.ErrQueueFull)
 	require.Equal(t, 2, n)
 	postSend(t, p.T, ib.SendWR{ID: 9, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{{MR: tmr, Length: 4}}})
-	require.Equal(t, []ib.Completion{ok(9, ib.OpSend)}, Poll(t, p.T, 1))
+	require.Equal(t, []ib.Completion{OK(9, ib.OpSend)}, Poll(t, p.T, 1))
 	_, err = p.I.PostRecv(recvs(imr, 8, 102))
 	require.ErrorIs(t, err, ib.ErrQueueFull)
-	require.Equal(t, []ib.Completion{recvd(100, 4)}, Poll(t, p.I, 1))
+	require.Equal(t, []ib.Completion{Recvd(100, 4)}, Poll(t, p.I, 1))
 	postRecv(t, p.I, recvs(imr, 8, 102)...)
 }
 

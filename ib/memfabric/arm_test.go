@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/ib/ibtest"
 )
 
 // readySignalled reports whether Ready holds a signal, taking it.
@@ -33,7 +34,7 @@ func TestArmNotify(t *testing.T) {
 		t.Helper()
 		_, err := ic.PostSend([]ib.SendWR{{ID: id, Op: ib.OpSend, SGL: []ib.SGE{{MR: imr, Length: 8}}}})
 		require.NoError(t, err)
-		require.Equal(t, []ib.Completion{recvd(id, 8)}, poll(t, tc, 1))
+		require.Equal(t, []ib.Completion{ibtest.Recvd(id, 8)}, poll(t, tc, 1))
 	}
 
 	// Self-arming until the consumer takes over: every completion signals.
@@ -42,7 +43,7 @@ func TestArmNotify(t *testing.T) {
 	_, err := ic.PostSend([]ib.SendWR{{ID: 2, Op: ib.OpSend, SGL: []ib.SGE{{MR: imr, Length: 8}}}})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return readySignalled(tc) }, waitLimit, time.Millisecond)
-	require.Equal(t, []ib.Completion{recvd(2, 8)}, poll(t, tc, 1))
+	require.Equal(t, []ib.Completion{ibtest.Recvd(2, 8)}, poll(t, tc, 1))
 
 	armer, ok := tc.(ib.NotifyArmer)
 	require.True(t, ok, "memfabric connections implement ib.NotifyArmer")

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/ib/ibtest"
 )
 
 // roundTrip drives one connection the way the SRP engine and ib_srp do, with preallocated work
@@ -69,13 +70,13 @@ func (rt *roundTrip) request() error {
 	if _, err := rt.ic.PostSend(rt.iSend); err != nil {
 		return err
 	}
-	if err := rt.await(rt.tc, recvd(100, 16)); err != nil {
+	if err := rt.await(rt.tc, ibtest.Recvd(100, 16)); err != nil {
 		return err
 	}
 	if _, err := rt.tc.PostRecv(rt.tRecv); err != nil {
 		return err
 	}
-	return rt.await(rt.ic, ok(1, ib.OpSend))
+	return rt.await(rt.ic, ibtest.OK(1, ib.OpSend))
 }
 
 // respond: the target posts its chain, the initiator receives the response and reposts.
@@ -83,13 +84,13 @@ func (rt *roundTrip) respond() error {
 	if _, err := rt.tc.PostSend(rt.tChain); err != nil {
 		return err
 	}
-	if err := rt.await(rt.ic, recvd(100, 36)); err != nil {
+	if err := rt.await(rt.ic, ibtest.Recvd(100, 36)); err != nil {
 		return err
 	}
 	if _, err := rt.ic.PostRecv(rt.iRecv); err != nil {
 		return err
 	}
-	return rt.await(rt.tc, ok(3, ib.OpSend))
+	return rt.await(rt.tc, ibtest.OK(3, ib.OpSend))
 }
 
 func (rt *roundTrip) both() error {
@@ -104,7 +105,7 @@ func TestSteadyStateAllocs(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			e := newEnv(t, Options{Async: m.async})
 			rt := newRoundTrip(t, e, true)
-			want := fill(rt.tbuf.Bytes()[64:], 5)
+			want := ibtest.Fill(rt.tbuf.Bytes()[64:], 5)
 			// Warm up: every queue slot gets its SGE array once.
 			for range 64 {
 				require.NoError(t, rt.both())

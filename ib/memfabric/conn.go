@@ -119,15 +119,24 @@ type sendSlot struct {
 	inlineLen int
 }
 
-// sendQueue is a ring of slots. [head, exec) executed and waiting for their slots to be
-// retired by a polled completion; [exec, tail) waiting to execute.
-type sendQueue struct {
-	slots            []sendSlot
-	head, exec, tail uint64
+// slotRing is the slots of a work queue: [head, tail) hold posted work requests, each until
+// its completion is polled. The queues below split the range where they stand.
+type slotRing[T any] struct {
+	slots      []T
+	head, tail uint64
 }
 
-func (q *sendQueue) slot(i uint64) *sendSlot { return &q.slots[i%uint64(len(q.slots))] }
-func (q *sendQueue) full() bool              { return q.tail-q.head == uint64(len(q.slots)) }
+func newSlotRing[T any](depth int) slotRing[T] { return slotRing[T]{slots: make([]T, depth)} }
+
+func (q *slotRing[T]) slot(i uint64) *T { return &q.slots[i%uint64(len(q.slots))] }
+func (q *slotRing[T]) full() bool       { return q.tail-q.head == uint64(len(q.slots)) }
+
+// sendQueue: [head, exec) executed and waiting for their slots to be retired by a polled
+// completion; [exec, tail) waiting to execute.
+type sendQueue struct {
+	slotRing[sendSlot]
+	exec uint64
+}
 
 type recvSlot struct {
 	id   uint64
@@ -137,12 +146,9 @@ type recvSlot struct {
 // recvQueue: [head, next) consumed and waiting for their completion to be polled;
 // [next, tail) posted and free to receive.
 type recvQueue struct {
-	slots            []recvSlot
-	head, next, tail uint64
+	slotRing[recvSlot]
+	next uint64
 }
-
-func (q *recvQueue) slot(i uint64) *recvSlot { return &q.slots[i%uint64(len(q.slots))] }
-func (q *recvQueue) full() bool              { return q.tail-q.head == uint64(len(q.slots)) }
 
 type cqEntry struct {
 	c   ib.Completion
@@ -215,8 +221,8 @@ func newConn(n *Node, caps ib.QPCaps, local, remote netip.AddrPort) *Conn {
 		remote: remote,
 		caps:   caps,
 		ready:  make(chan struct{}, 1),
-		sq:     sendQueue{slots: make([]sendSlot, caps.SendQueueDepth)},
-		rq:     recvQueue{slots: make([]recvSlot, caps.RecvQueueDepth)},
+		sq:     sendQueue{slotRing: newSlotRing[sendSlot](caps.SendQueueDepth)},
+		rq:     recvQueue{slotRing: newSlotRing[recvSlot](caps.RecvQueueDepth)},
 		cq:     compQueue{ring: make([]cqEntry, caps.SendQueueDepth+caps.RecvQueueDepth)},
 		events: make([]ib.Event, 0, 4),
 	}
@@ -573,9 +579,9 @@ func (c *Conn) progress() {
 			}
 			st = c.execSend(s, peer)
 		case ib.OpRDMAWrite:
-			st = c.execWrite(s, peer)
+			st = c.execRDMA(s, peer, false)
 		case ib.OpRDMARead:
-			st = c.execRead(s, peer)
+			st = c.execRDMA(s, peer, true)
 		}
 		c.unblock()
 		if st != ib.StatusSuccess {
@@ -648,33 +654,14 @@ func (c *Conn) execSend(s *sendSlot, peer *Conn) ib.Status {
 	return ib.StatusSuccess
 }
 
-func (c *Conn) execWrite(s *sendSlot, peer *Conn) ib.Status {
-	if !c.gather(s, false) {
+// execRDMA moves the bytes of an RDMA WRITE (read false: the local SGEs into the peer's
+// region) or an RDMA READ (read true: the peer's region into the local SGEs, which must be
+// locally writable).
+func (c *Conn) execRDMA(s *sendSlot, peer *Conn, read bool) ib.Status {
+	if !c.gather(s, read) {
 		return ib.StatusLocalProtectionError
 	}
-	total := 0
-	for _, b := range c.src {
-		total += len(b)
-	}
-	if total == 0 {
-		// A zero-length RDMA WRITE checks no rkey (IB spec); LIO uses one as a drain marker.
-		return ib.StatusSuccess
-	}
-	dst, ok := peer.node.pd.remote(s.wr.RKey, s.wr.RemoteAddr, uint32(total), ib.AccessRemoteWrite)
-	if !ok {
-		peer.enterError()
-		return ib.StatusRemoteAccessError
-	}
-	c.dst = append(c.dst[:0], dst)
-	scatter(c.dst, c.src)
-	return ib.StatusSuccess
-}
-
-func (c *Conn) execRead(s *sendSlot, peer *Conn) ib.Status {
-	if !c.gather(s, true) {
-		return ib.StatusLocalProtectionError
-	}
-	if c.node.f.opts.IWARP {
+	if read && c.node.f.opts.IWARP {
 		for _, g := range s.wr.SGL {
 			// gather checked that every SGE names a valid region of this node.
 			if g.MR.Access()&ib.AccessRemoteWrite == 0 {
@@ -687,16 +674,25 @@ func (c *Conn) execRead(s *sendSlot, peer *Conn) ib.Status {
 		total += len(b)
 	}
 	if total == 0 {
+		// A zero-length RDMA operation checks no rkey (IB spec); LIO uses a zero-length
+		// WRITE as a drain marker.
 		return ib.StatusSuccess
 	}
-	src, ok := peer.node.pd.remote(s.wr.RKey, s.wr.RemoteAddr, uint32(total), ib.AccessRemoteRead)
+	access := ib.AccessRemoteWrite
+	if read {
+		access = ib.AccessRemoteRead
+	}
+	remote, ok := peer.node.pd.remote(s.wr.RKey, s.wr.RemoteAddr, uint32(total), access)
 	if !ok {
 		peer.enterError()
 		return ib.StatusRemoteAccessError
 	}
-	// c.src holds the local sinks here.
-	c.dst = append(c.dst[:0], src)
-	scatter(c.src, c.dst)
+	c.dst = append(c.dst[:0], remote)
+	if read {
+		scatter(c.src, c.dst) // c.src holds the local sinks here
+	} else {
+		scatter(c.dst, c.src)
+	}
 	return ib.StatusSuccess
 }
 

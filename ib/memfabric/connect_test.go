@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/ib/ibtest"
 )
 
 func TestConnectAccept(t *testing.T) {
@@ -257,7 +258,7 @@ func TestAcceptAfterInitiatorGaveUp(t *testing.T) {
 	mr := register(t, e.target.PD(), 64, 0)
 	_, err = tc.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpSend, SGL: []ib.SGE{{MR: mr, Length: 8}}}})
 	require.NoError(t, err)
-	require.Equal(t, []ib.Completion{failed(1, ib.StatusTransportRetryExceeded)}, poll(t, tc, 1))
+	require.Equal(t, []ib.Completion{ibtest.Failed(1, ib.StatusTransportRetryExceeded)}, poll(t, tc, 1))
 	require.NoError(t, tc.Close())
 }
 
@@ -276,7 +277,7 @@ func TestDelayEstablished(t *testing.T) {
 			require.NoError(t, err)
 			// The receive completion is queued before the event: an engine that looks at
 			// events first still sees the IU first.
-			require.Equal(t, []ib.Completion{recvd(100, 16)}, poll(t, tc, 1))
+			require.Equal(t, []ib.Completion{ibtest.Recvd(100, 16)}, poll(t, tc, 1))
 			requireEvent(t, tc, ib.EventEstablished)
 		})
 	}

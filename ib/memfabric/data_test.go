@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/ib/ibtest"
 )
 
 func TestBatchPostPoll(t *testing.T) {
@@ -31,7 +32,7 @@ func TestBatchPostPoll(t *testing.T) {
 			tc, ic := e.connect(t, cp, ap)
 
 			imr := register(t, e.initiator.PD(), n*8, 0)
-			fill(imr.Bytes(), 9)
+			ibtest.Fill(imr.Bytes(), 9)
 			wrs := make([]ib.SendWR, n)
 			for i := range wrs {
 				wrs[i] = ib.SendWR{ID: uint64(i), Op: ib.OpSend, Signaled: i%2 == 1, SGL: []ib.SGE{{MR: imr, Offset: uint64(i) * 8, Length: uint32(i%8 + 1)}}}
@@ -42,12 +43,12 @@ func TestBatchPostPoll(t *testing.T) {
 
 			var want []ib.Completion
 			for i := 1; i < n; i += 2 {
-				want = append(want, ok(uint64(i), ib.OpSend))
+				want = append(want, ibtest.OK(uint64(i), ib.OpSend))
 			}
 			require.Equal(t, want, poll(t, ic, n/2))
 			rc := poll(t, tc, n)
 			for i, wc := range rc {
-				require.Equal(t, recvd(100+uint64(i), i%8+1), wc)
+				require.Equal(t, ibtest.Recvd(100+uint64(i), i%8+1), wc)
 				require.Equal(t, imr.Bytes()[i*8:i*8+i%8+1], tmr.Bytes()[i*8:i*8+i%8+1])
 			}
 			requireNoCompletions(t, tc)
@@ -94,7 +95,7 @@ func serveTarget(c ib.Conn, mr ib.MR, rounds int) error {
 		if err := waitOne(c, wcs[:1]); err != nil {
 			return err
 		}
-		if wcs[0] != recvd(100, 16) {
+		if wcs[0] != ibtest.Recvd(100, 16) {
 			return errors.New("target: unexpected " + wcs[0].Status.String())
 		}
 		copy(remote, mr.Bytes()[:16])
@@ -116,7 +117,7 @@ func serveTarget(c ib.Conn, mr ib.MR, rounds int) error {
 		if err := waitOne(c, wcs[:1]); err != nil {
 			return err
 		}
-		if wcs[0] != ok(2, ib.OpSend) {
+		if wcs[0] != ibtest.OK(2, ib.OpSend) {
 			return errors.New("target: send " + wcs[0].Status.String())
 		}
 		done++
@@ -195,11 +196,11 @@ func TestSlabMemory(t *testing.T) {
 	require.NoError(t, err)
 	imr := register(t, e.initiator.PD(), 4096, ib.AccessLocalWrite|ib.AccessRemoteWrite)
 	tc, _ := e.connect(t, srpConnect(), srpAccept())
-	fill(slab.Bytes()[4096:8192], 4)
+	ibtest.Fill(slab.Bytes()[4096:8192], 4)
 	_, err = tc.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpRDMAWrite, Signaled: true, SGL: []ib.SGE{{MR: tmr, Offset: 4096, Length: 4096}},
 		RemoteAddr: imr.Addr(), RKey: imr.RKey()}})
 	require.NoError(t, err)
-	require.Equal(t, []ib.Completion{ok(1, ib.OpRDMAWrite)}, poll(t, tc, 1))
+	require.Equal(t, []ib.Completion{ibtest.OK(1, ib.OpRDMAWrite)}, poll(t, tc, 1))
 	require.Equal(t, slab.Bytes()[4096:8192], imr.Bytes())
 	require.NoError(t, tc.Close())
 	require.NoError(t, tmr.Deregister())
@@ -252,7 +253,7 @@ func TestRDMAReadIWARP(t *testing.T) {
 			sink := register(t, e.target.PD(), 4096, tc.access)
 			imr := register(t, e.initiator.PD(), 4096, ib.AccessRemoteRead)
 			tc2, _ := e.connect(t, srpConnect(), srpAccept())
-			want := bytes.Clone(fill(imr.Bytes(), 5))
+			want := bytes.Clone(ibtest.Fill(imr.Bytes(), 5))
 			_, err := tc2.PostSend([]ib.SendWR{
 				{ID: 1, Op: ib.OpRDMARead, Signaled: true, SGL: []ib.SGE{{MR: sink, Length: 4096}},
 					RemoteAddr: imr.Addr(), RKey: imr.RKey()},
@@ -260,11 +261,11 @@ func TestRDMAReadIWARP(t *testing.T) {
 			})
 			require.NoError(t, err)
 			if tc.want == ib.StatusSuccess {
-				require.Equal(t, []ib.Completion{ok(1, ib.OpRDMARead), ok(2, ib.OpRDMAWrite)}, poll(t, tc2, 2))
+				require.Equal(t, []ib.Completion{ibtest.OK(1, ib.OpRDMARead), ibtest.OK(2, ib.OpRDMAWrite)}, poll(t, tc2, 2))
 				require.Equal(t, want, sink.Bytes())
 				return
 			}
-			require.Equal(t, []ib.Completion{failed(1, tc.want), failed(2, ib.StatusWRFlushError)}, poll(t, tc2, 2))
+			require.Equal(t, []ib.Completion{ibtest.Failed(1, tc.want), ibtest.Failed(2, ib.StatusWRFlushError)}, poll(t, tc2, 2))
 			require.Equal(t, make([]byte, 4096), sink.Bytes(), "nothing was placed")
 		})
 	}

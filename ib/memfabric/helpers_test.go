@@ -40,6 +40,12 @@ func newEnv(t testing.TB, opts Options) *env {
 	t.Helper()
 	f := New(opts)
 	t.Cleanup(func() { require.NoError(t, f.Close()) })
+	return envOn(t, f)
+}
+
+// envOn is the two nodes and the target's listener on f, which the caller closes.
+func envOn(t testing.TB, f *Fabric) *env {
+	t.Helper()
 	tn, err := f.NewNode(targetAddr)
 	require.NoError(t, err)
 	in, err := f.NewNode(initiatorAddr)
@@ -111,13 +117,6 @@ func register(t testing.TB, pd ib.ProtectionDomain, size int, acc ib.Access) ib.
 	return mr
 }
 
-func fill(b []byte, seed byte) []byte {
-	for i := range b {
-		b[i] = seed + byte(i*7)
-	}
-	return b
-}
-
 // poll waits for exactly n completions, using Ready the way the engine does.
 func poll(t testing.TB, c ib.Conn, n int) []ib.Completion {
 	t.Helper()
@@ -169,29 +168,6 @@ func requireNoEvent(t testing.TB, c ib.Conn) {
 	t.Helper()
 	ev, ok := c.PollEvent()
 	require.False(t, ok, "unexpected event %v", ev)
-}
-
-func ok(id uint64, op ib.Opcode) ib.Completion {
-	return ib.Completion{ID: id, Status: ib.StatusSuccess, Opcode: op}
-}
-
-func recvd(id uint64, n int) ib.Completion {
-	return ib.Completion{ID: id, Status: ib.StatusSuccess, Opcode: ib.OpRecv, ByteLen: uint32(n)}
-}
-
-func failed(id uint64, st ib.Status) ib.Completion { return ib.Completion{ID: id, Status: st} }
-
-// split separates completions into those with IDs below limit and the rest, keeping order:
-// tests number send-queue work requests below 100 and receives from 100.
-func split(wcs []ib.Completion) (sq, rq []ib.Completion) {
-	for _, wc := range wcs {
-		if wc.ID < 100 {
-			sq = append(sq, wc)
-		} else {
-			rq = append(rq, wc)
-		}
-	}
-	return sq, rq
 }
 
 func recvs(mr ib.MR, ids []uint64, size uint32) []ib.RecvWR {

@@ -10,13 +10,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/ib/ibtest"
 )
 
 // connected is a connection with receives posted on both sides: target 100 and 101,
 // initiator 100.
 type connected struct {
 	e      *env
-	r      *regions
+	r      *ibtest.Regions
 	tc     ib.Conn
 	ic     *Conn
 	target ib.Conn // tc or ic, by the test's choice of side
@@ -26,9 +27,9 @@ func newConnected(t *testing.T, opts Options) *connected {
 	e := newEnv(t, opts)
 	r := newRegions(t, e)
 	ap := srpAccept()
-	ap.Recv = recvs(r.tmr, []uint64{100, 101}, 64)
+	ap.Recv = recvs(r.TMR, []uint64{100, 101}, 64)
 	cp := srpConnect()
-	cp.Recv = recvs(r.irecv, []uint64{100}, 64)
+	cp.Recv = recvs(r.IRecv, []uint64{100}, 64)
 	tc, ic := e.connect(t, cp, ap)
 	return &connected{e: e, r: r, tc: tc, ic: ic}
 }
@@ -52,11 +53,11 @@ func TestDisconnect(t *testing.T) {
 				// x disconnects, y is the other side; yMR is y's local region, yRecvs its receives.
 				var x, y ib.Conn = c.ic, c.tc
 				xRecvs, yRecvs := []uint64{100}, []uint64{100, 101}
-				yMR := c.r.tmr
+				yMR := c.r.TMR
 				if tt.byTarget {
 					x, y = c.tc, c.ic
 					xRecvs, yRecvs = yRecvs, xRecvs
-					yMR = c.r.imr
+					yMR = c.r.IMR
 				}
 
 				if tt.withClose {
@@ -72,7 +73,7 @@ func TestDisconnect(t *testing.T) {
 				} else {
 					require.NoError(t, x.Disconnect())
 					requireEvent(t, x, ib.EventDisconnected)
-					_, rq := split(poll(t, x, len(xRecvs)))
+					_, rq := ibtest.Split(poll(t, x, len(xRecvs)))
 					require.Equal(t, flushed(xRecvs), rq)
 					require.NoError(t, x.Disconnect(), "a second Disconnect is harmless")
 					requireNoEvent(t, x)
@@ -85,9 +86,9 @@ func TestDisconnect(t *testing.T) {
 				start := time.Now()
 				_, err := y.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpSend, SGL: []ib.SGE{{MR: yMR, Length: 8}}}})
 				require.NoError(t, err)
-				sq, rq := split(poll(t, y, 1+len(yRecvs)))
+				sq, rq := ibtest.Split(poll(t, y, 1+len(yRecvs)))
 				require.GreaterOrEqual(t, time.Since(start), retry)
-				require.Equal(t, []ib.Completion{failed(1, ib.StatusTransportRetryExceeded)}, sq)
+				require.Equal(t, []ib.Completion{ibtest.Failed(1, ib.StatusTransportRetryExceeded)}, sq)
 				require.Equal(t, flushed(yRecvs), rq)
 
 				require.NoError(t, y.Disconnect())
@@ -102,7 +103,7 @@ func TestDisconnect(t *testing.T) {
 func flushed(ids []uint64) []ib.Completion {
 	var out []ib.Completion
 	for _, id := range ids {
-		out = append(out, failed(id, ib.StatusWRFlushError))
+		out = append(out, ibtest.Failed(id, ib.StatusWRFlushError))
 	}
 	return out
 }
@@ -115,13 +116,13 @@ func TestDrainMarker(t *testing.T) {
 			// In RTS a zero-length WRITE succeeds without any key.
 			_, err := c.tc.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpRDMAWrite, Signaled: true, RKey: 0xbad}})
 			require.NoError(t, err)
-			require.Equal(t, []ib.Completion{ok(1, ib.OpRDMAWrite)}, poll(t, c.tc, 1))
+			require.Equal(t, []ib.Completion{ibtest.OK(1, ib.OpRDMAWrite)}, poll(t, c.tc, 1))
 
 			require.NoError(t, c.tc.Disconnect())
 			_, err = c.tc.PostSend([]ib.SendWR{{ID: 99, Op: ib.OpRDMAWrite}})
 			require.NoError(t, err)
 			wcs := poll(t, c.tc, 3)
-			require.Equal(t, failed(99, ib.StatusWRFlushError), wcs[2])
+			require.Equal(t, ibtest.Failed(99, ib.StatusWRFlushError), wcs[2])
 			require.Equal(t, []uint64{99, 100, 101}, sortedIDs(wcs))
 			requireEvent(t, c.tc, ib.EventDisconnected)
 		})
@@ -140,7 +141,7 @@ func TestDeviceRemoved(t *testing.T) {
 			requireNoEvent(t, c.tc)
 			_, err := c.tc.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpRDMAWrite}})
 			require.ErrorIs(t, err, ib.ErrDeviceRemoved)
-			_, err = c.tc.PostRecv(recvs(c.r.tmr, []uint64{102}, 64))
+			_, err = c.tc.PostRecv(recvs(c.r.TMR, []uint64{102}, 64))
 			require.ErrorIs(t, err, ib.ErrDeviceRemoved)
 			require.ErrorIs(t, c.tc.Disconnect(), ib.ErrDeviceRemoved)
 			// No flush completions for the two posted receives: nothing to wait for.
@@ -158,10 +159,10 @@ func TestDeviceRemoved(t *testing.T) {
 			require.ErrorIs(t, err, unix.EHOSTUNREACH)
 
 			// The initiator is told nothing; its SENDs time out.
-			_, err = c.ic.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpSend, SGL: []ib.SGE{{MR: c.r.imr, Length: 8}}}})
+			_, err = c.ic.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpSend, SGL: []ib.SGE{{MR: c.r.IMR, Length: 8}}}})
 			require.NoError(t, err)
-			sq, rq := split(poll(t, c.ic, 2))
-			require.Equal(t, []ib.Completion{failed(1, ib.StatusTransportRetryExceeded)}, sq)
+			sq, rq := ibtest.Split(poll(t, c.ic, 2))
+			require.Equal(t, []ib.Completion{ibtest.Failed(1, ib.StatusTransportRetryExceeded)}, sq)
 			require.Equal(t, flushed([]uint64{100}), rq)
 			requireNoEvent(t, c.ic)
 			require.NoError(t, c.tc.Close())
@@ -193,13 +194,13 @@ func TestVanish(t *testing.T) {
 			requireNoCompletions(t, c.tc)
 			start := time.Now()
 			_, err = c.tc.PostSend([]ib.SendWR{
-				{ID: 1, Op: ib.OpRDMAWrite, SGL: []ib.SGE{{MR: c.r.tmr, Length: 8}}, RemoteAddr: c.r.imr.Addr(), RKey: c.r.imr.RKey()},
-				{ID: 2, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{{MR: c.r.tmr, Length: 8}}},
+				{ID: 1, Op: ib.OpRDMAWrite, SGL: []ib.SGE{{MR: c.r.TMR, Length: 8}}, RemoteAddr: c.r.IMR.Addr(), RKey: c.r.IMR.RKey()},
+				{ID: 2, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{{MR: c.r.TMR, Length: 8}}},
 			})
 			require.NoError(t, err)
-			sq, rq := split(poll(t, c.tc, 4))
+			sq, rq := ibtest.Split(poll(t, c.tc, 4))
 			require.GreaterOrEqual(t, time.Since(start), retry)
-			require.Equal(t, []ib.Completion{failed(1, ib.StatusTransportRetryExceeded), failed(2, ib.StatusWRFlushError)}, sq)
+			require.Equal(t, []ib.Completion{ibtest.Failed(1, ib.StatusTransportRetryExceeded), ibtest.Failed(2, ib.StatusWRFlushError)}, sq)
 			require.Equal(t, flushed([]uint64{100, 101}), rq)
 			requireNoEvent(t, c.tc)
 
@@ -218,30 +219,24 @@ func TestFabricCloseWithBusyConnections(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			f := New(Options{Async: m.async, RNRTimer: time.Hour, RetryTimeout: time.Hour})
 			t.Cleanup(func() { f.Close() })
-			tn, err := f.NewNode(targetAddr)
-			require.NoError(t, err)
-			in, err := f.NewNode(initiatorAddr)
-			require.NoError(t, err)
-			ln, err := tn.Listen(targetPort)
-			require.NoError(t, err)
-			e := &env{f: f, target: tn, initiator: in, ln: ln}
+			e := envOn(t, f)
 			ap := srpAccept()
 			ap.RNRRetryCount = 6
 			tc, ic := e.connect(t, srpConnect(), ap)
-			mr := register(t, in.PD(), 64, 0)
+			mr := register(t, e.initiator.PD(), 64, 0)
 			// A SEND waiting on an RNR timer of an hour, and a vanished peer's retry timer.
-			_, err = ic.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpSend, SGL: []ib.SGE{{MR: mr, Length: 8}}}})
+			_, err := ic.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpSend, SGL: []ib.SGE{{MR: mr, Length: 8}}}})
 			require.NoError(t, err)
 			tc2, ic2 := e.connect(t, srpConnect(), ap)
 			ic2.Vanish()
-			tmr := register(t, tn.PD(), 64, 0)
+			tmr := register(t, e.target.PD(), 64, 0)
 			_, err = tc2.PostSend([]ib.SendWR{{ID: 1, Op: ib.OpSend, SGL: []ib.SGE{{MR: tmr, Length: 8}}}})
 			require.NoError(t, err)
 			// A pending request nobody answers.
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			ch := e.dialAsync(ctx, nil, srpConnect())
-			require.Eventually(t, func() bool { return len(ln.(*listener).reqs) == 1 }, waitLimit, time.Millisecond)
+			require.Eventually(t, func() bool { return len(e.ln.(*listener).reqs) == 1 }, waitLimit, time.Millisecond)
 
 			require.NoError(t, f.Close())
 			requireRejected(t, (<-ch).err, RejectInvalidServiceID)

@@ -114,23 +114,12 @@ const (
 	PortActiveDefer PortState = 5
 )
 
-func (s PortState) String() string {
-	switch s {
-	case PortNop:
-		return "NOP"
-	case PortDown:
-		return "DOWN"
-	case PortInit:
-		return "INIT"
-	case PortArmed:
-		return "ARMED"
-	case PortActive:
-		return "ACTIVE"
-	case PortActiveDefer:
-		return "ACTIVE_DEFER"
-	}
-	return "state(" + strconv.Itoa(int(s)) + ")"
+var portStateNames = [...]string{
+	PortNop: "NOP", PortDown: "DOWN", PortInit: "INIT", PortArmed: "ARMED",
+	PortActive: "ACTIVE", PortActiveDefer: "ACTIVE_DEFER",
 }
+
+func (s PortState) String() string { return enumName(portStateNames[:], int(s), "state") }
 
 // LinkLayer is the IBV_LINK_LAYER_* value of a port.
 type LinkLayer int
@@ -142,17 +131,11 @@ const (
 	LinkLayerEthernet    LinkLayer = 2
 )
 
-func (l LinkLayer) String() string {
-	switch l {
-	case LinkLayerUnspecified:
-		return "unspecified"
-	case LinkLayerInfiniBand:
-		return "InfiniBand"
-	case LinkLayerEthernet:
-		return "Ethernet"
-	}
-	return "link-layer(" + strconv.Itoa(int(l)) + ")"
+var linkLayerNames = [...]string{
+	LinkLayerUnspecified: "unspecified", LinkLayerInfiniBand: "InfiniBand", LinkLayerEthernet: "Ethernet",
 }
+
+func (l LinkLayer) String() string { return enumName(linkLayerNames[:], int(l), "link-layer") }
 
 // GIDType is enum ibv_gid_type.
 type GIDType int
@@ -164,16 +147,17 @@ const (
 	GIDTypeRoCEv2 GIDType = 2
 )
 
-func (g GIDType) String() string {
-	switch g {
-	case GIDTypeIB:
-		return "IB"
-	case GIDTypeRoCEv1:
-		return "RoCE v1"
-	case GIDTypeRoCEv2:
-		return "RoCE v2"
+var gidTypeNames = [...]string{GIDTypeIB: "IB", GIDTypeRoCEv1: "RoCE v1", GIDTypeRoCEv2: "RoCE v2"}
+
+func (g GIDType) String() string { return enumName(gidTypeNames[:], int(g), "gid-type") }
+
+// enumName is the String of the verbs enums above, whose values run from 0 without gaps:
+// names[v], or "kind(v)" for a value this package does not know (a newer kernel's).
+func enumName(names []string, v int, kind string) string {
+	if v >= 0 && v < len(names) {
+		return names[v]
 	}
-	return "gid-type(" + strconv.Itoa(int(g)) + ")"
+	return kind + "(" + strconv.Itoa(v) + ")"
 }
 
 // mtuBytes converts enum ibv_mtu (1 = 256 ... 5 = 4096) to bytes.

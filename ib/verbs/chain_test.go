@@ -17,6 +17,16 @@ func fakeRegion(d *devCtx, addr uint64, lkey uint32) *mr {
 	return &mr{dev: d, addr: addr, lkey: lkey, rkey: lkey + 1, buf: make([]byte, 4096)}
 }
 
+// fakeBufs is a connection's C work request arrays for caps, freed when the test ends, and
+// the made-up device its regions belong to.
+func fakeBufs(t *testing.T, caps ib.QPCaps) (*devCtx, *wrBufs) {
+	t.Helper()
+	b, err := newWRBufs(caps)
+	require.NoError(t, err)
+	t.Cleanup(b.free)
+	return &devCtx{name: "fake0"}, b
+}
+
 func TestConstantsMatchVerbs(t *testing.T) {
 	require.Equal(t, uint32(wcSend), cWC.send)
 	require.Equal(t, uint32(wcRDMAWrite), cWC.rdmaWrite)
@@ -30,10 +40,7 @@ func TestConstantsMatchVerbs(t *testing.T) {
 }
 
 func TestFillSendChain(t *testing.T) {
-	d := &devCtx{name: "fake0"}
-	b, err := newWRBufs(ib.QPCaps{SendQueueDepth: 4, RecvQueueDepth: 2, MaxSendSGE: 3, MaxRecvSGE: 2})
-	require.NoError(t, err)
-	defer b.free()
+	d, b := fakeBufs(t, ib.QPCaps{SendQueueDepth: 4, RecvQueueDepth: 2, MaxSendSGE: 3, MaxRecvSGE: 2})
 	data := fakeRegion(d, 0x10000, 0x1111)
 	rsp := fakeRegion(d, 0x20000, 0x2222)
 
@@ -70,11 +77,8 @@ func TestFillSendChain(t *testing.T) {
 }
 
 func TestFillRegionChecks(t *testing.T) {
-	d := &devCtx{name: "fake0"}
+	d, b := fakeBufs(t, ib.QPCaps{SendQueueDepth: 2, RecvQueueDepth: 2, MaxSendSGE: 2, MaxRecvSGE: 2})
 	other := &devCtx{name: "fake1"}
-	b, err := newWRBufs(ib.QPCaps{SendQueueDepth: 2, RecvQueueDepth: 2, MaxSendSGE: 2, MaxRecvSGE: 2})
-	require.NoError(t, err)
-	defer b.free()
 
 	foreign := fakeRegion(other, 0x1000, 1)
 	wr := ib.SendWR{Op: ib.OpSend, SGL: []ib.SGE{{MR: foreign, Length: 1}}}
@@ -93,10 +97,7 @@ func TestFillRegionChecks(t *testing.T) {
 }
 
 func TestFillRecvChain(t *testing.T) {
-	d := &devCtx{name: "fake0"}
-	b, err := newWRBufs(ib.QPCaps{SendQueueDepth: 1, RecvQueueDepth: 3, MaxSendSGE: 1, MaxRecvSGE: 2})
-	require.NoError(t, err)
-	defer b.free()
+	d, b := fakeBufs(t, ib.QPCaps{SendQueueDepth: 1, RecvQueueDepth: 3, MaxSendSGE: 1, MaxRecvSGE: 2})
 	m := fakeRegion(d, 0x40000, 0x77)
 	wrs := []ib.RecvWR{
 		{ID: 1, SGL: []ib.SGE{{MR: m, Offset: 0, Length: 4096}}},
@@ -114,10 +115,7 @@ func TestFillRecvChain(t *testing.T) {
 
 // The data path must not allocate: filling a chain is plain stores into C memory.
 func TestFillSendDoesNotAllocate(t *testing.T) {
-	d := &devCtx{name: "fake0"}
-	b, err := newWRBufs(ib.QPCaps{SendQueueDepth: 4, RecvQueueDepth: 1, MaxSendSGE: 2, MaxRecvSGE: 1})
-	require.NoError(t, err)
-	defer b.free()
+	d, b := fakeBufs(t, ib.QPCaps{SendQueueDepth: 4, RecvQueueDepth: 1, MaxSendSGE: 2, MaxRecvSGE: 1})
 	m := fakeRegion(d, 0x1000, 3)
 	wrs := []ib.SendWR{
 		{ID: 1, Op: ib.OpRDMAWrite, RemoteAddr: 1, RKey: 2, SGL: []ib.SGE{{MR: m, Length: 8}, {MR: m, Offset: 8, Length: 8}}},

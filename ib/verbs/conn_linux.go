@@ -266,40 +266,11 @@ func (c *Conn) PostSend(wrs []ib.SendWR) (int, error) {
 		MaxInline:      c.caps.MaxInlineData,
 		InitiatorDepth: c.rdDepth,
 	}
-	posted := 0
-	for posted < len(wrs) {
-		k := 0
-		var verr error
-		for posted+k < len(wrs) && k < len(c.bufs.swr) {
-			wr := &wrs[posted+k]
-			if verr = ib.CheckSendWR(wr, lim); verr != nil {
-				break
-			}
-			if c.q.sq.free() == 0 {
-				verr = fmt.Errorf("%d outstanding: %w", len(c.q.sq.ids), ib.ErrQueueFull)
-				break
-			}
-			if verr = c.bufs.fillSend(k, wr, encodeWRID(queueSend, c.q.sq.tail), c.dev); verr != nil {
-				break
-			}
-			c.q.sq.push(wr.ID)
-			k++
-		}
-		if k > 0 {
-			if e := C.srpt_post_send(c.qp, &c.bufs.swr[0], C.int(k), c.bufs.bad); e != 0 {
-				bad := int(*c.bufs.bad)
-				c.q.sq.unpush(k - bad)
-				i := posted + bad
-				return i, errorf("post send on %v: work request %d (id %#x): ibv_post_send: %w",
-					c, i, wrs[i].ID, postError(syscall.Errno(e)))
-			}
-			posted += k
-		}
-		if verr != nil {
-			return posted, errorf("post send on %v: work request %d (id %#x): %w", c, posted, wrs[posted].ID, verr)
-		}
-	}
-	return posted, nil
+	return c.postChains(&sendChain, len(wrs),
+		func(i int) uint64 { return wrs[i].ID },
+		func(i int) error { return ib.CheckSendWR(&wrs[i], lim) },
+		func(i, k int, wrid uint64) error { return c.bufs.fillSend(k, &wrs[i], wrid, c.dev) },
+		func(k int) C.int { return C.srpt_post_send(c.qp, &c.bufs.swr[0], C.int(k), c.bufs.bad) })
 }
 
 // PostRecv implements ib.Conn like PostSend, with one ibv_post_recv per chain.
@@ -309,37 +280,72 @@ func (c *Conn) PostRecv(wrs []ib.RecvWR) (int, error) {
 	if err := c.usableLocked("post receive"); err != nil {
 		return 0, err
 	}
+	return c.postChains(&recvChain, len(wrs),
+		func(i int) uint64 { return wrs[i].ID },
+		func(i int) error { return ib.CheckRecvWR(&wrs[i], c.caps.MaxRecvSGE) },
+		func(i, k int, wrid uint64) error { return c.bufs.fillRecv(k, &wrs[i], wrid, c.dev) },
+		func(k int) C.int { return C.srpt_post_recv(c.qp, &c.bufs.rwr[0], C.int(k), c.bufs.bad) })
+}
+
+// chainQueue is the queue PostSend or PostRecv posts to, with the names its errors carry.
+type chainQueue struct {
+	what, call string // "post send", "ibv_post_send"
+	queue      uint64 // queueSend or queueRecv, in the wr_id
+}
+
+var (
+	sendChain = chainQueue{what: "post send", call: "ibv_post_send", queue: queueSend}
+	recvChain = chainQueue{what: "post receive", call: "ibv_post_recv", queue: queueRecv}
+)
+
+// postChains is the loop PostSend and PostRecv share: n work requests, as many per verbs
+// call as the queue's C work request array holds. The steps on request i of the caller's
+// slice are theirs: id, check (against the device's and the QP's limits), fill (into slot k
+// of the C array under wrid) and post (slots 0..k-1 as one chain; the errno, and the index
+// of the refused request in *c.bufs.bad). The closures are only called, never kept, so
+// they stay on the caller's stack: posting allocates nothing.
+//
+// A request that fails its check, finds the queue full or cannot be written ends the
+// posting: those before it are posted and counted, and the error names it. When the
+// provider refuses a chain, the requests from the refused one on are forgotten again and
+// not counted.
+func (c *Conn) postChains(cq *chainQueue, n int, id func(i int) uint64, check func(i int) error,
+	fill func(i, k int, wrid uint64) error, post func(k int) C.int) (int, error) {
+	q, slots := &c.q.sq, len(c.bufs.swr)
+	if cq.queue == queueRecv {
+		q, slots = &c.q.rq, len(c.bufs.rwr)
+	}
 	posted := 0
-	for posted < len(wrs) {
+	for posted < n {
 		k := 0
 		var verr error
-		for posted+k < len(wrs) && k < len(c.bufs.rwr) {
-			wr := &wrs[posted+k]
-			if verr = ib.CheckRecvWR(wr, c.caps.MaxRecvSGE); verr != nil {
+		for posted+k < n && k < slots {
+			i := posted + k
+			if verr = check(i); verr != nil {
 				break
 			}
-			if c.q.rq.free() == 0 {
-				verr = fmt.Errorf("%d outstanding: %w", len(c.q.rq.ids), ib.ErrQueueFull)
+			if q.free() == 0 {
+				verr = fmt.Errorf("%d outstanding: %w", len(q.ids), ib.ErrQueueFull)
 				break
 			}
-			if verr = c.bufs.fillRecv(k, wr, encodeWRID(queueRecv, c.q.rq.tail), c.dev); verr != nil {
+			if verr = fill(i, k, encodeWRID(cq.queue, q.tail)); verr != nil {
 				break
 			}
-			c.q.rq.push(wr.ID)
+			q.push(id(i))
 			k++
 		}
 		if k > 0 {
-			if e := C.srpt_post_recv(c.qp, &c.bufs.rwr[0], C.int(k), c.bufs.bad); e != 0 {
+			if e := post(k); e != 0 {
 				bad := int(*c.bufs.bad)
-				c.q.rq.unpush(k - bad)
+				q.unpush(k - bad)
 				i := posted + bad
-				return i, errorf("post receive on %v: work request %d (id %#x): ibv_post_recv: %w",
-					c, i, wrs[i].ID, postError(syscall.Errno(e)))
+				return i, errorf("%s on %v: work request %d (id %#x): %s: %w",
+					cq.what, c, i, id(i), cq.call, postError(syscall.Errno(e)))
 			}
 			posted += k
 		}
 		if verr != nil {
-			return posted, errorf("post receive on %v: work request %d (id %#x): %w", c, posted, wrs[posted].ID, verr)
+			return posted, errorf("%s on %v: work request %d (id %#x): %w", cq.what, c, posted, id(posted), verr)
 		}
 	}
 	return posted, nil

@@ -207,14 +207,7 @@ func (d *devCtx) release() {
 	d.sentinel = nil
 	removed := d.removed
 	d.mu.Unlock()
-	devMu.Lock()
-	if devs[d.device] == d {
-		delete(devs, d.device)
-	}
-	devMu.Unlock()
-	if s != nil {
-		s.destroy()
-	}
+	d.forget(s)
 	if removed {
 		go d.closeRemoved()
 		return
@@ -312,6 +305,20 @@ func (d *devCtx) delQP(qpn uint32) {
 	d.mu.Unlock()
 }
 
+// forget drops the closed d from the device table, unless a new context has taken its place,
+// and destroys its sentinel id s (taken from d under d.mu; nil if there was none). Called
+// without d.mu: rdma_destroy_id waits until the id's events are acknowledged.
+func (d *devCtx) forget(s *sentinel) {
+	devMu.Lock()
+	if devs[d.device] == d {
+		delete(devs, d.device)
+	}
+	devMu.Unlock()
+	if s != nil {
+		s.destroy()
+	}
+}
+
 // remove handles the device's removal, reported by RDMA/CM (RDMA_CM_EVENT_DEVICE_REMOVAL on
 // any id of the device, the sentinel's included) or by the device itself
 // (IBV_EVENT_DEVICE_FATAL). It does not wait for the engine: a driver that cannot disassociate
@@ -343,14 +350,7 @@ func (d *devCtx) remove() {
 	d.sentinel = nil
 	d.mu.Unlock()
 	close(d.gone)
-	devMu.Lock()
-	if devs[d.device] == d {
-		delete(devs, d.device)
-	}
-	devMu.Unlock()
-	if s != nil {
-		s.destroy()
-	}
+	d.forget(s)
 	var freed removalCounts
 	for _, m := range members {
 		freed.count(m)

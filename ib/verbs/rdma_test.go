@@ -203,14 +203,22 @@ func listen(t *testing.T, a netip.Addr) *Listener {
 func newLink(t *testing.T, a netip.Addr, o linkOpts) *link {
 	t.Helper()
 	ln := listen(t, a)
-	l := &link{ln: ln}
 	res := dial(t, ln.Addr(), o.reqPriv, o.iniDepth)
-	r := next(t, ln)
-	l.req = r
+	l := accept(t, ln, next(t, ln), res, o, 2000)
+	l.established(t)
+	return l
+}
+
+// accept accepts r (from ln) as the target side of o, its memory registered in r's PD and
+// its receives posted with IDs from recvBase, takes the initiator's end from res (dial), and
+// closes both ends when the test ends.
+func accept(t *testing.T, ln *Listener, r ib.ConnRequest, res <-chan dialed, o linkOpts, recvBase uint64) *link {
+	t.Helper()
+	l := &link{ln: ln, req: r}
 	l.tgt.slab, l.tgt.mr = register(t, r.PD())
 	c, err := r.Accept(ib.AcceptParams{
 		PrivateData: o.acceptPriv, QP: testCapsFor(r.Limits()), RNRRetryCount: 7,
-		ResponderResources: 4, InitiatorDepth: o.tgtDepth, Recv: l.tgt.recvs(2000),
+		ResponderResources: 4, InitiatorDepth: o.tgtDepth, Recv: l.tgt.recvs(recvBase),
 	})
 	require.NoError(t, err)
 	l.tgt.c = c
@@ -219,9 +227,14 @@ func newLink(t *testing.T, a netip.Addr, o linkOpts) *link {
 	require.NoError(t, d.err)
 	l.ini, l.iniConn = d.ini, d.c
 	t.Cleanup(func() { require.NoError(t, d.c.Close()) })
-	ibtest.WaitEvent(t, l.ini.c, ib.EventEstablished)
-	ibtest.WaitEvent(t, l.tgt.c, ib.EventEstablished)
 	return l
+}
+
+// established waits for ESTABLISHED on both ends.
+func (l *link) established(t *testing.T) {
+	t.Helper()
+	ibtest.WaitEvent(t, l.tgt.c, ib.EventEstablished)
+	ibtest.WaitEvent(t, l.iniConn, ib.EventEstablished)
 }
 
 func post(t *testing.T, c ib.Conn, wrs ...ib.SendWR) {
@@ -367,17 +380,7 @@ func TestWildcardListen(t *testing.T) {
 				r := next(t, ln)
 				require.Equal(t, dst, r.LocalAddr())
 				require.Equal(t, a, r.RemoteAddr().Addr())
-				var tgt side
-				tgt.slab, tgt.mr = register(t, r.PD())
-				c, err := r.Accept(ib.AcceptParams{QP: testCapsFor(r.Limits()), RNRRetryCount: 7,
-					ResponderResources: 4, InitiatorDepth: 4, Recv: tgt.recvs(0)})
-				require.NoError(t, err)
-				t.Cleanup(func() { require.NoError(t, c.Close()) })
-				d := <-res
-				require.NoError(t, d.err)
-				t.Cleanup(func() { require.NoError(t, d.c.Close()) })
-				ibtest.WaitEvent(t, c, ib.EventEstablished)
-				ibtest.WaitEvent(t, d.c, ib.EventEstablished)
+				accept(t, ln, r, res, linkOpts{tgtDepth: 4}, 0).established(t)
 			}
 		})
 	}
@@ -389,17 +392,9 @@ func TestRNRRetry(t *testing.T) {
 	forEachAddr(t, func(t *testing.T, a netip.Addr) {
 		ln := listen(t, a)
 		res := dialWith(t, ln.Addr(), nil, func(p *ConnectParams) { p.RNRRetryCount, p.Recv = 0, nil })
-		r := next(t, ln)
-		var tgt side
-		tgt.slab, tgt.mr = register(t, r.PD())
-		c, err := r.Accept(ib.AcceptParams{QP: testCapsFor(r.Limits()), RNRRetryCount: 7,
-			ResponderResources: 4, InitiatorDepth: 4, Recv: tgt.recvs(0)})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, c.Close()) })
-		d := <-res
-		require.NoError(t, d.err)
-		t.Cleanup(func() { require.NoError(t, d.c.Close()) })
-		post(t, c, ib.SendWR{ID: 9, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{tgt.sge(sendOff, 16)}})
+		l := accept(t, ln, next(t, ln), res, linkOpts{tgtDepth: 4}, 0)
+		c := l.tgt.c
+		post(t, c, ib.SendWR{ID: 9, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{l.tgt.sge(sendOff, 16)}})
 		got := ibtest.Poll(t, c, 1+nRecv)
 		require.Equal(t, ib.Completion{ID: 9, Status: ib.StatusRNRRetryExceeded}, got[0])
 		for _, wc := range got[1:] {

@@ -253,22 +253,11 @@ func wildLogin(t *testing.T, wild *Listener, a netip.Addr) *link {
 		t.Fatal("the protection domain of a new request is Removed")
 	default:
 	}
-	w := &link{ln: wild, req: r}
-	w.tgt.slab, w.tgt.mr = register(t, r.PD())
-	c, err := r.Accept(ib.AcceptParams{QP: testCapsFor(r.Limits()), RNRRetryCount: 7,
-		ResponderResources: 4, InitiatorDepth: 4, Recv: w.tgt.recvs(0)})
-	require.NoError(t, err)
-	w.tgt.c = c
-	t.Cleanup(func() { require.NoError(t, c.Close()) })
-	d := <-res
-	require.NoError(t, d.err)
-	w.ini, w.iniConn = d.ini, d.c
-	t.Cleanup(func() { require.NoError(t, d.c.Close()) })
-	ibtest.WaitEvent(t, c, ib.EventEstablished)
-	ibtest.WaitEvent(t, d.c, ib.EventEstablished)
-	copy(d.ini.buf(sendOff, 100), testutil.Pattern(100, 8))
-	post(t, d.c, ib.SendWR{ID: 3, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{d.ini.sge(sendOff, 100)}})
-	got := ibtest.Poll(t, c, 1)
+	w := accept(t, wild, r, res, linkOpts{tgtDepth: 4}, 0)
+	w.established(t)
+	copy(w.ini.buf(sendOff, 100), testutil.Pattern(100, 8))
+	post(t, w.iniConn, ib.SendWR{ID: 3, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{w.ini.sge(sendOff, 100)}})
+	got := ibtest.Poll(t, w.tgt.c, 1)
 	require.Equal(t, ib.Completion{ID: 0, ByteLen: 100, Opcode: ib.OpRecv}, got[0])
 	require.Equal(t, testutil.Pattern(100, 8), w.tgt.buf(recvOff, 100))
 	t.Logf("login to the wildcard listener %v: %v", dst, time.Since(start))

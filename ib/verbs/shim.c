@@ -26,6 +26,13 @@ static int err_or(int fallback)
 	return errno ? errno : fallback;
 }
 
+// cm_ret turns a librdmacm return value (0, or -1 with errno set, mostly) into 0 or an errno
+// value; the caller clears errno before the call, so that a failure without one is EIO.
+static int cm_ret(int ret)
+{
+	return ret ? err_or(EIO) : 0;
+}
+
 static void copy_sockaddr(uint8_t *dst, const struct sockaddr *sa)
 {
 	size_t n = 0;
@@ -102,9 +109,7 @@ int srpt_get_cm_event(struct rdma_event_channel *ch, struct srpt_cm_event *out)
 int srpt_create_id(struct rdma_event_channel *ch, uint64_t key, struct rdma_cm_id **out)
 {
 	errno = 0;
-	if (rdma_create_id(ch, out, (void *)(uintptr_t)key, RDMA_PS_TCP))
-		return err_or(EIO);
-	return 0;
+	return cm_ret(rdma_create_id(ch, out, (void *)(uintptr_t)key, RDMA_PS_TCP));
 }
 
 void srpt_set_key(struct rdma_cm_id *id, uint64_t key)
@@ -120,17 +125,13 @@ struct ibv_device *srpt_id_device(struct rdma_cm_id *id)
 int srpt_bind(struct rdma_cm_id *id, const uint8_t *sa)
 {
 	errno = 0;
-	if (rdma_bind_addr(id, (struct sockaddr *)sa))
-		return err_or(EIO);
-	return 0;
+	return cm_ret(rdma_bind_addr(id, (struct sockaddr *)sa));
 }
 
 int srpt_resolve_addr(struct rdma_cm_id *id, const uint8_t *src, const uint8_t *dst, int timeout_ms)
 {
 	errno = 0;
-	if (rdma_resolve_addr(id, (struct sockaddr *)src, (struct sockaddr *)dst, timeout_ms))
-		return err_or(EIO);
-	return 0;
+	return cm_ret(rdma_resolve_addr(id, (struct sockaddr *)src, (struct sockaddr *)dst, timeout_ms));
 }
 
 void srpt_addrs(struct rdma_cm_id *id, uint8_t *local, uint8_t *peer)
@@ -141,51 +142,43 @@ void srpt_addrs(struct rdma_cm_id *id, uint8_t *local, uint8_t *peer)
 		copy_sockaddr(peer, rdma_get_peer_addr(id));
 }
 
-static void conn_param(struct rdma_conn_param *p, uint32_t qpn, const void *pd, uint8_t pdlen,
-		       uint8_t rr, uint8_t depth, uint8_t rnr)
+// conn_call makes rdma_accept's or rdma_connect's call (the same parameters) with the
+// connection parameters of an RC connection.
+static int conn_call(int (*call)(struct rdma_cm_id *, struct rdma_conn_param *), struct rdma_cm_id *id,
+		     uint32_t qpn, const void *pd, uint8_t pdlen, uint8_t rr, uint8_t depth, uint8_t rnr)
 {
-	memset(p, 0, sizeof(*p));
-	p->private_data = pdlen ? pd : NULL;
-	p->private_data_len = pdlen;
-	p->responder_resources = rr;
-	p->initiator_depth = depth;
-	p->flow_control = 1;
-	p->retry_count = 7;
-	p->rnr_retry_count = rnr;
-	p->srq = 0;
-	p->qp_num = qpn;
+	struct rdma_conn_param p;
+
+	memset(&p, 0, sizeof(p));
+	p.private_data = pdlen ? pd : NULL;
+	p.private_data_len = pdlen;
+	p.responder_resources = rr;
+	p.initiator_depth = depth;
+	p.flow_control = 1;
+	p.retry_count = 7;
+	p.rnr_retry_count = rnr;
+	p.srq = 0;
+	p.qp_num = qpn;
+	errno = 0;
+	return cm_ret(call(id, &p));
 }
 
 int srpt_accept(struct rdma_cm_id *id, uint32_t qpn, const void *pd, uint8_t pdlen,
 		uint8_t rr, uint8_t depth, uint8_t rnr)
 {
-	struct rdma_conn_param p;
-
-	conn_param(&p, qpn, pd, pdlen, rr, depth, rnr);
-	errno = 0;
-	if (rdma_accept(id, &p))
-		return err_or(EIO);
-	return 0;
+	return conn_call(rdma_accept, id, qpn, pd, pdlen, rr, depth, rnr);
 }
 
 int srpt_connect(struct rdma_cm_id *id, uint32_t qpn, const void *pd, uint8_t pdlen,
 		 uint8_t rr, uint8_t depth, uint8_t rnr)
 {
-	struct rdma_conn_param p;
-
-	conn_param(&p, qpn, pd, pdlen, rr, depth, rnr);
-	errno = 0;
-	if (rdma_connect(id, &p))
-		return err_or(EIO);
-	return 0;
+	return conn_call(rdma_connect, id, qpn, pd, pdlen, rr, depth, rnr);
 }
 
 int srpt_reject(struct rdma_cm_id *id, const void *pd, uint8_t pdlen)
 {
 	errno = 0;
-	if (rdma_reject(id, pdlen ? pd : NULL, pdlen))
-		return err_or(EIO);
-	return 0;
+	return cm_ret(rdma_reject(id, pdlen ? pd : NULL, pdlen));
 }
 
 // srpt_sync_devices makes librdmacm re-read the device list, so that it marks removed devices

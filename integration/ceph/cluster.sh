@@ -16,10 +16,11 @@
 set -euo pipefail
 
 MON_ADDR=${CEPH_MON_ADDR:-127.0.0.1}
-MON_PORT_V2=${CEPH_MON_PORT_V2:-3300}
-MON_PORT_V1=${CEPH_MON_PORT_V1:-6789}
 POOL=${SRPT_RBD_POOL:-rbd}
 MEMSTORE_BYTES=${CEPH_MEMSTORE_BYTES:-2147483648}
+
+# shellcheck source=conf.sh
+. "$(dirname "${BASH_SOURCE[0]}")/conf.sh"
 
 log() { echo "ceph-cluster: $*" >&2; }
 
@@ -33,43 +34,8 @@ start() {
 	local fsid mon t0
 	t0=$(date +%s.%N)
 	fsid=$(uuidgen)
-	mon="[v2:$MON_ADDR:$MON_PORT_V2,v1:$MON_ADDR:$MON_PORT_V1]"
-	cat >"$d/ceph.conf" <<CONF
-[global]
-fsid = $fsid
-mon host = $mon
-public addr = $MON_ADDR
-cluster addr = $MON_ADDR
-ms bind ipv6 = false
-auth cluster required = none
-auth service required = none
-auth client required = none
-run dir = $d/run
-pid file = $d/run/\$cluster-\$name.pid
-admin socket = $d/run/\$cluster-\$name.asok
-log file = $d/log/\$cluster-\$name.log
-mon data = $d/mon/\$cluster-\$id
-osd data = $d/osd/\$cluster-\$id
-osd objectstore = memstore
-memstore device bytes = $MEMSTORE_BYTES
-memstore page set = true
-memstore page size = 4096
-osd pool default size = 1
-osd pool default min size = 1
-osd pool default pg autoscale mode = off
-osd crush chooseleaf type = 0
-mon allow pool size one = true
-mon warn on pool no redundancy = false
-mon warn on insecure global id reclaim allowed = false
-mon data avail warn = 2
-mon data avail crit = 1
-paxos propose interval = 0.1
-paxos min wait = 0.01
-[client]
-admin socket = $d/run/\$cluster-\$name.\$pid.\$cctid.asok
-log file = $d/log/\$cluster-\$name.\$pid.log
-rbd cache = false
-CONF
+	ceph_conf_write "$d" "$fsid" "$MON_ADDR" "$MEMSTORE_BYTES"
+	mon=$CEPH_MON
 	export CEPH_CONF=$d/ceph.conf
 	monmaptool --create --fsid "$fsid" --addv a "$mon" "$d/monmap" >/dev/null
 	ceph-mon --mkfs -i a --monmap "$d/monmap" >"$d/log/mon-mkfs.out" 2>&1

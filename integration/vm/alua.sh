@@ -10,19 +10,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm}
-VMDIR=$SRPT_VM_DIR
-log() { echo "alua: $*"; }
-die() { echo "alua.sh: error: $*" >&2; exit "${2:-2}"; }
 # shellcheck source=host-lib.sh
 . "$HERE/host-lib.sh"
-host_root
-host_build_deps
-mkdir -p "$VMDIR/bin" "$VMDIR/logs" "$VMDIR/run"
-BIN=$VMDIR/bin/srptarget-alua
-log "go build -o $BIN ./cmd/srptarget"
-host_build_cgo "$BIN" ./cmd/srptarget
-"$HERE/build-image.sh"
-SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-500} SRPT_VM_FILES="$BIN:/usr/local/bin/srptarget" \
-	exec "$HERE/run-vm.sh" "$HERE/guest/alua.sh" "$@"
+host_init alua
+host_daemon_run alua 500 "$@"

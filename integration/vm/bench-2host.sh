@@ -45,31 +45,10 @@ die() { echo "bench-2host.sh: error: $*" >&2; exit "${2:-2}"; }
 . "$HERE/host-lib.sh"
 host_root
 
-host_build_deps gnuplot-nox:gnuplot
-
 stamp=2host-$(date +%Y%m%d-%H%M%S)
-OUT=$VMDIR/bench/$stamp
-mkdir -p "$OUT" "$VMDIR/run"
-BIN=$OUT/srptarget
-log "go build -o $BIN ./cmd/srptarget"
-host_build_cgo "$BIN" ./cmd/srptarget
-"$HERE/build-image.sh"
+host_bench_prepare "$stamp"
 
-{
-	echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-	echo "host cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cpus"
-	echo "host kernel: $(uname -r)"
-	echo "qemu: $(qemu-system-x86_64 --version | head -1), TCG; target VM -smp ${SRPT_2HOST_TARGET_SMP:-1}, initiator VM -smp ${SRPT_2HOST_INIT_SMP:-2}, -m ${SRPT_2HOST_MEM:-2G} each, -netdev stream over a Unix socket"
-	echo "srptarget: $(cd "$REPO" && git describe --always --dirty 2>/dev/null || echo unknown)"
-	echo "guest arguments: ${*:-(defaults)}"
-} >"$OUT/setup.txt"
-(
-	while :; do
-		echo "$(date +%s) $(cut -d' ' -f1-3 /proc/loadavg) qemu=$(pgrep -c -f '^qemu-system-x86_64' || true)"
-		sleep 5
-	done
-) >"$OUT/hostload.txt" 2>/dev/null &
-sampler=$!
+host_bench_setup "$OUT" "TCG; target VM -smp ${SRPT_2HOST_TARGET_SMP:-1}, initiator VM -smp ${SRPT_2HOST_INIT_SMP:-2}, -m ${SRPT_2HOST_MEM:-2G} each, -netdev stream over a Unix socket" "$@"
 TPID=
 stop_target() {
 	[ -n "$TPID" ] || return 0
@@ -81,7 +60,7 @@ stop_target() {
 	wait "$TPID" 2>/dev/null || true
 	TPID=
 }
-trap 'stop_target; kill "$sampler" 2>/dev/null || true' EXIT
+trap 'stop_target; kill "$HOST_SAMPLER" 2>/dev/null || true' EXIT
 
 log "waiting for $LOCK (other VM runs)"
 exec 8>"$LOCK"
@@ -108,7 +87,7 @@ env "${common[@]}" SRPT_VM_SMP="${SRPT_2HOST_INIT_SMP:-2}" SRPT_VM_TIMEOUT="$TIM
 stop_target
 flock -u 8
 exec 8>&-
-kill "$sampler" 2>/dev/null || true
+host_bench_load_summary "$OUT"
 rm -f "$SOCK"
 
 # ------------------------------------------------------------------ results
@@ -141,29 +120,7 @@ if [ ! -s "$OUT/raw.txt" ] || [ -z "$ioff" ] || [ -z "$toff" ]; then
 	[ "$rc" = 0 ] && rc=4
 	exit "$rc"
 fi
-terminal="set terminal pngcairo size 1950,1150 font 'DejaVu Sans,11'"
-gnuplot -e 'set terminal' 2>&1 | grep -q pngcairo || terminal="set terminal png size 1950,1150"
-echo
-(cd "$REPO" && "$GO" run ./integration/vm/bench -raw "$OUT/raw.txt" -info "$OUT/info.txt" -out "$OUT" \
-	-target-samples "$OUT/target-samples.txt" \
-	-title "srptarget vs LIO ib_srpt, target on its own VM (1 vCPU), soft-RoCE, qemu TCG, $(date -u +%Y-%m-%d)" \
-	-terminal "$terminal") || die "the report failed" 4
-if command -v gnuplot >/dev/null; then
-	(cd "$OUT" && gnuplot chart.gp) || log "gnuplot failed: no chart.png"
-fi
-for prof in "$OUT"/srptarget.cpu.ch*.pprof; do
-	[ -s "$prof" ] || continue
-	ch=${prof%.pprof}
-	ch=${ch##*.}
-	(cd "$REPO" && "$GO" tool pprof -top -nodecount=20 "$BIN" "$prof" >"$OUT/pprof-top20.$ch.txt" 2>&1) ||
-		log "go tool pprof $prof failed"
-	(cd "$REPO" && "$GO" tool pprof -top -cum -nodecount=30 "$BIN" "$prof" >"$OUT/pprof-cum.$ch.txt" 2>&1) || true
-	echo
-	echo "CPU profile of the daemon on the target host, $ch ($prof), top 20:"
-	cat "$OUT/pprof-top20.$ch.txt"
-done
-echo
-cat "$OUT/setup.txt"
-echo
+host_bench_report "$OUT" "srptarget vs LIO ib_srpt, target on its own VM (1 vCPU), soft-RoCE, qemu TCG, $(date -u +%Y-%m-%d)" \
+	"the daemon on the target host" -target-samples "$OUT/target-samples.txt"
 echo "bench-2host: results in $OUT (initiator rc $rc)"
 exit "$rc"

@@ -67,22 +67,10 @@ die() { echo "bench.sh: error: $*" >&2; exit "${2:-2}"; }
 . "$HERE/host-lib.sh"
 host_root
 
-# ------------------------------------------------------------------ host packages
-host_build_deps gnuplot-nox:gnuplot
-
+# ------------------------------------------------------------------ packages, the daemon, the image
+# The guest profiles the daemon with its own `serve --cpuprofile`.
 stamp=$(date +%Y%m%d-%H%M%S)
-OUT=$VMDIR/bench/$stamp
-mkdir -p "$OUT" "$VMDIR/run"
-
-# ------------------------------------------------------------------ the daemon
-# The binary is kept next to the results: go tool pprof symbolizes with it. The guest
-# profiles it with its own `serve --cpuprofile`.
-BIN=$OUT/srptarget
-log "go build -o $BIN ./cmd/srptarget"
-host_build_cgo "$BIN" ./cmd/srptarget
-
-# ------------------------------------------------------------------ the image
-"$HERE/build-image.sh"
+host_bench_prepare "$stamp"
 
 # ------------------------------------------------------------------ the run
 # Each more completion mode adds a third of the fio runs of a default run (and its prefill).
@@ -96,25 +84,9 @@ for a in "$@"; do
 	esac
 done
 TIMEOUT=${SRPT_VM_TIMEOUT:-$((2400 + 900 * (nmodes > 1 ? nmodes - 1 : 0)))}
-{
-	echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-	echo "host cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cpus"
-	echo "host kernel: $(uname -r)"
-	echo "qemu: $(qemu-system-x86_64 --version | head -1), TCG (-accel tcg,thread=multi), -cpu ${SRPT_VM_CPU:-qemu64} -smp ${SRPT_VM_SMP:-2} -m ${SRPT_VM_MEM:-3G}"
-	echo "srptarget: $(cd "$REPO" && git describe --always --dirty 2>/dev/null || echo unknown), SRPT_BENCH_PROFILE=$PROFILE"
-	echo "guest arguments: ${*:-(defaults)}"
-} >"$OUT/setup.txt"
-
-# The host's load and the number of qemu processes (other engineers' VMs included) while
-# the VM runs, to tell a quiet run from a disturbed one.
-(
-	while :; do
-		echo "$(date +%s) $(cut -d' ' -f1-3 /proc/loadavg) qemu=$(pgrep -c -f '^qemu-system-x86_64' || true)"
-		sleep 5
-	done
-) >"$OUT/hostload.txt" 2>/dev/null &
-sampler=$!
-trap 'kill "$sampler" 2>/dev/null || true' EXIT
+host_bench_setup "$OUT" "TCG (-accel tcg,thread=multi), -cpu ${SRPT_VM_CPU:-qemu64} -smp ${SRPT_VM_SMP:-2} -m ${SRPT_VM_MEM:-3G}" "$@"
+echo "SRPT_BENCH_PROFILE=$PROFILE" >>"$OUT/setup.txt"
+trap 'kill "$HOST_SAMPLER" 2>/dev/null || true' EXIT
 
 log "waiting for $LOCK (other VM runs)"
 rc=0
@@ -128,11 +100,7 @@ SRPT_VM_RUN_LOCK_HELD=1 SRPT_VM_TIMEOUT=$TIMEOUT SRPT_VM_LOG="$OUT/console.log" 
 echo "host load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/setup.txt"
 flock -u 8
 exec 8>&-
-kill "$sampler" 2>/dev/null || true
-awk '{ l = $2 + 0; if (n == 0 || l < lo) lo = l; if (l > hi) hi = l; s += l; n++
-	q = $5; sub(/qemu=/, "", q); if (q + 0 > mq) mq = q + 0 }
-	END { if (n) printf "host load average (1 min) during the run: %.2f-%.2f, mean %.2f over %d samples; at most %d qemu processes at once (ours included)\n", lo, hi, s / n, n, mq }' \
-	"$OUT/hostload.txt" >>"$OUT/setup.txt"
+host_bench_load_summary "$OUT"
 
 # ------------------------------------------------------------------ results
 body() { sed 's/^\[ *[0-9.]*\] //' "$OUT/console.log" | tr -d '\r'; }
@@ -153,29 +121,7 @@ if [ ! -s "$OUT/raw.txt" ] || [ ! -s "$OUT/info.txt" ]; then
 	exit "$rc"
 fi
 
-terminal="set terminal pngcairo size 1950,1150 font 'DejaVu Sans,11'"
-gnuplot -e 'set terminal' 2>&1 | grep -q pngcairo || terminal="set terminal png size 1950,1150"
-echo
-(cd "$REPO" && "$GO" run ./integration/vm/bench -raw "$OUT/raw.txt" -info "$OUT/info.txt" -out "$OUT" \
-	-title "srptarget vs LIO ib_srpt over soft-RoCE, qemu TCG, $(date -u +%Y-%m-%d)" -terminal "$terminal") ||
-	die "the report failed" 4
-if command -v gnuplot >/dev/null; then
-	(cd "$OUT" && gnuplot chart.gp) || log "gnuplot failed: no chart.png"
-fi
-for prof in "$OUT"/srptarget.cpu.ch*.pprof; do
-	[ -s "$prof" ] || continue
-	ch=${prof%.pprof}
-	ch=${ch##*.}
-	(cd "$REPO" && "$GO" tool pprof -top -nodecount=20 "$BIN" "$prof" >"$OUT/pprof-top20.$ch.txt" 2>&1) ||
-		log "go tool pprof $prof failed"
-	(cd "$REPO" && "$GO" tool pprof -top -cum -nodecount=30 "$BIN" "$prof" >"$OUT/pprof-cum.$ch.txt" 2>&1) || true
-	echo
-	echo "CPU profile of the daemon, $ch ($prof), top 20:"
-	cat "$OUT/pprof-top20.$ch.txt"
-done
-echo
-cat "$OUT/setup.txt"
-echo
+host_bench_report "$OUT" "srptarget vs LIO ib_srpt over soft-RoCE, qemu TCG, $(date -u +%Y-%m-%d)" "the daemon"
 echo "bench: results in $OUT (guest rc $rc, $(elapsed) s)"
 [ -e "$OUT/chart.png" ] && echo "bench: chart $OUT/chart.png"
 exit "$rc"

@@ -17,18 +17,11 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm}
-VMDIR=$SRPT_VM_DIR
-log() { echo "demo: $*"; }
-die() { echo "demo.sh: error: $*" >&2; exit "${2:-2}"; }
-
 # shellcheck source=host-lib.sh
 . "$HERE/host-lib.sh"
-host_root
-mkdir -p "$VMDIR/bin" "$VMDIR/logs" "$VMDIR/run"
-
-host_build_deps
+host_init demo
+BIN=$VMDIR/bin/srptarget
+host_daemon_image "$BIN"
 
 CONFIG=${SRPT_DEMO_CONFIG:-$REPO/configs/demo.yaml}
 if [ ! -f "$CONFIG" ]; then
@@ -54,11 +47,6 @@ acls:
     luns: [0, 1]
 EOF
 fi
-
-BIN=$VMDIR/bin/srptarget
-echo "demo: go build -o $BIN ./cmd/srptarget"
-host_build_cgo "$BIN" ./cmd/srptarget
-"$HERE/build-image.sh"
 
 stamp=$(date +%Y%m%d-%H%M%S)
 LOG=$VMDIR/logs/demo-$stamp.log

@@ -12,28 +12,9 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm-rbd}
-export SRPT_VM_CEPH=1
-VMDIR=$SRPT_VM_DIR
-log() { printf '[e2e-rbd] %s\n' "$*"; }
-die() { echo "e2e-rbd.sh: error: $*" >&2; exit "${2:-2}"; }
-
 # shellcheck source=host-lib.sh
 . "$HERE/host-lib.sh"
-host_root
+host_init e2e-rbd /tmp/srptarget-vm-rbd
+export SRPT_VM_CEPH=1
 host_ceph_vm "$VMDIR/bin/srptarget"
-
-stamp=$(date +%Y%m%d-%H%M%S)
-LOG=$VMDIR/logs/e2e-rbd-$stamp.log
-RESULTS=${LOG%.log}.results
-rc=0
-SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-900} SRPT_VM_LOG="$LOG" \
-	SRPT_VM_FILES="$CEPH_VM_FILES" \
-	"$HERE/run-vm.sh" "$HERE/guest/rbd-e2e.sh" "$@" || rc=$?
-pass=$(grep -c '^[^|]*|pass|' "$RESULTS" 2>/dev/null || true)
-failn=$(grep -c '^[^|]*|fail|' "$RESULTS" 2>/dev/null || true)
-echo "e2e-rbd: ${pass:-0} checks passed, ${failn:-0} failed; guest rc $rc"
-grep '^[^|]*|fail|' "$RESULTS" 2>/dev/null | sed 's/^/  /' || true
-echo "e2e-rbd: serial log $LOG"
-exit "$rc"
+SRPT_VM_FILES="$CEPH_VM_FILES" host_vm_checks e2e-rbd "$HERE/guest/rbd-e2e.sh" "$@"

@@ -14,29 +14,10 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm-rbd}
-export SRPT_VM_CEPH=1
-VMDIR=$SRPT_VM_DIR
-log() { printf '[gateways] %s\n' "$*"; }
-die() { echo "gateways.sh: error: $*" >&2; exit "${2:-2}"; }
-
 # shellcheck source=host-lib.sh
 . "$HERE/host-lib.sh"
-host_root
+host_init gateways /tmp/srptarget-vm-rbd
+export SRPT_VM_CEPH=1
 host_ceph_vm "$VMDIR/bin/srptarget-gw"
-
-stamp=$(date +%Y%m%d-%H%M%S)
-LOG=$VMDIR/logs/gateways-$stamp.log
-RESULTS=${LOG%.log}.results
-rc=0
-SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-900} SRPT_VM_LOG="$LOG" \
-	SRPT_VM_FILES="$CEPH_VM_FILES" \
-	"$HERE/run-vm.sh" "$HERE/guest/gateways.sh" "$@" || rc=$?
-pass=$(grep -c '^[^|]*|pass|' "$RESULTS" 2>/dev/null || true)
-failn=$(grep -c '^[^|]*|fail|' "$RESULTS" 2>/dev/null || true)
-echo "gateways: ${pass:-0} checks passed, ${failn:-0} failed; guest rc $rc"
-grep -E '^(failover time|fio across)' "$RESULTS" 2>/dev/null | sed 's/^/  /' || true
-grep '^[^|]*|fail|' "$RESULTS" 2>/dev/null | sed 's/^/  /' || true
-echo "gateways: serial log $LOG"
-exit "$rc"
+HOST_VM_SUMMARY='^(failover time|fio across)'
+SRPT_VM_FILES="$CEPH_VM_FILES" host_vm_checks gateways "$HERE/guest/gateways.sh" "$@"

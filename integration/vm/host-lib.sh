@@ -1,20 +1,58 @@
 # shellcheck shell=bash
 # host-lib.sh - what the host scripts of the VM harness (e2e.sh, stress.sh, bench.sh,
-# bench-2host.sh, demo.sh, schedtrace.sh) share. Sourced after the script has set REPO (the
-# project's root) and defined its own log and die (die MESSAGE [STATUS]).
+# bench-2host.sh, demo.sh, schedtrace.sh, pr.sh, alua.sh, e2e-rbd.sh, gateways.sh) share.
+# Sourced after the script has set HERE (integration/vm); then either host_init, or the
+# script sets REPO (the project's root) and defines its own log and die (die MESSAGE [STATUS]).
 #
+#   host_init NAME [DIR]          the preamble of a host script: SRPT_VM_DIR exported (default
+#                                 DIR, else /tmp/srptarget-vm) and in VMDIR, REPO, log and die
+#                                 prefixed with NAME, host_root
 #   host_root                     stop unless root (the image build and apt-get need it)
 #   host_build_deps [PKG ...]     install with apt-get what the cgo build needs (C compiler,
 #                                 pkg-config, libibverbs-dev, librdmacm-dev) and PKG ...,
 #                                 those missing only; set GO to a go command
 #   host_build_cgo OUT PKG [FLAG ...]  go build [FLAG ...] -o OUT PKG (a main package, cgo
 #                                 over rdma-core) and check that OUT links librdmacm
+#   host_daemon_image BIN [FLAG ...]  host_build_deps, the work directories (bin, logs, run),
+#                                 srptarget built as BIN (go build FLAG ...), the image
+#   host_daemon_run NAME SECONDS [K=V ...]  host_daemon_image $VMDIR/bin/srptarget-NAME, then
+#                                 guest/NAME.sh in the VM with that binary as srptarget, for
+#                                 SECONDS (SRPT_VM_TIMEOUT wins); exec, so its status is
+#                                 run-vm.sh's
+#   host_vm_checks NAME GUEST [K=V ...]  GUEST (a guest script) in the VM, the files of
+#                                 SRPT_VM_FILES with it, its console in $VMDIR/logs/NAME-<time>.log;
+#                                 then the count of passed and failed checks, the result rows
+#                                 matching HOST_VM_SUMMARY (grep -E; none by default) and the
+#                                 failed ones; exits with the guest's status
+#   host_bench_prepare NAME       for a bench: gnuplot, OUT=$VMDIR/bench/NAME, the daemon built
+#                                 into OUT as BIN (go tool pprof symbolizes the profiles with
+#                                 it), the image
+#   host_bench_setup OUT QEMU [ARG ...]  OUT/setup.txt begun (date, host CPU and kernel,
+#                                 QEMU: how the VMs run, the commit, the guest arguments) and
+#                                 OUT/hostload.txt written every 5 s in the background
+#                                 (HOST_SAMPLER, its PID) until host_bench_load_summary
+#   host_bench_load_summary OUT   stop the sampler; the load during the run into setup.txt
+#   host_bench_report OUT TITLE WHOSE [FLAG ...]  the report of a bench run in OUT (raw.txt,
+#                                 info.txt, setup.txt, the profiles; the binary in $BIN):
+#                                 ./integration/vm/bench with FLAG ..., the chart, the top of
+#                                 each profile (of WHOSE daemon) and setup.txt printed
 #   host_ceph_vm BIN              for the runs with a Ceph cluster in the guest (e2e-rbd.sh,
 #                                 gateways.sh; SRPT_VM_CEPH=1 and their own SRPT_VM_DIR): librbd's
 #                                 development files, srptarget with -tags rbd as BIN and rbdctl,
 #                                 the image; sets CEPH_VM_FILES for SRPT_VM_FILES
 #
 # Exit status 3 (through die) when the build cannot be done, as the scripts document.
+
+host_init() {
+	HOST_NAME=$1
+	export SRPT_VM_DIR=${SRPT_VM_DIR:-${2:-/tmp/srptarget-vm}}
+	VMDIR=$SRPT_VM_DIR
+	REPO=$(cd "$HERE/../.." && pwd)
+	# shellcheck disable=SC2317 # called by the script and by the functions below
+	log() { echo "$HOST_NAME: $*"; }
+	die() { echo "$HOST_NAME.sh: error: $*" >&2; exit "${2:-2}"; }
+	host_root
+}
 
 host_root() {
 	[ "$(id -u)" = 0 ] || die "must run as root (image build, apt-get)"
@@ -59,16 +97,114 @@ host_build_cgo() {
 		die "$out does not link librdmacm: built without cgo (CGO_ENABLED=0, or no C compiler)? It could not use RDMA/CM" 3
 }
 
+host_daemon_image() {
+	local bin=$1
+	shift
+	host_build_deps
+	mkdir -p "$VMDIR/bin" "$VMDIR/logs" "$VMDIR/run"
+	log "go build${*:+ $*} -o $bin ./cmd/srptarget"
+	host_build_cgo "$bin" ./cmd/srptarget "$@"
+	"$HERE/build-image.sh"
+}
+
+host_daemon_run() {
+	local name=$1 seconds=$2 bin=$VMDIR/bin/srptarget-$1
+	shift 2
+	host_daemon_image "$bin"
+	SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-$seconds} SRPT_VM_FILES="$bin:/usr/local/bin/srptarget" \
+		exec "$HERE/run-vm.sh" "$HERE/guest/$name.sh" "$@"
+}
+
+host_vm_checks() {
+	local name=$1 guest=$2 log results rc=0 pass failn
+	shift 2
+	log=$VMDIR/logs/$name-$(date +%Y%m%d-%H%M%S).log
+	results=${log%.log}.results
+	SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-900} SRPT_VM_LOG="$log" "$HERE/run-vm.sh" "$guest" "$@" || rc=$?
+	pass=$(grep -c '^[^|]*|pass|' "$results" 2>/dev/null || true)
+	failn=$(grep -c '^[^|]*|fail|' "$results" 2>/dev/null || true)
+	echo "$name: ${pass:-0} checks passed, ${failn:-0} failed; guest rc $rc"
+	[ -z "${HOST_VM_SUMMARY:-}" ] || grep -E "$HOST_VM_SUMMARY" "$results" 2>/dev/null | sed 's/^/  /' || true
+	grep '^[^|]*|fail|' "$results" 2>/dev/null | sed 's/^/  /' || true
+	echo "$name: serial log $log"
+	exit "$rc"
+}
+
+host_bench_prepare() {
+	host_build_deps gnuplot-nox:gnuplot
+	OUT=$VMDIR/bench/$1
+	mkdir -p "$OUT" "$VMDIR/run"
+	BIN=$OUT/srptarget
+	log "go build -o $BIN ./cmd/srptarget"
+	host_build_cgo "$BIN" ./cmd/srptarget
+	"$HERE/build-image.sh"
+}
+
+host_bench_setup() {
+	local out=$1 qemu=$2
+	shift 2
+	{
+		echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+		echo "host cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cpus"
+		echo "host kernel: $(uname -r)"
+		echo "qemu: $(qemu-system-x86_64 --version | head -1), $qemu"
+		echo "srptarget: $(cd "$REPO" && git describe --always --dirty 2>/dev/null || echo unknown)"
+		echo "guest arguments: ${*:-(defaults)}"
+	} >"$out/setup.txt"
+	# The host's load and the number of qemu processes (other engineers' VMs included) while
+	# the VMs run, to tell a quiet run from a disturbed one.
+	(
+		while :; do
+			echo "$(date +%s) $(cut -d' ' -f1-3 /proc/loadavg) qemu=$(pgrep -c -f '^qemu-system-x86_64' || true)"
+			sleep 5
+		done
+	) >"$out/hostload.txt" 2>/dev/null &
+	HOST_SAMPLER=$!
+}
+
+host_bench_load_summary() {
+	kill "$HOST_SAMPLER" 2>/dev/null || true
+	awk '{ l = $2 + 0; if (n == 0 || l < lo) lo = l; if (l > hi) hi = l; s += l; n++
+		q = $5; sub(/qemu=/, "", q); if (q + 0 > mq) mq = q + 0 }
+		END { if (n) printf "host load average (1 min) during the run: %.2f-%.2f, mean %.2f over %d samples; at most %d qemu processes at once (ours included)\n", lo, hi, s / n, n, mq }' \
+		"$1/hostload.txt" >>"$1/setup.txt"
+}
+
+host_bench_report() {
+	local out=$1 title=$2 whose=$3 terminal prof ch
+	shift 3
+	terminal="set terminal pngcairo size 1950,1150 font 'DejaVu Sans,11'"
+	gnuplot -e 'set terminal' 2>&1 | grep -q pngcairo || terminal="set terminal png size 1950,1150"
+	echo
+	(cd "$REPO" && "$GO" run ./integration/vm/bench -raw "$out/raw.txt" -info "$out/info.txt" -out "$out" \
+		"$@" -title "$title" -terminal "$terminal") || die "the report failed" 4
+	if command -v gnuplot >/dev/null; then
+		(cd "$out" && gnuplot chart.gp) || log "gnuplot failed: no chart.png"
+	fi
+	for prof in "$out"/srptarget.cpu.ch*.pprof; do
+		[ -s "$prof" ] || continue
+		ch=${prof%.pprof}
+		ch=${ch##*.}
+		(cd "$REPO" && "$GO" tool pprof -top -nodecount=20 "$BIN" "$prof" >"$out/pprof-top20.$ch.txt" 2>&1) ||
+			log "go tool pprof $prof failed"
+		(cd "$REPO" && "$GO" tool pprof -top -cum -nodecount=30 "$BIN" "$prof" >"$out/pprof-cum.$ch.txt" 2>&1) || true
+		echo
+		echo "CPU profile of $whose, $ch ($prof), top 20:"
+		cat "$out/pprof-top20.$ch.txt"
+	done
+	echo
+	cat "$out/setup.txt"
+	echo
+}
+
 host_ceph_vm() {
 	local bin=$1
 	host_build_deps librbd-dev librados-dev
-	mkdir -p "$VMDIR/bin" "$VMDIR/logs"
+	mkdir -p "$VMDIR/bin"
 	# Seed the package cache from the shared work directory's: hard links, no download.
 	[ -d "$VMDIR/debs" ] || { [ -d /tmp/srptarget-vm/debs ] && cp -al /tmp/srptarget-vm/debs "$VMDIR/"; } || true
-	log "go build -tags rbd: srptarget, rbdctl"
-	host_build_cgo "$bin" ./cmd/srptarget -tags rbd
 	(cd "$REPO" && "$GO" build -tags rbd -o "$VMDIR/bin/rbdctl" ./integration/ceph/rbdctl) || die "building rbdctl failed" 3
-	"$HERE/build-image.sh"
+	host_daemon_image "$bin" -tags rbd
 	# shellcheck disable=SC2034 # read by the caller
-	CEPH_VM_FILES="$bin:/usr/local/bin/srptarget $VMDIR/bin/rbdctl:/usr/local/bin/rbdctl $HERE/guest/ceph-lib.sh:/lab/ceph-lib.sh"
+	CEPH_VM_FILES="$bin:/usr/local/bin/srptarget $VMDIR/bin/rbdctl:/usr/local/bin/rbdctl $HERE/guest/ceph-lib.sh:/lab/ceph-lib.sh $REPO/integration/ceph/conf.sh:/lab/ceph-conf.sh"
 }

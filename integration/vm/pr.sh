@@ -7,19 +7,7 @@
 #   flock /tmp/srpt-helper-vm.lock integration/vm/pr.sh
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm}
-log() { echo "pr: $*"; }
-die() { echo "pr.sh: error: $*" >&2; exit "${2:-2}"; }
 # shellcheck source=host-lib.sh
 . "$HERE/host-lib.sh"
-host_root
-host_build_deps
-BIN=$SRPT_VM_DIR/bin/srptarget-pr
-mkdir -p "$SRPT_VM_DIR/bin" "$SRPT_VM_DIR/logs"
-host_build_cgo "$BIN" ./cmd/srptarget
-"$HERE/build-image.sh"
-stamp=$(date +%Y%m%d-%H%M%S)
-export SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-600}
-SRPT_VM_FILES="$BIN:/usr/local/bin/srptarget" SRPT_VM_LOG="$SRPT_VM_DIR/logs/pr-$stamp.log" \
-	exec "$HERE/run-vm.sh" "$HERE/guest/pr.sh" "$@"
+host_init pr
+host_daemon_run pr 600 "$@"

@@ -15,18 +15,12 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm}
-log() { echo "schedtrace: $*"; }
-die() { echo "schedtrace.sh: error: $*" >&2; exit "${2:-2}"; }
 # shellcheck source=host-lib.sh
 . "$HERE/host-lib.sh"
-host_root
-host_build_deps
-mkdir -p "$SRPT_VM_DIR/bin" "$SRPT_VM_DIR/schedtrace"
-host_build_cgo "$SRPT_VM_DIR/bin/srptarget" ./cmd/srptarget
+host_init schedtrace
+host_daemon_image "$SRPT_VM_DIR/bin/srptarget"
+mkdir -p "$SRPT_VM_DIR/schedtrace"
 (cd "$REPO" && CGO_ENABLED=0 "$GO" build -o "$SRPT_VM_DIR/bin/mmswitch" ./integration/vm/tools/mmswitch) || exit 3
-"$HERE/build-image.sh"
 out=$SRPT_VM_DIR/schedtrace/$(date -u +%Y%m%d-%H%M%S).txt
 log=$SRPT_VM_DIR/logs/schedtrace-$(date -u +%Y%m%d-%H%M%S).log
 rc=0

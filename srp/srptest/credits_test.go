@@ -211,11 +211,7 @@ func TestAbort(t *testing.T) {
 }
 
 func TestTaskMgmtResponses(t *testing.T) {
-	fab, ft := setup(t, memfabric.Options{}, func(ft *fakeTarget) { ft.tmCode = uint8(iu.TskMgmtFuncNotSupp) })
-	ctx := testCtx(t)
-	ch, err := Login(ctx, fab, Config{Addr: ft.addr})
-	require.NoError(t, err)
-	defer ch.Close()
+	ctx, ft, ch := loggedIn(t, func(ft *fakeTarget) { ft.tmCode = uint8(iu.TskMgmtFuncNotSupp) })
 	code, err := ch.TaskMgmt(ctx, iu.TskClearACA, 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, uint8(iu.TskMgmtFuncNotSupp), code)
@@ -228,12 +224,8 @@ func TestTaskMgmtResponses(t *testing.T) {
 }
 
 func TestTaskMgmtWithoutResponseData(t *testing.T) {
-	fab, ft := setup(t, memfabric.Options{}, func(ft *fakeTarget) { ft.tmNoData = true })
-	ctx := testCtx(t)
-	ch, err := Login(ctx, fab, Config{Addr: ft.addr})
-	require.NoError(t, err)
-	defer ch.Close()
-	_, err = ch.ResetLUN(ctx, 0)
+	ctx, ft, ch := loggedIn(t, func(ft *fakeTarget) { ft.tmNoData = true })
+	_, err := ch.ResetLUN(ctx, 0)
 	require.ErrorIs(t, err, ErrProtocol)
 	errs := ch.ProtocolErrors()
 	require.Len(t, errs, 1)
@@ -252,16 +244,12 @@ func TestTaskMgmtWithoutResponseData(t *testing.T) {
 // A context that ends while a command is in flight forgets it: its buffers are gone and the
 // late response counts as an unknown tag, but its credits still count.
 func TestDoContextEnds(t *testing.T) {
-	fab, ft := setup(t, memfabric.Options{}, func(ft *fakeTarget) { ft.onCmd = hold })
-	ctx := testCtx(t)
-	ch, err := Login(ctx, fab, Config{Addr: ft.addr})
-	require.NoError(t, err)
-	defer ch.Close()
+	ctx, ft, ch := loggedIn(t, func(ft *fakeTarget) { ft.onCmd = hold })
 	fc := ft.channel(0)
 
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
-	_, err = ch.Do(short, &Request{CDB: CDBRead10(0, 1), DataInLen: 512})
+	_, err := ch.Do(short, &Request{CDB: CDBRead10(0, 1), DataInLen: 512})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Equal(t, uint64(1), ch.Stats().Forgotten)
 	require.Zero(t, ch.Outstanding())
@@ -277,11 +265,7 @@ func TestDoContextEnds(t *testing.T) {
 }
 
 func TestTargetLogout(t *testing.T) {
-	fab, ft := setup(t, memfabric.Options{}, nil)
-	ctx := testCtx(t)
-	ch, err := Login(ctx, fab, Config{Addr: ft.addr})
-	require.NoError(t, err)
-	defer ch.Close()
+	ctx, ft, ch := loggedIn(t, nil)
 	_, ok := ch.TargetLogoutReason()
 	require.False(t, ok)
 	ft.channel(0).send(encodeIU(t, iu.TLogoutSize, func(b []byte) (int, error) {
@@ -306,11 +290,7 @@ func TestTargetLogout(t *testing.T) {
 }
 
 func TestSendRaw(t *testing.T) {
-	fab, ft := setup(t, memfabric.Options{}, nil)
-	ctx := testCtx(t)
-	ch, err := Login(ctx, fab, Config{Addr: ft.addr})
-	require.NoError(t, err)
-	defer ch.Close()
+	ctx, ft, ch := loggedIn(t, nil)
 
 	// An unknown initiator opcode: the fake target answers SRP_T_LOGOUT "invalid IU type".
 	require.NoError(t, ch.SendRaw([]byte{0x05, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}))

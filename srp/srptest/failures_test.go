@@ -34,6 +34,27 @@ func heldIU(t *testing.T, fc *fakeChan) []byte {
 	return nil
 }
 
+// loggedIn sets up a fake target tuned by tune on an in-memory fabric and logs one channel in
+// to it, closed when the test ends; ctx bounds the test's waits.
+func loggedIn(t *testing.T, tune func(ft *fakeTarget)) (context.Context, *fakeTarget, *Channel) {
+	t.Helper()
+	fab, ft := setup(t, memfabric.Options{}, tune)
+	ctx := testCtx(t)
+	ch, err := Login(ctx, fab, Config{Addr: ft.addr})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ch.Close() })
+	return ctx, ft, ch
+}
+
+// submitHeld submits a one-block READ(10), which the fake target (holdReads) keeps without
+// an answer, and returns it with the SRP_CMD the target's channel fc holds.
+func submitHeld(t *testing.T, ctx context.Context, ch *Channel, fc *fakeChan) (*Pending, []byte) {
+	t.Helper()
+	p, err := ch.Submit(ctx, &Request{CDB: CDBRead10(0, 1), DataInLen: 512})
+	require.NoError(t, err)
+	return p, heldIU(t, fc)
+}
+
 func waitClosed(t *testing.T, what string, ch <-chan struct{}) {
 	t.Helper()
 	select {
@@ -46,17 +67,12 @@ func waitClosed(t *testing.T, what string, ch <-chan struct{}) {
 // Vanish: no DREQ reaches the target, and its next SEND towards the initiator fails with a
 // transport retry error; commands in flight end with ErrClosed.
 func TestVanish(t *testing.T) {
-	fab, ft := setup(t, memfabric.Options{}, holdReads)
-	ctx := testCtx(t)
-	ch, err := Login(ctx, fab, Config{Addr: ft.addr})
-	require.NoError(t, err)
+	ctx, ft, ch := loggedIn(t, holdReads)
 	fc := ft.channel(0)
-	p, err := ch.Submit(ctx, &Request{CDB: CDBRead10(0, 1), DataInLen: 512})
-	require.NoError(t, err)
-	held := heldIU(t, fc)
+	p, held := submitHeld(t, ctx, ch, fc)
 
 	ch.Vanish()
-	_, err = p.Wait(ctx)
+	_, err := p.Wait(ctx)
 	require.ErrorIs(t, err, ErrClosed)
 	waitClosed(t, "Disconnected", ch.Disconnected())
 	require.ErrorIs(t, ch.Err(), ErrClosed)
@@ -75,18 +91,12 @@ func TestVanish(t *testing.T) {
 // A target DREQ ends the channel: commands in flight fail with ErrDisconnected and the
 // initiator answers the DREQ.
 func TestTargetDisconnects(t *testing.T) {
-	fab, ft := setup(t, memfabric.Options{}, holdReads)
-	ctx := testCtx(t)
-	ch, err := Login(ctx, fab, Config{Addr: ft.addr})
-	require.NoError(t, err)
-	defer ch.Close()
+	ctx, ft, ch := loggedIn(t, holdReads)
 	fc := ft.channel(0)
-	p, err := ch.Submit(ctx, &Request{CDB: CDBRead10(0, 1), DataInLen: 512})
-	require.NoError(t, err)
-	heldIU(t, fc)
+	p, _ := submitHeld(t, ctx, ch, fc)
 
 	fc.exec(func() { require.NoError(t, fc.conn.Disconnect()) })
-	_, err = p.Wait(ctx)
+	_, err := p.Wait(ctx)
 	require.ErrorIs(t, err, ErrDisconnected)
 	waitClosed(t, "Disconnected", ch.Disconnected())
 	require.ErrorIs(t, ch.Err(), ErrDisconnected)
@@ -140,15 +150,10 @@ func TestLateRDMAFails(t *testing.T) {
 
 // Registration access rights are per direction: reading a data-in buffer fails.
 func TestWrongDirectionFails(t *testing.T) {
-	fab, ft := setup(t, memfabric.Options{}, holdReads)
-	ctx := testCtx(t)
-	ch, err := Login(ctx, fab, Config{Addr: ft.addr})
-	require.NoError(t, err)
-	defer ch.Close()
+	ctx, ft, ch := loggedIn(t, holdReads)
 	fc := ft.channel(0)
-	_, err = ch.Submit(ctx, &Request{CDB: CDBRead10(0, 1), DataInLen: 512})
-	require.NoError(t, err)
-	_, in, err := iu.Cmd(heldIU(t, fc)).DataBuffers(fc.immOff)
+	_, msg := submitHeld(t, ctx, ch, fc)
+	_, in, err := iu.Cmd(msg).DataBuffers(fc.immOff)
 	require.NoError(t, err)
 	d := in.DescriptorAt(0)
 	var st ib.Status
@@ -164,11 +169,7 @@ func TestWrongDirectionFails(t *testing.T) {
 // An IU longer than the MAXIMUM TI IU LENGTH the target granted does not fit the receive
 // buffer: a protocol error, and the connection breaks.
 func TestOversizedIU(t *testing.T) {
-	fab, ft := setup(t, memfabric.Options{}, nil)
-	ctx := testCtx(t)
-	ch, err := Login(ctx, fab, Config{Addr: ft.addr})
-	require.NoError(t, err)
-	defer ch.Close()
+	_, ft, ch := loggedIn(t, nil)
 	msg := make([]byte, 8261)
 	_, _ = iu.Rsp(msg).Encode(&iu.RspFields{Tag: 1, ReqLimDelta: 1})
 	ft.channel(0).send(msg)
@@ -180,17 +181,12 @@ func TestOversizedIU(t *testing.T) {
 }
 
 func TestMalformedResponses(t *testing.T) {
-	fab, ft := setup(t, memfabric.Options{}, holdReads)
-	ctx := testCtx(t)
-	ch, err := Login(ctx, fab, Config{Addr: ft.addr})
-	require.NoError(t, err)
-	defer ch.Close()
+	ctx, ft, ch := loggedIn(t, holdReads)
 	fc := ft.channel(0)
 
 	// SNSVALID without sense data: the command ends with ErrProtocol, its credits count.
-	p, err := ch.Submit(ctx, &Request{CDB: CDBRead10(0, 1), DataInLen: 512})
-	require.NoError(t, err)
-	tag := iu.Cmd(heldIU(t, fc)).Tag()
+	p, msg := submitHeld(t, ctx, ch, fc)
+	tag := iu.Cmd(msg).Tag()
 	bad := encodeIU(t, iu.RspMinSize, func(b []byte) (int, error) {
 		return iu.Rsp(b).Encode(&iu.RspFields{Tag: tag, ReqLimDelta: 2})
 	})
@@ -199,14 +195,13 @@ func TestMalformedResponses(t *testing.T) {
 	delete(fc.held, tag)
 	fc.mu.Unlock()
 	fc.send(bad)
-	_, err = p.Wait(ctx)
+	_, err := p.Wait(ctx)
 	require.ErrorIs(t, err, ErrProtocol)
 	require.Equal(t, int64(33), ch.Credits())
 
 	// A DIUNDER residual larger than the buffer: no valid data, a protocol error.
-	p, err = ch.Submit(ctx, &Request{CDB: CDBRead10(0, 1), DataInLen: 512})
-	require.NoError(t, err)
-	tag = iu.Cmd(heldIU(t, fc)).Tag()
+	p, msg = submitHeld(t, ctx, ch, fc)
+	tag = iu.Cmd(msg).Tag()
 	fc.send(encodeIU(t, iu.RspMinSize, func(b []byte) (int, error) {
 		return iu.Rsp(b).Encode(&iu.RspFields{Tag: tag, ReqLimDelta: 1, Flags: iu.DIUNDER, DataInResCnt: 513})
 	}))
@@ -234,11 +229,7 @@ func TestMalformedResponses(t *testing.T) {
 }
 
 func TestDeviceRemoved(t *testing.T) {
-	fab, ft := setup(t, memfabric.Options{}, holdReads)
-	ctx := testCtx(t)
-	ch, err := Login(ctx, fab, Config{Addr: ft.addr})
-	require.NoError(t, err)
-	defer ch.Close()
+	ctx, _, ch := loggedIn(t, holdReads)
 	p, err := ch.Submit(ctx, &Request{CDB: CDBRead10(0, 1), DataInLen: 512})
 	require.NoError(t, err)
 	ch.Node().Remove()

@@ -23,15 +23,11 @@ const maxTIIULen = 16 << 20
 // to the REQUEST LIMIT DELTA. A rejection returns a *LoginRejectedError. The channel must be
 // ended with Close, Logout or Vanish.
 func Login(ctx context.Context, fab *memfabric.Fabric, cfg Config) (*Channel, error) {
-	cfg, err := cfg.withDefaults()
+	cfg, err := cfg.onNode(fab)
 	if err != nil {
 		return nil, err
 	}
-	node, err := cfg.node(fab)
-	if err != nil {
-		return nil, err
-	}
-	return login(ctx, node, cfg)
+	return login(ctx, cfg.Node, cfg)
 }
 
 // LoginMulti logs in n channels of one session from one node, as ib_srp does for ch_count = n:
@@ -43,15 +39,10 @@ func LoginMulti(ctx context.Context, fab *memfabric.Fabric, cfg Config, n int) (
 	if n < 1 || n > 1<<16 {
 		return nil, fmt.Errorf("srptest: %d channels: %w", n, ErrConfig)
 	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := cfg.onNode(fab)
 	if err != nil {
 		return nil, err
 	}
-	node, err := cfg.node(fab)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Node = node
 	chans := make([]*Channel, 0, n)
 	for i := 0; i < n; i++ {
 		c := cfg
@@ -60,7 +51,7 @@ func LoginMulti(ctx context.Context, fab *memfabric.Fabric, cfg Config, n int) (
 		if i > 0 {
 			c.MultiChannel = iu.MultiChanMulti
 		}
-		ch, err := login(ctx, node, c)
+		ch, err := login(ctx, cfg.Node, c)
 		if err != nil {
 			if i == 0 {
 				return nil, err
@@ -73,6 +64,16 @@ func LoginMulti(ctx context.Context, fab *memfabric.Fabric, cfg Config, n int) (
 }
 
 var nextSource atomic.Uint32
+
+// onNode is cfg with its defaults filled in and its Node set (node): what a login starts from.
+func (cfg Config) onNode(fab *memfabric.Fabric) (Config, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Node, err = cfg.node(fab)
+	return cfg, err
+}
 
 // node returns cfg.Node, or a new node at cfg.Source or at a free address in 198.18.0.0/15
 // (the benchmarking range, which no test target uses by accident).

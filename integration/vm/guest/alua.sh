@@ -24,17 +24,7 @@ ID_B=5e2e00000000a002 # target.ports[0].id_ext, relative port 2, group 2
 # Relative port 3 is in group 2 too: another daemon's port, described but not served.
 
 daemon_alive() { [ -n "$PID" ] && [ -r "/proc/$PID/stat" ] && ! grep -qE '^[0-9]+ \(.*\) Z' "/proc/$PID/stat"; }
-disk_ios() { awk '{ print $1 + $5 }' "/sys/block/$1/stat"; }
-# disk_of ID_EXT: the sd disk of the SRP target port with that id_ext.
-disk_of() {
-	local d h
-	for d in $(srp_disks); do
-		h=$(disk_host "$d")
-		[ "$(cat "/sys/class/scsi_host/$h/id_ext" 2>/dev/null)" = "0x$1" ] && { echo "$d"; return 0; }
-	done
-	return 1
-}
-both_disks() { disk_of $ID_A >/dev/null && disk_of $ID_B >/dev/null; }
+both_disks() { srp_disk_of "$ID_A" >/dev/null && srp_disk_of "$ID_B" >/dev/null; }
 
 # write_config STATE1 STATE2: the daemon's configuration with those group states.
 write_config() {
@@ -108,7 +98,7 @@ step "two logins"
 srp_login "id_ext=$ID_A,ioc_guid=$ID_A,dest=$RXE_IP4:$PORT" || fail "add_target port A"
 srp_login "id_ext=$ID_B,ioc_guid=$ID_A,dest=$RXE_IP4:$PORT" || fail "add_target port B"
 if wait_for 60 both_disks; then
-	DA=$(disk_of $ID_A) DB=$(disk_of $ID_B)
+	DA=$(srp_disk_of $ID_A) DB=$(srp_disk_of $ID_B)
 	record "two paths" pass "port A /dev/$DA, port B /dev/$DB"
 else
 	for h in /sys/class/scsi_host/host*; do echo "$h: $(cat "$h/id_ext" 2>/dev/null)"; done
@@ -150,34 +140,7 @@ done
 check_eq "scsi_dh_alua attached" "alua alua" "$(cat "/sys/block/$DA/device/dh_state") $(cat "/sys/block/$DB/device/dh_state")"
 
 step "multipath"
-mkdir -p /etc/multipath
-# No udev in this VM: libdevmapper makes the /dev/mapper nodes itself (DM_DISABLE_UDEV), and
-# multipath reads the WWID from sysfs (VPD page 0x83) when uid_attribute is empty. The
-# hardware handler is the one the kernel attached (retain_attached_hw_handler, the default).
-cat >/etc/multipath.conf <<'EOF'
-defaults {
-	user_friendly_names yes
-	find_multipaths off
-	uid_attribute ""
-	path_grouping_policy group_by_prio
-	prio alua
-	path_checker tur
-	failback immediate
-	no_path_retry fail
-}
-EOF
-export DM_DISABLE_UDEV=1
-# multipath lists only block devices udev has initialized (libudev's match_is_initialized): a
-# device is when udev's database has an entry for it, which udev would have written.
-mkdir -p /run/udev/data
-for d in $DA $DB; do
-	echo "I:1" >"/run/udev/data/b$(cat "/sys/block/$d/dev")"
-done
-run multipath -v2 2>&1 | tail -20
-run multipath -ll 2>&1 | tee /tmp/mp1.txt
-# (multipath warns first that multipathd is not running)
-MPNAME=$(awk '/ dm-[0-9]+ / { print $1; exit }' /tmp/mp1.txt)
-MPDEV=/dev/mapper/$MPNAME
+mpath_setup /tmp/mp1.txt "$DA" "$DB"
 if [ -n "$MPNAME" ] && [ -b "$MPDEV" ] && grep -q "hwhandler='1 alua'" /tmp/mp1.txt &&
 	grep -q "prio=50" /tmp/mp1.txt && grep -q "prio=10" /tmp/mp1.txt; then
 	record "multipath -ll" pass "$MPNAME: hwhandler '1 alua', path groups prio 50 ($DA) and 10 ($DB)"

@@ -34,20 +34,10 @@
 # shellcheck source=bench-lib.sh
 . /lab/bench-lib.sh
 
-ROUNDS=$(arg rounds 3)
-BENCH_RUNTIME=$(arg runtime 5)
-BENCH_RAMP=$(arg ramp 1)
-CH_COUNTS=$(arg ch_counts "1 2")
-SIZE_MIB=$(arg size_mib 256)
-JOBS=$(arg jobs "randread-4k-qd32 randwrite-4k-qd32 read-128k-qd32 write-128k-qd32 randread-4k-qd1")
+bench_args
 BENCH_DEST=$(arg target_ip 169.254.50.1)
 TGUID=$(arg target_guid 000000fffe000001)
-SRPT_PORT=$(arg srpt_port 5555)
-LIO_PORT=$(arg lio_port 5000)
 CTL_PORT=$(arg ctl_port 5600)
-PROFILE=$(arg profile 1)
-PROFILE_ROUND=$(arg profile_round 2)
-[ "$PROFILE_ROUND" -le "$ROUNDS" ] || PROFILE_ROUND=$ROUNDS
 
 BENCH_RAW=/tmp/bench/raw.txt
 BENCH_FAILED=0
@@ -55,18 +45,7 @@ BENCH_ERRS=0
 mkdir -p /tmp/bench
 : >"$BENCH_RAW"
 bench_write_snap_script
-
-for j in $JOBS; do
-	job_params "$j" >/dev/null || fail "unknown job $j"
-done
-
-step "virtio NIC"
-modprobe virtio_pci && modprobe virtio_net || fail "modprobe virtio_net"
-wait_for 10 test -e /sys/class/net/eth0 || fail "no eth0"
-step "soft-RoCE on eth0"
-setup_rxe || fail "soft-RoCE setup on $(arg netdev eth0)"
-run ip link set eth0 mtu 4200 || true
-record rxe pass "rxe0 on $RXE_NETDEV, node GUID $RXE_GUID, $RXE_IP4"
+bench_rxe_eth0
 
 # login_retry NAME PORT CH: the target VM boots at the same time as this one; retry until
 # its target listens (5 min).
@@ -162,41 +141,14 @@ bench_s=$(since "$bench_t0")
 # The target prints its samples in batches every 10 s, and the host stops it when this VM
 # ends: wait for the batch that covers the last run.
 sleep 12
-nruns=$(grep -c '^BENCH ' "$BENCH_RAW")
-if [ "$BENCH_FAILED" = 0 ] && [ "$BENCH_ERRS" = 0 ]; then
-	record "bench" pass "$nruns fio runs in $bench_s s"
-else
-	record "bench" fail "$nruns fio runs in $bench_s s, $BENCH_FAILED failed, $BENCH_ERRS transport error lines"
-fi
-problems=$(kernel_log_problems)
-if [ -z "$problems" ]; then
-	record "kernel log" pass "no warnings, oopses or hung tasks"
-else
-	echo "$problems"
-	record "kernel log" fail "$(echo "$problems" | head -1)"
-fi
+bench_record_runs "$bench_s"
+record_kernel_log
 
 dmesg -n 1
 {
-	echo "BENCHINFO kernel=$(uname -r)"
-	echo "BENCHINFO guest_cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo) x $(nproc)"
-	echo "BENCHINFO guest_mem_kb=$(awk '/MemTotal/ { print $2 }' /proc/meminfo)"
-	echo "BENCHINFO fio=$(fio --version)"
-	echo "BENCHINFO rxe=rxe0 on $RXE_NETDEV, active_mtu $(ibv_devinfo -d rxe0 | awk '/active_mtu/ { print $2 }')"
-	echo "BENCHINFO ib_srp=$(for p in /sys/module/ib_srp/parameters/*; do printf '%s=%s ' "${p##*/}" "$(cat "$p")"; done)"
-	echo "BENCHINFO srp_params=$(arg srp_params "")"
-	echo "BENCHINFO jobs=$JOBS"
-	echo "BENCHINFO runtime=$BENCH_RUNTIME ramp=$BENCH_RAMP rounds=$ROUNDS ch_counts=$CH_COUNTS size_mib=$SIZE_MIB"
-	echo "BENCHINFO bench_seconds=$bench_s"
+	bench_info_guest
+	bench_info_run "$bench_s"
 	echo "BENCHINFO profile=$PROFILE round=$PROFILE_ROUND ch=$CH_COUNTS"
 } | tee /tmp/bench/info.txt
-echo "SRPTVM-BENCH: raw begin"
-cat "$BENCH_RAW"
-echo "SRPTVM-BENCH: raw end"
-for f in /tmp/bench/srptarget.cpu.ch*.pprof; do
-	[ -s "$f" ] || continue
-	echo "SRPTVM-BENCH: file begin ${f##*/}"
-	base64 "$f"
-	echo "SRPTVM-BENCH: file end ${f##*/}"
-done
+bench_print_results
 finish

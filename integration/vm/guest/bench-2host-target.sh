@@ -35,15 +35,7 @@ LIO_PORT=$(arg lio_port 5000)
 CTL_PORT=$(arg ctl_port 5600)
 PROF=/tmp/srptarget.cpu.pprof
 
-step "virtio NIC"
-# The image loads no driver by itself (init loads what the tests need).
-modprobe virtio_pci && modprobe virtio_net || fail "modprobe virtio_net"
-wait_for 10 test -e /sys/class/net/eth0 || fail "no eth0"
-step "soft-RoCE on eth0"
-setup_rxe || fail "soft-RoCE setup on $(arg netdev eth0)"
-# rxe's path MTU follows the netdev's MTU: 4096-byte RoCE MTU as on dummy0 in the one-VM bench
-run ip link set eth0 mtu 4200 || true
-record rxe pass "rxe0 on $RXE_NETDEV, node GUID $RXE_GUID, $RXE_IP4"
+bench_rxe_eth0
 
 step "srptarget serve on port $SRPT_PORT"
 cat >/etc/srptarget-bench.yaml <<YAML
@@ -100,25 +92,9 @@ step "target ready"
 buf=
 n=0
 while :; do
-	cpu= ctxt=0
-	while read -r k v rest; do
-		case $k in
-		cpu) cpu="$v $rest" ;;
-		ctxt) ctxt=$v ;;
-		esac
-	done </proc/stat
-	dproc=0,0 dio=0,0 vcs=0 ivcs=0
+	bench_proc_counters "$DPID"
+	vcs=0 ivcs=0
 	if [ -r "/proc/$DPID/stat" ]; then
-		read -r -a f <"/proc/$DPID/stat"
-		dproc=${f[13]},${f[14]}
-		r=0 w=0
-		while read -r k v; do
-			case $k in
-			syscr:) r=$v ;;
-			syscw:) w=$v ;;
-			esac
-		done <"/proc/$DPID/io"
-		dio=$r,$w
 		for st in /proc/"$DPID"/task/*/status; do
 			while read -r k v; do
 				case $k in
@@ -129,7 +105,7 @@ while :; do
 		done
 	fi
 	read -r up _ </proc/uptime
-	buf+="TGTCPU up=$up cpu=${cpu// /,} ctxt=$ctxt dproc=$dproc dio=$dio dcs=$vcs,$ivcs"$'\n'
+	buf+="TGTCPU up=$up cpu=$B_CPU ctxt=$B_CTXT dproc=$B_DPROC dio=$B_DIO dcs=$vcs,$ivcs"$'\n'
 	n=$((n + 1))
 	if [ $n -ge 20 ]; then
 		read -r up _ </proc/uptime

@@ -1,17 +1,25 @@
 # shellcheck shell=bash
-# bench-lib.sh - helpers for guest/bench.sh (bash), on top of lib.sh. bench.sh
-# (host) puts it at /lab/bench-lib.sh through SRPT_VM_FILES.
+# bench-lib.sh - helpers for guest/bench.sh and the two-host bench's guests
+# (bench-2host-init.sh, bench-2host-target.sh), on top of lib.sh. The host scripts put it
+# at /lab/bench-lib.sh through SRPT_VM_FILES.
 #
+#   bench_args                     the arguments both benches take (rounds, runtime, ramp,
+#                                  ch_counts, size_mib, jobs, srpt_port, lio_port, profile,
+#                                  profile_round) into ROUNDS, BENCH_RUNTIME, ...
+#   bench_rxe_eth0                 virtio_net's eth0 and soft-RoCE on it (two-host bench)
 #   lio_setup_ramdisk PORT MIB     LIO ib_srpt: one rd_mcp RAM disk of MIB MiB at
 #                                  LUN 0 on RDMA/CM port PORT, ACL for $RXE_IP4
 #                                  (configfs steps of selftest.sh); sets LIO_GUID
-#   bench_disk_lun sdX             the LUN of a SCSI disk (L of H:C:T:L)
-#   bench_disk_for_lun L           the ib_srp disk with LUN L (sdX)
 #   bench_count_disks              number of ib_srp disks
 #   bench_login GUID PORT CH N     add_target ... ch_count=CH, wait for N disks;
 #                                  sets BENCH_HOST (sysfs scsi_host dir)
+#   bench_proc_counters PID        /proc/stat's cpu line and ctxt, PID's CPU time and
+#                                  system calls, into B_CPU B_CTXT B_DPROC B_DIO
 #   bench_write_snap_script        /tmp/bench/snap.sh, which fio runs around each job
 #   bench_fio_job ...              one fio run, one BENCH line appended to $BENCH_RAW
+#   bench_record_runs SECONDS      the "bench" check: every fio run done, no transport errors
+#   bench_info_guest, bench_info_run SECONDS   the BENCHINFO lines both benches print
+#   bench_print_results            $BENCH_RAW and the CPU profiles, for the host to take
 #
 # Output format of $BENCH_RAW (one line per fio run; the host's benchreport parses it):
 #   BENCH round=R ch=C target=T job=J profiled=0|1 errs=N cpu0=... ctxt0=... irq0=... dproc0=...
@@ -22,6 +30,41 @@
 # latency).
 
 BENCH_CFG=/sys/kernel/config/target
+BENCH_JOBS="randread-4k-qd32 randwrite-4k-qd32 read-128k-qd32 write-128k-qd32 randread-4k-qd1"
+
+# bench_args: the k=v arguments of both benches, with their defaults (each guest script's
+# header lists them); profile_round beyond rounds means the last round.
+# shellcheck disable=SC2034 # read by the caller
+bench_args() {
+	ROUNDS=$(arg rounds 3)
+	BENCH_RUNTIME=$(arg runtime 5)
+	BENCH_RAMP=$(arg ramp 1)
+	CH_COUNTS=$(arg ch_counts "1 2")
+	SIZE_MIB=$(arg size_mib 256)
+	JOBS=$(arg jobs "$BENCH_JOBS")
+	SRPT_PORT=$(arg srpt_port 5555)
+	LIO_PORT=$(arg lio_port 5000)
+	PROFILE=$(arg profile 1)
+	PROFILE_ROUND=$(arg profile_round 2)
+	[ "$PROFILE_ROUND" -le "$ROUNDS" ] || PROFILE_ROUND=$ROUNDS
+	local j
+	for j in $JOBS; do
+		job_params "$j" >/dev/null || fail "unknown job $j (known: $BENCH_JOBS)"
+	done
+}
+
+# bench_rxe_eth0: the two-host bench's link: virtio_net's eth0 (the image loads no driver by
+# itself; init loads what the tests need) and soft-RoCE on it, with a 4096-byte RoCE MTU as
+# on dummy0 in the one-VM bench (rxe's path MTU follows the netdev's MTU).
+bench_rxe_eth0() {
+	step "virtio NIC"
+	modprobe virtio_pci && modprobe virtio_net || fail "modprobe virtio_net"
+	wait_for 10 test -e /sys/class/net/eth0 || fail "no eth0"
+	step "soft-RoCE on eth0"
+	setup_rxe || fail "soft-RoCE setup on $(arg netdev eth0)"
+	run ip link set eth0 mtu 4200 || true
+	record rxe pass "rxe0 on $RXE_NETDEV, node GUID $RXE_GUID, $RXE_IP4"
+}
 
 # lio_setup_ramdisk PORT MIB: the reference target, as selftest.sh configures it (IPv4 ACL only).
 lio_setup_ramdisk() {
@@ -48,20 +91,6 @@ lio_setup_ramdisk() {
 		mkdir "$tpg/acls/$RXE_IP4/lun_0" &&
 		ln -s "$tpg/lun/lun_0" "$tpg/acls/$RXE_IP4/lun_0/lun_0" &&
 		echo 1 >"$tpg/enable"
-}
-
-bench_disk_lun() {
-	local a
-	a=$(basename "$(readlink -f "/sys/block/$1/device")")
-	echo "${a##*:}"
-}
-
-bench_disk_for_lun() {
-	local d
-	for d in $(srp_disks); do
-		[ "$(bench_disk_lun "$d")" = "$1" ] && { echo "$d"; return 0; }
-	done
-	return 1
 }
 
 bench_count_disks() { srp_disks | grep -c .; }
@@ -95,38 +124,55 @@ bench_login() {
 #           doorbell and the CQ re-arm
 #   upS     /proc/uptime
 # fio runs it with system(3), hence a script and not a function.
+# bench_proc_counters [PID]: the counters of the CPU-per-I/O figures, without a fork (the
+# two-host target samples them every 0.5 s on its one vCPU; snap.sh carries a copy):
+#   B_CPU    the "cpu" line of /proc/stat, comma-separated clock ticks
+#   B_CTXT   context switches of the guest (/proc/stat ctxt)
+#   B_DPROC  PID's utime,stime (fields 14 and 15 of /proc/PID/stat; the command name has
+#            no spaces here); 0,0 without PID
+#   B_DIO    PID's read() and write() system calls (syscr, syscw of /proc/PID/io, all its
+#            threads); 0,0 without PID
+# shellcheck disable=SC2034 # read by the caller
+bench_proc_counters() {
+	local k v rest f r w
+	B_CPU='' B_CTXT=0 B_DPROC=0,0 B_DIO=0,0
+	while read -r k v rest; do
+		case $k in
+		cpu) B_CPU="$v $rest" ;;
+		ctxt) B_CTXT=$v ;;
+		esac
+	done </proc/stat
+	B_CPU=${B_CPU// /,}
+	if [ -n "${1:-}" ] && [ -r "/proc/$1/stat" ]; then
+		read -r -a f <"/proc/$1/stat"
+		B_DPROC=${f[13]},${f[14]}
+		r=0 w=0
+		while read -r k v; do
+			case $k in
+			syscr:) r=$v ;;
+			syscw:) w=$v ;;
+			esac
+		done <"/proc/$1/io"
+		B_DIO=$r,$w
+	fi
+}
+
 bench_write_snap_script() {
 	mkdir -p /tmp/bench
-	cat >/tmp/bench/snap.sh <<'SNAP'
-#!/bin/bash
+	{
+		echo '#!/bin/bash'
+		declare -f bench_proc_counters
+		cat <<'SNAP'
 s=$2
-cpu= ctxt=0
-while read -r k v rest; do
-	case $k in
-	cpu) cpu="$v $rest" ;;
-	ctxt) ctxt=$v ;;
-	esac
-done </proc/stat
+bench_proc_counters "$3"
 irq=$(awk '$1 == "RES:" || $1 == "CAL:" || $1 == "TLB:" {
 		n = 0; for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) n += $i
 		v[$1] = n }
 	END { printf "%d,%d,%d", v["RES:"], v["CAL:"], v["TLB:"] }' /proc/interrupts)
-dproc=0,0 dio=0,0
-if [ -n "$3" ] && [ -r "/proc/$3/stat" ]; then
-	read -r -a f <"/proc/$3/stat"
-	dproc=${f[13]},${f[14]}
-	r=0 w=0
-	while read -r k v; do
-		case $k in
-		syscr:) r=$v ;;
-		syscw:) w=$v ;;
-		esac
-	done <"/proc/$3/io"
-	dio=$r,$w
-fi
 read -r up _ </proc/uptime
-echo "cpu$s=${cpu// /,} ctxt$s=$ctxt irq$s=$irq dproc$s=$dproc dio$s=$dio up$s=$up" >"$1"
+echo "cpu$s=$B_CPU ctxt$s=$B_CTXT irq$s=$irq dproc$s=$B_DPROC dio$s=$B_DIO up$s=$up" >"$1"
 SNAP
+	} >/tmp/bench/snap.sh
 	chmod 0755 /tmp/bench/snap.sh
 }
 
@@ -179,4 +225,52 @@ job_params() {
 	randread-4k-qd1) echo "randread 4k 1 1" ;;
 	*) return 1 ;;
 	esac
+}
+
+# bench_record_runs SECONDS: the "bench" check over the whole measurement: every fio run
+# done (BENCH_FAILED) without ib_srp transport errors (BENCH_ERRS).
+bench_record_runs() {
+	local nruns
+	nruns=$(grep -c '^BENCH ' "$BENCH_RAW")
+	if [ "$BENCH_FAILED" = 0 ] && [ "$BENCH_ERRS" = 0 ]; then
+		record "bench" pass "$nruns fio runs in $1 s"
+	else
+		record "bench" fail "$nruns fio runs in $1 s, $BENCH_FAILED failed, $BENCH_ERRS transport error lines"
+	fi
+}
+
+# bench_info_guest: the BENCHINFO lines of the initiator's guest (the report reads
+# guest_cpu; the rest goes to setup.txt).
+bench_info_guest() {
+	echo "BENCHINFO kernel=$(uname -r)"
+	echo "BENCHINFO guest_cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo) x $(nproc)"
+	echo "BENCHINFO guest_mem_kb=$(awk '/MemTotal/ { print $2 }' /proc/meminfo)"
+	echo "BENCHINFO fio=$(fio --version)"
+	echo "BENCHINFO rxe=rxe0 on $RXE_NETDEV, active_mtu $(ibv_devinfo -d rxe0 | awk '/active_mtu/ { print $2 }')"
+	echo "BENCHINFO ib_srp=$(for p in /sys/module/ib_srp/parameters/*; do printf '%s=%s ' "${p##*/}" "$(cat "$p")"; done)"
+	echo "BENCHINFO srp_params=$(arg srp_params "")"
+}
+
+# bench_info_run SECONDS: the BENCHINFO lines of the run's parameters (the report reads
+# runtime and ramp).
+bench_info_run() {
+	echo "BENCHINFO jobs=$JOBS"
+	echo "BENCHINFO runtime=$BENCH_RUNTIME ramp=$BENCH_RAMP rounds=$ROUNDS ch_counts=$CH_COUNTS size_mib=$SIZE_MIB"
+	echo "BENCHINFO bench_seconds=$1"
+}
+
+# bench_print_results: the BENCH lines between "SRPTVM-BENCH: raw begin/end" and each CPU
+# profile in base64 between "SRPTVM-BENCH: file begin NAME" and "... file end NAME", which
+# the host scripts cut out of the console log.
+bench_print_results() {
+	local f
+	echo "SRPTVM-BENCH: raw begin"
+	cat "$BENCH_RAW"
+	echo "SRPTVM-BENCH: raw end"
+	for f in /tmp/bench/srptarget.cpu.ch*.pprof; do
+		[ -s "$f" ] || continue
+		echo "SRPTVM-BENCH: file begin ${f##*/}"
+		base64 "$f"
+		echo "SRPTVM-BENCH: file end ${f##*/}"
+	done
 }

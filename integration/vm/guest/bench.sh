@@ -63,21 +63,11 @@
 . /lab/bench-lib.sh
 
 BIN=$(arg bin /usr/local/bin/srptarget)
-ROUNDS=$(arg rounds 3)
-BENCH_RUNTIME=$(arg runtime 5)
-BENCH_RAMP=$(arg ramp 1)
-CH_COUNTS=$(arg ch_counts "1 2")
-SIZE_MIB=$(arg size_mib 256)
-JOBS=$(arg jobs "randread-4k-qd32 randwrite-4k-qd32 read-128k-qd32 write-128k-qd32 randread-4k-qd1")
+bench_args
 SRPT_LUNS=$(arg srpt_luns "mem null")
 SRPT_MODES=$(arg srpt_modes adaptive)
-SRPT_PORT=$(arg srpt_port 5555)
-LIO_PORT=$(arg lio_port 5000)
-PROFILE=$(arg profile 1)
-PROFILE_ROUND=$(arg profile_round 2)
 PROFILE_CH=$(arg profile_ch "1 2")
 PROFILE_MODE=$(arg profile_mode "")
-[ "$PROFILE_ROUND" -gt "$ROUNDS" ] && PROFILE_ROUND=$ROUNDS
 
 BENCH_RAW=/tmp/bench/raw.txt
 BENCH_FAILED=0
@@ -87,9 +77,6 @@ mkdir -p /tmp/bench
 : >"$BENCH_RAW"
 bench_write_snap_script
 
-for j in $JOBS; do
-	job_params "$j" >/dev/null || fail "unknown job $j (known: randread-4k-qd32 randwrite-4k-qd32 read-128k-qd32 write-128k-qd32 randread-4k-qd1)"
-done
 for lun in $SRPT_LUNS; do
 	case $lun in mem | null) ;; *) fail "unknown srpt_luns entry $lun (known: mem null)" ;; esac
 done
@@ -266,7 +253,7 @@ step "prefill: every memory disk written once"
 ch0=${CH_COUNTS%% *}
 for i in "${!D_NAME[@]}"; do
 	bench_login "$RXE_GUID" "${D_PORT[$i]}" "$ch0" 2 || fail "login to $(dlabel "$i")"
-	d=$(bench_disk_for_lun 0) || fail "$(dlabel "$i"): no disk with LUN 0"
+	d=$(srp_disk_for_lun 0) || fail "$(dlabel "$i"): no disk with LUN 0"
 	t=$(uptime_s)
 	prefill "/dev/$d" || fail "prefill of $(dlabel "$i")'s /dev/$d: $(tail -3 /tmp/bench/prefill.txt)"
 	record "prefill $(dlabel "$i")" pass "/dev/$d (LUN 0, memory), ${SIZE_MIB} MiB in $(since "$t") s"
@@ -318,7 +305,7 @@ block() {
 		[ $profiled = 1 ] && kill -USR1 "$pid"
 		for lun in $SRPT_LUNS; do
 			case $lun in mem) l=0 ;; null) l=1 ;; esac
-			d=$(bench_disk_for_lun $l) || { nfail=$((nfail + 1)); continue; }
+			d=$(srp_disk_for_lun $l) || { nfail=$((nfail + 1)); continue; }
 			run_jobs "$round" "$ch" "srpt-$lun${D_SUFFIX[$i]}" "/dev/$d" "$pid" "$profiled" || nfail=$((nfail + $?))
 		done
 		if [ $profiled = 1 ]; then
@@ -364,12 +351,7 @@ for round in $(seq 1 "$ROUNDS"); do
 	done
 done
 bench_s=$(since "$bench_t0")
-nruns=$(grep -c '^BENCH ' "$BENCH_RAW")
-if [ "$BENCH_FAILED" = 0 ] && [ "$BENCH_ERRS" = 0 ]; then
-	record "bench" pass "$nruns fio runs in $bench_s s"
-else
-	record "bench" fail "$nruns fio runs in $bench_s s, $BENCH_FAILED failed, $BENCH_ERRS transport error lines"
-fi
+bench_record_runs "$bench_s"
 # 100 clock ticks per second: a daemon without a session that wakes now and then stays far
 # below 5 % of one CPU; a spinning one is near 100 %.
 if awk -v a="$IDLE_WORST" 'BEGIN { exit !(a < 5) }'; then
@@ -394,25 +376,13 @@ for i in "${!D_PID[@]}"; do
 	fi
 done
 
-problems=$(kernel_log_problems)
-if [ -z "$problems" ]; then
-	record "kernel log" pass "no warnings, oopses or hung tasks"
-else
-	echo "$problems"
-	record "kernel log" fail "$(echo "$problems" | head -1)"
-fi
+record_kernel_log
 
 # ------------------------------------------------------------------ output
 dmesg -n 1
 {
-	echo "BENCHINFO kernel=$(uname -r)"
-	echo "BENCHINFO guest_cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo) x $(nproc)"
-	echo "BENCHINFO guest_mem_kb=$(awk '/MemTotal/ { print $2 }' /proc/meminfo)"
-	echo "BENCHINFO fio=$(fio --version)"
+	bench_info_guest
 	echo "BENCHINFO srptarget=$("$BIN" version 2>&1 | head -1)"
-	echo "BENCHINFO rxe=rxe0 on $RXE_NETDEV, active_mtu $(ibv_devinfo -d rxe0 | awk '/active_mtu/ { print $2 }')"
-	echo "BENCHINFO ib_srp=$(for p in /sys/module/ib_srp/parameters/*; do printf '%s=%s ' "${p##*/}" "$(cat "$p")"; done)"
-	echo "BENCHINFO srp_params=$(arg srp_params "")"
 	echo "BENCHINFO lio=rd_mcp ${SIZE_MIB} MiB, srpt attrib $(cat "$BENCH_CFG"/srpt/*/*/attrib/srp_sq_size 2>/dev/null | head -1) sq, srp_max_req_size $(cat /sys/module/ib_srpt/parameters/srp_max_req_size)"
 	echo "BENCHINFO srpt_modes=$SRPT_MODES"
 	for i in "${!D_NAME[@]}"; do
@@ -420,20 +390,10 @@ dmesg -n 1
 		for l in $SRPT_LUNS; do dtargets+="${dtargets:+,}srpt-$l${D_SUFFIX[$i]}"; done
 		echo "BENCHINFO srpt_daemon=${D_NAME[$i]} completion=${D_MODE[$i]} poll_window=${D_WIN[$i]:-default} port=${D_PORT[$i]} targets=$dtargets"
 	done
-	echo "BENCHINFO jobs=$JOBS"
-	echo "BENCHINFO runtime=$BENCH_RUNTIME ramp=$BENCH_RAMP rounds=$ROUNDS ch_counts=$CH_COUNTS size_mib=$SIZE_MIB"
-	echo "BENCHINFO bench_seconds=$bench_s"
+	bench_info_run "$bench_s"
 	echo "BENCHINFO profile=$PROFILE round=$PROFILE_ROUND ch=$PROFILE_CH mode=${D_NAME[$PROF_D]}"
 } | tee /tmp/bench/info.txt
-echo "SRPTVM-BENCH: raw begin"
-cat "$BENCH_RAW"
-echo "SRPTVM-BENCH: raw end"
-for f in /tmp/bench/srptarget.cpu.ch*.pprof; do
-	[ -s "$f" ] || continue
-	echo "SRPTVM-BENCH: file begin ${f##*/}"
-	base64 "$f"
-	echo "SRPTVM-BENCH: file end ${f##*/}"
-done
+bench_print_results
 echo "SRPTVM-BENCH: daemon log begin"
 tail -n 200 "${D_LOG[@]}"
 echo "SRPTVM-BENCH: daemon log end"

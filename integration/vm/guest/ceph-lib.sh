@@ -5,7 +5,12 @@
 #
 #   ceph_conf [EXTRA]           write $C/ceph.conf (EXTRA: more [global] lines) and export CEPH_CONF
 #   ceph_up POOL IMAGE BYTES    mon, OSD, the pool and the image
+#   ceph_start IMAGE MIB [EXTRA]  ceph_conf EXTRA, ceph_up rbd IMAGE, the "ceph cluster" check
+#                               (fail, which ends the test, when the cluster does not come up)
 #   ceph_stop                   SIGTERM the OSD and the monitor (SIGKILL after 20 s)
+
+# shellcheck source=../../ceph/conf.sh
+. /lab/ceph-conf.sh
 
 RBDCTL=${RBDCTL:-/usr/local/bin/rbdctl}
 C=${C:-/run/ceph}
@@ -16,47 +21,12 @@ ceph_pid() { cat "$C/run/ceph-$1.pid" 2>/dev/null; }
 ceph_conf() {
 	mkdir -p "$C"/{run,log,mon/ceph-a,osd/ceph-0}
 	FSID=$(cat /proc/sys/kernel/random/uuid)
-	MON="[v2:127.0.0.1:3300,v1:127.0.0.1:6789]"
-	cat >"$C/ceph.conf" <<CONF
-[global]
-fsid = $FSID
-mon host = $MON
-public addr = 127.0.0.1
-cluster addr = 127.0.0.1
-ms bind ipv6 = false
-auth cluster required = none
-auth service required = none
-auth client required = none
-run dir = $C/run
-pid file = $C/run/\$cluster-\$name.pid
-admin socket = $C/run/\$cluster-\$name.asok
-log file = $C/log/\$cluster-\$name.log
-mon data = $C/mon/\$cluster-\$id
-osd data = $C/osd/\$cluster-\$id
-osd objectstore = memstore
-memstore device bytes = 1073741824
-memstore page set = true
-memstore page size = 4096
-osd pool default size = 1
-osd pool default min size = 1
-osd pool default pg num = 8
+	# pg num 8: ceph_up's pool; no erasure-code plugins in the image
+	ceph_conf_write "$C" "$FSID" 127.0.0.1 1073741824 "osd pool default pg num = 8
 osd pool default pgp num = 8
-osd pool default pg autoscale mode = off
-osd crush chooseleaf type = 0
 osd erasure code plugins =
-mon allow pool size one = true
-mon warn on pool no redundancy = false
-mon warn on insecure global id reclaim allowed = false
-mon data avail warn = 2
-mon data avail crit = 1
-paxos propose interval = 0.1
-paxos min wait = 0.01
-${1:-}
-[client]
-admin socket = $C/run/\$cluster-\$name.\$pid.\$cctid.asok
-log file = $C/log/\$cluster-\$name.\$pid.log
-rbd cache = false
-CONF
+${1:-}"
+	MON=$CEPH_MON
 	export CEPH_CONF=$C/ceph.conf
 }
 
@@ -72,6 +42,18 @@ ceph_up() {
 		run ceph-osd -i "$id" &&
 		run timeout 300 "$RBDCTL" pool-create "$1" &&
 		run timeout 300 "$RBDCTL" create "$1" "$2" "$3"
+}
+
+ceph_start() {
+	local t0
+	t0=$(uptime_s)
+	ceph_conf "${3:-}"
+	if ceph_up rbd "$1" $(($2 << 20)); then
+		record "ceph cluster" pass "mon + OSD up, pool rbd and image rbd/$1 ($2 MiB) made in $(since "$t0") s${3:+; $3}"
+	else
+		tail -n 30 "$C"/log/*.log
+		fail "the cluster did not come up"
+	fi
 }
 
 ceph_stop() {

@@ -99,17 +99,7 @@ start_gw() {
 	wait_for 60 eval "alive $pid && cm_listening $2"
 }
 
-disk_of() {
-	local d h
-	for d in $(srp_disks); do
-		h=$(disk_host "$d")
-		[ "$(cat "/sys/class/scsi_host/$h/id_ext" 2>/dev/null)" = "0x$1" ] && { echo "$d"; return 0; }
-	done
-	return 1
-}
-both_disks() { disk_of $ID_A >/dev/null && disk_of $ID_B >/dev/null; }
-# ios sdX|dm-N: completed reads + writes.
-ios() { awk '{ print $1 + $5 }' "/sys/block/$1/stat"; }
+both_disks() { srp_disk_of "$ID_A" >/dev/null && srp_disk_of "$ID_B" >/dev/null; }
 
 # fio_run TAG NAME ARGS...: fio job NAME with crc32c verify on the map, its output in
 # $W/fio-TAG.txt; sets FIO_RC, FIO_VERR, FIO_IOERR, FIO_SUMMARY and writes them to $W/fio-TAG.res.
@@ -137,16 +127,9 @@ step "ceph cluster in the guest, image rbd/gw0 (default features: exclusive-lock
 for b in ceph-mon ceph-osd monmaptool "$RBDCTL" multipath fio; do
 	command -v "$b" >/dev/null || fail "$b is not in the image (build-image.sh with SRPT_VM_CEPH=1)"
 done
-t0=$(uptime_s)
 # The OSD forgets a dead client's watch after osd_client_watch_timeout; only then will the
 # surviving gateway's librbd break (and blocklist) the dead owner's exclusive lock.
-ceph_conf "osd client watch timeout = $WATCH_TIMEOUT"
-if ceph_up rbd gw0 $((IMAGE_MIB << 20)); then
-	record "ceph cluster" pass "mon + OSD up, image rbd/gw0 (${IMAGE_MIB} MiB) in $(since "$t0") s; osd_client_watch_timeout $WATCH_TIMEOUT s"
-else
-	tail -n 30 "$C"/log/*.log
-	fail "the cluster did not come up"
-fi
+ceph_start gw0 "$IMAGE_MIB" "osd client watch timeout = $WATCH_TIMEOUT"
 
 step "soft-RoCE, modules"
 setup_rxe >$W/rxe.txt 2>&1 || { cat $W/rxe.txt; fail "soft-RoCE setup"; }
@@ -168,7 +151,7 @@ n0=$(dmesg_mark)
 srp_login "id_ext=$ID_A,ioc_guid=$ID_A,dest=$RXE_IP4:$PORT_A" || fail "add_target A"
 srp_login "id_ext=$ID_B,ioc_guid=$ID_B,dest=$RXE_IP4:$PORT_B" || fail "add_target B"
 wait_for 60 both_disks || fail "want a disk through each gateway, have: $(srp_disks | tr '\n' ' ')"
-DA=$(disk_of $ID_A) DB=$(disk_of $ID_B)
+DA=$(srp_disk_of $ID_A) DB=$(srp_disk_of $ID_B)
 HA=$(disk_host "$DA") HB=$(disk_host "$DB")
 wa=$(cat "/sys/block/$DA/device/wwid") wb=$(cat "/sys/block/$DB/device/wwid")
 sa=$(sg_inq -p 0x80 "/dev/$DA" | awk '/Unit serial number:/ { print $NF }')
@@ -189,27 +172,8 @@ done
 for d in $DA $DB; do echo 90 >"/sys/block/$d/device/timeout"; done
 
 step "multipath"
-mkdir -p /etc/multipath
-cat >/etc/multipath.conf <<'MP'
-defaults {
-	user_friendly_names yes
-	find_multipaths off
-	uid_attribute ""
-	path_grouping_policy group_by_prio
-	prio alua
-	path_checker tur
-	failback immediate
-	no_path_retry fail
-}
-MP
-export DM_DISABLE_UDEV=1
-mkdir -p /run/udev/data
-for d in $DA $DB; do echo "I:1" >"/run/udev/data/b$(cat "/sys/block/$d/dev")"; done
-run multipath -v2 2>&1 | tail -20
-multipath -ll 2>&1 | tee $W/mp1.txt
-MPNAME=$(awk '/ dm-[0-9]+ / { print $1; exit }' $W/mp1.txt)
+mpath_setup $W/mp1.txt "$DA" "$DB"
 maps=$(grep -cE ' dm-[0-9]+ ' $W/mp1.txt)
-MPDEV=/dev/mapper/$MPNAME
 if [ "$maps" = 1 ] && [ -b "$MPDEV" ] && grep -q "hwhandler='1 alua'" $W/mp1.txt &&
 	grep -q "prio=50" $W/mp1.txt && grep -q "prio=10" $W/mp1.txt && grep -q " $DA " $W/mp1.txt && grep -q " $DB " $W/mp1.txt; then
 	record "multipath -ll" pass "one map $MPNAME ($(awk '/ dm-[0-9]+ / { print $2 " " $3; exit }' $W/mp1.txt)), paths $DA (prio 50, A) and $DB (prio 10, B), hwhandler alua"
@@ -235,7 +199,7 @@ step "fio with crc32c verify on the map; SIGKILL gateway A; restart; fail back"
 # "uptime completed-I/Os-of-the-map A's B's" every 0.1 s
 (
 	while [ -e "/sys/block/$DM/stat" ]; do
-		echo "$(uptime_s) $(ios "$DM") $(ios "$DA" 2>/dev/null || echo 0) $(ios "$DB" 2>/dev/null || echo 0)"
+		echo "$(uptime_s) $(disk_ios "$DM") $(disk_ios "$DA" 2>/dev/null || echo 0) $(disk_ios "$DB" 2>/dev/null || echo 0)"
 		sleep 0.1
 	done
 ) >$W/samples 2>/dev/null &
@@ -243,7 +207,7 @@ SAMPLER=$!
 fio_run main main --rw=randwrite --bs=4k --iodepth=16 --offset=16M --size="$FIO_SIZE" --verify_backlog=64 &
 FIOPID=$!
 sleep "$KILL_AFTER"
-a0=$(ios "$DA") b0=$(ios "$DB")
+a0=$(disk_ios "$DA") b0=$(disk_ios "$DB")
 if ! kill -0 $FIOPID 2>/dev/null; then
 	record "fio running at the kill" fail "fio ended within $KILL_AFTER s: raise fio_size"
 fi
@@ -252,11 +216,11 @@ run kill -KILL "$PID_A"
 wait "$PID_A" 2>/dev/null
 echo "SRPTVM: gateway A killed at uptime $TK; rport A $(cat "/sys/class/srp_remote_ports/port-${HA#host}:1/state")"
 # A stays down until B has completed I/O (at most 90 s), and for at least DOWN s.
-on_b() { [ $(($(ios "$DB") - b0)) -ge 16 ]; }
+on_b() { [ $(($(disk_ios "$DB") - b0)) -ge 16 ]; }
 wait_for 90 on_b
 tb=$(since "$TK")
 awk -v t="$tb" -v d="$DOWN" 'BEGIN { exit !(t < d) }' && sleep "$(awk -v t="$tb" -v d="$DOWN" 'BEGIN { print d - t }')"
-a1=$(ios "$DA") b1=$(ios "$DB")
+a1=$(disk_ios "$DA") b1=$(disk_ios "$DB")
 multipath -ll 2>&1 | tee $W/mp2.txt
 if [ $((b1 - b0)) -ge 16 ]; then
 	record "I/O on B while A is down" pass "$DB +$((b1 - b0)) I/Os, $DA +$((a1 - a0)) in the $(since "$TK") s after the kill (B's first 16 within $tb s)"
@@ -275,14 +239,14 @@ fi
 # failback immediate the I/O goes back to A's (optimized) group.
 run multipath -r -v2 2>&1 | tail -5
 multipath -ll 2>&1 | tee $W/mp3.txt
-a2=$(ios "$DA") b2=$(ios "$DB")
-back_on_a() { [ $(($(ios "$DA") - a2)) -ge 32 ]; }
+a2=$(disk_ios "$DA") b2=$(disk_ios "$DB")
+back_on_a() { [ $(($(disk_ios "$DA") - a2)) -ge 32 ]; }
 if kill -0 $FIOPID 2>/dev/null && wait_for 60 back_on_a; then
-	record "I/O back on A" pass "$DA +$(($(ios "$DA") - a2)) I/Os, $DB +$(($(ios "$DB") - b2)) after the map reload"
+	record "I/O back on A" pass "$DA +$(($(disk_ios "$DA") - a2)) I/Os, $DB +$(($(disk_ios "$DB") - b2)) after the map reload"
 elif ! kill -0 $FIOPID 2>/dev/null; then
 	record "I/O back on A" fail "fio had ended before A was back: raise fio_size"
 else
-	record "I/O back on A" fail "$DA +$(($(ios "$DA") - a2)) I/Os in 60 s after the map reload"
+	record "I/O back on A" fail "$DA +$(($(disk_ios "$DA") - a2)) I/Os in 60 s after the map reload"
 fi
 wait_for 600 eval "! kill -0 $FIOPID" || record "fio main" fail "still running 600 s on"
 wait $FIOPID

@@ -23,11 +23,18 @@
 #                             ib_srp parameters from the srp_params argument
 #   srp_disks                 sd* disks whose SCSI host is an ib_srp host
 #   disk_host sdX             the disk's SCSI host (hostN)
+#   disk_lun sdX              the disk's LUN (the L of H:C:T:L)
+#   srp_disk_for_lun L        the ib_srp disk (sdX) with LUN L
+#   srp_disk_of ID_EXT        the ib_srp disk (sdX) of the SRP target port with that id_ext
+#   disk_ios sdX|dm-N         completed reads + writes of a block device
+#   mpath_setup OUT DISK...   one dm-multipath map over DISK... without udev or multipathd;
+#                             multipath -ll in OUT, sets MPNAME and MPDEV
 #   inq_id DEV                VENDOR/PRODUCT of a SCSI device (sg_inq)
 #   srp_logout                delete every SRP remote port, wait for the disks to go
 #   dmesg_mark, dmesg_since MARK  kernel log lines logged after a point
 #   srp_transport_errors MARK ib_srp errors/reconnects, rxe errors since MARK
 #   kernel_log_problems       WARNING/BUG/Oops/... lines in the kernel log
+#   record_kernel_log         record "kernel log": pass without such lines, else fail
 
 SRPTVM_RESULTS=${SRPTVM_RESULTS:-/run/srptvm/results}
 mkdir -p "$(dirname "$SRPTVM_RESULTS")"
@@ -282,6 +289,75 @@ disk_host() {
 	echo "${h##*/}"
 }
 
+# disk_lun sdX: the LUN of a SCSI disk (the L of H:C:T:L).
+disk_lun() {
+	local a
+	a=$(basename "$(readlink -f "/sys/block/$1/device")")
+	echo "${a##*:}"
+}
+
+# srp_disk_for_lun L: the ib_srp disk (sdX) with LUN L, or nothing and status 1.
+srp_disk_for_lun() {
+	local d
+	for d in $(srp_disks); do
+		[ "$(disk_lun "$d")" = "$1" ] && { echo "$d"; return 0; }
+	done
+	return 1
+}
+
+# srp_disk_of ID_EXT: the ib_srp disk (sdX) of the SRP target port with that id_ext (16 hex
+# digits), or nothing and status 1: which of two target ports a disk came through.
+srp_disk_of() {
+	local d h
+	for d in $(srp_disks); do
+		h=$(disk_host "$d")
+		[ "$(cat "/sys/class/scsi_host/$h/id_ext" 2>/dev/null)" = "0x$1" ] && { echo "$d"; return 0; }
+	done
+	return 1
+}
+
+# disk_ios sdX|dm-N: completed reads + writes (fields 1 and 5 of /sys/block/DEV/stat).
+disk_ios() { awk '{ print $1 + $5 }' "/sys/block/$1/stat"; }
+
+# mpath_setup OUT DISK...: dm-multipath over the DISKs, grouped by ALUA priority, without
+# udev or multipathd (the VM has neither): libdevmapper makes the /dev/mapper nodes itself
+# (DM_DISABLE_UDEV), and multipath reads the WWID from sysfs (VPD page 0x83) when
+# uid_attribute is empty. The hardware handler is the one the kernel attached
+# (retain_attached_hw_handler, the default). Writes `multipath -ll` to OUT and sets MPNAME
+# (the first map's name, empty without one) and MPDEV (/dev/mapper/MPNAME); the caller
+# checks the map.
+mpath_setup() {
+	local out=$1 d
+	shift
+	mkdir -p /etc/multipath
+	cat >/etc/multipath.conf <<'MP'
+defaults {
+	user_friendly_names yes
+	find_multipaths off
+	uid_attribute ""
+	path_grouping_policy group_by_prio
+	prio alua
+	path_checker tur
+	failback immediate
+	no_path_retry fail
+}
+MP
+	export DM_DISABLE_UDEV=1
+	# multipath lists only block devices udev has initialized (libudev's
+	# match_is_initialized): a device is when udev's database has an entry for it, which
+	# udev would have written.
+	mkdir -p /run/udev/data
+	for d in "$@"; do
+		echo "I:1" >"/run/udev/data/b$(cat "/sys/block/$d/dev")"
+	done
+	run multipath -v2 2>&1 | tail -20
+	# (multipath warns first that multipathd is not running)
+	run multipath -ll 2>&1 | tee "$out"
+	MPNAME=$(awk '/ dm-[0-9]+ / { print $1; exit }' "$out")
+	# shellcheck disable=SC2034 # for the caller
+	MPDEV=/dev/mapper/$MPNAME
+}
+
 srp_disks() {
 	local d
 	for d in /sys/block/sd*; do
@@ -333,4 +409,17 @@ srp_errors_summary() {
 
 kernel_log_problems() {
 	dmesg | grep -E 'WARNING:|BUG:|Oops|Call Trace|general protection|hung_task|blocked for more than|UBSAN|KASAN|list_del corruption' || true
+}
+
+# record_kernel_log: the "kernel log" check at the end of a test: the lines of
+# kernel_log_problems printed and the first one recorded as the failure.
+record_kernel_log() {
+	local problems
+	problems=$(kernel_log_problems)
+	if [ -z "$problems" ]; then
+		record "kernel log" pass "no warnings, oopses or hung tasks"
+	else
+		echo "$problems"
+		record "kernel log" fail "$(echo "$problems" | head -1)"
+	fi
 }

@@ -38,14 +38,7 @@ step "ceph cluster in the guest (mon + memstore OSD on 127.0.0.1)"
 for b in ceph-mon ceph-osd monmaptool "$RBDCTL" "$BIN"; do
 	command -v "$b" >/dev/null || fail "$b is not in the image (build-image.sh with SRPT_VM_CEPH=1, e2e-rbd.sh)"
 done
-t0=$(uptime_s)
-ceph_conf
-if ceph_up rbd lun0 $((IMAGE_MIB << 20)); then
-	record "ceph cluster" pass "mon + OSD up, pool rbd and image rbd/lun0 (${IMAGE_MIB} MiB) made in $(since "$t0") s"
-else
-	tail -n 30 "$C"/log/*.log
-	fail "the cluster did not come up"
-fi
+ceph_start lun0 "$IMAGE_MIB"
 
 # ------------------------------------------------------------------ srptarget
 step "soft-RoCE"

@@ -215,11 +215,5 @@ fi
 
 # ------------------------------------------------------------------ kernel log
 step "kernel log"
-problems=$(kernel_log_problems)
-if [ -z "$problems" ]; then
-	record "kernel log" pass "no warnings, oopses or hung tasks"
-else
-	echo "$problems"
-	record "kernel log" fail "$(echo "$problems" | head -1)"
-fi
+record_kernel_log
 finish

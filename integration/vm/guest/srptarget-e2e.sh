@@ -182,20 +182,10 @@ stop_daemon() {
 dlog_mark() { wc -l <"$DLOG"; }
 dlog_since() { tail -n +$(($1 + 1)) "$DLOG"; }
 
-# disk_lun sdX: the LUN of a SCSI disk (the L of H:C:T:L).
-disk_lun() {
-	local a
-	a=$(basename "$(readlink -f "/sys/block/$1/device")")
-	echo "${a##*:}"
-}
-
 # lun_dev N: /dev/sdX of LUN N behind the SRP host(s), or nothing.
 lun_dev() {
 	local d
-	for d in $(srp_disks); do
-		[ "$(disk_lun "$d")" = "$1" ] && { echo "/dev/$d"; return 0; }
-	done
-	return 1
+	d=$(srp_disk_for_lun "$1") && echo "/dev/$d"
 }
 
 both_luns() { lun_dev 0 >/dev/null && lun_dev 1 >/dev/null && test -b "$(lun_dev 0)" && test -b "$(lun_dev 1)"; }
@@ -882,11 +872,5 @@ read -r fsize fblocks <<<"$(stat -c '%s %b' "$L1_PATH")"
 echo "$L1_PATH at the end: $fsize bytes, $((fblocks * 512)) allocated"
 
 step "kernel log"
-problems=$(kernel_log_problems)
-if [ -z "$problems" ]; then
-	record "kernel log" pass "no warnings, oopses or hung tasks"
-else
-	echo "$problems"
-	record "kernel log" fail "$(echo "$problems" | head -1)"
-fi
+record_kernel_log
 finish_all
