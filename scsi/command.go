@@ -131,8 +131,7 @@ func (c *Command) DataOutResidual() (overflow bool, n int) {
 //		return
 //	}
 //
-// It is kept to eight bytes (returned in registers, it costs the I/O path nothing when zero):
-// the field pointer packed, turned into SenseInfo only when the command fails.
+// It is turned into SenseInfo only when the command fails.
 type fault uint32
 
 // The layout of a fault: the reason in the low byte, then the field pointer. A fault is one
