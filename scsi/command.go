@@ -130,9 +130,34 @@ func (c *Command) DataOutResidual() (overflow bool, n int) {
 //	if c.failOn(checkSomething(c.CDB)) {
 //		return
 //	}
-type fault struct {
-	reason Reason
-	info   SenseInfo
+//
+// It is turned into SenseInfo only when the command fails.
+type fault uint32
+
+// The layout of a fault: the reason in the low byte, then the field pointer. A fault is one
+// integer so that returning one through the decoders costs a register: a struct of small
+// fields was stored byte by byte and reloaded whole, a store-forwarding stall on every command.
+const (
+	faultHasField fault = 1 << 8  // the field pointer is valid
+	faultInCDB    fault = 1 << 9  // it points into the CDB, else into the parameter list
+	faultHasBit   fault = 1 << 10 // the bit pointer is valid
+	faultBitShift       = 11      // 3 bits
+	faultPtrShift       = 16      // 16 bits: the byte
+)
+
+// faultOf is a fault with reason and no field pointer.
+func faultOf(r Reason) fault { return fault(r) }
+
+// reason is why the command fails; ReasonNone for the zero fault.
+func (f fault) reason() Reason { return Reason(f & 0xFF) }
+
+// senseInfo is the sense data detail of f: its field pointer, if it has one.
+func (f fault) senseInfo() SenseInfo {
+	if f&faultHasField == 0 {
+		return SenseInfo{}
+	}
+	return SenseInfo{FieldPointerValid: true, InCDB: f&faultInCDB != 0, FieldPointer: uint16(f >> faultPtrShift),
+		BitPointerValid: f&faultHasBit != 0, BitPointer: uint8(f>>faultBitShift) & 7}
 }
 
 // cdbFieldFault is INVALID FIELD IN CDB pointing at byte byteOff (and bit, when bit >= 0) of the
@@ -150,23 +175,26 @@ func paramFieldFault(byteOff int, bit int) fault {
 // fieldFault is reason with the field pointer of the sense-key specific bytes (SPC-4 4.5.2.4.2)
 // on byteOff and, when bit >= 0, bit, in the CDB (inCDB) or the parameter list.
 func fieldFault(reason Reason, inCDB bool, byteOff int, bit int) fault {
-	info := SenseInfo{FieldPointerValid: true, InCDB: inCDB, FieldPointer: uint16(byteOff)}
-	if bit >= 0 {
-		info.BitPointerValid, info.BitPointer = true, uint8(bit)
+	f := fault(reason) | faultHasField | fault(uint16(byteOff))<<faultPtrShift
+	if inCDB {
+		f |= faultInCDB
 	}
-	return fault{reason: reason, info: info}
+	if bit >= 0 {
+		f |= faultHasBit | fault(bit&7)<<faultBitShift
+	}
+	return f
 }
 
 // fail ends the command with CHECK CONDITION for reason, in the LU's sense format.
 func (c *Command) fail(reason Reason) { c.failInfo(reason, SenseInfo{}) }
 
 // failWith ends the command with CHECK CONDITION for the fault a decoder returned.
-func (c *Command) failWith(f fault) { c.failInfo(f.reason, f.info) }
+func (c *Command) failWith(f fault) { c.failInfo(f.reason(), f.senseInfo()) }
 
 // failOn ends the command with CHECK CONDITION for f when f is a fault, and reports whether it
 // did: true means the command failed.
 func (c *Command) failOn(f fault) bool {
-	if f.reason == ReasonNone {
+	if f == 0 {
 		return false
 	}
 	c.failWith(f)

@@ -392,7 +392,7 @@ func (lu *LogicalUnit) checkBlockDescriptor(bd []byte, off int) fault {
 	var reservedOff, lengthOff int
 	switch len(bd) {
 	case 0:
-		return fault{}
+		return 0
 	case 8:
 		// Short LBA: NUMBER OF LOGICAL BLOCKS (0-3), reserved (4), LOGICAL BLOCK LENGTH (5-7).
 		count, blocks = uint64(binary.BigEndian.Uint32(bd[0:4])), min(blocks, 0xFFFFFFFF)
@@ -416,5 +416,5 @@ func (lu *LogicalUnit) checkBlockDescriptor(bd []byte, off int) fault {
 	if length != 0 && length != lu.blockSize {
 		return paramFieldFault(off+lengthOff, -1)
 	}
-	return fault{}
+	return 0
 }

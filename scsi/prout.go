@@ -103,7 +103,7 @@ func checkScopeType(scope, typ byte) fault {
 	if !validPRType(typ) {
 		return cdbFieldFault(2, 3)
 	}
-	return fault{}
+	return 0
 }
 
 // prOut applies service action sa with parameter list p from the I_T nexus id to s. It reports

@@ -21,7 +21,7 @@ func checkCapacityLBA(lba uint64, lbaOff int, pmi bool) fault {
 	if !pmi && lba != 0 {
 		return cdbFieldFault(lbaOff, -1)
 	}
-	return fault{}
+	return 0
 }
 
 // readCapacity10 handles READ CAPACITY(10) (SBC-3 5.15): the last LBA, or FFFFFFFFh when it

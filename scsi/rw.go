@@ -54,7 +54,7 @@ func (lu *LogicalUnit) writeN(c *Command) {
 // decode6 reads the LBA and the transfer length of READ(6) and WRITE(6); byte 1 bits 7:5 are
 // reserved.
 func decode6(cdb []byte) (lba uint64, n uint32, f fault) {
-	if f := (cdbField{1, 0xE0}).checkZero(cdb); f.reason != ReasonNone {
+	if f := (cdbField{1, 0xE0}).checkZero(cdb); f != 0 {
 		return 0, 0, f
 	}
 	lba = uint64(cdb[1]&0x1F)<<16 | uint64(cdb[2])<<8 | uint64(cdb[3])
@@ -62,7 +62,7 @@ func decode6(cdb []byte) (lba uint64, n uint32, f fault) {
 	if n == 0 {
 		n = 256
 	}
-	return lba, n, fault{}
+	return lba, n, 0
 }
 
 // readWriteByte1Zero are the fields of byte 1 of READ/WRITE(10/12) that must be zero: the
@@ -71,15 +71,15 @@ func decode6(cdb []byte) (lba uint64, n uint32, f fault) {
 // obsolete and ignored (ignoredReadWrite). In READ/WRITE(16) bit 0, SBC-4's DLD2, must be zero
 // too: command duration limits are not supported, and its companions DLD1 and DLD0
 // in the GROUP NUMBER byte are refused with the rest of groupReserved.
-var readWriteByte1Zero = byte1Fields{
-	short: []cdbField{{1, cdbProtectMask}, {1, 0x04}},
-	long:  []cdbField{{1, cdbProtectMask}, {1, 0x04}, {1, 0x01}},
-}
+var readWriteByte1Zero = newByte1Fields(
+	[]cdbField{{1, cdbProtectMask}, {1, 0x04}},
+	[]cdbField{{1, cdbProtectMask}, {1, 0x04}, {1, 0x01}},
+)
 
 // decodeReadWrite decodes READ/WRITE(10/12/16): the fields of byte 1 that must be zero, then
 // what every block CDB has (decodeBlockCDB).
 func decodeReadWrite(cdb []byte) (blockCDB, fault) {
-	if f := readWriteByte1Zero.check(cdb); f.reason != ReasonNone {
+	if f := readWriteByte1Zero.check(cdb); f != 0 {
 		return blockCDB{}, f
 	}
 	return decodeBlockCDB(cdb)
@@ -93,9 +93,9 @@ func (lu *LogicalUnit) checkTransfer(lba, n, bytes uint64, lengthOff int) fault 
 		return cdbFieldFault(lengthOff, -1)
 	}
 	if !lu.lbaInRange(lba, n) {
-		return fault{reason: ReasonLBAOutOfRange}
+		return faultOf(ReasonLBAOutOfRange)
 	}
-	return fault{}
+	return 0
 }
 
 // checkDataOut refuses a data-out buffer that does not hold exactly the bytes the CDB asks for:
@@ -103,9 +103,9 @@ func (lu *LogicalUnit) checkTransfer(lba, n, bytes uint64, lengthOff int) fault 
 // rather than writing or comparing part of it, or garbage.
 func checkDataOut(dataOut []byte, bytes uint64) fault {
 	if uint64(len(dataOut)) != bytes {
-		return fault{reason: ReasonInvalidFieldInCommandIU}
+		return faultOf(ReasonInvalidFieldInCommandIU)
 	}
-	return fault{}
+	return 0
 }
 
 // readBlocks reads n blocks from lba into c.DataIn. When the buffer is shorter than the transfer

@@ -179,7 +179,7 @@ type cdbField struct {
 // is zero.
 func (z cdbField) checkZero(cdb []byte) fault {
 	if cdb[z.off]&z.mask == 0 {
-		return fault{}
+		return 0
 	}
 	return cdbFieldFault(z.off, bits.Len8(z.mask)-1)
 }
@@ -188,25 +188,44 @@ func (z cdbField) checkZero(cdb []byte) fault {
 // order given, or the zero fault.
 func checkZeroFields(cdb []byte, fields []cdbField) fault {
 	for _, z := range fields {
-		if f := z.checkZero(cdb); f.reason != ReasonNone {
+		if f := z.checkZero(cdb); f != 0 {
 			return f
 		}
 	}
-	return fault{}
+	return 0
 }
 
 // byte1Fields are the fields of byte 1 that must be zero in the 10- and 12-byte CDBs of a command
 // (short) and in its 16-byte CDB (long), where bit 0 is reserved rather than obsolete.
 type byte1Fields struct {
 	short, long []cdbField
+	// shortMask and longMask are all the bits of short and long: one test on the I/O path
+	// when they are all zero, the list walked only to say which field is not.
+	shortMask, longMask byte
+}
+
+// newByte1Fields makes the byte1Fields of short and long (all on byte 1).
+func newByte1Fields(short, long []cdbField) *byte1Fields {
+	b := &byte1Fields{short: short, long: long}
+	for _, z := range short {
+		b.shortMask |= z.mask
+	}
+	for _, z := range long {
+		b.longMask |= z.mask
+	}
+	return b
 }
 
 // check checks cdb against the list for its length.
-func (b byte1Fields) check(cdb []byte) fault {
+func (b *byte1Fields) check(cdb []byte) fault {
+	fields, mask := b.short, b.shortMask
 	if cdbLengthOf(cdb[0]) == 16 {
-		return checkZeroFields(cdb, b.long)
+		fields, mask = b.long, b.longMask
 	}
-	return checkZeroFields(cdb, b.short)
+	if cdb[1]&mask == 0 {
+		return 0
+	}
+	return checkZeroFields(cdb, fields)
 }
 
 // blockCDB is the part of a 10-, 12- or 16-byte block CDB that all of them share.

@@ -95,7 +95,7 @@ func checkCDBUsage(cdb, usage []byte) fault {
 			return cdbFieldFault(i, bits.Len8(x)-1)
 		}
 	}
-	return fault{}
+	return 0
 }
 
 // checkControl checks the CONTROL byte of every command, at off: NACA first (so that a CDB asking
@@ -108,7 +108,7 @@ func checkControl(cdb []byte, off int) fault {
 	if x := cdb[off] & controlReserved; x != 0 {
 		return cdbFieldFault(off, bits.Len8(x)-1)
 	}
-	return fault{}
+	return 0
 }
 
 // testUnitReady reports GOOD: the medium is always ready.

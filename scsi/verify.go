@@ -39,10 +39,10 @@ func verify16(lu *LogicalUnit, c *Command) { lu.verifyN(c) }
 // verifyByte1Zero are the fields of byte 1 of VERIFY(10/12) that must be zero: VRPROTECT and the
 // reserved bit 3; bit 0 is obsolete and ignored (ignoredVerify). In VERIFY(16) bit 0 is reserved
 // (SBC-4 5.35) and must be zero too.
-var verifyByte1Zero = byte1Fields{
-	short: []cdbField{{1, cdbProtectMask}, {1, 0x08}},
-	long:  []cdbField{{1, cdbProtectMask}, {1, 0x08}, {1, 0x01}},
-}
+var verifyByte1Zero = newByte1Fields(
+	[]cdbField{{1, cdbProtectMask}, {1, 0x08}},
+	[]cdbField{{1, cdbProtectMask}, {1, 0x08}, {1, 0x01}},
+)
 
 func (lu *LogicalUnit) verifyN(c *Command) {
 	if c.failOn(verifyByte1Zero.check(c.CDB)) {
@@ -91,10 +91,10 @@ func writeAndVerify16(lu *LogicalUnit, c *Command) { lu.writeAndVerifyN(c) }
 // writeAndVerifyByte1Zero are the fields of byte 1 of WRITE AND VERIFY(10/12) that must be zero:
 // WRPROTECT, the reserved bit 3 and bit 2; bit 0 is obsolete and ignored (ignoredVerify). In
 // WRITE AND VERIFY(16) bit 0 is reserved (SBC-4 5.43) and must be zero too.
-var writeAndVerifyByte1Zero = byte1Fields{
-	short: []cdbField{{1, cdbProtectMask}, {1, 0x08}, {1, 0x04}},
-	long:  []cdbField{{1, cdbProtectMask}, {1, 0x08}, {1, 0x04}, {1, 0x01}},
-}
+var writeAndVerifyByte1Zero = newByte1Fields(
+	[]cdbField{{1, cdbProtectMask}, {1, 0x08}, {1, 0x04}},
+	[]cdbField{{1, cdbProtectMask}, {1, 0x08}, {1, 0x04}, {1, 0x01}},
+)
 
 func (lu *LogicalUnit) writeAndVerifyN(c *Command) {
 	if c.failOn(writeAndVerifyByte1Zero.check(c.CDB)) {
