@@ -1,7 +1,6 @@
 package main
 
 import (
-	"net"
 	"net/http"
 	"strings"
 	"syscall"
@@ -199,10 +198,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	e := newEnv(t, e2eConfig)
 	e.opts.metricsAddr = "127.0.0.1:0"
 	e.start()
-	listening := e.logs.FilterMessage("metrics endpoint listening").All()
-	require.Len(t, listening, 1)
-	addr := listening[0].ContextMap()["address"].(string)
-	require.Equal(t, "http://"+addr+"/metrics", listening[0].ContextMap()["url"])
+	addr := e.endpointAddr("metrics", "/metrics")
 	require.Zero(t, e.logs.FilterMessage("the metrics endpoint is not bound to localhost: whoever reaches it sees the LUNs, their load and the sessions").Len())
 
 	ch := e.mustLogin(rwInitiator, "", 5555)
@@ -268,21 +264,12 @@ func TestMetricsEndpoint(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusNotFound, status, body)
 
-	require.NoError(t, e.stop(syscall.SIGTERM))
-	require.Equal(t, 1, e.count("metrics endpoint closed", "address", addr))
-	_, _, err = httpGet("http://" + addr + "/metrics")
-	require.ErrorIs(t, err, syscall.ECONNREFUSED, "the endpoint is closed with the daemon")
+	e.stopClosesEndpoint("metrics", addr, "/metrics")
 }
 
 func TestMetricsAddressInUseFailsStart(t *testing.T) {
-	busy, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer busy.Close()
 	e := newEnv(t, e2eConfig)
-	e.opts.metricsAddr = busy.Addr().String()
-	require.Equal(t, exitCodeError{1}, runServe(e.opts))
-	require.Equal(t, 1, e.count("start-up failed", "error",
-		"--metrics "+busy.Addr().String()+": listen tcp "+busy.Addr().String()+": bind: address already in use"))
+	requireAddressInUse(t, e, "--metrics", func(addr string) { e.opts.metricsAddr = addr })
 }
 
 func TestMetricsNotOnLoopbackWarns(t *testing.T) {
