@@ -85,6 +85,15 @@ func runningAndWaiting(t *testing.T, lu *LogicalUnit, m *LUNMap, g *gatestore.St
 	return running, waiting, open
 }
 
+// waitingBehind starts from nexus n, after runningAndWaiting, a SIMPLE WRITE of block 3 (tag
+// 3): it waits in the task set behind the ORDERED command.
+func waitingBehind(t *testing.T, lu *LogicalUnit, m *LUNMap, n *Nexus) *pending {
+	t.Helper()
+	c := start(m, n, 3, TaskSimple, cdb10(0x2A, 0, 3, 1), fill(512, 3), 0)
+	waitTasks(t, lu, 3, 2)
+	return c
+}
+
 // turFrom sends TEST UNIT READY from n and returns the command.
 func turFrom(m *LUNMap, n *Nexus) *Command { return run(m, n, 0, make([]byte, 6), nil, 0) }
 
@@ -134,8 +143,7 @@ func TestAbortTaskRunning(t *testing.T) {
 func TestAbortTaskSet(t *testing.T) {
 	lu, m, g := newGateLU(t)
 	a, b, open := runningAndWaiting(t, lu, m, g, testNexus)
-	c := start(m, otherNexus, 3, TaskSimple, cdb10(0x2A, 0, 3, 1), fill(512, 3), 0)
-	waitTasks(t, lu, 3, 2)
+	c := waitingBehind(t, lu, m, otherNexus)
 
 	r := tmfAsync(func() TMFResponse { return m.AbortTaskSet(testNexus, EncodeLUN(0)) })
 	requireAborted(t, b.wait(t))
@@ -156,8 +164,7 @@ func TestAbortTaskSet(t *testing.T) {
 func TestClearTaskSet(t *testing.T) {
 	lu, m, g := newGateLU(t)
 	a, b, open := runningAndWaiting(t, lu, m, g, otherNexus)
-	c := start(m, testNexus, 3, TaskSimple, cdb10(0x2A, 0, 3, 1), fill(512, 3), 0)
-	waitTasks(t, lu, 3, 2)
+	c := waitingBehind(t, lu, m, testNexus)
 
 	r := tmfAsync(func() TMFResponse { return m.ClearTaskSet(testNexus, EncodeLUN(0)) })
 	requireAborted(t, b.wait(t))

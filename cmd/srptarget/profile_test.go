@@ -341,6 +341,16 @@ func requireAddressInUse(t *testing.T, e *env, flag string, setAddr func(addr st
 		flag+" "+addr+": listen tcp "+addr+": bind: address already in use"))
 }
 
+// requireNotLoopbackWarns runs the daemon with an endpoint on every address (set in e.opts by
+// setAddr) and checks that it logs warning once.
+func requireNotLoopbackWarns(t *testing.T, e *env, warning string, setAddr func(addr string)) {
+	t.Helper()
+	setAddr(":0")
+	e.start()
+	require.Equal(t, 1, e.logs.FilterMessage(warning).Len())
+	require.NoError(t, e.stop(syscall.SIGTERM))
+}
+
 // httpGet fetches url without keeping the connection (no goroutine outlives the test).
 func httpGet(url string) (int, string, error) {
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
@@ -365,7 +375,7 @@ func TestPprofEndpoint(t *testing.T) {
 	e.opts.pprofAddr = "127.0.0.1:0"
 	e.start()
 	addr := e.endpointAddr("pprof", "/debug/pprof/")
-	require.Zero(t, e.logs.FilterMessage("the pprof endpoint is not bound to localhost: whoever reaches it reads the daemon's command line, stacks and memory").Len())
+	require.Zero(t, e.logs.FilterMessage(pprofNotLoopback).Len())
 
 	for _, tt := range []struct {
 		path     string
@@ -399,6 +409,9 @@ func TestPprofAddressInUseFailsStart(t *testing.T) {
 	readProfile(t, prof)
 }
 
+// pprofNotLoopback is the warning of a pprof endpoint that others than local users reach.
+const pprofNotLoopback = "the pprof endpoint is not bound to localhost: whoever reaches it reads the daemon's command line, stacks and memory"
+
 func TestPprofNotOnLoopbackWarns(t *testing.T) {
 	for _, tt := range []struct {
 		addr     string
@@ -419,10 +432,7 @@ func TestPprofNotOnLoopbackWarns(t *testing.T) {
 	}
 
 	e := newEnv(t, e2eConfig)
-	e.opts.pprofAddr = ":0"
-	e.start()
-	require.Equal(t, 1, e.logs.FilterMessage("the pprof endpoint is not bound to localhost: whoever reaches it reads the daemon's command line, stacks and memory").Len())
-	require.NoError(t, e.stop(syscall.SIGTERM))
+	requireNotLoopbackWarns(t, e, pprofNotLoopback, func(addr string) { e.opts.pprofAddr = addr })
 }
 
 // TestCPUProfileDoesNotFollowPlantedLink: FILE.tmp planted as a link to another file (as a
