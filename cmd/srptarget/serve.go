@@ -89,9 +89,7 @@ func runServe(opts serveOptions) error {
 	if opts.cpuProfile != "" {
 		var err error
 		if prof, err = newCPUProfiler(opts.cpuProfile, opts.cpuProfileWait, log); err != nil {
-			log.Error("start-up failed", zap.Error(err))
-			log.Error("srptarget did not start", zap.Int("errors", 1))
-			return exitCodeError{1}
+			return startFailed(log, err)
 		}
 	}
 	var pp *pprofServer
@@ -100,17 +98,13 @@ func runServe(opts serveOptions) error {
 		if opts.pprofAddr != "" {
 			var err error
 			if pp, err = startPprof(opts.pprofAddr, log); err != nil {
-				log.Error("start-up failed", zap.Error(err))
-				log.Error("srptarget did not start", zap.Int("errors", 1))
-				return exitCodeError{1}
+				return startFailed(log, err)
 			}
 		}
 		if opts.metricsAddr != "" {
 			var err error
 			if ms, err = startMetrics(opts.metricsAddr, log); err != nil {
-				log.Error("start-up failed", zap.Error(err))
-				log.Error("srptarget did not start", zap.Int("errors", 1))
-				return exitCodeError{1}
+				return startFailed(log, err)
 			}
 			opts.metrics = ms.collector
 		}
@@ -133,6 +127,14 @@ func runServe(opts serveOptions) error {
 	return err
 }
 
+// startFailed logs err, the one reason the daemon did not start, and returns the error that
+// makes main exit with status 1.
+func startFailed(log *zap.Logger, err error) error {
+	log.Error("start-up failed", zap.Error(err))
+	log.Error("srptarget did not start", zap.Int("errors", 1))
+	return exitCodeError{1}
+}
+
 // serveUntilStopped is runServe without the profiling around it.
 func serveUntilStopped(opts serveOptions, prof *cpuProfiler) error {
 	log := opts.log
@@ -142,9 +144,7 @@ func serveUntilStopped(opts serveOptions, prof *cpuProfiler) error {
 	if opts.controlPath != "" {
 		ctlLn, err := listenControl(opts.controlPath, opts.controlGroup, log)
 		if err != nil {
-			log.Error("start-up failed", zap.Error(err))
-			log.Error("srptarget did not start", zap.Int("errors", 1))
-			return exitCodeError{1}
+			return startFailed(log, err)
 		}
 		ctl = serveControl(ctlLn, opts.controlPath, opts.daemonOptions)
 		log.Info("control socket: srptarget status, sessions, luns, stats, reload, acl-check",
