@@ -165,41 +165,24 @@ func (s *fdStore) prepareRangeOp(op string, off, length int64) (bool, error) {
 	return true, nil
 }
 
-// preadFull fills p from off. pread may return fewer bytes than asked (a signal, a device
-// that splits requests), so it loops; zero bytes means the file ended before p was full. If the
-// direct descriptor refuses the transfer (EINVAL: an alignment the kernel did not report, or a
-// short transfer that left an unaligned remainder) the rest goes through the page cache.
-func (s *fdStore) preadFull(p []byte, off int64) error {
-	fd := s.fdFor(p, off)
-	if s.onIO != nil {
-		s.onIO(fd == s.dfd)
-	}
-	for len(p) > 0 {
-		n, err := unix.Pread(fd, p, off)
-		if err != nil {
-			if err == unix.EINTR {
-				continue
-			}
-			if err == unix.EINVAL && fd == s.dfd {
-				fd = s.fd
-				continue
-			}
-			return err
-		}
-		if n == 0 {
-			return io.ErrUnexpectedEOF
-		}
-		p = p[n:]
-		off += int64(n)
-	}
-	return nil
+// preadFull fills p from off; see transferFull.
+func (s *fdStore) preadFull(p []byte, off int64) error { return s.transferFull(p, off, false, false) }
+
+// pwriteFull writes all of p at off; see transferFull.
+func (s *fdStore) pwriteFull(p []byte, off int64, fua bool) error {
+	return s.transferFull(p, off, true, fua)
 }
 
-// pwriteFull writes all of p at off, looping over short writes like preadFull. With fua each
-// pwritev2 carries RWF_DSYNC, which makes that write durable (data and the metadata needed to
-// read it back) before it returns, like a SCSI write with the FUA bit; a kernel or filesystem
-// without RWF_DSYNC gets a plain write followed by fdatasync instead.
-func (s *fdStore) pwriteFull(p []byte, off int64, fua bool) error {
+// transferFull reads p from off, or writes all of p at off when write is true. pread and
+// pwrite may move fewer bytes than asked (a signal, a device that splits requests), so it
+// loops; zero bytes means the file ended before a read was full, or that nothing more can be
+// written. If the direct descriptor refuses the transfer (EINVAL: an alignment the kernel did
+// not report, or a short transfer that left an unaligned remainder) the rest goes through the
+// page cache. With fua each pwritev2 carries RWF_DSYNC, which makes that write durable (data
+// and the metadata needed to read it back) before it returns, like a SCSI write with the FUA
+// bit; a kernel or filesystem without RWF_DSYNC gets a plain write followed by fdatasync
+// instead.
+func (s *fdStore) transferFull(p []byte, off int64, write, fua bool) error {
 	fd := s.fdFor(p, off)
 	if s.onIO != nil {
 		s.onIO(fd == s.dfd)
@@ -208,13 +191,16 @@ func (s *fdStore) pwriteFull(p []byte, off int64, fua bool) error {
 	for len(p) > 0 {
 		var n int
 		var err error
-		if fua && !syncAfter {
+		switch {
+		case !write:
+			n, err = unix.Pread(fd, p, off)
+		case fua && !syncAfter:
 			n, err = unix.Pwritev2(fd, [][]byte{p}, off, unix.RWF_DSYNC)
 			if err == unix.EOPNOTSUPP || err == unix.ENOSYS {
 				syncAfter = true
 				continue
 			}
-		} else {
+		default:
 			n, err = unix.Pwrite(fd, p, off)
 		}
 		if err != nil {
@@ -227,9 +213,11 @@ func (s *fdStore) pwriteFull(p []byte, off int64, fua bool) error {
 			}
 			return err
 		}
-		if n == 0 {
-			// pwrite returns 0 for a non-empty buffer only when nothing can be written.
+		if n == 0 && write {
 			return io.ErrShortWrite
+		}
+		if n == 0 {
+			return io.ErrUnexpectedEOF
 		}
 		p = p[n:]
 		off += int64(n)

@@ -155,11 +155,23 @@ func memRangeError(op string, off, length, size int64) error {
 	return fmt.Errorf("backstore memory: %s of %d bytes at %d, capacity %d: %w", op, length, off, size, ErrOutOfRange)
 }
 
-// forChunks runs fn for each chunk piece of [off, off+length) with the chunk's stripe lock
-// held (exclusively when write is true) and the current table loaded. The range is checked
-// before the first piece and again under each lock, because a Resize or Close may come
-// between pieces.
-func (m *Memory) forChunks(op string, off, length int64, write bool, fn func(t *memTable, idx int64, in, n int)) error {
+// memOp is what transfer does to each chunk piece.
+type memOp uint8
+
+const (
+	memRead  memOp = iota // copy out of the chunk, zeroes for one never written
+	memWrite              // copy into the chunk, allocating it on first write
+	memZero               // free a chunk covered completely, zero part of one that is not
+)
+
+// transfer does kind to [off, off+length) a chunk piece at a time, with the chunk's stripe
+// lock held (shared for memRead, exclusive otherwise) and the current table loaded; p holds
+// the data of memRead and memWrite (length is then len(p)) and is nil for memZero. The range
+// is checked before the first piece and again under each lock, because a Resize or Close may
+// come between pieces. The three operations share one loop with a switch rather than a
+// callback, so that a transfer makes no closure and no indirect call per piece: reads and
+// writes must not allocate.
+func (m *Memory) transfer(kind memOp, op string, p []byte, off, length int64) error {
 	t := m.table.Load()
 	if t.closed {
 		return memError(op, off, ErrClosed)
@@ -167,116 +179,71 @@ func (m *Memory) forChunks(op string, off, length int64, write bool, fn func(t *
 	if !checkRange(t.size, off, length) {
 		return memRangeError(op, off, length, t.size)
 	}
-	for length > 0 {
+	end := off + length
+	for off < end {
 		idx := off >> memChunkShift
 		in := int(off & (memChunkSize - 1))
-		n := memChunkSize - in
-		if int64(n) > length {
-			n = int(length)
-		}
+		n := int(min(end-off, int64(memChunkSize-in)))
 		s := &m.stripes[idx%memStripes]
-		if write {
-			s.Lock()
-		} else {
+		if kind == memRead {
 			s.RLock()
+		} else {
+			s.Lock()
 		}
 		t = m.table.Load()
-		var err error
+		if t.closed || off+int64(n) > t.size {
+			m.unlockStripe(s, kind)
+			if t.closed {
+				return memError(op, off, ErrClosed)
+			}
+			return memRangeError(op, off, int64(n), t.size)
+		}
+		c := t.chunk(idx)
 		switch {
-		case t.closed:
-			err = memError(op, off, ErrClosed)
-		case off+int64(n) > t.size:
-			err = memRangeError(op, off, int64(n), t.size)
+		case kind == memRead && c == nil:
+			clear(p[:n])
+		case kind == memRead:
+			copy(p[:n], c[in:])
+		case kind == memWrite:
+			if c == nil {
+				c = new(memChunk)
+				*t.slot(idx, true) = c
+				m.allocated.Add(memChunkSize)
+			}
+			copy(c[in:], p[:n])
+		case c == nil: // memZero of a chunk never written
+		case in == 0 && end >= min((idx<<memChunkShift)+memChunkSize, t.size):
+			*t.slot(idx, false) = nil
+			m.allocated.Add(-memChunkSize)
 		default:
-			fn(t, idx, in, n)
+			clear(c[in : in+n])
 		}
-		if write {
-			s.Unlock()
-		} else {
-			s.RUnlock()
-		}
-		if err != nil {
-			return err
+		m.unlockStripe(s, kind)
+		if p != nil {
+			p = p[n:]
 		}
 		off += int64(n)
-		length -= int64(n)
 	}
 	return nil
 }
 
+func (m *Memory) unlockStripe(s *memStripe, kind memOp) {
+	if kind == memRead {
+		s.RUnlock()
+	} else {
+		s.Unlock()
+	}
+}
+
 // ReadAt copies out of the chunks; chunks never written read as zeroes.
 func (m *Memory) ReadAt(p []byte, off int64) error {
-	// The loop is written out rather than going through forChunks so that no closure is made
-	// per call: reads must not allocate.
-	t := m.table.Load()
-	if t.closed {
-		return memError("read", off, ErrClosed)
-	}
-	if !checkRange(t.size, off, int64(len(p))) {
-		return memRangeError("read", off, int64(len(p)), t.size)
-	}
-	for len(p) > 0 {
-		idx := off >> memChunkShift
-		in := int(off & (memChunkSize - 1))
-		n := min(len(p), memChunkSize-in)
-		s := &m.stripes[idx%memStripes]
-		s.RLock()
-		t = m.table.Load()
-		if t.closed || off+int64(n) > t.size {
-			s.RUnlock()
-			if t.closed {
-				return memError("read", off, ErrClosed)
-			}
-			return memRangeError("read", off, int64(n), t.size)
-		}
-		if c := t.chunk(idx); c != nil {
-			copy(p[:n], c[in:])
-		} else {
-			clear(p[:n])
-		}
-		s.RUnlock()
-		p = p[n:]
-		off += int64(n)
-	}
-	return nil
+	return m.transfer(memRead, "read", p, off, int64(len(p)))
 }
 
 // WriteAt copies into the chunks, allocating those not yet written. fua changes nothing: RAM
 // is as stable as this store gets.
 func (m *Memory) WriteAt(p []byte, off int64, fua bool) error {
-	t := m.table.Load()
-	if t.closed {
-		return memError("write", off, ErrClosed)
-	}
-	if !checkRange(t.size, off, int64(len(p))) {
-		return memRangeError("write", off, int64(len(p)), t.size)
-	}
-	for len(p) > 0 {
-		idx := off >> memChunkShift
-		in := int(off & (memChunkSize - 1))
-		n := min(len(p), memChunkSize-in)
-		s := &m.stripes[idx%memStripes]
-		s.Lock()
-		t = m.table.Load()
-		if t.closed || off+int64(n) > t.size {
-			s.Unlock()
-			if t.closed {
-				return memError("write", off, ErrClosed)
-			}
-			return memRangeError("write", off, int64(n), t.size)
-		}
-		c := t.chunk(idx)
-		if c == nil {
-			c = new(memChunk)
-			*t.slot(idx, true) = c
-			m.allocated.Add(memChunkSize)
-		}
-		copy(c[in:], p[:n])
-		s.Unlock()
-		p = p[n:]
-		off += int64(n)
-	}
-	return nil
+	return m.transfer(memWrite, "write", p, off, int64(len(p)))
 }
 
 // Flush has nothing to make durable.
@@ -287,31 +254,15 @@ func (m *Memory) Flush() error {
 	return nil
 }
 
-// zeroRange frees the chunks that [off, off+length) covers completely and zeroes the parts of
-// the others.
-func (m *Memory) zeroRange(op string, off, length int64) error {
-	end := off + length
-	return m.forChunks(op, off, length, true, func(t *memTable, idx int64, in, n int) {
-		start := idx << memChunkShift
-		chunkEnd := min(start+memChunkSize, t.size)
-		c := t.chunk(idx)
-		switch {
-		case c == nil:
-		case in == 0 && end >= chunkEnd:
-			*t.slot(idx, false) = nil
-			m.allocated.Add(-memChunkSize)
-		default:
-			clear(c[in : in+n])
-		}
-	})
+// Unmap frees the chunks that [off, off+length) covers completely, giving their RAM back, and
+// zeroes the parts of the others; the range reads as zeroes.
+func (m *Memory) Unmap(off, length int64) error {
+	return m.transfer(memZero, "unmap", nil, off, length)
 }
-
-// Unmap gives the RAM of whole chunks back; the range reads as zeroes.
-func (m *Memory) Unmap(off, length int64) error { return m.zeroRange("unmap", off, length) }
 
 // WriteZeroes is Unmap: for RAM there is nothing to keep allocated.
 func (m *Memory) WriteZeroes(off, length int64) error {
-	return m.zeroRange("write zeroes", off, length)
+	return m.transfer(memZero, "write zeroes", nil, off, length)
 }
 
 // Size returns the current capacity.

@@ -38,6 +38,24 @@ func requireTMFBlocked(t *testing.T, ch <-chan TMFResponse) {
 	}
 }
 
+// waitTMFWaiting waits until the function r, named fn, waits for a running command, and
+// checks that it has not returned.
+func waitTMFWaiting(t *testing.T, lu *LogicalUnit, r <-chan TMFResponse, fn string) {
+	t.Helper()
+	testutil.WaitFor(t, fn+" to wait for the running command", func() bool { return lu.aborters() == 1 })
+	requireTMFBlocked(t, r)
+}
+
+// openAborted lets the running command a finish (open), then checks that the function r
+// completes and that a ended aborted.
+func openAborted(t *testing.T, r <-chan TMFResponse, a *pending, open func()) {
+	t.Helper()
+	open()
+	requireTMF(t, r, TMFComplete)
+	a.wait(t)
+	require.True(t, a.c.Aborted())
+}
+
 // aborters reports how many task management functions wait for running commands.
 func (lu *LogicalUnit) aborters() int {
 	lu.mu.Lock()
@@ -65,6 +83,15 @@ func runningAndWaiting(t *testing.T, lu *LogicalUnit, m *LUNMap, g *gatestore.St
 	waiting = start(m, n, 2, TaskOrdered, cdb10(0x2A, 0, 2, 1), fill(512, 2), 0)
 	waitTasks(t, lu, 2, 1)
 	return running, waiting, open
+}
+
+// waitingBehind starts from nexus n, after runningAndWaiting, a SIMPLE WRITE of block 3 (tag
+// 3): it waits in the task set behind the ORDERED command.
+func waitingBehind(t *testing.T, lu *LogicalUnit, m *LUNMap, n *Nexus) *pending {
+	t.Helper()
+	c := start(m, n, 3, TaskSimple, cdb10(0x2A, 0, 3, 1), fill(512, 3), 0)
+	waitTasks(t, lu, 3, 2)
+	return c
 }
 
 // turFrom sends TEST UNIT READY from n and returns the command.
@@ -101,15 +128,11 @@ func TestAbortTaskRunning(t *testing.T) {
 	checkGood(t, other.wait(t))
 
 	r := tmfAsync(func() TMFResponse { return lu.AbortTask(testNexus, 7) })
-	testutil.WaitFor(t, "ABORT TASK to wait for the command", func() bool { return lu.aborters() == 1 })
-	requireTMFBlocked(t, r)
+	waitTMFWaiting(t, lu, r, "ABORT TASK")
 	a.requireRunning(t)
 	require.True(t, a.c.Aborted())
 
-	open()
-	requireTMF(t, r, TMFComplete)
-	a.wait(t)
-	require.True(t, a.c.Aborted())
+	openAborted(t, r, a, open)
 	require.False(t, other.c.Aborted())
 	waitTasks(t, lu, 0, 0)
 }
@@ -120,21 +143,16 @@ func TestAbortTaskRunning(t *testing.T) {
 func TestAbortTaskSet(t *testing.T) {
 	lu, m, g := newGateLU(t)
 	a, b, open := runningAndWaiting(t, lu, m, g, testNexus)
-	c := start(m, otherNexus, 3, TaskSimple, cdb10(0x2A, 0, 3, 1), fill(512, 3), 0)
-	waitTasks(t, lu, 3, 2)
+	c := waitingBehind(t, lu, m, otherNexus)
 
 	r := tmfAsync(func() TMFResponse { return m.AbortTaskSet(testNexus, EncodeLUN(0)) })
 	requireAborted(t, b.wait(t))
-	testutil.WaitFor(t, "ABORT TASK SET to wait for the running command", func() bool { return lu.aborters() == 1 })
-	requireTMFBlocked(t, r)
+	waitTMFWaiting(t, lu, r, "ABORT TASK SET")
 	// With the ORDERED command gone, the other nexus's command runs.
 	checkGood(t, c.wait(t))
 	require.False(t, c.c.Aborted())
 
-	open()
-	requireTMF(t, r, TMFComplete)
-	a.wait(t)
-	require.True(t, a.c.Aborted())
+	openAborted(t, r, a, open)
 	checkGood(t, turFrom(m, otherNexus))
 	checkGood(t, turFrom(m, testNexus))
 	require.Equal(t, make([]byte, 512), readMedium(t, g, 2*512, 512))
@@ -146,18 +164,13 @@ func TestAbortTaskSet(t *testing.T) {
 func TestClearTaskSet(t *testing.T) {
 	lu, m, g := newGateLU(t)
 	a, b, open := runningAndWaiting(t, lu, m, g, otherNexus)
-	c := start(m, testNexus, 3, TaskSimple, cdb10(0x2A, 0, 3, 1), fill(512, 3), 0)
-	waitTasks(t, lu, 3, 2)
+	c := waitingBehind(t, lu, m, testNexus)
 
 	r := tmfAsync(func() TMFResponse { return m.ClearTaskSet(testNexus, EncodeLUN(0)) })
 	requireAborted(t, b.wait(t))
 	requireAborted(t, c.wait(t))
-	testutil.WaitFor(t, "CLEAR TASK SET to wait for the running command", func() bool { return lu.aborters() == 1 })
-	requireTMFBlocked(t, r)
-	open()
-	requireTMF(t, r, TMFComplete)
-	a.wait(t)
-	require.True(t, a.c.Aborted())
+	waitTMFWaiting(t, lu, r, "CLEAR TASK SET")
+	openAborted(t, r, a, open)
 	require.Equal(t, []string{"write 512"}, g.TakeOrder(), "the aborted waiting commands never started")
 
 	checkGood(t, turFrom(m, testNexus))
@@ -182,12 +195,8 @@ func TestLogicalUnitReset(t *testing.T) {
 
 	r := tmfAsync(func() TMFResponse { return m.LogicalUnitReset(testNexus, EncodeLUN(0)) })
 	requireAborted(t, b.wait(t))
-	testutil.WaitFor(t, "the reset to wait for the running command", func() bool { return lu.aborters() == 1 })
-	requireTMFBlocked(t, r)
-	open()
-	requireTMF(t, r, TMFComplete)
-	a.wait(t)
-	require.True(t, a.c.Aborted())
+	waitTMFWaiting(t, lu, r, "the reset")
+	openAborted(t, r, a, open)
 
 	require.True(t, lu.writeCacheEnabled(), "WCE back to its default")
 	require.False(t, lu.descriptorSense(), "D_SENSE back to its default")

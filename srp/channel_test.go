@@ -152,86 +152,67 @@ func TestAppendRDMANoAllocation(t *testing.T) {
 
 // TestEncodeCmdRsp checks SRP_RSP bytes written out by hand.
 func TestEncodeCmdRsp(t *testing.T) {
-	good := func(c *scsi.Command) { c.Status = scsi.StatusGood }
+	// Each case is a command: its status (GOOD when zero), LBA OUT OF RANGE sense when sense is
+	// set, and data buffers of the given lengths.
 	cases := []struct {
-		name      string
-		setup     func(c *scsi.Command)
-		in, out   bool
-		xportFail bool
-		maxTI     int
-		want      []byte
+		name                                          string
+		status                                        scsi.Status
+		sense                                         bool
+		dataIn, dataInLength, dataOut, transferLength int
+		in, out, xportFail                            bool
+		maxTI                                         int
+		want                                          []byte
 	}{
 		{
-			name: "good, full data-in",
-			setup: func(c *scsi.Command) {
-				good(c)
-				c.DataIn = make([]byte, 4096)
-				c.DataInLength = 4096
-				c.TransferLength = 4096
-			},
-			in: true, maxTI: 256,
+			name:   "good, full data-in",
+			dataIn: 4096, dataInLength: 4096, transferLength: 4096, in: true, maxTI: 256,
 			want: []byte{0xC1, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 		},
 		{
-			name: "data-in underflow",
-			setup: func(c *scsi.Command) {
-				good(c)
-				c.DataIn = make([]byte, 96)
-				c.DataInLength = 36
-				c.TransferLength = 36
-			},
-			in: true, maxTI: 256,
+			name:   "data-in underflow",
+			dataIn: 96, dataInLength: 36, transferLength: 36, in: true, maxTI: 256,
 			want: []byte{0xC1, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 60, 0, 0, 0, 0, 0, 0, 0, 0},
 		},
 		{
-			name: "data-in overflow",
-			setup: func(c *scsi.Command) {
-				good(c)
-				c.DataIn = make([]byte, 4096)
-				c.DataInLength = 4096
-				c.TransferLength = 8192
-			},
-			in: true, maxTI: 256,
+			name:   "data-in overflow",
+			dataIn: 4096, dataInLength: 4096, transferLength: 8192, in: true, maxTI: 256,
 			want: []byte{0xC1, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0, 0, 0x10, 0, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 		},
 		{
-			name:  "data-out underflow (more sent than the CDB asks)",
-			setup: func(c *scsi.Command) { good(c); c.DataOut = make([]byte, 4096); c.TransferLength = 2048 },
-			out:   true, maxTI: 256,
+			name:    "data-out underflow (more sent than the CDB asks)",
+			dataOut: 4096, transferLength: 2048, out: true, maxTI: 256,
 			want: []byte{0xC1, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0, 0, 0x08, 0, 0, 0, 0x08, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 		},
 		{
-			name: "check condition with sense, data-out overflow",
-			setup: func(c *scsi.Command) {
-				c.Status = scsi.StatusCheckCondition
-				c.SenseLength = scsi.BuildSense(c.Sense[:], false, scsi.ReasonLBAOutOfRange, scsi.SenseInfo{})
-				c.DataOut = make([]byte, 1024)
-				c.TransferLength = 2048
-			},
-			out: true, maxTI: 256,
+			name:   "check condition with sense, data-out overflow",
+			status: scsi.StatusCheckCondition, sense: true,
+			dataOut: 1024, transferLength: 2048, out: true, maxTI: 256,
 			want: []byte{0xC1, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0, 0, 0x06, 0x02, 0, 0, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 18, 0, 0, 0, 0,
 				0x70, 0, 0x05, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x21, 0x00, 0, 0, 0, 0},
 		},
 		{
-			name: "sense truncated to the initiator's TI IU length",
-			setup: func(c *scsi.Command) {
-				c.Status = scsi.StatusCheckCondition
-				c.SenseLength = scsi.BuildSense(c.Sense[:], false, scsi.ReasonLBAOutOfRange, scsi.SenseInfo{})
-			},
-			maxTI: 40,
-			want:  []byte{0xC1, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0, 0, 0x02, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0x70, 0, 0x05, 0},
+			name:   "sense truncated to the initiator's TI IU length",
+			status: scsi.StatusCheckCondition, sense: true, maxTI: 40,
+			want: []byte{0xC1, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0, 0, 0x02, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0x70, 0, 0x05, 0},
 		},
 		{
-			name:  "answered by the transport: BUSY, no residuals",
-			setup: func(c *scsi.Command) { c.Status = scsi.StatusBusy; c.DataIn = make([]byte, 4096) },
-			in:    true, xportFail: true, maxTI: 256,
+			name:   "answered by the transport: BUSY, no residuals",
+			status: scsi.StatusBusy, dataIn: 4096, in: true, xportFail: true, maxTI: 256,
 			want: []byte{0xC1, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0, 0, 0, 0x08, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var c scsi.Command
-			tc.setup(&c)
+			c := scsi.Command{
+				Status:         tc.status,
+				DataIn:         make([]byte, tc.dataIn),
+				DataInLength:   tc.dataInLength,
+				DataOut:        make([]byte, tc.dataOut),
+				TransferLength: tc.transferLength,
+			}
+			if tc.sense {
+				c.SenseLength = scsi.BuildSense(c.Sense[:], false, scsi.ReasonLBAOutOfRange, scsi.SenseInfo{})
+			}
 			b := make([]byte, 256)
 			n, err := encodeCmdRsp(b, tc.maxTI, &c, 0x1234, 3, tc.in, tc.out, tc.xportFail)
 			require.NoError(t, err)

@@ -26,14 +26,11 @@ func credReqBytes(delta uint32, tag uint64) []byte {
 // and waits until the reset is answered: idle's commands end without a response.
 func abortOnOtherChannel(t *testing.T, h *harness, idle, resetter *srptest.Channel, n int) {
 	t.Helper()
-	h.gate.hold()
-	var held []*srptest.Pending
-	for i := 0; i < n; i++ {
-		p, err := idle.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(uint32(8*i), 8), DataInLen: 4096})
-		require.NoError(t, err)
-		held = append(held, p)
+	lbas := make([]uint32, n)
+	for i := range lbas {
+		lbas[i] = uint32(8 * i)
 	}
-	testutil.WaitFor(t, "the reads in the backstore", func() bool { return h.gate.entered.Load() == int32(n) })
+	held := h.holdReads(t, idle, lbas...)
 	time.AfterFunc(30*time.Millisecond, h.gate.release)
 	code, err := resetter.ResetLUN(ctxT(t), 0)
 	require.NoError(t, err)
@@ -97,14 +94,7 @@ func TestCredReqFewCredits(t *testing.T) {
 	testutil.WaitFor(t, "the credits back", func() bool { return chs[1].Credits() == 4 })
 	clearUA(t, chs[1], 0)
 	// Three commands in flight at once again.
-	h.gate.hold()
-	var ps []*srptest.Pending
-	for i := 0; i < 3; i++ {
-		p, err := chs[1].Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(uint32(8*i), 8), DataInLen: 4096})
-		require.NoError(t, err)
-		ps = append(ps, p)
-	}
-	testutil.WaitFor(t, "three reads in the backstore", func() bool { return h.gate.entered.Load() == 3 })
+	ps := h.holdReads(t, chs[1], 0, 8, 16)
 	h.gate.release()
 	for _, p := range ps {
 		rsp, err := p.Wait(ctxT(t))

@@ -434,12 +434,8 @@ func TestAbortTaskInLogicalUnit(t *testing.T) {
 	h := newHarness(t, harnessOpts{gate: true})
 	ch := h.login(h.cfg())
 	clearUA(t, ch, 0)
-	h.gate.hold()
-	p1, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096})
-	require.NoError(t, err)
-	p2, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(8, 8), DataInLen: 4096})
-	require.NoError(t, err)
-	testutil.WaitFor(t, "two reads in the backstore", func() bool { return h.gate.entered.Load() == 2 })
+	held := h.holdReads(t, ch, 0, 8)
+	p1, p2 := held[0], held[1]
 
 	time.AfterFunc(50*time.Millisecond, h.gate.release)
 	code, err := ch.Abort(ctxT(t), p1)
@@ -544,10 +540,7 @@ func TestLUNResetAcrossChannels(t *testing.T) {
 	require.Equal(t, uint64(4), h.tgt.Stats().Aborted)
 
 	// Channel 1: anything sent for the aborted commands would have arrived before this.
-	rsp, err = chs[1].TestUnitReady(ctxT(t), 0)
-	require.NoError(t, err)
-	k, asc, ascq := senseOf(t, rsp)
-	require.Equal(t, []uint8{0x06, 0x29, 0x03}, []uint8{k, asc, ascq}, "BUS DEVICE RESET FUNCTION OCCURRED")
+	requireTURSense(t, chs[1], 0, []uint8{0x06, 0x29, 0x03}, "BUS DEVICE RESET FUNCTION OCCURRED")
 	for _, p := range held {
 		select {
 		case <-p.Done():
@@ -605,10 +598,7 @@ func TestTaskManagementFunctions(t *testing.T) {
 	rsp, err = ch.Write10(ctxT(t), 0, 0, data, testBlockSize)
 	require.NoError(t, err)
 	require.NoError(t, rsp.Err())
-	h.gate.hold()
-	p, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096})
-	require.NoError(t, err)
-	testutil.WaitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
+	p := h.holdReads(t, ch, 0)[0]
 	for _, fn := range []iu.TskMgmtFunc{0x10, 0x80} {
 		code, err := ch.TaskMgmt(ctxT(t), fn, 0, p.Tag())
 		require.NoError(t, err)
@@ -622,10 +612,7 @@ func TestTaskManagementFunctions(t *testing.T) {
 	require.Zero(t, h.tgt.Stats().Aborted)
 
 	// ABORT TASK SET does abort a command in the logical unit.
-	h.gate.hold()
-	p, err = ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096})
-	require.NoError(t, err)
-	testutil.WaitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
+	p = h.holdReads(t, ch, 0)[0]
 	time.AfterFunc(30*time.Millisecond, h.gate.release)
 	code, err := ch.TaskMgmt(ctxT(t), iu.TskAbortTaskSet, 0, 0)
 	require.NoError(t, err)
@@ -678,10 +665,7 @@ func TestInitiatorLogout(t *testing.T) {
 	cfg := h.cfg()
 	cfg.Node = ch.Node()
 	again := h.login(cfg)
-	rsp, err := again.TestUnitReady(ctxT(t), 0)
-	require.NoError(t, err)
-	k, asc, ascq := senseOf(t, rsp)
-	require.Equal(t, []uint8{0x06, 0x29, 0x07}, []uint8{k, asc, ascq})
+	requireTURSense(t, again, 0, []uint8{0x06, 0x29, 0x07})
 }
 
 // TestInitiatorDisconnect: a DREQ from the initiator (ib_srp's way of logging out) closes the
@@ -707,14 +691,7 @@ func TestShutdownDrains(t *testing.T) {
 	rsp, err := ch.Write10(ctxT(t), 0, 0, data, testBlockSize)
 	require.NoError(t, err)
 	require.NoError(t, rsp.Err())
-	h.gate.hold()
-	var held []*srptest.Pending
-	for i := 0; i < 4; i++ {
-		p, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096})
-		require.NoError(t, err)
-		held = append(held, p)
-	}
-	testutil.WaitFor(t, "four reads in the backstore", func() bool { return h.gate.entered.Load() == 4 })
+	held := h.holdReads(t, ch, 0, 0, 0, 0) // four reads of the data just written
 	done := make(chan error, 1)
 	go func() { done <- h.tgt.Shutdown(ctxT(t)) }()
 	select {
@@ -747,10 +724,7 @@ func TestShutdownDeadline(t *testing.T) {
 	h := newHarness(t, harnessOpts{gate: true})
 	ch := h.login(h.cfg())
 	clearUA(t, ch, 0)
-	h.gate.hold()
-	_, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096})
-	require.NoError(t, err)
-	testutil.WaitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
+	h.holdReads(t, ch, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	time.AfterFunc(200*time.Millisecond, h.gate.release)
@@ -778,10 +752,7 @@ func TestReauthorize(t *testing.T) {
 	require.NoError(t, rsp.Err())
 
 	h.tgt.SetAuthorizer(srp.AllowAll(h.lunMap))
-	rsp, err = ch.TestUnitReady(ctxT(t), 0)
-	require.NoError(t, err)
-	k, asc, ascq := senseOf(t, rsp)
-	require.Equal(t, []uint8{0x06, 0x3F, 0x0E}, []uint8{k, asc, ascq})
+	requireTURSense(t, ch, 0, []uint8{0x06, 0x3F, 0x0E})
 	clearUA(t, ch, 1)
 
 	h.tgt.SetAuthorizer(srp.AuthorizerFunc(func(iu.PortID, iu.PortID, netip.AddrPort) (*scsi.LUNMap, error) {

@@ -246,6 +246,22 @@ func (h *harness) loginErr(cfg srptest.Config) (*srptest.Channel, error) {
 	return ch, err
 }
 
+// holdReads holds LUN 0's backstore, submits on ch a read of 8 blocks (4 KiB) at each of
+// lbas, and returns them once all wait in the backstore: commands caught in the logical unit,
+// for the tests of aborts, resets and shutdown.
+func (h *harness) holdReads(t *testing.T, ch *srptest.Channel, lbas ...uint32) []*srptest.Pending {
+	t.Helper()
+	h.gate.hold()
+	held := make([]*srptest.Pending, 0, len(lbas))
+	for _, lba := range lbas {
+		p, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(lba, 8), DataInLen: 4096})
+		require.NoError(t, err)
+		held = append(held, p)
+	}
+	testutil.WaitFor(t, fmt.Sprintf("%d reads in the backstore", len(lbas)), func() bool { return h.gate.entered.Load() == int32(len(lbas)) })
+	return held
+}
+
 // waitStats waits until the target's stats satisfy cond.
 func (h *harness) waitStats(what string, cond func(srp.Stats) bool) srp.Stats {
 	h.t.Helper()
@@ -283,6 +299,16 @@ func senseOf(t *testing.T, rsp *srptest.Response) (uint8, uint8, uint8) {
 	k, a, q, ok := rsp.SenseKey()
 	require.True(t, ok, "response without sense data")
 	return k, a, q
+}
+
+// requireTURSense sends TEST UNIT READY to lun on ch and requires the sense key, ASC and ASCQ
+// of the answer to be want: how these tests see a pending unit attention or a refused LUN.
+func requireTURSense(t *testing.T, ch *srptest.Channel, lun uint16, want []uint8, msgAndArgs ...any) {
+	t.Helper()
+	rsp, err := ch.TestUnitReady(ctxT(t), lun)
+	require.NoError(t, err)
+	k, asc, ascq := senseOf(t, rsp)
+	require.Equal(t, want, []uint8{k, asc, ascq}, msgAndArgs...)
 }
 
 // clearUA consumes the POWER ON unit attention of LUN lun on ch.

@@ -414,10 +414,7 @@ func TestMultiChannel(t *testing.T) {
 		return len(s) == 1 && s[0].Channels == 1
 	})
 	// The nexus was reset: I_T NEXUS LOSS OCCURRED is pending.
-	rsp, err := again.TestUnitReady(ctxT(t), 0)
-	require.NoError(t, err)
-	k, asc, ascq := senseOf(t, rsp)
-	require.Equal(t, []uint8{0x06, 0x29, 0x07}, []uint8{k, asc, ascq})
+	requireTURSense(t, again, 0, []uint8{0x06, 0x29, 0x07})
 }
 
 // TestLoginRefusedAfterShutdown: a target that shut down answers nothing any more (the

@@ -9,7 +9,6 @@ import (
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
-	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/srp"
 	"github.com/srptarget/srptarget/srp/iu"
 	"github.com/srptarget/srptarget/srp/srptest"
@@ -132,10 +131,7 @@ func TestCommandsAfterTaskManagement(t *testing.T) {
 	h := newHarness(t, harnessOpts{gate: true})
 	ch := h.login(h.cfg())
 	clearUA(t, ch, 0)
-	h.gate.hold()
-	old, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096})
-	require.NoError(t, err)
-	testutil.WaitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
+	old := h.holdReads(t, ch, 0)[0]
 	tm := make([]byte, iu.TskMgmtSize)
 	iu.TskMgmt(tm).Encode(&iu.TskMgmtFields{Tag: 0x4444, Func: iu.TskLUNReset})
 	require.NoError(t, ch.SendRaw(tm))

@@ -87,10 +87,7 @@ func TestReloadWhileDisconnected(t *testing.T) {
 		"disconnect": func(t *testing.T, h *harness, ch *srptest.Channel) { require.NoError(t, ch.Close()) },
 		"logout":     func(t *testing.T, h *harness, ch *srptest.Channel) { require.NoError(t, ch.Logout()) },
 		"vanish": func(t *testing.T, h *harness, ch *srptest.Channel) {
-			h.gate.hold()
-			_, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096})
-			require.NoError(t, err)
-			testutil.WaitFor(t, "the read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
+			h.holdReads(t, ch, 0)
 			ch.Vanish()
 			h.gate.release()
 		},
@@ -116,17 +113,14 @@ func TestReloadWhileDisconnected(t *testing.T) {
 				cfg.Node = ch.Node()
 				again := h.login(cfg)
 
-				rsp, err := again.TestUnitReady(ctxT(t), 0)
-				require.NoError(t, err)
-				k, asc, ascq := senseOf(t, rsp)
-				require.Equal(t, []uint8{0x06, 0x29, 0x07}, []uint8{k, asc, ascq}, "I_T NEXUS LOSS OCCURRED first")
+				requireTURSense(t, again, 0, []uint8{0x06, 0x29, 0x07}, "I_T NEXUS LOSS OCCURRED first")
 				if tc.changed {
 					require.Equal(t, []uint8{0x06, 0x3F, 0x0E}, requestSense(t, again, 0), "then REPORTED LUNS DATA HAS CHANGED")
 					_, ok := h.logged("LUN map changed: REPORTED LUNS DATA HAS CHANGED pending")
 					require.True(t, ok)
 				}
 				require.Equal(t, []uint8{0, 0, 0}, requestSense(t, again, 0), "nothing else pending")
-				rsp, err = again.TestUnitReady(ctxT(t), 0)
+				rsp, err := again.TestUnitReady(ctxT(t), 0)
 				require.NoError(t, err)
 				require.NoError(t, rsp.Err())
 				require.Equal(t, tc.luns, reportLUNs(t, again))
@@ -261,10 +255,7 @@ func TestRetireAfterReloadWaitsForCommands(t *testing.T) {
 	}
 	require.EqualValues(t, 2, lu0.Holds())
 
-	rsp, err = ch.TestUnitReady(ctxT(t), 0)
-	require.NoError(t, err)
-	k, asc, ascq := senseOf(t, rsp)
-	require.Equal(t, []uint8{0x05, 0x25, 0x00}, []uint8{k, asc, ascq}, "LOGICAL UNIT NOT SUPPORTED after the reload")
+	requireTURSense(t, ch, 0, []uint8{0x05, 0x25, 0x00}, "LOGICAL UNIT NOT SUPPORTED after the reload")
 	require.EqualValues(t, 2, lu0.Holds(), "the command to the removed LUN held nothing")
 
 	h.gate.release()

@@ -21,19 +21,44 @@ type removablePD struct {
 
 func (p *removablePD) Removed() <-chan struct{} { return p.gone }
 
-// TestRetirePoolOfRemovedDevice: when a device goes, its buffer pool leaves the target at once
-// (a device added again gets a new one) and is unmapped once its channels are gone and its
-// buffers are back, not before.
-func TestRetirePoolOfRemovedDevice(t *testing.T) {
+// newRemovablePool starts a target and gets its buffer pool for a removable device of a node
+// at addr on a fabric of its own.
+func newRemovablePool(t *testing.T, addr string) (*Target, *removablePD, *bufPool) {
+	t.Helper()
 	fab := memfabric.New(memfabric.Options{})
 	t.Cleanup(func() { _ = fab.Close() })
-	node, err := fab.NewNode(netip.MustParseAddr("192.0.2.9"))
+	node, err := fab.NewNode(netip.MustParseAddr(addr))
 	require.NoError(t, err)
 	tgt, err := New(Config{Limits: Limits{BufferPoolSize: 1 << 20, MaxTransferLen: 64 << 10}})
 	require.NoError(t, err)
 	pd := &removablePD{ProtectionDomain: node.PD(), gone: make(chan struct{})}
 	p, err := tgt.pool(pd)
 	require.NoError(t, err)
+	return tgt, pd, p
+}
+
+// poolClosed reports whether p has been unmapped.
+func poolClosed(p *bufPool) bool {
+	select {
+	case <-p.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+func shutdownTarget(t *testing.T, tgt *Target) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, tgt.Shutdown(ctx))
+}
+
+// TestRetirePoolOfRemovedDevice: when a device goes, its buffer pool leaves the target at once
+// (a device added again gets a new one) and is unmapped once its channels are gone and its
+// buffers are back, not before.
+func TestRetirePoolOfRemovedDevice(t *testing.T) {
+	tgt, pd, p := newRemovablePool(t, "192.0.2.9")
 	same, err := tgt.pool(pd)
 	require.NoError(t, err)
 	require.Same(t, p, same)
@@ -50,52 +75,21 @@ func TestRetirePoolOfRemovedDevice(t *testing.T) {
 		defer tgt.mu.Unlock()
 		return tgt.pools[pd] == nil
 	}, 5*time.Second, time.Millisecond, "the removed device's pool leaves the target")
-	require.Never(t, func() bool {
-		select {
-		case <-p.closing:
-			return true
-		default:
-			return false
-		}
-	}, 300*time.Millisecond, 10*time.Millisecond, "not unmapped while a buffer is out and a channel uses it")
+	require.Never(t, func() bool { return poolClosed(p) }, 300*time.Millisecond, 10*time.Millisecond, "not unmapped while a buffer is out and a channel uses it")
 
 	p.release(buf)
 	p.unregister(wake)
-	require.Eventually(t, func() bool {
-		select {
-		case <-p.closing:
-			return true
-		default:
-			return false
-		}
-	}, 5*time.Second, time.Millisecond, "unmapped once unused")
+	require.Eventually(t, func() bool { return poolClosed(p) }, 5*time.Second, time.Millisecond, "unmapped once unused")
 	require.NoError(t, p.close(), "closing again is harmless")
-
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	require.NoError(t, tgt.Shutdown(ctx))
+	shutdownTarget(t, tgt)
 }
 
 // TestShutdownClosesRemovablePools: a pool whose device is still there is closed by Shutdown,
 // and its watcher ends.
 func TestShutdownClosesRemovablePools(t *testing.T) {
-	fab := memfabric.New(memfabric.Options{})
-	t.Cleanup(func() { _ = fab.Close() })
-	node, err := fab.NewNode(netip.MustParseAddr("192.0.2.10"))
-	require.NoError(t, err)
-	tgt, err := New(Config{Limits: Limits{BufferPoolSize: 1 << 20, MaxTransferLen: 64 << 10}})
-	require.NoError(t, err)
-	pd := &removablePD{ProtectionDomain: node.PD(), gone: make(chan struct{})}
-	p, err := tgt.pool(pd)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	require.NoError(t, tgt.Shutdown(ctx))
-	select {
-	case <-p.closing:
-	default:
-		t.Fatal("Shutdown did not close the pool")
-	}
+	tgt, _, p := newRemovablePool(t, "192.0.2.10")
+	shutdownTarget(t, tgt)
+	require.True(t, poolClosed(p), "Shutdown did not close the pool")
 }
 
 // TestBufPoolMemoryOutsideHeap: a pool's memory is a slab, not a Go allocation that the

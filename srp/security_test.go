@@ -116,10 +116,7 @@ func TestSecStuckInitiatorCannotBlockLUNReset(t *testing.T) {
 	require.LessOrEqual(t, elapsed, timeout+500*time.Millisecond)
 	require.GreaterOrEqual(t, h.tgt.Stats().RDMAStalls, uint64(1), "the stuck channel was not closed")
 
-	rsp, err := victim.TestUnitReady(ctxT(t), 0)
-	require.NoError(t, err)
-	k, asc, ascq := senseOf(t, rsp) // the reset's unit attention: the victim's channel is fine
-	require.Equal(t, []uint8{0x06, 0x29, 0x03}, []uint8{k, asc, ascq})
+	requireTURSense(t, victim, 0, []uint8{0x06, 0x29, 0x03}) // the reset's unit attention: the victim's channel is fine
 	// The WRITE whose data was never fetched did not reach the medium.
 	got, err := victim.Read10(ctxT(t), 0, 0x1000, 8, testBlockSize)
 	require.NoError(t, err)

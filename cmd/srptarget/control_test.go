@@ -315,10 +315,10 @@ acls:`, 1))
 		Sessions:          []sessionChange{{Initiator: rwInitiator.String(), LosesLUNs: []int{1}, GainsLUNs: []int{2}}},
 		PortGroupsChanged: []string{},
 	}, normalizeNil(res))
-	out, _, err := e.ctl("reload", "--dry-run")
-	require.NoError(t, err)
-	require.Equal(t, `dry run: nothing applied; the reload would change:
-  LUNs added: 2, 3
+	// The changes as both the dry run and the reload print them, but for the LUNs added: the
+	// dry run's configuration adds LUN 3 too.
+	changes := func(added string) string {
+		return "  LUNs added: " + added + `
   LUNs changed: none
   LUNs retired: 1
   LUNs unchanged: 0
@@ -326,7 +326,11 @@ acls:`, 1))
   listeners removed: none
   target port groups: unchanged
   initiator 0x0000000000000000000000000000aaaa: loses LUNs 1, gains LUNs 2
-`, out)
+`
+	}
+	out, _, err := e.ctl("reload", "--dry-run")
+	require.NoError(t, err)
+	require.Equal(t, "dry run: nothing applied; the reload would change:\n"+changes("2, 3"), out)
 	_, err = os.Stat(filepath.Join(e.dir, "new", "lun3.img"))
 	require.ErrorIs(t, err, os.ErrNotExist, "a dry run makes no file")
 	require.True(t, do(t, rw, &srptest.Request{LUN: 0, CDB: srptest.CDBTestUnitReady()}).Good(), "no unit attention")
@@ -344,16 +348,7 @@ acls:`, 1))
 	e.writeConfig(e2eReloadConfig)
 	out, errOut, err := e.ctl("reload")
 	require.NoError(t, err, errOut)
-	require.Equal(t, `reload applied:
-  LUNs added: 2
-  LUNs changed: none
-  LUNs retired: 1
-  LUNs unchanged: 0
-  listeners added: 192.0.2.1:5556
-  listeners removed: none
-  target port groups: unchanged
-  initiator 0x0000000000000000000000000000aaaa: loses LUNs 1, gains LUNs 2
-`, out)
+	require.Equal(t, "reload applied:\n"+changes("2"), out)
 	rsp := do(t, rw, &srptest.Request{LUN: 0, CDB: srptest.CDBTestUnitReady()})
 	requireSense(t, rsp, senseUnitAttention, 0x3F, 0x0E)
 	require.Equal(t, []uint16{0, 2}, reportLUNs(t, rw))

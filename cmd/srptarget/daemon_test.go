@@ -93,10 +93,10 @@ func newEnv(t *testing.T, config string) *env {
 			devices:    func() ([]rdmaDevice, error) { return nil, errors.New("no devices in tests") },
 			interfaces: func() ([]hostAddr, error) { return nil, nil },
 		},
-		signals:         e.sigs,
-		exit:            func(code int) { e.exits <- code },
-		shutdownTimeout: 10 * time.Second,
-		afterReload:     func(err error) { e.reloads <- err },
+		processOptions: processOptions{shutdownTimeout: 10 * time.Second},
+		signals:        e.sigs,
+		exit:           func(code int) { e.exits <- code },
+		afterReload:    func(err error) { e.reloads <- err },
 	}
 	t.Cleanup(func() { require.NoError(t, e.fab.Close()) })
 	return e

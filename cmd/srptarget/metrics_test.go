@@ -1,10 +1,8 @@
 package main
 
 import (
-	"net"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -199,11 +197,8 @@ func TestMetricsEndpoint(t *testing.T) {
 	e := newEnv(t, e2eConfig)
 	e.opts.metricsAddr = "127.0.0.1:0"
 	e.start()
-	listening := e.logs.FilterMessage("metrics endpoint listening").All()
-	require.Len(t, listening, 1)
-	addr := listening[0].ContextMap()["address"].(string)
-	require.Equal(t, "http://"+addr+"/metrics", listening[0].ContextMap()["url"])
-	require.Zero(t, e.logs.FilterMessage("the metrics endpoint is not bound to localhost: whoever reaches it sees the LUNs, their load and the sessions").Len())
+	addr := e.endpointAddr("metrics", "/metrics")
+	require.Zero(t, e.logs.FilterMessage(metricsNotLoopback).Len())
 
 	ch := e.mustLogin(rwInitiator, "", 5555)
 	_, err := e.login(strangerInitiator, "", 5555)
@@ -268,29 +263,20 @@ func TestMetricsEndpoint(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusNotFound, status, body)
 
-	require.NoError(t, e.stop(syscall.SIGTERM))
-	require.Equal(t, 1, e.count("metrics endpoint closed", "address", addr))
-	_, _, err = httpGet("http://" + addr + "/metrics")
-	require.ErrorIs(t, err, syscall.ECONNREFUSED, "the endpoint is closed with the daemon")
+	e.stopClosesEndpoint("metrics", addr, "/metrics")
 }
 
 func TestMetricsAddressInUseFailsStart(t *testing.T) {
-	busy, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer busy.Close()
 	e := newEnv(t, e2eConfig)
-	e.opts.metricsAddr = busy.Addr().String()
-	require.Equal(t, exitCodeError{1}, runServe(e.opts))
-	require.Equal(t, 1, e.count("start-up failed", "error",
-		"--metrics "+busy.Addr().String()+": listen tcp "+busy.Addr().String()+": bind: address already in use"))
+	requireAddressInUse(t, e, "--metrics", func(addr string) { e.opts.metricsAddr = addr })
 }
+
+// metricsNotLoopback is the warning of a metrics endpoint that others than local users reach.
+const metricsNotLoopback = "the metrics endpoint is not bound to localhost: whoever reaches it sees the LUNs, their load and the sessions"
 
 func TestMetricsNotOnLoopbackWarns(t *testing.T) {
 	e := newEnv(t, e2eConfig)
-	e.opts.metricsAddr = ":0"
-	e.start()
-	require.Equal(t, 1, e.logs.FilterMessage("the metrics endpoint is not bound to localhost: whoever reaches it sees the LUNs, their load and the sessions").Len())
-	require.NoError(t, e.stop(syscall.SIGTERM))
+	requireNotLoopbackWarns(t, e, metricsNotLoopback, func(addr string) { e.opts.metricsAddr = addr })
 }
 
 func TestServeMetricsFlag(t *testing.T) {

@@ -21,7 +21,8 @@ import (
 )
 
 func TestServeProfilingFlags(t *testing.T) {
-	defaults := serveFlags{configFile: "c.yaml", logFormat: "console", logLevel: "info", shutdownTimeout: DefaultShutdownTimeout, controlPath: DefaultControlSocket}
+	defaults := serveFlags{configFile: "c.yaml", logFormat: "console", logLevel: "info",
+		processOptions: processOptions{shutdownTimeout: DefaultShutdownTimeout, controlPath: DefaultControlSocket}}
 	with := func(change func(*serveFlags)) serveFlags {
 		f := defaults
 		change(&f)
@@ -305,6 +306,51 @@ func TestProfileSignalsWithoutCPUProfileAreIgnored(t *testing.T) {
 	require.Zero(t, e.logs.FilterMessage("CPU profile written").Len())
 }
 
+// endpointAddr returns the address the HTTP endpoint what ("metrics", "pprof") logged that it
+// listens on, once it has checked that it logged so once, with the URL of path there.
+func (e *env) endpointAddr(what, path string) string {
+	e.t.Helper()
+	listening := e.logs.FilterMessage(what + " endpoint listening").All()
+	require.Len(e.t, listening, 1)
+	addr := listening[0].ContextMap()["address"].(string)
+	require.Equal(e.t, "http://"+addr+path, listening[0].ContextMap()["url"])
+	return addr
+}
+
+// stopClosesEndpoint stops the daemon and checks that the endpoint what at addr closed with
+// it: logged, and refusing connections to path.
+func (e *env) stopClosesEndpoint(what, addr, path string) {
+	e.t.Helper()
+	require.NoError(e.t, e.stop(syscall.SIGTERM))
+	require.Equal(e.t, 1, e.count(what+" endpoint closed", "address", addr))
+	_, _, err := httpGet("http://" + addr + path)
+	require.ErrorIs(e.t, err, syscall.ECONNREFUSED, "the endpoint is closed with the daemon")
+}
+
+// requireAddressInUse runs the daemon with the listen address of flag taken by another
+// listener (set in e.opts by setAddr) and checks that start-up fails, saying so.
+func requireAddressInUse(t *testing.T, e *env, flag string, setAddr func(addr string)) {
+	t.Helper()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+	addr := busy.Addr().String()
+	setAddr(addr)
+	require.Equal(t, exitCodeError{1}, runServe(e.opts))
+	require.Equal(t, 1, e.count("start-up failed", "error",
+		flag+" "+addr+": listen tcp "+addr+": bind: address already in use"))
+}
+
+// requireNotLoopbackWarns runs the daemon with an endpoint on every address (set in e.opts by
+// setAddr) and checks that it logs warning once.
+func requireNotLoopbackWarns(t *testing.T, e *env, warning string, setAddr func(addr string)) {
+	t.Helper()
+	setAddr(":0")
+	e.start()
+	require.Equal(t, 1, e.logs.FilterMessage(warning).Len())
+	require.NoError(t, e.stop(syscall.SIGTERM))
+}
+
 // httpGet fetches url without keeping the connection (no goroutine outlives the test).
 func httpGet(url string) (int, string, error) {
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
@@ -328,11 +374,8 @@ func TestPprofEndpoint(t *testing.T) {
 	e := newEnv(t, e2eConfig)
 	e.opts.pprofAddr = "127.0.0.1:0"
 	e.start()
-	listening := e.logs.FilterMessage("pprof endpoint listening").All()
-	require.Len(t, listening, 1)
-	addr := listening[0].ContextMap()["address"].(string)
-	require.Equal(t, "http://"+addr+"/debug/pprof/", listening[0].ContextMap()["url"])
-	require.Zero(t, e.logs.FilterMessage("the pprof endpoint is not bound to localhost: whoever reaches it reads the daemon's command line, stacks and memory").Len())
+	addr := e.endpointAddr("pprof", "/debug/pprof/")
+	require.Zero(t, e.logs.FilterMessage(pprofNotLoopback).Len())
 
 	for _, tt := range []struct {
 		path     string
@@ -351,29 +394,23 @@ func TestPprofEndpoint(t *testing.T) {
 		require.Contains(t, body, tt.contains, tt.path)
 	}
 
-	require.NoError(t, e.stop(syscall.SIGTERM))
-	require.Equal(t, 1, e.count("pprof endpoint closed", "address", addr))
-	_, _, err := httpGet("http://" + addr + "/debug/pprof/")
-	require.ErrorIs(t, err, syscall.ECONNREFUSED, "the endpoint is closed with the daemon")
+	e.stopClosesEndpoint("pprof", addr, "/debug/pprof/")
 }
 
 func TestPprofAddressInUseFailsStart(t *testing.T) {
-	busy, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer busy.Close()
 	e := newEnv(t, e2eConfig)
 	prof := filepath.Join(e.dir, "cpu.pprof")
 	e.opts.cpuProfile = prof
-	e.opts.pprofAddr = busy.Addr().String()
-	require.Equal(t, exitCodeError{1}, runServe(e.opts))
-	require.Equal(t, 1, e.count("start-up failed", "error",
-		"--pprof "+busy.Addr().String()+": listen tcp "+busy.Addr().String()+": bind: address already in use"))
+	requireAddressInUse(t, e, "--pprof", func(addr string) { e.opts.pprofAddr = addr })
 	require.Equal(t, 1, e.count("srptarget did not start", "errors", 1))
-	_, err = os.Stat(filepath.Join(e.dir, "lun1.img"))
+	_, err := os.Stat(filepath.Join(e.dir, "lun1.img"))
 	require.ErrorIs(t, err, os.ErrNotExist, "the daemon did not start")
 	// The profile started before the endpoint failed is written all the same.
 	readProfile(t, prof)
 }
+
+// pprofNotLoopback is the warning of a pprof endpoint that others than local users reach.
+const pprofNotLoopback = "the pprof endpoint is not bound to localhost: whoever reaches it reads the daemon's command line, stacks and memory"
 
 func TestPprofNotOnLoopbackWarns(t *testing.T) {
 	for _, tt := range []struct {
@@ -395,10 +432,7 @@ func TestPprofNotOnLoopbackWarns(t *testing.T) {
 	}
 
 	e := newEnv(t, e2eConfig)
-	e.opts.pprofAddr = ":0"
-	e.start()
-	require.Equal(t, 1, e.logs.FilterMessage("the pprof endpoint is not bound to localhost: whoever reaches it reads the daemon's command line, stacks and memory").Len())
-	require.NoError(t, e.stop(syscall.SIGTERM))
+	requireNotLoopbackWarns(t, e, pprofNotLoopback, func(addr string) { e.opts.pprofAddr = addr })
 }
 
 // TestCPUProfileDoesNotFollowPlantedLink: FILE.tmp planted as a link to another file (as a

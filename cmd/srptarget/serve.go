@@ -20,10 +20,30 @@ import (
 // and how it exits at once on a second one. Tests feed signals through a channel.
 type serveOptions struct {
 	daemonOptions
-	signals         <-chan os.Signal
-	exit            func(code int)
-	shutdownTimeout time.Duration
+	processOptions
+	signals <-chan os.Signal
+	exit    func(code int)
 
+	// devicePoll is how often the daemon looks for an RDMA device while it waits for one
+	// (DefaultDevicePoll when 0; tests make it short).
+	devicePoll time.Duration
+
+	// Test hooks: ready is called once the daemon serves, afterReload with the result of each
+	// SIGHUP reload, afterProfileSignal once a SIGUSR1 or SIGUSR2 is handled, beforeShutdown
+	// once the first SIGTERM/SIGINT is handled (and the watcher for a second one runs) but
+	// before the target shuts down.
+	ready              func(*daemon)
+	afterReload        func(error)
+	afterProfileSignal func()
+	beforeShutdown     func()
+}
+
+// processOptions are the serve flags about the process around the daemon rather than the
+// target it serves: how long it drains, profiling, the control socket, metrics. They go from
+// the command line (serveFlags) to runServe (serveOptions) as they are, so they are declared
+// once, here.
+type processOptions struct {
+	shutdownTimeout time.Duration
 	// cpuProfile is the file of --cpuprofile ("" for none); cpuProfileWait leaves the profile
 	// to SIGUSR1 instead of starting it at start-up. pprofAddr is the listen address of
 	// --pprof ("" for none).
@@ -34,21 +54,8 @@ type serveOptions struct {
 	// the daemon's).
 	controlPath  string
 	controlGroup string
-
-	// devicePoll is how often the daemon looks for an RDMA device while it waits for one
-	// (DefaultDevicePoll when 0; tests make it short).
-	devicePoll time.Duration
 	// metricsAddr is the listen address of --metrics ("" for none).
 	metricsAddr string
-
-	// Test hooks: ready is called once the daemon serves, afterReload with the result of each
-	// SIGHUP reload, afterProfileSignal once a SIGUSR1 or SIGUSR2 is handled, beforeShutdown
-	// once the first SIGTERM/SIGINT is handled (and the watcher for a second one runs) but
-	// before the target shuts down.
-	ready              func(*daemon)
-	afterReload        func(error)
-	afterProfileSignal func()
-	beforeShutdown     func()
 }
 
 // exitCodeError makes main exit with code without printing anything more: what went wrong
@@ -82,9 +89,7 @@ func runServe(opts serveOptions) error {
 	if opts.cpuProfile != "" {
 		var err error
 		if prof, err = newCPUProfiler(opts.cpuProfile, opts.cpuProfileWait, log); err != nil {
-			log.Error("start-up failed", zap.Error(err))
-			log.Error("srptarget did not start", zap.Int("errors", 1))
-			return exitCodeError{1}
+			return startFailed(log, err)
 		}
 	}
 	var pp *pprofServer
@@ -93,17 +98,13 @@ func runServe(opts serveOptions) error {
 		if opts.pprofAddr != "" {
 			var err error
 			if pp, err = startPprof(opts.pprofAddr, log); err != nil {
-				log.Error("start-up failed", zap.Error(err))
-				log.Error("srptarget did not start", zap.Int("errors", 1))
-				return exitCodeError{1}
+				return startFailed(log, err)
 			}
 		}
 		if opts.metricsAddr != "" {
 			var err error
 			if ms, err = startMetrics(opts.metricsAddr, log); err != nil {
-				log.Error("start-up failed", zap.Error(err))
-				log.Error("srptarget did not start", zap.Int("errors", 1))
-				return exitCodeError{1}
+				return startFailed(log, err)
 			}
 			opts.metrics = ms.collector
 		}
@@ -126,6 +127,14 @@ func runServe(opts serveOptions) error {
 	return err
 }
 
+// startFailed logs err, the one reason the daemon did not start, and returns the error that
+// makes main exit with status 1.
+func startFailed(log *zap.Logger, err error) error {
+	log.Error("start-up failed", zap.Error(err))
+	log.Error("srptarget did not start", zap.Int("errors", 1))
+	return exitCodeError{1}
+}
+
 // serveUntilStopped is runServe without the profiling around it.
 func serveUntilStopped(opts serveOptions, prof *cpuProfiler) error {
 	log := opts.log
@@ -135,9 +144,7 @@ func serveUntilStopped(opts serveOptions, prof *cpuProfiler) error {
 	if opts.controlPath != "" {
 		ctlLn, err := listenControl(opts.controlPath, opts.controlGroup, log)
 		if err != nil {
-			log.Error("start-up failed", zap.Error(err))
-			log.Error("srptarget did not start", zap.Int("errors", 1))
-			return exitCodeError{1}
+			return startFailed(log, err)
 		}
 		ctl = serveControl(ctlLn, opts.controlPath, opts.daemonOptions)
 		log.Info("control socket: srptarget status, sessions, luns, stats, reload, acl-check",
@@ -275,16 +282,10 @@ const DefaultConfigFile = "/etc/srptarget/srptarget.yaml"
 
 // serveFlags are the command line of `srptarget serve`.
 type serveFlags struct {
-	configFile      string
-	logFormat       string
-	logLevel        string
-	shutdownTimeout time.Duration
-	cpuProfile      string
-	cpuProfileWait  bool
-	pprofAddr       string
-	controlPath     string
-	controlGroup    string
-	metricsAddr     string
+	configFile string
+	logFormat  string
+	logLevel   string
+	processOptions
 }
 
 // check refuses flag combinations that would silently do nothing.
@@ -319,15 +320,9 @@ func runServeCommand(f serveFlags) error {
 			interfaces: hostAddrs,
 			memlock:    ensureMemlock,
 		},
-		signals:         sigs,
-		exit:            os.Exit,
-		shutdownTimeout: f.shutdownTimeout,
-		cpuProfile:      f.cpuProfile,
-		cpuProfileWait:  f.cpuProfileWait,
-		pprofAddr:       f.pprofAddr,
-		controlPath:     f.controlPath,
-		controlGroup:    f.controlGroup,
-		metricsAddr:     f.metricsAddr,
+		processOptions: f.processOptions,
+		signals:        sigs,
+		exit:           os.Exit,
 	})
 }
 
