@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -309,7 +310,9 @@ func runServeCommand(f serveFlags) error {
 	// kill the daemon, and its initiators' disks with it.
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
-	log.Info("srptarget starting", zap.String("version", version), zap.String("config", f.configFile))
+	procs := setSchedulerProcs()
+	log.Info("srptarget starting", zap.String("version", version), zap.String("config", f.configFile),
+		zap.Int("cpus", runtime.NumCPU()), zap.Int("gomaxprocs", procs))
 	return runServe(serveOptions{
 		daemonOptions: daemonOptions{
 			configFile: f.configFile,
