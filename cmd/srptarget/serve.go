@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"os/signal"
-	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -310,9 +309,7 @@ func runServeCommand(f serveFlags) error {
 	// kill the daemon, and its initiators' disks with it.
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
-	procs := setSchedulerProcs()
-	log.Info("srptarget starting", zap.String("version", version), zap.String("config", f.configFile),
-		zap.Int("cpus", runtime.NumCPU()), zap.Int("gomaxprocs", procs))
+	log.Info("srptarget starting", zap.String("version", version), zap.String("config", f.configFile))
 	return runServe(serveOptions{
 		daemonOptions: daemonOptions{
 			configFile: f.configFile,
