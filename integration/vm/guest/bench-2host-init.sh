@@ -38,6 +38,9 @@ bench_args
 BENCH_DEST=$(arg target_ip 169.254.50.1)
 TGUID=$(arg target_guid 000000fffe000001)
 CTL_PORT=$(arg ctl_port 5600)
+# variant=NAME: the target VM runs a second daemon on srpt_port + 1 (bench-2host-target.sh),
+# measured as target srpt-mem-NAME right after the first in every round.
+VARIANT=$(arg variant "")
 
 BENCH_RAW=/tmp/bench/raw.txt
 BENCH_FAILED=0
@@ -68,7 +71,7 @@ prefill() {
 
 step "prefill: both memory disks written once"
 ch0=${CH_COUNTS%% *}
-for tp in srptarget:$SRPT_PORT LIO:$LIO_PORT; do
+for tp in srptarget:$SRPT_PORT LIO:$LIO_PORT ${VARIANT:+variant:$((SRPT_PORT + 1))}; do
 	login_retry "${tp%:*}" "${tp#*:}" "$ch0" || fail "login to ${tp%:*} at $BENCH_DEST:${tp#*:}"
 	d=$(srp_disks | head -1)
 	t=$(uptime_s)
@@ -134,6 +137,7 @@ bench_t0=$(uptime_s)
 for round in $(seq 1 "$ROUNDS"); do
 	for ch in $CH_COUNTS; do
 		block srptarget srpt-mem "$SRPT_PORT" "$round" "$ch"
+		[ -z "$VARIANT" ] || block "srptarget $VARIANT" "srpt-mem-$VARIANT" "$((SRPT_PORT + 1))" "$round" "$ch"
 		block LIO lio "$LIO_PORT" "$round" "$ch"
 	done
 done
