@@ -9,7 +9,6 @@ import (
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
-	"github.com/srptarget/srptarget/srp"
 	"github.com/srptarget/srptarget/srp/iu"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
@@ -123,34 +122,4 @@ func tur(tag iu.Tag) []byte {
 	b := make([]byte, iu.CmdMinSize)
 	_, _ = iu.Cmd(b).Encode(&iu.CmdFields{Tag: tag})
 	return b
-}
-
-// TestCommandsAfterTaskManagement: commands that arrive on a channel after a task management
-// function are not aborted by it, even while it waits for older commands to stop.
-func TestCommandsAfterTaskManagement(t *testing.T) {
-	h := newHarness(t, harnessOpts{gate: true})
-	ch := h.login(h.cfg())
-	clearUA(t, ch, 0)
-	old := h.holdReads(t, ch, 0)[0]
-	tm := make([]byte, iu.TskMgmtSize)
-	iu.TskMgmt(tm).Encode(&iu.TskMgmtFields{Tag: 0x4444, Func: iu.TskLUNReset})
-	require.NoError(t, ch.SendRaw(tm))
-	h.waitStats("the reset", func(s srp.Stats) bool { return s.TaskMgmt == 1 })
-	later, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(8, 8), DataInLen: 4096})
-	require.NoError(t, err)
-	h.gate.release()
-	msg, err := ch.NextUnsolicited(ctxT(t))
-	require.NoError(t, err)
-	require.Equal(t, uint8(0), iu.Rsp(msg).RespData()[3])
-	rsp, err := later.Wait(ctxT(t))
-	require.NoError(t, err)
-	k, asc, ascq := senseOf(t, rsp) // the reset's unit attention, not an abort
-	require.Equal(t, []uint8{0x06, 0x29, 0x03}, []uint8{k, asc, ascq})
-	select {
-	case <-old.Done():
-		t.Fatal("the aborted command got a response")
-	default:
-	}
-	old.Forget()
-	require.Equal(t, int64(128), ch.Credits())
 }
