@@ -27,7 +27,9 @@
 #
 # Environment: GO, SRPT_VM_DIR, SRPT_BENCH_LOCK as in bench.sh;
 #   SRPT_2HOST_TARGET_SMP (1), SRPT_2HOST_INIT_SMP (2), SRPT_2HOST_MEM (2G each),
-#   SRPT_VM_TIMEOUT (seconds for the initiator's run, default 3000)
+#   SRPT_VM_TIMEOUT (seconds for the initiator's run, default 3000),
+#   SRPT_2HOST_VARIANT_BIN (with variant=NAME: the variant daemon is this srptarget binary,
+#   e.g. a build of another commit, instead of the one built here)
 # Exit status: the initiator's guest test's, 3 when the daemon cannot be built, 4 when the
 # VM printed no results.
 set -euo pipefail
@@ -69,11 +71,20 @@ log "lock held; host load average $(cut -d' ' -f1-3 /proc/loadavg)"
 SOCK=$VMDIR/run/2host-link.sock
 rm -f "$SOCK"
 common=(SRPT_VM_RUN_LOCK_HELD=1 SRPT_VM_MEM="${SRPT_2HOST_MEM:-2G}")
+target_files="$BIN:/usr/local/bin/srptarget $HERE/guest/bench-lib.sh:/lab/bench-lib.sh"
+target_args=()
+if [ -n "${SRPT_2HOST_VARIANT_BIN:-}" ]; then
+	[ -x "$SRPT_2HOST_VARIANT_BIN" ] || die "SRPT_2HOST_VARIANT_BIN=$SRPT_2HOST_VARIANT_BIN is not an executable"
+	cp "$SRPT_2HOST_VARIANT_BIN" "$OUT/srptarget-variant"
+	target_files+=" $OUT/srptarget-variant:/usr/local/bin/srptarget-variant"
+	target_args=(variant_bin=/usr/local/bin/srptarget-variant)
+	echo "variant binary: $SRPT_2HOST_VARIANT_BIN ($(sha256sum "$SRPT_2HOST_VARIANT_BIN" | cut -c1-16))" >>"$OUT/setup.txt"
+fi
 # The target VM runs until stop_target; its own timeout is a backstop.
 env "${common[@]}" SRPT_VM_SMP="${SRPT_2HOST_TARGET_SMP:-1}" SRPT_VM_TIMEOUT=$((TIMEOUT + 300)) \
 	SRPT_VM_LOG="$OUT/target.log" SRPT_VM_NIC="unix-server:$SOCK:02:00:00:00:00:01" \
-	SRPT_VM_FILES="$BIN:/usr/local/bin/srptarget $HERE/guest/bench-lib.sh:/lab/bench-lib.sh" \
-	"$HERE/run-vm.sh" "$HERE/guest/bench-2host-target.sh" "$@" netdev=eth0 mac=02:00:00:00:00:01 \
+	SRPT_VM_FILES="$target_files" \
+	"$HERE/run-vm.sh" "$HERE/guest/bench-2host-target.sh" "$@" "${target_args[@]}" netdev=eth0 mac=02:00:00:00:00:01 \
 	ip4=169.254.50.1/16 ip6=fd53:5250::1/64 >"$OUT/target.out" 2>&1 &
 TPID=$!
 for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.2; done
