@@ -221,7 +221,8 @@ type Conn interface {
 	// PostSend posts a chain of send-queue work requests with one call, with the same partial
 	// result rule as PostRecv.
 	PostSend(wrs []SendWR) (int, error)
-	// PollCompletions copies up to len(wcs) completions, oldest first, and returns how many.
+	// PollCompletions copies up to len(wcs) completions, oldest first within the send queue's
+	// and the receive queue's (no order between the two), and returns how many.
 	PollCompletions(wcs []Completion) (int, error)
 	// PollEvent returns the next connection event, if any.
 	PollEvent() (Event, bool)
@@ -245,13 +246,22 @@ type Conn interface {
 // next completion added to it, then stays quiet until armed again. A consumer that keeps
 // polling while it has work, and arms only before it waits, takes no wake-up per completion.
 //
-// Until the first ArmNotify the connection re-arms itself after every event, so consumers
+// Receive and send completions go to two completion queues, armed apart: ArmNotify arms the
+// receive queue's, and the send queue's only when sends is true; after ArmNotify(false) send
+// completions signal nothing until an ArmNotify(true). A consumer whose outstanding sends
+// only release memory when they complete (a response on its way) leaves sends false and
+// reaps those completions when it polls for another reason, the next request's arrival: one
+// wake-up per request instead of two. PollCompletions returns the completions of both
+// queues, each queue's oldest first, with no order promised between the two (verbs: the send
+// queue's are taken first).
+//
+// Until the first ArmNotify the connection re-arms both after every event, so consumers
 // that never call it lose nothing. After it, the consumer must arm before each wait and poll
 // once more after arming before it waits on Ready: a completion that arrived before the arm
 // raises no event. Connection events (established, disconnected, device removed) always
 // signal Ready.
 type NotifyArmer interface {
-	ArmNotify() error
+	ArmNotify(sends bool) error
 }
 
 // QPNumberer is implemented by connections that know their queue pair number (verbs: the

@@ -160,12 +160,19 @@ type channel struct {
 	idleSpins int
 	lastWork  int64
 	// pollNow is the clock (nanotime) read once per PollCompletions call that returned
-	// completions, and the time of all of them: the arrival of the IUs it delivered and the
-	// end of the commands whose response SEND it completed (scsi.LUStats latency). One read
-	// per batch rather than two per command, because clock reads are expensive where the
-	// clocksource traps (pollWindowOpen); latencies come out late by at most the time taken to
-	// handle one batch.
+	// completions, and the arrival time of all the IUs it delivered (scsi.LUStats latency,
+	// which ends when the response is posted: recordAnswered reads the clock once per post).
+	// One read per batch rather than per command, because clock reads are expensive where
+	// the clocksource traps (pollWindowOpen); latencies come out late by at most the time
+	// taken to handle one batch.
 	pollNow int64
+
+	// Contexts in stageSent (setStage): responses posted whose SEND completion has not been
+	// reaped yet, and the commands among them (counted in commands until reaped, answered).
+	// The send CQ is armed only when something else waits for it (sendsAwaited), so an idle
+	// channel may keep the last responses' completions unreaped until its next wake-up.
+	sent     int
+	answered int
 
 	// Data buffers held (bytes of pool blocks), against the quota Limits.MaxChannelBuffer.
 	bufHeld  int64
@@ -483,7 +490,7 @@ func (ch *channel) block() {
 // publish makes the channel's commands in progress and credits visible to Target.Sessions:
 // two loads and, when a value changed, a store, once per pass of the loop.
 func (ch *channel) publish() {
-	if a := int32(ch.commands); ch.pubActive.Load() != a {
+	if a := int32(ch.commands - ch.answered); ch.pubActive.Load() != a {
 		ch.pubActive.Store(a)
 	}
 	if g := ch.ledger.granted; ch.pubGranted.Load() != g {
@@ -512,15 +519,35 @@ func (ch *channel) idle(worked bool) bool {
 			return false
 		}
 	}
+	return !ch.arm()
+}
+
+// arm arms the completion queues before the channel sleeps, unless they are armed already or
+// the connection arms itself, and reports whether it did: the caller then polls once more.
+func (ch *channel) arm() bool {
 	if ch.armer == nil || ch.notifyArmed {
-		return true
+		return false
 	}
-	if err := ch.armer.ArmNotify(); err != nil {
+	if err := ch.armer.ArmNotify(ch.sendsAwaited()); err != nil {
 		// Closed or removed: the connection's events still signal Ready.
-		return true
+		return false
 	}
 	ch.notifyArmed = true
-	return false
+	return true
+}
+
+// sendsAwaited reports whether the channel must be woken by its next send-queue completion
+// (ib.NotifyArmer): when anything but responses on their way is outstanding (RDMA READs of
+// data-out or of a descriptor table, a control IU), something waits for what a send
+// completion gives back (send-queue slots, a context, data buffers, here or on another
+// channel sharing the pool), credits are owed (an SRP_CRED_REQ waits for all contexts to be
+// free), or the channel is not live. Otherwise the completions of its responses only release
+// their contexts and buffers, and are reaped on the next wake-up, usually the next command's
+// arrival: one wake-up per command instead of two.
+func (ch *channel) sendsAwaited() bool {
+	return ch.phase != phaseLive || ch.sendBatches > ch.sent ||
+		!ch.bufQ.empty() || !ch.sqQ.empty() || len(ch.waitRecv) > 0 ||
+		ch.ledger.pending > 0 || ch.pool.waiting.Load() > 0
 }
 
 // noteWork opens a new poll window (adaptive): the channel found work.

@@ -242,6 +242,15 @@ func (ch *channel) watchdog(now time.Time) {
 		ch.wdAt = time.Time{}
 		return
 	}
+	if ch.sendProgress == ch.wdSeen && ch.qpOpen() {
+		// An idle channel reaps its responses' completions only when it wakes up
+		// (sendsAwaited): take those that came before calling it a stall.
+		ch.poll()
+		if ch.closed() || ch.sendBatches == 0 {
+			ch.wdAt = time.Time{}
+			return
+		}
+	}
 	if ch.sendProgress != ch.wdSeen {
 		ch.wdSeen, ch.wdSince = ch.sendProgress, now
 	} else if stalled := now.Sub(ch.wdSince); stalled >= ch.t.lim.RDMATimeout {

@@ -112,7 +112,11 @@ func (ch *channel) noteBufQueue() {
 	switch waiting := !ch.bufQ.empty(); {
 	case waiting && !ch.bufWaiting:
 		ch.bufWaiting = true
-		ch.pool.waiting.Add(1)
+		if ch.pool.waiting.Add(1) == 1 {
+			// Idle channels may sit on responses whose buffers they have not reaped
+			// (sendsAwaited): wake them to give the buffers back.
+			ch.pool.wakeAll()
+		}
 	case !waiting && ch.bufWaiting:
 		ch.bufWaiting = false
 		ch.pool.waiting.Add(-1)

@@ -114,6 +114,9 @@ func (ch *channel) uncount(c *cmdCtx) {
 	if c.real {
 		c.real = false
 		ch.commands--
+		if c.stage == stageSent {
+			ch.answered--
+		}
 	}
 }
 

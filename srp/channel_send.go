@@ -182,6 +182,7 @@ func (ch *channel) flushSends() {
 	total := len(ch.batch)
 	ch.t.stats.sendPosts.Add(1)
 	ch.t.stats.sendWRs.Add(uint64(n))
+	ch.recordAnswered(ch.batch[:n])
 	ch.batch, ch.batchSGEs = ch.batch[:0], ch.batchSGEs[:0]
 	if err != nil {
 		// Part of the chain may be posted without its signaled ends: completion accounting
@@ -192,6 +193,33 @@ func (ch *channel) flushSends() {
 			ch.log.Error("posting work requests failed", zap.Int("posted", n), zap.Int("batch", total), zap.Error(err))
 		}
 		ch.abandon("post failed")
+	}
+}
+
+// recordAnswered adds the commands whose responses were just posted to their logical units'
+// statistics: for its latency a command ends when its response is handed to the device, with
+// one clock read per post (MeasureLatency). Not at the SEND completion, which an idle channel
+// reaps only on its next wake-up (sendsAwaited).
+func (ch *channel) recordAnswered(posted []ib.SendWR) {
+	var now int64
+	for i := range posted {
+		id := posted[i].ID
+		if id&idKindMask != idCmd || id&idLast == 0 {
+			continue
+		}
+		c := &ch.ctxs[id&idIndexMask]
+		if c.stage != stageSent || c.statLU == nil {
+			continue
+		}
+		var latency int64
+		if ch.t.cfg.MeasureLatency {
+			if now == 0 {
+				now = ch.nanos()
+			}
+			latency = now - c.arrived
+		}
+		c.statLU.Stats().Complete(c.class, &c.cmd, uint64(c.written), uint64(len(c.cmd.DataOut)), latency)
+		c.statLU = nil
 	}
 }
 
@@ -233,9 +261,6 @@ func (ch *channel) onSendCompletion(c *cmdCtx, wc *ib.Completion) {
 		ch.t.stats.bytesOut.Add(uint64(len(c.cmd.DataOut)))
 		ch.dispatch(c)
 	case stageSent:
-		if c.statLU != nil {
-			c.statLU.Stats().Complete(c.class, &c.cmd, uint64(c.written), uint64(len(c.cmd.DataOut)), ch.pollNow-c.arrived)
-		}
 		ch.finish(c, false)
 	default:
 		ch.log.Error("internal error: send completion in an unexpected stage", zap.Stringer("stage", c.stage))

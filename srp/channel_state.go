@@ -134,6 +134,15 @@ func (c *cmdCtx) setStage(to cmdStage) {
 		illegalMove(c.ch, fmt.Sprintf("command stage %v -> %v (context %d)", c.stage, to, c.idx))
 		return
 	}
+	if c.stage == stageSent {
+		c.ch.sent--
+	}
+	if to == stageSent {
+		c.ch.sent++
+		if c.real {
+			c.ch.answered++
+		}
+	}
 	c.stage = to
 }
 

@@ -390,9 +390,9 @@ type Config struct {
 	Authorizer Authorizer
 	// Logger receives structured logs; nil discards them.
 	Logger *zap.Logger
-	// MeasureLatency times each command from its IU's arrival to its response's send
-	// completion for the logical units' latency histograms (scsi.LUStats). It costs a clock
-	// read per completion batch, a few percent of a 4 KiB round trip at queue depth 1, so it
+	// MeasureLatency times each command from its IU's arrival to the posting of its response
+	// for the logical units' latency histograms (scsi.LUStats). It costs a clock read per
+	// completion batch and per post, a few percent of a 4 KiB round trip at queue depth 1, so it
 	// is on only when someone reads the histograms (the daemon's --metrics); without it the
 	// commands are counted with a latency of 0.
 	MeasureLatency bool

@@ -66,10 +66,15 @@ func (s *Scripted) Step() (over bool) {
 		if over {
 			return true
 		}
-		if !s.ch.takeReady() {
-			if s.tmf == nil || !s.claimedReleased() {
-				return false
-			}
+		if s.ch.takeReady() {
+			continue
+		}
+		// As run (in event mode): arm before sleeping, and go round once more after arming.
+		if s.ch.qpOpen() && s.ch.arm() {
+			continue
+		}
+		if s.tmf == nil || !s.claimedReleased() {
+			return false
 		}
 	}
 	panic("srp: scripted channel never settled")
@@ -136,6 +141,10 @@ func (s *Scripted) Stop(graceful bool, why string) {
 	}
 	s.ch.requestStop(mode, why, iu.TLogoutNoReason)
 }
+
+// Woken reports whether the connection's Ready holds a signal: what would wake the channel
+// from its sleep. Step takes it.
+func (s *Scripted) Woken() bool { return len(s.ch.conn.Ready()) > 0 }
 
 // State describes the channel: its phase, counters, queues, and every context in use.
 func (s *Scripted) State() string {

@@ -7,9 +7,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-type countArmer struct{ arms int }
+type countArmer struct {
+	arms  int
+	sends bool // the last ArmNotify's
+}
 
-func (a *countArmer) ArmNotify() error { a.arms++; return nil }
+func (a *countArmer) ArmNotify(sends bool) error { a.arms++; a.sends = sends; return nil }
 
 // TestAdaptiveIdleWindow: an adaptive channel keeps polling for the poll window after its last
 // work, reading the clock only once per clockEvery idle passes; when the window is over it arms
@@ -18,7 +21,7 @@ func (a *countArmer) ArmNotify() error { a.arms++; return nil }
 func TestAdaptiveIdleWindow(t *testing.T) {
 	const window = 5 * time.Millisecond
 	armer := &countArmer{}
-	ch := &channel{t: &Target{lim: Limits{Completion: CompletionAdaptive, PollWindow: window}}, armer: armer}
+	ch := &channel{t: &Target{lim: Limits{Completion: CompletionAdaptive, PollWindow: window}}, armer: armer, pool: &bufPool{}}
 
 	start := time.Now()
 	worked := true
@@ -55,7 +58,7 @@ func TestAdaptiveIdleWindow(t *testing.T) {
 // first read, and the window found over, only on the clockEvery-th idle pass.
 func TestAdaptiveIdleReadsClockRarely(t *testing.T) {
 	armer := &countArmer{}
-	ch := &channel{t: &Target{lim: Limits{Completion: CompletionAdaptive, PollWindow: time.Nanosecond}}, armer: armer}
+	ch := &channel{t: &Target{lim: Limits{Completion: CompletionAdaptive, PollWindow: time.Nanosecond}}, armer: armer, pool: &bufPool{}}
 	passes := 0
 	for worked := true; armer.arms == 0; worked = false {
 		require.False(t, ch.idle(worked))
@@ -68,8 +71,38 @@ func TestAdaptiveIdleReadsClockRarely(t *testing.T) {
 // TestEventIdleArmsAtOnce: in event mode the channel arms and sleeps without polling on.
 func TestEventIdleArmsAtOnce(t *testing.T) {
 	armer := &countArmer{}
-	ch := &channel{t: &Target{lim: Limits{Completion: CompletionEvent}}, armer: armer}
+	ch := &channel{t: &Target{lim: Limits{Completion: CompletionEvent}}, armer: armer, pool: &bufPool{}}
 	require.False(t, ch.idle(true))
 	require.Equal(t, 1, armer.arms)
 	require.True(t, ch.idle(false))
+}
+
+// TestSendsAwaited: a channel arms its send CQ only when something waits for a send
+// completion; the completions of responses on their way are reaped at the next wake-up.
+func TestSendsAwaited(t *testing.T) {
+	tests := []struct {
+		name string
+		set  func(ch *channel)
+		want bool
+	}{
+		{"nothing outstanding", func(*channel) {}, false},
+		{"only responses on their way", func(ch *channel) { ch.sendBatches, ch.sent = 3, 3 }, false},
+		{"an RDMA READ besides", func(ch *channel) { ch.sendBatches, ch.sent = 4, 3 }, true},
+		{"a command waits for a data buffer", func(ch *channel) { ch.bufQ.push(&cmdCtx{}) }, true},
+		{"a command waits for send-queue slots", func(ch *channel) { ch.sqQ.push(&cmdCtx{}) }, true},
+		{"an IU waits for a context", func(ch *channel) { ch.waitRecv = append(ch.waitRecv, parkedIU{}) }, true},
+		{"credits owed", func(ch *channel) { ch.ledger.owe() }, true},
+		{"another channel waits for the pool", func(ch *channel) { ch.pool.waiting.Store(1) }, true},
+		{"draining", func(ch *channel) { ch.phase = phaseDraining }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			armer := &countArmer{}
+			ch := &channel{t: &Target{lim: Limits{Completion: CompletionEvent}}, armer: armer, pool: &bufPool{}}
+			tt.set(ch)
+			require.Equal(t, tt.want, ch.sendsAwaited())
+			require.False(t, ch.idle(false))
+			require.Equal(t, tt.want, armer.sends, "ArmNotify's sends")
+		})
+	}
 }

@@ -269,6 +269,18 @@ func (p *bufPool) release(b poolBuf) {
 	p.mu.Unlock()
 }
 
+// wakeAll wakes every channel of the pool.
+func (p *bufPool) wakeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, w := range p.waiters {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // push makes the block at unit u of order o free. p.mu held (or pool not yet shared).
 func (p *bufPool) push(u int32, o int) {
 	p.order[u] = int8(o)

@@ -35,6 +35,8 @@ import (
 //	advance by=D           the channel's clock moves by D (timers fire)
 //	stop [graceful]        a stop request (as Target.Shutdown, or a reload)
 //	state                  the channel's phase, counters, queues and contexts
+//	ready                  whether a completion or event has signalled the channel's Ready
+//	                       since its last step ("woken"), which would wake it from sleep
 //	data tag=T             what the data buffer of command T holds
 //	stats                  the target's counters that the scripts look at
 //	log                    the target's warnings and errors since the last log directive
@@ -149,6 +151,11 @@ func TestChannelScripts(t *testing.T) {
 				return ""
 			case "state":
 				return si.ch.State()
+			case "ready":
+				if si.ch.Woken() {
+					return "woken\n"
+				}
+				return "asleep\n"
 			case "data":
 				var tag uint64
 				td.ScanArgs(t, "tag", &tag)

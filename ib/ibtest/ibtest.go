@@ -64,6 +64,7 @@ func Run(t *testing.T, f Fabric) {
 		{"QueueFull", testQueueFull},
 		{"Disconnect", testDisconnect},
 		{"PostAfterClose", testPostAfterClose},
+		{"ArmNotify", testArmNotify},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, f) })

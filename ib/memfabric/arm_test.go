@@ -47,7 +47,7 @@ func TestArmNotify(t *testing.T) {
 
 	armer, ok := tc.(ib.NotifyArmer)
 	require.True(t, ok, "memfabric connections implement ib.NotifyArmer")
-	require.NoError(t, armer.ArmNotify())
+	require.NoError(t, armer.ArmNotify(false))
 	_, err = ic.PostSend([]ib.SendWR{
 		{ID: 3, Op: ib.OpSend, SGL: []ib.SGE{{MR: imr, Length: 8}}},
 		{ID: 4, Op: ib.OpSend, SGL: []ib.SGE{{MR: imr, Length: 8}}},

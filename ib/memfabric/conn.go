@@ -188,10 +188,12 @@ type Conn struct {
 	rq         recvQueue
 	cq         compQueue
 	events     []ib.Event
-	// consumerArms: ArmNotify was called, so a completion signals Ready only while armed,
-	// like a CQ armed with ibv_req_notify_cq (see ib.NotifyArmer).
+	// consumerArms: ArmNotify was called, so a completion signals Ready only while its
+	// queue's CQ is armed, like a CQ armed with ibv_req_notify_cq (see ib.NotifyArmer):
+	// armedRecv for receive completions, armedSend for send-queue ones.
 	consumerArms bool
-	armed        bool
+	armedRecv    bool
+	armedSend    bool
 
 	blk        blockKind
 	blkIdx     uint64
@@ -265,19 +267,26 @@ func (c *Conn) push(e cqEntry) {
 	}
 	c.cq.ring[c.cq.tail%uint64(len(c.cq.ring))] = e
 	c.cq.tail++
-	if !c.consumerArms || c.armed {
-		c.armed = false
+	switch {
+	case !c.consumerArms:
+		c.signal()
+	case e.sq && c.armedSend:
+		c.armedSend = false
+		c.signal()
+	case !e.sq && c.armedRecv:
+		c.armedRecv = false
 		c.signal()
 	}
 }
 
-// ArmNotify implements ib.NotifyArmer: the next completion signals Ready; completions already
-// queued do not.
-func (c *Conn) ArmNotify() error {
+// ArmNotify implements ib.NotifyArmer: the next receive completion signals Ready, and the
+// next send-queue completion too when sends is set; completions already queued do not.
+func (c *Conn) ArmNotify(sends bool) error {
 	c.p.mu.Lock()
 	defer c.p.mu.Unlock()
 	c.consumerArms = true
-	c.armed = true
+	c.armedRecv = true
+	c.armedSend = sends
 	return nil
 }
 

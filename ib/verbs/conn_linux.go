@@ -23,8 +23,9 @@ import (
 // (it takes a mutex; ibv_destroy_cq waits for all events to be acknowledged).
 const cqAckBatch = 64
 
-// Conn is an ib.Conn: an RC QP on this package's context of the device, with its own CQ and
-// completion channel, driven through an RDMA/CM id. Target-side connections come from
+// Conn is an ib.Conn: an RC QP on this package's context of the device, with its own two CQs
+// (send and receive queue, ib.NotifyArmer) on one completion channel, driven through an
+// RDMA/CM id. Target-side connections come from
 // ConnRequest.Accept, initiator-side ones from Route.Connect.
 type Conn struct {
 	dev    *devCtx
@@ -43,16 +44,17 @@ type Conn struct {
 
 	qp  *C.struct_ibv_qp
 	qpn uint32
-	cq  *C.struct_ibv_cq
+	rcq cq // the receive queue's
+	scq cq // the send queue's
 	ch  *C.struct_ibv_comp_channel
 
 	cqFile   *os.File
 	waitDone chan struct{}
 	// consumerArms is set by the first ArmNotify: waitCQ then leaves re-arming to the
-	// consumer. armed is whether the CQ is armed and its event not yet read.
+	// consumer. wantSends is the last ArmNotify's sends: without it an event of the send CQ
+	// (armed before) signals nothing.
 	consumerArms atomic.Bool
-	armed        atomic.Bool
-	unacked      int // completion events not yet acknowledged, written by waitCQ before waitDone
+	wantSends    atomic.Bool
 
 	// mu serialises the data path and teardown: every use of qp, cq and bufs holds it.
 	mu         sync.Mutex
@@ -78,8 +80,65 @@ var (
 	_ ib.NotifyArmer = (*Conn)(nil)
 )
 
+// cq is one of a connection's completion queues.
+type cq struct {
+	cq *C.struct_ibv_cq
+	// armed: armed and its event not yet read. Stored before ibv_req_notify_cq (the event
+	// may be read before the call returns) and cleared by waitCQ before it signals.
+	armed   atomic.Bool
+	unacked int // events read and not yet acknowledged; waitCQ's until waitDone
+}
+
+// create makes the CQ of n entries on the completion channel and arms it.
+func (q *cq) create(ctx *C.struct_ibv_context, n int, ch *C.struct_ibv_comp_channel, what string) error {
+	p, cerr := C.ibv_create_cq(ctx, C.int(n), nil, ch, 0)
+	if p == nil {
+		return fmt.Errorf("ibv_create_cq(%d) for the %s queue: %w", n, what, errnoOr(cerr, errnoENOMEM))
+	}
+	q.cq = p
+	q.armed.Store(true)
+	if e := C.srpt_req_notify_cq(p); e != 0 {
+		q.armed.Store(false)
+		return fmt.Errorf("ibv_req_notify_cq on the %s queue: %w", what, syscall.Errno(e))
+	}
+	return nil
+}
+
+// event counts an event read from the completion channel, acknowledging them in batches.
+func (q *cq) event() {
+	q.unacked++
+	if q.unacked == cqAckBatch {
+		C.ibv_ack_cq_events(q.cq, C.uint(q.unacked))
+		q.unacked = 0
+	}
+}
+
+// arm arms the CQ unless it is armed with its event unread.
+func (q *cq) arm() syscall.Errno {
+	if q.armed.Load() {
+		return 0
+	}
+	q.armed.Store(true)
+	if e := C.srpt_req_notify_cq(q.cq); e != 0 {
+		q.armed.Store(false)
+		return syscall.Errno(e)
+	}
+	return 0
+}
+
+// destroy acknowledges what is left and destroys the CQ (after waitCQ ended).
+func (q *cq) destroy() {
+	if q.cq == nil {
+		return
+	}
+	if q.unacked > 0 {
+		C.ibv_ack_cq_events(q.cq, C.uint(q.unacked))
+	}
+	C.ibv_destroy_cq(q.cq)
+}
+
 // newConn builds the verbs side of a connection on dev for the CM id: completion channel and
-// CQ (armed, with the goroutine that waits on the channel), the RC QP in INIT, and the C
+// CQs (armed, with the goroutine that waits on the channel), the RC QP in INIT, and the C
 // memory for posting. It takes its own references on dev and loop. On failure it releases
 // what it made; the id stays the caller's.
 func newConn(dev *devCtx, loop *cmLoop, id *C.struct_rdma_cm_id, key uint64, caps ib.QPCaps,
@@ -113,20 +172,16 @@ func newConn(dev *devCtx, loop *cmLoop, id *C.struct_rdma_cm_id, key uint64, cap
 		return nil, fmt.Errorf("ibv_create_comp_channel: %w", errnoOr(cerr, errnoENOMEM))
 	}
 	c.ch = ch
-	cqe := caps.SendQueueDepth + caps.RecvQueueDepth
-	cq, cerr := C.ibv_create_cq(dev.ctx, C.int(cqe), nil, ch, 0)
-	if cq == nil {
-		c.teardown(false)
-		return nil, fmt.Errorf("ibv_create_cq(%d): %w", cqe, errnoOr(cerr, errnoENOMEM))
-	}
-	c.cq = cq
 	// Armed before anything can complete; from then on waitCQ re-arms after every event, or
 	// the consumer does (ArmNotify).
-	if e := C.srpt_req_notify_cq(cq); e != 0 {
+	if err := c.rcq.create(dev.ctx, caps.RecvQueueDepth, ch, "receive"); err != nil {
 		c.teardown(false)
-		return nil, fmt.Errorf("ibv_req_notify_cq: %w", syscall.Errno(e))
+		return nil, err
 	}
-	c.armed.Store(true)
+	if err := c.scq.create(dev.ctx, caps.SendQueueDepth, ch, "send"); err != nil {
+		c.teardown(false)
+		return nil, err
+	}
 	f, rc, perr := pollable(int(ch.fd), "completion channel")
 	if perr != nil {
 		c.teardown(false)
@@ -135,7 +190,7 @@ func newConn(dev *devCtx, loop *cmLoop, id *C.struct_rdma_cm_id, key uint64, cap
 	c.cqFile = f
 	c.waitDone = make(chan struct{})
 	go c.waitCQ(rc)
-	qp, cerr := C.srpt_create_qp(dev.pd, cq, C.uint32_t(caps.SendQueueDepth), C.uint32_t(caps.RecvQueueDepth),
+	qp, cerr := C.srpt_create_qp(dev.pd, c.scq.cq, c.rcq.cq, C.uint32_t(caps.SendQueueDepth), C.uint32_t(caps.RecvQueueDepth),
 		C.uint32_t(caps.MaxSendSGE), C.uint32_t(caps.MaxRecvSGE), C.uint32_t(caps.MaxInlineData))
 	if qp == nil {
 		c.teardown(false)
@@ -180,47 +235,70 @@ func (c *Conn) signal() {
 }
 
 // waitCQ waits, parked in the netpoller, for completion events. Per event it re-arms the CQ
-// (unless the consumer arms it, ArmNotify) and then signals Ready: a completion that arrives
-// after the re-arm raises a new event, and one that arrived before it is seen by the
-// consumer's drain, which starts after the signal. So no wake-up is lost without polling the
-// CQ here. When the consumer arms, armed is cleared before the signal, so that an ArmNotify
-// that still saw it set is followed by a wake-up, after which the consumer arms for real.
+// that raised it (unless the consumer arms, ArmNotify) and then signals Ready: a completion
+// that arrives after the re-arm raises a new event, and one that arrived before it is seen by
+// the consumer's drain, which starts after the signal. So no wake-up is lost without polling
+// the CQ here. When the consumer arms, the CQ's armed is cleared before the signal, so that an
+// ArmNotify that still saw it set is followed by a wake-up, after which the consumer arms for
+// real; an event of the send CQ the consumer did not ask for (ArmNotify(false)) signals
+// nothing.
+//
+// It makes one RawConn.Read for its whole life: the function reads events and returns false
+// to park. Read forgets the descriptor's readiness only when it is called, so an event that
+// arrives while the function runs wakes the next park, and the function may park without the
+// read() that finds the channel empty (EAGAIN) when no event can be pending: a CQ raises one
+// event per ibv_req_notify_cq, and each CQ's has been read since it was last armed. That is
+// one system call less per event when the consumer arms.
 func (c *Conn) waitCQ(rc syscall.RawConn) {
 	defer close(c.waitDone)
-	var e C.int
 	read := func(uintptr) bool {
-		e = C.srpt_get_cq_event(c.ch)
-		return e != C.EAGAIN
+		for {
+			var which *C.struct_ibv_cq
+			switch e := C.srpt_get_cq_event(c.ch, &which); e {
+			case 0:
+				c.cqEvent(which)
+			case C.EAGAIN:
+				return false
+			default:
+				time.Sleep(time.Millisecond) // not expected; do not spin
+				continue
+			}
+			if !c.rcq.armed.Load() && !c.scq.armed.Load() {
+				return false
+			}
+		}
 	}
-	unacked := 0
-	for {
-		if err := rc.Read(read); err != nil {
-			break // the File was closed by teardown
-		}
-		if e != 0 {
-			time.Sleep(time.Millisecond) // not expected; do not spin
-			continue
-		}
-		unacked++
-		if unacked == cqAckBatch {
-			C.ibv_ack_cq_events(c.cq, C.uint(unacked))
-			unacked = 0
-		}
-		if c.consumerArms.Load() {
-			c.armed.Store(false)
-		} else {
-			C.srpt_req_notify_cq(c.cq)
-		}
-		c.signal()
-	}
-	c.unacked = unacked
+	// Returns when teardown closes the File.
+	_ = rc.Read(read)
 }
 
-// ArmNotify implements ib.NotifyArmer: the next completion raises an event (and Ready). It
-// costs ibv_req_notify_cq only when the CQ's last event has been read since the last arm.
-func (c *Conn) ArmNotify() error {
+// cqEvent handles an event of CQ which, read by waitCQ.
+func (c *Conn) cqEvent(which *C.struct_ibv_cq) {
+	q, sends := &c.rcq, false
+	if which == c.scq.cq {
+		q, sends = &c.scq, true
+	}
+	q.event()
+	if !c.consumerArms.Load() {
+		C.srpt_req_notify_cq(q.cq)
+		c.signal()
+		return
+	}
+	// Cleared before wantSends is read; ArmNotify stores wantSends before it reads armed.
+	q.armed.Store(false)
+	if sends && !c.wantSends.Load() {
+		return
+	}
+	c.signal()
+}
+
+// ArmNotify implements ib.NotifyArmer: the next receive completion raises an event (and
+// Ready), and so does the next send completion if sends. It costs an ibv_req_notify_cq per
+// CQ whose last event has been read since it was armed.
+func (c *Conn) ArmNotify(sends bool) error {
 	c.consumerArms.Store(true)
-	if c.armed.Load() {
+	c.wantSends.Store(sends)
+	if c.rcq.armed.Load() && (!sends || c.scq.armed.Load()) {
 		return nil
 	}
 	c.mu.Lock()
@@ -231,11 +309,14 @@ func (c *Conn) ArmNotify() error {
 	if c.released {
 		return nil
 	}
-	// Set before arming: the event may be read (and armed cleared) before req_notify returns.
-	c.armed.Store(true)
-	if e := C.srpt_req_notify_cq(c.cq); e != 0 {
-		c.armed.Store(false)
-		return errorf("arm completion notification on %v: ibv_req_notify_cq: %w", c, syscall.Errno(e))
+	if e := c.rcq.arm(); e != 0 {
+		return errorf("arm completion notification on %v: receive queue: ibv_req_notify_cq: %w", c, e)
+	}
+	if !sends {
+		return nil
+	}
+	if e := c.scq.arm(); e != 0 {
+		return errorf("arm completion notification on %v: send queue: ibv_req_notify_cq: %w", c, e)
 	}
 	return nil
 }
@@ -351,9 +432,9 @@ func (c *Conn) postChains(cq *chainQueue, n int, id func(i int) uint64, check fu
 	return posted, nil
 }
 
-// PollCompletions implements ib.Conn, up to wcBatch completions per ibv_poll_cq. After the
-// device's removal it returns nothing: the CQ is gone and the contract says not to wait for
-// flushes.
+// PollCompletions implements ib.Conn: the send CQ's completions, then the receive CQ's, up to
+// wcBatch per ibv_poll_cq. After the device's removal it returns nothing: the CQs are gone and
+// the contract says not to wait for flushes.
 func (c *Conn) PollCompletions(wcs []ib.Completion) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -363,10 +444,20 @@ func (c *Conn) PollCompletions(wcs []ib.Completion) (int, error) {
 	if c.released {
 		return 0, nil
 	}
+	n, err := c.pollCQ(c.scq.cq, wcs)
+	if err != nil || n == len(wcs) {
+		return n, err
+	}
+	m, err := c.pollCQ(c.rcq.cq, wcs[n:])
+	return n + m, err
+}
+
+// pollCQ takes up to len(wcs) completions of cq, under c.mu.
+func (c *Conn) pollCQ(cq *C.struct_ibv_cq, wcs []ib.Completion) (int, error) {
 	n := 0
 	for n < len(wcs) {
 		want := min(len(wcs)-n, len(c.bufs.wcs))
-		got := int(C.srpt_poll_cq(c.cq, C.int(want), &c.bufs.wcs[0]))
+		got := int(C.srpt_poll_cq(cq, C.int(want), &c.bufs.wcs[0]))
 		if got < 0 {
 			return n, errorf("poll on %v: ibv_poll_cq: %w", c, syscall.Errno(-got))
 		}
@@ -553,12 +644,9 @@ func (c *Conn) teardown(removed bool) {
 	if c.ownsID {
 		C.rdma_destroy_id(c.id)
 	}
-	if c.cq != nil {
-		if c.unacked > 0 {
-			C.ibv_ack_cq_events(c.cq, C.uint(c.unacked))
-		}
-		C.ibv_destroy_cq(c.cq)
-	}
+	// The QP is gone first: a CQ in use by a QP cannot be destroyed.
+	c.scq.destroy()
+	c.rcq.destroy()
 	if c.ch != nil {
 		C.ibv_destroy_comp_channel(c.ch)
 	}

@@ -15,10 +15,12 @@
 // its completion channel, one per open device for async events. Each Go->C crossing does one
 // short, non-blocking thing.
 //
-// The completion-channel goroutine re-arms the CQ after each event and signals Ready, until the
-// consumer calls ArmNotify (ib.NotifyArmer): from then on the consumer arms, and only before it
-// sleeps, so a busy connection raises no events at all (no epoll wake-up, no read of the
-// completion channel, no goroutine hand-off per burst of completions).
+// A connection has two CQs on one completion channel, the send queue's and the receive
+// queue's. The completion-channel goroutine re-arms a CQ after each of its events and signals
+// Ready, until the consumer calls ArmNotify (ib.NotifyArmer): from then on the consumer arms,
+// and only before it sleeps, so a busy connection raises no events at all (no epoll wake-up,
+// no read of the completion channel, no goroutine hand-off per burst of completions), and it
+// arms the send CQ only when it waits for a send completion.
 //
 // # Data path
 //

@@ -282,14 +282,15 @@ int srpt_release_cma(struct ibv_device *dev, struct srpt_cma_ref *ref)
 	return SRPT_CMA_DETACHED;
 }
 
-struct ibv_qp *srpt_create_qp(struct ibv_pd *pd, struct ibv_cq *cq, uint32_t sq, uint32_t rq,
-			      uint32_t send_sge, uint32_t recv_sge, uint32_t inline_data)
+struct ibv_qp *srpt_create_qp(struct ibv_pd *pd, struct ibv_cq *send_cq, struct ibv_cq *recv_cq,
+			      uint32_t sq, uint32_t rq, uint32_t send_sge, uint32_t recv_sge,
+			      uint32_t inline_data)
 {
 	struct ibv_qp_init_attr a;
 
 	memset(&a, 0, sizeof(a));
-	a.send_cq = cq;
-	a.recv_cq = cq;
+	a.send_cq = send_cq;
+	a.recv_cq = recv_cq;
 	a.qp_type = IBV_QPT_RC;
 	a.sq_sig_all = 0;
 	a.cap.max_send_wr = sq;
@@ -432,13 +433,13 @@ int srpt_req_notify_cq(struct ibv_cq *cq)
 	return ibv_req_notify_cq(cq, 0);
 }
 
-int srpt_get_cq_event(struct ibv_comp_channel *ch)
+// srpt_get_cq_event reads one completion event of ch and sets *cq to the CQ that raised it.
+int srpt_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq)
 {
-	struct ibv_cq *cq;
 	void *ctx;
 
 	errno = 0;
-	if (ibv_get_cq_event(ch, &cq, &ctx))
+	if (ibv_get_cq_event(ch, cq, &ctx))
 		return err_or(EIO);
 	return 0;
 }
@@ -503,7 +504,7 @@ int srpt_probe_inline(struct ibv_context *ctx, struct ibv_pd *pd, int max)
 	if (!cq)
 		return 0;
 	for (n = max; n > 0; n /= 2) {
-		qp = srpt_create_qp(pd, cq, 1, 1, 1, 1, n);
+		qp = srpt_create_qp(pd, cq, cq, 1, 1, 1, 1, n);
 		if (qp) {
 			ibv_destroy_qp(qp);
 			break;

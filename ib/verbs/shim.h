@@ -63,8 +63,9 @@ int srpt_cma_ref(struct rdma_cm_id *id, struct srpt_cma_ref *out);
 #define SRPT_CMA_NONE 4     // no context recorded
 int srpt_release_cma(struct ibv_device *dev, struct srpt_cma_ref *ref);
 
-struct ibv_qp *srpt_create_qp(struct ibv_pd *pd, struct ibv_cq *cq, uint32_t sq, uint32_t rq,
-			      uint32_t send_sge, uint32_t recv_sge, uint32_t inline_data);
+struct ibv_qp *srpt_create_qp(struct ibv_pd *pd, struct ibv_cq *send_cq, struct ibv_cq *recv_cq,
+			      uint32_t sq, uint32_t rq, uint32_t send_sge, uint32_t recv_sge,
+			      uint32_t inline_data);
 int srpt_qp_init(struct rdma_cm_id *id, struct ibv_qp *qp);
 int srpt_qp_rtr_rts(struct rdma_cm_id *id, struct ibv_qp *qp, uint8_t resp_res, uint8_t init_depth);
 int srpt_qp_err(struct ibv_qp *qp);
@@ -76,7 +77,7 @@ int srpt_post_send(struct ibv_qp *qp, struct ibv_send_wr *wrs, int n, int *bad);
 int srpt_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wrs, int n, int *bad);
 int srpt_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wcs);
 int srpt_req_notify_cq(struct ibv_cq *cq);
-int srpt_get_cq_event(struct ibv_comp_channel *ch);
+int srpt_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq);
 
 struct srpt_async_event {
 	int type;

@@ -54,7 +54,7 @@ func (*Conn) PostRecv([]ib.RecvWR) (int, error)            { return 0, ib.ErrNot
 func (*Conn) PostSend([]ib.SendWR) (int, error)            { return 0, ib.ErrNotSupported }
 func (*Conn) PollCompletions([]ib.Completion) (int, error) { return 0, ib.ErrNotSupported }
 func (*Conn) PollEvent() (ib.Event, bool)                  { return 0, false }
-func (*Conn) ArmNotify() error                             { return ib.ErrNotSupported }
+func (*Conn) ArmNotify(bool) error                         { return ib.ErrNotSupported }
 func (*Conn) Ready() <-chan struct{}                       { return nil }
 func (*Conn) Disconnect() error                            { return ib.ErrNotSupported }
 func (*Conn) Close() error                                 { return nil }
