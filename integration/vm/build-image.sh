@@ -251,7 +251,7 @@ BINS=(
 	ib_write_bw ib_read_bw ib_send_bw ib_write_lat ib_read_lat ib_send_lat
 	fio
 	mke2fs e2fsck tune2fs dumpe2fs
-	lsblk blkid findmnt blockdev wipefs
+	lsblk blkid findmnt blockdev wipefs chrt
 	dd sha256sum md5sum stat
 	multipath multipathd
 )
