@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -127,6 +128,41 @@ type Limits struct {
 	MaxChannelsTotal int `yaml:"max_channels_total"`
 	// MaxLoginsInProgress bounds the logins handled at once; more are refused at once.
 	MaxLoginsInProgress int `yaml:"max_logins_in_progress"`
+	// Scheduling is the Linux scheduling policy of the daemon's threads (sched(7)): inherit
+	// (the one it was started with: systemd's CPUSchedulingPolicy=, chrt(1)), normal
+	// (SCHED_OTHER) or batch (SCHED_BATCH: a waking thread does not preempt the running
+	// one). Unset, batch when the daemon may run on one CPU only, else inherit
+	// (SchedulingFor).
+	Scheduling string `yaml:"scheduling"`
+}
+
+// Scheduling policies (Limits.Scheduling).
+const (
+	SchedulingInherit = "inherit"
+	SchedulingNormal  = "normal"
+	SchedulingBatch   = "batch"
+)
+
+// DefaultScheduling is the scheduling policy unless configured: SchedulingFor the CPUs this
+// process may run on.
+var DefaultScheduling = SchedulingFor(runtime.NumCPU())
+
+// SchedulingFor is the default scheduling policy of a daemon that may run on ncpu CPUs:
+// batch on one CPU, otherwise the policy it was started with. On one CPU each of the daemon's own threads that
+// wakes (the Go runtime's sysmon every 20 µs while a goroutine is in a system call, the
+// thread it starts to take over the goroutine's P, the thread that waits in epoll) preempts
+// the thread doing the work, in the middle of soft-RoCE's protocol work inside
+// ibv_post_send; SCHED_BATCH lets the running thread finish (kernel/sched/fair.c,
+// check_preempt_wakeup: no wake-up preemption for SCHED_BATCH). On the one-vCPU target host
+// of the two-host benchmark it cut the host's context switches per 4 KiB I/O from 1.7 to
+// 0.5-0.7 (LIO: 0.6-0.8) and its CPU per I/O by 3-29 % (docs/benchmarks.md). With more CPUs
+// a waking thread usually finds an idle one; there it was not measured, so the default leaves
+// the policy alone.
+func SchedulingFor(ncpu int) string {
+	if ncpu <= 1 {
+		return SchedulingBatch
+	}
+	return SchedulingInherit
 }
 
 // LUN is one logical unit.

@@ -147,6 +147,8 @@ luns:
 				"t.yaml:3: limits.completion: \"spin\" is not a completion mode: use event, adaptive or poll",
 				"t.yaml:4: limits.poll_window: \"5s\" must be a duration between 1us and 1s, such as 50us",
 			}},
+		{"scheduling policy", "listeners: [{address: 0.0.0.0, port: 1}]\nlimits:\n  scheduling: fifo\n",
+			[]string{"t.yaml:3: limits.scheduling: \"fifo\" is not a scheduling policy: use inherit, normal or batch"}},
 		{"isolation limits out of range", "listeners: [{address: 0.0.0.0, port: 1}]\nlimits:\n  rdma_timeout: 10ms\n  max_channel_buffer: 0%\n  max_sessions: -1\n  max_channels_total: 8\n  max_logins_in_progress: 5000\n",
 			[]string{
 				"t.yaml:3: limits.rdma_timeout: \"10ms\" must be a duration between 100ms and 1h, such as 30s",

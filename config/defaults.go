@@ -65,6 +65,9 @@ func (lim *Limits) applyDefaults() {
 	if lim.MaxChannelBuffer == "" {
 		lim.MaxChannelBuffer = DefaultMaxChannelBuffer
 	}
+	if lim.Scheduling == "" {
+		lim.Scheduling = DefaultScheduling
+	}
 }
 
 // applyDefaults fills the block size of every backstore but block (a block device has its

@@ -32,7 +32,7 @@ func TestApplyDefaults(t *testing.T) {
 		ImmediateData:  &yes, Completion: srp.DefaultCompletion.String(),
 		PollWindow: srp.DefaultPollWindow.String(), RDMATimeout: srp.DefaultRDMATimeout.String(),
 		MaxChannelBuffer: "25%", MaxSessions: DefaultMaxSessions, MaxChannelsTotal: DefaultMaxChannelsTotal,
-		MaxLoginsInProgress: DefaultMaxLoginsInProgress,
+		MaxLoginsInProgress: DefaultMaxLoginsInProgress, Scheduling: DefaultScheduling,
 	}, c.Limits)
 	require.Equal(t, []int{512, 0, 512, 4096}, []int{c.LUNs[0].BlockSize, c.LUNs[1].BlockSize, c.LUNs[2].BlockSize, c.LUNs[3].BlockSize})
 	require.Equal(t, RBD{Pool: "rbd", Image: "i", MountTimeout: "10s", OSDOpTimeout: "20s"}, *c.LUNs[2].RBD)
@@ -68,4 +68,11 @@ func TestValidateChangesNothing(t *testing.T) {
 	require.Equal(t, err, c.Validate())
 	c.Limits.Credits = 0 // the default again: valid
 	require.NoError(t, c.Validate())
+}
+
+// TestSchedulingFor: batch on one CPU; with more, the policy the daemon was started with.
+func TestSchedulingFor(t *testing.T) {
+	require.Equal(t, SchedulingBatch, SchedulingFor(1))
+	require.Equal(t, SchedulingInherit, SchedulingFor(2))
+	require.Equal(t, SchedulingInherit, SchedulingFor(64))
 }

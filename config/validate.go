@@ -113,6 +113,11 @@ func (v *validator) validate(c *Config) {
 	if _, err := parseShare(lim.MaxChannelBuffer, int64(lim.BufferPoolSize)); err != nil {
 		v.errorf(At("limits", "max_channel_buffer"), "%v", err)
 	}
+	switch lim.Scheduling {
+	case SchedulingInherit, SchedulingNormal, SchedulingBatch:
+	default:
+		v.errorf(At("limits", "scheduling"), "%q is not a scheduling policy: use inherit, normal or batch", lim.Scheduling)
+	}
 	for _, c := range []struct {
 		key      string
 		val, max int

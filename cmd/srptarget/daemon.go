@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,9 @@ type daemonOptions struct {
 	// memlock checks that the memory the engine registers can be pinned; nil skips the check
 	// (memfabric pins nothing).
 	memlock memlockFunc
+	// sched gives the process the configuration's scheduling policy (setScheduling); nil
+	// leaves it alone (tests).
+	sched schedFunc
 	// metrics gets the target and logical units of each configuration put in service, for
 	// `serve --metrics`; nil without it.
 	metrics *daemonCollector
@@ -130,6 +134,7 @@ func (d *daemon) start() error {
 	if err := d.checkMemlock(cfg); err != nil {
 		return err
 	}
+	d.applyScheduling(cfg)
 	d.alua, err = scsi.NewALUA(cfg.PortGroups())
 	if err != nil {
 		return cfg.ErrorAt(config.At("alua"), "%v", err)
@@ -242,6 +247,26 @@ func (d *daemon) checkMemlock(cfg *config.Config) error {
 	d.log.Debug("locked memory", zap.String("needed", humanBytes(need)), zap.Int("devices", devices),
 		zap.Bool("cap_ipc_lock", s.capIPCLock), zap.String("rlimit_memlock", limitString(s.cur)))
 	return nil
+}
+
+// applyScheduling gives the daemon's threads the configured scheduling policy. It cannot
+// change on reload, so start-up is the one place. A policy that cannot be applied (a seccomp
+// filter, say) costs speed, not correctness: it is logged and the daemon goes on.
+func (d *daemon) applyScheduling(cfg *config.Config) {
+	if d.opts.sched == nil {
+		return
+	}
+	policy := cfg.Limits.Scheduling
+	if policy == config.SchedulingInherit {
+		return
+	}
+	if err := d.opts.sched(policy); err != nil {
+		d.log.Warn("could not set the threads' scheduling policy; running with the one inherited",
+			zap.String("scheduling", policy), zap.Error(err),
+			zap.String("hint", "limits.scheduling: inherit silences this; see configs/README.md"))
+		return
+	}
+	d.log.Info("scheduling policy", zap.String("scheduling", policy), zap.Int("cpus", runtime.NumCPU()))
 }
 
 // serve runs the engine's Serve loop for one listener until the listener is removed by a

@@ -260,6 +260,7 @@ func (d *daemon) checkImmutable(cfg *config.Config) config.Errors {
 		{"max_sessions", o.MaxSessions, n.MaxSessions},
 		{"max_channels_total", o.MaxChannelsTotal, n.MaxChannelsTotal},
 		{"max_logins_in_progress", o.MaxLoginsInProgress, n.MaxLoginsInProgress},
+		{"scheduling", o.Scheduling, n.Scheduling},
 	} {
 		if c.old != c.new {
 			errs = append(errs, cfg.ErrorAt(config.At("limits", c.key), "limits cannot change while running (running with %v): restart srptarget to change them", c.old))

@@ -319,6 +319,7 @@ func runServeCommand(f serveFlags) error {
 			devices:    rdmaDevices,
 			interfaces: hostAddrs,
 			memlock:    ensureMemlock,
+			sched:      setScheduling,
 		},
 		processOptions: f.processOptions,
 		signals:        sigs,
