@@ -161,7 +161,7 @@ type channel struct {
 	lastWork  int64
 	// pollNow is the clock (nanotime) read once per PollCompletions call that returned
 	// completions, and the arrival time of all the IUs it delivered (scsi.LUStats latency,
-	// which ends when the response is posted: recordAnswered reads the clock once per post).
+	// which ends when the response is posted: responsesPosted reads the clock once per post).
 	// One read per batch rather than per command, because clock reads are expensive where
 	// the clocksource traps (pollWindowOpen); latencies come out late by at most the time
 	// taken to handle one batch.

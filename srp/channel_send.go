@@ -182,7 +182,7 @@ func (ch *channel) flushSends() {
 	total := len(ch.batch)
 	ch.t.stats.sendPosts.Add(1)
 	ch.t.stats.sendWRs.Add(uint64(n))
-	ch.recordAnswered(ch.batch[:n])
+	ch.responsesPosted(ch.batch[:n])
 	ch.batch, ch.batchSGEs = ch.batch[:0], ch.batchSGEs[:0]
 	if err != nil {
 		// Part of the chain may be posted without its signaled ends: completion accounting
@@ -196,11 +196,13 @@ func (ch *channel) flushSends() {
 	}
 }
 
-// recordAnswered adds the commands whose responses were just posted to their logical units'
-// statistics: for its latency a command ends when its response is handed to the device, with
-// one clock read per post (MeasureLatency). Not at the SEND completion, which an idle channel
-// reaps only on its next wake-up (sendsAwaited).
-func (ch *channel) recordAnswered(posted []ib.SendWR) {
+// responsesPosted ends, for their logical units, the commands whose responses were just posted: it
+// adds them to the statistics (for its latency a command ends when its response is handed to
+// the device, with one clock read per post, MeasureLatency) and releases their hold (nothing
+// of the logical unit is used once the response is built: data-in goes from the channel's
+// buffer). Not at the SEND completion, which an idle channel reaps only on its next wake-up
+// (sendsAwaited): a reload that retires the logical unit must not wait for that.
+func (ch *channel) responsesPosted(posted []ib.SendWR) {
 	var now int64
 	for i := range posted {
 		id := posted[i].ID
@@ -208,18 +210,24 @@ func (ch *channel) recordAnswered(posted []ib.SendWR) {
 			continue
 		}
 		c := &ch.ctxs[id&idIndexMask]
-		if c.stage != stageSent || c.statLU == nil {
+		if c.stage != stageSent {
 			continue
 		}
-		var latency int64
-		if ch.t.cfg.MeasureLatency {
-			if now == 0 {
-				now = ch.nanos()
+		if c.statLU != nil {
+			var latency int64
+			if ch.t.cfg.MeasureLatency {
+				if now == 0 {
+					now = ch.nanos()
+				}
+				latency = now - c.arrived
 			}
-			latency = now - c.arrived
+			c.statLU.Stats().Complete(c.class, &c.cmd, uint64(c.written), uint64(len(c.cmd.DataOut)), latency)
+			c.statLU = nil
 		}
-		c.statLU.Stats().Complete(c.class, &c.cmd, uint64(c.written), uint64(len(c.cmd.DataOut)), latency)
-		c.statLU = nil
+		if c.held != nil {
+			c.held.Release()
+			c.held = nil
+		}
 	}
 }
 

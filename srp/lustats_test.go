@@ -3,6 +3,7 @@ package srp_test
 import (
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -60,7 +61,7 @@ func TestLogicalUnitStats(t *testing.T) {
 	k, _, _ = senseOf(t, rsp)
 	require.Equal(t, uint8(scsi.SenseIllegalRequest), k)
 
-	// The counters are updated at the response's send completion, which the target may see
+	// The counters are updated when the response is posted, which the target may finish
 	// after the initiator has the response.
 	testutil.WaitFor(t, "every command to end", func() bool {
 		s := lu.StatsSnapshot()
@@ -123,4 +124,45 @@ func TestLogicalUnitStatsWithoutLatency(t *testing.T) {
 		return lu.StatsSnapshot().Commands[scsi.OpRead]-before.Commands[scsi.OpRead] == 3
 	})
 	require.Zero(t, lu.StatsSnapshot().Latency[scsi.OpRead].SumNanos, "a clock was read")
+}
+
+// TestCommandEndsWhenAnswered: a channel in event mode is not woken by its responses' SEND
+// completions (it reaps them with the next command), yet a command ends for its logical unit,
+// counted and no longer holding it, as soon as its response is posted: an idle initiator must
+// not keep a logical unit that a reload retires waiting. The initiator posts its receive
+// buffer only once the response is posted, so that the SEND completes after the channel went
+// to sleep.
+func TestCommandEndsWhenAnswered(t *testing.T) {
+	lu, err := scsi.NewLogicalUnit(scsi.Config{Backstore: mustMemory(t), Serial: "ends00001"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lu.Close() })
+	m, err := scsi.NewLUNMap([]scsi.Mapping{{LUN: 0, LU: lu}})
+	require.NoError(t, err)
+	h := newHarness(t, harnessOpts{auth: srp.AllowAll(m),
+		limits: srp.Limits{Completion: srp.CompletionEvent, RDMATimeout: time.Minute}})
+	r := newRawConn(t, h, "198.19.5.1", 1)
+	r.send(tur(1)) // its POWER ON unit attention takes the only receive buffer
+	r.recv()
+	before := lu.StatsSnapshot()
+	r.send(tur(2))
+	testutil.WaitFor(t, "the response to be posted", func() bool {
+		return lu.StatsSnapshot().Commands[scsi.OpOther] == before.Commands[scsi.OpOther]+1
+	})
+	r.postRecv(1)
+	rsp := r.recv()
+	require.Equal(t, byte(iu.OpRsp), rsp[0])
+	testutil.WaitFor(t, "the command to stop holding its logical unit", func() bool { return lu.StatsSnapshot().InFlight == 0 })
+	testutil.WaitFor(t, "no command in progress on the channel", func() bool {
+		for _, s := range h.tgt.Sessions() {
+			for _, c := range s.ChannelInfo {
+				if c.InFlight != 0 {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	drained, err := lu.Retire(ctxT(t))
+	require.NoError(t, err)
+	require.True(t, drained, "retired without waiting for the channel's next wake-up")
 }

@@ -69,7 +69,7 @@ var (
 		"SCSI commands answered, by operation class (read: READ; write: WRITE, WRITE AND VERIFY; other: the rest).",
 		"lun", "serial", "op")
 	descLUNLatency = newDesc("lun_command_duration_seconds",
-		"Time from the arrival of the SRP_CMD to the send completion of its SRP_RSP, by operation class.",
+		"Time from the arrival of the SRP_CMD to the posting of its SRP_RSP, by operation class.",
 		"lun", "serial", "op")
 	descLUNReadBytes = newDesc("lun_read_bytes_total",
 		"Data-in bytes sent to initiators (RDMA WRITE) by answered commands.", lunLabels...)
@@ -78,7 +78,7 @@ var (
 	descLUNErrors = newDesc("lun_errors_total",
 		"CHECK CONDITION responses, by sense key (SPC-4 name).", "lun", "serial", "sense_key")
 	descLUNInFlight = newDesc("lun_commands_in_flight",
-		"Commands that arrived and have not ended (holding the logical unit until their response is delivered).", lunLabels...)
+		"Commands that arrived and have not ended (holding the logical unit until their response is posted).", lunLabels...)
 )
 
 // Per-target metric descriptions.
