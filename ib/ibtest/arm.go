@@ -22,7 +22,7 @@ func testArmNotify(t *testing.T, f Fabric) {
 	imr := register(t, f, p.IPD, 4096, ib.AccessLocalWrite)
 	postRecv(t, p.T, recvs(tmr, 64, 100)...)
 	postRecv(t, p.I, recvs(imr, 64, 100, 101, 102)...)
-	for readySignalled(p.T) {
+	for ReadySignalled(p.T) {
 	}
 	send := func(id uint64) {
 		t.Helper()
@@ -41,7 +41,7 @@ func testArmNotify(t *testing.T, f Fabric) {
 	require.Equal(t, []ib.Completion{Recvd(101, 8)}, Poll(t, p.I, 1))
 	require.Equal(t, []ib.Completion{OK(2, ib.OpSend)}, pollQuietly(t, p.T, 1))
 	time.Sleep(quiet)
-	require.False(t, readySignalled(p.T), "a send completion signalled after ArmNotify(false)")
+	require.False(t, ReadySignalled(p.T), "a send completion signalled after ArmNotify(false)")
 	postSend(t, p.I, ib.SendWR{ID: 10, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{{MR: imr, Offset: 1024, Length: 8}}})
 	waitReady(t, p.T)
 	require.Equal(t, []ib.Completion{Recvd(100, 8)}, Poll(t, p.T, 1))
@@ -54,11 +54,11 @@ func testArmNotify(t *testing.T, f Fabric) {
 	require.Equal(t, []ib.Completion{OK(3, ib.OpSend)}, Poll(t, p.T, 1))
 	require.Equal(t, []ib.Completion{Recvd(102, 8)}, Poll(t, p.I, 1))
 	time.Sleep(quiet)
-	require.False(t, readySignalled(p.T), "a second signal without a new arm")
+	require.False(t, ReadySignalled(p.T), "a second signal without a new arm")
 }
 
-// readySignalled reports whether c's Ready holds a signal, taking it.
-func readySignalled(c ib.Conn) bool {
+// ReadySignalled reports whether c's Ready holds a signal, taking it. Fabric-specific tests use it too.
+func ReadySignalled(c ib.Conn) bool {
 	select {
 	case <-c.Ready():
 		return true

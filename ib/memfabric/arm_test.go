@@ -10,16 +10,6 @@ import (
 	"github.com/srptarget/srptarget/ib/ibtest"
 )
 
-// readySignalled reports whether Ready holds a signal, taking it.
-func readySignalled(c ib.Conn) bool {
-	select {
-	case <-c.Ready():
-		return true
-	default:
-		return false
-	}
-}
-
 // TestArmNotify checks the ibv_req_notify_cq semantics: before the first ArmNotify every
 // completion signals Ready; after it, only the first completion after each arm does.
 func TestArmNotify(t *testing.T) {
@@ -29,7 +19,7 @@ func TestArmNotify(t *testing.T) {
 	ap.Recv = recvs(tmr, []uint64{1, 2, 3, 4}, 64)
 	imr := register(t, e.initiator.PD(), 256, ib.AccessLocalWrite)
 	tc, ic := e.connect(t, srpConnect(), ap)
-	readySignalled(tc) // the connection's establishment
+	ibtest.ReadySignalled(tc) // the connection's establishment
 	send := func(id uint64) {
 		t.Helper()
 		_, err := ic.PostSend([]ib.SendWR{{ID: id, Op: ib.OpSend, SGL: []ib.SGE{{MR: imr, Length: 8}}}})
@@ -39,10 +29,10 @@ func TestArmNotify(t *testing.T) {
 
 	// Self-arming until the consumer takes over: every completion signals.
 	send(1)
-	readySignalled(tc)
+	ibtest.ReadySignalled(tc)
 	_, err := ic.PostSend([]ib.SendWR{{ID: 2, Op: ib.OpSend, SGL: []ib.SGE{{MR: imr, Length: 8}}}})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return readySignalled(tc) }, waitLimit, time.Millisecond)
+	require.Eventually(t, func() bool { return ibtest.ReadySignalled(tc) }, waitLimit, time.Millisecond)
 	require.Equal(t, []ib.Completion{ibtest.Recvd(2, 8)}, poll(t, tc, 1))
 
 	armer, ok := tc.(ib.NotifyArmer)
@@ -53,12 +43,12 @@ func TestArmNotify(t *testing.T) {
 		{ID: 4, Op: ib.OpSend, SGL: []ib.SGE{{MR: imr, Length: 8}}},
 	})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return readySignalled(tc) }, waitLimit, time.Millisecond, "the first completion after the arm signals")
+	require.Eventually(t, func() bool { return ibtest.ReadySignalled(tc) }, waitLimit, time.Millisecond, "the first completion after the arm signals")
 	var wcs [4]ib.Completion
 	require.Eventually(t, func() bool {
 		n, err := tc.PollCompletions(wcs[:])
 		require.NoError(t, err)
 		return n > 0
 	}, waitLimit, time.Millisecond)
-	require.False(t, readySignalled(tc), "no second signal without a new arm")
+	require.False(t, ibtest.ReadySignalled(tc), "no second signal without a new arm")
 }
