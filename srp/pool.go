@@ -259,12 +259,7 @@ func (p *bufPool) release(b poolBuf) {
 	}
 	p.push(u, o)
 	if p.waiting.Load() > 0 {
-		for _, w := range p.waiters {
-			select {
-			case w <- struct{}{}:
-			default:
-			}
-		}
+		p.wakeLocked()
 	}
 	p.mu.Unlock()
 }
@@ -273,6 +268,11 @@ func (p *bufPool) release(b poolBuf) {
 func (p *bufPool) wakeAll() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.wakeLocked()
+}
+
+// wakeLocked wakes every channel of the pool, p.mu held.
+func (p *bufPool) wakeLocked() {
 	for _, w := range p.waiters {
 		select {
 		case w <- struct{}{}:

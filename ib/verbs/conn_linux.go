@@ -96,10 +96,8 @@ func (q *cq) create(ctx *C.struct_ibv_context, n int, ch *C.struct_ibv_comp_chan
 		return fmt.Errorf("ibv_create_cq(%d) for the %s queue: %w", n, what, errnoOr(cerr, errnoENOMEM))
 	}
 	q.cq = p
-	q.armed.Store(true)
-	if e := C.srpt_req_notify_cq(p); e != 0 {
-		q.armed.Store(false)
-		return fmt.Errorf("ibv_req_notify_cq on the %s queue: %w", what, syscall.Errno(e))
+	if e := q.arm(); e != 0 {
+		return fmt.Errorf("ibv_req_notify_cq on the %s queue: %w", what, e)
 	}
 	return nil
 }
