@@ -6,18 +6,36 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 
 	"github.com/srptarget/srptarget/ib"
 )
 
-// recordConn is an ib.Conn that records the chains posted to its send queue.
+// recordConn is an ib.Conn that records the chains posted to its send queue, the IDs of each
+// PostRecv's work requests, and the order of the two kinds of post ("recv", "send").
 type recordConn struct {
-	posts [][]ib.SendWR
-	ready chan struct{}
+	posts    [][]ib.SendWR
+	recvs    [][]uint64
+	order    []string
+	recvFail error
+	ready    chan struct{}
 }
 
-func (r *recordConn) PostRecv(wrs []ib.RecvWR) (int, error) { return len(wrs), nil }
+func (r *recordConn) PostRecv(wrs []ib.RecvWR) (int, error) {
+	if r.recvFail != nil {
+		return 0, r.recvFail
+	}
+	ids := make([]uint64, len(wrs))
+	for i := range wrs {
+		ids[i] = wrs[i].ID
+	}
+	r.recvs = append(r.recvs, ids)
+	r.order = append(r.order, "recv")
+	return len(wrs), nil
+}
+
 func (r *recordConn) PostSend(wrs []ib.SendWR) (int, error) {
+	r.order = append(r.order, "send")
 	chain := make([]ib.SendWR, len(wrs))
 	for i, wr := range wrs {
 		wr.SGL = append([]ib.SGE(nil), wr.SGL...)
@@ -82,4 +100,64 @@ func TestPostBatches(t *testing.T) {
 		ch.batch, ch.batchSGEs = ch.batch[:0], ch.batchSGEs[:0]
 	})
 	require.Zero(t, allocs)
+}
+
+// TestRecvRepostBatches: the receive buffers a pass gives back are posted together, with one
+// PostRecv, and before the PostSend of the responses that grant their credits; they count as
+// posted from the moment they are queued; a failed PostRecv closes the channel and forgets
+// them; a channel closed without flushes drops the queued ones.
+func TestRecvRepostBatches(t *testing.T) {
+	newCh := func(rec *recordConn) *channel {
+		ch := &channel{t: &Target{lim: Limits{}.withDefaults()}, conn: rec, sqFree: 100, timer: time.NewTimer(time.Hour),
+			batch: make([]ib.SendWR, 0, 4), batchSGEs: make([]ib.SGE, 0, 4), log: zap.NewNop(), sess: &session{}}
+		ch.nrecv = 4
+		ch.recvWRs = make([]ib.RecvWR, ch.nrecv)
+		for i := range ch.recvWRs {
+			ch.recvWRs[i] = ib.RecvWR{ID: idRecv | uint64(i)}
+		}
+		ch.recvQ = make([]ib.RecvWR, 0, ch.nrecv)
+		ch.ctxs = make([]cmdCtx, 1)
+		return ch
+	}
+	rec := &recordConn{}
+	ch := newCh(rec)
+	ch.repost(2)
+	ch.repost(0)
+	ch.repost(-1) // a context without a receive buffer: nothing
+	require.Equal(t, 2, ch.recvPosted, "counted as posted when queued")
+	require.Empty(t, rec.recvs, "nothing posted before the pass ends")
+	ch.post(&ch.ctxs[0], []ib.SendWR{{ID: idCmd | idLast, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{{Length: 36}}}})
+	ch.flushSends()
+	require.Equal(t, [][]uint64{{idRecv | 2, idRecv | 0}}, rec.recvs, "one PostRecv for the pass")
+	require.Equal(t, []string{"recv", "send"}, rec.order, "receives before the responses granting their credits")
+	ch.flushSends()
+	require.Len(t, rec.recvs, 1, "nothing queued, nothing posted")
+	require.Equal(t, 2, ch.recvPosted)
+
+	allocs := testing.AllocsPerRun(100, func() {
+		ch.repost(1)
+		ch.repost(3)
+		ch.recvQ = ch.recvQ[:0]
+	})
+	require.Zero(t, allocs)
+
+	// A failed post: the channel is abandoned and the receives not posted are not counted.
+	rec = &recordConn{recvFail: ib.ErrDeviceRemoved}
+	ch = newCh(rec)
+	ch.repost(1)
+	ch.repost(3)
+	ch.flushSends()
+	require.Zero(t, ch.recvPosted)
+	require.Empty(t, ch.recvQ)
+	require.Equal(t, phaseAbandoned, ch.phase)
+
+	// Closed without flushes: the queued receives are dropped, never posted.
+	rec = &recordConn{}
+	ch = newCh(rec)
+	ch.repost(1)
+	ch.abandon("test")
+	require.Zero(t, ch.recvPosted)
+	require.Empty(t, rec.recvs)
+	ch.repost(2)
+	require.Empty(t, ch.recvQ, "a closed channel re-posts nothing")
 }

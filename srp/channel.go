@@ -119,12 +119,15 @@ type channel struct {
 	// The three queues a command can wait in, each in arrival order: for a data buffer, for
 	// send-queue slots, and for the channel's task management functions to finish (commands
 	// that arrived after one must not be caught by it in the logical unit).
-	bufQ        ctxQueue
-	sqQ         ctxQueue
-	heldQ       ctxQueue
-	bufWaiting  bool // counted in the pool's waiting channels (bufQ not empty)
-	tmfActive   int  // task management functions of this channel in progress
+	bufQ       ctxQueue
+	sqQ        ctxQueue
+	heldQ      ctxQueue
+	bufWaiting bool // counted in the pool's waiting channels (bufQ not empty)
+	tmfActive  int  // task management functions of this channel in progress
+	// recvPosted counts the receive buffers posted or queued in recvQ: the queued ones are
+	// posted (flushRecvs) before anything that grants their credits is.
 	recvPosted  int
+	recvQ       []ib.RecvWR
 	sendBatches int
 	sqFree      int
 	ledger      creditLedger
@@ -263,6 +266,7 @@ func newChannel(t *Target, sess *session, pool *bufPool, pd ib.ProtectionDomain,
 		ch.recvSGEs[i] = ib.SGE{MR: mr, Offset: uint64(i*ch.stride + ch.pad), Length: ch.maxIT}
 		ch.recvWRs[i] = ib.RecvWR{ID: idRecv | uint64(i), SGL: ch.recvSGEs[i : i+1]}
 	}
+	ch.recvQ = make([]ib.RecvWR, 0, ch.nrecv)
 	ch.ctxs = make([]cmdCtx, ch.nctx)
 	ch.free = make([]*cmdCtx, 0, ch.nctx)
 	for i := ch.nctx - 1; i >= 0; i-- {

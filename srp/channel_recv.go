@@ -335,17 +335,39 @@ type parkedIU struct {
 	at      int64
 }
 
-// repost posts receive buffer i again.
+// repost queues receive buffer i to be posted again with the pass's others (flushRecvs): one
+// PostRecv per pass instead of one per response. It counts as posted at once: the credit it
+// backs goes out in a response or an SRP_CRED_REQ, and flushSends posts the queued receives
+// before those, so on the wire the buffer is always posted before its credit is granted.
 func (ch *channel) repost(i int32) {
 	if i < 0 || ch.closed() {
 		return
 	}
-	if _, err := ch.conn.PostRecv(ch.recvWRs[i : i+1]); err != nil {
+	ch.recvQ = append(ch.recvQ, ch.recvWRs[i])
+	ch.recvPosted++
+}
+
+// flushRecvs posts the receive buffers repost queued, with one PostRecv.
+func (ch *channel) flushRecvs() {
+	if len(ch.recvQ) == 0 {
+		return
+	}
+	n, err := ch.conn.PostRecv(ch.recvQ)
+	if err != nil {
+		// The ones not posted will not complete, flushed or otherwise.
+		ch.recvPosted -= len(ch.recvQ) - n
+		ch.recvQ = ch.recvQ[:0]
 		if !errors.Is(err, ib.ErrClosed) && !errors.Is(err, ib.ErrDeviceRemoved) {
-			ch.log.Error("posting a receive buffer failed", zap.Error(err))
+			ch.log.Error("posting receive buffers failed", zap.Int("posted", n), zap.Error(err))
 		}
 		ch.abandon("post receive failed")
 		return
 	}
-	ch.recvPosted++
+	ch.recvQ = ch.recvQ[:0]
+}
+
+// dropRecvs forgets the receives queued and not posted, when no flush completion will come.
+func (ch *channel) dropRecvs() {
+	ch.recvPosted -= len(ch.recvQ)
+	ch.recvQ = ch.recvQ[:0]
 }

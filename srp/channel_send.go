@@ -173,8 +173,9 @@ func (ch *channel) post(c *cmdCtx, wrs []ib.SendWR) {
 	ch.armWatchdog()
 }
 
-// flushSends posts the queued work requests with one PostSend.
+// flushSends posts the queued receive buffers, then the queued work requests with one PostSend.
 func (ch *channel) flushSends() {
+	ch.flushRecvs()
 	if len(ch.batch) == 0 {
 		return
 	}
