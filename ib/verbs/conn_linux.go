@@ -430,9 +430,9 @@ func (c *Conn) postChains(cq *chainQueue, n int, id func(i int) uint64, check fu
 	return posted, nil
 }
 
-// PollCompletions implements ib.Conn: the send CQ's completions, then the receive CQ's, up to
-// wcBatch per ibv_poll_cq. After the device's removal it returns nothing: the CQs are gone and
-// the contract says not to wait for flushes.
+// PollCompletions implements ib.Conn: up to wcBatch completions per call into C, each call
+// taking the send CQ's first and then the receive CQ's. After the device's removal it returns
+// nothing: the CQs are gone and the contract says not to wait for flushes.
 func (c *Conn) PollCompletions(wcs []ib.Completion) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -442,22 +442,13 @@ func (c *Conn) PollCompletions(wcs []ib.Completion) (int, error) {
 	if c.released {
 		return 0, nil
 	}
-	n, err := c.pollCQ(c.scq.cq, wcs)
-	if err != nil || n == len(wcs) {
-		return n, err
-	}
-	m, err := c.pollCQ(c.rcq.cq, wcs[n:])
-	return n + m, err
-}
-
-// pollCQ takes up to len(wcs) completions of cq, under c.mu.
-func (c *Conn) pollCQ(cq *C.struct_ibv_cq, wcs []ib.Completion) (int, error) {
 	n := 0
 	for n < len(wcs) {
 		want := min(len(wcs)-n, len(c.bufs.wcs))
-		got := int(C.srpt_poll_cq(cq, C.int(want), &c.bufs.wcs[0]))
-		if got < 0 {
-			return n, errorf("poll on %v: ibv_poll_cq: %w", c, syscall.Errno(-got))
+		got := int(C.srpt_poll_cqs(c.scq.cq, c.rcq.cq, C.int(want), &c.bufs.wcs[0]))
+		failed := got < 0
+		if failed {
+			got = -got - 1
 		}
 		for j := 0; j < got; j++ {
 			w := &c.bufs.wcs[j]
@@ -467,6 +458,9 @@ func (c *Conn) pollCQ(cq *C.struct_ibv_cq, wcs []ib.Completion) (int, error) {
 			}
 			wcs[n] = comp
 			n++
+		}
+		if failed {
+			return n, errorf("poll on %v: ibv_poll_cq: %w", c, syscall.EIO)
 		}
 		if got < want {
 			break

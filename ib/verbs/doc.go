@@ -27,8 +27,8 @@
 // Each connection preallocates, in C memory, an ibv_send_wr per send slot and an ibv_recv_wr
 // per receive slot with their SGEs, and a batch of ibv_wc. PostSend writes the caller's work
 // requests field by field into that memory and posts them as one linked chain with one
-// ibv_post_send; PostRecv likewise; PollCompletions polls up to 32 completions per
-// ibv_poll_cq. None of them allocates in steady state. Slot accounting (when a queue is full)
+// ibv_post_send; PostRecv likewise; PollCompletions takes up to 32 completions per call into
+// C, polling the send CQ and then the receive CQ. None of them allocates in steady state. Slot accounting (when a queue is full)
 // is done in Go, the same for every provider, as package ib specifies; the wr_id given to verbs
 // is a per-queue sequence number, mapped back to the caller's ID at poll time.
 //

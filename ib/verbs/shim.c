@@ -420,12 +420,22 @@ int srpt_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wrs, int n, int *bad)
 	return ret;
 }
 
-// srpt_poll_cq returns the number of completions (>= 0) or -errno.
-int srpt_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wcs)
+// srpt_poll_cqs takes up to n completions, the send CQ's first and then the receive CQ's, in
+// one call from Go instead of two. It returns how many it took, or -(k + 1) if a poll failed
+// after k completions were taken (they are in wcs all the same).
+int srpt_poll_cqs(struct ibv_cq *scq, struct ibv_cq *rcq, int n, struct ibv_wc *wcs)
 {
-	int ret = ibv_poll_cq(cq, n, wcs);
+	int s, r;
 
-	return ret < 0 ? -EIO : ret;
+	s = ibv_poll_cq(scq, n, wcs);
+	if (s < 0)
+		return -1;
+	if (s == n)
+		return s;
+	r = ibv_poll_cq(rcq, n - s, wcs + s);
+	if (r < 0)
+		return -(s + 1);
+	return s + r;
 }
 
 int srpt_req_notify_cq(struct ibv_cq *cq)

@@ -75,7 +75,7 @@ void srpt_link_send(struct ibv_send_wr *wrs, int n);
 void srpt_link_recv(struct ibv_recv_wr *wrs, int n);
 int srpt_post_send(struct ibv_qp *qp, struct ibv_send_wr *wrs, int n, int *bad);
 int srpt_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wrs, int n, int *bad);
-int srpt_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wcs);
+int srpt_poll_cqs(struct ibv_cq *scq, struct ibv_cq *rcq, int n, struct ibv_wc *wcs);
 int srpt_req_notify_cq(struct ibv_cq *cq);
 int srpt_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq);
 

@@ -49,6 +49,10 @@ VARIANT_PREFIX=$(arg variant_prefix "")
 PROF=/tmp/srptarget.cpu.pprof
 
 bench_rxe_eth0
+# Under TCG the guest kernel marks the TSC unstable and falls back to the HPET, an emulated
+# device: a clock read (the Go runtime makes many) costs far more than with the TSC of a real
+# host. Recorded so that runs with another clocksource (SRPT_VM_APPEND) are told apart.
+record "clocksource" pass "$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null)"
 
 step "srptarget serve on port $SRPT_PORT"
 cat >/etc/srptarget-bench.yaml <<YAML
