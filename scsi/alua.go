@@ -118,8 +118,12 @@ type ALUA struct {
 // aluaSnapshot is one configuration of groups, with what the data path needs precomputed.
 type aluaSnapshot struct {
 	groups []PortGroup
-	// portGroup maps a relative target port identifier to its index in groups.
+	// portGroup maps a relative target port identifier to its index in groups; lowPorts holds
+	// the same for identifiers below lowPortIDs, as index + 1 (0: no group), which every
+	// command looks up: an array index instead of a map lookup, a measurable part of a small
+	// host's CPU per I/O.
 	portGroup map[uint16]int
+	lowPorts  [lowPortIDs]uint8
 	// rtpgExt and rtpgLen are the REPORT TARGET PORT GROUPS parameter data in the extended
 	// header format and in the length only format: the same descriptors behind an 8- or a
 	// 4-byte header.
@@ -127,6 +131,9 @@ type aluaSnapshot struct {
 	// altered marks the groups whose state the last SetGroups changed (STATUS CODE 02h).
 	altered []bool
 }
+
+// lowPortIDs bounds the relative target port identifiers found by array index (aluaSnapshot).
+const lowPortIDs = 64
 
 // ImplicitTransitionTime is IMPLICIT TRANSITION TIME in the extended header of REPORT TARGET
 // PORT GROUPS, in seconds: how long an initiator should wait for a transition to end. A reload
@@ -158,6 +165,9 @@ func (a *ALUA) SetGroups(groups []PortGroup) (changed bool, err error) {
 		s.groups = append(s.groups, g)
 		for _, p := range g.Ports {
 			s.portGroup[p] = i
+			if p < lowPortIDs {
+				s.lowPorts[p] = uint8(i + 1)
+			}
 		}
 	}
 	old := a.snap.Load()
@@ -202,7 +212,7 @@ func (a *ALUA) Groups() []PortGroup {
 // rel; ok is false when no group holds it.
 func (a *ALUA) PortState(rel uint16) (state AccessState, group uint16, ok bool) {
 	s := a.snap.Load()
-	i, ok := s.portGroup[rel]
+	i, ok := s.portIndex(rel)
 	if !ok {
 		return 0, 0, false
 	}
@@ -245,8 +255,18 @@ func checkGroups(groups []PortGroup) error {
 	return nil
 }
 
-func (s *aluaSnapshot) portState(rel uint16) (AccessState, bool) {
+// portIndex is the index in groups of the group that holds port rel.
+func (s *aluaSnapshot) portIndex(rel uint16) (int, bool) {
+	if rel < lowPortIDs {
+		i := int(s.lowPorts[rel])
+		return i - 1, i > 0
+	}
 	i, ok := s.portGroup[rel]
+	return i, ok
+}
+
+func (s *aluaSnapshot) portState(rel uint16) (AccessState, bool) {
+	i, ok := s.portIndex(rel)
 	if !ok {
 		return 0, false
 	}

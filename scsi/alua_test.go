@@ -311,3 +311,40 @@ func TestALUANoAllocation(t *testing.T) {
 	requireGood(t, read)
 	requireGood(t, rtpg)
 }
+
+// TestALUAPortState: a port's state and group are found whatever its relative identifier,
+// below and above the identifiers looked up by array index, and follow SetGroups; a port in no
+// group is not found.
+func TestALUAPortState(t *testing.T) {
+	a, err := NewALUA([]PortGroup{
+		{ID: 10, State: ActiveOptimized, Ports: []uint16{1, lowPortIDs}},
+		{ID: 20, State: Standby, Ports: []uint16{lowPortIDs - 1, 300}},
+	})
+	require.NoError(t, err)
+	type want struct {
+		state AccessState
+		group uint16
+		ok    bool
+	}
+	check := func(cases map[uint16]want) {
+		t.Helper()
+		for rel, w := range cases {
+			st, g, ok := a.PortState(rel)
+			require.Equal(t, w, want{st, g, ok}, "port %d", rel)
+		}
+	}
+	check(map[uint16]want{
+		0: {}, 1: {ActiveOptimized, 10, true}, 2: {},
+		lowPortIDs - 1: {Standby, 20, true}, lowPortIDs: {ActiveOptimized, 10, true},
+		lowPortIDs + 1: {}, 300: {Standby, 20, true}, 65535: {},
+	})
+	_, err = a.SetGroups([]PortGroup{
+		{ID: 10, State: Unavailable, Ports: []uint16{lowPortIDs - 1, 300}},
+		{ID: 30, State: ActiveNonOptimized, Ports: []uint16{2}},
+	})
+	require.NoError(t, err)
+	check(map[uint16]want{
+		1: {}, 2: {ActiveNonOptimized, 30, true},
+		lowPortIDs - 1: {Unavailable, 10, true}, lowPortIDs: {}, 300: {Unavailable, 10, true},
+	})
+}
