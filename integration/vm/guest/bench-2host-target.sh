@@ -21,17 +21,18 @@
 # (SIGUSR2: the daemon writes it), and for profile-stop gets the pprof file back on the
 # connection. The profile is what the daemon's own flags write, nothing more.
 #
-# With variant=NAME variant_env=K=V a second daemon, the same binary and configuration but
-# started with the environment variable K=V (GOMAXPROCS=1, say), or variant_bin=PATH, another
-# binary (bench-2host.sh's SRPT_2HOST_VARIANT_BIN), or under variant_prefix=COMMAND (a command
-# that runs its arguments: "chrt -b 0", say), serves on srpt_port + 1: the
-# initiator runs it as target srpt-mem-NAME right after the first, so that a change can be
+# With variant=NAME a second daemon serves on srpt_port + 1, the same binary and configuration
+# but: started with variant_env=K=V in its environment (GOMAXPROCS=1, say); or variant_bin=PATH,
+# another binary (bench-2host.sh's SRPT_2HOST_VARIANT_BIN); or under variant_prefix=COMMAND (a
+# command that runs its arguments: "chrt -b 0", say); or with variant_limits=MAPPING as its
+# configuration's limits (a YAML flow mapping: "{completion: adaptive, poll_window: 100us}").
+# The initiator runs it as target srpt-mem-NAME right after the first, so that a change can be
 # measured against the default in one boot. Its counters are not sampled (dproc, dio and dcs
 # are the first daemon's); the target host's CPU per I/O is measured for both.
 #
 # Arguments (k=v, from bench-2host.sh): netdev=eth0 mac= ip4= ip6= (setup_rxe, lib.sh),
 #   size_mib=256 srpt_port=5555 lio_port=5000 ctl_port=5600 bin=/usr/local/bin/srptarget
-#   variant= variant_env= variant_bin= variant_prefix=
+#   variant= variant_env= variant_bin= variant_prefix= variant_limits=
 # shellcheck source=lib.sh
 . /lab/lib.sh
 # shellcheck source=bench-lib.sh
@@ -46,6 +47,7 @@ VARIANT=$(arg variant "")
 VARIANT_ENV=$(arg variant_env "")
 VARIANT_BIN=$(arg variant_bin "$BIN")
 VARIANT_PREFIX=$(arg variant_prefix "")
+VARIANT_LIMITS=$(arg variant_limits "")
 PROF=/tmp/srptarget.cpu.pprof
 
 bench_rxe_eth0
@@ -74,8 +76,9 @@ wait_for 30 cm_listening "$SRPT_PORT" || { cat /tmp/srptarget.log; fail "srptarg
 record "srptarget listening" pass "RDMA/CM port $SRPT_PORT (pid $DPID)"
 
 if [ -n "$VARIANT" ]; then
-	step "srptarget variant $VARIANT ($VARIANT_ENV $VARIANT_PREFIX $VARIANT_BIN) on port $((SRPT_PORT + 1))"
+	step "srptarget variant $VARIANT ($VARIANT_ENV $VARIANT_PREFIX $VARIANT_BIN${VARIANT_LIMITS:+, limits $VARIANT_LIMITS}) on port $((SRPT_PORT + 1))"
 	sed "s/port: $SRPT_PORT\$/port: $((SRPT_PORT + 1))/" /etc/srptarget-bench.yaml >/etc/srptarget-bench-variant.yaml
+	[ -z "$VARIANT_LIMITS" ] || echo "limits: $VARIANT_LIMITS" >>/etc/srptarget-bench-variant.yaml
 	# shellcheck disable=SC2086 # the prefix is a command line of its own (chrt -b 0)
 	env ${VARIANT_ENV:+"$VARIANT_ENV"} $VARIANT_PREFIX "$VARIANT_BIN" serve --config /etc/srptarget-bench-variant.yaml --control /run/srptarget/variant.sock >/tmp/srptarget-variant.log 2>&1 &
 	VPID=$!
