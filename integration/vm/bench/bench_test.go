@@ -401,6 +401,8 @@ func TestReportTables(t *testing.T) {
 		// two figure tables, and the ratio.dat row
 		header, row, cpuHeader, schedHeader, ratio string
 		modesNote                                  bool
+		// the variant table's header and randread-4k-qd32 row, empty when it has none
+		variantHeader, variantRow string
 	}{
 		{
 			name: "one daemon: the columns of docs/benchmarks.md",
@@ -436,6 +438,10 @@ func TestReportTables(t *testing.T) {
 				"daemon write()/I/O: memory event | memory adaptive20us | memory poll | null event | null poll |",
 			ratio:     "\"4k rr qd32 ch1\" 0.500 0.667 1.000 0.600 1.400\n",
 			modesNote: true,
+			// per round: adaptive20us 600/500, 1400/1000; poll 900/500, 2100/1000; null poll
+			// 1200/800, 3000/1000
+			variantHeader: "| job | unit | ch_count | memory adaptive20us / memory event | memory poll / memory event | null poll / null event |",
+			variantRow:    "| 4 KiB random read, QD 32 | IOPS | 1 | 1.30 (better in 2 of 2) | 1.94 (better in 2 of 2) | 2.12 (better in 2 of 2) |",
 		},
 	}
 	for _, tc := range tests {
@@ -462,6 +468,14 @@ func TestReportTables(t *testing.T) {
 			require.Equal(t, "", lines[3])
 			require.Len(t, cells(tc.row), 3+1+2*(len(tc.targets)-1))
 			require.Equal(t, tc.modesNote, strings.Contains(out.String(), "one daemon per completion mode"))
+
+			// the variant table: the daemons compared round by round, LUN by LUN
+			if i := slices.Index(lines, tc.variantHeader); tc.variantHeader != "" {
+				require.GreaterOrEqual(t, i, 0, "no line %q in\n%s", tc.variantHeader, out.String())
+				require.Equal(t, tc.variantRow, lines[i+2])
+			} else {
+				require.NotContains(t, out.String(), "Each other daemon against the first")
+			}
 
 			// the figure tables: a column per target and figure, the daemon's only for srptarget
 			for _, h := range []string{tc.cpuHeader, tc.schedHeader} {

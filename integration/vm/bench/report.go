@@ -217,6 +217,19 @@ func Median(vs []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
+// GeoMean is the geometric mean of positive vs, NaN for none: the mean of ratios that treats
+// 0.5 and 2 alike.
+func GeoMean(vs []float64) float64 {
+	if len(vs) == 0 {
+		return math.NaN()
+	}
+	sum := 0.0
+	for _, v := range vs {
+		sum += math.Log(v)
+	}
+	return math.Exp(sum / float64(len(vs)))
+}
+
 // Stat is the median, minimum and maximum over the rounds of one cell.
 type Stat struct {
 	Median, Min, Max float64
@@ -247,7 +260,7 @@ type Summary struct {
 	Cells map[cellKey]Stat
 	// Targets are the columns, LIO first (see Targets).
 	Targets []Target
-	// PerRound holds each metric's value per round, for the paired ratios.
+	// PerRound holds each metric's and CPU figure's value per round, for the paired ratios.
 	PerRound map[cellKey]map[int]float64
 	ChCounts []int
 	Excluded int // runs left out because ib_srp logged transport errors during them
@@ -289,10 +302,7 @@ func Summarize(runs []Run, p Params) Summary {
 			if m.Job == r.Job {
 				k := cellKey{m.Key, r.Ch, r.Target}
 				vals[k] = append(vals[k], m.Value(r))
-				if s.PerRound[k] == nil {
-					s.PerRound[k] = map[int]float64{}
-				}
-				s.PerRound[k][r.Round] = m.Value(r)
+				s.setRound(k, r.Round, m.Value(r))
 			}
 		}
 		d := Derive(r, p)
@@ -300,6 +310,7 @@ func Summarize(runs []Run, p Params) Summary {
 			if v := c.value(d); !math.IsNaN(v) {
 				k := cellKey{r.Job + "/" + c.key, r.Ch, r.Target}
 				vals[k] = append(vals[k], v)
+				s.setRound(k, r.Round, v)
 			}
 		}
 	}
@@ -324,11 +335,23 @@ func (s Summary) Ratio(metric string, ch int, target string) float64 {
 	return a.Median / b.Median
 }
 
+func (s Summary) setRound(k cellKey, round int, v float64) {
+	if s.PerRound[k] == nil {
+		s.PerRound[k] = map[int]float64{}
+	}
+	s.PerRound[k][round] = v
+}
+
 // PairedRatios returns, per round in which both ran, target over LIO: a target's block and
 // the LIO block of the same round and ch_count, which ran right after the srptarget
 // blocks of that round and saw nearly the same host load.
 func (s Summary) PairedRatios(metric string, ch int, target string) []float64 {
-	a, b := s.PerRound[cellKey{metric, ch, target}], s.PerRound[cellKey{metric, ch, refTarget}]
+	return s.pairedAgainst(metric, ch, target, refTarget)
+}
+
+// pairedAgainst returns, sorted, target over base per round in which both ran.
+func (s Summary) pairedAgainst(metric string, ch int, target, base string) []float64 {
+	a, b := s.PerRound[cellKey{metric, ch, target}], s.PerRound[cellKey{metric, ch, base}]
 	var out []float64
 	for round, v := range a {
 		if ref, ok := b[round]; ok && ref != 0 {

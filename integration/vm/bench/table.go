@@ -132,6 +132,7 @@ func (s Summary) WriteTable(w io.Writer) {
 		fmt.Fprintln(w, "ramp + runtime; daemon: srptarget's own user + system time (including the rxe work the kernel does")
 		fmt.Fprintln(w, "inside its ibv_post_send system calls). Idle: share of both vCPUs idle during the job.")
 	}
+	s.writeVariantTable(w)
 	if !s.hasFigure("ctxt-per-io") {
 		return
 	}
@@ -162,6 +163,71 @@ func (s Summary) WriteTable(w io.Writer) {
 	fmt.Fprintln(w, "Guest-wide context switches and IPIs (rescheduling, function call, TLB shootdown) per I/O; the")
 	fmt.Fprintln(w, "daemon's read() (completion-channel events) and write() (uverbs commands: the post-send doorbell,")
 	fmt.Fprintln(w, "the CQ re-arm) system calls per I/O, all threads.")
+}
+
+// writeVariantTable compares, when srptarget ran more than one daemon (completion modes, or
+// the two-host bench's variant), each daemon's target with the first daemon's target of the
+// same LUN, round by round: their blocks ran one right after the other, so a pair sees nearly
+// the same host load, which the medians of a noisy host do not. Per metric and per job's
+// target host CPU per I/O: the geometric mean of the per-round ratios and in how many rounds
+// the other daemon did better.
+func (s Summary) writeVariantTable(w io.Writer) {
+	type pair struct{ t, base Target }
+	var pairs []pair
+	first := map[string]Target{}
+	for _, t := range s.srptTargets() {
+		if b, ok := first[t.LUN]; ok {
+			pairs = append(pairs, pair{t, b})
+		} else {
+			first[t.LUN] = t
+		}
+	}
+	if len(pairs) == 0 {
+		return
+	}
+	// The metrics, each job's followed by its target host CPU per I/O.
+	var rows []Metric
+	for i, m := range Metrics {
+		rows = append(rows, m)
+		if i+1 == len(Metrics) || Metrics[i+1].Job != m.Job {
+			job, _, _ := strings.Cut(m.Label, ":")
+			rows = append(rows, Metric{Key: m.Job + "/guest-cpu-us-per-io", Job: m.Job, Label: job + ": CPU per I/O", Unit: "µs"})
+		}
+	}
+	var cols []string
+	for _, p := range pairs {
+		cols = append(cols, p.t.Short+" / "+p.base.Short)
+	}
+	fmt.Fprintln(w)
+	writeHeader(w, []string{"job", "unit", "ch_count"}, cols)
+	for _, r := range rows {
+		for _, ch := range s.ChCounts {
+			row := []string{r.Label, r.Unit, strconv.Itoa(ch)}
+			has := false
+			for _, p := range pairs {
+				ratios := s.pairedAgainst(r.Key, ch, p.t.Key, p.base.Key)
+				if len(ratios) == 0 {
+					row = append(row, "-")
+					continue
+				}
+				has = true
+				better := 0
+				for _, v := range ratios {
+					if (r.HigherBetter && v > 1) || (!r.HigherBetter && v < 1) {
+						better++
+					}
+				}
+				row = append(row, fmt.Sprintf("%s (better in %d of %d)", fmtRatio(GeoMean(ratios)), better, len(ratios)))
+			}
+			if has {
+				writeRow(w, row)
+			}
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Each other daemon against the first, LUN by LUN and round by round (their blocks ran one after")
+	fmt.Fprintln(w, "the other): the geometric mean of the per-round ratios, and in how many rounds the other did")
+	fmt.Fprintln(w, "better (more IOPS or MiB/s, less latency or CPU per I/O; CPU per I/O is the target host's).")
 }
 
 // figureCols is one group of columns of a figure table: a figure, one column per target.
