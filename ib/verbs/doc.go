@@ -28,9 +28,10 @@
 // per receive slot with their SGEs, and a batch of ibv_wc. PostSend writes the caller's work
 // requests field by field into that memory and posts them as one linked chain with one
 // ibv_post_send; PostRecv likewise; PollCompletions takes up to 32 completions per call into
-// C, polling the send CQ and then the receive CQ. None of them allocates in steady state. Slot accounting (when a queue is full)
-// is done in Go, the same for every provider, as package ib specifies; the wr_id given to verbs
-// is a per-queue sequence number, mapped back to the caller's ID at poll time.
+// C, polling the send CQ and then the receive CQ. None of them allocates in steady state. Slot
+// accounting (when a queue is full) is done in Go, the same for every provider, as package ib
+// specifies; the wr_id given to verbs is a per-queue sequence number, mapped back to the
+// caller's ID at poll time.
 //
 // # Ownership of verbs objects
 //
