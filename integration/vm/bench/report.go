@@ -154,7 +154,7 @@ type Derived struct {
 	CtxtPerIO         float64 // guest context switches
 	IPIPerIO          float64 // guest IPIs (rescheduling, function call, TLB shootdown)
 	DaemonReadsPerIO  float64 // the daemon's read() calls (completion channel)
-	DaemonWritesPerIO float64 // the daemon's write() calls (uverbs commands: post-send doorbell, CQ re-arm)
+	DaemonWritesPerIO float64 // the daemon's write() calls (soft-RoCE's post-send doorbell, one per ibv_post_send)
 	DaemonVolPerIO    float64 // the daemon's voluntary context switches (sleeps, so wake-ups)
 	DaemonInvolPerIO  float64 // the daemon's involuntary context switches (preempted)
 }

@@ -148,9 +148,9 @@ func (s Summary) WriteTable(w io.Writer) {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "Target host: context switches of its vCPU (/proc/stat ctxt) per I/O. Daemon, all threads: wake-ups")
 		fmt.Fprintln(w, "are its voluntary context switches (each sleep ends with one), preemptions its involuntary ones")
-		fmt.Fprintln(w, "(/proc/PID/task/*/status); read() are completion-channel events, write() uverbs commands (the")
-		fmt.Fprintln(w, "post-send doorbell, the CQ re-arm) (/proc/PID/io syscr, syscw). Futex and epoll calls are not")
-		fmt.Fprintln(w, "counted.")
+		fmt.Fprintln(w, "(/proc/PID/task/*/status); read() are completion-channel events, write() soft-RoCE's post-send")
+		fmt.Fprintln(w, "doorbells, one per ibv_post_send (/proc/PID/io syscr, syscw). Futex, epoll and the CQ re-arm's")
+		fmt.Fprintln(w, "system calls are not counted.")
 		return
 	}
 	s.writeFigureTable(w, []figureCols{
@@ -161,8 +161,8 @@ func (s Summary) WriteTable(w io.Writer) {
 	})
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Guest-wide context switches and IPIs (rescheduling, function call, TLB shootdown) per I/O; the")
-	fmt.Fprintln(w, "daemon's read() (completion-channel events) and write() (uverbs commands: the post-send doorbell,")
-	fmt.Fprintln(w, "the CQ re-arm) system calls per I/O, all threads.")
+	fmt.Fprintln(w, "daemon's read() (completion-channel events) and write() (soft-RoCE's post-send doorbell, one per")
+	fmt.Fprintln(w, "ibv_post_send) system calls per I/O, all threads.")
 }
 
 // writeVariantTable compares, when srptarget ran more than one daemon (completion modes, or

@@ -120,8 +120,8 @@ bench_login() {
 #   dprocS  PID's utime,stime (fields 14 and 15 of /proc/PID/stat; the command name has no
 #           spaces here); 0,0 without PID
 #   dioS    PID's read() and write() system calls (syscr, syscw of /proc/PID/io, all its
-#           threads): completion-channel reads, and uverbs commands such as the post-send
-#           doorbell and the CQ re-arm
+#           threads): completion-channel reads, and soft-RoCE's post-send doorbells (a
+#           write() per ibv_post_send; the CQ re-arm is another system call, not counted)
 #   upS     /proc/uptime
 # fio runs it with system(3), hence a script and not a function.
 # bench_proc_counters [PID]: the counters of the CPU-per-I/O figures, without a fork (the
