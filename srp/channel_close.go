@@ -117,7 +117,7 @@ func (ch *channel) drained() bool {
 // after Close the queue pair no longer uses their memory.
 func (ch *channel) forceRelease() {
 	ch.batch, ch.batchSGEs = ch.batch[:0], ch.batchSGEs[:0]
-	ch.recvQ = ch.recvQ[:0]
+	ch.dropRecvs()
 	if err := ch.conn.Close(); err != nil {
 		ch.log.Warn("closing the queue pair", zap.Error(err))
 	}
