@@ -113,6 +113,15 @@
 // parked in the netpoller on the non-blocking completion channel fd (os.NewFile +
 // SyscallConn), never on an OS thread blocked in C. The channel is never closed.
 //
+// # Waiting: Serve
+//
+// A connection that implements Waiter lets the consumer's own goroutine be the one parked:
+// Serve calls the consumer's step, parks when it returns false, and calls it again for
+// completions, events or an Interrupt. Behind Ready every wake-up runs two goroutines (the
+// parked one reads the event and signals, then the consumer's); under Serve one. The engine
+// uses Serve while the queue pair is open and the connection offers it, with its other work
+// (backstore completions, timers, wake-ups) delivered through Interrupt.
+//
 // # Events and teardown
 //
 //   - EventEstablished: at most once.

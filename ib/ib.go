@@ -264,6 +264,32 @@ type NotifyArmer interface {
 	ArmNotify(sends bool) error
 }
 
+// Waiter is implemented by connections whose consumer can wait for them on its own goroutine
+// instead of receiving from Ready. Behind Ready a verbs connection keeps a goroutine parked
+// on its completion channel, which reads each event and hands it over: two goroutines run per
+// wake-up, with a channel operation between them. Under Serve the consumer's goroutine is
+// the one parked, and reads the events itself.
+//
+// A consumer uses Serve or Ready, not both at once: Serve fails once Ready has been called,
+// and what Serve takes does not signal Ready. After Serve returns the consumer may go on
+// with Ready.
+type Waiter interface {
+	// Serve runs the consumer's loop on the calling goroutine. It calls step, and when step
+	// returns false it parks until completions or connection events may be available (what
+	// would signal Ready, with the same drain rule and NotifyArmer's arming rules) or until
+	// Interrupt, then calls step again: ready is true when events were taken, false
+	// otherwise (the first call, an Interrupt, or a spurious return: the consumer polls
+	// either way). Serve returns nil when step returns true, and an error wrapping ErrClosed
+	// or ErrDeviceRemoved once the connection is released (closed, by step too, or its
+	// device removed) without step having returned true.
+	Serve(step func(ready bool) (done bool)) error
+	// Interrupt makes Serve call step again soon: at once if it is parked, after the step in
+	// progress otherwise, or at the start of the next Serve. It is for the consumer's other
+	// sources of work (timers, other goroutines' hand-backs), and may be called from any
+	// goroutine, at any time.
+	Interrupt()
+}
+
 // QPNumberer is implemented by connections that know their queue pair number (verbs: the
 // qp_num of struct ibv_qp, the QPN the peer's CM messages name), so that an operator can
 // match a channel with what the initiator side shows (ibv_devinfo, rdma resource show qp).

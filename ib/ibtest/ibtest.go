@@ -65,6 +65,8 @@ func Run(t *testing.T, f Fabric) {
 		{"Disconnect", testDisconnect},
 		{"PostAfterClose", testPostAfterClose},
 		{"ArmNotify", testArmNotify},
+		{"Serve", testServe},
+		{"ServeClosed", testServeClosed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, f) })

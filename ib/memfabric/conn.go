@@ -169,7 +169,8 @@ type Conn struct {
 	local, remote netip.AddrPort
 	caps          ib.QPCaps
 	ready         chan struct{}
-	qpn           uint32 // set before the connection is visible to another goroutine
+	intr          chan struct{} // ib.Waiter's Interrupt
+	qpn           uint32        // set before the connection is visible to another goroutine
 
 	// Set before the connection is visible to another goroutine, or under p.mu.
 	p           *pair
@@ -211,6 +212,7 @@ var (
 	_ ib.Conn        = (*Conn)(nil)
 	_ ib.NotifyArmer = (*Conn)(nil)
 	_ ib.QPNumberer  = (*Conn)(nil)
+	_ ib.Waiter      = (*Conn)(nil)
 )
 
 // QPNum is the queue pair number, unique in the fabric (as qp_num is on a device).
@@ -223,6 +225,7 @@ func newConn(n *Node, caps ib.QPCaps, local, remote netip.AddrPort) *Conn {
 		remote: remote,
 		caps:   caps,
 		ready:  make(chan struct{}, 1),
+		intr:   make(chan struct{}, 1),
 		sq:     sendQueue{slotRing: newSlotRing[sendSlot](caps.SendQueueDepth)},
 		rq:     recvQueue{slotRing: newSlotRing[recvSlot](caps.RecvQueueDepth)},
 		cq:     compQueue{ring: make([]cqEntry, caps.SendQueueDepth+caps.RecvQueueDepth)},
@@ -252,6 +255,44 @@ func (c *Conn) peer() *Conn {
 // there and it is not in the error state (an error-state QP silently drops what it receives).
 func (c *Conn) answers() bool {
 	return c != nil && !c.closed && !c.removed && c.state == qpReady
+}
+
+// Serve implements ib.Waiter: step runs on the caller's goroutine, which waits for Ready's
+// signal or an Interrupt between steps. Unlike verbs, Ready stays usable beside it (tests
+// look at it); the signals Serve takes are Ready's.
+func (c *Conn) Serve(step func(ready bool) bool) error {
+	// The first step looks at everything: a signal from before Serve is its.
+	ready := false
+	select {
+	case <-c.ready:
+		ready = true
+	default:
+	}
+	for {
+		c.p.mu.Lock()
+		err := c.usable("serve")
+		c.p.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if step(ready) {
+			return nil
+		}
+		select {
+		case <-c.ready:
+			ready = true
+		case <-c.intr:
+			ready = false
+		}
+	}
+}
+
+// Interrupt implements ib.Waiter.
+func (c *Conn) Interrupt() {
+	select {
+	case c.intr <- struct{}{}:
+	default:
+	}
 }
 
 func (c *Conn) signal() {

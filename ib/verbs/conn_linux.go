@@ -8,6 +8,7 @@ package verbs
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -49,7 +50,28 @@ type Conn struct {
 	ch  *C.struct_ibv_comp_channel
 
 	cqFile   *os.File
+	cqRC     syscall.RawConn
 	waitDone chan struct{}
+	// Who reads the completion channel: the waitCQ goroutine, started by the first Ready
+	// (readyMode, set under mu), or the consumer's goroutine in Serve (waitMode, set under mu
+	// while Serve runs).
+	readyMode atomic.Bool
+	waitMode  atomic.Bool
+	// intr: Interrupt was called and Serve has not started the round that answers it.
+	intr atomic.Bool
+	// serving: Serve runs (under mu); fileToServe: teardown left closing cqFile to it.
+	serving     bool
+	fileToServe bool
+	// Owned by the goroutine in Serve: whether the file's read deadline may be in the past
+	// (an Interrupt's), the consumer's step, whether the Read of this round has called the
+	// step yet, and how it ended; serveFn is serveRead, made once so that Serve's rounds
+	// allocate nothing.
+	waitDirty  bool
+	serveStep  func(bool) bool
+	serveFresh bool
+	serveDone  bool
+	serveOver  bool
+	serveFn    func(uintptr) bool
 	// consumerArms is set by the first ArmNotify: waitCQ then leaves re-arming to the
 	// consumer. wantSends is the last ArmNotify's sends: without it an event of the send CQ
 	// (armed before) signals nothing.
@@ -78,6 +100,7 @@ type Conn struct {
 var (
 	_ ib.Conn        = (*Conn)(nil)
 	_ ib.NotifyArmer = (*Conn)(nil)
+	_ ib.Waiter      = (*Conn)(nil)
 )
 
 // cq is one of a connection's completion queues.
@@ -185,9 +208,9 @@ func newConn(dev *devCtx, loop *cmLoop, id *C.struct_rdma_cm_id, key uint64, cap
 		c.teardown(false)
 		return nil, perr
 	}
-	c.cqFile = f
+	c.cqFile, c.cqRC = f, rc
 	c.waitDone = make(chan struct{})
-	go c.waitCQ(rc)
+	c.serveFn = c.serveRead
 	qp, cerr := C.srpt_create_qp(dev.pd, c.scq.cq, c.rcq.cq, C.uint32_t(caps.SendQueueDepth), C.uint32_t(caps.RecvQueueDepth),
 		C.uint32_t(caps.MaxSendSGE), C.uint32_t(caps.MaxRecvSGE), C.uint32_t(caps.MaxInlineData))
 	if qp == nil {
@@ -217,18 +240,39 @@ func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
 // RemoteAddr implements ib.Conn.
 func (c *Conn) RemoteAddr() netip.AddrPort { return c.remote }
 
-// Ready implements ib.Conn.
-func (c *Conn) Ready() <-chan struct{} { return c.ready }
+// Ready implements ib.Conn. The first call starts the goroutine that reads the completion
+// channel for it (waitCQ), unless Serve runs.
+func (c *Conn) Ready() <-chan struct{} {
+	if !c.readyMode.Load() {
+		c.startWaitCQ()
+	}
+	return c.ready
+}
+
+// startWaitCQ starts waitCQ, once, unless the connection is released or Serve runs.
+func (c *Conn) startWaitCQ() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.readyMode.Load() || c.serving || c.released {
+		return
+	}
+	c.readyMode.Store(true)
+	go c.waitCQ(c.cqRC)
+}
 
 // PrivateData is the private data of the REP that accepted this initiator-side connection
 // (the SRP_LOGIN_RSP), nil on the target side. Over InfiniBand and RoCE the CM pads it with
 // zeros to 196 bytes. The slice must not be modified.
 func (c *Conn) PrivateData() []byte { return c.privateData }
 
+// signal signals Ready, and interrupts Serve.
 func (c *Conn) signal() {
 	select {
 	case c.ready <- struct{}{}:
 	default:
+	}
+	if c.waitMode.Load() {
+		c.Interrupt()
 	}
 }
 
@@ -251,11 +295,12 @@ func (c *Conn) waitCQ(rc syscall.RawConn) {
 	defer close(c.waitDone)
 	read := func(uintptr) bool {
 		for {
-			var which *C.struct_ibv_cq
-			switch e := C.srpt_get_cq_event(c.ch, &which); e {
-			case 0:
-				c.cqEvent(which)
-			case C.EAGAIN:
+			switch e := C.srpt_cq_event(c.ch, c.scq.cq); {
+			case e > 0:
+				if c.cqEvent(e == C.SRPT_CQ_EVENT_SEND) {
+					c.signal()
+				}
+			case e == 0:
 				return false
 			default:
 				time.Sleep(time.Millisecond) // not expected; do not spin
@@ -270,25 +315,155 @@ func (c *Conn) waitCQ(rc syscall.RawConn) {
 	_ = rc.Read(read)
 }
 
-// cqEvent handles an event of CQ which, read by waitCQ.
-func (c *Conn) cqEvent(which *C.struct_ibv_cq) {
-	q, sends := &c.rcq, false
-	if which == c.scq.cq {
-		q, sends = &c.scq, true
+// cqEvent handles an event of the send queue's CQ (sends) or the receive queue's, read by
+// waitCQ or Serve, and reports whether it wakes the consumer.
+func (c *Conn) cqEvent(sends bool) bool {
+	q := &c.rcq
+	if sends {
+		q = &c.scq
 	}
 	q.event()
 	if !c.consumerArms.Load() {
 		C.srpt_req_notify_cq(q.cq)
-		c.signal()
-		return
+		return true
 	}
 	// Cleared before wantSends is read; ArmNotify stores wantSends before it reads armed.
 	q.armed.Store(false)
-	if sends && !c.wantSends.Load() {
-		return
-	}
-	c.signal()
+	return !sends || c.wantSends.Load()
 }
+
+// Serve implements ib.Waiter: the calling goroutine parks in the netpoller on the completion
+// channel, as waitCQ does, and reads the events itself, which saves a goroutine switch and a
+// channel operation per wake-up. The consumer's step runs inside RawConn.Read's read
+// function, so that one Read lasts from one Interrupt to the next: Read forgets the
+// descriptor's readiness when it starts (internal/poll's prepareRead), and only a Read that
+// stays open can park without first trying a read() that finds the channel empty. Interrupt
+// moves the file's read deadline into the past, which ends the Read (internal/poll's
+// pollDesc); the next round clears it.
+//
+// A step may close the connection: teardown then leaves the completion channel's file to
+// Serve, which closes it after the Read (closing it inside would wait for the Read to end).
+func (c *Conn) Serve(step func(ready bool) bool) error {
+	c.mu.Lock()
+	switch {
+	case c.readyMode.Load():
+		c.mu.Unlock()
+		return errorf("serve %v: Ready is in use: a consumer waits with one or the other", c)
+	case c.released:
+		c.mu.Unlock()
+		return c.waitErr()
+	}
+	c.serving = true
+	c.waitMode.Store(true)
+	c.mu.Unlock()
+
+	c.serveStep = step
+	err := c.serveLoop()
+	c.serveStep = nil
+
+	c.mu.Lock()
+	c.serving = false
+	c.waitMode.Store(false)
+	closeFile := c.fileToServe
+	c.mu.Unlock()
+	if closeFile {
+		c.cqFile.Close()
+	}
+	return err
+}
+
+// serveLoop runs Reads until the step is done or the connection is released.
+func (c *Conn) serveLoop() error {
+	for {
+		// The deadline is cleared before intr is taken: an Interrupt whose flag this round
+		// takes may still move the deadline after the clear (one spurious round); one whose
+		// flag it does not take moves it after the clear, and ends the Read.
+		if c.waitDirty {
+			c.waitDirty = false
+			_ = c.cqFile.SetReadDeadline(time.Time{})
+		}
+		c.intr.Swap(false) // the step this round starts with looks at everything
+		c.serveFresh, c.serveDone, c.serveOver = true, false, false
+		err := c.cqRC.Read(c.serveFn)
+		switch {
+		case c.serveDone:
+			return nil
+		case c.serveOver:
+			return c.waitErr()
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			c.waitDirty = true
+		case err != nil:
+			return c.waitErr()
+		}
+	}
+}
+
+// serveRead is Serve's read function (RawConn.Read). It reads the events that are there,
+// then runs the step unless that was a spurious edge; it ends the Read when the step is
+// done or the connection released, and parks otherwise.
+func (c *Conn) serveRead(uintptr) bool {
+	c.mu.Lock()
+	if c.released {
+		c.mu.Unlock()
+		c.serveOver = true
+		return true
+	}
+	got := c.readEventsLocked()
+	c.mu.Unlock()
+	if !got && !c.serveFresh {
+		// The edge of an event read before, or an event of the send queue's CQ the
+		// consumer did not ask for: park again.
+		return false
+	}
+	c.serveFresh = false
+	if c.serveStep(got) {
+		c.serveDone = true
+		return true
+	}
+	return false
+}
+
+// readEventsLocked reads completion events until the channel is empty or no CQ can have
+// raised another (each raises one per arm), under c.mu (teardown destroys the channel), and
+// reports whether one wakes the consumer.
+func (c *Conn) readEventsLocked() (got bool) {
+	for {
+		e := C.srpt_cq_event(c.ch, c.scq.cq)
+		if e <= 0 {
+			// Empty. An error is not expected: the step polls anyway, and the next
+			// event's edge comes back here.
+			return got
+		}
+		if c.cqEvent(e == C.SRPT_CQ_EVENT_SEND) {
+			got = true
+		}
+		if !c.rcq.armed.Load() && !c.scq.armed.Load() {
+			return got
+		}
+	}
+}
+
+// waitErr is the error of Serve on a released connection.
+func (c *Conn) waitErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.removed {
+		return errorf("serve %v: %w", c, ib.ErrDeviceRemoved)
+	}
+	return errorf("serve %v: %w", c, ib.ErrClosed)
+}
+
+// Interrupt implements ib.Waiter.
+func (c *Conn) Interrupt() {
+	if !c.intr.Swap(true) {
+		// Any time in the past ends the park; an error means the file is closed, which
+		// ends it too.
+		_ = c.cqFile.SetReadDeadline(pastDeadline)
+	}
+}
+
+// pastDeadline is a read deadline that has passed.
+var pastDeadline = time.Unix(1, 0)
 
 // ArmNotify implements ib.NotifyArmer: the next receive completion raises an event (and
 // Ready), and so does the next send completion if sends. It costs an ibv_req_notify_cq per
@@ -615,6 +790,7 @@ func (c *Conn) teardown(removed bool) {
 	}
 	c.released = true
 	c.removed = c.removed || removed
+	c.fileToServe = c.serving
 	if !removed && c.qp != nil && c.ownsID && !c.discCalled {
 		c.discCalled = true
 		C.srpt_qp_err(c.qp)
@@ -625,9 +801,17 @@ func (c *Conn) teardown(removed bool) {
 	// events find no handler, COMM_EST finds no QP.
 	c.loop.unregisterIf(c.key, c)
 	c.dev.leave(c)
-	if c.cqFile != nil {
+	switch {
+	case c.fileToServe:
+		// Serve reads the channel under mu and sees released; the interrupt ends its park.
+		c.Interrupt()
+	case c.cqFile != nil:
+		// Close returns once no read of the file is in progress (internal/poll's FD.Close
+		// waits for its references to go).
 		c.cqFile.Close()
-		<-c.waitDone
+		if c.readyMode.Load() {
+			<-c.waitDone
+		}
 	}
 	if c.qp != nil {
 		c.dev.delQP(c.qpn)

@@ -12,7 +12,8 @@
 // No OS thread ever blocks in C. The RDMA/CM event channel, every completion channel and every
 // device's async event fd are non-blocking and waited on through Go's netpoller (os.NewFile
 // and RawConn.Read): one goroutine for all CM events of the process, one per connection for
-// its completion channel, one per open device for async events. Each Go->C crossing does one
+// its completion channel (started by the first Ready; under Serve, ib.Waiter, the consumer's
+// goroutine waits there itself), one per open device for async events. Each Go->C crossing does one
 // short, non-blocking thing.
 //
 // A connection has two CQs on one completion channel, the send queue's and the receive

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -545,4 +546,75 @@ func echo(s side, rounds int, busy bool) error {
 		}
 	}
 	return nil
+}
+
+// TestServeAllocs: a wake-up under Serve (ib.Waiter) allocates nothing: the park in the
+// netpoller, the read of the completion event, the interrupt-free round and the step, which
+// polls, re-posts the receive and arms as the SRP channel does.
+func TestServeAllocs(t *testing.T) {
+	a := testAddrs(t)[0]
+	l := newLink(t, a, defaultLinkOpts())
+	tc := l.tgt.c.(*Conn)
+	woke := make(chan uint64, 1)
+	var stop atomic.Bool
+	wcs := make([]ib.Completion, 4)
+	recv := make([]ib.RecvWR, 1)
+	sgl := make([]ib.SGE, 1)
+	drain := func() int {
+		n, err := tc.PollCompletions(wcs)
+		if err != nil {
+			panic(err)
+		}
+		for _, wc := range wcs[:n] {
+			if wc.Status != ib.StatusSuccess || wc.Opcode != ib.OpRecv {
+				panic(fmt.Sprint(wc))
+			}
+			sgl[0] = l.tgt.sge(recvOff+int(wc.ID-2000)*bufSize, bufSize)
+			recv[0] = ib.RecvWR{ID: wc.ID, SGL: sgl}
+			if _, err := tc.PostRecv(recv); err != nil {
+				panic(err)
+			}
+			woke <- wc.ID
+		}
+		return n
+	}
+	step := func(bool) bool {
+		if stop.Load() {
+			return true
+		}
+		for drain() > 0 {
+		}
+		if err := tc.ArmNotify(false); err != nil {
+			panic(err)
+		}
+		for drain() > 0 {
+		}
+		return false
+	}
+	served := make(chan error, 1)
+	go func() { served <- tc.Serve(step) }()
+
+	send := []ib.SendWR{{ID: 1, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{l.ini.sge(sendOff, 64)}}}
+	iwcs := make([]ib.Completion, 1)
+	round := func() {
+		if _, err := l.iniConn.PostSend(send); err != nil {
+			panic(err)
+		}
+		<-woke
+		for {
+			n, err := l.iniConn.PollCompletions(iwcs)
+			if err != nil || (n == 1 && iwcs[0] != (ib.Completion{ID: 1, Opcode: ib.OpSend})) {
+				panic(fmt.Sprint(n, err, iwcs[0]))
+			}
+			if n == 1 {
+				return
+			}
+		}
+	}
+	round() // the first wake-up starts what runs once (the netpoller's registration)
+	allocs := testing.AllocsPerRun(200, round)
+	stop.Store(true)
+	tc.Interrupt()
+	require.NoError(t, <-served)
+	require.Zero(t, allocs)
 }

@@ -443,15 +443,23 @@ int srpt_req_notify_cq(struct ibv_cq *cq)
 	return ibv_req_notify_cq(cq, 0);
 }
 
-// srpt_get_cq_event reads one completion event of ch and sets *cq to the CQ that raised it.
-int srpt_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq)
+// srpt_cq_event reads one completion event of ch, whose CQs are a connection's send queue's
+// (scq) and receive queue's, and says which raised it: SRPT_CQ_EVENT_SEND or
+// SRPT_CQ_EVENT_RECV, 0 if the channel is empty (EAGAIN), or -errno. The answer is the return
+// value, so that Go passes no pointer to its own memory (which would escape to the heap, one
+// allocation per event).
+int srpt_cq_event(struct ibv_comp_channel *ch, struct ibv_cq *scq)
 {
+	struct ibv_cq *cq;
 	void *ctx;
+	int e;
 
 	errno = 0;
-	if (ibv_get_cq_event(ch, cq, &ctx))
-		return err_or(EIO);
-	return 0;
+	if (ibv_get_cq_event(ch, &cq, &ctx)) {
+		e = err_or(EIO);
+		return e == EAGAIN ? 0 : -e;
+	}
+	return cq == scq ? SRPT_CQ_EVENT_SEND : SRPT_CQ_EVENT_RECV;
 }
 
 int srpt_get_async_event(struct ibv_context *ctx, struct srpt_async_event *out)

@@ -77,7 +77,8 @@ int srpt_post_send(struct ibv_qp *qp, struct ibv_send_wr *wrs, int n, int *bad);
 int srpt_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wrs, int n, int *bad);
 int srpt_poll_cqs(struct ibv_cq *scq, struct ibv_cq *rcq, int n, struct ibv_wc *wcs);
 int srpt_req_notify_cq(struct ibv_cq *cq);
-int srpt_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq);
+enum { SRPT_CQ_EVENT_RECV = 1, SRPT_CQ_EVENT_SEND = 2 };
+int srpt_cq_event(struct ibv_comp_channel *ch, struct ibv_cq *scq);
 
 struct srpt_async_event {
 	int type;
