@@ -158,6 +158,17 @@ type channel struct {
 	// Completion waiting (Limits.Completion).
 	armer       ib.NotifyArmer // nil if the connection arms itself
 	notifyArmed bool           // armed by us and its event not yet taken from Ready
+	// waiter is the connection's ib.Waiter when the channel goroutine sleeps in its Serve
+	// (set before the goroutines start; nil otherwise); serving: it does now; stepFn is
+	// step, made once. sleeping is set while the channel goroutine sleeps in Serve, or is
+	// about to: whoever hands it work then interrupts the sleep (kick). timerFired: the
+	// timer went off (its function signals the channel).
+	waiter     ib.Waiter
+	serving    bool
+	over       bool // the channel is drained: run tears it down
+	stepFn     func(bool) bool
+	sleeping   atomic.Bool
+	timerFired atomic.Bool
 	// Adaptive (pollWindowOpen): the idle passes since the last work, and the clock when the
 	// first of them read it (0: not read yet; -1: the window is over).
 	idleSpins int
@@ -297,7 +308,7 @@ func newChannel(t *Target, sess *session, pool *bufPool, pd ib.ProtectionDomain,
 	ch.bufQuota = lim.MaxChannelBuffer
 	ch.recvPosted = ch.nrecv
 	ch.ledger = creditLedger{granted: int64(ch.credits)}
-	ch.timer = time.NewTimer(time.Hour)
+	ch.timer = time.AfterFunc(time.Hour, ch.timerFire)
 	ch.timer.Stop()
 	ch.log = sess.log.With(zap.Uint64("channel", ch.id), zap.Stringer("src", remote))
 	return ch, nil
@@ -338,8 +349,11 @@ func (ch *channel) start(conn ib.Conn) {
 	ch.conn = conn
 	if a, ok := conn.(ib.NotifyArmer); ok && ch.t.lim.Completion != CompletionPoll {
 		ch.armer = a
+		if w, ok := conn.(ib.Waiter); ok && !ch.t.readyWait {
+			ch.waiter, ch.stepFn = w, ch.step
+		}
 	}
-	ch.pool.register(ch.wake)
+	ch.pool.register(ch)
 	if ch.t.startHook != nil {
 		ch.t.startHook(ch)
 		return
@@ -363,6 +377,23 @@ func (ch *channel) signal() {
 	case ch.wake <- struct{}{}:
 	default:
 	}
+	ch.kick()
+}
+
+// kick interrupts the channel goroutine's sleep in the connection's Serve, if it sleeps there
+// or is about to, after something was handed to it (wake, done). The sleeper sets sleeping
+// before its last look at those channels, and the sender looks at sleeping after its send:
+// one of the two sees the other.
+func (ch *channel) kick() {
+	if ch.sleeping.Load() {
+		ch.waiter.Interrupt()
+	}
+}
+
+// timerFire is the timer's function: the channel goroutine runs onTimer (takeReady).
+func (ch *channel) timerFire() {
+	ch.timerFired.Store(true)
+	ch.signal()
 }
 
 // requestStop asks the channel to close: gracefully (SRP_T_LOGOUT, drain, disconnect) or at
@@ -390,13 +421,19 @@ func (ch *channel) worker() {
 			c.lunMap.Execute(&c.cmd)
 		}
 		ch.done <- c
+		ch.kick()
 	}
 }
 
 // run is the channel goroutine: passes of work, and between them a wait for the next thing
-// to do (a completion event, a context back from a worker, a wake-up, the timer).
+// to do (a completion event, a context back from a worker, a wake-up, the timer). It sleeps
+// in the connection's Serve while the queue pair is open, if the connection offers one, and
+// in a select on Ready and its own channels otherwise.
 func (ch *channel) run() {
 	defer ch.teardown()
+	if ch.waiter != nil && ch.serve() {
+		return
+	}
 	for {
 		worked, over := ch.pass()
 		if over {
@@ -410,6 +447,50 @@ func (ch *channel) run() {
 			continue
 		}
 		ch.block()
+	}
+}
+
+// serve runs the channel's loop under the connection's Serve (ib.Waiter) and reports whether
+// the channel is drained. It returns when the queue pair is closed (the rest of the close
+// has no completions to wait for) or the connection is released under it (the device went:
+// the loop goes on with Ready, which holds the event).
+func (ch *channel) serve() bool {
+	ch.serving = true
+	err := ch.waiter.Serve(ch.stepFn)
+	ch.serving = false
+	ch.sleeping.Store(false)
+	if err != nil && !ch.over {
+		ch.log.Debug("waiting on the connection ended; waiting on Ready", zap.Error(err))
+	}
+	return ch.over
+}
+
+// step is one wake-up of the channel goroutine under Serve: the loop of run until there is
+// nothing left to do, then (false) the sleep. ready: completion or connection events were
+// taken.
+func (ch *channel) step(ready bool) (done bool) {
+	ch.sleeping.Store(false)
+	if ready {
+		ch.notifyArmed = false
+	}
+	for {
+		worked, over := ch.pass()
+		if over {
+			ch.over = true
+			return true
+		}
+		if !ch.qpOpen() {
+			return true
+		}
+		if ch.takeReady() || !ch.idle(worked) {
+			continue
+		}
+		ch.sleeping.Store(true)
+		if ch.takeReady() {
+			ch.sleeping.Store(false)
+			continue
+		}
+		return false
 	}
 }
 
@@ -443,24 +524,23 @@ func (ch *channel) pass() (worked, over bool) {
 }
 
 // readyC is the channel of the connection's completion and event notifications, nil once the
-// queue pair is closed.
+// queue pair is closed and while the channel waits in Serve.
 func (ch *channel) readyC() <-chan struct{} {
-	if !ch.qpOpen() {
+	if !ch.qpOpen() || ch.serving {
 		return nil
 	}
 	return ch.conn.Ready()
 }
 
-// timerC is the timer's channel while it is armed (never with the scripted tests' clock).
-func (ch *channel) timerC() <-chan time.Time {
-	if !ch.timerArmed || ch.fake != nil {
-		return nil
-	}
-	return ch.timer.C
-}
-
 // takeReady handles one thing that is already waiting, if any, without sleeping.
 func (ch *channel) takeReady() bool {
+	if ch.timerFired.Load() && ch.timerFired.Swap(false) {
+		if ch.timerArmed && ch.fake == nil {
+			ch.timerArmed = false
+			ch.onTimer()
+		}
+		return true
+	}
 	select {
 	case <-ch.readyC():
 		ch.notifyArmed = false
@@ -468,16 +548,13 @@ func (ch *channel) takeReady() bool {
 		ch.onDoneAll(c)
 		ch.noteWork()
 	case <-ch.wake:
-	case <-ch.timerC():
-		ch.timerArmed = false
-		ch.onTimer()
 	default:
 		return false
 	}
 	return true
 }
 
-// block sleeps until there is something to do, and handles it.
+// block sleeps until there is something to do, and handles it (the timer signals wake).
 func (ch *channel) block() {
 	select {
 	case <-ch.readyC():
@@ -485,9 +562,6 @@ func (ch *channel) block() {
 	case c := <-ch.done:
 		ch.onDoneAll(c)
 	case <-ch.wake:
-	case <-ch.timerC():
-		ch.timerArmed = false
-		ch.onTimer()
 	}
 }
 

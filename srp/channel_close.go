@@ -153,7 +153,7 @@ func (ch *channel) teardown() {
 		}
 	}
 	ch.timer.Stop()
-	ch.pool.unregister(ch.wake)
+	ch.pool.unregister(ch)
 	ch.noteBufQueue()
 	ch.release()
 	ch.t.stats.channelsOpen.Add(-1)

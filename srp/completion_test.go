@@ -15,14 +15,16 @@ import (
 )
 
 // TestCompletionModes moves data at queue depth 16 on two channels in every completion mode,
-// on a RAM LUN (commands run on the channel goroutine) and a file LUN (on workers). In the
+// on a RAM LUN (commands run on the channel goroutine) and a file LUN (on workers), with the
+// channel goroutine sleeping in the connection's Serve (ib.Waiter) and on its Ready. In the
 // event and adaptive modes the channel arms the fabric's completion queue itself
 // (ib.NotifyArmer): a lost wake-up would hang a command until the test's deadline.
 func TestCompletionModes(t *testing.T) {
 	for _, mode := range []srp.CompletionMode{srp.CompletionEvent, srp.CompletionAdaptive, srp.CompletionPoll} {
-		for _, file := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%v/file=%v", mode, file), func(t *testing.T) {
-				h := newHarness(t, harnessOpts{fileLUN: file,
+		for _, c := range []struct{ file, ready bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+			file := c.file
+			t.Run(fmt.Sprintf("%v/file=%v/ready=%v", mode, file, c.ready), func(t *testing.T) {
+				h := newHarness(t, harnessOpts{fileLUN: file, readyWait: c.ready,
 					limits: srp.Limits{Completion: mode, PollWindow: 200 * time.Microsecond}})
 				chs := h.loginMulti(h.cfg(), 2)
 				for _, ch := range chs {

@@ -179,9 +179,10 @@ func CompletionFor(ncpu int) CompletionMode {
 }
 
 // CompletionMode is how a channel waits for completions when it has nothing to do. The
-// completion queue raises an event only when armed; an event wakes a goroutine parked in the
-// netpoller, which wakes the channel's goroutine: two wake-ups, usually two context switches.
-// Polling avoids them at the cost of CPU time spent spinning.
+// completion queue raises an event only when armed; an event wakes the channel's goroutine,
+// parked in the netpoller (ib.Waiter's Serve; a connection without it wakes a goroutine of
+// its own, which wakes the channel's: two wake-ups). Polling avoids the wake-up at the cost
+// of CPU time spent spinning.
 type CompletionMode uint8
 
 const (

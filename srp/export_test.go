@@ -38,6 +38,10 @@ type Scripted struct {
 	code    iu.TskMgmtRspCode
 }
 
+// WaitOnReady makes the channels t accepts from now on wait on their connection's Ready even
+// when it offers ib.Waiter (Serve). Call it before the first login.
+func (t *Target) WaitOnReady() { t.readyWait = true }
+
 // ScriptChannels makes t hand every channel it accepts from now on to the returned channel
 // instead of starting its goroutines. Call it before the first login.
 func (t *Target) ScriptChannels() <-chan *Scripted {

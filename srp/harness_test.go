@@ -62,6 +62,7 @@ type harnessOpts struct {
 	lunSize   int64
 	auth      srp.Authorizer // nil: every initiator sees all LUNs
 	noServe   bool
+	readyWait bool // channels wait on Ready, not in the connection's Serve
 	logLevel  zapcore.Level
 	targetPID *iu.PortID
 	gate      bool // LUN 0's backstore can be held (h.gate)
@@ -158,6 +159,9 @@ func newHarness(t testing.TB, opts harnessOpts) *harness {
 		MorePorts:      opts.morePorts,
 	})
 	require.NoError(t, err)
+	if opts.readyWait {
+		h.tgt.WaitOnReady()
+	}
 	h.ln, err = h.node.Listen(testPort)
 	require.NoError(t, err)
 	h.addr = h.ln.Addr()

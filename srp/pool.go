@@ -37,7 +37,7 @@ type bufPool struct {
 	prev     []int32
 	order    []int8 // per unit, for a block's head unit: its order
 	free     []bool // per unit, for a block's head unit: whether it is free
-	waiters  []chan struct{}
+	waiters  []waker
 	inUse    atomic.Int64 // bytes handed out
 	highMark atomic.Int64
 	waiting  atomic.Int32 // channels with commands waiting for a buffer
@@ -274,12 +274,12 @@ func (p *bufPool) wakeAll() {
 // wakeLocked wakes every channel of the pool, p.mu held.
 func (p *bufPool) wakeLocked() {
 	for _, w := range p.waiters {
-		select {
-		case w <- struct{}{}:
-		default:
-		}
+		w.signal()
 	}
 }
+
+// waker is what the pool wakes when buffers come back: a channel.
+type waker interface{ signal() }
 
 // push makes the block at unit u of order o free. p.mu held (or pool not yet shared).
 func (p *bufPool) push(u int32, o int) {
@@ -308,13 +308,13 @@ func (p *bufPool) unlink(u int32, o int) {
 
 // register adds a channel's wake-up channel, signalled when a buffer is freed while some
 // channel waits.
-func (p *bufPool) register(w chan struct{}) {
+func (p *bufPool) register(w waker) {
 	p.mu.Lock()
 	p.waiters = append(p.waiters, w)
 	p.mu.Unlock()
 }
 
-func (p *bufPool) unregister(w chan struct{}) {
+func (p *bufPool) unregister(w waker) {
 	p.mu.Lock()
 	if i := slices.Index(p.waiters, w); i >= 0 {
 		p.waiters = slices.Delete(p.waiters, i, i+1) // clears the vacated slot

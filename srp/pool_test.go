@@ -138,7 +138,7 @@ func TestPoolRandom(t *testing.T) {
 func TestPoolWakesWaiters(t *testing.T) {
 	p, err := newBufPoolMem(4096, 4096)
 	require.NoError(t, err)
-	w := make(chan struct{}, 1)
+	w := make(wakeChan, 1)
 	p.register(w)
 	b, ok := p.alloc(4096)
 	require.True(t, ok)

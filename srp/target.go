@@ -107,6 +107,9 @@ type Target struct {
 	// startHook, when set (scripted tests only), receives each accepted channel instead of
 	// its goroutines being started: the test drives it step by step.
 	startHook func(*channel)
+	// readyWait, when set (tests only), makes channels wait on Ready even when the
+	// connection offers ib.Waiter.
+	readyWait bool
 }
 
 type authHolder struct{ a Authorizer }
