@@ -173,6 +173,11 @@ type channel struct {
 	// first of them read it (0: not read yet; -1: the window is over).
 	idleSpins int
 	lastWork  int64
+	// busyPasses counts the passes since the channel last slept that were followed by
+	// another instead of the arm (event mode, idle); passRecvs is the receive completions
+	// the last poll took.
+	busyPasses int
+	passRecvs  int
 	// pollNow is the clock (nanotime) read once per PollCompletions call that returned
 	// completions, and the arrival time of all the IUs it delivered (scsi.LUStats latency,
 	// which ends when the response is posted: responsesPosted reads the clock once per post).
@@ -446,6 +451,7 @@ func (ch *channel) run() {
 		if ch.qpOpen() && !ch.idle(worked) {
 			continue
 		}
+		ch.busyPasses = 0
 		ch.block()
 	}
 }
@@ -490,6 +496,7 @@ func (ch *channel) step(ready bool) (done bool) {
 			ch.sleeping.Store(false)
 			continue
 		}
+		ch.busyPasses = 0
 		return false
 	}
 }
@@ -597,8 +604,21 @@ func (ch *channel) idle(worked bool) bool {
 			return false
 		}
 	}
+	if ch.t.lim.Completion == CompletionEvent && ch.passRecvs > 1 && ch.busyPasses < busyPassesMax {
+		// The pass took more than one request: the initiator is streaming. Another pass
+		// before arming takes those that arrived while this one posted (soft-RoCE posts
+		// inside the system call) now, instead of after an arm, an event, its read and a
+		// wake-up: the system calls a busy channel makes per wake-up. A request at a time
+		// (queue depth 1) arms at once, without an empty poll.
+		ch.busyPasses++
+		return false
+	}
 	return !ch.arm()
 }
+
+// busyPassesMax bounds the passes a channel makes in a row before it arms and sleeps: the
+// sleep is where the other channels' goroutines get the CPU.
+const busyPassesMax = 4
 
 // arm arms the completion queues before the channel sleeps, unless they are armed already or
 // the connection arms itself, and reports whether it did: the caller then polls once more.

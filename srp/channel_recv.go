@@ -18,6 +18,7 @@ func (ch *channel) poll() bool {
 		return false
 	}
 	found := false
+	ch.passRecvs = 0
 	for {
 		n, err := ch.conn.PollCompletions(ch.wcs)
 		if err != nil {
@@ -60,6 +61,7 @@ func (ch *channel) poll() bool {
 func (ch *channel) onCompletion(wc *ib.Completion) {
 	switch wc.ID & idKindMask {
 	case idRecv:
+		ch.passRecvs++
 		ch.onRecv(int32(wc.ID&idIndexMask), wc)
 	case idCmd:
 		idx := wc.ID & idIndexMask

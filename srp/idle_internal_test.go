@@ -68,13 +68,26 @@ func TestAdaptiveIdleReadsClockRarely(t *testing.T) {
 	require.Equal(t, 2*clockEvery, passes)
 }
 
-// TestEventIdleArmsAtOnce: in event mode the channel arms and sleeps without polling on.
-func TestEventIdleArmsAtOnce(t *testing.T) {
+// TestEventIdle: in event mode a pass that took at most one request arms at once, and the next
+// one sleeps; a pass that took more is followed by another without arming, busyPassesMax times
+// between two sleeps at most.
+func TestEventIdle(t *testing.T) {
 	armer := &countArmer{}
 	ch := &channel{t: &Target{lim: Limits{Completion: CompletionEvent}}, armer: armer, pool: &bufPool{}}
+	ch.passRecvs = 1
 	require.False(t, ch.idle(true))
-	require.Equal(t, 1, armer.arms)
-	require.True(t, ch.idle(false))
+	require.Equal(t, 1, armer.arms, "one request: armed at once")
+	require.True(t, ch.idle(false), "then it sleeps")
+
+	ch.notifyArmed, ch.busyPasses = false, 0 // woken: the event was taken
+	ch.passRecvs = 2
+	for i := range busyPassesMax {
+		require.False(t, ch.idle(true), "pass %d took requests: another pass", i)
+	}
+	require.Zero(t, armer.arms-1, "no arm while passes find work")
+	require.False(t, ch.idle(true), "busyPassesMax passes in a row: it arms")
+	require.Equal(t, 2, armer.arms)
+	require.True(t, ch.idle(true), "armed, and the budget spent: it sleeps")
 }
 
 // TestSendsAwaited: a channel arms its send CQ only when something waits for a send
