@@ -373,11 +373,16 @@ srp_logout() {
 		[ -e "$p/delete" ] && run sh -c "echo 1 > $p/delete"
 	done
 	wait_for 30 no_srp_disks || { echo "SRP disks still present: $(srp_disks)"; return 1; }
+	# The disks go before ib_srp has finished removing the target port (srp_remove_target:
+	# the SCSI host first, then the RDMA channels): a daemon stopped before that disconnects
+	# channels ib_srp still owns, and its reconnect timer can bring the port back.
+	wait_for 30 no_srp_rports || { echo "SRP remote ports still present: $(ls /sys/class/srp_remote_ports)"; return 1; }
 	[ -n "$disks" ] && echo "removed: $disks"
 	return 0
 }
 
 no_srp_disks() { [ -z "$(srp_disks)" ]; }
+no_srp_rports() { [ -z "$(ls /sys/class/srp_remote_ports 2>/dev/null)" ]; }
 
 # dmesg_mark: the number of lines in the kernel log now; dmesg_since MARK: the
 # lines logged after it.
