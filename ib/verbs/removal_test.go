@@ -109,12 +109,26 @@ func TestDeviceRemoval(t *testing.T) {
 		_, err := l.ln.Next(context.Background())
 		nextErr <- err
 	}()
+	// The target side sleeps in Serve (ib.Waiter), as the SRP channel does: the removal
+	// ends it, without another step.
+	served, steps := make(chan error, 1), make(chan bool, 16)
+	go func() {
+		served <- l.tgt.c.(*Conn).Serve(func(ready bool) bool { steps <- ready; return false })
+	}()
+	<-steps
 
 	linkDelete(t, dev, len(before))
 	note := logs.wait(t, 1)
 	require.Contains(t, note, "RDMA device removed: "+dev+"; released 2 connections, 1 listeners, "+
 		"0 connection requests, 0 routes and 3 memory regions still registered")
 	requireCMAClosed(t, note)
+	select {
+	case err := <-served:
+		require.ErrorIs(t, err, ib.ErrDeviceRemoved)
+	case <-time.After(waitLimit):
+		t.Fatal("Serve did not return after the device's removal")
+	}
+	require.Empty(t, steps, "a step after the removal")
 
 	// What the engine sees afterwards.
 	for _, c := range []ib.Conn{l.tgt.c, l.ini.c} {
