@@ -285,8 +285,8 @@ func (c *Conn) signal() {
 // real; an event of the send CQ the consumer did not ask for (ArmNotify(false)) signals
 // nothing.
 //
-// It makes one RawConn.Read for its whole life: the function reads events and returns false
-// to park. Read forgets the descriptor's readiness only when it is called, so an event that
+// It makes one RawConn.Read for its whole life: the function reads events (readEventsLocked,
+// as Serve does) and returns false to park. Read forgets the descriptor's readiness only when it is called, so an event that
 // arrives while the function runs wakes the next park, and the function may park without the
 // read() that finds the channel empty (EAGAIN) when no event can be pending: a CQ raises one
 // event per ibv_req_notify_cq, and each CQ's has been read since it was last armed. That is
@@ -294,22 +294,13 @@ func (c *Conn) signal() {
 func (c *Conn) waitCQ(rc syscall.RawConn) {
 	defer close(c.waitDone)
 	read := func(uintptr) bool {
-		for {
-			switch e := C.srpt_cq_event(c.ch, c.scq.cq); {
-			case e > 0:
-				if c.cqEvent(e == C.SRPT_CQ_EVENT_SEND) {
-					c.signal()
-				}
-			case e == 0:
-				return false
-			default:
-				time.Sleep(time.Millisecond) // not expected; do not spin
-				continue
-			}
-			if !c.rcq.armed.Load() && !c.scq.armed.Load() {
-				return false
-			}
+		c.mu.Lock()
+		got := c.readEventsLocked()
+		c.mu.Unlock()
+		if got {
+			c.signal()
 		}
+		return false
 	}
 	// Returns when teardown closes the File.
 	_ = rc.Read(read)
