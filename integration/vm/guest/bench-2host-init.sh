@@ -16,6 +16,17 @@
 # "SRPTVM-BENCH: file end NAME" (NAME srptarget.cpu.chN.pprof), as guest/bench.sh prints its
 # own. The BENCH lines of those runs say profiled=1.
 #
+# Before each block the initiator asks the target to stop (SIGSTOP) the daemons it is not
+# about to measure ("only TARGET"): an idle Go daemon still has timers and threads that wake,
+# and those of one daemon must not count in another's CPU per I/O. With a variant, the two
+# daemons take turns at going first, round by round.
+#
+# In round trace_round (default none) the target traces every job of every block with the
+# kernel's tracepoints ("trace-start", "trace-stop NAME"): system calls per process, thread
+# and kind, context switches and wake-ups per thread, softirqs and interrupts, printed on the
+# target's console (target.log) as lines "TRACE TARGET-chN-JOB ..." (the hist triggers of
+# tracefs, which slow that round down: its rows compare with each other only).
+#
 # The cpu/ctxt/irq counters of the BENCH lines are this VM's; the host replaces them with
 # the target VM's (bench-2host.sh, bench -target-samples), since the target host's CPU is
 # what the bench compares. The step lines carry the guest uptime, which the host maps to its
@@ -27,6 +38,7 @@
 #   target_ip=169.254.50.1  target_guid=000000fffe000001 (node GUID of the target's rxe0,
 #   from its MAC 02:00:00:00:00:01)  srpt_port=5555  lio_port=5000  srp_params=
 #   profile=1  profile_round=2 (the last round if there are fewer)  ctl_port=5600
+#   trace_round=0 (none)
 #   netdev=eth0 mac= ip4= ip6= (setup_rxe, lib.sh)
 # shellcheck disable=SC2317 # functions called through wait_for
 # shellcheck source=lib.sh
@@ -103,6 +115,7 @@ block() {
 	local what="$name r$round ch$ch"
 	[ "$PROFILE" = 1 ] && [ "$target" = srpt-mem ] && [ "$round" = "$PROFILE_ROUND" ] && profiled=1
 	step "$what$([ $profiled = 1 ] && echo ", CPU profile")"
+	[ "$(ctl "only $target")" = ok ] || echo "SRPTVM: the target did not stop the daemons not measured"
 	mark=$(dmesg_mark)
 	t=$(uptime_s)
 	login_retry "$name" "$port" "$ch" || {
@@ -117,7 +130,9 @@ block() {
 	fi
 	for j in $JOBS; do
 		read -r -a p <<<"$(job_params "$j")"
+		[ "$round" = "$(arg trace_round 0)" ] && ctl trace-start >/dev/null
 		bench_fio_job "$round" "$ch" "$target" "$j" "/dev/$d" "" "$profiled" "${p[@]}" || nfail=$((nfail + 1))
+		[ "$round" = "$(arg trace_round 0)" ] && ctl "trace-stop $target-ch$ch-$j" >/dev/null
 	done
 	if [ $profiled = 1 ]; then
 		prof=/tmp/bench/srptarget.cpu.ch$ch.pprof
@@ -136,8 +151,14 @@ block() {
 bench_t0=$(uptime_s)
 for round in $(seq 1 "$ROUNDS"); do
 	for ch in $CH_COUNTS; do
-		block srptarget srpt-mem "$SRPT_PORT" "$round" "$ch"
-		[ -z "$VARIANT" ] || block "srptarget $VARIANT" "srpt-mem-$VARIANT" "$((SRPT_PORT + 1))" "$round" "$ch"
+		# With a variant, the two daemons take turns at going first, round by round.
+		if [ -n "$VARIANT" ] && [ $((round % 2)) = 0 ]; then
+			block "srptarget $VARIANT" "srpt-mem-$VARIANT" "$((SRPT_PORT + 1))" "$round" "$ch"
+			block srptarget srpt-mem "$SRPT_PORT" "$round" "$ch"
+		else
+			block srptarget srpt-mem "$SRPT_PORT" "$round" "$ch"
+			[ -z "$VARIANT" ] || block "srptarget $VARIANT" "srpt-mem-$VARIANT" "$((SRPT_PORT + 1))" "$round" "$ch"
+		fi
 		block LIO lio "$LIO_PORT" "$round" "$ch"
 	done
 done

@@ -19,7 +19,11 @@
 # ctl_port (busybox nc, one connection per command) lets the initiator profile the blocks it
 # chooses: it sends one line, "profile-start" (SIGUSR1: a profile starts) or "profile-stop"
 # (SIGUSR2: the daemon writes it), and for profile-stop gets the pprof file back on the
-# connection. The profile is what the daemon's own flags write, nothing more.
+# connection. The profile is what the daemon's own flags write, nothing more. "only TARGET"
+# stops (SIGSTOP) the daemons but TARGET's (srpt-mem, srpt-mem-NAME; lio stops both), and
+# "trace-start", "trace-stop NAME" install and print (on the console, "TRACE NAME ..." lines)
+# tracefs histograms of system calls, context switches and wake-ups, with the softirq and
+# interrupt counts between the two (bench-2host-init.sh, trace_round).
 #
 # With variant=NAME a second daemon serves on srpt_port + 1, the same binary and configuration
 # but: started with variant_env=K=V in its environment (GOMAXPROCS=1, say); or variant_bin=PATH,
@@ -100,6 +104,40 @@ profile-stop)
 	# the daemon writes FILE.tmp and renames it: FILE appears complete
 	for _ in \$(seq 100); do [ -s $PROF ] && break; sleep 0.2; done
 	cat $PROF ;;
+only*)
+	# Only the daemon under measurement runs: the others are stopped (SIGSTOP), so that
+	# their idle timers and threads take nothing from the target's CPU meanwhile.
+	which=\${cmd#only }
+	for p in $DPID ${VPID:-}; do kill -STOP \$p; done
+	case \$which in
+	srpt-mem) kill -CONT $DPID ;;
+	srpt-mem-*) ${VPID:+kill -CONT $VPID} ;;
+	esac
+	echo ok ;;
+trace-start)
+	T=/sys/kernel/tracing
+	mount -t tracefs nodev \$T 2>/dev/null
+	echo 'hist:keys=common_pid.execname,id.syscall:vals=hitcount:sort=hitcount.descending:size=4096' >\$T/events/raw_syscalls/sys_enter/trigger
+	echo 'hist:keys=prev_comm,prev_pid,prev_state:vals=hitcount:sort=hitcount.descending' >\$T/events/sched/sched_switch/trigger
+	echo 'hist:keys=comm,pid:vals=hitcount:sort=hitcount.descending' >\$T/events/sched/sched_wakeup/trigger
+	cat /proc/softirqs >/tmp/softirqs.0; cat /proc/interrupts >/tmp/interrupts.0; grep -E '^(ctxt|intr)' /proc/stat >/tmp/stat.0
+	echo ok ;;
+trace-stop*)
+	T=/sys/kernel/tracing
+	name=\${cmd#trace-stop }
+	{
+	echo "TRACE \$name begin"
+	grep -v '^#' \$T/events/raw_syscalls/sys_enter/hist | grep -v '^\$' | head -60 | sed "s/^/TRACE \$name syscall /"
+	grep -v '^#' \$T/events/sched/sched_switch/hist | grep -v '^\$' | head -30 | sed "s/^/TRACE \$name switch /"
+	grep -v '^#' \$T/events/sched/sched_wakeup/hist | grep -v '^\$' | head -30 | sed "s/^/TRACE \$name wakeup /"
+	cat /proc/softirqs | sed "s/^/TRACE \$name softirqs1 /"; sed "s/^/TRACE \$name softirqs0 /" /tmp/softirqs.0
+	grep -E '^(ctxt|intr)' /proc/stat | cut -c1-40 | sed "s/^/TRACE \$name stat1 /"; cut -c1-40 /tmp/stat.0 | sed "s/^/TRACE \$name stat0 /"
+	echo "TRACE \$name end"
+	} >/dev/console 2>&1
+	echo '!hist:keys=common_pid.execname,id.syscall:vals=hitcount:sort=hitcount.descending:size=4096' >\$T/events/raw_syscalls/sys_enter/trigger
+	echo '!hist:keys=prev_comm,prev_pid,prev_state:vals=hitcount:sort=hitcount.descending' >\$T/events/sched/sched_switch/trigger
+	echo '!hist:keys=comm,pid:vals=hitcount:sort=hitcount.descending' >\$T/events/sched/sched_wakeup/trigger
+	echo ok ;;
 esac
 CTL
 chmod 0755 /tmp/bench-ctl.sh
