@@ -143,6 +143,9 @@ func TestCommandEndsWhenAnswered(t *testing.T) {
 	r := newRawConn(t, h, "198.19.5.1", 1)
 	r.send(tur(1)) // its POWER ON unit attention takes the only receive buffer
 	r.recv()
+	// The response can arrive before the channel, right after posting it, counts the command
+	// and releases the unit (memfabric delivers inside PostSend): counted first, then released.
+	testutil.WaitFor(t, "the first command to end", func() bool { return lu.StatsSnapshot().InFlight == 0 })
 	before := lu.StatsSnapshot()
 	r.send(tur(2))
 	testutil.WaitFor(t, "the response to be posted", func() bool {
