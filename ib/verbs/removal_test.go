@@ -110,12 +110,21 @@ func TestDeviceRemoval(t *testing.T) {
 		nextErr <- err
 	}()
 	// The target side sleeps in Serve (ib.Waiter), as the SRP channel does: the removal
-	// ends it, without another step.
+	// ends it, without another step. A step before the removal is the consumer's (the
+	// traffic's completion event may come after the first step: rxe raises it from a
+	// tasklet); each step records whether the connection was released when it ran.
+	tgt := l.tgt.c.(*Conn)
 	served, steps := make(chan error, 1), make(chan bool, 16)
 	go func() {
-		served <- l.tgt.c.(*Conn).Serve(func(ready bool) bool { steps <- ready; return false })
+		served <- tgt.Serve(func(bool) bool {
+			tgt.mu.Lock()
+			released := tgt.released
+			tgt.mu.Unlock()
+			steps <- released
+			return false
+		})
 	}()
-	<-steps
+	require.False(t, <-steps, "the first step ran on a released connection")
 
 	linkDelete(t, dev, len(before))
 	note := logs.wait(t, 1)
@@ -128,7 +137,9 @@ func TestDeviceRemoval(t *testing.T) {
 	case <-time.After(waitLimit):
 		t.Fatal("Serve did not return after the device's removal")
 	}
-	require.Empty(t, steps, "a step after the removal")
+	for len(steps) > 0 {
+		require.False(t, <-steps, "a step after the removal")
+	}
 
 	// What the engine sees afterwards.
 	for _, c := range []ib.Conn{l.tgt.c, l.ini.c} {
