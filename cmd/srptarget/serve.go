@@ -300,17 +300,23 @@ func newServeCommand() *cobra.Command { return newServeCommandWith(runServeComma
 
 // runServeCommand runs the daemon on the host's RDMA devices, logging to stderr.
 func runServeCommand(f serveFlags) error {
+	reexecErr := reexecWithSysmonAwake() // returns only if it did not execute
 	log, err := newLogger(os.Stderr, f.logFormat, f.logLevel)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	if reexecErr != nil {
+		log.Warn("could not execute the daemon again with Go's sysmon kept awake: it runs, with more system calls and context switches per wake-up",
+			zap.Error(reexecErr), zap.String("hint", "GODEBUG="+sysmonAwake+" in its environment does the same"))
+	}
 	sigs := make(chan os.Signal, 4)
 	// SIGUSR1 and SIGUSR2 are caught even without --cpuprofile: their default action would
 	// kill the daemon, and its initiators' disks with it.
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
-	log.Info("srptarget starting", zap.String("version", version), zap.String("config", f.configFile))
+	log.Info("srptarget starting", zap.String("version", version), zap.String("config", f.configFile),
+		zap.String("godebug", os.Getenv("GODEBUG")))
 	return runServe(serveOptions{
 		daemonOptions: daemonOptions{
 			configFile: f.configFile,

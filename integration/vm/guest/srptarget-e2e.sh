@@ -352,6 +352,27 @@ start_daemon
 wait_listening "$t" "srptarget listening" || { sleep 1; fail "srptarget is not listening"; }
 rdma resource show cm_id
 
+# Go's sysmon kept awake (cmd/srptarget/sysmon.go): the daemon executed itself again, same
+# PID, with schedtrace in GODEBUG; idle, its threads then wake about 100 times a second
+# (parked, sysmon wakes it once a minute at most).
+vcs_sum() {
+	local f v s=0
+	for f in /proc/"$PID"/task/*/status; do
+		v=$(awk '/^voluntary_ctxt_switches/ { print $2 }' "$f" 2>/dev/null)
+		s=$((s + ${v:-0}))
+	done
+	echo "$s"
+}
+godebug=$(tr '\0' '\n' <"/proc/$PID/environ" | grep -m1 '^GODEBUG=')
+c0=$(vcs_sum)
+sleep 2
+c1=$(vcs_sum)
+if [[ $godebug == *schedtrace=2147483647* ]] && [ $((c1 - c0)) -ge 100 ]; then
+	record "Go sysmon awake" pass "$godebug; idle: $(((c1 - c0) / 2)) thread wake-ups/s"
+else
+	record "Go sysmon awake" fail "environment: ${godebug:-no GODEBUG}; idle: $((c1 - c0)) thread wake-ups in 2 s (want >= 100)"
+fi
+
 # The file LUN: created by the daemon, sparse (blocks allocated well below its size).
 if [ -f "$L1_PATH" ]; then
 	read -r fsize fblocks <<<"$(stat -c '%s %b' "$L1_PATH")"
