@@ -95,6 +95,11 @@ step "control server on TCP port $CTL_PORT"
 cat >/tmp/bench-ctl.sh <<CTL
 #!/bin/bash
 read -r cmd
+# trace-start and trace-stop: tracefs hist triggers, installed and removed by the same text.
+T=/sys/kernel/tracing
+SYSCALLS='hist:keys=common_pid.execname,id.syscall:vals=hitcount:sort=hitcount.descending:size=4096'
+SWITCHES='hist:keys=prev_comm,prev_pid,prev_state:vals=hitcount:sort=hitcount.descending'
+WAKEUPS='hist:keys=comm,pid:vals=hitcount:sort=hitcount.descending'
 case \$cmd in
 profile-start)
 	rm -f $PROF
@@ -115,28 +120,29 @@ only*)
 	esac
 	echo ok ;;
 trace-start)
-	T=/sys/kernel/tracing
 	mount -t tracefs nodev \$T 2>/dev/null
-	echo 'hist:keys=common_pid.execname,id.syscall:vals=hitcount:sort=hitcount.descending:size=4096' >\$T/events/raw_syscalls/sys_enter/trigger
-	echo 'hist:keys=prev_comm,prev_pid,prev_state:vals=hitcount:sort=hitcount.descending' >\$T/events/sched/sched_switch/trigger
-	echo 'hist:keys=comm,pid:vals=hitcount:sort=hitcount.descending' >\$T/events/sched/sched_wakeup/trigger
-	cat /proc/softirqs >/tmp/softirqs.0; cat /proc/interrupts >/tmp/interrupts.0; grep -E '^(ctxt|intr)' /proc/stat >/tmp/stat.0
+	echo "\$SYSCALLS" >\$T/events/raw_syscalls/sys_enter/trigger
+	echo "\$SWITCHES" >\$T/events/sched/sched_switch/trigger
+	echo "\$WAKEUPS" >\$T/events/sched/sched_wakeup/trigger
+	cat /proc/softirqs >/tmp/softirqs.0
+	grep -E '^(ctxt|intr)' /proc/stat >/tmp/stat.0
 	echo ok ;;
 trace-stop*)
-	T=/sys/kernel/tracing
 	name=\${cmd#trace-stop }
 	{
 	echo "TRACE \$name begin"
 	grep -v '^#' \$T/events/raw_syscalls/sys_enter/hist | grep -v '^\$' | head -60 | sed "s/^/TRACE \$name syscall /"
 	grep -v '^#' \$T/events/sched/sched_switch/hist | grep -v '^\$' | head -30 | sed "s/^/TRACE \$name switch /"
 	grep -v '^#' \$T/events/sched/sched_wakeup/hist | grep -v '^\$' | head -30 | sed "s/^/TRACE \$name wakeup /"
-	cat /proc/softirqs | sed "s/^/TRACE \$name softirqs1 /"; sed "s/^/TRACE \$name softirqs0 /" /tmp/softirqs.0
-	grep -E '^(ctxt|intr)' /proc/stat | cut -c1-40 | sed "s/^/TRACE \$name stat1 /"; cut -c1-40 /tmp/stat.0 | sed "s/^/TRACE \$name stat0 /"
+	sed "s/^/TRACE \$name softirqs1 /" /proc/softirqs
+	sed "s/^/TRACE \$name softirqs0 /" /tmp/softirqs.0
+	grep -E '^(ctxt|intr)' /proc/stat | cut -c1-40 | sed "s/^/TRACE \$name stat1 /"
+	cut -c1-40 /tmp/stat.0 | sed "s/^/TRACE \$name stat0 /"
 	echo "TRACE \$name end"
 	} >/dev/console 2>&1
-	echo '!hist:keys=common_pid.execname,id.syscall:vals=hitcount:sort=hitcount.descending:size=4096' >\$T/events/raw_syscalls/sys_enter/trigger
-	echo '!hist:keys=prev_comm,prev_pid,prev_state:vals=hitcount:sort=hitcount.descending' >\$T/events/sched/sched_switch/trigger
-	echo '!hist:keys=comm,pid:vals=hitcount:sort=hitcount.descending' >\$T/events/sched/sched_wakeup/trigger
+	echo "!\$SYSCALLS" >\$T/events/raw_syscalls/sys_enter/trigger
+	echo "!\$SWITCHES" >\$T/events/sched/sched_switch/trigger
+	echo "!\$WAKEUPS" >\$T/events/sched/sched_wakeup/trigger
 	echo ok ;;
 esac
 CTL
