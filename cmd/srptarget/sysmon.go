@@ -45,7 +45,8 @@ func sysmonEnv(env []string) ([]string, bool) {
 		}
 		found = true
 		for _, s := range strings.Split(v, ",") {
-			if strings.HasPrefix(strings.TrimSpace(s), "schedtrace=") {
+			// As the runtime parses GODEBUG (runtime1.go, parsegodebug): no spaces trimmed.
+			if strings.HasPrefix(s, "schedtrace=") {
 				return env, false
 			}
 		}

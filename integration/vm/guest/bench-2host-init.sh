@@ -53,6 +53,8 @@ CTL_PORT=$(arg ctl_port 5600)
 # variant=NAME: the target VM runs a second daemon on srpt_port + 1 (bench-2host-target.sh),
 # measured as target srpt-mem-NAME right after the first in every round.
 VARIANT=$(arg variant "")
+# trace_round=N: the round whose jobs the target traces (see above); 0, none.
+TRACE_ROUND=$(arg trace_round 0)
 
 BENCH_RAW=/tmp/bench/raw.txt
 BENCH_FAILED=0
@@ -130,9 +132,9 @@ block() {
 	fi
 	for j in $JOBS; do
 		read -r -a p <<<"$(job_params "$j")"
-		[ "$round" = "$(arg trace_round 0)" ] && ctl trace-start >/dev/null
+		[ "$round" = "$TRACE_ROUND" ] && ctl trace-start >/dev/null
 		bench_fio_job "$round" "$ch" "$target" "$j" "/dev/$d" "" "$profiled" "${p[@]}" || nfail=$((nfail + 1))
-		[ "$round" = "$(arg trace_round 0)" ] && ctl "trace-stop $target-ch$ch-$j" >/dev/null
+		[ "$round" = "$TRACE_ROUND" ] && ctl "trace-stop $target-ch$ch-$j" >/dev/null
 	done
 	if [ $profiled = 1 ]; then
 		prof=/tmp/bench/srptarget.cpu.ch$ch.pprof
