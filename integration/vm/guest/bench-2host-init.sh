@@ -25,7 +25,13 @@
 # kernel's tracepoints ("trace-start", "trace-stop NAME"): system calls per process, thread
 # and kind, context switches and wake-ups per thread, softirqs and interrupts, printed on the
 # target's console (target.log) as lines "TRACE TARGET-chN-JOB ..." (the hist triggers of
-# tracefs, which slow that round down: its rows compare with each other only).
+# tracefs, which slow that round down: its rows compare with each other only). With
+# trace_kind=timeline it traces instead the path of each I/O through the target host, from
+# the packet rxe receives to the post that answers it (kprobes on rxe_rcv, rxe_post_send and
+# rxe_xmit_packet, the scheduler's switches and wake-ups, system calls, interrupts and
+# softirqs): per stage the count, mean and percentiles, and the trace of the I/Os at the 50th,
+# 75th, 90th and 95th percentile and of the slowest ("TRACE NAME timeline ..." lines; read
+# them at queue depth 1, where the packet before a post is the command it answers).
 #
 # The cpu/ctxt/irq counters of the BENCH lines are this VM's; the host replaces them with
 # the target VM's (bench-2host.sh, bench -target-samples), since the target host's CPU is
@@ -38,7 +44,7 @@
 #   target_ip=169.254.50.1  target_guid=000000fffe000001 (node GUID of the target's rxe0,
 #   from its MAC 02:00:00:00:00:01)  srpt_port=5555  lio_port=5000  srp_params=
 #   profile=1  profile_round=2 (the last round if there are fewer)  ctl_port=5600
-#   trace_round=0 (none)
+#   trace_round=0 (none)  trace_kind= (histograms; or timeline)
 #   netdev=eth0 mac= ip4= ip6= (setup_rxe, lib.sh)
 # shellcheck disable=SC2317 # functions called through wait_for
 # shellcheck source=lib.sh
@@ -55,6 +61,9 @@ CTL_PORT=$(arg ctl_port 5600)
 VARIANT=$(arg variant "")
 # trace_round=N: the round whose jobs the target traces (see above); 0, none.
 TRACE_ROUND=$(arg trace_round 0)
+# trace_kind=timeline: that round traces each I/O's path through the target instead
+# (bench-2host-target.sh, "trace-start timeline").
+TRACE_KIND=$(arg trace_kind "")
 
 BENCH_RAW=/tmp/bench/raw.txt
 BENCH_FAILED=0
@@ -132,7 +141,7 @@ block() {
 	fi
 	for j in $JOBS; do
 		read -r -a p <<<"$(job_params "$j")"
-		[ "$round" = "$TRACE_ROUND" ] && ctl trace-start >/dev/null
+		[ "$round" = "$TRACE_ROUND" ] && ctl "trace-start${TRACE_KIND:+ $TRACE_KIND}" >/dev/null
 		bench_fio_job "$round" "$ch" "$target" "$j" "/dev/$d" "" "$profiled" "${p[@]}" || nfail=$((nfail + 1))
 		[ "$round" = "$TRACE_ROUND" ] && ctl "trace-stop $target-ch$ch-$j" >/dev/null
 	done

@@ -13,7 +13,8 @@
 # its voluntary and involuntary context switches summed over its threads
 # (/proc/PID/task/*/status: a voluntary switch is a sleep, hence one wake-up).
 # Each batch starts with "SRPTVM-SYNC uptime U", printed at once: the host maps guest uptime
-# to its own clock with it (bench-2host.sh).
+# to its own clock with it (bench-2host.sh). The sampler runs under SCHED_IDLE, so that a
+# target's thread that wakes never waits for it (sampler_sched, below).
 #
 # The daemon runs with `serve --cpuprofile --cpuprofile-wait`; a control server on TCP port
 # ctl_port (busybox nc, one connection per command) lets the initiator profile the blocks it
@@ -37,6 +38,7 @@
 # Arguments (k=v, from bench-2host.sh): netdev=eth0 mac= ip4= ip6= (setup_rxe, lib.sh),
 #   size_mib=256 srpt_port=5555 lio_port=5000 ctl_port=5600 bin=/usr/local/bin/srptarget
 #   variant= variant_env= variant_bin= variant_prefix= variant_limits=
+#   sampler_sched=idle (the sampler's policy: idle, SCHED_IDLE; other, SCHED_OTHER)
 # shellcheck source=lib.sh
 . /lab/lib.sh
 # shellcheck source=bench-lib.sh
@@ -52,6 +54,7 @@ VARIANT_ENV=$(arg variant_env "")
 VARIANT_BIN=$(arg variant_bin "$BIN")
 VARIANT_PREFIX=$(arg variant_prefix "")
 VARIANT_LIMITS=$(arg variant_limits "")
+SAMPLER_SCHED=$(arg sampler_sched idle)
 PROF=/tmp/srptarget.cpu.pprof
 
 bench_rxe_eth0
@@ -90,6 +93,44 @@ if [ -n "$VARIANT" ]; then
 	record "srptarget variant listening" pass "RDMA/CM port $((SRPT_PORT + 1)) (pid $VPID, $VARIANT_ENV)"
 fi
 
+# The timeline of a traced job (trace-start timeline): per I/O, from the packet rxe received
+# last before a post to the post (rxe_post_send, by the daemon's thread or LIO's kernel
+# worker): to the first wake-up after the packet, to the first switch after that wake-up, to
+# the post; the post itself (to its return), and from its return to the poster's next
+# switch away (srptarget: the re-arm, the last poll and the park). Meaningful at queue depth
+# 1, where the packet before a post is the command it answers. Prints, per column, the count,
+# mean and median in microseconds.
+cat >/tmp/timeline.awk <<'AWK'
+function us(a, b) { return int((b - a) * 1000000 + 0.5) }
+{
+	ts = ""
+	for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+\.[0-9]+:$/) { ts = substr($i, 1, length($i) - 1); ev = $(i + 1); break }
+	if (ts == "") next
+}
+ev == "rcv:" {
+	if (posting != "") inpost++
+	else if (after != "") inafter++
+	rcv = ts; woke = ""; sw = ""; next
+}
+ev == "xmit:" && out == 1 { print "post_to_out", us(posted, ts); if (rcvd != "") print "rcv_to_out", us(rcvd, ts); out = 0; next }
+ev == "xmit:" && out > 1 { out--; next }
+ev == "sched_wakeup:" && rcv != "" && woke == "" { woke = ts; next }
+ev == "sched_switch:" {
+	if (rcv != "" && woke != "" && sw == "") sw = ts
+	if (after != "" && index($0, "prev_pid=" poster " ")) { print "after", us(after, ts); after = "" }
+	next
+}
+ev == "post:" && rcv != "" {
+	split($1, c, "-"); poster = c[length(c)]
+	if (woke != "" && sw != "") { print "to_wake", us(rcv, woke); print "wake_to_run", us(woke, sw); print "run_to_post", us(sw, ts) }
+	print "rcv_to_post", us(rcv, ts)
+	print "io", us(rcv, ts), rcv, ts
+	if (woke == "") print "rcv_to_post_busy", us(rcv, ts)
+	posting = ts; posted = ts; rcvd = rcv; rcv = ""; out = 2; next
+}
+ev == "postret:" && posting != "" { print "post", us(posting, ts); posting = ""; after = ts; next }
+END { print "rcv_in_post", inpost + 0; print "rcv_in_after", inafter + 0 }
+AWK
 step "control server on TCP port $CTL_PORT"
 # One command per connection, on the connection's first line; nc -e runs this for each.
 cat >/tmp/bench-ctl.sh <<CTL
@@ -119,6 +160,20 @@ only*)
 	srpt-mem-*) ${VPID:+kill -CONT $VPID} ;;
 	esac
 	echo ok ;;
+trace-start\ timeline)
+	mount -t tracefs nodev \$T 2>/dev/null
+	echo 0 >\$T/tracing_on
+	echo >\$T/trace
+	echo 16384 >\$T/buffer_size_kb
+	echo >\$T/kprobe_events
+	echo 'p:rcv rxe_rcv' >>\$T/kprobe_events
+	echo 'p:post rxe_post_send' >>\$T/kprobe_events
+	echo 'r:postret rxe_post_send' >>\$T/kprobe_events
+	echo 'p:xmit rxe_xmit_packet' >>\$T/kprobe_events
+	for e in kprobes/rcv kprobes/post kprobes/postret kprobes/xmit sched/sched_wakeup sched/sched_switch raw_syscalls/sys_enter raw_syscalls/sys_exit irq/irq_handler_entry irq/softirq_entry irq/softirq_exit; do echo 1 >\$T/events/\$e/enable; done
+	echo 1 >\$T/tracing_on
+	touch /tmp/timeline.on
+	echo ok ;;
 trace-start)
 	mount -t tracefs nodev \$T 2>/dev/null
 	echo "\$SYSCALLS" >\$T/events/raw_syscalls/sys_enter/trigger
@@ -129,6 +184,34 @@ trace-start)
 	echo ok ;;
 trace-stop*)
 	name=\${cmd#trace-stop }
+	if [ -e /tmp/timeline.on ]; then
+		rm -f /tmp/timeline.on
+		echo 0 >\$T/tracing_on
+		for e in kprobes/rcv kprobes/post kprobes/postret kprobes/xmit sched/sched_wakeup sched/sched_switch raw_syscalls/sys_enter raw_syscalls/sys_exit irq/irq_handler_entry irq/softirq_entry irq/softirq_exit; do echo 0 >\$T/events/\$e/enable; done
+		awk -f /tmp/timeline.awk \$T/trace >/tmp/timeline.txt
+		{
+		for k in to_wake wake_to_run run_to_post rcv_to_post rcv_to_post_busy post after post_to_out rcv_to_out; do
+			awk -v k=\$k '\$1 == k { print \$2 }' /tmp/timeline.txt | sort -n >/tmp/timeline.col
+			n=\$(wc -l </tmp/timeline.col)
+			[ "\$n" -gt 0 ] || continue
+			pct() { sed -n "\$(( (n * \$1 + 99) / 100 ))p" /tmp/timeline.col; }
+			echo "TRACE \$name timeline \$k n=\$n mean=\$(awk '{ s += \$1 } END { printf "%d", s / NR }' /tmp/timeline.col) p10=\$(pct 10) p50=\$(pct 50) p90=\$(pct 90) p99=\$(pct 99)"
+		done
+		grep '^rcv_in_' /tmp/timeline.txt | sed "s/^/TRACE \$name timeline /"
+		# the I/Os at the 50th and 90th percentile and the slowest: their trace
+		grep '^io ' /tmp/timeline.txt | sort -k2,2n >/tmp/timeline.io
+		n=\$(wc -l </tmp/timeline.io)
+		for q in 50 75 90 95 100; do
+			read -r _ d a b <<<"\$(sed -n "\$(( (n * q + 99) / 100 ))p" /tmp/timeline.io)"
+			echo "TRACE \$name timeline-io p\$q \$d us"
+			awk -v a="\$a" -v b="\$b" '{ for (i = 1; i <= NF; i++) if (\$i ~ /^[0-9]+\\.[0-9]+:\$/) { t = substr(\$i, 1, length(\$i) - 1) + 0; break } } t >= a && t <= b' \$T/trace | cut -c1-160 | head -80 | sed "s/^/TRACE \$name timeline-io p\$q /"
+		done
+		} >/dev/console 2>&1
+		echo >\$T/trace
+		echo >\$T/kprobe_events
+		echo ok
+		exit 0
+	fi
 	{
 	echo "TRACE \$name begin"
 	grep -v '^#' \$T/events/raw_syscalls/sys_enter/hist | grep -v '^\$' | head -60 | sed "s/^/TRACE \$name syscall /"
@@ -163,6 +246,17 @@ echo "BENCHINFO srptarget=$("$BIN" version 2>&1 | head -1)"
 echo "BENCHINFO target_rxe=rxe0 on $RXE_NETDEV, active_mtu $(ibv_devinfo -d rxe0 | awk '/active_mtu/ { print $2 }')"
 
 step "target ready"
+# The sampler below (this shell and what it starts) runs under SCHED_IDLE: a thread of a
+# target that wakes takes the CPU from it at once. Under SCHED_OTHER it ran a few
+# milliseconds every 0.5 s, and a command that arrived meanwhile waited for it: the daemon,
+# woken, waits until the running task's slice ends (at once for LIO, whose work runs in
+# softirqs and in a WQ_HIGHPRI work queue's kernel workers at nice -20, not for a daemon under
+# SCHED_BATCH or at nice 0). Traced at QD 1 (trace_kind=timeline): the slowest tenth of the
+# daemon's I/Os waited 0.3-3 ms for the sampler's shell and its sleep.
+# sampler_sched=other keeps it under SCHED_OTHER, as before, to measure the difference.
+if [ "$SAMPLER_SCHED" = idle ]; then
+	chrt -i -p 0 $$ >/dev/null || echo "SRPTVM: the sampler could not switch to SCHED_IDLE"
+fi
 buf=
 n=0
 while :; do
