@@ -13,8 +13,8 @@
 # its voluntary and involuntary context switches summed over its threads
 # (/proc/PID/task/*/status: a voluntary switch is a sleep, hence one wake-up).
 # Each batch starts with "SRPTVM-SYNC uptime U", printed at once: the host maps guest uptime
-# to its own clock with it (bench-2host.sh). The sampler runs under SCHED_IDLE, so that a
-# target's thread that wakes never waits for it (sampler_sched, below).
+# to its own clock with it (bench-2host.sh). The sampler starts no process and reads each
+# file in one go, so that a target's thread that wakes seldom waits for it (below).
 #
 # The daemon runs with `serve --cpuprofile --cpuprofile-wait`; a control server on TCP port
 # ctl_port (busybox nc, one connection per command) lets the initiator profile the blocks it
@@ -38,7 +38,7 @@
 # Arguments (k=v, from bench-2host.sh): netdev=eth0 mac= ip4= ip6= (setup_rxe, lib.sh),
 #   size_mib=256 srpt_port=5555 lio_port=5000 ctl_port=5600 bin=/usr/local/bin/srptarget
 #   variant= variant_env= variant_bin= variant_prefix= variant_limits=
-#   sampler_sched=idle (the sampler's policy: idle, SCHED_IDLE; other, SCHED_OTHER)
+#   sampler_sched=other (the sampler's policy: other, SCHED_OTHER; idle, SCHED_IDLE)
 # shellcheck source=lib.sh
 . /lab/lib.sh
 # shellcheck source=bench-lib.sh
@@ -54,7 +54,7 @@ VARIANT_ENV=$(arg variant_env "")
 VARIANT_BIN=$(arg variant_bin "$BIN")
 VARIANT_PREFIX=$(arg variant_prefix "")
 VARIANT_LIMITS=$(arg variant_limits "")
-SAMPLER_SCHED=$(arg sampler_sched idle)
+SAMPLER_SCHED=$(arg sampler_sched other)
 PROF=/tmp/srptarget.cpu.pprof
 
 bench_rxe_eth0
@@ -246,33 +246,38 @@ echo "BENCHINFO srptarget=$("$BIN" version 2>&1 | head -1)"
 echo "BENCHINFO target_rxe=rxe0 on $RXE_NETDEV, active_mtu $(ibv_devinfo -d rxe0 | awk '/active_mtu/ { print $2 }')"
 
 step "target ready"
-# The sampler below (this shell and what it starts) runs under SCHED_IDLE: a thread of a
-# target that wakes takes the CPU from it at once. Under SCHED_OTHER it ran a few
-# milliseconds every 0.5 s, and a command that arrived meanwhile waited for it: the daemon,
-# woken, waits until the running task's slice ends (at once for LIO, whose work runs in
-# softirqs and in a WQ_HIGHPRI work queue's kernel workers at nice -20, not for a daemon under
-# SCHED_BATCH or at nice 0). Traced at QD 1 (trace_kind=timeline): the slowest tenth of the
-# daemon's I/Os waited 0.3-3 ms for the sampler's shell and its sleep.
-# sampler_sched=other keeps it under SCHED_OTHER, as before, to measure the difference.
+# The sampler takes as little of the target's CPU as it can, and never for long: a target
+# thread that wakes while it runs waits for it unless it can preempt it. LIO's can (its work
+# runs in softirqs and in a WQ_HIGHPRI work queue's kernel workers at nice -20); the daemon
+# under SCHED_BATCH cannot, and at nice 0 only after the wake-up granularity. Traced at QD 1
+# (trace_kind=timeline), the first version (a `while read` loop over every line of every
+# thread's status file, and a sleep(1) process every round: a sample every 0.78 s on average
+# instead of 0.5 under TCG) made the slowest tenth of the daemon's I/Os wait 0.3-3 ms for it. So it starts no process, reads each file whole
+# (mapfile) and looks only at the lines it needs, and reads the clock next to /proc/stat.
+# sampler_sched=idle runs it under SCHED_IDLE instead (no target ever waits for it, but on a
+# saturated CPU it gets none, and the samples come seconds apart).
 if [ "$SAMPLER_SCHED" = idle ]; then
 	chrt -i -p 0 $$ >/dev/null || echo "SRPTVM: the sampler could not switch to SCHED_IDLE"
 fi
+# A FIFO nobody writes to: read -t on it waits without starting a sleep process.
+mkfifo /tmp/sampler.fifo
+exec {SLEEP_FD}<>/tmp/sampler.fifo
 buf=
 n=0
 while :; do
+	read -r up _ </proc/uptime
 	bench_proc_counters "$DPID"
 	vcs=0 ivcs=0
-	if [ -r "/proc/$DPID/stat" ]; then
-		for st in /proc/"$DPID"/task/*/status; do
-			while read -r k v; do
-				case $k in
-				voluntary_ctxt_switches:) vcs=$((vcs + v)) ;;
-				nonvoluntary_ctxt_switches:) ivcs=$((ivcs + v)) ;;
-				esac
-			done <"$st"
+	for st in /proc/"$DPID"/task/*/status; do
+		mapfile -t lines <"$st" 2>/dev/null || continue
+		# The context switch counts are the last lines of the file (proc(5)).
+		for l in "${lines[@]: -4}"; do
+			case $l in
+			voluntary_ctxt_switches:*) vcs=$((vcs + ${l##*[[:space:]]})) ;;
+			nonvoluntary_ctxt_switches:*) ivcs=$((ivcs + ${l##*[[:space:]]})) ;;
+			esac
 		done
-	fi
-	read -r up _ </proc/uptime
+	done
 	buf+="TGTCPU up=$up cpu=$B_CPU ctxt=$B_CTXT dproc=$B_DPROC dio=$B_DIO dcs=$vcs,$ivcs"$'\n'
 	n=$((n + 1))
 	if [ $n -ge 20 ]; then
@@ -281,5 +286,5 @@ while :; do
 		printf '%s' "$buf"
 		buf= n=0
 	fi
-	sleep 0.5
+	read -r -t 0.5 -u "$SLEEP_FD" _ || :
 done

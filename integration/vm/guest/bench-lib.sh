@@ -134,25 +134,31 @@ bench_login() {
 #            threads); 0,0 without PID
 # shellcheck disable=SC2034 # read by the caller
 bench_proc_counters() {
-	local k v rest f r w
+	local l lines f r w
 	B_CPU='' B_CTXT=0 B_DPROC=0,0 B_DIO=0,0
-	while read -r k v rest; do
-		case $k in
-		cpu) B_CPU="$v $rest" ;;
-		ctxt) B_CTXT=$v ;;
+	# Each file is read whole (mapfile): a `while read` loop makes two system calls per line.
+	mapfile -t lines </proc/stat
+	for l in "${lines[@]}"; do
+		case $l in
+		'cpu '*)
+			l=${l#cpu}
+			l=${l#"${l%%[! ]*}"}
+			B_CPU=${l// /,}
+			;;
+		'ctxt '*) B_CTXT=${l#ctxt } ;;
 		esac
-	done </proc/stat
-	B_CPU=${B_CPU// /,}
+	done
 	if [ -n "${1:-}" ] && [ -r "/proc/$1/stat" ]; then
 		read -r -a f <"/proc/$1/stat"
 		B_DPROC=${f[13]},${f[14]}
 		r=0 w=0
-		while read -r k v; do
-			case $k in
-			syscr:) r=$v ;;
-			syscw:) w=$v ;;
+		mapfile -t lines <"/proc/$1/io"
+		for l in "${lines[@]}"; do
+			case $l in
+			'syscr: '*) r=${l#syscr: } ;;
+			'syscw: '*) w=${l#syscw: } ;;
 			esac
-		done <"/proc/$1/io"
+		done
 		B_DIO=$r,$w
 	fi
 }
