@@ -97,9 +97,10 @@ fi
 # last before a post to the post (rxe_post_send, by the daemon's thread or LIO's kernel
 # worker): to the first wake-up after the packet, to the first switch after that wake-up, to
 # the post; the post itself (to its return), and from its return to the poster's next
-# switch away (srptarget: the re-arm, the last poll and the park). Meaningful at queue depth
-# 1, where the packet before a post is the command it answers. Prints, per column, the count,
-# mean and median in microseconds.
+# switch away (srptarget: the re-arm, the last poll and the park), and from the post to the
+# second packet sent after it (the response's SEND after the RDMA WRITE). Meaningful at queue
+# depth 1, where the packet before a post is the command it answers. trace-stop prints, per
+# stage, the count, mean and percentiles in microseconds, then the trace of five I/Os.
 cat >/tmp/timeline.awk <<'AWK'
 function us(a, b) { return int((b - a) * 1000000 + 0.5) }
 {
@@ -198,7 +199,7 @@ trace-stop*)
 			echo "TRACE \$name timeline \$k n=\$n mean=\$(awk '{ s += \$1 } END { printf "%d", s / NR }' /tmp/timeline.col) p10=\$(pct 10) p50=\$(pct 50) p90=\$(pct 90) p99=\$(pct 99)"
 		done
 		grep '^rcv_in_' /tmp/timeline.txt | sed "s/^/TRACE \$name timeline /"
-		# the I/Os at the 50th and 90th percentile and the slowest: their trace
+		# the I/Os at the 50th, 75th, 90th and 95th percentile and the slowest: their trace
 		grep '^io ' /tmp/timeline.txt | sort -k2,2n >/tmp/timeline.io
 		n=\$(wc -l </tmp/timeline.io)
 		for q in 50 75 90 95 100; do
@@ -252,8 +253,9 @@ step "target ready"
 # under SCHED_BATCH cannot, and at nice 0 only after the wake-up granularity. Traced at QD 1
 # (trace_kind=timeline), the first version (a `while read` loop over every line of every
 # thread's status file, and a sleep(1) process every round: a sample every 0.78 s on average
-# instead of 0.5 under TCG) made the slowest tenth of the daemon's I/Os wait 0.3-3 ms for it. So it starts no process, reads each file whole
-# (mapfile) and looks only at the lines it needs, and reads the clock next to /proc/stat.
+# instead of 0.5 under TCG) made the slowest tenth of the daemon's I/Os wait 0.3-3 ms for it.
+# So it starts no process, reads each file whole (mapfile) and looks only at the lines it
+# needs, and reads the clock next to /proc/stat.
 # sampler_sched=idle runs it under SCHED_IDLE instead (no target ever waits for it, but on a
 # saturated CPU it gets none, and the samples come seconds apart).
 if [ "$SAMPLER_SCHED" = idle ]; then
