@@ -13,8 +13,8 @@ import (
 //
 // Why: parked, sysmon is woken by the first system call or cgo call after the process was
 // idle (entersyscall's sysmonwait check), which for the daemon is the first completion poll
-// after every wake-up of a channel. On a small host that is, per wake-up, a futex wake, two
-// more context switches (sysmon's 20 µs sleep, then its park) and two more system calls;
+// after every wake-up of a channel. On a small host that is, per wake-up, a futex wake, up
+// to two more context switches (sysmon's 20 µs sleep, then its park) and two more system calls;
 // and a sysmon that starts over at 20 µs ticks takes the P away from a long ibv_post_send
 // (soft-RoCE's requester work runs inside it) and wakes another thread for it. Measured with
 // the kernel's syscall and sched_switch tracepoints on a one-CPU target (docs/benchmarks.md):
