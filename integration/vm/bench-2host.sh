@@ -21,12 +21,16 @@
 #   pprof-top20.chN.txt         its top 20 (go tool pprof -top), pprof-cum.chN.txt by
 #                               cumulative time; srptarget: the binary, for go tool pprof
 #   target-samples.txt          the target's counters, one line per 0.5 s, host clock
+#   host-samples.txt            the host's own /proc/stat "cpu" line every 0.5 s (how busy
+#                               the machine that runs both VMs was: table.md's bench host busy)
 #   init.log, target.log        the two consoles; setup.txt, hostload.txt
 #
 #   integration/vm/bench-2host.sh [k=v ...]   # k=v go to both guests, e.g. rounds=5 runtime=8
 #
 # Environment: GO, SRPT_VM_DIR, SRPT_BENCH_LOCK as in bench.sh;
 #   SRPT_2HOST_TARGET_SMP (1), SRPT_2HOST_INIT_SMP (2), SRPT_2HOST_MEM (2G each),
+#   SRPT_2HOST_TARGET_CPUS, SRPT_2HOST_INIT_CPUS (host CPUs of each VM, a taskset list; unset:
+#   the VMs share the host's CPUs),
 #   SRPT_VM_TIMEOUT (seconds for the initiator's run, default 3000),
 #   SRPT_2HOST_VARIANT_BIN (with variant=NAME: the variant daemon is this srptarget binary,
 #   e.g. a build of another commit, instead of the one built here)
@@ -62,7 +66,8 @@ stop_target() {
 	wait "$TPID" 2>/dev/null || true
 	TPID=
 }
-trap 'stop_target; kill "$HOST_SAMPLER" 2>/dev/null || true' EXIT
+HOST_CPU_SAMPLER=
+trap 'stop_target; kill "$HOST_SAMPLER" $HOST_CPU_SAMPLER 2>/dev/null || true' EXIT
 
 log "waiting for $LOCK (other VM runs)"
 exec 8>"$LOCK"
@@ -71,6 +76,14 @@ log "lock held; host load average $(cut -d' ' -f1-3 /proc/loadavg)"
 SOCK=$VMDIR/run/2host-link.sock
 rm -f "$SOCK"
 common=(SRPT_VM_RUN_LOCK_HELD=1 SRPT_VM_MEM="${SRPT_2HOST_MEM:-2G}")
+# The host's own CPU counters every 0.5 s (host-samples.txt, on the initiator's uptime scale
+# below): how busy the machine that runs both VMs was during each job.
+while :; do
+	read -r _ cpu </proc/stat
+	echo "HOSTCPU t=$EPOCHREALTIME cpu=${cpu// /,}"
+	sleep 0.5
+done >"$OUT/host-samples.raw" 2>/dev/null &
+HOST_CPU_SAMPLER=$!
 target_files="$BIN:/usr/local/bin/srptarget $HERE/guest/bench-lib.sh:/lab/bench-lib.sh"
 target_args=()
 if [ -n "${SRPT_2HOST_VARIANT_BIN:-}" ]; then
@@ -80,11 +93,22 @@ if [ -n "${SRPT_2HOST_VARIANT_BIN:-}" ]; then
 	target_args=(variant_bin=/usr/local/bin/srptarget-variant)
 	echo "variant binary: $SRPT_2HOST_VARIANT_BIN ($(sha256sum "$SRPT_2HOST_VARIANT_BIN" | cut -c1-16))" >>"$OUT/setup.txt"
 fi
+# Host CPUs per VM (SRPT_2HOST_TARGET_CPUS, SRPT_2HOST_INIT_CPUS: taskset lists): unset, the
+# two VMs share the host's CPUs, and whatever the target VM leaves idle the initiator VM gets.
+pin_target=() pin_init=()
+if [ -n "${SRPT_2HOST_TARGET_CPUS:-}" ]; then
+	pin_target=(taskset -c "$SRPT_2HOST_TARGET_CPUS")
+	echo "target VM on host CPUs $SRPT_2HOST_TARGET_CPUS" >>"$OUT/setup.txt"
+fi
+if [ -n "${SRPT_2HOST_INIT_CPUS:-}" ]; then
+	pin_init=(taskset -c "$SRPT_2HOST_INIT_CPUS")
+	echo "initiator VM on host CPUs $SRPT_2HOST_INIT_CPUS" >>"$OUT/setup.txt"
+fi
 # The target VM runs until stop_target; its own timeout is a backstop.
 env "${common[@]}" SRPT_VM_SMP="${SRPT_2HOST_TARGET_SMP:-1}" SRPT_VM_TIMEOUT=$((TIMEOUT + 300)) \
 	SRPT_VM_LOG="$OUT/target.log" SRPT_VM_NIC="unix-server:$SOCK:02:00:00:00:00:01" \
 	SRPT_VM_FILES="$target_files" \
-	"$HERE/run-vm.sh" "$HERE/guest/bench-2host-target.sh" "$@" "${target_args[@]}" netdev=eth0 mac=02:00:00:00:00:01 \
+	"${pin_target[@]}" "$HERE/run-vm.sh" "$HERE/guest/bench-2host-target.sh" "$@" "${target_args[@]}" netdev=eth0 mac=02:00:00:00:00:01 \
 	ip4=169.254.50.1/16 ip6=fd53:5250::1/64 >"$OUT/target.out" 2>&1 &
 TPID=$!
 for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.2; done
@@ -93,9 +117,11 @@ rc=0
 env "${common[@]}" SRPT_VM_SMP="${SRPT_2HOST_INIT_SMP:-2}" SRPT_VM_TIMEOUT="$TIMEOUT" \
 	SRPT_VM_LOG="$OUT/init.log" SRPT_VM_NIC="unix-client:$SOCK:02:00:00:00:00:02" \
 	SRPT_VM_FILES="$HERE/guest/bench-lib.sh:/lab/bench-lib.sh" \
-	"$HERE/run-vm.sh" "$HERE/guest/bench-2host-init.sh" "$@" netdev=eth0 mac=02:00:00:00:00:02 \
+	"${pin_init[@]}" "$HERE/run-vm.sh" "$HERE/guest/bench-2host-init.sh" "$@" netdev=eth0 mac=02:00:00:00:00:02 \
 	ip4=169.254.50.2/16 ip6=fd53:5250::2/64 || rc=$?
 stop_target
+kill "$HOST_CPU_SAMPLER" 2>/dev/null || true
+HOST_CPU_SAMPLER=
 flock -u 8
 exec 8>&-
 host_bench_load_summary "$OUT"
@@ -118,6 +144,9 @@ toff=$(offset "$OUT/target.log")
 # target samples on the initiator's uptime scale: up + toff - ioff
 body "$OUT/target.log" | awk -v d="$(awk -v a="$toff" -v b="$ioff" 'BEGIN { printf "%.3f", a - b }')" '
 	$1 == "TGTCPU" { sub(/^up=/, "", $2); $2 = sprintf("up=%.3f", $2 + d); print }' >"$OUT/target-samples.txt"
+# host samples on the same scale: host epoch - ioff
+awk -v d="$ioff" '$1 == "HOSTCPU" && d != "" { sub(/^t=/, "", $2); $2 = sprintf("up=%.3f", $2 - d); print }' \
+	"$OUT/host-samples.raw" >"$OUT/host-samples.txt" 2>/dev/null || true
 echo "clock offsets (host epoch - guest uptime): initiator $ioff s, target $toff s" >>"$OUT/setup.txt"
 sed 's/^BENCHINFO /guest /' "$OUT/info.txt" >>"$OUT/setup.txt"
 # files the initiator printed in base64 (the CPU profiles)
@@ -132,6 +161,6 @@ if [ ! -s "$OUT/raw.txt" ] || [ -z "$ioff" ] || [ -z "$toff" ]; then
 	exit "$rc"
 fi
 host_bench_report "$OUT" "srptarget vs LIO ib_srpt, target on its own VM (1 vCPU), soft-RoCE, qemu TCG, $(date -u +%Y-%m-%d)" \
-	"the daemon on the target host" -target-samples "$OUT/target-samples.txt"
+	"the daemon on the target host" -target-samples "$OUT/target-samples.txt" -host-samples "$OUT/host-samples.txt"
 echo "bench-2host: results in $OUT (initiator rc $rc)"
 exit "$rc"

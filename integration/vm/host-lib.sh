@@ -151,11 +151,20 @@ host_bench_setup() {
 		echo "srptarget: $(cd "$REPO" && git describe --always --dirty 2>/dev/null || echo unknown)"
 		echo "guest arguments: ${*:-(defaults)}"
 	} >"$out/setup.txt"
-	# The host's load and the number of qemu processes (other engineers' VMs included) while
-	# the VMs run, to tell a quiet run from a disturbed one.
+	# The host's load, the number of qemu processes (other engineers' VMs included) and the
+	# share of the host's CPU time busy over the last 5 s (busy=, all CPUs together) while the
+	# VMs run, to tell a quiet run from a disturbed one, and a run the host's CPUs bound.
 	(
+		prev=()
 		while :; do
-			echo "$(date +%s) $(cut -d' ' -f1-3 /proc/loadavg) qemu=$(pgrep -c -f '^qemu-system-x86_64' || true)"
+			read -r _ u n s i w q sq st _ </proc/stat
+			cur=($((u + n + s + q + sq + st)) $((u + n + s + i + w + q + sq + st)))
+			busy=
+			if [ ${#prev[@]} = 2 ] && [ "${cur[1]}" -gt "${prev[1]}" ]; then
+				busy=" busy=$(((cur[0] - prev[0]) * 100 / (cur[1] - prev[1])))%"
+			fi
+			prev=("${cur[@]}")
+			echo "$(date +%s) $(cut -d' ' -f1-3 /proc/loadavg) qemu=$(pgrep -c -f '^qemu-system-x86_64' || true)$busy"
 			sleep 5
 		done
 	) >"$out/hostload.txt" 2>/dev/null &
@@ -165,8 +174,11 @@ host_bench_setup() {
 host_bench_load_summary() {
 	kill "$HOST_SAMPLER" 2>/dev/null || true
 	awk '{ l = $2 + 0; if (n == 0 || l < lo) lo = l; if (l > hi) hi = l; s += l; n++
-		q = $5; sub(/qemu=/, "", q); if (q + 0 > mq) mq = q + 0 }
-		END { if (n) printf "host load average (1 min) during the run: %.2f-%.2f, mean %.2f over %d samples; at most %d qemu processes at once (ours included)\n", lo, hi, s / n, n, mq }' \
+		q = $5; sub(/qemu=/, "", q); if (q + 0 > mq) mq = q + 0
+		if ($6 ~ /^busy=/) { b = $6; gsub(/[^0-9]/, "", b); bs += b; bn++ } }
+		END { if (n) printf "host load average (1 min) during the run: %.2f-%.2f, mean %.2f over %d samples; at most %d qemu processes at once (ours included)", lo, hi, s / n, n, mq
+			if (bn) printf "; host CPUs busy %.0f %% of the time (mean of %d 5 s samples)", bs / bn, bn
+			if (n) printf "\n" }' \
 		"$1/hostload.txt" >>"$1/setup.txt"
 }
 

@@ -13,7 +13,7 @@ var runsHeader = []string{"round", "ch_count", "target", "job", "profiled", "tra
 	"iops", "mib_s", "lat_mean_us", "lat_p50_us", "lat_p99_us", "lat_p999_us",
 	"window_s", "guest_idle_pct", "guest_softirq_pct", "guest_cpu_us_per_io", "daemon_cpu_pct", "daemon_sys_pct", "daemon_cpu_us_per_io",
 	"ctxt_per_io", "ipi_per_io", "daemon_reads_per_io", "daemon_writes_per_io",
-	"daemon_wakeups_per_io", "daemon_preemptions_per_io"}
+	"daemon_wakeups_per_io", "daemon_preemptions_per_io", "host_busy_pct"}
 
 // WriteRunsCSV writes one row per fio run.
 func WriteRunsCSV(w io.Writer, runs []Run, p Params) error {
@@ -39,7 +39,7 @@ func WriteRunsCSV(w io.Writer, runs []Run, p Params) error {
 			f(r.IOPS), g(mib(r)), g(r.LatMean), f(r.P50), f(r.P99), f(r.P999),
 			g(d.Window), g(d.GuestIdlePct), g(d.SoftirqPct), g(d.GuestCPUPerIO), g(d.DaemonPct), g(d.DaemonSysPct), g(d.DaemonCPUPerIO),
 			opt(d.CtxtPerIO), opt(d.IPIPerIO), opt(d.DaemonReadsPerIO), opt(d.DaemonWritesPerIO),
-			opt(d.DaemonVolPerIO), opt(d.DaemonInvolPerIO)}); err != nil {
+			opt(d.DaemonVolPerIO), opt(d.DaemonInvolPerIO), opt(d.HostBusyPct)}); err != nil {
 			return err
 		}
 	}

@@ -30,14 +30,15 @@ func main() {
 	title := flag.String("title", "srptarget vs LIO ib_srpt, ib_srp over soft-RoCE, qemu TCG", "chart title")
 	terminal := flag.String("terminal", "set terminal pngcairo size 1950,1150 font 'DejaVu Sans,11'", "gnuplot terminal line")
 	samples := flag.String("target-samples", "", "the two-host bench's target-samples.txt: CPU figures of the target host")
+	hostSamples := flag.String("host-samples", "", "the two-host bench's host-samples.txt: how busy the machine that runs both VMs was")
 	flag.Parse()
-	if err := run(*raw, *info, *out, *title, *terminal, *samples, os.Stdout); err != nil {
+	if err := run(*raw, *info, *out, *title, *terminal, *samples, *hostSamples, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(rawPath, infoPath, out, title, terminal, samplesPath string, stdout io.Writer) error {
+func run(rawPath, infoPath, out, title, terminal, samplesPath, hostSamplesPath string, stdout io.Writer) error {
 	if rawPath == "" || infoPath == "" {
 		return errors.New("-raw and -info are required")
 	}
@@ -52,8 +53,18 @@ func run(rawPath, infoPath, out, title, terminal, samplesPath string, stdout io.
 	if len(runs) == 0 {
 		return fmt.Errorf("%s: no BENCH lines", rawPath)
 	}
+	if hostSamplesPath != "" {
+		samples, err := readSamples(hostSamplesPath, ParseHostSample)
+		if err != nil {
+			return err
+		}
+		// before the target samples, which move the runs' windows
+		if n := ApplyHostSamples(runs, samples, p); n > 0 {
+			fmt.Fprintf(os.Stderr, "bench: %d of %d runs have no host samples: no host figures for them\n", n, len(runs))
+		}
+	}
 	if samplesPath != "" {
-		samples, err := readTargetSamples(samplesPath)
+		samples, err := readSamples(samplesPath, ParseTargetSample)
 		if err != nil {
 			return err
 		}

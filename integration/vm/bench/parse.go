@@ -44,9 +44,12 @@ type Run struct {
 	P99     float64 // µs
 	P999    float64 // µs
 
-	CPU0, CPU1       []uint64  // the "cpu" line of /proc/stat, clock ticks
-	Daemon0, Daemon1 [2]uint64 // the daemon's utime, stime, clock ticks
-	Up0, Up1         float64   // guest uptime, s
+	CPU0, CPU1 []uint64 // the "cpu" line of /proc/stat, clock ticks
+	// HostCPU0, HostCPU1: the two-host bench's host (the machine that runs both VMs), its
+	// /proc/stat "cpu" line over the same window (ApplyHostSamples); nil without.
+	HostCPU0, HostCPU1 []uint64
+	Daemon0, Daemon1   [2]uint64 // the daemon's utime, stime, clock ticks
+	Up0, Up1           float64   // guest uptime, s
 	// IOWindow, when above 0, is the span (s) the CPU counters cover, for the I/O count
 	// (IOPS × IOWindow) instead of ramp + runtime; NaN: the run has no CPU counters
 	// (ApplyTargetSamples).
@@ -260,27 +263,31 @@ const (
 	statSteal
 )
 
-// delta returns CPU1[i]-CPU0[i], or 0 when the column is absent or went backwards.
-func (r Run) delta(i int) float64 {
-	if i >= len(r.CPU0) || i >= len(r.CPU1) || r.CPU1[i] < r.CPU0[i] {
+// statDelta returns c1[i]-c0[i], or 0 when the column is absent or went backwards.
+func statDelta(c0, c1 []uint64, i int) float64 {
+	if i >= len(c0) || i >= len(c1) || c1[i] < c0[i] {
 		return 0
 	}
-	return float64(r.CPU1[i] - r.CPU0[i])
+	return float64(c1[i] - c0[i])
+}
+
+// statTicks returns the busy and total clock ticks between two /proc/stat "cpu" lines, and
+// the system and softirq parts of busy.
+func statTicks(c0, c1 []uint64) (busy, total, sys, softirq float64) {
+	for i := range c0 {
+		total += statDelta(c0, c1, i)
+	}
+	idle := statDelta(c0, c1, statIdle) + statDelta(c0, c1, statIowait)
+	// guest and guest_nice (columns 8 and 9) are already counted in user and nice
+	for i := 8; i < len(c0); i++ {
+		total -= statDelta(c0, c1, i)
+	}
+	return total - idle, total, statDelta(c0, c1, statSystem) + statDelta(c0, c1, statIRQ), statDelta(c0, c1, statSoftirq)
 }
 
 // CPUTicks returns the guest's busy and total clock ticks between the two snapshots, and
 // the system and softirq parts of busy.
-func (r Run) CPUTicks() (busy, total, sys, softirq float64) {
-	for i := range r.CPU0 {
-		total += r.delta(i)
-	}
-	idle := r.delta(statIdle) + r.delta(statIowait)
-	// guest and guest_nice (columns 8 and 9) are already counted in user and nice
-	for i := 8; i < len(r.CPU0); i++ {
-		total -= r.delta(i)
-	}
-	return total - idle, total, r.delta(statSystem) + r.delta(statIRQ), r.delta(statSoftirq)
-}
+func (r Run) CPUTicks() (busy, total, sys, softirq float64) { return statTicks(r.CPU0, r.CPU1) }
 
 // DaemonTicks returns the daemon's CPU clock ticks (user + system) between the snapshots.
 func (r Run) DaemonTicks() float64 {

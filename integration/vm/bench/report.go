@@ -157,6 +157,9 @@ type Derived struct {
 	DaemonWritesPerIO float64 // the daemon's write() calls (soft-RoCE's post-send doorbell, one per ibv_post_send)
 	DaemonVolPerIO    float64 // the daemon's voluntary context switches (sleeps, so wake-ups)
 	DaemonInvolPerIO  float64 // the daemon's involuntary context switches (preempted)
+	// HostBusyPct: busy share of the two-host bench's host CPUs (the machine that runs both
+	// VMs) over the window; NaN without host samples.
+	HostBusyPct float64
 }
 
 // Derive computes r's CPU figures. The counters cover the window from exec_prerun to
@@ -166,7 +169,12 @@ func Derive(r Run, p Params) Derived {
 	busy, total, _, softirq := r.CPUTicks()
 	nan := math.NaN()
 	d := Derived{Window: r.Up1 - r.Up0, CtxtPerIO: nan, IPIPerIO: nan, DaemonReadsPerIO: nan, DaemonWritesPerIO: nan,
-		DaemonVolPerIO: nan, DaemonInvolPerIO: nan}
+		DaemonVolPerIO: nan, DaemonInvolPerIO: nan, HostBusyPct: nan}
+	if r.HostCPU0 != nil {
+		if hb, ht, _, _ := statTicks(r.HostCPU0, r.HostCPU1); ht > 0 {
+			d.HostBusyPct = 100 * hb / ht
+		}
+	}
 	ios := r.IOPS * (p.Runtime + p.Ramp)
 	if r.IOWindow > 0 {
 		ios = r.IOPS * r.IOWindow
@@ -284,6 +292,7 @@ var cpuFigures = []struct {
 	{"daemon-writes-per-io", func(d Derived) float64 { return d.DaemonWritesPerIO }},
 	{"daemon-vcs-per-io", func(d Derived) float64 { return d.DaemonVolPerIO }},
 	{"daemon-ivcs-per-io", func(d Derived) float64 { return d.DaemonInvolPerIO }},
+	{"host-busy-pct", func(d Derived) float64 { return d.HostBusyPct }},
 }
 
 // Summarize groups the runs into cells.

@@ -111,16 +111,26 @@ func (s Summary) WriteTable(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	if s.TargetHost {
-		s.writeFigureTable(w, []figureCols{
+		groups := []figureCols{
 			{"guest-cpu-us-per-io", "target host CPU µs/I/O", false, true},
 			{"daemon-cpu-us-per-io", "daemon CPU µs/I/O", true, false},
 			{"guest-idle-pct", "target host idle %", false, false},
-		})
+		}
+		host := s.hasFigure("host-busy-pct")
+		if host {
+			groups = append(groups, figureCols{"host-busy-pct", "bench host busy %", false, false})
+		}
+		s.writeFigureTable(w, groups)
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "CPU per I/O: busy CPU time of the target's host (its VM's vCPUs: the target, rxe, virtio-net)")
 		fmt.Fprintln(w, "over the I/Os of the job's measured part, from the target's /proc/stat sampled every 0.5 s;")
 		fmt.Fprintln(w, "daemon: srptarget's own user + system time (including the rxe work the kernel does inside its")
 		fmt.Fprintln(w, "system calls). Idle: share of the target host's vCPUs idle during the job.")
+		if host {
+			fmt.Fprintln(w, "Bench host busy: share of the CPUs of the machine that runs both VMs busy during the job")
+			fmt.Fprintln(w, "(its /proc/stat, every 0.5 s); near 100 the VMs compete for them, and what the target VM")
+			fmt.Fprintln(w, "spends the initiator VM does not get.")
+		}
 	} else {
 		s.writeFigureTable(w, []figureCols{
 			{"guest-cpu-us-per-io", "guest CPU µs/I/O", false, true},

@@ -29,10 +29,22 @@ type TargetSample struct {
 }
 
 // ParseTargetSample decodes one TGTCPU line.
-func ParseTargetSample(line string) (TargetSample, error) {
+func ParseTargetSample(line string) (TargetSample, error) { return parseSample(line, "TGTCPU") }
+
+// ParseHostSample decodes one line of the two-host bench's host-samples.txt: the bench
+// host's own /proc/stat "cpu" line, every 0.5 s, on the initiator's uptime scale (written by
+// integration/vm/bench-2host.sh):
+//
+//	HOSTCPU up=U cpu=a,b,..
+//
+// Only Up and CPU are set.
+func ParseHostSample(line string) (TargetSample, error) { return parseSample(line, "HOSTCPU") }
+
+// parseSample decodes a line of samples whose first field is tag.
+func parseSample(line, tag string) (TargetSample, error) {
 	var s TargetSample
 	f := strings.Fields(line)
-	if len(f) == 0 || f[0] != "TGTCPU" {
+	if len(f) == 0 || f[0] != tag {
 		return s, errNotBench
 	}
 	seen := map[string]bool{}
@@ -68,7 +80,8 @@ func ParseTargetSample(line string) (TargetSample, error) {
 	return s, nil
 }
 
-func readTargetSamples(path string) ([]TargetSample, error) {
+// readSamples reads the lines of path that parse decodes, skipping the others.
+func readSamples(path string, parse func(string) (TargetSample, error)) ([]TargetSample, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -77,7 +90,7 @@ func readTargetSamples(path string) ([]TargetSample, error) {
 	var out []TargetSample
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
-		s, err := ParseTargetSample(sc.Text())
+		s, err := parse(sc.Text())
 		if err == errNotBench {
 			continue
 		}
@@ -87,6 +100,40 @@ func readTargetSamples(path string) ([]TargetSample, error) {
 		out = append(out, s)
 	}
 	return out, sc.Err()
+}
+
+// ApplyHostSamples sets the bench host's CPU counters of each run (HostCPU0, HostCPU1): the
+// first and the last host sample inside the run's measured part (from up0 + ramp to up1),
+// as ApplyTargetSamples does for the target host's, whose windows they match to a sample
+// (both are taken every 0.5 s). Call it before ApplyTargetSamples, which moves up0 and up1.
+// Runs without two samples minTargetWindow apart get none; their number is returned.
+func ApplyHostSamples(runs []Run, samples []TargetSample, p Params) (missing int) {
+	for i := range runs {
+		r := &runs[i]
+		r.HostCPU0, r.HostCPU1 = nil, nil
+		a, b := sampleSpan(samples, r.Up0+p.Ramp, r.Up1)
+		if a < 0 || samples[b].Up-samples[a].Up < minTargetWindow || len(samples[a].CPU) != len(samples[b].CPU) {
+			missing++
+			continue
+		}
+		r.HostCPU0, r.HostCPU1 = samples[a].CPU, samples[b].CPU
+	}
+	return missing
+}
+
+// sampleSpan returns the indexes of the first and the last sample from start to end, or -1, -1.
+func sampleSpan(samples []TargetSample, start, end float64) (a, b int) {
+	a, b = -1, -1
+	for j, s := range samples {
+		if s.Up < start || s.Up > end {
+			continue
+		}
+		if a < 0 {
+			a = j
+		}
+		b = j
+	}
+	return a, b
 }
 
 // minTargetWindow is the shortest span of target samples a run's target CPU figures are
@@ -103,17 +150,7 @@ const minTargetWindow = 1.0
 func ApplyTargetSamples(runs []Run, samples []TargetSample, p Params) (missing int) {
 	for i := range runs {
 		r := &runs[i]
-		start, end := r.Up0+p.Ramp, r.Up1
-		a, b := -1, -1
-		for j, s := range samples {
-			if s.Up < start || s.Up > end {
-				continue
-			}
-			if a < 0 {
-				a = j
-			}
-			b = j
-		}
+		a, b := sampleSpan(samples, r.Up0+p.Ramp, r.Up1)
 		r.HasSched, r.HasIPI, r.HasDaemonIO, r.HasDaemonCS = false, false, false, false
 		r.Daemon0, r.Daemon1 = [2]uint64{}, [2]uint64{}
 		if a < 0 || samples[b].Up-samples[a].Up < minTargetWindow || len(samples[a].CPU) != len(samples[b].CPU) {

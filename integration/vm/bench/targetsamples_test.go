@@ -104,7 +104,7 @@ func TestRunTargetSamples(t *testing.T) {
 	}
 	require.NoError(t, os.WriteFile(samples, []byte(b.String()), 0o644))
 	var out bytes.Buffer
-	require.NoError(t, run(raw, info, dir, "title", "set terminal png", samples, &out))
+	require.NoError(t, run(raw, info, dir, "title", "set terminal png", samples, "", &out))
 	require.Contains(t, out.String(), "| job | ch_count | target host CPU µs/I/O: LIO | srptarget memory | daemon CPU µs/I/O: memory | target host idle %: LIO | memory |")
 	require.Contains(t, out.String(), "| randread-4k-qd1 | 1 | 781 | 781 | 488 | 20.0 | 20.0 |")
 	require.Contains(t, out.String(), "| job | ch_count | target host context switches/I/O: LIO | srptarget memory | "+
@@ -129,4 +129,65 @@ func TestRunTargetSamples(t *testing.T) {
 	gp, err := os.ReadFile(filepath.Join(dir, "chart.gp"))
 	require.NoError(t, err)
 	require.Contains(t, string(gp), "target host CPU per I/O")
+}
+
+func TestApplyHostSamples(t *testing.T) {
+	p := Params{Runtime: 5, Ramp: 1}
+	var samples []TargetSample
+	for i := 0; i <= 40; i++ { // 95-115 s: user +300/s, idle +100/s, one tick in softirq
+		up := 95 + float64(i)/2
+		s, err := ParseHostSample(fmt.Sprintf("HOSTCPU up=%.1f cpu=%d,0,0,%d,0,0,%d,0", up, uint64(300*up), uint64(100*up), i))
+		require.NoError(t, err)
+		samples = append(samples, s)
+	}
+	_, err := ParseHostSample(sampleLine(1, 1, 1, 1))
+	require.ErrorIs(t, err, errNotBench, "a target sample is not a host sample")
+	runs := []Run{
+		{Up0: 100, Up1: 106, IOPS: 1},   // measured part 101-106
+		{Up0: 114, Up1: 120, IOPS: 1},   // 115-120: one sample, none
+		{Up0: 200, Up1: 206, IOPS: 100}, // no sample
+	}
+	require.Equal(t, 2, ApplyHostSamples(runs, samples, p))
+	require.Equal(t, samples[12].CPU, runs[0].HostCPU0, "101.0 s")
+	require.Equal(t, samples[22].CPU, runs[0].HostCPU1, "106.0 s")
+	require.Nil(t, runs[1].HostCPU0)
+	require.Nil(t, runs[2].HostCPU0)
+	d := Derive(runs[0], p)
+	require.InDelta(t, 100*(1500+10)/2010.0, d.HostBusyPct, 1e-9, "busy = user + softirq over the 5 s")
+	require.True(t, math.IsNaN(Derive(runs[1], p).HostBusyPct))
+}
+
+func TestRunHostSamples(t *testing.T) {
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "raw.txt")
+	info := filepath.Join(dir, "info.txt")
+	samples := filepath.Join(dir, "target-samples.txt")
+	hostSamples := filepath.Join(dir, "host-samples.txt")
+	srpt := line("randread-4k-qd1", false)
+	lio := strings.Replace(srpt, "target=srpt-mem", "target=lio", 1)
+	require.NoError(t, os.WriteFile(raw, []byte(srpt+"\n"+lio+"\n"), 0o644))
+	require.NoError(t, os.WriteFile(info, []byte("BENCHINFO guest_cpu=QEMU Virtual CPU version 2.5+ x 2\n"+
+		"BENCHINFO runtime=5 ramp=1 rounds=1 ch_counts=1 size_mib=256\n"), 0o644))
+	var tb, hb strings.Builder
+	for i := 0; i <= 40; i++ {
+		up := 95 + float64(i)/2
+		fmt.Fprintln(&tb, sampleLine(up, uint64(80*up), uint64(20*up), uint64(50*up)))
+		fmt.Fprintf(&hb, "HOSTCPU up=%.1f cpu=%d,0,0,%d,0,0,0,0\n", up, uint64(150*up), uint64(50*up))
+	}
+	require.NoError(t, os.WriteFile(samples, []byte(tb.String()), 0o644))
+	require.NoError(t, os.WriteFile(hostSamples, []byte(hb.String()), 0o644))
+	var out bytes.Buffer
+	require.NoError(t, run(raw, info, dir, "title", "set terminal png", samples, hostSamples, &out))
+	require.Contains(t, out.String(), "| job | ch_count | target host CPU µs/I/O: LIO | srptarget memory | daemon CPU µs/I/O: memory | "+
+		"target host idle %: LIO | memory | bench host busy %: LIO | memory |")
+	require.Contains(t, out.String(), "| randread-4k-qd1 | 1 | 781 | 781 | 488 | 20.0 | 20.0 | 75.0 | 75.0 |")
+	require.Contains(t, out.String(), "Bench host busy: share of the CPUs")
+	runsCSV, err := os.ReadFile(filepath.Join(dir, "runs.csv"))
+	require.NoError(t, err)
+	require.Contains(t, string(runsCSV), ",75.00\n")
+
+	// without host samples: no such column
+	out.Reset()
+	require.NoError(t, run(raw, info, dir, "title", "set terminal png", samples, "", &out))
+	require.NotContains(t, out.String(), "bench host busy")
 }

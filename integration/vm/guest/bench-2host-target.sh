@@ -100,7 +100,8 @@ fi
 # switch away (srptarget: the re-arm, the last poll and the park), and from the post to the
 # second packet sent after it (the response's SEND after the RDMA WRITE). Meaningful at queue
 # depth 1, where the packet before a post is the command it answers. trace-stop prints, per
-# stage, the count, mean and percentiles in microseconds, then the trace of five I/Os.
+# stage, the count, mean and percentiles in microseconds, then the trace of five I/Os, each
+# from its packet to 1.5 ms after its post (what the poster did after it: the "after" stage).
 cat >/tmp/timeline.awk <<'AWK'
 function us(a, b) { return int((b - a) * 1000000 + 0.5) }
 {
@@ -205,7 +206,7 @@ trace-stop*)
 		for q in 50 75 90 95 100; do
 			read -r _ d a b <<<"\$(sed -n "\$(( (n * q + 99) / 100 ))p" /tmp/timeline.io)"
 			echo "TRACE \$name timeline-io p\$q \$d us"
-			awk -v a="\$a" -v b="\$b" '{ for (i = 1; i <= NF; i++) if (\$i ~ /^[0-9]+\\.[0-9]+:\$/) { t = substr(\$i, 1, length(\$i) - 1) + 0; break } } t >= a && t <= b' \$T/trace | cut -c1-160 | head -80 | sed "s/^/TRACE \$name timeline-io p\$q /"
+			awk -v a="\$a" -v b="\$b" '{ for (i = 1; i <= NF; i++) if (\$i ~ /^[0-9]+\\.[0-9]+:\$/) { t = substr(\$i, 1, length(\$i) - 1) + 0; break } } t >= a && t <= b + 0.0015' \$T/trace | cut -c1-160 | head -160 | sed "s/^/TRACE \$name timeline-io p\$q /"
 		done
 		} >/dev/console 2>&1
 		echo >\$T/trace
