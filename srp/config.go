@@ -168,9 +168,10 @@ var DefaultCompletion = CompletionFor(runtime.NumCPU())
 // that the kernel's own RDMA work needs: soft-RoCE's requester, responder and completer run
 // there too, so every microsecond the channel polls for its next completion delays that
 // completion. On the one-vCPU target host of the two-host benchmark event mode beat adaptive
-// on every job, while on two vCPUs adaptive halved event's queue-depth-1 latency
-// (docs/benchmarks.md). What counts is the CPUs, not GOMAXPROCS: with GOMAXPROCS=1 on a
-// bigger host the kernel still has the other CPUs.
+// on every job, also with that host on a CPU of its own, where adaptive took 1.6-2.2 times the
+// CPU per I/O and still answered no sooner at queue depth 1; on two vCPUs adaptive halved
+// event's queue-depth-1 latency (docs/benchmarks.md). What counts is the CPUs, not
+// GOMAXPROCS: with GOMAXPROCS=1 on a bigger host the kernel still has the other CPUs.
 func CompletionFor(ncpu int) CompletionMode {
 	if ncpu <= 1 {
 		return CompletionEvent
