@@ -101,7 +101,13 @@ func (s Summary) WriteTable(w io.Writer) {
 	fmt.Fprintln(w, "Medians over the rounds (minimum-maximum in brackets). Ratio = srptarget / LIO of the medians:")
 	fmt.Fprintln(w, "above 1 is better for IOPS and MiB/s, worse for latency; in brackets the lowest and highest ratio of")
 	fmt.Fprintln(w, "one round's srptarget block to the LIO block run right after it (same round and ch_count).")
-	if s.hasModes() {
+	switch {
+	case s.hasModes() && s.TargetHost:
+		// bench-2host-init.sh's variant= (a second daemon: another environment, limits or binary)
+		fmt.Fprintln(w, "srptarget ran two daemons, the default and the variant (guest argument variant=), each with its")
+		fmt.Fprintln(w, "own memory LUN; per round and ch_count both blocks ran, the two taking turns at going first,")
+		fmt.Fprintln(w, "then LIO's.")
+	case s.hasModes():
 		fmt.Fprintln(w, "srptarget ran one daemon per completion mode (limits.completion; a name such as adaptive20us")
 		fmt.Fprintln(w, "means adaptive with poll_window 20us), each with its own memory and null LUN; per round and")
 		fmt.Fprintln(w, "ch_count every daemon's block ran, in an order rotated by one each round, then LIO's.")

@@ -186,8 +186,18 @@ func TestRunHostSamples(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(runsCSV), ",75.00\n")
 
+	require.NotContains(t, out.String(), "two daemons", "no variant")
+
 	// without host samples: no such column
 	out.Reset()
 	require.NoError(t, run(raw, info, dir, "title", "set terminal png", samples, "", &out))
 	require.NotContains(t, out.String(), "bench host busy")
+
+	// with a variant (bench-2host-init.sh's variant=): its own wording, not the one-VM bench's
+	variant := strings.Replace(srpt, "target=srpt-mem", "target=srpt-mem-adaptive", 1)
+	require.NoError(t, os.WriteFile(raw, []byte(srpt+"\n"+variant+"\n"+lio+"\n"), 0o644))
+	out.Reset()
+	require.NoError(t, run(raw, info, dir, "title", "set terminal png", samples, hostSamples, &out))
+	require.Contains(t, out.String(), "srptarget ran two daemons, the default and the variant")
+	require.NotContains(t, out.String(), "rotated by one each round")
 }
