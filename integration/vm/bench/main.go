@@ -54,7 +54,7 @@ func run(rawPath, infoPath, out, title, terminal, samplesPath, hostSamplesPath s
 		return fmt.Errorf("%s: no BENCH lines", rawPath)
 	}
 	if hostSamplesPath != "" {
-		samples, err := readSamples(hostSamplesPath, ParseHostSample)
+		samples, err := readSamplesWarn(hostSamplesPath, ParseHostSample)
 		if err != nil {
 			return err
 		}
@@ -64,7 +64,7 @@ func run(rawPath, infoPath, out, title, terminal, samplesPath, hostSamplesPath s
 		}
 	}
 	if samplesPath != "" {
-		samples, err := readSamples(samplesPath, ParseTargetSample)
+		samples, err := readSamplesWarn(samplesPath, ParseTargetSample)
 		if err != nil {
 			return err
 		}
@@ -174,4 +174,13 @@ func readRuns(path string) ([]Run, error) {
 		runs = append(runs, r)
 	}
 	return runs, sc.Err()
+}
+
+// readSamplesWarn is readSamples, with the lines it skipped as malformed reported on stderr.
+func readSamplesWarn(path string, parse func(string) (TargetSample, error)) ([]TargetSample, error) {
+	samples, bad, err := readSamples(path, parse)
+	for _, b := range bad {
+		fmt.Fprintf(os.Stderr, "bench: sample skipped, %s\n", b)
+	}
+	return samples, err
 }

@@ -201,3 +201,19 @@ func TestRunHostSamples(t *testing.T) {
 	require.Contains(t, out.String(), "srptarget ran two daemons, the default and the variant")
 	require.NotContains(t, out.String(), "rotated by one each round")
 }
+
+func TestReadSamplesSkipsMangledLines(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "target-samples.txt")
+	// the second line as a serial console mangled it: a kernel message in its middle
+	lines := sampleLine(1, 100, 100, 10) + "\n" +
+		sampleLine(1.5, 150, 120, 12) + "[   34.738488] random: crng init done\n" +
+		"a console line of something else\n" +
+		sampleLine(2, 200, 140, 14) + "\n"
+	require.NoError(t, os.WriteFile(path, []byte(lines), 0o644))
+	samples, bad, err := readSamples(path, ParseTargetSample)
+	require.NoError(t, err)
+	require.Len(t, samples, 2)
+	require.Equal(t, []float64{1, 2}, []float64{samples[0].Up, samples[1].Up})
+	require.Len(t, bad, 1)
+	require.Contains(t, bad[0], path+":2: dcs:")
+}

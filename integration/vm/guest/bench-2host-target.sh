@@ -143,6 +143,8 @@ T=/sys/kernel/tracing
 SYSCALLS='hist:keys=common_pid.execname,id.syscall:vals=hitcount:sort=hitcount.descending:size=4096'
 SWITCHES='hist:keys=prev_comm,prev_pid,prev_state:vals=hitcount:sort=hitcount.descending'
 WAKEUPS='hist:keys=comm,pid:vals=hitcount:sort=hitcount.descending'
+# the events of trace-start timeline (the kprobes it defines, then the kernel's tracepoints)
+TIMELINE_EVENTS='kprobes/rcv kprobes/post kprobes/postret kprobes/xmit sched/sched_wakeup sched/sched_switch raw_syscalls/sys_enter raw_syscalls/sys_exit irq/irq_handler_entry irq/softirq_entry irq/softirq_exit'
 case \$cmd in
 profile-start)
 	rm -f $PROF
@@ -172,7 +174,7 @@ trace-start\ timeline)
 	echo 'p:post rxe_post_send' >>\$T/kprobe_events
 	echo 'r:postret rxe_post_send' >>\$T/kprobe_events
 	echo 'p:xmit rxe_xmit_packet' >>\$T/kprobe_events
-	for e in kprobes/rcv kprobes/post kprobes/postret kprobes/xmit sched/sched_wakeup sched/sched_switch raw_syscalls/sys_enter raw_syscalls/sys_exit irq/irq_handler_entry irq/softirq_entry irq/softirq_exit; do echo 1 >\$T/events/\$e/enable; done
+	for e in \$TIMELINE_EVENTS; do echo 1 >\$T/events/\$e/enable; done
 	echo 1 >\$T/tracing_on
 	touch /tmp/timeline.on
 	echo ok ;;
@@ -189,7 +191,7 @@ trace-stop*)
 	if [ -e /tmp/timeline.on ]; then
 		rm -f /tmp/timeline.on
 		echo 0 >\$T/tracing_on
-		for e in kprobes/rcv kprobes/post kprobes/postret kprobes/xmit sched/sched_wakeup sched/sched_switch raw_syscalls/sys_enter raw_syscalls/sys_exit irq/irq_handler_entry irq/softirq_entry irq/softirq_exit; do echo 0 >\$T/events/\$e/enable; done
+		for e in \$TIMELINE_EVENTS; do echo 0 >\$T/events/\$e/enable; done
 		awk -f /tmp/timeline.awk \$T/trace >/tmp/timeline.txt
 		{
 		for k in to_wake wake_to_run run_to_post rcv_to_post rcv_to_post_busy post after post_to_out rcv_to_out; do
