@@ -140,6 +140,7 @@ cat >/tmp/bench-ctl.sh <<CTL
 read -r cmd
 # trace-start and trace-stop: tracefs hist triggers, installed and removed by the same text.
 T=/sys/kernel/tracing
+HWC=/sys/class/infiniband/rxe0/ports/1/hw_counters
 SYSCALLS='hist:keys=common_pid.execname,id.syscall:vals=hitcount:sort=hitcount.descending:size=4096'
 SWITCHES='hist:keys=prev_comm,prev_pid,prev_state:vals=hitcount:sort=hitcount.descending'
 WAKEUPS='hist:keys=comm,pid:vals=hitcount:sort=hitcount.descending'
@@ -185,6 +186,7 @@ trace-start)
 	echo "\$WAKEUPS" >\$T/events/sched/sched_wakeup/trigger
 	cat /proc/softirqs >/tmp/softirqs.0
 	grep -E '^(ctxt|intr)' /proc/stat >/tmp/stat.0
+	grep -H . \$HWC/* >/tmp/hwc.0 2>/dev/null
 	echo ok ;;
 trace-stop*)
 	name=\${cmd#trace-stop }
@@ -225,6 +227,9 @@ trace-stop*)
 	sed "s/^/TRACE \$name softirqs0 /" /tmp/softirqs.0
 	grep -E '^(ctxt|intr)' /proc/stat | cut -c1-40 | sed "s/^/TRACE \$name stat1 /"
 	cut -c1-40 /tmp/stat.0 | sed "s/^/TRACE \$name stat0 /"
+	# soft-RoCE's own counters over the job, those that moved: packets, and the
+	# retransmissions, duplicates, sequence and RNR errors that would cost either target CPU
+	grep -H . \$HWC/* 2>/dev/null | awk -F: 'NR == FNR { c[\$1] = \$2; next } \$2 != c[\$1] { n = \$1; sub(/.*\//, "", n); print n, \$2 - c[\$1] }' /tmp/hwc.0 - | sed "s/^/TRACE \$name rxe /"
 	echo "TRACE \$name end"
 	} >/dev/console 2>&1
 	echo "!\$SYSCALLS" >\$T/events/raw_syscalls/sys_enter/trigger
