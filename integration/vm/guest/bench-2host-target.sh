@@ -187,6 +187,7 @@ trace-start)
 	cat /proc/softirqs >/tmp/softirqs.0
 	grep -E '^(ctxt|intr)' /proc/stat >/tmp/stat.0
 	grep -H . \$HWC/* >/tmp/hwc.0 2>/dev/null
+	cat /proc/interrupts >/tmp/interrupts.0
 	echo ok ;;
 trace-stop*)
 	name=\${cmd#trace-stop }
@@ -230,6 +231,8 @@ trace-stop*)
 	# soft-RoCE's own counters over the job, those that moved: packets, and the
 	# retransmissions, duplicates, sequence and RNR errors that would cost either target CPU
 	grep -H . \$HWC/* 2>/dev/null | awk -F: 'NR == FNR { c[\$1] = \$2; next } \$2 != c[\$1] { n = \$1; sub(/.*\//, "", n); print n, \$2 - c[\$1] }' /tmp/hwc.0 - | sed "s/^/TRACE \$name rxe /"
+	# the interrupts that came during the job, by source (one vCPU: the count is column 2)
+	awk 'NR == FNR { c[\$1] = \$2; next } \$2 ~ /^[0-9]+\$/ && \$2 != c[\$1] { print \$1, \$2 - c[\$1], \$NF }' /tmp/interrupts.0 /proc/interrupts | sed "s/^/TRACE \$name irq /"
 	echo "TRACE \$name end"
 	} >/dev/console 2>&1
 	echo "!\$SYSCALLS" >\$T/events/raw_syscalls/sys_enter/trigger
