@@ -108,6 +108,21 @@ function us(a, b) { return int((b - a) * 1000000 + 0.5) }
 	ts = ""
 	for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+\.[0-9]+:$/) { ts = substr($i, 1, length($i) - 1); ev = $(i + 1); break }
 	if (ts == "") next
+	# How soft-RoCE's packet work is batched (the "batch" line): packets received (rxe_rcv)
+	# per NET_RX softirq run, packets sent (rxe_xmit_packet) per tasklet run and per post
+	# (rxe_post_send, the daemon's system call; a kernel target's posts only queue), and
+	# where the rest were sent. One vCPU: the events are in order.
+	if (ev == "softirq_entry:") { sirq = $NF; if (sirq == "[action=NET_RX]") netrx++; else if (sirq == "[action=TASKLET]") tasklet++ }
+	else if (ev == "softirq_exit:") sirq = ""
+	else if (ev == "post:") { in_post_call = 1; posts++ }
+	else if (ev == "postret:") in_post_call = 0
+	else if (ev == "rcv:") { if (sirq == "[action=NET_RX]") rcv_netrx++; else rcv_other++ }
+	else if (ev == "xmit:") {
+		if (sirq == "[action=TASKLET]") x_tasklet++
+		else if (sirq == "[action=NET_RX]") x_netrx++
+		else if (in_post_call) x_post++
+		else x_other++
+	}
 }
 ev == "rcv:" {
 	if (posting != "") inpost++
@@ -131,31 +146,10 @@ ev == "post:" && rcv != "" {
 	posting = ts; posted = ts; rcvd = rcv; rcv = ""; out = 2; next
 }
 ev == "postret:" && posting != "" { print "post", us(posting, ts); posting = ""; after = ts; next }
-END { print "rcv_in_post", inpost + 0; print "rcv_in_after", inafter + 0 }
-AWK
-# How soft-RoCE's packet work is batched, over the whole trace of a job: packets received
-# (rxe_rcv) per NET_RX softirq run, packets sent (rxe_xmit_packet) per tasklet run and per
-# post (rxe_post_send, the daemon's system call; a kernel target's posts only queue), and
-# where the rest were sent. One vCPU: the events are in order.
-cat >/tmp/batch.awk <<'AWK'
-{
-	ev = ""
-	for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+\.[0-9]+:$/) { ev = $(i + 1); break }
-}
-ev == "softirq_entry:" { sirq = $NF; if (sirq == "[action=NET_RX]") netrx++; else if (sirq == "[action=TASKLET]") tasklet++; next }
-ev == "softirq_exit:" { sirq = ""; next }
-ev == "post:" { inpost = 1; posts++; next }
-ev == "postret:" { inpost = 0; next }
-ev == "rcv:" { if (sirq == "[action=NET_RX]") rcv_netrx++; else rcv_other++; next }
-ev == "xmit:" {
-	if (sirq == "[action=TASKLET]") x_tasklet++
-	else if (sirq == "[action=NET_RX]") x_netrx++
-	else if (inpost) x_post++
-	else x_other++
-}
 function per(a, b) { return b ? sprintf("%.2f", a / b) : "-" }
 END {
-	printf "net_rx=%d rcv_per_net_rx=%s rcv_elsewhere=%d tasklets=%d xmit_per_tasklet=%s posts=%d xmit_per_post=%s xmit_in_net_rx=%d xmit_elsewhere=%d\n",
+	print "rcv_in_post", inpost + 0; print "rcv_in_after", inafter + 0
+	printf "batch net_rx=%d rcv_per_net_rx=%s rcv_elsewhere=%d tasklets=%d xmit_per_tasklet=%s posts=%d xmit_per_post=%s xmit_in_net_rx=%d xmit_elsewhere=%d\n",
 		netrx, per(rcv_netrx, netrx), rcv_other, tasklet, per(x_tasklet, tasklet), posts, per(x_post, posts), x_netrx, x_other
 }
 AWK
@@ -230,8 +224,7 @@ trace-stop*)
 			pct() { sed -n "\$(( (n * \$1 + 99) / 100 ))p" /tmp/timeline.col; }
 			echo "TRACE \$name timeline \$k n=\$n mean=\$(awk '{ s += \$1 } END { printf "%d", s / NR }' /tmp/timeline.col) p10=\$(pct 10) p50=\$(pct 50) p90=\$(pct 90) p99=\$(pct 99)"
 		done
-		grep '^rcv_in_' /tmp/timeline.txt | sed "s/^/TRACE \$name timeline /"
-		echo "TRACE \$name timeline batch \$(awk -f /tmp/batch.awk \$T/trace)"
+		grep -E '^(rcv_in_|batch )' /tmp/timeline.txt | sed "s/^/TRACE \$name timeline /"
 		# the I/Os at the 50th, 75th, 90th and 95th percentile and the slowest: their trace
 		grep '^io ' /tmp/timeline.txt | sort -k2,2n >/tmp/timeline.io
 		n=\$(wc -l </tmp/timeline.io)
