@@ -78,9 +78,23 @@ e2e-alua:
 demo:
 	GO="$(GO)" integration/vm/demo.sh
 
+# PGO_PROFILE: the CPU profile the daemon is built with (Go's profile-guided optimization:
+# go build and go install take a main package's default.pgo by themselves). bench-go builds
+# the benchmarks with it too, so that they measure the code the daemon runs.
+PGO_PROFILE = cmd/srptarget/default.pgo
+
 # bench-go: the Go benchmarks of the I/O path (ns/op, allocs/op) over the in-memory fabric.
 bench-go:
-	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+	$(GO) test -run '^$$' -bench . -benchmem -pgo=$(PGO_PROFILE) $(PKGS)
+
+# pgo: remake PGO_PROFILE from the daemon's CPU profiles of two-host benches (make bench writes
+# them; the profile is one of a daemon under the bench's load on the 1-vCPU target):
+#   make pgo PGO_FROM="$$SRPT_VM_DIR/bench/2host-<date-time> ..."
+.PHONY: pgo
+pgo:
+	@test -n "$(PGO_FROM)" || { echo "usage: make pgo PGO_FROM='DIR...' (two-host bench directories with srptarget.cpu.ch*.pprof)"; exit 2; }
+	$(GO) tool pprof -proto $(foreach d,$(PGO_FROM),$(wildcard $(d)/srptarget.cpu.ch*.pprof)) >$(PGO_PROFILE).new
+	mv $(PGO_PROFILE).new $(PGO_PROFILE)
 
 # bench: srptarget against LIO ib_srpt, each target on a host of its own: two qemu VMs on one
 # virtual link (a 1-vCPU target VM with both targets, a 2-vCPU initiator VM with ib_srp and
