@@ -93,7 +93,10 @@ bench-go:
 .PHONY: pgo
 pgo:
 	@test -n "$(PGO_FROM)" || { echo "usage: make pgo PGO_FROM='DIR...' (two-host bench directories with srptarget.cpu.ch*.pprof)"; exit 2; }
-	$(GO) tool pprof -proto $(foreach d,$(PGO_FROM),$(wildcard $(d)/srptarget.cpu.ch*.pprof)) >$(PGO_PROFILE).new
+	@set -- $(foreach d,$(PGO_FROM),$(wildcard $(d)/srptarget.cpu.ch*.pprof)); \
+	if [ $$# -eq 0 ]; then echo "pgo: no srptarget.cpu.ch*.pprof in $(PGO_FROM) (a two-host bench profiles round 2 unless profile=0)"; exit 1; fi; \
+	echo "pgo: merging $$*"; \
+	$(GO) tool pprof -proto "$$@" >$(PGO_PROFILE).new || { rm -f $(PGO_PROFILE).new; exit 1; }; \
 	mv $(PGO_PROFILE).new $(PGO_PROFILE)
 
 # bench: srptarget against LIO ib_srpt, each target on a host of its own: two qemu VMs on one
