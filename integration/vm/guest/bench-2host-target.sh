@@ -251,8 +251,10 @@ trace-stop*)
 	# soft-RoCE's own counters over the job, those that moved: packets, and the
 	# retransmissions, duplicates, sequence and RNR errors that would cost either target CPU
 	grep -H . \$HWC/* 2>/dev/null | awk -F: 'NR == FNR { c[\$1] = \$2; next } \$2 != c[\$1] { n = \$1; sub(/.*\//, "", n); print n, \$2 - c[\$1] }' /tmp/hwc.0 - | sed "s/^/TRACE \$name rxe /"
-	# the interrupts that came during the job, by source (one vCPU: the count is column 2)
-	awk 'NR == FNR { c[\$1] = \$2; next } \$2 ~ /^[0-9]+\$/ && \$2 != c[\$1] { print \$1, \$2 - c[\$1], \$NF }' /tmp/interrupts.0 /proc/interrupts | sed "s/^/TRACE \$name irq /"
+	# the interrupts that came during the job, by source (one vCPU: the count is column 2),
+	# named as /proc/interrupts names them: a numbered line by its device (the last field),
+	# the others (LOC, RES, ...) by their description ("Local timer interrupts")
+	awk 'NR == FNR { c[\$1] = \$2; next } \$2 ~ /^[0-9]+\$/ && \$2 != c[\$1] { d = \$NF; if (\$1 !~ /^[0-9]+:\$/) { d = \$3; for (i = 4; i <= NF; i++) d = d " " \$i } print \$1, \$2 - c[\$1], d }' /tmp/interrupts.0 /proc/interrupts | sed "s/^/TRACE \$name irq /"
 	echo "TRACE \$name end"
 	} >/dev/console 2>&1
 	echo "!\$SYSCALLS" >\$T/events/raw_syscalls/sys_enter/trigger
