@@ -65,6 +65,7 @@ func (s *Scripted) Step() (over bool) {
 			c := s.tmf
 			s.tmf, s.claimed = nil, nil
 			s.ch.done <- c
+			s.ch.handOff()
 		}
 		_, over = s.ch.pass()
 		if over {
@@ -104,6 +105,7 @@ func (s *Scripted) Exec() (tag uint64, ok bool) {
 		}
 		tag = c.tag.Load()
 		s.ch.done <- c
+		s.ch.handOff()
 		return tag, true
 	default:
 		return 0, false

@@ -93,7 +93,7 @@ func (ch *channel) tmfLoop() {
 				zap.Uint8("response", uint8(c.tm.code)))
 		}
 		ch.done <- c
-		ch.kick()
+		ch.handOff()
 	}
 }
 
