@@ -164,6 +164,7 @@ HWC=/sys/class/infiniband/rxe0/ports/1/hw_counters
 SYSCALLS='hist:keys=common_pid.execname,id.syscall:vals=hitcount:sort=hitcount.descending:size=4096'
 SWITCHES='hist:keys=prev_comm,prev_pid,prev_state:vals=hitcount:sort=hitcount.descending'
 WAKEUPS='hist:keys=comm,pid:vals=hitcount:sort=hitcount.descending'
+TLBFLUSH='hist:keys=common_pid.execname,reason,pages:vals=hitcount:sort=hitcount.descending'
 # the events of trace-start timeline (the kprobes it defines, then the kernel's tracepoints)
 TIMELINE_EVENTS='kprobes/rcv kprobes/post kprobes/postret kprobes/xmit sched/sched_wakeup sched/sched_switch raw_syscalls/sys_enter raw_syscalls/sys_exit irq/irq_handler_entry irq/softirq_entry irq/softirq_exit'
 case \$cmd in
@@ -204,6 +205,7 @@ trace-start)
 	echo "\$SYSCALLS" >\$T/events/raw_syscalls/sys_enter/trigger
 	echo "\$SWITCHES" >\$T/events/sched/sched_switch/trigger
 	echo "\$WAKEUPS" >\$T/events/sched/sched_wakeup/trigger
+	echo "\$TLBFLUSH" >\$T/events/tlb/tlb_flush/trigger
 	cat /proc/softirqs >/tmp/softirqs.0
 	grep -E '^(ctxt|intr)' /proc/stat >/tmp/stat.0
 	grep -H . \$HWC/* >/tmp/hwc.0 2>/dev/null
@@ -244,6 +246,7 @@ trace-stop*)
 	grep -v '^#' \$T/events/raw_syscalls/sys_enter/hist | grep -v '^\$' | head -60 | sed "s/^/TRACE \$name syscall /"
 	grep -v '^#' \$T/events/sched/sched_switch/hist | grep -v '^\$' | head -30 | sed "s/^/TRACE \$name switch /"
 	grep -v '^#' \$T/events/sched/sched_wakeup/hist | grep -v '^\$' | head -30 | sed "s/^/TRACE \$name wakeup /"
+	grep -v '^#' \$T/events/tlb/tlb_flush/hist | grep -v '^\$' | head -30 | sed "s/^/TRACE \$name tlb /"
 	sed "s/^/TRACE \$name softirqs1 /" /proc/softirqs
 	sed "s/^/TRACE \$name softirqs0 /" /tmp/softirqs.0
 	grep -E '^(ctxt|intr)' /proc/stat | cut -c1-40 | sed "s/^/TRACE \$name stat1 /"
@@ -260,6 +263,7 @@ trace-stop*)
 	echo "!\$SYSCALLS" >\$T/events/raw_syscalls/sys_enter/trigger
 	echo "!\$SWITCHES" >\$T/events/sched/sched_switch/trigger
 	echo "!\$WAKEUPS" >\$T/events/sched/sched_wakeup/trigger
+	echo "!\$TLBFLUSH" >\$T/events/tlb/tlb_flush/trigger
 	echo ok ;;
 esac
 CTL
