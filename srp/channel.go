@@ -161,7 +161,7 @@ type channel struct {
 	// waiter is the connection's ib.Waiter when the channel goroutine sleeps in its Serve
 	// (set before the goroutines start; nil otherwise); serving: it does now; stepFn is
 	// step, made once. sleeping is set while the channel goroutine sleeps in Serve, or is
-	// about to: whoever hands it work then interrupts the sleep (kick). timerFired: the
+	// about to: whoever hands it work then interrupts the sleep (handOff). timerFired: the
 	// timer went off (its function signals the channel). handed is set by whoever puts
 	// something in done or wake, after the send, and cleared by takeReady once it has found
 	// both empty: while it is clear, takeReady skips the select over them (handOff).
@@ -546,11 +546,12 @@ func (ch *channel) readyC() <-chan struct{} {
 
 // takeReady handles one thing that is already waiting, if any, without sleeping.
 //
-// While the goroutine sleeps in Serve, Ready is not among the channels it looks at, and done
-// and wake are looked at only when handed says something was put there since they were last
-// found empty: a select over channels takes and releases each channel's lock, and the loop
-// asks several times per wake-up, nearly always in vain (the select was 6 % of the daemon's
-// CPU time at queue depth 1 under soft-RoCE).
+// While the goroutine runs under the connection's Serve, or once the queue pair is closed,
+// Ready is not among the channels it looks at, and done and wake are looked at only when
+// handed says something was put there since they were last found empty: a select over
+// channels takes and releases each channel's lock, and the loop asks several times per
+// wake-up, nearly always in vain (the select was 6 % of the daemon's CPU time at queue depth
+// 1 under soft-RoCE).
 func (ch *channel) takeReady() bool {
 	if ch.timerFired.Load() && ch.timerFired.Swap(false) {
 		if ch.timerArmed && ch.fake == nil {
