@@ -683,9 +683,10 @@ func (ch *channel) noteWork() { ch.idleSpins, ch.lastWork = 0, 0 }
 
 // pollWindowOpen counts an idle pass of an adaptive channel and reports whether its poll
 // window is still open. The clock is read once per clockEvery passes, not on every one: in a
-// VM whose clocksource is the HPET (as TCG guests get) each read is a system call and a
-// trapped device access, and reading it on every pass cost the daemon an eighth of its CPU
-// time. The first read starts the window; once it is over it stays over until noteWork.
+// VM whose clocksource is the HPET (as TCG guests with more than one vCPU get) each read is a
+// system call and a trapped device access, and reading it on every pass cost the daemon an
+// eighth of its CPU time. The first read starts the window; once it is over it stays over
+// until noteWork.
 func (ch *channel) pollWindowOpen() bool {
 	if ch.lastWork < 0 {
 		return false

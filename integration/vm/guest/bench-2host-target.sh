@@ -58,9 +58,11 @@ SAMPLER_SCHED=$(arg sampler_sched other)
 PROF=/tmp/srptarget.cpu.pprof
 
 bench_rxe_eth0
-# Under TCG the guest kernel marks the TSC unstable and falls back to the HPET, an emulated
-# device: a clock read (the Go runtime makes many) costs far more than with the TSC of a real
-# host. Recorded so that runs with another clocksource (SRPT_VM_APPEND) are told apart.
+# Under TCG a guest kernel with more than one vCPU marks the TSC unstable at boot (TSCs
+# unsynchronized) and falls back to the HPET, an emulated device: a clock read (the Go runtime
+# makes many) costs far more than with the TSC. This 1-vCPU target keeps the TSC, unless the
+# clocksource watchdog finds it unstable later (bench-2host.sh then says when, in setup.txt).
+# Recorded so that runs with another clocksource (SRPT_VM_APPEND) are told apart.
 record "clocksource" pass "$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null)"
 
 step "srptarget serve on port $SRPT_PORT"
