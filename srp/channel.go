@@ -388,6 +388,13 @@ func (ch *channel) signal() {
 	ch.handOff()
 }
 
+// handBack gives c back to the channel goroutine (a worker's or the task management
+// goroutine's finished context): the send on done and its handOff, always together.
+func (ch *channel) handBack(c *cmdCtx) {
+	ch.done <- c
+	ch.handOff()
+}
+
 // handOff tells the channel goroutine, after a send on done or wake, that something waits
 // there: it sets handed, and interrupts the goroutine's sleep in the connection's Serve if it
 // sleeps there or is about to. The sleeper sets sleeping before its last look at handed, and
@@ -430,8 +437,7 @@ func (ch *channel) worker() {
 		if c.state() == ctxCmd && !ch.closing.Load() {
 			c.lunMap.Execute(&c.cmd)
 		}
-		ch.done <- c
-		ch.handOff()
+		ch.handBack(c)
 	}
 }
 

@@ -64,8 +64,7 @@ func (s *Scripted) Step() (over bool) {
 			s.tmf.tm.code = s.code
 			c := s.tmf
 			s.tmf, s.claimed = nil, nil
-			s.ch.done <- c
-			s.ch.handOff()
+			s.ch.handBack(c)
 		}
 		_, over = s.ch.pass()
 		if over {
@@ -104,8 +103,7 @@ func (s *Scripted) Exec() (tag uint64, ok bool) {
 			c.lunMap.Execute(&c.cmd)
 		}
 		tag = c.tag.Load()
-		s.ch.done <- c
-		s.ch.handOff()
+		s.ch.handBack(c)
 		return tag, true
 	default:
 		return 0, false

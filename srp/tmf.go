@@ -92,8 +92,7 @@ func (ch *channel) tmfLoop() {
 				zap.Uint64("lun", c.tm.lun), zap.Uint64("task_tag", uint64(c.tm.taskTag)),
 				zap.Uint8("response", uint8(c.tm.code)))
 		}
-		ch.done <- c
-		ch.handOff()
+		ch.handBack(c)
 	}
 }
 
