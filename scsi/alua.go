@@ -334,15 +334,16 @@ const (
 )
 
 // reportTargetPortGroups handles REPORT TARGET PORT GROUPS (SPC-4 6.37). Without an ALUA
-// configuration the command is not supported (TPGS is 00b), as SPC-4 requires, and REPORT
-// SUPPORTED OPERATION CODES does not list it (LogicalUnit.offers).
+// configuration the command is not supported (TPGS is 00b), as SPC-4 requires: it is answered as
+// any unsupported service action of MAINTENANCE IN, and REPORT SUPPORTED OPERATION CODES does
+// not list it (LogicalUnit.offers).
 func reportTargetPortGroups(lu *LogicalUnit, c *Command) {
 	if c.failOn(checkCDBUsage(c.CDB, usageReportTPGs)) {
 		return
 	}
 	a := c.alua()
 	if a == nil {
-		c.invalidOpcode()
+		c.invalidServiceAction()
 		return
 	}
 	alloc := int(binary.BigEndian.Uint32(c.CDB[6:10]))

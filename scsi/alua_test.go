@@ -80,7 +80,7 @@ func TestReportTargetPortGroups(t *testing.T) {
 	t.Run("without ALUA", func(t *testing.T) {
 		_, m := readyMap(t, nil)
 		c := run(m, testNexus, 0, rtpgCDB(1, 512), nil, 512)
-		requireSense(t, c, ReasonInvalidCommandOperationCode)
+		requireInvalidCDB(t, c, 1, 4) // an unsupported service action of MAINTENANCE IN
 	})
 }
 

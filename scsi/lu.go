@@ -353,7 +353,7 @@ func (lu *LogicalUnit) Execute(c *Command) {
 		}
 	}
 	if op == nil {
-		c.invalidOpcode()
+		c.unsupported()
 		return
 	}
 	if len(c.CDB) < op.cdbLength {
@@ -395,10 +395,32 @@ func (lu *LogicalUnit) Execute(c *Command) {
 	lu.tasks.leave(c)
 }
 
-// invalidOpcode answers a CDB whose operation code (or service action) is not supported, with the
-// field pointer on the operation code or the service action.
+// invalidOpcode answers a CDB whose operation code is not supported: ILLEGAL REQUEST, INVALID
+// COMMAND OPERATION CODE (SPC-4 4.2.5.1), without a field pointer (the whole CDB is unknown).
 func (c *Command) invalidOpcode() {
 	c.fail(ReasonInvalidCommandOperationCode)
+}
+
+// invalidServiceAction answers a CDB whose operation code is supported but whose service action
+// is not: ILLEGAL REQUEST, INVALID FIELD IN CDB with the field pointer on the SERVICE ACTION
+// field (SPC-4 4.2.5.1, and each service action command's text, e.g. PERSISTENT RESERVE IN
+// 6.15.1). Initiator tools read INVALID COMMAND OPERATION CODE as "the whole command is not
+// implemented": a PERSISTENT RESERVE IN with a reserved service action answered that way says
+// that persistent reservations are missing.
+func (c *Command) invalidServiceAction() {
+	c.invalidCDBField(saFieldOff, saFieldBit)
+}
+
+// unsupported answers a CDB that lookupCommand did not find: an unsupported service action of an
+// operation code that has supported ones, or else an unsupported operation code. An operation
+// code none of whose service actions is supported (MAINTENANCE OUT, SERVICE ACTION OUT(16)) is
+// itself unsupported.
+func (c *Command) unsupported() {
+	if len(commandTable[c.CDB[0]].bySA) > 0 {
+		c.invalidServiceAction()
+		return
+	}
+	c.invalidOpcode()
 }
 
 // ioError turns a backstore error into sense data. A backstore failure never becomes GOOD.

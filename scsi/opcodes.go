@@ -135,6 +135,14 @@ func serviceActionOf(cdb []byte) uint16 {
 	return uint16(cdb[1] & 0x1F)
 }
 
+// Where the SERVICE ACTION field starts, for the field pointer: byte 1, bit 4 (bits 4:0) in every
+// service action command this package supports (SPC-4 4.2.5.2; the variable-length CDBs, whose
+// service action is bytes 8-9, are not supported).
+const (
+	saFieldOff = 1
+	saFieldBit = 4
+)
+
 // lookupCommand finds the command a CDB asks for, or nil when it is not supported.
 func lookupCommand(cdb []byte) *opInfo {
 	e := &commandTable[cdb[0]]

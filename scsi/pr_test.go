@@ -556,8 +556,8 @@ func TestPROutParameterErrors(t *testing.T) {
 	// Data-out shorter than the parameter list length.
 	c := run(m, prNexusA, 0, prOutCDB(prOutRegister, 0, 24), make([]byte, 10), 0)
 	requireInvalidCDB(t, c, 5, -1)
-	// An unknown service action is not a supported command.
-	requireSense(t, sendPROut(m, prNexusA, 0x08, 0, prParams(keyA, 0, 0)), ReasonInvalidCommandOperationCode)
+	// An unknown service action: INVALID FIELD IN CDB on the SERVICE ACTION field (SPC-4 4.2.5.1).
+	requireInvalidCDB(t, sendPROut(m, prNexusA, 0x08, 0, prParams(keyA, 0, 0)), 1, 4)
 }
 
 // TestPRPreemptAndAbort: the victim's commands are aborted, it sees COMMANDS CLEARED BY

@@ -139,24 +139,54 @@ func TestShortCDB(t *testing.T) {
 	}
 }
 
-// TestUnsupportedOpcode checks INVALID COMMAND OPERATION CODE for operation codes and service
-// actions the device server does not implement.
+// TestUnsupportedOpcode checks INVALID COMMAND OPERATION CODE, without a field pointer, for
+// operation codes the device server does not implement, including those none of whose service
+// actions it implements (SPC-4 4.2.5.1).
 func TestUnsupportedOpcode(t *testing.T) {
 	_, m := readyMap(t, nil)
 	for _, cdb := range [][]byte{
-		{0x5E, 0x1F, 0, 0, 0, 0, 0, 0, 0x10, 0},                      // PERSISTENT RESERVE IN, SA 1Fh
-		{0x9E, 0x1F, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x20, 0, 0},    // SERVICE ACTION IN(16), SA 1Fh
-		{0xA3, 0x0A, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0},                // REPORT TARGET PORT GROUPS
-		{0xA3, 0x0F, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0},                // REPORT TIMESTAMP
+		{0xA4, 0x0A, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0},                // MAINTENANCE OUT: SET TARGET PORT GROUPS
+		{0x9F, 0x11, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},       // SERVICE ACTION OUT(16)
 		{0xC0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},          // vendor specific
 		{0x4D, 0, 0, 0, 0, 0, 0, 0, 0x10, 0},                         // LOG SENSE
 		{0x1D, 0, 0, 0, 0, 0},                                        // SEND DIAGNOSTIC
 		{0x3C, 0x02, 0, 0, 0, 0, 0, 0, 0x10, 0},                      // READ BUFFER
-		{0x7F, 0, 0, 0, 0, 0, 0, 0x18, 0x0D, 0, 0, 0, 0, 0, 0, 0, 0}, // variable length (33h? not supported)
+		{0x7F, 0, 0, 0, 0, 0, 0, 0x18, 0x0D, 0, 0, 0, 0, 0, 0, 0, 0}, // variable length
 	} {
 		c := run(m, testNexus, 0, cdb, nil, 512)
 		s := requireSense(t, c, ReasonInvalidCommandOperationCode)
 		require.False(t, s.FieldPointerValid)
+	}
+}
+
+// TestUnsupportedServiceAction checks that a service action the device server does not implement,
+// of an operation code some of whose service actions it does, is INVALID FIELD IN CDB with the
+// field pointer on the SERVICE ACTION field (byte 1, bit 4) (SPC-4 4.2.5.1), in both sense
+// formats, and that no command of the table is answered so by mistake.
+func TestUnsupportedServiceAction(t *testing.T) {
+	cdbs := map[string][]byte{
+		"PERSISTENT RESERVE IN SA 04h":    {0x5E, 0x04, 0, 0, 0, 0, 0, 0x10, 0x00, 0},
+		"PERSISTENT RESERVE IN SA 1Fh":    {0x5E, 0x1F, 0, 0, 0, 0, 0, 0x10, 0x00, 0},
+		"PERSISTENT RESERVE OUT SA 08h":   {0x5F, 0x08, 0, 0, 0, 0, 0, 0, 0x18, 0},
+		"SERVICE ACTION IN(16) SA 1Fh":    {0x9E, 0x1F, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x20, 0, 0},
+		"SERVICE ACTION IN(16) SA 13h":    {0x9E, 0x13, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x20, 0, 0},
+		"MAINTENANCE IN REPORT TIMESTAMP": {0xA3, 0x0F, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0},
+		// Without ALUA, REPORT TARGET PORT GROUPS is not supported (TPGS 00b).
+		"MAINTENANCE IN REPORT TARGET PORT GROUPS": {0xA3, 0x0A, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0},
+	}
+	for _, desc := range []bool{false, true} {
+		lu, m := readyMap(t, nil)
+		lu.mode.dSense.Store(desc)
+		for name, cdb := range cdbs {
+			c := run(m, testNexus, 0, cdb, make([]byte, 24), 512)
+			t.Run(name, func(t *testing.T) {
+				s := requireSense(t, c, ReasonInvalidFieldInCDB)
+				require.True(t, s.FieldPointerValid && s.InCDB && s.BitPointerValid, "SKSV, C/D, BPV: %+v", s)
+				require.Equal(t, uint16(1), s.FieldPointer)
+				require.Equal(t, uint8(4), s.BitPointer)
+				require.Equal(t, desc, c.Sense[0] == SenseCurrentDescriptor)
+			})
+		}
 	}
 }
 
