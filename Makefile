@@ -103,7 +103,7 @@ pgo:
 # virtual link (a 1-vCPU target VM with both targets, a 2-vCPU initiator VM with ib_srp and
 # fio), soft-RoCE on each, the same fio jobs alternating between the targets; the target
 # host's CPU per I/O. Table, CSV and chart in $$SRPT_VM_DIR/bench/2host-<date-time>
-# (docs/benchmarks.md, "Two hosts"), then the Go benchmarks. Needs root; about 10 min.
+# (docs/benchmarks.md, "Method: two hosts"), then the Go benchmarks. Needs root; about 10 min.
 # BENCH_ARGS go to both guests (e.g. BENCH_ARGS='rounds=5').
 # bench-loopback: the one-VM bench (initiator and targets in one VM), with the daemon's CPU
 # profile, scheduler and system-call counts, and srpt_modes; bench-vm is its old name.

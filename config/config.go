@@ -153,11 +153,9 @@ var DefaultScheduling = SchedulingFor(runtime.NumCPU())
 // thread it starts to take over the goroutine's P, the thread that waits in epoll) preempts
 // the thread doing the work, in the middle of soft-RoCE's protocol work inside
 // ibv_post_send; SCHED_BATCH lets the running thread finish (kernel/sched/fair.c,
-// check_preempt_wakeup: no wake-up preemption for SCHED_BATCH). On the one-vCPU target host
-// of the two-host benchmark it cut the host's context switches per 4 KiB I/O from 1.7 to
-// 0.5-0.7 (LIO: 0.6-0.8) and its CPU per I/O by 3-29 % (docs/benchmarks.md). With more CPUs
-// a waking thread usually finds an idle one; there it was not measured, so the default leaves
-// the policy alone.
+// check_preempt_wakeup: no wake-up preemption for SCHED_BATCH); docs/benchmarks.md has what
+// it saves on a one-CPU host. With more CPUs a waking thread usually finds an idle one; there
+// it was not measured, so the default leaves the policy alone.
 func SchedulingFor(ncpu int) string {
 	if ncpu <= 1 {
 		return SchedulingBatch

@@ -120,8 +120,7 @@ type aluaSnapshot struct {
 	groups []PortGroup
 	// portGroup maps a relative target port identifier to its index in groups; lowPorts holds
 	// the same for identifiers below lowPortIDs, as index + 1 (0: no group), which every
-	// command looks up: an array index instead of a map lookup, a measurable part of a small
-	// host's CPU per I/O.
+	// command looks up: an array index instead of a map lookup (docs/benchmarks.md).
 	portGroup map[uint16]int
 	lowPorts  [lowPortIDs]uint8
 	// rtpgExt and rtpgLen are the REPORT TARGET PORT GROUPS parameter data in the extended

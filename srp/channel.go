@@ -556,8 +556,7 @@ func (ch *channel) readyC() <-chan struct{} {
 // Ready is not among the channels it looks at, and done and wake are looked at only when
 // handed says something was put there since they were last found empty: a select over
 // channels takes and releases each channel's lock, and the loop asks several times per
-// wake-up, nearly always in vain (the select was 6 % of the daemon's CPU time at queue depth
-// 1 under soft-RoCE).
+// wake-up, nearly always in vain (docs/benchmarks.md, "What the measurements showed").
 func (ch *channel) takeReady() bool {
 	if ch.timerFired.Load() && ch.timerFired.Swap(false) {
 		if ch.timerArmed && ch.fake == nil {

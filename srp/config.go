@@ -44,8 +44,8 @@ const (
 	// DefaultDrainTimeout bounds the wait for flush completions when a channel closes.
 	DefaultDrainTimeout = 30 * time.Second
 	// DefaultPollWindow is how long an adaptive channel keeps polling after its last work:
-	// longer than an initiator's round trip under soft-RoCE in a VM (0.5-1 ms), so that a
-	// queue-depth-1 stream is served without a wake-up, and short enough that a channel
+	// longer than an initiator's round trip under soft-RoCE in the benchmark VMs
+	// (docs/benchmarks.md), so that a queue-depth-1 stream is served without a wake-up, and short enough that a channel
 	// whose I/O has stopped sleeps again almost at once.
 	DefaultPollWindow = 2 * time.Millisecond
 	// DefaultRDMATimeout is how long a channel's work requests may make no progress before
@@ -167,11 +167,9 @@ var DefaultCompletion = CompletionFor(runtime.NumCPU())
 // adaptive, unless there is only one. On a one-CPU host the poll window is spent on the CPU
 // that the kernel's own RDMA work needs: soft-RoCE's requester, responder and completer run
 // there too, so every microsecond the channel polls for its next completion delays that
-// completion. On the one-vCPU target host of the two-host benchmark event mode beat adaptive
-// on every job, also with that host on a CPU of its own, where adaptive took 1.6-2.2 times the
-// CPU per I/O and still answered no sooner at queue depth 1; on two vCPUs adaptive halved
-// event's queue-depth-1 latency (docs/benchmarks.md). What counts is the CPUs, not
-// GOMAXPROCS: with GOMAXPROCS=1 on a bigger host the kernel still has the other CPUs.
+// completion (measured in docs/benchmarks.md, "What the measurements showed"). What counts is
+// the CPUs, not GOMAXPROCS: with GOMAXPROCS=1 on a bigger host the kernel still has the other
+// CPUs.
 func CompletionFor(ncpu int) CompletionMode {
 	if ncpu <= 1 {
 		return CompletionEvent

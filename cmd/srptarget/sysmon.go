@@ -16,11 +16,9 @@ import (
 // after every wake-up of a channel. On a small host that is, per wake-up, a futex wake, up
 // to two more context switches (sysmon's 20 µs sleep, then its park) and two more system calls;
 // and a sysmon that starts over at 20 µs ticks takes the P away from a long ibv_post_send
-// (soft-RoCE's requester work runs inside it) and wakes another thread for it. Measured with
-// the kernel's syscall and sched_switch tracepoints on a one-CPU target (docs/benchmarks.md):
-// at QD 1, 7.5 system calls and 2.7 context switches of the daemon per I/O, against 5.3 and
-// 1.4 with sysmon awake. Awake, sysmon backs off to one wake-up per 10 ms while nothing
-// happens: 100 a second, the price.
+// (soft-RoCE's requester work runs inside it) and wakes another thread for it; what that
+// costs per I/O is measured in docs/benchmarks.md. Awake, sysmon backs off to one wake-up per
+// 10 ms while nothing happens: 100 a second, the price.
 //
 // Only the environment sets it: the runtime reads GODEBUG's schedtrace once, at start-up,
 // and //go:debug does not accept it. So the daemon executes itself again with it

@@ -3,7 +3,7 @@
 # with LIO ib_srpt for 4 KiB random reads at QD 32 (guest/schedtrace.sh: the scheduler's
 # tracepoints, address-space switches per I/O, CPU per task, softirqs), and what a
 # switch between two processes costs in this guest against one between two threads
-# (tools/mmswitch). docs/benchmarks.md ("Where srptarget is slower") quotes its output.
+# (tools/mmswitch). bench/results/notebook-2026-12.md ("Where srptarget is slower") quotes its output.
 #
 #   integration/vm/schedtrace.sh [k=v ...]     # k=v go to guest/schedtrace.sh
 #                                              # (ch_counts="1 2" rounds=1 runtime=12)

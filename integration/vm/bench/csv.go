@@ -79,8 +79,8 @@ func (s Summary) WriteSummaryCSV(w io.Writer) error {
 	return cw.Error()
 }
 
-// WriteBetterCSV writes the short summary of docs/bench/two-host-summary.csv: per metric
-// (job), ch_count and target the median, and the ratio of the medians oriented so that above
+// WriteBetterCSV writes the short summary, two-host-summary.csv (the file archived in
+// bench/results/): per metric (job), ch_count and target the median, and the ratio of the medians oriented so that above
 // 1 is better for srptarget: srptarget / LIO for IOPS and MiB/s, LIO / srptarget for
 // latency and CPU per I/O (empty for LIO). The CPU rows are named JOB/target-cpu-us-per-io
 // (the host's CPU, Params.TargetHost) or JOB/guest-cpu-us-per-io, and JOB/daemon-cpu-us-per-io;

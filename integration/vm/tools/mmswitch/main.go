@@ -8,7 +8,7 @@
 // PCID), so a process switch costs far more there than on hardware. A user-space SRP target
 // sharing the VM's vCPUs with fio pays it on every hand-off between the two; LIO, running in
 // kernel threads that borrow the current page tables, does not. integration/vm/schedtrace.sh
-// runs it in the VM (docs/benchmarks.md, "Where srptarget is slower").
+// runs it in the VM (bench/results/notebook-2026-12.md, "Where srptarget is slower").
 //
 //	mmswitch [-n 20000] [-pages 0,32,128]
 //
