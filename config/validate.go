@@ -140,6 +140,7 @@ func (v *validator) validate(c *Config) {
 		v.validateLUN(c, i, luns, paths)
 	}
 	v.checkMemoryTotal(c)
+	v.checkSerials(c)
 
 	for i, a := range c.ACLs {
 		if len(a.Initiators) == 0 && len(a.Sources) == 0 {

@@ -163,6 +163,15 @@ func (lu *LogicalUnit) vpdDeviceIdentification(c *Command, buf []byte) int {
 	return off - 4
 }
 
+// NAAIdentifier is the NAA IEEE Registered Extended designator that VPD page 0x83 gives the
+// logical unit with unit serial number serial (naaRegisteredExtended): what Linux builds the
+// disk's WWID from, so two logical units with one are one disk to multipath.
+func NAAIdentifier(serial string) [16]byte {
+	var id [16]byte
+	naaRegisteredExtended(id[:], serial)
+	return id
+}
+
 // naaRegisteredExtended writes the 16-byte NAA IEEE Registered Extended designator as LIO builds
 // it: NAA 6, the 24-bit IEEE company identifier, then the hexadecimal digits of the unit serial
 // number, in order, as the vendor specific identifier (36 bits) and its extension (64 bits).

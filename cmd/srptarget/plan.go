@@ -49,7 +49,10 @@ func (d *daemon) planWith(cfg *config.Config, dryRun bool) (*plan, error) {
 		opened: make(map[storeKey]*sharedStore),
 		keep:   make(map[netip.AddrPort]bool),
 	}
-	var errs config.Errors
+	errs := d.checkSerials(cfg)
+	if len(errs) > 0 {
+		return nil, errs
+	}
 	for i := range cfg.LUNs {
 		if err := d.planLUN(p, i); err != nil {
 			errs = append(errs, err)
@@ -189,6 +192,32 @@ func (d *daemon) luKeyOf(cfg *config.Config, l *config.LUN, s *sharedStore) luKe
 		k.serial = defaultSerial(d.ident, *l.LUN)
 	}
 	return k
+}
+
+// checkSerials refuses LUNs whose serials clash once the defaults are resolved: validation
+// refused the clashes between serials the file sets, but a default (id_ext and the LUN
+// number) can still be the serial, or have the WWID, that another LUN sets.
+func (d *daemon) checkSerials(cfg *config.Config) config.Errors {
+	serials := make([]string, len(cfg.LUNs))
+	for i, l := range cfg.LUNs {
+		serials[i] = l.Serial
+		if serials[i] == "" {
+			serials[i] = defaultSerial(d.ident, *l.LUN)
+		}
+	}
+	var errs config.Errors
+	for _, c := range config.SerialClashes(serials) {
+		where, what := config.At("luns", c.I, "serial"), ""
+		if cfg.LUNs[c.I].Serial == "" {
+			where, what = config.At("luns", c.I), "its default serial (id_ext and the LUN number): "
+		}
+		other := fmt.Sprintf("luns[%d] (line %d)", c.J, cfg.ErrorAt(config.At("luns", c.J, "serial"), "").Line)
+		if cfg.LUNs[c.J].Serial == "" {
+			other = fmt.Sprintf("luns[%d] (line %d, its default: id_ext and the LUN number)", c.J, cfg.ErrorAt(config.At("luns", c.J), "").Line)
+		}
+		errs = append(errs, cfg.ErrorAt(where, "%s%s", what, c.Message(other)))
+	}
+	return errs
 }
 
 // defaultSerial is id_ext and the LUN number in hex: 20 hex digits, all of which go into the
