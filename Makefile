@@ -40,12 +40,13 @@ test-rbd:
 	GO="$(GO)" integration/ceph/test-rbd.sh
 
 # check: everything CI runs: the Go tests, the RBD tests against a throw-away Ceph cluster,
-# make install into a temporary directory, then the VM end-to-end runs (the daemon, the
+# make install into a temporary directory, the installed unit booted under systemd in a
+# container (nspawn-test), then the VM end-to-end runs (the daemon, the
 # ib/verbs tests, persistent reservations from two initiator ports, ALUA over two target ports)
 # and the quick half of the stress scenarios (the kernel's ib_srp against the daemon over
 # soft-RoCE). make e2e-rbd (an RBD LUN in the VM, about 5 minutes with its own image) is not
 # part of it.
-check: test test-rbd build install-test nordma-test e2e e2e-pr e2e-alua stress-quick
+check: test test-rbd build install-test nordma-test nspawn-test e2e e2e-pr e2e-alua stress-quick
 
 # e2e: the daemon against the Linux SRP initiator (ib_srp) over soft-RoCE in a qemu VM
 # (integration/vm/README.md): builds the daemon and the VM image, runs the checks, keeps the
@@ -186,6 +187,15 @@ uninstall:
 .PHONY: nordma-test
 nordma-test: build
 	integration/nordma-test.sh
+
+# nspawn-test: the installed unit under a booted systemd: a Debian 12 minbase tree (debootstrap,
+# cached in SRPT_NSPAWN_CACHE, default /var/cache/srptarget-ci), make install into it,
+# systemd-nspawn -b and a probe unit ordered after srptarget.service (integration/nspawn-test.sh).
+# Needs root, debootstrap and systemd-nspawn; about 20 s once the tree is cached (a minute more
+# to make it).
+.PHONY: nspawn-test
+nspawn-test:
+	MAKE="$(MAKE)" integration/nspawn-test.sh
 
 # install-test: make install into a temporary DESTDIR, list and check what it wrote
 # (integration/install-test.sh).

@@ -46,8 +46,10 @@ check() { # check PREFIX
 		bad "make install changed an existing srptarget.yaml"
 	cmp -s configs/example.yaml "$dest/etc/srptarget/srptarget.yaml.example" || bad "srptarget.yaml.example is not configs/example.yaml"
 	unit=$dest$prefix/lib/systemd/system/srptarget.service
-	grep -qx "ExecStart=$prefix/bin/srptarget serve --config /etc/srptarget/srptarget.yaml --log-format json" "$unit" ||
+	grep -qx "ExecStart=$prefix/bin/srptarget serve --config /etc/srptarget/srptarget.yaml" "$unit" ||
 		bad "ExecStart= of the installed unit: $(grep ExecStart= "$unit")"
+	grep -qx "ExecReload=$prefix/bin/srptarget reload" "$unit" ||
+		bad "ExecReload= of the installed unit: $(grep ExecReload= "$unit")"
 	"$dest$prefix/bin/srptarget" version >/dev/null || bad "the installed binary does not run"
 	grep -q 'complete -o default .*-F __start_srptarget srptarget' "$dest$prefix/share/bash-completion/completions/srptarget" ||
 		bad "bash completion"
@@ -57,7 +59,7 @@ check() { # check PREFIX
 	if command -v systemd-analyze >/dev/null; then
 		v=$(mktemp -d)
 		dirs="$dirs $v"
-		sed "s|^ExecStart=$prefix/bin/srptarget|ExecStart=$dest$prefix/bin/srptarget|" "$unit" >"$v/srptarget.service"
+		sed "s|^\(Exec[A-Za-z]*\)=$prefix/bin/srptarget|\1=$dest$prefix/bin/srptarget|" "$unit" >"$v/srptarget.service"
 		if out=$(MANPATH=$dest$prefix/share/man systemd-analyze verify "$v/srptarget.service" 2>&1) && [ -z "$out" ]; then
 			echo "systemd-analyze verify: clean"
 		else

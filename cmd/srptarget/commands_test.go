@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/srptarget/srptarget/config"
 	"github.com/srptarget/srptarget/srp"
@@ -311,7 +313,7 @@ func TestNewLogger(t *testing.T) {
 	require.Contains(t, line, "\tDEBUG\tshown\t{\"reason\": \""+iu.LoginRejChannelLimitReached.String()+"\"}\n")
 
 	_, err = newLogger(&buf, "xml", "info")
-	require.EqualError(t, err, `--log-format "xml": want console or json`)
+	require.EqualError(t, err, `--log-format "xml": want auto, console, json or journal`)
 	_, err = newLogger(&buf, "json", "loud")
 	require.EqualError(t, err, `--log-level "loud": want debug, info, warn or error`)
 	_, err = newLogger(&buf, "json", "fatal")
@@ -320,7 +322,7 @@ func TestNewLogger(t *testing.T) {
 
 func TestServeFlags(t *testing.T) {
 	_, _, err := run(t, noDeps, "serve", "--config", "x.yaml", "--log-format", "text")
-	require.EqualError(t, err, `--log-format "text": want console or json`)
+	require.EqualError(t, err, `--log-format "text": want auto, console, json or journal`)
 	_, _, err = run(t, noDeps, "serve", "--config", "x.yaml", "--log-level", "verbose")
 	require.EqualError(t, err, `--log-level "verbose": want debug, info, warn or error`)
 }
@@ -367,4 +369,77 @@ alua:
 # Target port id_ext=0002c90300a0b0c2 ioc_guid=0002c90300a0b0c1 (relative port 2), another path to the same LUNs:
 echo "id_ext=0002c90300a0b0c2,ioc_guid=0002c90300a0b0c1,dest=192.168.1.10:5555`+sys+`
 `)
+}
+
+// Under systemd, stderr is the journal's stream: each line carries its syslog priority as a
+// <N> prefix (sd-daemon(3)), which journald turns into PRIORITY=, so that journalctl -p err
+// shows the daemon's errors; the line has no time or level of its own.
+func TestLoggerJournalPriorities(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "journal")
+	require.NoError(t, err)
+	defer f.Close()
+	var st unix.Stat_t
+	require.NoError(t, unix.Fstat(int(f.Fd()), &st))
+
+	t.Setenv("JOURNAL_STREAM", fmt.Sprintf("%d:%d", st.Dev, st.Ino+1))
+	require.False(t, isJournalStream(f), "another stream than the journal's")
+	t.Setenv("JOURNAL_STREAM", fmt.Sprintf("%d:%d", st.Dev, st.Ino))
+	require.True(t, isJournalStream(f))
+	require.False(t, isJournalStream(&bytes.Buffer{}))
+
+	log, err := newLogger(f, logAuto, "debug")
+	require.NoError(t, err)
+	log.Debug("debug line", zap.Int("lun", 3))
+	log.Info("info line")
+	log.Warn("warn line")
+	log.Error("start-up failed", zap.String("error", "luns[0].backstore: \"memroy\" is not one of file"))
+	log.DPanic("dpanic line\nsecond line")
+	require.NoError(t, log.Sync())
+	data, err := os.ReadFile(f.Name())
+	require.NoError(t, err)
+	require.Equal(t, `<7>debug line	{"lun": 3}
+<6>info line
+<4>warn line
+<3>start-up failed	{"error": "luns[0].backstore: \"memroy\" is not one of file"}
+<2>dpanic line second line
+`, string(data))
+
+	// json keeps its form, with the priority in front when stderr is the journal.
+	require.NoError(t, f.Truncate(0))
+	_, err = f.Seek(0, 0)
+	require.NoError(t, err)
+	log, err = newLogger(f, logJSON, "info")
+	require.NoError(t, err)
+	log.Warn("w")
+	data, err = os.ReadFile(f.Name())
+	require.NoError(t, err)
+	require.Regexp(t, `^<4>\{"level":"warn","ts":"[^"]+","msg":"w"\}\n$`, string(data))
+
+	// Elsewhere (a terminal, a file) auto is console: a time and the level, no prefix.
+	t.Setenv("JOURNAL_STREAM", "")
+	var buf bytes.Buffer
+	log, err = newLogger(&buf, logAuto, "info")
+	require.NoError(t, err)
+	log.Error("e")
+	require.Regexp(t, `^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\tERROR\te\n$`, buf.String())
+	// journal asked for explicitly: the prefix whatever the stream.
+	buf.Reset()
+	log, err = newLogger(&buf, logJournal, "warn")
+	require.NoError(t, err)
+	log.Info("hidden")
+	log.Warn("shown")
+	require.Equal(t, "<4>shown\n", buf.String())
+}
+
+// A command's stderr under systemd (srptarget reload as ExecReload=) reaches the journal at
+// priority err: every line starts with <3>, however the writes split it.
+func TestLinePrefixWriter(t *testing.T) {
+	var buf bytes.Buffer
+	w := &linePrefixWriter{w: &buf, prefix: "<3>"}
+	for _, s := range []string{"a.yaml:4: luns[0].backstore: bad\nreload ", "refused: 1 error", "\n", "\nlast\n"} {
+		n, err := w.Write([]byte(s))
+		require.NoError(t, err)
+		require.Equal(t, len(s), n)
+	}
+	require.Equal(t, "<3>a.yaml:4: luns[0].backstore: bad\n<3>reload refused: 1 error\n<3>\n<3>last\n", buf.String())
 }

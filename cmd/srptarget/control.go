@@ -80,6 +80,10 @@ type controlServer struct {
 	started time.Time
 	sem     chan struct{}
 
+	// retry asks a serve that waits for a device to try to start now (a reload while it
+	// waits found the configuration valid), as SIGHUP does.
+	retry chan struct{}
+
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
@@ -181,6 +185,7 @@ func serveControl(ln *net.UnixListener, path string, opts daemonOptions) *contro
 		started: time.Now(),
 		sem:     make(chan struct{}, controlMaxConns),
 		conns:   make(map[net.Conn]struct{}),
+		retry:   make(chan struct{}, 1),
 	}
 	s.wg.Add(1)
 	go s.accept()
@@ -290,6 +295,10 @@ func (s *controlServer) handle(line []byte) controlResponse {
 	case "status":
 		result = s.status(d)
 	case "sessions", "luns", "stats", "reload", "acl-check":
+		if d == nil && req.Command == "reload" {
+			result, err = s.waitingReload(req)
+			break
+		}
 		if d == nil {
 			err = errNotServing
 			break

@@ -514,6 +514,22 @@ func TestControlAnswersWhileWaitingForDevice(t *testing.T) {
 	require.Error(t, err, out)
 	require.Contains(t, out+errOut+err.Error(), "waiting for an RDMA device")
 
+	// reload answers while waiting (systemctl reload runs it): the file is checked, its
+	// errors make it fail, and a valid one is what the daemon starts with.
+	e.writeConfig(e2eBadConfig)
+	out, errOut, err = e.ctl("reload")
+	require.Equal(t, 1, exitCode(err), out)
+	require.Contains(t, errOut, "luns[0].size: 1000 is not a multiple of the block size 512")
+	require.Contains(t, errOut, "reload refused: 2 errors")
+	require.Equal(t, 1, e.count("reload while waiting for an RDMA device: the configuration has errors; it is read again when a device appears", "errors", 2), e.logText())
+	out, errOut, err = e.ctl("reload", "--dry-run")
+	require.Equal(t, 1, exitCode(err), out)
+	require.Contains(t, errOut, "the reload would be refused: 2 errors")
+	e.writeConfig(e2eConfig)
+	out, errOut, err = e.ctl("reload")
+	require.NoError(t, err, errOut)
+	require.Equal(t, "the configuration is valid; the daemon waits for an RDMA device and starts with it when one appears\n", out)
+
 	deviceUp.Store(true)
 	select {
 	case e.d = <-ready:

@@ -330,6 +330,8 @@ func reloadText(r *reloadResult) string {
 	switch {
 	case len(r.Errors) > 0:
 		return ""
+	case r.Waiting:
+		return "the configuration is valid; the daemon waits for an RDMA device and starts with it when one appears\n"
 	case r.DryRun:
 		b.WriteString("dry run: nothing applied; the reload would change:\n")
 	default:

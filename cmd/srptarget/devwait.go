@@ -161,6 +161,11 @@ func waitForDevice(opts serveOptions, prof *cpuProfiler, poll time.Duration, sin
 				log.Info("the RDMA devices or the host's addresses changed: trying to start again")
 			}
 			return false
+		case <-opts.retry:
+			// srptarget reload found the configuration valid (waitingReload).
+			if !deviceMissing(opts.devices) {
+				return false
+			}
 		case sig, ok := <-opts.signals:
 			if !ok {
 				sig = syscall.SIGTERM
@@ -173,15 +178,7 @@ func waitForDevice(opts serveOptions, prof *cpuProfiler, poll time.Duration, sin
 			case sig == syscall.SIGHUP:
 				// Nothing runs yet: check the file, so that whoever reloads learns now whether
 				// it will start, and try to start if there is a device.
-				notifyReloading(log)
-				_, err := config.LoadTrusted(opts.configFile)
-				if err != nil {
-					logConfigErrors(log, err)
-					log.Error("reload while waiting for an RDMA device: the configuration has errors; it is read again when a device appears")
-				} else {
-					log.Info("reload while waiting for an RDMA device: the configuration is valid")
-				}
-				notify(log, sddaemon.SdNotifyReady, "STATUS=waiting for an RDMA device")
+				_, err := checkWhileWaiting(log, opts.configFile)
 				if opts.afterReload != nil {
 					opts.afterReload(err)
 				}
@@ -198,4 +195,63 @@ func waitForDevice(opts serveOptions, prof *cpuProfiler, poll time.Duration, sin
 			}
 		}
 	}
+}
+
+// checkWhileWaiting is a reload while serve waits for a device: nothing runs yet, so the
+// file is only checked (as a start would), and the errors are logged. It tells systemd of the
+// reload as a reload of a serving daemon does.
+func checkWhileWaiting(log *zap.Logger, file string) (*config.Config, error) {
+	notifyReloading(log)
+	cfg, err := config.LoadTrusted(file)
+	if err != nil {
+		logConfigErrors(log, err)
+		log.Error("reload while waiting for an RDMA device: the configuration has errors; it is read again when a device appears",
+			zap.Int("errors", countErrors(err)))
+	} else {
+		log.Info("reload while waiting for an RDMA device: the configuration is valid")
+	}
+	notify(log, sddaemon.SdNotifyReady, "STATUS=waiting for an RDMA device")
+	return cfg, err
+}
+
+// waitingReload answers srptarget reload (and validate --diff) while serve waits for a
+// device: the configuration checked, every error in the answer, and, when it is valid, serve
+// told to try to start now. Nothing is applied: what is checked is what a start would refuse.
+func (s *controlServer) waitingReload(req controlRequest) (*reloadResult, error) {
+	res := &reloadResult{DryRun: req.DryRun}
+	var err error
+	switch {
+	case req.ConfigYAML != "" && !req.DryRun:
+		return nil, errors.New("a configuration sent with the request can only be planned (dry run), not applied: write the file and reload")
+	case req.ConfigYAML != "":
+		_, err = config.Parse(req.ConfigName, []byte(req.ConfigYAML))
+	case req.DryRun:
+		_, err = config.LoadTrusted(s.opts.configFile)
+	default:
+		s.log.Info("reload requested on the control socket while waiting for an RDMA device")
+		_, err = checkWhileWaiting(s.log, s.opts.configFile)
+	}
+	if err != nil {
+		var errs config.Errors
+		var one *config.Error
+		switch {
+		case errors.As(err, &errs):
+		case errors.As(err, &one):
+			errs = config.Errors{one}
+		default:
+			errs = config.Errors{{File: s.opts.configFile, Msg: err.Error()}}
+		}
+		for _, e := range errs {
+			res.Errors = append(res.Errors, e.Error())
+		}
+		return res, nil
+	}
+	res.Waiting = true
+	if !req.DryRun {
+		select {
+		case s.retry <- struct{}{}:
+		default:
+		}
+	}
+	return res, nil
 }

@@ -15,12 +15,15 @@ import (
 var version = "dev"
 
 func main() {
-	if err := newRootCommand().Execute(); err != nil {
+	stderr := commandStderr()
+	root := newRootCommand()
+	root.SetErr(stderr)
+	if err := root.Execute(); err != nil {
 		var ec exitCodeError
 		if errors.As(err, &ec) {
 			os.Exit(ec.code)
 		}
-		fmt.Fprintln(os.Stderr, "srptarget:", err)
+		fmt.Fprintln(stderr, "srptarget:", err)
 		os.Exit(1)
 	}
 }

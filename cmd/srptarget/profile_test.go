@@ -21,7 +21,7 @@ import (
 )
 
 func TestServeProfilingFlags(t *testing.T) {
-	defaults := serveFlags{configFile: "c.yaml", logFormat: "console", logLevel: "info",
+	defaults := serveFlags{configFile: "c.yaml", logFormat: "auto", logLevel: "info",
 		processOptions: processOptions{shutdownTimeout: DefaultShutdownTimeout, controlPath: DefaultControlSocket}}
 	with := func(change func(*serveFlags)) serveFlags {
 		f := defaults

@@ -34,6 +34,9 @@ type reloadResult struct {
 	// PortGroupsChanged describes each ALUA target port group whose state, preference or
 	// ports change ("group 2: standby -> active/optimized").
 	PortGroupsChanged []string `json:"port_groups_changed"`
+	// Waiting: the daemon waits for an RDMA device and runs no configuration yet; the file
+	// was checked (Errors empty: it is valid) and is the one it starts with.
+	Waiting bool `json:"waiting,omitempty"`
 
 	// candidate, when set, is the configuration a dry run plans instead of the daemon's file
 	// (validate --diff), named candidateName.

@@ -24,6 +24,10 @@ type serveOptions struct {
 	signals <-chan os.Signal
 	exit    func(code int)
 
+	// retry, from the control server, asks a serve that waits for a device to try to start
+	// (a reload on the control socket found the configuration valid); nil without one.
+	retry <-chan struct{}
+
 	// devicePoll is how often the daemon looks for an RDMA device while it waits for one
 	// (DefaultDevicePoll when 0; tests make it short).
 	devicePoll time.Duration
@@ -147,6 +151,7 @@ func serveUntilStopped(opts serveOptions, prof *cpuProfiler) error {
 			return startFailed(log, err)
 		}
 		ctl = serveControl(ctlLn, opts.controlPath, opts.daemonOptions)
+		opts.retry = ctl.retry
 		log.Info("control socket: srptarget status, sessions, luns, stats, reload, acl-check",
 			zap.String("path", opts.controlPath), zap.String("group", opts.controlGroup))
 	}
@@ -378,8 +383,11 @@ RDMA errors (docs/metrics.md).`,
 		},
 	}
 	cmd.Flags().StringVar(&f.configFile, "config", DefaultConfigFile, "configuration file (YAML, see configs/README.md)")
-	cmd.Flags().StringVar(&f.logFormat, "log-format", "console", "log format: console or json")
-	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	cmd.Flags().StringVar(&f.logFormat, "log-format", logAuto,
+		"log format: console, json, journal (no time or level; each line's priority as a <N> prefix), or auto: journal when stderr is the journal, console otherwise")
+	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "log level: "+orList(logLevels))
+	_ = cmd.RegisterFlagCompletionFunc("log-format", cobra.FixedCompletions(logFormats, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions(logLevels, cobra.ShellCompDirectiveNoFileComp))
 	cmd.Flags().DurationVar(&f.shutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "how long SIGTERM waits for outstanding commands")
 	cmd.Flags().StringVar(&f.cpuProfile, "cpuprofile", "",
 		"write a CPU profile (go tool pprof) to `FILE`: from start-up until exit, or from SIGUSR1 (which restarts it) until SIGUSR2 or exit")
