@@ -13,8 +13,19 @@ all: build
 RBD    ?= $(shell test -e /usr/include/rbd/librbd.h && test -e /usr/include/rados/librados.h && echo 1 || echo 0)
 GOTAGS  = $(if $(filter 1,$(RBD)),-tags rbd)
 
+# The commit the binary is built from and whether the tree has uncommitted changes, stamped
+# into it for srptarget version, status, the log and srptarget_build_info (empty outside a git
+# checkout: the version is then the release alone). The release itself is in the source
+# (cmd/srptarget/version.go) and CHANGELOG.md.
+COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null)
+MODIFIED ?= $(shell test -n "$$(git status --porcelain 2>/dev/null)" && echo true || echo false)
+LDFLAGS   = $(if $(COMMIT),-X main.buildCommit=$(COMMIT) -X main.buildModified=$(MODIFIED))
+
+# build says which backstores the binary serves: with RBD, rbd, linked against librbd and
+# librados (and so Ceph's libraries at run time).
 build:
-	$(GO) build $(GOTAGS) -o bin/srptarget ./cmd/srptarget
+	$(GO) build $(GOTAGS) -ldflags '$(LDFLAGS)' -o bin/srptarget ./cmd/srptarget
+	@bin/srptarget version | sed -n '1s/^/built bin\/srptarget: /p; s/^backstores/  backstores/p'
 
 # test: formatting, vet, and the unit tests with the race detector.
 test: fmt-check vet unit

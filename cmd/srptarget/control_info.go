@@ -18,8 +18,10 @@ import (
 
 type statusInfo struct {
 	Version string `json:"version"`
-	PID     int    `json:"pid"`
-	Config  string `json:"config"`
+	// Build is what the daemon's binary is (srptarget version).
+	Build  buildInfo `json:"build"`
+	PID    int       `json:"pid"`
+	Config string    `json:"config"`
 	// State is "serving", or "waiting for an RDMA device" (serve started before the device).
 	State            string         `json:"state"`
 	Started          time.Time      `json:"started"`
@@ -133,6 +135,7 @@ func deviceNames(devices devicesFunc) (names []string, why string) {
 func (s *controlServer) status(d *daemon) statusInfo {
 	st := statusInfo{
 		Version:       version,
+		Build:         build,
 		PID:           os.Getpid(),
 		Config:        s.opts.configFile,
 		State:         "serving",

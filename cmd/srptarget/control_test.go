@@ -158,7 +158,8 @@ func TestControlStatusSessionsLUNsStats(t *testing.T) {
 	e.waitQuiet()
 	var st statusInfo
 	e.ctlJSON(&st, "status")
-	require.Equal(t, "dev", st.Version)
+	require.Equal(t, version, st.Version)
+	require.Equal(t, build, st.Build)
 	require.Equal(t, os.Getpid(), st.PID)
 	require.Equal(t, e.file, st.Config)
 	require.Equal(t, "0002c90300a34270", st.IDExt)
@@ -172,7 +173,7 @@ func TestControlStatusSessionsLUNsStats(t *testing.T) {
 	require.Zero(t, st.CommandsInFlight)
 	out, _, err := e.ctl("status")
 	require.NoError(t, err)
-	require.Equal(t, `srptarget dev, pid 1, up 1 (since 2026-01-01T00:00:00Z)
+	require.Equal(t, `srptarget `+version+`, pid 1, up 1 (since 2026-01-01T00:00:00Z)
 config: `+e.file+`
 target: id_ext=0002c90300a34270 ioc_guid=0002c90300a34270 (from the configuration)
 listeners:

@@ -4,15 +4,11 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
-	"runtime"
-	"runtime/debug"
 
 	"github.com/spf13/cobra"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 func main() {
 	stderr := commandStderr()
@@ -40,7 +36,9 @@ func newRootCommandWith(deps loginLineDeps) *cobra.Command {
 		Short:         "A user-space SCSI RDMA Protocol (SRP) target",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version,
 	}
+	root.SetVersionTemplate(versionText(build))
 	root.AddCommand(
 		newServeCommand(),
 		newValidateCommand(),
@@ -56,14 +54,14 @@ func newRootCommandWith(deps loginLineDeps) *cobra.Command {
 func newVersionCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print the version of srptarget and of the Go toolchain that built it",
-		Args:  cobra.NoArgs,
+		Short: "Print the version of srptarget: release, commit, Go toolchain, backstores",
+		Long: `Print the version of srptarget: the release, the commit it was built from (and whether
+the tree had uncommitted changes), the Go toolchain, and the backstores it serves (rbd only
+when built with the rbd tag, which links librbd and librados). srptarget --version prints
+the same; srptarget status shows the running daemon's.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v := version
-			if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-				v = bi.Main.Version
-			}
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "srptarget %s (%s, %s/%s)\n", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			_, err := io.WriteString(cmd.OutOrStdout(), versionText(build))
 			return err
 		},
 	}

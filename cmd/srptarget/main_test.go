@@ -14,7 +14,8 @@ func TestVersionPrintsVersionAndToolchain(t *testing.T) {
 	root.SetOut(&out)
 	root.SetArgs([]string{"version"})
 	require.NoError(t, root.Execute())
-	require.Equal(t, "srptarget dev ("+runtime.Version()+", "+runtime.GOOS+"/"+runtime.GOARCH+")\n", out.String())
+	require.Contains(t, out.String(), "srptarget "+release)
+	require.Contains(t, out.String(), "built with "+runtime.Version()+" for "+runtime.GOOS+"/"+runtime.GOARCH+"\n")
 }
 
 func TestUnknownCommandFails(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -104,7 +105,9 @@ var (
 	descPoolHighMark    = newDesc("buffer_pool_high_water_bytes", "Most data buffer bytes ever in use at once, summed over RDMA devices.")
 	descPoolSize        = newDesc("buffer_pool_size_bytes", "Size of the registered data buffer pools, summed over RDMA devices.")
 	descCreditRequests  = newDesc("credit_requests_total", "SRP_CRED_REQ IUs sent to return credits of aborted commands.")
-	descServing         = newDesc("serving", "1 when the daemon serves; 0 while serve waits for an RDMA device (it started before the device) and nothing else is known yet.")
+	descBuildInfo       = newDesc("build_info", "Always 1; the labels say what the daemon's binary is (srptarget version).",
+		"version", "release", "commit", "modified", "goversion", "backstores")
+	descServing = newDesc("serving", "1 when the daemon serves; 0 while serve waits for an RDMA device (it started before the device) and nothing else is known yet.")
 )
 
 // loginRejectReasons are the label values of Stats.Rejects, in its order (SRP r16a table 14).
@@ -148,7 +151,7 @@ func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
 		descLoginsAccepted, descLoginsRejected, descSessions, descChannels, descChannelsClosed, descCommands,
 		descAborted, descTaskMgmt, descDataInBytes, descDataOutBytes, descTransportErrors, descProtocolErrors,
 		descRDMAErrors, descRDMAStalls, descBufferWaits, descBusy, descPoolInUse, descPoolHighMark, descPoolSize,
-		descCreditRequests, descServing,
+		descCreditRequests, descServing, descBuildInfo,
 	} {
 		ch <- d
 	}
@@ -156,6 +159,8 @@ func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads the counters. Before the daemon has started it sends nothing.
 func (c *daemonCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(descBuildInfo, prometheus.GaugeValue, 1, build.Version, build.Release, build.Commit,
+		strconv.FormatBool(build.Modified), build.GoVersion, strings.Join(build.Backstores, ","))
 	v := c.view.Load()
 	if v == nil {
 		ch <- prometheus.MustNewConstMetric(descServing, prometheus.GaugeValue, 0)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"net/http"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -99,8 +101,18 @@ func TestDaemonCollector(t *testing.T) {
 
 	c := &daemonCollector{}
 	before := gather(t, c)
-	require.Len(t, before, 1, "nothing but srptarget_serving before the daemon has started")
+	require.Len(t, before, 2, "nothing but srptarget_serving and srptarget_build_info before the daemon has started")
 	require.Equal(t, 0.0, before["srptarget_serving"].GetMetric()[0].GetGauge().GetValue())
+	bi := before["srptarget_build_info"].GetMetric()[0]
+	require.Equal(t, 1.0, bi.GetGauge().GetValue())
+	labels := map[string]string{}
+	for _, l := range bi.GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	require.Equal(t, map[string]string{
+		"version": version, "release": release, "commit": build.Commit, "modified": strconv.FormatBool(build.Modified),
+		"goversion": runtime.Version(), "backstores": strings.Join(build.Backstores, ","),
+	}, labels)
 	c.set(newMetricsView(tgt, map[int]*lunState{7: {num: 7, key: luKey{serial: "metrics0007"}, lu: lu}}))
 
 	var cmd scsi.Command

@@ -320,8 +320,9 @@ func runServeCommand(f serveFlags) error {
 	// kill the daemon, and its initiators' disks with it.
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
-	log.Info("srptarget starting", zap.String("version", version), zap.String("config", f.configFile),
-		zap.String("godebug", os.Getenv("GODEBUG")))
+	log.Info("srptarget starting", zap.String("version", version), zap.String("commit", build.Commit),
+		zap.Bool("modified", build.Modified), zap.Strings("backstores", build.Backstores),
+		zap.String("config", f.configFile), zap.String("godebug", os.Getenv("GODEBUG")))
 	return runServe(serveOptions{
 		daemonOptions: daemonOptions{
 			configFile: f.configFile,

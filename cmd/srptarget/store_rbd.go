@@ -19,3 +19,6 @@ func init() {
 		})
 	}
 }
+
+// rbdBuilt: this binary serves backstore: rbd (srptarget version says so).
+const rbdBuilt = true
