@@ -286,14 +286,12 @@ func TestSBCCDBFieldChecks(t *testing.T) {
 		{"SYNCHRONIZE CACHE(10) group reserved", []byte{0x35, 0x00, 0, 0, 0, 0, 0x80, 0, 0, 0}, nil, invalidCDB(6, 7)},
 		{"SYNCHRONIZE CACHE(16) reserved", []byte{0x91, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, nil, invalidCDB(1, 7)},
 
-		// WRITE SAME(10/16): WRPROTECT, ANCHOR, PBDATA, LBDATA, zero and too many blocks.
+		// WRITE SAME(10/16): WRPROTECT, ANCHOR, PBDATA, LBDATA (zero blocks: TestWriteSameToTheEnd).
 		{"WRITE SAME(10) WRPROTECT", []byte{0x41, 0x20, 0, 0, 0, 0, 0, 0, 1, 0}, blk, invalidCDB(1, 7)},
 		{"WRITE SAME(10) ANCHOR", []byte{0x41, 0x10, 0, 0, 0, 0, 0, 0, 1, 0}, blk, invalidCDB(1, 4)},
 		{"WRITE SAME(10) PBDATA", []byte{0x41, 0x04, 0, 0, 0, 0, 0, 0, 1, 0}, blk, invalidCDB(1, 2)},
 		{"WRITE SAME(10) LBDATA", []byte{0x41, 0x02, 0, 0, 0, 0, 0, 0, 1, 0}, blk, invalidCDB(1, 1)},
-		{"WRITE SAME(10) zero blocks", []byte{0x41, 0x00, 0, 0, 0, 0, 0, 0, 0, 0}, blk, invalidCDB(7, -1)},
 		{"WRITE SAME(16) ANCHOR", []byte{0x93, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0}, blk, invalidCDB(1, 4)},
-		{"WRITE SAME(16) zero blocks", []byte{0x93, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, blk, invalidCDB(10, -1)},
 		{"WRITE SAME(16) group reserved", []byte{0x93, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0x40, 0}, blk, invalidCDB(14, 7)},
 
 		// COMPARE AND WRITE: WRPROTECT, reserved bits 2 and 0, reserved bytes 10-12, too long.

@@ -240,7 +240,8 @@ func vpdExtendedInquiry(buf []byte) int {
 // maxUnmapDescriptors, maxWriteSameBlocks), so that what is advertised is what is accepted.
 func (lu *LogicalUnit) vpdBlockLimits(buf []byte) int {
 	perPhysical := lu.bs.PhysicalBlockSize() >> lu.blockShift
-	buf[4] = 0x01 // WSNZ: WRITE SAME with NUMBER OF LOGICAL BLOCKS zero is refused
+	// Byte 4: WSNZ 0, WRITE SAME with NUMBER OF LOGICAL BLOCKS zero writes to the end of the
+	// medium (writesame.go).
 	buf[5] = lu.maxCompareAndWriteBlocks()
 	binary.BigEndian.PutUint16(buf[6:], uint16(min(perPhysical, 0xFFFF))) // OPTIMAL TRANSFER LENGTH GRANULARITY
 	binary.BigEndian.PutUint32(buf[8:], lu.cfg.MaxTransferBytes>>lu.blockShift)

@@ -82,7 +82,7 @@ func TestVPDPages(t *testing.T) {
 		{"device identification", nil, 0x83, devIDTestLU},
 		{"block limits", nil, 0xB0, cat(
 			[]byte{0x00, 0xB0, 0x00, 0x3C},
-			[]byte{0x01, 0xFF},                         // WSNZ; MAXIMUM COMPARE AND WRITE LENGTH 255
+			[]byte{0x00, 0xFF},                         // WSNZ 0; MAXIMUM COMPARE AND WRITE LENGTH 255
 			[]byte{0x00, 0x01},                         // OPTIMAL TRANSFER LENGTH GRANULARITY
 			[]byte{0x00, 0x00, 0x00, 0x00},             // MAXIMUM TRANSFER LENGTH: no limit
 			[]byte{0x00, 0x00, 0x00, 0x00},             // OPTIMAL TRANSFER LENGTH: not reported
@@ -96,7 +96,7 @@ func TestVPDPages(t *testing.T) {
 			cfg.ThinProvisioning = true
 		}, 0xB0, cat(
 			[]byte{0x00, 0xB0, 0x00, 0x3C},
-			[]byte{0x01, 0xFF},
+			[]byte{0x00, 0xFF},
 			[]byte{0x00, 0x08},             // 8 logical blocks per physical block
 			[]byte{0x00, 0x00, 0x00, 0x00}, // MAXIMUM TRANSFER LENGTH
 			[]byte{0x00, 0x00, 0x00, 0x00}, // OPTIMAL TRANSFER LENGTH
@@ -146,7 +146,7 @@ func TestVPDPages(t *testing.T) {
 		c := run(m, testNexus, 0, vpdCDB(0xB0, 64), nil, 64)
 		requireData(t, c, cat(
 			[]byte{0x00, 0xB0, 0x00, 0x3C},
-			[]byte{0x01, 0x80},             // 1 MiB holds 2 × 128 blocks of 4096 bytes
+			[]byte{0x00, 0x80},             // 1 MiB holds 2 × 128 blocks of 4096 bytes
 			[]byte{0x00, 0x01},             // OPTIMAL TRANSFER LENGTH GRANULARITY
 			[]byte{0x00, 0x00, 0x01, 0x00}, // MAXIMUM TRANSFER LENGTH 256 blocks
 			[]byte{0x00, 0x00, 0x00, 0x40}, // OPTIMAL TRANSFER LENGTH 64 blocks

@@ -11,8 +11,8 @@ import (
 // WRITE SAME may cover, the same bound as one backstore zeroing call (Linux zeroes and discards
 // through WRITE SAME in pieces of this size), and no more than MAXIMUM TRANSFER LENGTH: hosts
 // that check a WRITE SAME read the range back with one READ, which must be allowed (LIO
-// reports 65535 blocks). WSNZ is 1 in VPD page 0xB0: a NUMBER OF LOGICAL
-// BLOCKS of zero ("to the end of the medium") is refused.
+// reports 65535 blocks). WSNZ is 0 in VPD page 0xB0: a NUMBER OF LOGICAL BLOCKS of zero means
+// "to the end of the medium" (SBC-4 5.50), within this same bound.
 func (lu *LogicalUnit) maxWriteSameBlocks() uint64 {
 	n := lu.zeroingLimitBlocks()
 	if m := lu.cfg.MaxTransferBytes; m != 0 {
@@ -57,7 +57,8 @@ func writeSame16(lu *LogicalUnit, c *Command) {
 		uint64(binary.BigEndian.Uint32(cdb[cdb16LengthOff:])), cdb[1]&wsNDOB != 0, cdb16LengthOff, writeSame16Zero)
 }
 
-// writeSame writes one block of data-out (or zeroes, with NDOB) to the n blocks from lba.
+// writeSame writes one block of data-out (or zeroes, with NDOB) to the n blocks from lba, or to
+// every block from lba to the end of the medium when n is zero.
 //
 // WRPROTECT must be zero, ANCHOR is not supported (ANC_SUP 0), PBDATA and LBDATA are obsolete
 // and refused. The UNMAP bit needs logical block provisioning (else INVALID FIELD IN CDB, as LBPWS
@@ -82,7 +83,19 @@ func (lu *LogicalUnit) writeSame(c *Command, lba, n uint64, ndob bool, lengthOff
 		out = uint64(lu.blockSize)
 	}
 	c.TransferLength = int(out)
-	if n == 0 || n > lu.maxWriteSameBlocks() {
+	if n == 0 {
+		// NUMBER OF LOGICAL BLOCKS zero, with WSNZ 0: from lba to the last logical block
+		// (SBC-4 5.50), an LBA past the last one being out of range as always; the
+		// blocks that makes count against MAXIMUM WRITE SAME LENGTH as if the CDB had
+		// named them.
+		if blocks := lu.Blocks(); lba < blocks {
+			n = blocks - lba
+		} else {
+			c.fail(ReasonLBAOutOfRange)
+			return
+		}
+	}
+	if n > lu.maxWriteSameBlocks() {
 		c.invalidCDBField(lengthOff, -1)
 		return
 	}

@@ -153,3 +153,52 @@ func TestWriteSameErrors(t *testing.T) {
 		require.Empty(t, rec.take(), tt.name)
 	}
 }
+
+// TestWriteSameToTheEnd checks NUMBER OF LOGICAL BLOCKS zero with WSNZ 0 (SBC-4 5.50): the blocks
+// from the LBA to the last one are written, unmapped or zeroed, and the number that makes counts
+// against MAXIMUM WRITE SAME LENGTH (32 blocks here, the backstore's zeroing bound): more is
+// INVALID FIELD IN CDB on the NUMBER OF LOGICAL BLOCKS field; an LBA past the last is out of
+// range.
+func TestWriteSameToTheEnd(t *testing.T) {
+	const blocks = 256
+	mem, err := backstore.NewMemory(blocks*512, 512)
+	require.NoError(t, err)
+	rec := &recordingStore{Backstore: &capsStore{Backstore: mem,
+		caps: backstore.Capabilities{Unmap: true, UnmapZeroes: true, MaxUnmapBytes: 32 * 512}}}
+	_, m := newLUOver(t, rec, func(c *Config) { c.ThinProvisioning = true })
+	before := testutil.Pattern(blocks*512, 5)
+	writeMedium(t, mem, 0, before)
+	rec.take()
+
+	// Refused, nothing written.
+	checkSense(t, exec(m, cdb16(0x93, 0x01, 200, 0), nil, 0), invalidCDB(10, -1)) // 56 blocks > 32
+	checkSense(t, exec(m, cdb10(0x41, 0x00, 0, 0), fill(512, 1), 0), invalidCDB(7, -1))
+	checkSense(t, exec(m, cdb16(0x93, 0x01, blocks, 0), nil, 0), lbaOutOfRange)
+	checkSense(t, exec(m, cdb16(0x93, 0x01, 1<<40, 0), nil, 0), lbaOutOfRange)
+	require.Empty(t, rec.take())
+	require.Equal(t, before, readMedium(t, mem, 0, blocks*512))
+
+	want := append([]byte(nil), before...)
+	// A pattern from LBA 224: the last 32 blocks.
+	blk := testutil.Pattern(512, 0x42)
+	c := exec(m, cdb10(0x41, 0x00, 224, 0), blk, 0)
+	checkGood(t, c)
+	require.Equal(t, 512, c.TransferLength)
+	for lba := 224; lba < blocks; lba++ {
+		copy(want[lba*512:], blk)
+	}
+	require.Equal(t, []ioRecord{{op: "write", off: 224 * 512, len: 32 * 512}}, rec.take())
+	require.Equal(t, want, readMedium(t, mem, 0, blocks*512))
+
+	// NDOB with UNMAP from LBA 240: unmapped to the end.
+	checkGood(t, exec(m, cdb16(0x93, 0x09, 240, 0), nil, 0))
+	require.Equal(t, []ioRecord{{op: "unmap", off: 240 * 512, len: 16 * 512}}, rec.take())
+	clear(want[240*512:])
+	require.Equal(t, want, readMedium(t, mem, 0, blocks*512))
+
+	// The last block alone.
+	checkGood(t, exec(m, cdb16(0x93, 0x00, blocks-1, 0), fill(512, 7), 0))
+	require.Equal(t, []ioRecord{{op: "write", off: (blocks - 1) * 512, len: 512}}, rec.take())
+	copy(want[(blocks-1)*512:], fill(512, 7))
+	require.Equal(t, want, readMedium(t, mem, 0, blocks*512))
+}
