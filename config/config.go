@@ -179,6 +179,11 @@ type LUN struct {
 	// BlockSize is the logical block size: 512 (default), 1024, 2048 or 4096. A block
 	// backstore has the device's own: it is 0 there.
 	BlockSize int `yaml:"block_size"`
+	// PhysicalBlockSize is the physical block size the LUN reports (READ CAPACITY(16), Block
+	// Limits): a power of two from the logical block size to 64 KiB, 0 for the backstore's
+	// own (the logical block size, a block device's physical block, 4 KiB for RBD). 4096
+	// with 512-byte blocks makes a 512e disk: initiators align their I/O and discards to it.
+	PhysicalBlockSize int `yaml:"physical_block_size"`
 	// Serial is the unit serial number; default derived from the target identity and LUN.
 	Serial string `yaml:"serial"`
 	// Vendor, Product and Revision are the INQUIRY strings (8, 16 and 4 characters at most).
@@ -252,9 +257,11 @@ const (
 	DefaultMaxChannels     = 16
 	DefaultMaxTransferSize = 8 << 20
 	DefaultBlockSize       = 512
-	DefaultSendQueueDepth  = srp.DefaultSendQueueDepth
-	DefaultBufferPoolSize  = srp.DefaultBufferPoolSize
-	DefaultRDMATimeout     = srp.DefaultRDMATimeout
+	// MaxPhysicalBlockSize bounds physical_block_size.
+	MaxPhysicalBlockSize  = 64 << 10
+	DefaultSendQueueDepth = srp.DefaultSendQueueDepth
+	DefaultBufferPoolSize = srp.DefaultBufferPoolSize
+	DefaultRDMATimeout    = srp.DefaultRDMATimeout
 	// DefaultMaxChannelBuffer is the share of the buffer pool one channel may hold.
 	DefaultMaxChannelBuffer    = "25%"
 	DefaultMaxSessions         = srp.DefaultMaxSessions

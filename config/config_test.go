@@ -136,6 +136,12 @@ luns:
 				"t.yaml:5: luns[0].path: /dev/null is not a block device",
 				"t.yaml:6: luns[0].block_size: a block device has its own block size; remove block_size",
 			}},
+		{"physical_block_size", "listeners: [{address: 0.0.0.0, port: 1}]\nluns:\n  - {lun: 0, backstore: memory, size: 1MiB, block_size: 4096, physical_block_size: 512}\n  - {lun: 1, backstore: memory, size: 1MiB, physical_block_size: 3072}\n  - {lun: 2, backstore: memory, size: 1MiB, physical_block_size: 131072}\n  - {lun: 3, backstore: memory, size: 1MiB, physical_block_size: 4096}\n",
+			[]string{
+				"t.yaml:3: luns[0].physical_block_size: 512: a power of two from the block size (4096) to 65536",
+				"t.yaml:4: luns[1].physical_block_size: 3072: a power of two from the block size (512) to 65536",
+				"t.yaml:5: luns[2].physical_block_size: 131072: a power of two from the block size (512) to 65536",
+			}},
 		{"limits out of range", "listeners: [{address: 0.0.0.0, port: 1}]\nlimits:\n  max_it_iu_len: 100\n  send_queue_depth: 8\n  max_transfer_size: 16MiB\n  buffer_pool_size: 8MiB\n",
 			[]string{
 				"t.yaml:3: limits.max_it_iu_len: 100 is outside 276..1MiB (Linux with immediate data needs 8260)",

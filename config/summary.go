@@ -103,6 +103,9 @@ func lunSummary(l *LUN) []string {
 	if l.Backstore != "block" {
 		s = append(s, fmt.Sprintf("%d-byte blocks", l.BlockSize))
 	}
+	if l.PhysicalBlockSize != 0 {
+		s = append(s, fmt.Sprintf("%d-byte physical blocks", l.PhysicalBlockSize))
+	}
 	if l.ReadOnly {
 		s = append(s, "read-only")
 	}

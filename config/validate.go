@@ -200,6 +200,9 @@ func (v *validator) validateLUN(c *Config, i int, luns map[int]int, paths map[st
 	default:
 		v.errorf(At("luns", i, "block_size"), "%d: Linux accepts 512, 1024, 2048 or 4096", bs)
 	}
+	if pbs := l.PhysicalBlockSize; pbs != 0 && (pbs < bs || pbs > MaxPhysicalBlockSize || pbs&(pbs-1) != 0) {
+		v.errorf(At("luns", i, "physical_block_size"), "%d: a power of two from the block size (%d) to %d", pbs, bs, MaxPhysicalBlockSize)
+	}
 	if l.Size != 0 && l.Size%Size(bs) != 0 {
 		v.errorf(At("luns", i, "size"), "%v is not a multiple of the block size %d", l.Size, bs)
 	}

@@ -36,6 +36,12 @@ type Config struct {
 	MaxTransferBytes uint32
 	// OptimalTransferBytes becomes OPTIMAL TRANSFER LENGTH in VPD page 0xB0; zero: not reported.
 	OptimalTransferBytes uint32
+	// PhysicalBlockSize is the physical block the logical unit reports: a power-of-two multiple
+	// of the logical block size, at most 2^15 logical blocks (the four bits of LOGICAL BLOCKS
+	// PER PHYSICAL BLOCK EXPONENT, SBC-4 5.20.2). Zero: the backstore's. A 512-byte logical
+	// block with 4 KiB physical blocks is a 512e disk: the initiator aligns its I/O and its
+	// discards to 4 KiB, and UNMAP deallocates whole physical blocks only (unmap.go).
+	PhysicalBlockSize uint32
 	// TaskManagement is the set of task management functions the transport can deliver, for
 	// REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS. Zero: all the logical unit implements.
 	TaskManagement TMFSet
@@ -87,8 +93,11 @@ func (cfg *Config) validate() error {
 	default:
 		return fmt.Errorf("logical block size %d is not one Linux accepts (512, 1024, 2048, 4096)", bs)
 	}
-	if pbs := cfg.Backstore.PhysicalBlockSize(); pbs < bs || pbs%bs != 0 || (pbs/bs)&(pbs/bs-1) != 0 {
-		return fmt.Errorf("physical block size %d is not a power-of-two multiple of the logical block size %d", pbs, bs)
+	if cfg.PhysicalBlockSize == 0 {
+		cfg.PhysicalBlockSize = cfg.Backstore.PhysicalBlockSize()
+	}
+	if pbs := cfg.PhysicalBlockSize; pbs < bs || pbs%bs != 0 || (pbs/bs)&(pbs/bs-1) != 0 || pbs/bs > maxBlocksPerPhysical {
+		return fmt.Errorf("physical block size %d is not a power-of-two multiple of the logical block size %d, at most %d times it", pbs, bs, maxBlocksPerPhysical)
 	}
 	if cfg.Backstore.Size() < int64(bs) {
 		return fmt.Errorf("capacity %d bytes is less than one block", cfg.Backstore.Size())
@@ -107,7 +116,11 @@ type LogicalUnit struct {
 
 	blockSize  uint32 // logical block size in bytes
 	blockShift uint   // log2(blockSize)
-	blocks     atomic.Uint64
+	// physShift is log2 of the logical blocks per physical block (LOGICAL BLOCKS PER PHYSICAL
+	// BLOCK EXPONENT); LBA 0 is the start of a physical block (LOWEST ALIGNED LOGICAL BLOCK
+	// ADDRESS 0).
+	physShift uint
+	blocks    atomic.Uint64
 
 	mode modeState
 
@@ -178,6 +191,9 @@ func NewLogicalUnit(cfg Config) (*LogicalUnit, error) {
 	for 1<<lu.blockShift < lu.blockSize {
 		lu.blockShift++
 	}
+	for lu.blockSize<<lu.physShift < cfg.PhysicalBlockSize {
+		lu.physShift++
+	}
 	lu.blocks.Store(uint64(cfg.Backstore.Size()) >> lu.blockShift)
 	lu.mode.init(cfg)
 	lu.tasks.init(&lu.mu)
@@ -192,6 +208,16 @@ func (lu *LogicalUnit) Config() Config { return lu.cfg }
 
 // BlockSize is the logical block size in bytes.
 func (lu *LogicalUnit) BlockSize() uint32 { return lu.blockSize }
+
+// maxBlocksPerPhysical is the most logical blocks per physical block READ CAPACITY(16) can
+// report: LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT has four bits.
+const maxBlocksPerPhysical = 1 << 15
+
+// PhysicalBlockSize is the physical block size in bytes the logical unit reports.
+func (lu *LogicalUnit) PhysicalBlockSize() uint32 { return lu.blockSize << lu.physShift }
+
+// blocksPerPhysical is the number of logical blocks in a physical block.
+func (lu *LogicalUnit) blocksPerPhysical() uint64 { return 1 << lu.physShift }
 
 // Blocks is the capacity in logical blocks.
 func (lu *LogicalUnit) Blocks() uint64 { return lu.blocks.Load() }

@@ -1,9 +1,6 @@
 package scsi
 
-import (
-	"encoding/binary"
-	"math/bits"
-)
+import "encoding/binary"
 
 // lastLBA is the address of the last logical block.
 func (lu *LogicalUnit) lastLBA() uint64 {
@@ -56,8 +53,7 @@ func readCapacity16(lu *LogicalUnit, c *Command) {
 	binary.BigEndian.PutUint32(buf[8:], lu.blockSize)
 	// Byte 12: P_TYPE and PROT_EN are 0 (no protection information).
 	// Byte 13: P_I_EXPONENT 0, LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT.
-	perPhysical := lu.bs.PhysicalBlockSize() >> lu.blockShift
-	buf[13] = byte(bits.TrailingZeros32(perPhysical)) & 0x0F
+	buf[13] = byte(lu.physShift) & 0x0F
 	// Byte 14: LBPME, LBPRZ; bytes 14-15: LOWEST ALIGNED LOGICAL BLOCK ADDRESS 0.
 	if lu.supportsUnmap() {
 		buf[14] |= 0x80

@@ -85,6 +85,12 @@ var unmapZero = []cdbField{{1, 0xFE}, {1, 0x01}, {2, 0xFF}, {3, 0xFF}, {4, 0xFF}
 //   - a descriptor outside the medium is LOGICAL BLOCK ADDRESS OUT OF RANGE: SBC-4 5.31 names
 //     the case where the LBA plus the NUMBER OF LOGICAL BLOCKS exceeds the capacity, so a
 //     descriptor of zero blocks at the capacity (LBA = number of blocks) is not one.
+//
+// Only whole physical blocks are deallocated: the logical blocks of a descriptor that share a
+// physical block with blocks outside it keep their data, which SBC-4 5.31 allows ("the logical
+// block provisioning state for each specified LBA ... may remain unchanged") and a 512e disk
+// does. UNMAP never promised zeroes (Linux zeroes with WRITE SAME, which writes what it cannot
+// unmap: writeSame).
 func unmap(lu *LogicalUnit, c *Command) {
 	if !lu.supportsUnmap() {
 		c.invalidOpcode()
@@ -157,14 +163,50 @@ func unmap(lu *LogicalUnit, c *Command) {
 		d := p[unmapHeaderLen+i*unmapDescriptorLen:]
 		lba := binary.BigEndian.Uint64(d[0:])
 		n := uint64(binary.BigEndian.Uint32(d[8:]))
-		if n == 0 {
+		first, end := lu.physicalInside(lba, n)
+		if first == end {
 			continue
 		}
-		if failedAt, err := lu.zeroBlocks(lba, n, true); err != nil {
+		if failedAt, err := lu.zeroBlocks(first, end-first, true); err != nil {
 			c.ioError(err, false, failedAt)
 			return
 		}
 	}
+}
+
+// physicalInside returns the whole physical blocks inside the n logical blocks from lba, as the
+// logical blocks [first, end); first == end when there is none.
+func (lu *LogicalUnit) physicalInside(lba, n uint64) (first, end uint64) {
+	mask := lu.blocksPerPhysical() - 1
+	first = (lba + mask) &^ mask
+	end = (lba + n) &^ mask
+	if first >= end {
+		return lba, lba
+	}
+	return first, end
+}
+
+// deallocate makes the n blocks from lba read back as zeroes, deallocating the whole physical
+// blocks among them and writing zeroes to the logical blocks of the physical blocks at either
+// end that the range covers only in part (WRITE SAME with UNMAP, SBC-4 5.50: a block that is
+// not unmapped is written). On failure it returns the first LBA of the piece that failed.
+func (lu *LogicalUnit) deallocate(lba, n uint64) (uint64, error) {
+	first, end := lu.physicalInside(lba, n)
+	if first == end {
+		return lu.zeroBlocks(lba, n, false)
+	}
+	if first > lba {
+		if at, err := lu.zeroBlocks(lba, first-lba, false); err != nil {
+			return at, err
+		}
+	}
+	if at, err := lu.zeroBlocks(first, end-first, true); err != nil {
+		return at, err
+	}
+	if end < lba+n {
+		return lu.zeroBlocks(end, lba+n-end, false)
+	}
+	return 0, nil
 }
 
 // zeroBlocks deallocates (unmap true) or zeroes the n blocks from lba, in pieces no larger than

@@ -239,7 +239,7 @@ func vpdExtendedInquiry(buf []byte) int {
 // functions the SBC handlers enforce them with (maxCompareAndWriteBlocks, maxUnmapBlocks,
 // maxUnmapDescriptors, maxWriteSameBlocks), so that what is advertised is what is accepted.
 func (lu *LogicalUnit) vpdBlockLimits(buf []byte) int {
-	perPhysical := lu.bs.PhysicalBlockSize() >> lu.blockShift
+	perPhysical := lu.blocksPerPhysical()
 	// Byte 4: WSNZ 0, WRITE SAME with NUMBER OF LOGICAL BLOCKS zero writes to the end of the
 	// medium (writesame.go).
 	buf[5] = lu.maxCompareAndWriteBlocks()
@@ -251,8 +251,10 @@ func (lu *LogicalUnit) vpdBlockLimits(buf []byte) int {
 		binary.BigEndian.PutUint32(buf[20:], lu.maxUnmapBlocks())
 		binary.BigEndian.PutUint32(buf[24:], lu.maxUnmapDescriptors())
 		binary.BigEndian.PutUint32(buf[28:], lu.optimalUnmapGranularity())
+		// UGAVALID 1, UNMAP GRANULARITY ALIGNMENT 0: LBA 0 starts a unit of unmap
+		// granularity, as it starts a physical block.
+		buf[32] = 0x80
 	}
-	// 32..35 UGAVALID 0 and UNMAP GRANULARITY ALIGNMENT 0: LBA 0 is aligned.
 	binary.BigEndian.PutUint64(buf[36:], lu.maxWriteSameBlocks())
 	return 0x3C
 }
@@ -263,9 +265,8 @@ func (lu *LogicalUnit) vpdBlockLimits(buf []byte) int {
 // with 4 KiB blocks on a LUN of 512-byte blocks has its discards free space instead of having
 // the parts of filesystem blocks that a hole cannot cover zeroed.
 func (lu *LogicalUnit) optimalUnmapGranularity() uint32 {
-	perPhysical := lu.bs.PhysicalBlockSize() >> lu.blockShift
 	g := lu.bs.Capabilities().UnmapGranularity >> lu.blockShift
-	return uint32(max(uint64(perPhysical), uint64(min(g, 1<<20))))
+	return uint32(max(lu.blocksPerPhysical(), uint64(min(g, 1<<20))))
 }
 
 // vpdBlockDeviceCharacteristics writes the block device characteristics page (SBC-3 6.5.2).

@@ -104,7 +104,7 @@ func TestVPDPages(t *testing.T) {
 			[]byte{0x00, 0x02, 0x00, 0x00}, // MAXIMUM UNMAP LBA COUNT 64 MiB / 512
 			[]byte{0x00, 0x00, 0x01, 0x00}, // MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT 256
 			[]byte{0x00, 0x00, 0x00, 0x08}, // OPTIMAL UNMAP GRANULARITY
-			[]byte{0x00, 0x00, 0x00, 0x00}, // UGAVALID 0
+			[]byte{0x80, 0x00, 0x00, 0x00}, // UGAVALID 1, UNMAP GRANULARITY ALIGNMENT 0
 			[]byte{0, 0, 0, 0, 0x00, 0x02, 0x00, 0x00},
 			zeros(20),
 		)},
@@ -151,10 +151,10 @@ func TestVPDPages(t *testing.T) {
 			[]byte{0x00, 0x00, 0x01, 0x00}, // MAXIMUM TRANSFER LENGTH 256 blocks
 			[]byte{0x00, 0x00, 0x00, 0x40}, // OPTIMAL TRANSFER LENGTH 64 blocks
 			zeros(4),
-			[]byte{0x00, 0x04, 0x00, 0x00}, // MAXIMUM UNMAP LBA COUNT 1 GiB / 4096
-			[]byte{0x00, 0x00, 0x01, 0x00}, // 256 descriptors
-			[]byte{0x00, 0x00, 0x00, 0x01}, // OPTIMAL UNMAP GRANULARITY
-			zeros(4),
+			[]byte{0x00, 0x04, 0x00, 0x00},             // MAXIMUM UNMAP LBA COUNT 1 GiB / 4096
+			[]byte{0x00, 0x00, 0x01, 0x00},             // 256 descriptors
+			[]byte{0x00, 0x00, 0x00, 0x01},             // OPTIMAL UNMAP GRANULARITY
+			[]byte{0x80, 0x00, 0x00, 0x00},             // UGAVALID 1, UNMAP GRANULARITY ALIGNMENT 0
 			[]byte{0, 0, 0, 0, 0x00, 0x00, 0x01, 0x00}, // MAXIMUM WRITE SAME LENGTH = MAXIMUM TRANSFER LENGTH
 			zeros(20),
 		), 64)

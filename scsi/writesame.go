@@ -63,7 +63,8 @@ func writeSame16(lu *LogicalUnit, c *Command) {
 // WRPROTECT must be zero, ANCHOR is not supported (ANC_SUP 0), PBDATA and LBDATA are obsolete
 // and refused. The UNMAP bit needs logical block provisioning (else INVALID FIELD IN CDB, as LBPWS
 // is 0). A block of zeroes with UNMAP on a backstore whose unmapped blocks read as zeroes (LBPRZ)
-// is unmapped; any other block of zeroes is zeroed by the backstore, which allocates nothing for
+// is unmapped where it covers whole physical blocks and written where it covers part of one
+// (deallocate); any other block of zeroes is zeroed by the backstore, which allocates nothing for
 // it where it can; a block with data is replicated through a scratch buffer and written out in
 // chunks. Either way the blocks read back as the data-out block, which is what SBC-3 requires
 // whether or not the device server unmaps. With the write cache disabled the result is flushed
@@ -115,8 +116,14 @@ func (lu *LogicalUnit) writeSame(c *Command, lba, n uint64, ndob bool, lengthOff
 		lu.writePattern(c, lba, n, c.DataOut)
 		return
 	}
-	useUnmap := unmapBit && lu.bs.Capabilities().UnmapZeroes
-	if failedAt, err := lu.zeroBlocks(lba, n, useUnmap); err != nil {
+	var failedAt uint64
+	var err error
+	if unmapBit && lu.bs.Capabilities().UnmapZeroes {
+		failedAt, err = lu.deallocate(lba, n)
+	} else {
+		failedAt, err = lu.zeroBlocks(lba, n, false)
+	}
+	if err != nil {
 		c.ioError(err, false, failedAt)
 		return
 	}

@@ -90,7 +90,7 @@ type lunState struct {
 // its key is unchanged.
 type luKey struct {
 	store                             storeKey
-	blockSize                         uint32
+	blockSize, physicalBlockSize      uint32
 	vendor, product, revision, serial string
 	readOnly, writeCache, thin, ssd   bool
 	maxTransfer                       uint32

@@ -131,18 +131,19 @@ func (d *daemon) planLUN(p *plan, i int) *config.Error {
 		return cfg.ErrorAt(config.At("state_dir"), "lun %d: %v", num, err)
 	}
 	lu, err := scsi.NewLogicalUnit(scsi.Config{
-		Reservations:     prs,
-		Backstore:        s,
-		Vendor:           key.vendor,
-		Product:          key.product,
-		Revision:         key.revision,
-		Serial:           key.serial,
-		ReadOnly:         key.readOnly,
-		WriteCache:       key.writeCache,
-		ThinProvisioning: key.thin,
-		NonRotational:    key.ssd,
-		MaxTransferBytes: key.maxTransfer,
-		TaskManagement:   srp.TaskManagementFunctions,
+		Reservations:      prs,
+		Backstore:         s,
+		Vendor:            key.vendor,
+		Product:           key.product,
+		Revision:          key.revision,
+		Serial:            key.serial,
+		ReadOnly:          key.readOnly,
+		WriteCache:        key.writeCache,
+		ThinProvisioning:  key.thin,
+		NonRotational:     key.ssd,
+		MaxTransferBytes:  key.maxTransfer,
+		PhysicalBlockSize: key.physicalBlockSize,
+		TaskManagement:    srp.TaskManagementFunctions,
 	})
 	if err != nil {
 		where := config.At("luns", i)
@@ -164,17 +165,18 @@ func (d *daemon) planLUN(p *plan, i int) *config.Error {
 // unmap, the write cache on, solid state for RAM.
 func (d *daemon) luKeyOf(cfg *config.Config, l *config.LUN, s *sharedStore) luKey {
 	k := luKey{
-		store:       s.key,
-		blockSize:   s.LogicalBlockSize(),
-		vendor:      l.Vendor,
-		product:     l.Product,
-		revision:    l.Revision,
-		serial:      l.Serial,
-		readOnly:    l.ReadOnly,
-		writeCache:  l.WriteCache == nil || *l.WriteCache,
-		thin:        s.Capabilities().Unmap,
-		ssd:         l.Backstore == "memory" || l.Backstore == "null",
-		maxTransfer: uint32(cfg.Limits.MaxTransferSize),
+		store:             s.key,
+		blockSize:         s.LogicalBlockSize(),
+		physicalBlockSize: uint32(l.PhysicalBlockSize),
+		vendor:            l.Vendor,
+		product:           l.Product,
+		revision:          l.Revision,
+		serial:            l.Serial,
+		readOnly:          l.ReadOnly,
+		writeCache:        l.WriteCache == nil || *l.WriteCache,
+		thin:              s.Capabilities().Unmap,
+		ssd:               l.Backstore == "memory" || l.Backstore == "null",
+		maxTransfer:       uint32(cfg.Limits.MaxTransferSize),
 	}
 	if l.ThinProvisioning != nil {
 		k.thin = *l.ThinProvisioning
