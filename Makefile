@@ -57,7 +57,7 @@ test-rbd:
 # and the quick half of the stress scenarios (the kernel's ib_srp against the daemon over
 # soft-RoCE). make e2e-rbd (an RBD LUN in the VM, about 5 minutes with its own image) is not
 # part of it.
-check: test test-rbd build install-test nordma-test nspawn-test e2e e2e-pr e2e-alua stress-quick
+check: test test-rbd build install-test nordma-test nspawn-test e2e e2e-pr e2e-alua e2e-sbc stress-quick
 
 # e2e: the daemon against the Linux SRP initiator (ib_srp) over soft-RoCE in a qemu VM
 # (integration/vm/README.md): builds the daemon and the VM image, runs the checks, keeps the
@@ -85,6 +85,13 @@ e2e-rbd:
 .PHONY: e2e-alua
 e2e-alua:
 	GO="$(GO)" integration/vm/alua.sh
+
+# e2e-sbc: the SBC-4 and SPC-4 commands of issue 35 in the VM through ib_srp and sg3_utils
+# (integration/vm/sbc.sh): unsupported service actions, WRITE SAME to the end of the medium,
+# 4 KiB physical blocks. Needs root; about a minute once the image is built.
+.PHONY: e2e-sbc
+e2e-sbc:
+	GO="$(GO)" integration/vm/sbc.sh
 
 # demo: the same VM with configs/demo.yaml: login, lsblk, sg_inq, a short fio run.
 demo:

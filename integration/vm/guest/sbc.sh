@@ -1,0 +1,179 @@
+#!/bin/bash
+# sbc.sh - the SBC-4 and SPC-4 commands of issue 35 seen from the Linux initiator through
+# ib_srp and sg3_utils (integration/vm/sbc.sh runs it):
+#   - an unsupported service action is INVALID FIELD IN CDB on the SERVICE ACTION field
+#     (sg_raw PERSISTENT RESERVE IN with service action 4), an unsupported operation code
+#     INVALID COMMAND OPERATION CODE;
+#   - WRITE SAME with NUMBER OF LOGICAL BLOCKS 0 (sg_write_same --num=0) writes to the end
+#     of the medium; Block Limits says WSNZ 0;
+#   - physical_block_size 4096 on 512-byte blocks: sg_readcap --long shows the exponent, the
+#     kernel's queue limits follow, UNMAP of an unaligned range deallocates the whole physical
+#     blocks only, WRITE SAME with UNMAP zeroes the rest.
+#
+# Arguments (k=v): bin=/usr/local/bin/srptarget port=5555
+
+# Functions below are called through check and wait_for:
+# shellcheck disable=SC2317
+# shellcheck source=lib.sh
+. /lab/lib.sh
+
+BIN=$(arg bin /usr/local/bin/srptarget)
+PORT=$(arg port 5555)
+CONFIG=/etc/srptarget-sbc.yaml
+ID_EXT=0002c90300a0b0c1
+DLOG=/tmp/srptarget-sbc.log
+PID=
+MIB=64
+BLOCKS=$((MIB * 2048)) # 512-byte blocks
+
+daemon_alive() { [ -n "$PID" ] && [ -r "/proc/$PID/stat" ] && ! grep -qE '^[0-9]+ \(.*\) Z' "/proc/$PID/stat"; }
+listening() { daemon_alive && cm_listening "$PORT"; }
+disks_up() { [ "$(srp_disks | wc -l)" -ge "$1" ]; }
+
+# raw DEV ARGS...: sg_raw with its status and sense lines on one line, "exit N" first.
+raw() {
+	local rc
+	sg_raw -v "$@" >/tmp/raw.txt 2>&1
+	rc=$?
+	echo "exit $rc: $(grep -iE 'status|sense|field|byte|info' /tmp/raw.txt | tr '\n' ' ' | sed 's/  */ /g')"
+}
+
+# blocks DEV LBA N OUT: N 512-byte blocks from LBA into OUT, bypassing the page cache.
+blocks() { dd if="$1" of="$4" bs=512 skip="$2" count="$3" iflag=direct status=none; }
+
+# same_as_file NAME A B: record whether files A and B are equal.
+same_as_file() {
+	if cmp -s "$2" "$3"; then record "$1" pass "$(stat -c %s "$2") bytes equal"; else record "$1" fail "$(cmp "$2" "$3" 2>&1 | head -1)"; fi
+}
+
+step "soft-RoCE"
+setup_rxe || fail "soft-RoCE setup failed"
+
+cat >"$CONFIG" <<EOF
+target:
+  id_ext: "$ID_EXT"
+listeners:
+  - address: $RXE_IP4
+    port: $PORT
+luns:
+  - lun: 0
+    backstore: memory
+    size: ${MIB}MiB
+  - lun: 1
+    backstore: memory
+    size: ${MIB}MiB
+    physical_block_size: 4096
+acls:
+  - initiators: ["*"]
+    luns: [0, 1]
+EOF
+cat "$CONFIG"
+
+step "srptarget serve"
+echo "SRPTVM\$ $BIN serve --config $CONFIG"
+"$BIN" serve --config "$CONFIG" >>"$DLOG" 2>&1 &
+PID=$!
+wait_for 30 listening || fail "srptarget is not listening: $(tail -5 "$DLOG")"
+record "daemon listening" pass "pid $PID"
+
+step "login"
+srp_login "id_ext=$ID_EXT,ioc_guid=$ID_EXT,dest=$RXE_IP4:$PORT" || fail "add_target failed"
+wait_for 60 disks_up 2 || fail "the two disks did not appear: $(srp_disks)"
+sleep 1
+D0=/dev/$(srp_disk_for_lun 0) || fail "no disk for LUN 0"
+D1=/dev/$(srp_disk_for_lun 1) || fail "no disk for LUN 1"
+S1=${D1#/dev/}
+record "two LUNs" pass "LUN 0 $D0, LUN 1 $D1"
+sg_turs "$D0" >/dev/null 2>&1
+sg_turs "$D1" >/dev/null 2>&1
+
+step "unsupported service action and operation code"
+# PERSISTENT RESERVE IN, service action 04h (reserved), allocation length 16.
+out=$(raw -r 16 "$D0" 5e 04 00 00 00 00 00 00 10 00)
+echo "$out"
+if grep -qi 'invalid field in cdb' <<<"$out" && grep -qiE 'byte 1 bit 4|field pointer.*1' /tmp/raw.txt; then
+	record "PR IN service action 4: INVALID FIELD IN CDB at byte 1 bit 4" pass "$out"
+else
+	record "PR IN service action 4: INVALID FIELD IN CDB at byte 1 bit 4" fail "$out | $(tr '\n' ' ' </tmp/raw.txt | cut -c1-300)"
+fi
+# SERVICE ACTION IN(16) with service action 1Fh.
+out=$(raw -r 32 "$D0" 9e 1f 00 00 00 00 00 00 00 00 00 00 00 20 00 00)
+if grep -qi 'invalid field in cdb' <<<"$out"; then
+	record "SERVICE ACTION IN(16) SA 1Fh: INVALID FIELD IN CDB" pass "$out"
+else
+	record "SERVICE ACTION IN(16) SA 1Fh: INVALID FIELD IN CDB" fail "$out"
+fi
+# LOG SENSE is not implemented at all.
+out=$(raw -r 16 "$D0" 4d 00 00 00 00 00 00 00 10 00)
+if grep -qi 'invalid command operation code' <<<"$out"; then
+	record "LOG SENSE: INVALID COMMAND OPERATION CODE" pass "$out"
+else
+	record "LOG SENSE: INVALID COMMAND OPERATION CODE" fail "$out"
+fi
+# sg_persist reads the capabilities and keys as before.
+check "sg_persist --report-capabilities" sg_persist -n -i -c "$D0"
+
+step "WRITE SAME to the end of the medium"
+run sg_vpd -p bl "$D0" | tee /tmp/bl.txt
+wsnz=$(sed -n 's/.*(WSNZ): *//p' /tmp/bl.txt | head -1)
+check_eq "Block Limits WSNZ" 0 "$wsnz"
+mws=$(sed -n 's/.*Maximum write same length: *\([0-9x]*\).*/\1/p' /tmp/bl.txt | head -1)
+echo "maximum write same length: $mws blocks"
+head -c 512 /dev/urandom >/tmp/ws-block
+dd if=/dev/urandom of=/tmp/ws-before bs=512 count=256 status=none
+dd if=/tmp/ws-before of="$D0" bs=512 seek=$((BLOCKS - 256)) oflag=direct status=none
+LBA=$((BLOCKS - 200))
+check "sg_write_same --num=0 --lba=$LBA" sg_write_same --16 --lba=$LBA --num=0 --in=/tmp/ws-block "$D0"
+blocks "$D0" $((BLOCKS - 256)) 256 /tmp/ws-after
+for _ in $(seq 200); do cat /tmp/ws-block; done >/tmp/ws-tail
+head -c $((56 * 512)) /tmp/ws-before >/tmp/ws-want
+cat /tmp/ws-tail >>/tmp/ws-want
+same_as_file "WRITE SAME --num=0: LBA $LBA to the last block written, the 56 before kept" /tmp/ws-want /tmp/ws-after
+# From LBA 0 the rest of the medium is more than MAXIMUM WRITE SAME LENGTH.
+out=$(sg_write_same --16 --lba=0 --num=0 --in=/tmp/ws-block "$D0" 2>&1)
+rc=$?
+if [ $rc != 0 ] && grep -qi 'invalid field in cdb\|illegal request' <<<"$out"; then
+	record "WRITE SAME --num=0 from LBA 0 over MAXIMUM WRITE SAME LENGTH refused" pass "exit $rc: $(tr '\n' ' ' <<<"$out" | cut -c1-200)"
+else
+	record "WRITE SAME --num=0 from LBA 0 over MAXIMUM WRITE SAME LENGTH refused" fail "exit $rc: $out"
+fi
+
+step "4 KiB physical blocks on 512-byte blocks"
+run sg_readcap --long "$D1" | tee /tmp/rc.txt
+if grep -q 'Logical blocks per physical block exponent=3 \[so physical block length=4096 bytes\]' /tmp/rc.txt; then
+	record "sg_readcap --long: exponent 3" pass "$(grep -m1 'physical block exponent' /tmp/rc.txt | sed 's/^ *//')"
+else
+	record "sg_readcap --long: exponent 3" fail "$(tr '\n' ' ' </tmp/rc.txt | cut -c1-300)"
+fi
+check_eq "LUN 1 queue/logical_block_size" 512 "$(cat /sys/block/"$S1"/queue/logical_block_size)"
+check_eq "LUN 1 queue/physical_block_size" 4096 "$(cat /sys/block/"$S1"/queue/physical_block_size)"
+check_eq "LUN 1 queue/minimum_io_size" 4096 "$(cat /sys/block/"$S1"/queue/minimum_io_size)"
+check_eq "LUN 1 queue/discard_granularity" 4096 "$(cat /sys/block/"$S1"/queue/discard_granularity)"
+check_eq "LUN 0 queue/physical_block_size" 512 "$(cat /sys/block/"${D0#/dev/}"/queue/physical_block_size)"
+run sg_vpd -p bl "$D1" | grep -iE 'granularity|alignment'
+# UNMAP of LBA 3, 20 blocks: only the physical block of LBAs 8-15 is deallocated.
+dd if=/dev/urandom of=/tmp/pb-before bs=512 count=32 status=none
+dd if=/tmp/pb-before of="$D1" bs=512 oflag=direct status=none
+check "sg_unmap --lba=3 --num=20" sg_unmap --force --lba=3 --num=20 "$D1"
+blocks "$D1" 0 32 /tmp/pb-after
+{ head -c $((8 * 512)) /tmp/pb-before; head -c $((8 * 512)) /dev/zero; tail -c $((16 * 512)) /tmp/pb-before; } >/tmp/pb-want
+same_as_file "UNMAP 3+20: LBAs 8-15 deallocated, 3-7 and 16-22 kept" /tmp/pb-want /tmp/pb-after
+run sg_get_lba_status --lba=0 --maxlen=4 "$D1"
+# WRITE SAME with UNMAP and a block of zeroes over the same range: all 20 read as zeroes.
+dd if=/tmp/pb-before of="$D1" bs=512 oflag=direct status=none
+check "sg_write_same --unmap --lba=3 --num=20" sg_write_same --16 --unmap --lba=3 --num=20 --in=/dev/zero "$D1"
+blocks "$D1" 0 32 /tmp/pb-after
+{ head -c $((3 * 512)) /tmp/pb-before; head -c $((20 * 512)) /dev/zero; tail -c $((9 * 512)) /tmp/pb-before; } >/tmp/pb-want
+same_as_file "WRITE SAME UNMAP 3+20: all 20 zero, 0-2 and 23-31 kept" /tmp/pb-want /tmp/pb-after
+
+step "logout"
+check "logout" srp_logout
+kill -TERM "$PID"
+wait_for 45 eval '! daemon_alive'
+if grep -qE 'ERROR|FATAL|panic' "$DLOG"; then
+	record "daemon log" fail "$(grep -m1 -E 'ERROR|FATAL|panic' "$DLOG" | cut -c1-200)"
+else
+	record "daemon log" pass "no error lines"
+fi
+record_kernel_log
+finish
