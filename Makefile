@@ -53,7 +53,8 @@ test-rbd:
 # check: everything CI runs: the Go tests, the RBD tests against a throw-away Ceph cluster,
 # make install into a temporary directory, the installed unit booted under systemd in a
 # container (nspawn-test), then the VM end-to-end runs (the daemon, the
-# ib/verbs tests, persistent reservations from two initiator ports, ALUA over two target ports)
+# ib/verbs tests, persistent reservations from two initiator ports, ALUA over two target ports,
+# the SBC-4 commands of e2e-sbc)
 # and the quick half of the stress scenarios (the kernel's ib_srp against the daemon over
 # soft-RoCE). make e2e-rbd (an RBD LUN in the VM, about 5 minutes with its own image) is not
 # part of it.
