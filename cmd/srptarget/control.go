@@ -76,7 +76,7 @@ type controlServer struct {
 	opts    daemonOptions
 	log     *zap.Logger
 	path    string
-	ln      *net.UnixListener
+	ln      *steadyListener
 	started time.Time
 	sem     chan struct{}
 
@@ -181,7 +181,7 @@ func serveControl(ln *net.UnixListener, path string, opts daemonOptions) *contro
 		opts:    opts,
 		log:     opts.log.With(zap.String("control", path)),
 		path:    path,
-		ln:      ln,
+		ln:      newSteadyListener(ln, "control socket", 0, opts.log.With(zap.String("control", path))),
 		started: time.Now(),
 		sem:     make(chan struct{}, controlMaxConns),
 		conns:   make(map[net.Conn]struct{}),
@@ -204,7 +204,7 @@ func (s *controlServer) accept() {
 		c, err := s.ln.Accept()
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
-				s.log.Error("control socket: accept failed: no more control requests", zap.Error(err))
+				s.log.Error("control socket: accepting failed: no more control requests", zap.Error(err))
 			}
 			return
 		}

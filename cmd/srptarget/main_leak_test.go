@@ -1,13 +1,18 @@
 package main
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
 // TestMain checks that no test leaves a goroutine behind: the daemon's Serve loops, backstore
-// closers and signal watcher, the engine's channels and the fabric must all stop.
+// closers and signal watcher, the engine's channels and the fabric must all stop. It is also
+// the helper process of TestAcceptSurvivesFileDescriptorExhaustion.
 func TestMain(m *testing.M) {
+	if path := os.Getenv(emfileHelperEnv); path != "" {
+		os.Exit(emfileHelper(path))
+	}
 	goleak.VerifyTestMain(m)
 }

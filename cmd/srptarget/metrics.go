@@ -238,16 +238,29 @@ func collectLUN(ch chan<- prometheus.Metric, l *lunMetrics) {
 // and process collectors every Go exporter has).
 type metricsServer struct {
 	srv       *http.Server
+	ln        *steadyListener
 	addr      net.Addr
 	done      chan struct{}
 	collector *daemonCollector
+}
+
+// metricsLimits are the bounds of the metrics endpoint. A scrape is one small request and an
+// answer of some kilobytes, which promhttp gives up on after 10 s; Prometheus keeps its
+// connection alive between scrapes, every 15 s to a minute.
+var metricsLimits = httpLimits{
+	readHeader:     10 * time.Second,
+	read:           30 * time.Second,
+	write:          30 * time.Second,
+	idle:           2 * time.Minute,
+	maxConns:       32,
+	maxHeaderBytes: 64 << 10,
 }
 
 // startMetrics listens on addr and serves /metrics until close. The collector reports
 // nothing until the daemon publishes its view (daemonCollector.set). Metrics tell whoever
 // reaches the port which LUNs exist, how busy they are and how many initiators are logged
 // in, hence the warning unless addr is a loopback address.
-func startMetrics(addr string, log *zap.Logger) (*metricsServer, error) {
+func startMetrics(addr string, lim httpLimits, log *zap.Logger) (*metricsServer, error) {
 	reg := prometheus.NewRegistry()
 	dc := &daemonCollector{}
 	if err := reg.Register(dc); err != nil {
@@ -259,11 +272,11 @@ func startMetrics(addr string, log *zap.Logger) (*metricsServer, error) {
 	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, fmt.Errorf("--metrics: registering the process collector: %w", err)
 	}
-	ln, err := net.Listen("tcp", addr)
+	mlog := log.Named("metrics")
+	ln, err := lim.listen(addr, "metrics", mlog)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics %s: %w", addr, err)
 	}
-	mlog := log.Named("metrics")
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog:      zap.NewStdLog(mlog),
@@ -273,11 +286,8 @@ func startMetrics(addr string, log *zap.Logger) (*metricsServer, error) {
 		Timeout:             10 * time.Second,
 	}))
 	s := &metricsServer{
-		srv: &http.Server{
-			Handler:           mux,
-			ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog:          zap.NewStdLog(mlog),
-		},
+		srv:       lim.server(mux, mlog),
+		ln:        ln,
 		addr:      ln.Addr(),
 		done:      make(chan struct{}),
 		collector: dc,

@@ -172,11 +172,24 @@ type pprofServer struct {
 	done chan struct{}
 }
 
+// pprofLimits are the bounds of the pprof endpoint. /debug/pprof/profile and trace run for
+// the seconds asked, and net/http/pprof refuses more than the write timeout allows: ten
+// minutes (--cpuprofile profiles longer windows). A debugging tool needs few connections.
+var pprofLimits = httpLimits{
+	readHeader:     10 * time.Second,
+	read:           30 * time.Second,
+	write:          10 * time.Minute,
+	idle:           2 * time.Minute,
+	maxConns:       8,
+	maxHeaderBytes: 64 << 10,
+}
+
 // startPprof listens on addr and serves /debug/pprof/ until close. Anyone who reaches the
 // port reads the daemon's command line, stacks and memory profile, hence the warning unless
 // addr is a loopback address.
-func startPprof(addr string, log *zap.Logger) (*pprofServer, error) {
-	ln, err := net.Listen("tcp", addr)
+func startPprof(addr string, lim httpLimits, log *zap.Logger) (*pprofServer, error) {
+	plog := log.Named("pprof")
+	ln, err := lim.listen(addr, "pprof", plog)
 	if err != nil {
 		return nil, fmt.Errorf("--pprof %s: %w", addr, err)
 	}
@@ -187,11 +200,7 @@ func startPprof(addr string, log *zap.Logger) (*pprofServer, error) {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	s := &pprofServer{
-		srv: &http.Server{
-			Handler:           mux,
-			ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog:          zap.NewStdLog(log.Named("pprof")),
-		},
+		srv:  lim.server(mux, plog),
 		addr: ln.Addr(),
 		done: make(chan struct{}),
 	}

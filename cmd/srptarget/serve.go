@@ -101,13 +101,13 @@ func runServe(opts serveOptions) error {
 	err := func() error {
 		if opts.pprofAddr != "" {
 			var err error
-			if pp, err = startPprof(opts.pprofAddr, log); err != nil {
+			if pp, err = startPprof(opts.pprofAddr, pprofLimits, log); err != nil {
 				return startFailed(log, err)
 			}
 		}
 		if opts.metricsAddr != "" {
 			var err error
-			if ms, err = startMetrics(opts.metricsAddr, log); err != nil {
+			if ms, err = startMetrics(opts.metricsAddr, metricsLimits, log); err != nil {
 				return startFailed(log, err)
 			}
 			opts.metrics = ms.collector

@@ -1,0 +1,205 @@
+package main
+
+// Accepting connections on the daemon's own sockets (the control socket, --metrics, --pprof)
+// so that neither running out of file descriptors nor a crowd of idle clients stops it.
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+const (
+	// acceptBackoffMin and acceptBackoffMax bound the wait between two accept(2) calls that
+	// failed for want of a resource, doubling from one to the other as net/http's Serve does.
+	// The connection waits in the listen queue meanwhile; retrying at once would spin.
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+	// logEvery is how often a repeated warning (accept failures, refused connections) is
+	// logged at most; the lines held back are counted in the next one.
+	logEvery = 10 * time.Second
+)
+
+// logLimiter lets a repeated log line through at most once per interval and counts the lines
+// it held back, so that a client that provokes a warning by the thousand cannot fill the
+// journal (or rotate away what came before).
+type logLimiter struct {
+	every time.Duration
+	mu    sync.Mutex
+	last  time.Time
+	held  int
+}
+
+// allow reports whether to log now and, if so, how many lines were held back since the last.
+func (l *logLimiter) allow() (ok bool, held int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if !l.last.IsZero() && now.Sub(l.last) < l.every {
+		l.held++
+		return false, 0
+	}
+	held, l.held, l.last = l.held, 0, now
+	return true, held
+}
+
+// outOfResources tells the accept(2) errors that pass once something else frees a file
+// descriptor or memory (accept(2) ERRORS): the listener is fine, only this attempt failed.
+func outOfResources(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
+}
+
+// steadyListener is a net.Listener whose Accept outlives a shortage of file descriptors
+// (EMFILE, ENFILE) or memory: it waits with a growing backoff and tries again, logs the first
+// failure and then at most one line per logEvery, and logs when it accepts again. With max >
+// 0 it also caps the connections open at once: one more is closed as soon as it is accepted
+// (and logged, rate-limited), so that idle clients hold at most max descriptors and whoever
+// comes after a slot frees gets in. (golang.org/x/net/netutil.LimitListener caps by not
+// accepting instead: the clients beyond the cap would wait in the listen queue, unanswered,
+// for as long as the others stay.)
+type steadyListener struct {
+	net.Listener
+	log  *zap.Logger
+	what string
+	max  int
+
+	open         atomic.Int64
+	failLog      logLimiter
+	refuseLog    logLimiter
+	closed       chan struct{}
+	closeOnce    sync.Once
+	failures     int // accept failures since the last success (Accept's goroutine only)
+	failingSince time.Time
+}
+
+// newSteadyListener wraps ln; what names it in the log ("control socket", "metrics").
+func newSteadyListener(ln net.Listener, what string, max int, log *zap.Logger) *steadyListener {
+	return &steadyListener{
+		Listener:  ln,
+		log:       log,
+		what:      what,
+		max:       max,
+		failLog:   logLimiter{every: logEvery},
+		refuseLog: logLimiter{every: logEvery},
+		closed:    make(chan struct{}),
+	}
+}
+
+// Accept returns the next connection, or the error that ends the listener (net.ErrClosed
+// after Close).
+func (l *steadyListener) Accept() (net.Conn, error) {
+	var delay time.Duration
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			if !outOfResources(err) {
+				return nil, err
+			}
+			delay = min(max(2*delay, acceptBackoffMin), acceptBackoffMax)
+			l.failed(err, delay)
+			select {
+			case <-time.After(delay):
+				continue
+			case <-l.closed:
+				return nil, net.ErrClosed
+			}
+		}
+		delay = 0
+		if l.failures > 0 {
+			l.log.Info("accepting connections again", zap.String("listener", l.what),
+				zap.Int("failed_accepts", l.failures), zap.Duration("after", time.Since(l.failingSince).Round(time.Millisecond)))
+			l.failures = 0
+		}
+		if l.max > 0 && l.open.Load() >= int64(l.max) {
+			_ = c.Close()
+			if ok, held := l.refuseLog.allow(); ok {
+				l.log.Warn("too many connections: closed a new one at once", zap.String("listener", l.what),
+					zap.Int("max", l.max), zap.Int("more_since_last_logged", held))
+			}
+			continue
+		}
+		if l.max == 0 {
+			return c, nil
+		}
+		l.open.Add(1)
+		return &countedConn{Conn: c, open: &l.open}, nil
+	}
+}
+
+// failed logs an accept failure, rate-limited.
+func (l *steadyListener) failed(err error, retry time.Duration) {
+	if l.failures == 0 {
+		l.failingSince = time.Now()
+	}
+	l.failures++
+	if ok, held := l.failLog.allow(); ok {
+		l.log.Warn("accepting a connection failed: retrying (is RLIMIT_NOFILE too low, or does something hold many descriptors?)",
+			zap.String("listener", l.what), zap.Error(err), zap.Duration("retry_in", retry),
+			zap.Int("more_since_last_logged", held))
+	}
+}
+
+// Close closes the listener and ends a backoff wait of Accept.
+func (l *steadyListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+// countedConn gives its slot back when closed (once, however often Close is called).
+type countedConn struct {
+	net.Conn
+	open *atomic.Int64
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.open.Add(-1) })
+	return c.Conn.Close()
+}
+
+// httpLimits bound what the clients of an HTTP endpoint (--metrics, --pprof) can hold. It has
+// no authentication, so whoever reaches its port is a client.
+type httpLimits struct {
+	// readHeader bounds the reading of a request's headers, from the connection's start or
+	// from the first byte after a keep-alive wait: a client that sends nothing, or a byte now
+	// and then, is closed then.
+	readHeader time.Duration
+	// read bounds the reading of a whole request; write the writing of its answer (0: no
+	// bound, see pprofLimits).
+	read, write time.Duration
+	// idle bounds a keep-alive connection's wait for its next request.
+	idle time.Duration
+	// maxConns caps the connections open at once (steadyListener).
+	maxConns int
+	// maxHeaderBytes bounds a request's headers.
+	maxHeaderBytes int
+}
+
+// server makes the http.Server of an endpoint, logging through log.
+func (lim httpLimits) server(h http.Handler, log *zap.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: lim.readHeader,
+		ReadTimeout:       lim.read,
+		WriteTimeout:      lim.write,
+		IdleTimeout:       lim.idle,
+		MaxHeaderBytes:    lim.maxHeaderBytes,
+		ErrorLog:          zap.NewStdLog(log),
+	}
+}
+
+// listen listens on addr (TCP) behind a steadyListener capped at maxConns.
+func (lim httpLimits) listen(addr, what string, log *zap.Logger) (*steadyListener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return newSteadyListener(ln, what, lim.maxConns, log), nil
+}
