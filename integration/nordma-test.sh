@@ -1,7 +1,7 @@
 #!/bin/bash
 # The daemon on a host without RDMA (this build machine, CI): `srptarget serve` starts and
-# stays up waiting for a device, `srptarget status` answers on the control socket and says
-# that it waits, the commands that need a running target say why they cannot answer, the
+# stays up waiting for a device, `srptarget status` answers on the control socket, says that
+# it waits and exits 4, the other commands answer (luns), status exits 3 without a daemon, the
 # metrics endpoint answers (when the binary has --metrics), and SIGTERM stops it at once.
 # Uses bin/srptarget (make build). Run from anywhere; `make nordma-test` runs it.
 set -u
@@ -36,23 +36,31 @@ fi
 "$BIN" "${args[@]}" >"$dir/daemon.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do
-	out=$("$BIN" status --control "$dir/control.sock" 2>&1) && break
+	out=$("$BIN" status --control "$dir/control.sock" 2>&1)
+	rc=$?
+	[ $rc != 3 ] && break # 3: no daemon answers yet
 	sleep 0.1
 done
 passed=0
-if grep -q 'waiting for an RDMA device' <<<"$out"; then
-	ok "status answers while serve waits: $(grep -m1 -i 'state\|waiting' <<<"$out")"
+if [ "$rc" = 4 ] && grep -q 'waiting for an RDMA device' <<<"$out"; then
+	ok "status answers while serve waits, exit 4 (not serving): $(grep -m1 -i 'state\|waiting' <<<"$out")"
 	passed=$((passed + 1))
 else
-	bad "status: $out"
+	bad "status (exit $rc): $out"
 fi
-if out=$("$BIN" sessions --control "$dir/control.sock" 2>&1); then
-	bad "sessions answered while waiting: $out"
-elif grep -q 'waiting for an RDMA device' <<<"$out"; then
-	ok "sessions says why it cannot answer"
+if out=$("$BIN" luns --control "$dir/control.sock" 2>&1) && grep -q '^LUN 0: memory' <<<"$out"; then
+	ok "luns answers while waiting: $(head -1 <<<"$out")"
 	passed=$((passed + 1))
 else
-	bad "sessions: $out"
+	bad "luns: $out"
+fi
+"$BIN" status --control "$dir/nothing.sock" >/dev/null 2>&1
+rc=$?
+if [ "$rc" = 3 ]; then
+	ok "status exits 3 when no daemon answers"
+	passed=$((passed + 1))
+else
+	bad "status without a daemon: exit $rc"
 fi
 if [ -n "$metrics" ]; then
 	if body=$(curl -fsS "http://$metrics/metrics" 2>&1 || wget -qO- "http://$metrics/metrics" 2>&1) &&

@@ -99,20 +99,23 @@ check "useradd srpt-other" useradd --no-create-home srpt-other
 state=\$(systemctl is-active srptarget)
 [ "\$state" = active ] && ok "systemctl is-active srptarget: active" || bad "srptarget is \$state: \$(systemctl status srptarget --no-pager 2>&1 | tail -20)"
 status=\$(systemctl show -p StatusText --value srptarget)
-[ "\$status" = "waiting for an RDMA device" ] && ok "STATUS=\$status" || bad "STATUS=\$status"
+[ "\$status" = "waiting for an RDMA device with the address of 0.0.0.0:5555" ] && ok "STATUS=\$status" || bad "STATUS=\$status"
 [ "\$(stat -c '%U:%G %a' /run/srptarget)" = "srptarget:srptarget 750" ] && ok "RuntimeDirectory /run/srptarget: srptarget:srptarget 0750" ||
 	bad "/run/srptarget: \$(stat -c '%U:%G %a' /run/srptarget 2>&1)"
-[ -f /var/lib/srptarget/lun1.img ] || true
 
 out=\$(runuser -u srpt-op -- srptarget status 2>&1); rc=\$?
-if grep -q 'state: waiting for an RDMA device' <<<"\$out"; then ok "srptarget status as a member of group srptarget (rc \$rc): \$(grep state: <<<"\$out")"; else bad "srptarget status as srpt-op: rc \$rc: \$out"; fi
+if [ \$rc = 4 ] && grep -q 'state: waiting for an RDMA device' <<<"\$out"; then ok "srptarget status as a member of group srptarget: exit 4 (not serving), \$(grep state: <<<"\$out")"; else bad "srptarget status as srpt-op: rc \$rc: \$out"; fi
+grep -q '0.0.0.0:5555: waiting for an RDMA device with this address' <<<"\$out" && ok "status names the listener that waits" || bad "status: \$out"
+out=\$(runuser -u srpt-op -- srptarget luns 2>&1) && grep -q '^LUN 1: file' <<<"\$out" && ok "srptarget luns answers while waiting: \$(grep -m1 '^LUN 1' <<<"\$out")" || bad "luns: \$out"
+[ -f /var/lib/srptarget/lun1.img ] && ok "the file LUN was made in the state directory before READY=1" || bad "no /var/lib/srptarget/lun1.img"
+out=\$(runuser -u srpt-op -- srptarget sessions 2>&1) && ok "srptarget sessions answers while waiting: \$out" || bad "sessions: \$out"
 out=\$(runuser -u srpt-other -- srptarget status 2>&1) && bad "srptarget status answered a user outside the group: \$out" ||
 	{ grep -q 'connect: permission denied' <<<"\$out" && ok "srptarget status refused to a user outside the group" || bad "srpt-other: \$out"; }
 
 errs=\$(journalctl -u srptarget -p err -o cat --no-pager)
 [ -z "\$errs" ] && ok "no error in the journal after the start" || bad "errors at start: \$errs"
 warn=\$(journalctl -u srptarget -p warning -o cat --no-pager)
-grep -q 'no RDMA device yet' <<<"\$warn" && ok "journalctl -p warning: \$(grep -m1 'no RDMA device yet' <<<"\$warn" | cut -c1-60)..." || bad "no waiting warning at -p warning: \$warn"
+grep -q 'no RDMA device has the address of this listener yet' <<<"\$warn" && ok "journalctl -p warning: \$(grep -m1 'no RDMA device has the address' <<<"\$warn" | cut -c1-60)..." || bad "no waiting warning at -p warning: \$warn"
 json=\$(journalctl -u srptarget -o cat --no-pager _COMM=srptarget | grep -c '^{')
 [ "\$json" = 0 ] && ok "the journal has text, not JSON" || bad "\$json JSON lines in the journal"
 
@@ -125,12 +128,12 @@ grep -q 'memroy' <<<"\$errs" && ok "journalctl -p err has the reason: \$(grep -m
 grep -q '^reload refused: 1 error' <<<"\$errs" && ok "journalctl -p err has ExecReload's answer: \$(grep -m1 '^reload refused' <<<"\$errs")" || bad "no 'reload refused' at -p err: \$errs"
 cp /etc/srptarget/good.yaml /etc/srptarget/srptarget.yaml
 check "systemctl reload succeeds for a good configuration" systemctl reload srptarget
-journalctl -u srptarget -o cat --no-pager | grep -q 'the configuration is valid' && ok "the journal says the configuration is valid" || bad "no 'valid' line"
+journalctl -u srptarget -o cat --no-pager | grep -q '^configuration reloaded' && ok "the journal says the configuration was reloaded" || bad "no 'configuration reloaded' line"
 
 check "systemctl stop srptarget" systemctl stop srptarget
 res=\$(systemctl show -p Result --value srptarget) code=\$(systemctl show -p ExecMainStatus --value srptarget)
 [ "\$res/\$code" = success/0 ] && ok "clean stop: Result=\$res, exit status \$code" || bad "stop: Result=\$res ExecMainStatus=\$code"
-journalctl -u srptarget -o cat --no-pager | grep -q 'stopping while waiting for an RDMA device' && ok "the journal says it stopped while waiting" || bad "no stop line"
+journalctl -u srptarget -o cat --no-pager | grep -q '^every backstore flushed and closed' && ok "the journal says every backstore was flushed and closed" || bad "no flush line"
 [ ! -e /run/srptarget ] && ok "/run/srptarget removed at stop" || bad "/run/srptarget left: \$(ls -la /run/srptarget)"
 echo "--- journal of srptarget.service (with priorities)" >>\$LOG
 journalctl -u srptarget -o short-monotonic --no-pager --output-fields=PRIORITY,MESSAGE >>\$LOG 2>&1

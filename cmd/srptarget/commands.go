@@ -36,6 +36,10 @@ func newValidateCommand() *cobra.Command {
 or listening) and print a summary, or every error with its line number and a non-zero exit.
 A file that serve would refuse for its owner or mode (writable by others than root or the
 daemon's user) is a warning here: validate is often run by another user than the daemon's.
+So is a path the shipped systemd unit hides (ProtectHome=yes: /home, /root, /run/user) or
+makes read-only (ProtectSystem=strict: file backstores and state_dir outside
+/var/lib/srptarget and the ReadWritePaths= of the drop-ins in
+/etc/systemd/system/srptarget.service.d).
 
 --diff also asks the running daemon (on its control socket) what a reload with this file
 would change, as srptarget reload --dry-run does for the daemon's own file: the LUNs added,
@@ -47,8 +51,14 @@ disconnected. The file's text is sent; nothing is applied.`,
 			if err != nil {
 				return err
 			}
-			if _, err := io.WriteString(cmd.OutOrStdout(), cfg.Summary()); err != nil || !diff {
+			if _, err := io.WriteString(cmd.OutOrStdout(), cfg.Summary()); err != nil {
 				return err
+			}
+			for _, w := range shippedSandbox(unitDropInDir).check(cfg) {
+				fmt.Fprintf(cmd.OutOrStdout(), "warning: %s\n", w.Error())
+			}
+			if !diff {
+				return nil
 			}
 			data, err := os.ReadFile(configFile)
 			if err != nil {

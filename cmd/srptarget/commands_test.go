@@ -443,3 +443,37 @@ func TestLinePrefixWriter(t *testing.T) {
 	}
 	require.Equal(t, "<3>a.yaml:4: luns[0].backstore: bad\n<3>reload refused: 1 error\n<3>\n<3>last\n", buf.String())
 }
+
+// validate names the paths the shipped systemd unit would hide or make read-only, and knows
+// the ReadWritePaths= of the drop-ins.
+func TestValidateSandboxWarnings(t *testing.T) {
+	dir := t.TempDir()
+	dropIns := filepath.Join(dir, "srptarget.service.d")
+	require.NoError(t, os.MkdirAll(dropIns, 0o755))
+	old := unitDropInDir
+	unitDropInDir = dropIns
+	t.Cleanup(func() { unitDropInDir = old })
+	cfg := &config.Config{StateDir: "/srv/state", LUNs: []config.LUN{
+		{Backstore: "file", Path: "/srv/luns/a.img"},
+		{Backstore: "file", Path: "/home/x.img"},
+		{Backstore: "file", Path: "/srv/ro/b.img", ReadOnly: true},
+		{Backstore: "file", Path: "/var/lib/srptarget/c.img"},
+		{Backstore: "block", Path: "/dev/sdb"},
+	}}
+	msgs := func() []string {
+		var out []string
+		for _, w := range shippedSandbox(dropIns).check(cfg) {
+			out = append(out, strings.TrimPrefix(w.Error(), ": "))
+		}
+		return out
+	}
+	require.Equal(t, []string{
+		"luns[0].path: the systemd unit makes /srv/luns/a.img read-only for the daemon (ProtectSystem=strict): add ReadWritePaths=/srv/luns in a drop-in (systemctl edit srptarget), or move it under /var/lib/srptarget",
+		"luns[1].path: /home/x.img is under /home, which the systemd unit hides from the daemon (ProtectHome=yes): move it, e.g. under /var/lib/srptarget",
+		"state_dir: the systemd unit makes /srv/state read-only for the daemon (ProtectSystem=strict): add ReadWritePaths=/srv/state in a drop-in (systemctl edit srptarget), or move it under /var/lib/srptarget",
+	}, msgs())
+	require.NoError(t, os.WriteFile(filepath.Join(dropIns, "paths.conf"), []byte("[Service]\nReadWritePaths=/srv/luns -/srv/state\nProtectHome=no\n"), 0o644))
+	require.Equal(t, []string{
+		"luns[1].path: the systemd unit makes /home/x.img read-only for the daemon (ProtectSystem=strict): add ReadWritePaths=/home in a drop-in (systemctl edit srptarget), or move it under /var/lib/srptarget",
+	}, msgs(), "ProtectHome=no shows /home, still read-only")
+}

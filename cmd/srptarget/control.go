@@ -195,9 +195,6 @@ func serveControl(ln *net.UnixListener, path string, opts daemonOptions) *contro
 // setDaemon makes d the daemon the requests are about.
 func (s *controlServer) setDaemon(d *daemon) { s.daemon.Store(d) }
 
-// errNotServing answers the commands that need a started daemon while serve waits.
-var errNotServing = errors.New("the daemon is waiting for an RDMA device and serves nothing yet (srptarget status says why)")
-
 func (s *controlServer) accept() {
 	defer s.wg.Done()
 	for {
@@ -295,12 +292,8 @@ func (s *controlServer) handle(line []byte) controlResponse {
 	case "status":
 		result = s.status(d)
 	case "sessions", "luns", "stats", "reload", "acl-check":
-		if d == nil && req.Command == "reload" {
-			result, err = s.waitingReload(req)
-			break
-		}
 		if d == nil {
-			err = errNotServing
+			result, err = s.waitingAnswer(req)
 			break
 		}
 		switch req.Command {
@@ -330,7 +323,7 @@ func (s *controlServer) handle(line []byte) controlResponse {
 				result, rerr = d.reloadReport(req.DryRun)
 			}
 			if !req.DryRun {
-				notifyReloaded(s.log, rerr)
+				notifyReloaded(s.log, rerr, d.statusLine())
 			}
 		case "acl-check":
 			result, err = d.aclCheck(req.Initiator, req.Source)

@@ -5,12 +5,14 @@ package main
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/srptarget/srptarget/config"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
 	"github.com/srptarget/srptarget/srp/iu"
@@ -41,9 +43,13 @@ type statusInfo struct {
 
 type listenerInfo struct {
 	Address string `json:"address"`
-	// State is "listening", or "failed" (its device went away; a reload listens again).
+	// State is "listening", "failed" (its device went away; a reload listens again), or
+	// listenerWaiting (no RDMA device has its address yet).
 	State string `json:"state"`
 }
+
+// listenerWaiting is the state of a listener whose address is on no RDMA device yet.
+const listenerWaiting = "waiting for an RDMA device with this address"
 
 // aclRef names the ACL that admitted an initiator: its index under acls and who it lists.
 type aclRef struct {
@@ -145,11 +151,23 @@ func (s *controlServer) status(d *daemon) statusInfo {
 		Devices:       []string{},
 	}
 	if d == nil {
-		st.State = "waiting for an RDMA device"
+		st.State = statusWaitingDevice
 		st.Devices, st.DevicesError = deviceNames(s.opts.devices)
+		if cfg, err := config.LoadTrusted(s.opts.configFile); err == nil {
+			for _, lc := range cfg.Listeners {
+				addr, _ := config.ParseListenAddress(lc.Address)
+				st.Listeners = append(st.Listeners, listenerInfo{Address: netip.AddrPortFrom(addr, lc.Port).String(), State: listenerWaiting})
+			}
+		}
 		return st
 	}
+	if !d.serving() {
+		st.State = statusWaitingDevice
+	}
 	d.mu.Lock()
+	for ap := range d.pending {
+		st.Listeners = append(st.Listeners, listenerInfo{Address: ap.String(), State: listenerWaiting})
+	}
 	st.IDExt = fmt.Sprintf("%016x", d.ident.idExt)
 	st.IOCGUID = fmt.Sprintf("%016x", d.ident.iocGUID)
 	st.IdentityFrom = d.ident.from

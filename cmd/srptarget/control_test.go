@@ -485,7 +485,7 @@ func TestControlProtocol(t *testing.T) {
 // status on its control socket (and says that it waits), refuses the commands that need a
 // running target with the reason, and serves them once the device is there.
 func TestControlAnswersWhileWaitingForDevice(t *testing.T) {
-	e := newControlEnv(t, e2eConfig)
+	e := newControlEnv(t, noIdentity)
 	var deviceUp atomic.Bool
 	e.opts.devicePoll = 10 * time.Millisecond
 	e.opts.devices = func() ([]rdmaDevice, error) {
@@ -501,19 +501,37 @@ func TestControlAnswersWhileWaitingForDevice(t *testing.T) {
 	var st statusInfo
 	require.Eventually(t, func() bool {
 		_, _, err := e.ctl("status")
-		return err == nil
+		return exitCode(err) == exitNotServing
 	}, 10*time.Second, 5*time.Millisecond, "the control socket while waiting")
 	select {
 	case err := <-e.served:
 		t.Fatalf("serve returned while it should wait: %v\n%s", err, e.logText())
 	default:
 	}
-	e.ctlJSON(&st, "status")
+	out, _, err := e.ctl("status", "--json")
+	require.Equal(t, exitNotServing, exitCode(err), "status exits 4 while nothing is served")
+	require.NoError(t, json.Unmarshal([]byte(out), &struct {
+		Result *statusInfo `json:"result"`
+	}{&st}))
 	require.Equal(t, "waiting for an RDMA device", st.State)
-	require.Empty(t, st.Listeners)
-	out, errOut, err := e.ctl("sessions")
-	require.Error(t, err, out)
-	require.Contains(t, out+errOut+err.Error(), "waiting for an RDMA device")
+	require.Equal(t, []listenerInfo{{"192.0.2.1:5555", listenerWaiting}}, st.Listeners)
+	// Every command answers with what is known before the target identity.
+	var ss []sessionInfo
+	e.ctlJSON(&ss, "sessions")
+	require.Empty(t, ss)
+	var ls []lunInfo
+	e.ctlJSON(&ls, "luns")
+	require.Equal(t, []int{0, 1}, []int{ls[0].LUN, ls[1].LUN})
+	require.Equal(t, "memory", ls[0].Backstore)
+	require.Equal(t, uint64(16<<20), ls[0].Size)
+	require.Equal(t, e.dir+"/lun1.img", ls[1].Path)
+	var stats []statEntry
+	e.ctlJSON(&stats, "stats")
+	require.NotEmpty(t, stats)
+	out, errOut, err := e.ctl("acl-check", "--initiator", "0x0000000000000000000000000000aaaa")
+	require.NoError(t, err, errOut)
+	require.Contains(t, out, "admitted by acls[0]")
+	require.Contains(t, out, "LUNs: 0, 1")
 
 	// reload answers while waiting (systemctl reload runs it): the file is checked, its
 	// errors make it fail, and a valid one is what the daemon starts with.
@@ -530,6 +548,12 @@ func TestControlAnswersWhileWaitingForDevice(t *testing.T) {
 	out, errOut, err = e.ctl("reload")
 	require.NoError(t, err, errOut)
 	require.Equal(t, "the configuration is valid; the daemon waits for an RDMA device and starts with it when one appears\n", out)
+	// A backstore that cannot be opened is refused too (the first stage opens them).
+	e.writeConfig(strings.Replace(noIdentity, "    create: true\n", "", 1))
+	_, errOut, err = e.ctl("reload")
+	require.Equal(t, 1, exitCode(err))
+	require.Contains(t, errOut, "lun1.img")
+	e.writeConfig(noIdentity)
 
 	deviceUp.Store(true)
 	select {

@@ -75,14 +75,29 @@ func newStatusCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the running daemon: version, uptime, identity, listeners, devices, buffer pool, load",
-		Args:  cobra.NoArgs,
+		Long: `Show the running daemon: its version, uptime, configuration file, target identity, each
+listener (listening, or waiting for an RDMA device with its address), the RDMA devices, the
+buffer pool and the load.
+
+Exit status: 0 when the daemon serves (a listener listens); 4 when it runs but serves nothing
+yet (every listener waits for an RDMA device); 3 when no daemon answers on the control
+socket; 1 for any other failure. A monitoring check can use it as it is.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var st statusInfo
-			if done, err := f.call(cmd, controlRequest{Command: "status"}, &st); done || err != nil {
+			done, err := f.call(cmd, controlRequest{Command: "status"}, &st)
+			if err != nil {
 				return err
 			}
-			_, err := io.WriteString(cmd.OutOrStdout(), statusText(&st))
-			return err
+			if !done {
+				if _, err := io.WriteString(cmd.OutOrStdout(), statusText(&st)); err != nil {
+					return err
+				}
+			}
+			if st.State != "serving" {
+				return exitCodeError{exitNotServing}
+			}
+			return nil
 		},
 	}
 	f.add(cmd)
@@ -95,8 +110,16 @@ func statusText(st *statusInfo) string {
 		time.Duration(st.UptimeSeconds)*time.Second, st.Started.Format(time.RFC3339))
 	fmt.Fprintf(&b, "config: %s\n", st.Config)
 	if st.State != "" && st.State != "serving" {
-		// Nothing below is known before the daemon has started.
 		fmt.Fprintf(&b, "state: %s\n", st.State)
+	}
+	if st.IDExt == "" {
+		// Nothing more is known before the daemon has its target identity.
+		if len(st.Listeners) > 0 {
+			b.WriteString("listeners:\n")
+		}
+		for _, l := range st.Listeners {
+			fmt.Fprintf(&b, "  %s: %s\n", l.Address, l.State)
+		}
 		fmt.Fprintf(&b, "RDMA devices: %s\n", statusDevicesText(st))
 		return b.String()
 	}

@@ -51,7 +51,7 @@ type daemon struct {
 	// srptarget stats.
 	reloadsApplied, reloadsFailed atomic.Uint64
 	closers                       sync.WaitGroup // backstores being flushed and closed
-	serving                       sync.WaitGroup // Serve loops
+	serveLoops                    sync.WaitGroup // Serve loops
 
 	closeErrMu sync.Mutex
 	closeErrs  []error // flush and close failures, reported by shutdown
@@ -71,9 +71,11 @@ type daemon struct {
 	// (reservationsFor): they outlive the LogicalUnit objects that reloads replace.
 	prs     map[string]*scsi.Reservations
 	stopped bool
-	// noDevice: a listener could not listen because no RDMA device has its address (yet);
-	// serve waits for one instead of failing (startWhenDevice).
-	noDevice bool
+	// pending are the configured listeners whose address is on no RDMA device yet: the
+	// daemon runs without them and retryPending listens when the address appears.
+	pending map[netip.AddrPort]bool
+	// listening counts the listeners that listen, for srptarget_serving without d.mu.
+	listening atomic.Int32
 }
 
 // lunState is one logical unit of the running configuration.
@@ -274,9 +276,11 @@ func (d *daemon) applyScheduling(cfg *config.Config) {
 func (d *daemon) serve(ls *listenerState) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ls.cancel = cancel
-	d.serving.Add(1)
+	d.serveLoops.Add(1)
+	d.listening.Add(1)
 	go func() {
-		defer d.serving.Done()
+		defer d.serveLoops.Done()
+		defer d.listening.Add(-1)
 		err := d.target.Serve(ctx, ls.ln)
 		if !errors.Is(err, srp.ErrTargetClosed) && ctx.Err() == nil {
 			ls.failed.Store(true)
@@ -309,13 +313,13 @@ func (d *daemon) shutdown(ctx context.Context) error {
 	for _, ls := range d.listeners {
 		ls.cancel()
 	}
-	d.serving.Wait()
+	d.serveLoops.Wait()
 	for _, st := range d.luns {
 		_ = st.lu.Close()
 	}
 	d.luns = map[int]*lunState{}
 	if d.opts.metrics != nil {
-		d.opts.metrics.set(newMetricsView(d.target, d.luns))
+		d.opts.metrics.set(newMetricsView(d.target, d.luns, d.serving))
 	}
 	d.closers.Wait()
 	d.stores = map[storeKey]*sharedStore{}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/srptarget/srptarget/config"
+	"github.com/srptarget/srptarget/srp"
 )
 
 // DefaultDevicePoll is how often serve looks for an RDMA device while it waits for one.
@@ -59,21 +61,27 @@ func hostState(opts daemonOptions) string {
 	return b.String()
 }
 
-// startWhenDevice starts the daemon. At boot, systemd may start srptarget before the HCA's
-// driver or rdma_rxe has created the RDMA device, or before the address of a listener is on
-// it; rather than fail (and leave the disks of its initiators away until someone restarts
-// it), serve then checks the configuration, logs that it waits, and starts once the device
-// list shows a device and every listener can listen. It returns the started daemon; nil and
+// startWhenDevice starts the daemon in two stages. At boot, systemd may start srptarget
+// before the HCA's driver or rdma_rxe has created the RDMA device, or before a listener's
+// address is on it. Everything that can be checked without a device is checked first, and a
+// failure there fails the start with the reason: the configuration, its warnings logged, the
+// locked memory the buffer pools will need, every backstore opened and the state files read.
+// Then:
+//
+//   - When the target identity is known (target.id_ext in the configuration, or a device to
+//     take the node GUID from), the daemon starts at once: the LUNs, the ACLs and the control
+//     socket work, each listener listens as soon as an RDMA device has its address (the
+//     others wait, daemon.retryPending), and STATUS= says which wait.
+//   - Otherwise (no device and no configured identity: the LUNs' serial numbers and the SRP
+//     target port identifier are the first device's node GUID) it waits for a device, with
+//     STATUS= saying so, and starts when one appears. A start that fails then is logged with
+//     its reasons and tried again on reload or when the devices change; the service stays up.
+//
+// Either way systemd hears READY=1 once the first stage passed: the service is up and will
+// serve without anyone's help, and a unit that stayed "activating" would hold up
+// multi-user.target until TimeoutStartSec killed it. It returns the started daemon; nil and
 // nil when SIGTERM or SIGINT came during the wait; or exitCodeError after logging why the
 // start failed.
-//
-// A start that failed only because a listener found no device is tried again when the
-// devices or the host's addresses change (hostState), or on SIGHUP, not at every poll: each
-// attempt opens the backstores and registers a buffer pool per device, and logs it.
-//
-// While it waits it has told systemd READY=1 with STATUS= saying that it waits: the service
-// is up and will serve without anyone's help, and a unit that stayed "activating" would hold
-// up multi-user.target (ordered after the units it wants) until TimeoutStartSec killed it.
 func startWhenDevice(opts serveOptions, prof *cpuProfiler) (*daemon, error) {
 	log := opts.log
 	poll := opts.devicePoll
@@ -82,59 +90,82 @@ func startWhenDevice(opts serveOptions, prof *cpuProfiler) (*daemon, error) {
 	}
 	// The state is taken before the device list is looked at: a device that appears in
 	// between then differs from it, and the wait ends at its first poll.
-	initial := hostState(opts.daemonOptions)
-	if deviceMissing(opts.devices) {
-		// A configuration that can never start fails now, not once a device appears.
-		if _, err := config.LoadTrusted(opts.configFile); err != nil {
-			logConfigErrors(log, err)
-			log.Error("srptarget did not start", zap.Int("errors", countErrors(err)))
-			return nil, exitCodeError{1}
+	since := hostState(opts.daemonOptions)
+	cfg, err := config.LoadTrusted(opts.configFile)
+	if err != nil {
+		return nil, startRefused(log, err)
+	}
+	if _, err := resolveIdentity(cfg.Target, opts.devices); err == nil || !deviceMissing(opts.devices) {
+		d := newDaemon(opts.daemonOptions)
+		if err := d.start(); err != nil {
+			d.release()
+			return nil, startRefused(log, err)
 		}
-		log.Warn("no RDMA device yet: waiting for one (the driver of the adapter, or rdma_rxe, may not be loaded yet); SIGTERM stops",
-			zap.Duration("poll", poll))
-		notify(log, sddaemon.SdNotifyReady, "STATUS=waiting for an RDMA device")
-		if stop := waitForDevice(opts, prof, poll, initial); stop {
+		return d, nil
+	}
+	if err := preflight(opts.daemonOptions, cfg, true); err != nil {
+		return nil, startRefused(log, err)
+	}
+	log.Warn("no RDMA device yet: waiting for one (the driver of the adapter, or rdma_rxe, may not be loaded yet); the target identity will be its node GUID (or set target.id_ext); SIGTERM stops",
+		zap.Duration("poll", poll))
+	notify(log, sddaemon.SdNotifyReady, "STATUS="+statusWaitingDevice)
+	for {
+		if stop := waitForDevice(opts, prof, poll, since); stop {
 			return nil, nil
 		}
-	}
-	logged := ""
-	for {
-		before := hostState(opts.daemonOptions)
+		since = hostState(opts.daemonOptions)
 		d := newDaemon(opts.daemonOptions)
 		err := d.start()
 		if err == nil {
 			return d, nil
 		}
-		if d.target != nil {
-			// The failed start may have registered the buffer pool of a device whose
-			// listener did listen: release it before the next attempt.
-			if serr := d.target.Shutdown(context.Background()); serr != nil {
-				log.Warn("releasing the target of a failed start", zap.Error(serr))
-			}
-		}
-		if !d.noDevice && !deviceMissing(opts.devices) {
-			logConfigErrors(log, err)
-			log.Error("srptarget did not start", zap.Int("errors", countErrors(err)))
-			return nil, exitCodeError{1}
-		}
-		// Once per distinct failure: an address that never comes (a typo) must not fill the
-		// journal.
-		if msg := err.Error(); msg != logged {
-			logged = msg
-			var errs config.Errors
-			if errors.As(err, &errs) {
-				for _, e := range errs {
-					log.Warn("cannot listen yet", zap.String("error", e.Error()), zap.String("file", e.File), zap.Int("line", e.Line))
-				}
-			}
-			log.Warn("no RDMA device has the address of a listener yet: waiting, and trying again when the RDMA devices or the host's addresses change, or on SIGHUP; SIGTERM stops",
-				zap.Duration("poll", poll))
-			notify(log, sddaemon.SdNotifyReady, "STATUS=waiting for an RDMA device")
-		}
-		if stop := waitForDevice(opts, prof, poll, before); stop {
-			return nil, nil
-		}
+		d.release()
+		logConfigErrors(log, err)
+		log.Error("the start failed once an RDMA device appeared: fix what the errors say and reload (systemctl reload srptarget); trying again when the RDMA devices or the host's addresses change",
+			zap.Int("errors", countErrors(err)))
+		notify(log, "STATUS=the start failed once an RDMA device appeared (journalctl -u srptarget -p err); waiting for a reload")
 	}
+}
+
+// statusWaitingDevice is STATUS= and srptarget status's state while serve waits for a device.
+const statusWaitingDevice = "waiting for an RDMA device"
+
+// startRefused logs why the first stage of the start failed and returns exit status 1.
+func startRefused(log *zap.Logger, err error) error {
+	logConfigErrors(log, err)
+	log.Error("srptarget did not start", zap.Int("errors", countErrors(err)))
+	return exitCodeError{1}
+}
+
+// release undoes a failed start: the buffer pool of a device whose listener did listen.
+func (d *daemon) release() {
+	if d.target == nil {
+		return
+	}
+	if err := d.target.Shutdown(context.Background()); err != nil {
+		d.log.Warn("releasing the target of a failed start", zap.Error(err))
+	}
+}
+
+// preflight is the first stage of a start without a device (and what a reload checks while
+// serve waits): the configuration's warnings (logged when logWarnings), the locked memory,
+// every backstore opened (a missing file with create: true stands in as null) and the state
+// files read, all of it released again.
+func preflight(opts daemonOptions, cfg *config.Config, logWarnings bool) error {
+	d := newDaemon(opts)
+	if logWarnings {
+		d.logWarnings(cfg)
+	}
+	if err := d.checkMemlock(cfg); err != nil {
+		return err
+	}
+	p, err := d.planWith(cfg, true)
+	if err != nil {
+		return err
+	}
+	p.rollback()
+	d.closers.Wait()
+	return nil
 }
 
 // waitForDevice waits (the caller has told systemd so), handling signals, until the device
@@ -178,7 +209,7 @@ func waitForDevice(opts serveOptions, prof *cpuProfiler, poll time.Duration, sin
 			case sig == syscall.SIGHUP:
 				// Nothing runs yet: check the file, so that whoever reloads learns now whether
 				// it will start, and try to start if there is a device.
-				_, err := checkWhileWaiting(log, opts.configFile)
+				_, err := checkWhileWaiting(opts.daemonOptions)
 				if opts.afterReload != nil {
 					opts.afterReload(err)
 				}
@@ -200,9 +231,13 @@ func waitForDevice(opts serveOptions, prof *cpuProfiler, poll time.Duration, sin
 // checkWhileWaiting is a reload while serve waits for a device: nothing runs yet, so the
 // file is only checked (as a start would), and the errors are logged. It tells systemd of the
 // reload as a reload of a serving daemon does.
-func checkWhileWaiting(log *zap.Logger, file string) (*config.Config, error) {
+func checkWhileWaiting(opts daemonOptions) (*config.Config, error) {
+	log := opts.log
 	notifyReloading(log)
-	cfg, err := config.LoadTrusted(file)
+	cfg, err := config.LoadTrusted(opts.configFile)
+	if err == nil {
+		err = preflight(opts, cfg, true)
+	}
 	if err != nil {
 		logConfigErrors(log, err)
 		log.Error("reload while waiting for an RDMA device: the configuration has errors; it is read again when a device appears",
@@ -210,7 +245,7 @@ func checkWhileWaiting(log *zap.Logger, file string) (*config.Config, error) {
 	} else {
 		log.Info("reload while waiting for an RDMA device: the configuration is valid")
 	}
-	notify(log, sddaemon.SdNotifyReady, "STATUS=waiting for an RDMA device")
+	notify(log, sddaemon.SdNotifyReady, "STATUS="+statusWaitingDevice)
 	return cfg, err
 }
 
@@ -226,10 +261,13 @@ func (s *controlServer) waitingReload(req controlRequest) (*reloadResult, error)
 	case req.ConfigYAML != "":
 		_, err = config.Parse(req.ConfigName, []byte(req.ConfigYAML))
 	case req.DryRun:
-		_, err = config.LoadTrusted(s.opts.configFile)
+		var cfg *config.Config
+		if cfg, err = config.LoadTrusted(s.opts.configFile); err == nil {
+			err = preflight(s.opts, cfg, false)
+		}
 	default:
 		s.log.Info("reload requested on the control socket while waiting for an RDMA device")
-		_, err = checkWhileWaiting(s.log, s.opts.configFile)
+		_, err = checkWhileWaiting(s.opts)
 	}
 	if err != nil {
 		var errs config.Errors
@@ -254,4 +292,43 @@ func (s *controlServer) waitingReload(req controlRequest) (*reloadResult, error)
 		}
 	}
 	return res, nil
+}
+
+// waitingAnswer answers the control commands while serve waits for a device to take the
+// target identity from, with what is known: no sessions, the configuration's LUNs (their
+// serial numbers come with the identity), zero counters, the configuration's ACLs, and a
+// reload that checks the file.
+func (s *controlServer) waitingAnswer(req controlRequest) (any, error) {
+	switch req.Command {
+	case "reload":
+		return s.waitingReload(req)
+	case "sessions":
+		return []sessionInfo{}, nil
+	case "stats":
+		return statEntries(srp.Stats{}), nil
+	case "acl-check":
+		res, err := aclCheckFile(s.opts.configFile, req.Initiator, req.Source)
+		if err != nil {
+			return nil, err
+		}
+		res.From = "daemon"
+		return res, nil
+	case "luns":
+		cfg, err := config.LoadTrusted(s.opts.configFile)
+		if err != nil {
+			return nil, fmt.Errorf("waiting for an RDMA device, and the configuration has errors (srptarget validate): %w", err)
+		}
+		ls := make([]lunInfo, 0, len(cfg.LUNs))
+		for _, l := range cfg.LUNs {
+			li := lunInfo{LUN: *l.LUN, Backstore: string(l.Backstore), Path: l.Path, Size: uint64(l.Size),
+				BlockSize: uint32(l.BlockSize), ReadOnly: l.ReadOnly, Serial: l.Serial, Sessions: []string{}}
+			if l.RBD != nil {
+				li.Path = l.RBD.ImageName()
+			}
+			ls = append(ls, li)
+		}
+		slices.SortFunc(ls, func(a, b lunInfo) int { return a.LUN - b.LUN })
+		return ls, nil
+	}
+	return nil, fmt.Errorf("unknown command %q", req.Command)
 }

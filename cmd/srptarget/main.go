@@ -20,7 +20,11 @@ func main() {
 			os.Exit(ec.code)
 		}
 		fmt.Fprintln(stderr, "srptarget:", err)
-		os.Exit(1)
+		var dial *controlDialError
+		if errors.As(err, &dial) {
+			os.Exit(exitUnreachable)
+		}
+		os.Exit(exitFailed)
 	}
 }
 

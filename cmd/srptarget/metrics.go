@@ -32,6 +32,8 @@ import (
 type metricsView struct {
 	target *srp.Target
 	luns   []lunMetrics // in LUN order
+	// serving reports whether a listener listens (srptarget_serving); nil: it does.
+	serving func() bool
 }
 
 // lunMetrics names one logical unit: its LUN (the same for every ACL: LUN numbers are global
@@ -43,8 +45,8 @@ type lunMetrics struct {
 }
 
 // newMetricsView builds the view of a running configuration.
-func newMetricsView(t *srp.Target, luns map[int]*lunState) *metricsView {
-	v := &metricsView{target: t, luns: make([]lunMetrics, 0, len(luns))}
+func newMetricsView(t *srp.Target, luns map[int]*lunState, serving func() bool) *metricsView {
+	v := &metricsView{target: t, luns: make([]lunMetrics, 0, len(luns)), serving: serving}
 	for _, st := range luns {
 		v.luns = append(v.luns, lunMetrics{lun: strconv.Itoa(st.num), serial: st.key.serial, lu: st.lu})
 	}
@@ -166,7 +168,11 @@ func (c *daemonCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descServing, prometheus.GaugeValue, 0)
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(descServing, prometheus.GaugeValue, 1)
+	serving := 1.0
+	if v.serving != nil && !v.serving() {
+		serving = 0
+	}
+	ch <- prometheus.MustNewConstMetric(descServing, prometheus.GaugeValue, serving)
 	if v.target != nil {
 		collectTarget(ch, v.target)
 	}

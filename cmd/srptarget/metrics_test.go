@@ -113,7 +113,7 @@ func TestDaemonCollector(t *testing.T) {
 		"version": version, "release": release, "commit": build.Commit, "modified": strconv.FormatBool(build.Modified),
 		"goversion": runtime.Version(), "backstores": strings.Join(build.Backstores, ","),
 	}, labels)
-	c.set(newMetricsView(tgt, map[int]*lunState{7: {num: 7, key: luKey{serial: "metrics0007"}, lu: lu}}))
+	c.set(newMetricsView(tgt, map[int]*lunState{7: {num: 7, key: luKey{serial: "metrics0007"}, lu: lu}}, nil))
 
 	var cmd scsi.Command
 	for _, tc := range []struct {

@@ -33,11 +33,10 @@ func notifyReloading(log *zap.Logger) {
 }
 
 // notifyReloaded says that a reload is done (READY=1 follows every RELOADING=1), and in STATUS
-// whether it failed.
-func notifyReloaded(log *zap.Logger, err error) {
-	status := "STATUS=serving"
+// the daemon's status and whether the reload failed.
+func notifyReloaded(log *zap.Logger, err error, status string) {
 	if err != nil {
-		status = "STATUS=serving; the last reload failed and changed nothing"
+		status += "; the last reload failed and changed nothing"
 	}
-	notify(log, sddaemon.SdNotifyReady, status)
+	notify(log, sddaemon.SdNotifyReady, "STATUS="+status)
 }

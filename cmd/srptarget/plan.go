@@ -30,6 +30,9 @@ type plan struct {
 	auth         *aclAuthorizer
 	newListeners []*listenerState
 	keep         map[netip.AddrPort]bool
+	// pending are the listeners whose address is on no RDMA device yet: not an error, they
+	// listen when it appears (daemon.retryPending).
+	pending []netip.AddrPort
 	// dryRun plans without opening new listeners (wouldListen lists them) or creating files:
 	// `srptarget reload --dry-run` shows the plan, then rolls it back.
 	dryRun      bool
@@ -265,6 +268,10 @@ func (d *daemon) planListeners(p *plan) config.Errors {
 			p.keep[ap] = true
 			continue
 		}
+		if p.dryRun && d.pending[ap] {
+			p.pending = append(p.pending, ap)
+			continue
+		}
 		if p.dryRun {
 			p.wouldListen = append(p.wouldListen, ap)
 			continue
@@ -274,8 +281,15 @@ func (d *daemon) planListeners(p *plan) config.Errors {
 			continue
 		}
 		ln, err := d.opts.listen(ap)
+		if err != nil && isNoDevice(err) {
+			if !d.pending[ap] {
+				d.log.Warn("no RDMA device has the address of this listener yet: it listens when one does (checked when the RDMA devices or the host's addresses change)",
+					zap.Stringer("address", ap), zap.Error(err))
+			}
+			p.pending = append(p.pending, ap)
+			continue
+		}
 		if err != nil {
-			d.noDevice = d.noDevice || isNoDevice(err)
 			errs = append(errs, p.cfg.ErrorAt(config.At("listeners", i), "listening on %v: %v", ap, err))
 			continue
 		}
@@ -329,6 +343,10 @@ func (d *daemon) commit(p *plan) {
 		d.listeners[ls.addr] = ls
 		d.serve(ls)
 	}
+	d.pending = make(map[netip.AddrPort]bool, len(p.pending))
+	for _, ap := range p.pending {
+		d.pending[ap] = true
+	}
 	for num, st := range old {
 		if p.luns[num] != st {
 			d.retire(st)
@@ -347,7 +365,7 @@ func (d *daemon) commit(p *plan) {
 		}
 	}
 	if d.opts.metrics != nil {
-		d.opts.metrics.set(newMetricsView(d.target, d.luns))
+		d.opts.metrics.set(newMetricsView(d.target, d.luns, d.serving))
 	}
 }
 

@@ -283,8 +283,22 @@ func (d *daemon) describePlan(p *plan, res *reloadResult) {
 	for _, ap := range p.wouldListen {
 		res.ListenersAdded = append(res.ListenersAdded, ap.String())
 	}
+	for _, ap := range p.pending {
+		if !d.pending[ap] {
+			res.ListenersAdded = append(res.ListenersAdded, ap.String()+" (waits for an RDMA device with its address)")
+		}
+	}
+	inPlan := make(map[netip.AddrPort]bool, len(p.pending))
+	for _, ap := range p.pending {
+		inPlan[ap] = true
+	}
 	for ap := range d.listeners {
 		if !p.keep[ap] {
+			res.ListenersRemoved = append(res.ListenersRemoved, ap.String())
+		}
+	}
+	for ap := range d.pending {
+		if !inPlan[ap] && !p.keep[ap] && !slices.ContainsFunc(p.newListeners, func(ls *listenerState) bool { return ls.addr == ap }) {
 			res.ListenersRemoved = append(res.ListenersRemoved, ap.String())
 		}
 	}

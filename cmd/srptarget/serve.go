@@ -166,11 +166,20 @@ func serveUntilStopped(opts serveOptions, prof *cpuProfiler) error {
 		ctl.setDaemon(d)
 	}
 	log.Info("srptarget ready: SIGHUP reloads the configuration, SIGTERM or SIGINT stops", zap.Int("pid", os.Getpid()))
-	// Listeners and buffer pools are up: systemd (Type=notify) may start what is ordered after.
-	notify(log, sddaemon.SdNotifyReady, "STATUS=serving")
+	// The LUNs are open and the listeners that can listen do, with their buffer pools:
+	// systemd (Type=notify) may start what is ordered after. STATUS= names the listeners that
+	// wait for their device.
+	notify(log, sddaemon.SdNotifyReady, "STATUS="+d.statusLine())
 	if opts.ready != nil {
 		opts.ready(d)
 	}
+	poll := opts.devicePoll
+	if poll <= 0 {
+		poll = DefaultDevicePoll
+	}
+	pendingTicker := time.NewTicker(poll)
+	defer pendingTicker.Stop()
+	lastHost := hostState(opts.daemonOptions)
 	profileSignal := func(sig os.Signal) {
 		handleProfileSignal(log, prof, sig)
 		if opts.afterProfileSignal != nil {
@@ -179,7 +188,24 @@ func serveUntilStopped(opts serveOptions, prof *cpuProfiler) error {
 	}
 	var stopSig os.Signal
 	for stopSig == nil {
-		sig, ok := <-opts.signals
+		var sig os.Signal
+		var ok bool
+		select {
+		case sig, ok = <-opts.signals:
+		case <-pendingTicker.C:
+			// A listener that waits for its address listens once the devices or the
+			// host's addresses change (each attempt binds and may register a pool).
+			if len(d.pendingAddrs()) == 0 {
+				continue
+			}
+			if h := hostState(opts.daemonOptions); h != lastHost {
+				lastHost = h
+				if d.retryPending() {
+					notify(log, "STATUS="+d.statusLine())
+				}
+			}
+			continue
+		}
 		if !ok {
 			stopSig = syscall.SIGTERM
 			break
@@ -188,7 +214,7 @@ func serveUntilStopped(opts serveOptions, prof *cpuProfiler) error {
 		case syscall.SIGHUP:
 			notifyReloading(log)
 			err := d.reload()
-			notifyReloaded(log, err)
+			notifyReloaded(log, err, d.statusLine())
 			if opts.afterReload != nil {
 				opts.afterReload(err)
 			}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
@@ -96,22 +98,26 @@ func TestNotifyProtocol(t *testing.T) {
 // errNoDeviceYet is what the RDMA seams return before the device exists (rdmaError's mark).
 var errNoDeviceYet = fmt.Errorf("verbs: no RDMA device: %w", errNoRDMAKernel)
 
+// noIdentity is e2eConfig without target.id_ext: the identity (and the LUNs' serial
+// numbers) come from the first RDMA device's node GUID.
+var noIdentity = strings.Replace(e2eConfig, "target:\n  id_ext: \"0002c90300a34270\"\n", "", 1)
+
 // TestServeWaitsForDevice starts serve on a host whose RDMA device comes later (the device
-// list is empty, or says that the kernel has no RDMA yet) and checks that it waits, tells
-// systemd, then listens and serves without a reload.
+// list is empty, or says that the kernel has no RDMA yet) with no target identity in the
+// configuration: it checks what it can (the backstores open: LUN 1's directory exists), tells
+// systemd that it waits, then starts when the device appears, without a reload.
 func TestServeWaitsForDevice(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
 		missingPolls int32 // how many calls of the device list say "no device"
 		listErr      error // the device list's answer while missing; nil: an empty list
-		wantLog      string
 	}{
-		{name: "empty device list", missingPolls: 3, wantLog: "no RDMA device yet: waiting for one (the driver of the adapter, or rdma_rxe, may not be loaded yet); SIGTERM stops"},
-		{name: "no RDMA in the kernel yet", missingPolls: 3, listErr: errNoDeviceYet, wantLog: "no RDMA device yet: waiting for one (the driver of the adapter, or rdma_rxe, may not be loaded yet); SIGTERM stops"},
+		{name: "empty device list", missingPolls: 4},
+		{name: "no RDMA in the kernel yet", missingPolls: 4, listErr: errNoDeviceYet},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sock := newNotifySocket(t)
-			e := newEnv(t, e2eConfig)
+			e := newEnv(t, noIdentity)
 			var polls atomic.Int32
 			e.opts.devicePoll = 10 * time.Millisecond
 			e.opts.devices = func() ([]rdmaDevice, error) {
@@ -121,7 +127,7 @@ func TestServeWaitsForDevice(t *testing.T) {
 				return []rdmaDevice{{Name: "rxe0", NodeGUID: 0x0002c90300a34270}}, nil
 			}
 			e.start()
-			require.Equal(t, 1, e.count(tc.wantLog), e.logText())
+			require.Equal(t, 1, e.count("no RDMA device yet: waiting for one (the driver of the adapter, or rdma_rxe, may not be loaded yet); the target identity will be its node GUID (or set target.id_ext); SIGTERM stops"), e.logText())
 			require.Equal(t, 1, e.count("listening", "address", "192.0.2.1:5555"))
 			m := sock.next()
 			require.Equal(t, "1", m["READY"])
@@ -136,52 +142,90 @@ func TestServeWaitsForDevice(t *testing.T) {
 	}
 }
 
-// TestServeRetriesWhenAddressesChange: the device is there but not yet the listener's address
-// (rdma_bind_addr fails with EADDRNOTAVAIL). serve waits without trying again while nothing
-// changes (each attempt opens the backstores and registers a buffer pool), and starts once
-// the host's addresses change.
-func TestServeRetriesWhenAddressesChange(t *testing.T) {
+// TestServeChecksBeforeReady: without a device and without a configured identity, serve
+// still opens every backstore before it tells systemd READY=1, and a backstore it cannot open
+// fails the start at once with the reason, not when the device appears.
+func TestServeChecksBeforeReady(t *testing.T) {
+	e := newEnv(t, strings.Replace(noIdentity, "    create: true\n", "", 1))
+	e.opts.devices = func() ([]rdmaDevice, error) { return nil, errNoDeviceYet }
+	err := runServe(e.opts)
+	var ec exitCodeError
+	require.True(t, errors.As(err, &ec), "%v", err)
+	require.Equal(t, 1, ec.code)
+	require.Equal(t, 1, e.count("srptarget did not start", "errors", 1), e.logText())
+	require.Contains(t, e.logText(), "lun1.img")
+}
+
+// TestServeListenersOneByOne: with the identity known, serve starts at once (the LUNs, the
+// ACLs and the control socket work) and each listener listens as soon as an RDMA device has
+// its address, without waiting for the others: STATUS= and status say which wait, status
+// exits 4 while none listens, srptarget_serving follows.
+func TestServeListenersOneByOne(t *testing.T) {
 	sock := newNotifySocket(t)
-	e := newEnv(t, e2eConfig)
-	var addrUp atomic.Bool
+	e := newControlEnv(t, strings.Replace(e2eConfig, "    port: 5555\n", "    port: 5555\n  - address: 192.0.2.1\n    port: 5556\n", 1))
+	e.opts.metrics = &daemonCollector{}
+	var up [2]atomic.Bool
 	var listens atomic.Int32
+	var change atomic.Int32 // what the host's addresses look like: a change ends a wait
 	e.opts.devicePoll = 10 * time.Millisecond
-	e.opts.devices = func() ([]rdmaDevice, error) {
-		return []rdmaDevice{{Name: "rxe0", NodeGUID: 0x0002c90300a34270}}, nil
-	}
 	e.opts.interfaces = func() ([]hostAddr, error) {
-		if !addrUp.Load() {
-			return nil, nil
-		}
-		return []hostAddr{{Iface: "dummy0", Addr: testTargetAddr}}, nil
+		return []hostAddr{{Iface: fmt.Sprintf("dummy%d", change.Load()), Addr: testTargetAddr}}, nil
 	}
 	e.opts.listen = func(ap netip.AddrPort) (ib.Listener, error) {
 		listens.Add(1)
-		if !addrUp.Load() {
+		if !up[ap.Port()-5555].Load() {
 			return nil, fmt.Errorf("listen %v: rdma_bind_addr: %w", ap, errNoDeviceYet)
 		}
 		return e.listen(ap)
 	}
-	const waiting = "no RDMA device has the address of a listener yet: waiting, and trying again when the RDMA devices or the host's addresses change, or on SIGHUP; SIGTERM stops"
-	attemptsWhileDown := make(chan int32, 1)
-	go func() { // no require here: not the test's goroutine
-		for end := time.Now().Add(10 * time.Second); e.count(waiting) == 0 && time.Now().Before(end); {
-			time.Sleep(5 * time.Millisecond)
-		}
-		time.Sleep(20 * e.opts.devicePoll)
-		attemptsWhileDown <- listens.Load()
-		addrUp.Store(true)
-	}()
 	e.start()
-	require.Equal(t, int32(1), <-attemptsWhileDown, "no new attempt while nothing changes")
-	require.Equal(t, 1, e.count("the RDMA devices or the host's addresses changed: trying to start again"), e.logText())
-	require.Equal(t, 1, e.count("cannot listen yet"))
-	require.Equal(t, 1, e.count("listening", "address", "192.0.2.1:5555"))
 	m := sock.next()
-	require.Equal(t, "waiting for an RDMA device", m["STATUS"])
-	require.Equal(t, "serving", sock.next()["STATUS"])
+	require.Equal(t, "1", m["READY"])
+	require.Equal(t, "waiting for an RDMA device with the address of 192.0.2.1:5555, 192.0.2.1:5556", m["STATUS"])
+	require.Equal(t, 2, e.count("no RDMA device has the address of this listener yet: it listens when one does (checked when the RDMA devices or the host's addresses change)"), e.logText())
 
-	ch, err := e.login(rwInitiator, "", 5555)
+	var st statusInfo
+	out, _, err := e.ctl("status")
+	require.Equal(t, exitNotServing, exitCode(err), out)
+	require.Contains(t, out, "state: waiting for an RDMA device\n")
+	require.Contains(t, out, "  192.0.2.1:5555: waiting for an RDMA device with this address\n")
+	require.Equal(t, 0.0, e.opts.metrics.servingValue())
+	// Every command answers meanwhile.
+	var ls []lunInfo
+	e.ctlJSON(&ls, "luns")
+	require.Len(t, ls, 2)
+	var ss []sessionInfo
+	e.ctlJSON(&ss, "sessions")
+	require.Empty(t, ss)
+	out, errOut, err := e.ctl("reload")
+	require.NoError(t, err, errOut)
+	require.Contains(t, out, "reload applied:")
+	require.Equal(t, "waiting for an RDMA device with the address of 192.0.2.1:5555, 192.0.2.1:5556", sock.skipTo("READY")["STATUS"])
+
+	// Nothing is tried again while nothing changes.
+	before := listens.Load()
+	time.Sleep(20 * e.opts.devicePoll)
+	require.Equal(t, before, listens.Load(), "no attempt while the host's devices and addresses stay the same")
+
+	up[1].Store(true)
+	change.Add(1)
+	require.Equal(t, "serving on 1 listener; waiting for an RDMA device with the address of 192.0.2.1:5555", sock.next()["STATUS"])
+	require.Equal(t, 1, e.count("listening", "address", "192.0.2.1:5556"))
+	ch, err := e.login(rwInitiator, "", 5556)
+	require.NoError(t, err, "the second listener serves before the first")
+	require.NoError(t, ch.Close())
+	e.ctlJSON(&st, "status")
+	require.Equal(t, "serving", st.State)
+	require.Equal(t, []listenerInfo{{"192.0.2.1:5555", listenerWaiting}, {"192.0.2.1:5556", "listening"}}, st.Listeners)
+	_, _, err = e.ctl("status")
+	require.NoError(t, err, "status exits 0 once a listener serves")
+	require.Equal(t, 1.0, e.opts.metrics.servingValue())
+
+	up[0].Store(true)
+	change.Add(1)
+	require.Equal(t, "serving", sock.next()["STATUS"])
+	require.Equal(t, 1, e.count("every listener listens"))
+	ch, err = e.login(rwInitiator, "", 5555)
 	require.NoError(t, err)
 	require.NoError(t, ch.Close())
 	require.NoError(t, e.stop(syscall.SIGTERM))
@@ -190,7 +234,7 @@ func TestServeRetriesWhenAddressesChange(t *testing.T) {
 // TestServeStopsWhileWaitingForDevice: SIGTERM ends the wait at once, with exit status 0.
 func TestServeStopsWhileWaitingForDevice(t *testing.T) {
 	sock := newNotifySocket(t)
-	e := newEnv(t, e2eConfig)
+	e := newEnv(t, noIdentity)
 	e.opts.devicePoll = 10 * time.Millisecond
 	e.opts.devices = func() ([]rdmaDevice, error) { return nil, errNoDeviceYet }
 	e.opts.listen = func(netip.AddrPort) (ib.Listener, error) {
@@ -222,4 +266,31 @@ func TestServeWithoutDeviceRefusesBadConfigAtOnce(t *testing.T) {
 	require.True(t, errors.As(err, &ec), "%v", err)
 	require.Equal(t, 1, ec.code)
 	require.Equal(t, 1, e.count("srptarget did not start", "errors", 2), e.logText())
+}
+
+// skipTo returns the variables of the next datagram that has name.
+func (n *notifySocket) skipTo(name string) map[string]string {
+	n.t.Helper()
+	for {
+		if m := n.next(); m[name] != "" {
+			return m
+		}
+	}
+}
+
+// servingValue is what srptarget_serving says now.
+func (c *daemonCollector) servingValue() float64 {
+	ch := make(chan prometheus.Metric, 4096)
+	c.Collect(ch)
+	close(ch)
+	for m := range ch {
+		if m.Desc() == descServing {
+			var pb dto.Metric
+			if err := m.Write(&pb); err != nil {
+				return -1
+			}
+			return pb.GetGauge().GetValue()
+		}
+	}
+	return -1
 }
