@@ -58,7 +58,7 @@ test-rbd:
 # and the quick half of the stress scenarios (the kernel's ib_srp against the daemon over
 # soft-RoCE). make e2e-rbd (an RBD LUN in the VM, about 5 minutes with its own image) is not
 # part of it.
-check: test test-rbd build install-test nordma-test nspawn-test e2e e2e-pr e2e-alua e2e-sbc stress-quick
+check: test test-rbd build install-test nordma-test nspawn-test nspawn-test-deb e2e e2e-pr e2e-alua e2e-sbc stress-quick
 
 # e2e: the daemon against the Linux SRP initiator (ib_srp) over soft-RoCE in a qemu VM
 # (integration/vm/README.md): builds the daemon and the VM image, runs the checks, keeps the
@@ -182,6 +182,10 @@ install: build
 	$(INSTALL) -m 0644 configs/srptarget.sysusers $(DESTDIR)$(SYSUSERSDIR)/srptarget.conf
 	$(INSTALL) -m 0644 configs/example.yaml $(DESTDIR)$(SYSCONFDIR)/srptarget/srptarget.yaml.example
 	$(INSTALL) -m 0644 bin/man/*.1 $(DESTDIR)$(MANDIR)/man1/
+	$(INSTALL) -d $(DESTDIR)$(MANDIR)/man5
+	sed -e "s/^\.TH SRPTARGET.YAML 5 \"\" \"srptarget VERSION\"/.TH SRPTARGET.YAML 5 \"\" \"$$(bin/srptarget version | sed -n '1s/^srptarget //p')\"/" \
+	  man/srptarget.yaml.5 >bin/man/srptarget.yaml.5
+	$(INSTALL) -m 0644 bin/man/srptarget.yaml.5 $(DESTDIR)$(MANDIR)/man5/srptarget.yaml.5
 	bin/srptarget completion bash >bin/srptarget.bash
 	bin/srptarget completion zsh >bin/_srptarget
 	bin/srptarget completion fish >bin/srptarget.fish
@@ -197,7 +201,7 @@ install: build
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/srptarget $(DESTDIR)$(UNITDIR)/srptarget.service \
 	  $(DESTDIR)$(SYSUSERSDIR)/srptarget.conf $(DESTDIR)$(SYSCONFDIR)/srptarget/srptarget.yaml.example \
-	  $(DESTDIR)$(MANDIR)/man1/srptarget.1 $(DESTDIR)$(MANDIR)/man1/srptarget-*.1 \
+	  $(DESTDIR)$(MANDIR)/man1/srptarget.1 $(DESTDIR)$(MANDIR)/man1/srptarget-*.1 $(DESTDIR)$(MANDIR)/man5/srptarget.yaml.5 \
 	  $(DESTDIR)$(BASHCOMPDIR)/srptarget $(DESTDIR)$(ZSHCOMPDIR)/_srptarget $(DESTDIR)$(FISHCOMPDIR)/srptarget.fish
 
 # nordma-test: the daemon on a host without RDMA (this one, CI): serve waits for a device,
@@ -206,6 +210,18 @@ uninstall:
 .PHONY: nordma-test
 nordma-test: build
 	integration/nordma-test.sh
+
+# deb: a Debian package of the make install tree (PREFIX=/usr), built with dpkg-deb
+# (packaging/deb.sh): bin/srptarget_<version>_<arch>.deb, which depends on rdma-core's
+# libraries only; with RBD=1, srptarget-rbd_..., which also depends on librbd1 and librados2
+# and replaces srptarget. nspawn-test-deb boots it in the container as nspawn-test does the
+# make install tree.
+.PHONY: deb nspawn-test-deb
+deb:
+	MAKE="$(MAKE)" RBD="$(RBD)" packaging/deb.sh
+nspawn-test-deb:
+	$(MAKE) deb RBD=0
+	DEB="$$(ls -t bin/srptarget_*.deb | head -1)" MAKE="$(MAKE)" integration/nspawn-test.sh
 
 # nspawn-test: the installed unit under a booted systemd: a Debian 12 minbase tree (debootstrap,
 # cached in SRPT_NSPAWN_CACHE, default /var/cache/srptarget-ci), make install into it,

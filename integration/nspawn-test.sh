@@ -57,7 +57,9 @@ if [ -n "${DEB:-}" ]; then
 	cp "$DEB" "$root/tmp/srptarget.deb"
 	chroot "$root" dpkg -i /tmp/srptarget.deb >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log"; die "dpkg -i $DEB failed"; }
 	bindir=/usr/bin unitdir=/usr/lib/systemd/system
-	echo "nspawn-test: installed $(basename "$DEB")"
+	# The package enables nothing (there is no configuration yet): the operator does.
+	ln -s "$unitdir/srptarget.service" "$root/etc/systemd/system/multi-user.target.wants/srptarget.service"
+	echo "nspawn-test: dpkg -i $(basename "$DEB"): $(chroot "$root" dpkg-query -W -f='${Package} ${Version} ${Status}' srptarget srptarget-rbd 2>/dev/null)"
 else
 	# RBD=0: the tree has no Ceph libraries; what links librbd is the .deb's business.
 	$MAKE --no-print-directory install DESTDIR="$root" RBD=0 >"$work/install.log" 2>&1 ||

@@ -3,9 +3,12 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/srptarget/srptarget/config"
 )
 
 // gen-man writes a page per visible command, named as man(1) finds them, and none for
@@ -29,4 +32,18 @@ func TestGenMan(t *testing.T) {
 
 	_, _, err = run(t, noDeps, "gen-man")
 	require.Error(t, err, "gen-man needs DIR")
+}
+
+// The example of srptarget.yaml(5) is a valid configuration.
+func TestConfigManPageExample(t *testing.T) {
+	page, err := os.ReadFile("../../man/srptarget.yaml.5")
+	require.NoError(t, err)
+	s := string(page)
+	start := strings.Index(s, ".EX\n")
+	end := strings.Index(s, ".EE\n")
+	require.True(t, start >= 0 && end > start, "the page has an .EX example")
+	dir := t.TempDir()
+	yaml := strings.ReplaceAll(s[start+4:end], "/var/lib/srptarget", dir)
+	_, err = config.Parse("srptarget.yaml(5)", []byte(yaml))
+	require.NoError(t, err)
 }

@@ -74,13 +74,13 @@ step "second instance: rxe0 is up but not the listener's address"
 sed -i 's/169.254.50.1/169.254.77.7/' "$CONFIG"
 "$BIN" serve >"$DLOG.2" 2>&1 &
 PID=$!
-if wait_for 10 grep -q "cannot listen yet" "$DLOG.2"; then
-	record "waits for a listener's address" pass "$(grep -m1 'cannot listen yet' "$DLOG.2" | cut -c1-160)"
+if wait_for 10 grep -q "no RDMA device has the address of this listener yet" "$DLOG.2"; then
+	record "waits for a listener's address" pass "$(grep -m1 'no RDMA device has the address of this listener yet' "$DLOG.2" | cut -c1-160)"
 else
 	record "waits for a listener's address" fail "$(tail -3 "$DLOG.2")"
 fi
 sleep 3
-check_eq "no new attempt while nothing changes" 1 "$(grep -c 'cannot listen yet' "$DLOG.2")"
+check_eq "no new attempt while nothing changes" 1 "$(grep -c 'no RDMA device has the address of this listener yet' "$DLOG.2")"
 t0=$(uptime_s)
 run ip addr add 169.254.77.7/16 dev "$RXE_NETDEV"
 if wait_for 10 cm_listening "$PORT"; then
@@ -97,7 +97,7 @@ step "third instance: SIGTERM ends the wait"
 sed -i 's/169.254.77.7/169.254.88.8/' "$CONFIG"
 "$BIN" serve >"$DLOG.3" 2>&1 &
 PID=$!
-wait_for 10 grep -q "cannot listen yet" "$DLOG.3" || record "third instance waits" fail "$(tail -3 "$DLOG.3")"
+wait_for 10 grep -q "no RDMA device has the address of this listener yet" "$DLOG.3" || record "third instance waits" fail "$(tail -3 "$DLOG.3")"
 t0=$(uptime_s)
 kill -TERM "$PID"
 wait "$PID"
