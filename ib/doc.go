@@ -19,6 +19,11 @@
 //
 // # Establishment
 //
+// A listener is of an IP family (RDMA/CM on an IP address, ib_srp's dest=) or AF_IB (native
+// InfiniBand addressing, ib_srp's dgid=): the family, not the port space, decides what a
+// request's private data holds (Family, FamilyListener), and the requests of an AF_IB listener
+// name GIDs and P_Keys (IBAddr, IBAddresser). The sizes below are the IP family's.
+//
 // Listener.Next delivers a ConnRequest carrying the initiator's private data (at most
 // MaxConnRequestPrivateData = 56 bytes over RDMA/CM: the 92-byte IB CM REQ minus the 36-byte
 // CMA header), its address and its responder resources / initiator depth. Over IB and RoCE every

@@ -77,6 +77,9 @@ type channel struct {
 	conn   ib.Conn
 	pool   *bufPool
 	remote netip.AddrPort
+	// ibSrc is the initiator's InfiniBand address when it logged in through an AF_IB
+	// listener (its access is decided on it, not on remote).
+	ibSrc *ib.IBAddr
 
 	// Negotiated at login; immutable afterwards.
 	credits    int // granted at login
@@ -237,6 +240,8 @@ type channelParams struct {
 	credits, sqDepth, maxDesc int
 	immOff                    uint16
 	initiatorDepth, respRes   uint8
+	// ibSrc is the initiator's InfiniBand address, for a login through an AF_IB listener.
+	ibSrc *ib.IBAddr
 }
 
 // newChannel allocates and registers everything a channel needs and builds its receive work
@@ -249,6 +254,7 @@ func newChannel(t *Target, sess *session, pool *bufPool, pd ib.ProtectionDomain,
 		id:      t.chanID.Add(1),
 		pool:    pool,
 		remote:  remote,
+		ibSrc:   p.ibSrc,
 		credits: p.credits,
 		nrecv:   p.credits + spareRecvs,
 		nctx:    2 * p.credits,
@@ -318,7 +324,11 @@ func newChannel(t *Target, sess *session, pool *bufPool, pd ib.ProtectionDomain,
 	ch.ledger = creditLedger{granted: int64(ch.credits)}
 	ch.timer = time.AfterFunc(time.Hour, ch.timerFire)
 	ch.timer.Stop()
-	ch.log = sess.log.With(zap.Uint64("channel", ch.id), zap.Stringer("src", remote))
+	src := zap.Stringer("src", remote)
+	if p.ibSrc != nil {
+		src = zap.Stringer("src", *p.ibSrc)
+	}
+	ch.log = sess.log.With(zap.Uint64("channel", ch.id), src)
 	return ch, nil
 }
 

@@ -344,7 +344,7 @@ func TestChannelSpareReceive(t *testing.T) {
 		f := linuxLogin()
 		req := &fakeReq{priv: loginBytes(t, f), respRes: 4, pd: node.PD(), limits: lim}
 		sess, _ := tgt.acquireSession(nexusKey{f.InitiatorPortID, f.TargetPortID})
-		ch, ap, err := tgt.prepareChannel(sess, req, &f)
+		ch, ap, err := tgt.prepareChannel(sess, req, &f, nil)
 		require.NoError(t, err)
 		require.Equal(t, tc.credits, ch.credits)
 		require.Equal(t, tc.credits+1, ap.QP.RecvQueueDepth)

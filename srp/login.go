@@ -81,78 +81,53 @@ func grantImmediate(f *iu.LoginReqFields, lim *Limits) uint16 {
 	return f.ImmDataOffset
 }
 
-// RDMA/CM port spaces, numbered as librdmacm's enum rdma_port_space. The port space a login
-// arrives in decides the layout of its SRP_LOGIN_REQ (include/scsi/srp.h: struct srp_login_req for the
-// IB CM, struct srp_login_req_rdma for RDMA/CM).
-const (
-	// PortSpaceTCP (RDMA_PS_TCP): rdma_connect to an IP address (RoCE, iWARP, IPoIB; ib_srp's
-	// dest=). The private data is the 56-byte srp_login_req_rdma: RDMA/CM's own header takes
-	// 36 of the IB CM REQ's 92 bytes. LIO converts every RDMA/CM login from this form.
-	PortSpaceTCP uint16 = 0x0106
-	// PortSpaceIB (RDMA_PS_IB): an AF_IB listener, the way user space receives native IB CM
-	// REQs (ib_srp's dgid=...,service_id=0x013fPPPP). The private data is the raw 92 bytes of
-	// REQ private data, starting with the 64-byte srp_login_req.
-	PortSpaceIB uint16 = 0x013F
-)
-
-// PortSpacer is implemented by an ib.Listener, or an ib.ConnRequest, that knows the RDMA/CM
-// port space it belongs to (ib.Listener has no such method yet; ib/memfabric's listeners and
-// requests implement this one). The login layout then follows the port space, not the length
-// of the private data, which is ambiguous where the transport delivers the sender's length
-// (iWARP) or pads it. Without it the length decides (ParseLoginReq).
-type PortSpacer interface {
-	RDMAPortSpace() uint16
-}
-
-// listenerPortSpace returns l's port space, or 0 when l does not say.
-func listenerPortSpace(l ib.Listener) uint16 {
-	if p, ok := l.(PortSpacer); ok {
-		return p.RDMAPortSpace()
+// listenerFamily returns l's address family (ib.FamilyListener), or 0 when l does not say.
+// The family decides the layout of the SRP_LOGIN_REQ (include/scsi/srp.h): an IP-family
+// listener receives the 56-byte struct srp_login_req_rdma (RDMA/CM's own header took 36 of the
+// IB CM REQ's 92 bytes; LIO converts every RDMA/CM login from this form), an AF_IB listener
+// the raw REQ private data, the 64-byte struct srp_login_req first (ib_srp's
+// dgid=...,service_id=0x013fPPPP). Not the length of the private data, which is ambiguous
+// where the transport delivers the sender's length (iWARP) or pads it.
+func listenerFamily(l ib.Listener) ib.Family {
+	if fl, ok := l.(ib.FamilyListener); ok {
+		return fl.Family()
 	}
 	return 0
 }
 
-// parseLogin decodes the SRP_LOGIN_REQ of req. The request's own port space wins over the
-// listener's (lps, 0 when unknown); a port space other than TCP and IB, or none, falls back to
-// telling the forms apart by length. It also returns the port space used, for the log.
-func parseLogin(req ib.ConnRequest, lps uint16) (iu.LoginReqFields, uint16, error) {
-	ps := lps
-	if p, ok := req.(PortSpacer); ok {
-		ps = p.RDMAPortSpace()
-	}
+// parseLogin decodes the SRP_LOGIN_REQ of req, which arrived on a listener of family fam; a
+// listener that does not tell its family (0) leaves the forms to be told apart by length.
+func parseLogin(req ib.ConnRequest, fam ib.Family) (iu.LoginReqFields, error) {
 	b := req.PrivateData()
-	switch ps {
-	case PortSpaceTCP:
-		f, err := iu.Parse[iu.LoginReqRDMA](b)
-		return f, ps, err
-	case PortSpaceIB:
-		f, err := iu.Parse[iu.LoginReq](b)
-		return f, ps, err
+	switch fam {
+	case ib.FamilyIP:
+		return iu.Parse[iu.LoginReqRDMA](b)
+	case ib.FamilyIB:
+		return iu.Parse[iu.LoginReq](b)
 	}
-	f, err := iu.ParseLoginReq(b)
-	return f, ps, err
+	return iu.ParseLoginReq(b)
 }
 
-// loginFormName names the login layout of port space ps for logs.
-func loginFormName(ps uint16) string {
-	switch ps {
-	case PortSpaceTCP:
-		return "RDMA/CM (56 bytes, RDMA_PS_TCP)"
-	case PortSpaceIB:
-		return "IB CM (64 bytes, RDMA_PS_IB)"
+// loginFormName names the login layout of family fam for logs.
+func loginFormName(fam ib.Family) string {
+	switch fam {
+	case ib.FamilyIP:
+		return "RDMA/CM (56 bytes, IP address)"
+	case ib.FamilyIB:
+		return "IB CM (64 bytes, AF_IB)"
 	}
-	return "by length (port space unknown)"
+	return "by length (address family unknown)"
 }
 
-// login answers one connection request that arrived on a listener in port space lps (0:
+// login answers one connection request that arrived on a listener of family fam (0:
 // unknown).
-func (t *Target) login(req ib.ConnRequest, lps uint16) {
+func (t *Target) login(req ib.ConnRequest, fam ib.Family) {
 	src := req.RemoteAddr()
-	log := t.log.With(zap.Stringer("src", src))
-	f, ps, err := parseLogin(req, lps)
+	log := t.log.With(srcField(req, fam))
+	f, err := parseLogin(req, fam)
 	if err != nil {
 		t.reject(req, 0, iu.LoginRejUnableEstablishChannel, log,
-			fmt.Sprintf("malformed SRP_LOGIN_REQ (%d bytes of private data, login form %s): %v", len(req.PrivateData()), loginFormName(ps), err),
+			fmt.Sprintf("malformed SRP_LOGIN_REQ (%d bytes of private data, login form %s): %v", len(req.PrivateData()), loginFormName(fam), err),
 			"the peer is not an SRP initiator, or sends a login format this target does not know")
 		return
 	}
@@ -179,7 +154,8 @@ func (t *Target) login(req ib.ConnRequest, lps uint16) {
 			"configure the initiators allowed to log in")
 		return
 	}
-	m, err := a.Authorize(f.InitiatorPortID, f.TargetPortID, src)
+	ibSrc := ibSource(req, fam)
+	m, err := authorizeFrom(a, f.InitiatorPortID, f.TargetPortID, src, ibSrc)
 	if err != nil || m == nil {
 		reason := iu.LoginRejChannelLimitReached
 		detail := "initiator refused by the access control list"
@@ -190,7 +166,7 @@ func (t *Target) login(req ib.ConnRequest, lps uint16) {
 			detail = err.Error()
 		}
 		t.reject(req, f.Tag, reason, log, detail,
-			fmt.Sprintf("add initiator port %v (or address %v) to an ACL of the configuration", f.InitiatorPortID, src.Addr()))
+			fmt.Sprintf("add initiator port %v (or %s) to an ACL of the configuration", f.InitiatorPortID, sourceName(req, fam)))
 		return
 	}
 
@@ -248,7 +224,7 @@ func (t *Target) login(req ib.ConnRequest, lps uint16) {
 			t.unreserveChannel()
 		}
 	}()
-	ch, ap, err := t.prepareChannel(sess, req, &f)
+	ch, ap, err := t.prepareChannel(sess, req, &f, ibSrc)
 	if err != nil {
 		t.reject(req, f.Tag, iu.LoginRejInsufficientResources, log, err.Error(),
 			"check the memory available for registration (ulimit -l) and the device limits")
@@ -303,7 +279,7 @@ func (t *Target) login(req ib.ConnRequest, lps uint16) {
 	t.stats.channelsOpen.Add(1)
 	ch.start(conn)
 	ch.log.Info("login accepted",
-		zap.String("login_form", loginFormName(ps)),
+		zap.String("login_form", loginFormName(fam)),
 		zap.Stringer("multichannel", multiChanName(f.ReqFlags.MultiChanAction(), result)),
 		zap.Int("channels", nch),
 		zap.Uint32("req_it_iu_len", f.ReqITIULen),
@@ -346,14 +322,16 @@ func (t *Target) terminateChannels(sess *session, log *zap.Logger) bool {
 	return true
 }
 
-// prepareChannel sizes and allocates a channel for req; the caller accepts.
-func (t *Target) prepareChannel(sess *session, req ib.ConnRequest, f *iu.LoginReqFields) (*channel, ib.AcceptParams, error) {
+// prepareChannel sizes and allocates a channel for req (from ibSrc when it arrived on an AF_IB
+// listener); the caller accepts.
+func (t *Target) prepareChannel(sess *session, req ib.ConnRequest, f *iu.LoginReqFields, ibSrc *ib.IBAddr) (*channel, ib.AcceptParams, error) {
 	lim := req.Limits()
 	p := channelParams{
 		// One receive beyond the credits is kept for the answer to SRP_CRED_REQ.
 		credits: min(t.lim.Credits, lim.MaxQueueDepth-spareRecvs),
 		sqDepth: min(t.lim.SendQueueDepth, lim.MaxQueueDepth),
 		immOff:  grantImmediate(f, &t.lim),
+		ibSrc:   ibSrc,
 	}
 	if p.credits < 2 || p.sqDepth < 2 || lim.MaxSendSGE < 1 || lim.MaxRecvSGE < 1 || lim.MaxReadSGE < 1 {
 		return nil, ib.AcceptParams{}, fmt.Errorf("device limits %+v too small for a channel", lim)

@@ -1,6 +1,7 @@
 package srp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/netip"
@@ -196,47 +197,54 @@ func TestLimitsValidation(t *testing.T) {
 	require.Equal(t, 128, l.WorkersPerChannel)
 }
 
-// psReq is a fakeReq that tells its port space.
-type psReq struct {
-	fakeReq
-	ps uint16
-}
-
-func (r *psReq) RDMAPortSpace() uint16 { return r.ps }
-
-// TestParseLoginPortSpace: the request's port space wins over the listener's; the TCP port
-// space means the 56-byte form and the IB port space the 64-byte form whatever the length;
-// without a known port space the length decides.
-func TestParseLoginPortSpace(t *testing.T) {
+// TestParseLoginFamily: the listener's address family decides the layout, whatever the
+// length: an IP-family listener means the 56-byte struct srp_login_req_rdma, an AF_IB listener
+// the 64-byte struct srp_login_req at offset 0 of the raw 92 bytes (include/scsi/srp.h; the
+// bytes below are what ib_srp's srp_send_req builds with its defaults). Without a family the
+// length decides.
+func TestParseLoginFamily(t *testing.T) {
 	f := linuxLogin()
 	f.Tag = 0x1122
-	rdma := make([]byte, 92) // the RDMA/CM form followed by zeros
-	iu.LoginReqRDMA(rdma).Encode(&f)
-	ibForm := make([]byte, 92)
-	iu.LoginReq(ibForm).Encode(&f)
+	// struct srp_login_req: opcode 0, reserved1[7], tag, req_it_iu_len 8260, reserved2[4],
+	// req_buf_fmt DIRECT|INDIRECT, req_flags IMMED_REQUESTED, reserved3, imm_data_offset 68,
+	// reserved4[2], initiator_port_id, target_port_id; then the REQ's 28 bytes of padding.
+	ibForm := cat(
+		[]byte{0x00, 0, 0, 0, 0, 0, 0, 0},
+		[]byte{0, 0, 0, 0, 0, 0, 0x11, 0x22},
+		[]byte{0x00, 0x00, 0x20, 0x44}, []byte{0, 0, 0, 0},
+		[]byte{0x00, 0x06, 0x80, 0x00, 0x00, 0x44, 0, 0},
+		f.InitiatorPortID[:], unitPort[:],
+		make([]byte, 28),
+	)
+	// struct srp_login_req_rdma: tag, req_buf_fmt, req_flags, opcode, req_it_iu_len,
+	// initiator_port_id, target_port_id, imm_data_offset, reserved[6]; then zeros to 92.
+	rdma := cat(
+		[]byte{0, 0, 0, 0, 0, 0, 0x11, 0x22},
+		[]byte{0x00, 0x06, 0x80, 0x00}, []byte{0x00, 0x00, 0x20, 0x44},
+		f.InitiatorPortID[:], unitPort[:],
+		[]byte{0x00, 0x44}, make([]byte, 6),
+		make([]byte, 36),
+	)
+	require.Len(t, ibForm, ib.MaxIBConnRequestPrivateData)
+	require.Len(t, rdma, ib.MaxIBConnRequestPrivateData)
 	for _, tc := range []struct {
 		name    string
-		req     ib.ConnRequest
-		lps     uint16
-		wantPS  uint16
+		priv    []byte
+		fam     ib.Family
 		wantErr bool
 	}{
-		{"TCP listener, 92 bytes of RDMA/CM form", &fakeReq{priv: rdma}, PortSpaceTCP, PortSpaceTCP, false},
-		{"IB listener, IB CM form", &fakeReq{priv: ibForm}, PortSpaceIB, PortSpaceIB, false},
-		{"request says TCP, listener IB", &psReq{fakeReq{priv: rdma[:56]}, PortSpaceTCP}, PortSpaceIB, PortSpaceTCP, false},
-		{"request says IB, listener unknown", &psReq{fakeReq{priv: ibForm}, PortSpaceIB}, 0, PortSpaceIB, false},
-		{"unknown port space: by length, 56", &fakeReq{priv: rdma[:56]}, 0x0111, 0x0111, false},
-		{"unknown port space: by length, 92", &fakeReq{priv: ibForm}, 0, 0, false},
-		{"IB listener, 56 bytes", &fakeReq{priv: rdma[:56]}, PortSpaceIB, PortSpaceIB, true},
-		{"TCP listener, IB CM form: opcode is not at byte 11", &fakeReq{priv: func() []byte {
-			b := append([]byte(nil), ibForm...)
-			b[11] = 0xC0
-			return b
-		}()}, PortSpaceTCP, PortSpaceTCP, true},
+		{"IP listener, 56 bytes", rdma[:56], ib.FamilyIP, false},
+		{"IP listener, 92 bytes of RDMA/CM form", rdma, ib.FamilyIP, false},
+		{"AF_IB listener, 92 bytes of IB CM form", ibForm, ib.FamilyIB, false},
+		{"AF_IB listener, 64 bytes", ibForm[:64], ib.FamilyIB, false},
+		{"no family: by length, 56", rdma[:56], 0, false},
+		{"no family: by length, 92", ibForm, 0, false},
+		{"AF_IB listener, 56 bytes", rdma[:56], ib.FamilyIB, true},
+		{"AF_IB listener, RDMA/CM form: byte 0 is the tag", func() []byte { b := bytes.Clone(rdma); b[0] = 1; return b }(), ib.FamilyIB, true},
+		{"IP listener, IB CM form: opcode is not at byte 11", func() []byte { b := bytes.Clone(ibForm); b[11] = 0xC0; return b }(), ib.FamilyIP, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ps, err := parseLogin(tc.req, tc.lps)
-			require.Equal(t, tc.wantPS, ps)
+			got, err := parseLogin(&fakeReq{priv: tc.priv}, tc.fam)
 			if tc.wantErr {
 				require.Error(t, err)
 				return
@@ -245,4 +253,12 @@ func TestParseLoginPortSpace(t *testing.T) {
 			require.Equal(t, f, got)
 		})
 	}
+}
+
+func cat(bs ...[]byte) []byte {
+	var out []byte
+	for _, b := range bs {
+		out = append(out, b...)
+	}
+	return out
 }

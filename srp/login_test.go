@@ -248,21 +248,20 @@ func TestLoginImmediateDataGrant(t *testing.T) {
 	}
 }
 
-// serveIB listens on the harness node's port in the IB port space (AF_IB: raw IB CM REQ
-// private data, the 64-byte SRP_LOGIN_REQ first) and serves it; the returned channel receives
-// Serve's error once the harness is closed.
+// serveIB listens as an AF_IB id on the harness node's port (raw IB CM REQ private data, the
+// 64-byte SRP_LOGIN_REQ first) and serves it; the returned channel receives Serve's error once
+// the harness is closed.
 func (h *harness) serveIB() <-chan error {
 	h.t.Helper()
-	ln, err := h.node.ListenPortSpace(memfabric.PortSpaceIB, testPort)
+	ln, err := h.node.ListenIB(testPort)
 	require.NoError(h.t, err)
 	errc := make(chan error, 1)
 	go func() { errc <- h.tgt.Serve(context.Background(), ln) }()
 	return errc
 }
 
-// TestLoginIBCMForm logs in with the 64-byte IB CM form through the fabric's IB port space, as
-// ib_srp's dgid= login reaches an AF_IB listener, and does I/O in every data layout on the
-// channel.
+// TestLoginIBCMForm logs in with the 64-byte IB CM form to an AF_IB listener, as ib_srp's
+// dgid= login reaches one, and does I/O in every data layout on the channel.
 func TestLoginIBCMForm(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
 	ibErr := h.serveIB()
@@ -277,7 +276,8 @@ func TestLoginIBCMForm(t *testing.T) {
 	require.True(t, ch.ImmediateData())
 	var e observer.LoggedEntry
 	testutil.WaitFor(t, "the login's log line", func() bool { var ok bool; e, ok = h.logged("login accepted"); return ok })
-	require.Equal(t, "IB CM (64 bytes, RDMA_PS_IB)", e.ContextMap()["login_form"])
+	require.Equal(t, "IB CM (64 bytes, AF_IB)", e.ContextMap()["login_form"])
+	require.Equal(t, "gid "+ch.Node().GID().String()+" pkey 0xffff", e.ContextMap()["src"])
 	clearUA(t, ch, 0)
 
 	for i, layout := range []srptest.Layout{nil, srptest.Direct{}, srptest.Indirect{N: 3}} {
@@ -322,28 +322,27 @@ func (l paddedListener) Next(ctx context.Context) (ib.ConnRequest, error) {
 	}
 	priv := make([]byte, 92)
 	copy(priv, req.PrivateData())
-	// paddedRequest hides the fabric request's port space: only the listener can tell.
 	return &paddedRequest{ConnRequest: req, priv: priv}, nil
 }
 
-// tcpListener is a paddedListener that says it listens in the RDMA/CM TCP port space.
-type tcpListener struct{ paddedListener }
+// ipListener is a paddedListener that says it is of an IP family.
+type ipListener struct{ paddedListener }
 
-func (tcpListener) RDMAPortSpace() uint16 { return srp.PortSpaceTCP }
+func (ipListener) Family() ib.Family { return ib.FamilyIP }
 
-// TestLoginFormByPortSpace: the login layout follows the listener's port space, not the
-// length of the private data. A 92-byte RDMA/CM login on a TCP port-space listener logs in; on
-// a listener that does not tell its port space the length picks the IB CM layout, which reads
-// the wrong bytes as the target port identifier.
-func TestLoginFormByPortSpace(t *testing.T) {
+// TestLoginFormByFamily: the login layout follows the listener's address family, not the
+// length of the private data. A 92-byte RDMA/CM login on an IP-family listener logs in; on a
+// listener that does not tell its family the length picks the IB CM layout, which reads the
+// wrong bytes as the target port identifier.
+func TestLoginFormByFamily(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
 	for _, tc := range []struct {
 		name   string
 		ln     func(ib.Listener) ib.Listener
 		reject uint32
 	}{
-		{"listener in the TCP port space", func(l ib.Listener) ib.Listener { return tcpListener{paddedListener{l}} }, 0},
-		{"listener without a port space", func(l ib.Listener) ib.Listener { return paddedListener{l} }, 0x00010003},
+		{"IP-family listener", func(l ib.Listener) ib.Listener { return ipListener{paddedListener{l}} }, 0},
+		{"listener without a family", func(l ib.Listener) ib.Listener { return paddedListener{l} }, 0x00010003},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ln, err := h.node.Listen(testPort + 1)

@@ -175,7 +175,7 @@ func (s *session) reauthorize(a Authorizer) {
 		var m *scsi.LUNMap
 		var err error
 		if a != nil {
-			m, err = a.Authorize(s.key.initiator, s.key.target, ch.remote)
+			m, err = authorizeFrom(a, s.key.initiator, s.key.target, ch.remote, ch.ibSrc)
 		}
 		switch {
 		case a == nil || err != nil || m == nil:

@@ -179,9 +179,9 @@ func (t *Target) Serve(ctx context.Context, l ib.Listener) error {
 		t.mu.Unlock()
 		t.serving.Done()
 	}()
-	lps := listenerPortSpace(l)
+	fam := listenerFamily(l)
 	log := t.log.With(zap.Stringer("listener", l.Addr()))
-	log.Info("serving SRP logins", zap.String("login_form", loginFormName(lps)))
+	log.Info("serving SRP logins", zap.String("login_form", loginFormName(fam)))
 	for {
 		req, err := l.Next(ctx)
 		if err != nil {
@@ -200,7 +200,7 @@ func (t *Target) Serve(ctx context.Context, l ib.Listener) error {
 		t.mu.Lock()
 		if t.shutting {
 			t.mu.Unlock()
-			t.rejectShutdown(req, lps)
+			t.rejectShutdown(req, fam)
 			return ErrTargetClosed
 		}
 		select {
@@ -209,7 +209,7 @@ func (t *Target) Serve(ctx context.Context, l ib.Listener) error {
 			// A flood of connection requests: refuse at once rather than pile up handlers
 			// (each may wait for a nexus's old channels to close).
 			t.mu.Unlock()
-			t.rejectBusy(req, lps)
+			t.rejectBusy(req, fam)
 			continue
 		}
 		t.logins.Add(1)
@@ -219,15 +219,15 @@ func (t *Target) Serve(ctx context.Context, l ib.Listener) error {
 				<-t.loginSlots
 				t.logins.Done()
 			}()
-			t.login(req, lps)
+			t.login(req, fam)
 		}()
 	}
 }
 
 // rejectShutdown answers a request that arrived while shutting down.
-func (t *Target) rejectShutdown(req ib.ConnRequest, lps uint16) {
+func (t *Target) rejectShutdown(req ib.ConnRequest, fam ib.Family) {
 	var tag iu.Tag
-	if f, _, err := parseLogin(req, lps); err == nil {
+	if f, err := parseLogin(req, fam); err == nil {
 		tag = f.Tag
 	}
 	t.reject(req, tag, iu.LoginRejInsufficientResources, t.log, "target is shutting down", "wait for the target to restart")
@@ -254,10 +254,10 @@ func (t *Target) Prepare(l ib.Listener) error {
 }
 
 // rejectBusy answers a request that found every login slot taken.
-func (t *Target) rejectBusy(req ib.ConnRequest, lps uint16) {
+func (t *Target) rejectBusy(req ib.ConnRequest, fam ib.Family) {
 	var tag iu.Tag
-	log := t.log.With(zap.Stringer("src", req.RemoteAddr()))
-	if f, _, err := parseLogin(req, lps); err == nil {
+	log := t.log.With(srcField(req, fam))
+	if f, err := parseLogin(req, fam); err == nil {
 		tag = f.Tag
 		log = log.With(zap.Stringer("initiator", f.InitiatorPortID))
 	}

@@ -8,11 +8,15 @@
 //
 // What is modelled, and how (the contract itself is in package ib's documentation):
 //
-//   - Port spaces: Node.Listen and Connect use the RDMA/CM TCP port space, whose requests carry
-//     ib.MaxConnRequestPrivateData = 56 bytes; Node.ListenPortSpace and
-//     ConnectParams.PortSpace also offer the IB port space (AF_IB, RDMA_PS_IB), whose requests
-//     carry the IB CM REQ's full 92 bytes, as a native IB CM login (ib_srp's dgid=) arrives.
-//     Private data is delivered zero-padded to the port space's size, as on IB and RoCE.
+//   - Address families and port spaces: Node.Listen and Node.ListenPortSpace listen as an id
+//     of an IP family, Node.ListenIB as an AF_IB id in the IB port space (service ID
+//     0x00000000013FPPPP); ConnectParams.Family sends as an IP-family id (behind RDMA/CM's
+//     36-byte header, so at most ib.MaxConnRequestPrivateData = 56 bytes) or raw, as
+//     ib_srp's dgid= logins are (ib.MaxIBConnRequestPrivateData = 92). What a listener
+//     receives follows both families (the table at Connect): the IB CM REQ's full 92 bytes
+//     for an AF_IB listener, 56 for an IP one, and a raw request to an IP listener is
+//     rejected. Private data is delivered zero-padded, as on IB and RoCE. An AF_IB
+//     listener's requests carry GIDs (Node.GID) and P_Keys (ib.IBAddresser).
 //   - Keys and bounds: every RDMA access checks the rkey, the range and the access flag of the
 //     responder's region; every local SGE is checked against its region (registered in this
 //     node's PD, in range, local write where the HCA writes). Region addresses are synthetic,

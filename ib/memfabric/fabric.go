@@ -2,8 +2,10 @@ package memfabric
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,39 +59,22 @@ type Options struct {
 }
 
 // PortSpace is an RDMA/CM port space, numbered as librdmacm's enum rdma_port_space. A listener
-// receives only the connection requests sent to its port in its port space, and the port space
-// decides how much private data a request carries.
+// receives only the connection requests sent to its port in its port space. What a request's
+// private data holds depends on the families of its sender and of the listener (ib.Family),
+// not on the port space.
 type PortSpace uint16
 
 const (
 	// PortSpaceTCP (RDMA_PS_TCP) is what rdma_connect to an IP address uses: RoCE, iWARP and
-	// IB with IPoIB addresses (ib_srp's dest=). RDMA/CM puts its 36-byte header in the IB CM
-	// REQ's 92 bytes of private data, leaving ib.MaxConnRequestPrivateData = 56 for the caller.
+	// IB with IPoIB addresses (ib_srp's dest=).
 	PortSpaceTCP PortSpace = 0x0106
-	// PortSpaceIB (RDMA_PS_IB) is RDMA/CM with AF_IB addresses, the only way user space can
-	// receive native IB CM REQs (ib_srp's dgid=...,service_id=0x013fPPPP): no CMA header, so a
-	// request carries the full MaxIBConnRequestPrivateData = 92 bytes of REQ private data and
-	// the listener gets them raw, starting with the 64-byte SRP_LOGIN_REQ (include/scsi/srp.h
-	// struct srp_login_req). Node addresses stand in for GIDs and the port for the low 16 bits of the
-	// service ID 0x00000000013FPPPP.
+	// PortSpaceIB (RDMA_PS_IB) is where RDMA/CM binds AF_IB listeners, the only way user
+	// space can receive native IB CM REQs (ib_srp's dgid=...,service_id=0x013fPPPP). The
+	// port is the low 16 bits of the service ID 0x00000000013FPPPP.
 	PortSpaceIB PortSpace = 0x013F
 )
 
-// MaxIBConnRequestPrivateData is the private data of an IB CM REQ (IB_CM_REQ_PRIVATE_DATA_SIZE):
-// what a connection request carries in PortSpaceIB.
-const MaxIBConnRequestPrivateData = 92
-
-// maxReqPrivateData is how much private data a connection request in ps carries, or 0 for a
-// port space the fabric does not model.
-func (ps PortSpace) maxReqPrivateData() int {
-	switch ps {
-	case PortSpaceTCP:
-		return ib.MaxConnRequestPrivateData
-	case PortSpaceIB:
-		return MaxIBConnRequestPrivateData
-	}
-	return 0
-}
+func (ps PortSpace) valid() bool { return ps == PortSpaceTCP || ps == PortSpaceIB }
 
 func (ps PortSpace) String() string {
 	switch ps {
@@ -99,6 +84,15 @@ func (ps PortSpace) String() string {
 		return "RDMA_PS_IB"
 	}
 	return fmt.Sprintf("port space %#04x", uint16(ps))
+}
+
+// maxPrivateData is how much private data a connection request sent by an id of family f can
+// carry: an IP-family sender's RDMA/CM takes 36 of the IB CM REQ's 92 bytes for its header.
+func maxPrivateData(f ib.Family) int {
+	if f == ib.FamilyIB {
+		return ib.MaxIBConnRequestPrivateData
+	}
+	return ib.MaxConnRequestPrivateData
 }
 
 // listenKey names a listener: a port in a port space.
@@ -163,10 +157,19 @@ func (f *Fabric) NewNode(addr netip.Addr) (*Node, error) {
 	return n, nil
 }
 
+// node finds the node of addr, an address or a GID (Node.GID).
 func (f *Fabric) node(addr netip.Addr) *Node {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.nodes[addr]
+	if n := f.nodes[addr]; n != nil {
+		return n
+	}
+	for _, n := range f.nodes {
+		if n.GID() == addr {
+			return n
+		}
+	}
+	return nil
 }
 
 // Close closes every listener and connection of every node and waits for the fabric's
@@ -216,21 +219,49 @@ func (n *Node) isRemoved() bool {
 	return n.removed
 }
 
-// Listen listens on the node's address and port in the RDMA/CM TCP port space.
-func (n *Node) Listen(port uint16) (ib.Listener, error) {
-	return n.ListenPortSpace(PortSpaceTCP, port)
+// GID is the node's InfiniBand GID, what an AF_IB listener and its peers see as the node's
+// address: the link-local subnet prefix fe80::/64 and, as interface ID, the low 8 bytes of the
+// node's address (of its IPv4-mapped form for an IPv4 address).
+func (n *Node) GID() netip.Addr {
+	a := n.addr.As16()
+	var g [16]byte
+	g[0], g[1] = 0xfe, 0x80
+	copy(g[8:], a[8:])
+	return netip.AddrFrom16(g)
 }
 
-// ListenPortSpace listens on the node's address and port in port space ps. The same port can
-// be listened on in each port space. The listener (and every request it delivers) has a method
-// RDMAPortSpace() uint16 returning ps, which the SRP target uses to pick the login layout.
+// Listen listens on the node's address and port in the RDMA/CM TCP port space, as an id of
+// an IP family.
+func (n *Node) Listen(port uint16) (ib.Listener, error) {
+	return n.listen(ib.FamilyIP, PortSpaceTCP, port)
+}
+
+// ListenPortSpace listens as an id of an IP family on the node's address and port in port
+// space ps. The same port can be listened on in each port space. Over an IP-family listener
+// RDMA/CM strips its header in every port space: an IB-space listener of this kind gets the
+// 56 bytes an IP-family sender gave, and rejects what an IB-family sender sends (see Connect).
 func (n *Node) ListenPortSpace(ps PortSpace, port uint16) (ib.Listener, error) {
+	return n.listen(ib.FamilyIP, ps, port)
+}
+
+// ListenIB listens as an AF_IB id in the IB port space, on service ID 0x00000000013FPPPP (PPPP
+// the port) at the node's GID: what an SRP target does to receive ib_srp's native IB CM
+// logins. Its requests carry the raw 92 bytes of REQ private data and implement
+// ib.IBAddresser; the listener implements ib.FamilyListener (ib.FamilyIB).
+func (n *Node) ListenIB(port uint16) (ib.Listener, error) {
+	return n.listen(ib.FamilyIB, PortSpaceIB, port)
+}
+
+func (n *Node) listen(fam ib.Family, ps PortSpace, port uint16) (ib.Listener, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	addr := netip.AddrPortFrom(n.addr, port)
+	if fam == ib.FamilyIB {
+		addr = netip.AddrPortFrom(n.GID(), port)
+	}
 	key := listenKey{ps, port}
 	switch {
-	case ps.maxReqPrivateData() == 0:
+	case !ps.valid():
 		return nil, fmt.Errorf("memfabric: listen %v in %v: %w", addr, ps, ib.ErrInvalidArgument)
 	case n.removed:
 		return nil, fmt.Errorf("memfabric: listen %v: %w", addr, ib.ErrDeviceRemoved)
@@ -242,6 +273,7 @@ func (n *Node) ListenPortSpace(ps PortSpace, port uint16) (ib.Listener, error) {
 	l := &listener{
 		node: n,
 		addr: addr,
+		fam:  fam,
 		ps:   ps,
 		reqs: make(chan *connReq, n.f.opts.Backlog),
 		done: make(chan struct{}),
@@ -260,33 +292,58 @@ type ConnectParams struct {
 	ResponderResources uint8
 	// InitiatorDepth: RDMA READs we may issue (ib_srp: 0).
 	InitiatorDepth uint8
-	// PortSpace is where the request goes: zero means PortSpaceTCP (rdma_connect to an IP
-	// address); PortSpaceIB carries up to MaxIBConnRequestPrivateData bytes, as an IB CM REQ
-	// does.
+	// Family is how the request is sent. Zero means ib.FamilyIP: rdma_connect to an IP
+	// address, which carries at most ib.MaxConnRequestPrivateData bytes behind RDMA/CM's
+	// header. ib.FamilyIB sends the private data raw, up to ib.MaxIBConnRequestPrivateData
+	// bytes, as the kernel's IB CM users do (ib_srp's dgid=...,service_id=...).
+	Family ib.Family
+	// PortSpace is where the request goes. Zero means PortSpaceIB for an ib.FamilyIB request
+	// and PortSpaceTCP otherwise.
 	PortSpace PortSpace
+	// PKey is the partition key of the path (an ib.FamilyIB request's); zero means 0xffff,
+	// the default partition.
+	PKey uint16
 	// Recv is posted before the request is sent, so the target can SEND as soon as it accepts.
 	Recv []ib.RecvWR
 }
 
-// Connect sends a connection request carrying privateData (at most
-// ib.MaxConnRequestPrivateData bytes in the TCP port space, MaxIBConnRequestPrivateData in the
-// IB port space) to dst in params.PortSpace and waits for the answer. On accept it returns the
-// initiator's connection, whose PrivateData is the REP's; on reject a *RejectedError (reason
-// RejectInvalidServiceID when nobody listens on that port in that port space). If ctx ends
-// first the request is withdrawn; a target that accepts it afterwards sees EventDisconnected
-// instead of EventEstablished.
+// Connect sends a connection request carrying privateData to dst (the target node's address;
+// the port is the service's) in params.PortSpace and waits for the answer. On accept it
+// returns the initiator's connection, whose PrivateData is the REP's; on reject a
+// *RejectedError (reason RejectInvalidServiceID when nobody listens on that port in that port
+// space). If ctx ends first the request is withdrawn; a target that accepts it afterwards sees
+// EventDisconnected instead of EventEstablished.
+//
+// What the listener receives follows the two families, as Linux's RDMA CM delivers it
+// (drivers/infiniband/core/cma.c: cma_format_hdr, cma_save_ip_info, cma_user_data_offset,
+// cma_match_net_dev):
+//
+//	sender  listener  the listener's private data
+//	IP      IP        the sender's bytes, zero-padded to 56 (the CMA header stripped)
+//	IB      AF_IB     the sender's bytes, zero-padded to 92 (raw)
+//	IP      AF_IB     92 bytes: the 36-byte CMA header, then the sender's 56
+//	IB      IP        nothing: no listener matches, the CM answers REJ reason 28 (consumer
+//	                  defined) with no private data
 func (n *Node) Connect(ctx context.Context, dst netip.AddrPort, privateData []byte, params ConnectParams) (*Conn, error) {
 	lim := n.f.opts.Limits
+	if params.Family == 0 {
+		params.Family = ib.FamilyIP
+	}
+	if params.PortSpace == 0 {
+		params.PortSpace = PortSpaceTCP
+		if params.Family == ib.FamilyIB {
+			params.PortSpace = PortSpaceIB
+		}
+	}
+	if params.PKey == 0 {
+		params.PKey = 0xffff
+	}
 	ps := params.PortSpace
-	if ps == 0 {
-		ps = PortSpaceTCP
+	if !ps.valid() || (params.Family != ib.FamilyIP && params.Family != ib.FamilyIB) {
+		return nil, fmt.Errorf("memfabric: connect %v in %v, family %v: %w", dst, ps, params.Family, ib.ErrInvalidArgument)
 	}
-	maxPriv := ps.maxReqPrivateData()
-	if maxPriv == 0 {
-		return nil, fmt.Errorf("memfabric: connect %v in %v: %w", dst, ps, ib.ErrInvalidArgument)
-	}
-	if len(privateData) > maxPriv {
-		return nil, fmt.Errorf("memfabric: connect %v in %v: %d bytes, at most %d: %w", dst, ps, len(privateData), maxPriv, ib.ErrPrivateDataTooLong)
+	if maxPriv := maxPrivateData(params.Family); len(privateData) > maxPriv {
+		return nil, fmt.Errorf("memfabric: connect %v, family %v: %d bytes, at most %d: %w", dst, params.Family, len(privateData), maxPriv, ib.ErrPrivateDataTooLong)
 	}
 	if err := ib.CheckConnParams(params.QP, params.RNRRetryCount, params.ResponderResources, params.InitiatorDepth,
 		params.Recv, lim, 0); err != nil {
@@ -311,12 +368,14 @@ func (n *Node) Connect(ctx context.Context, dst netip.AddrPort, privateData []by
 
 	r := &connReq{
 		ps:     ps,
-		priv:   padded(privateData, maxPriv),
+		sent:   slices.Clone(privateData),
 		remote: ini.local,
-		local:  dst,
-		params: params,
-		ini:    ini,
-		reply:  make(chan error, 1),
+		// What an AF_IB listener sees of the initiator (the path's source GID and P_Key).
+		ibRemote: ib.IBAddr{GID: n.GID(), PKey: params.PKey},
+		local:    dst,
+		params:   params,
+		ini:      ini,
+		reply:    make(chan error, 1),
 	}
 	if err := tn.enqueue(r); err != nil {
 		ini.Close()
@@ -345,7 +404,8 @@ func (n *Node) Connect(ctx context.Context, dst netip.AddrPort, privateData []by
 	return ini, nil
 }
 
-// enqueue hands a request to the listener on r.local's port in r's port space.
+// enqueue hands a request to the listener on r.local's port in r's port space, with the
+// private data and addresses that the families of both ends give it (Connect's table).
 func (n *Node) enqueue(r *connReq) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -357,6 +417,24 @@ func (n *Node) enqueue(r *connReq) error {
 		// Nobody listens on that port: the passive side's CM answers with a REJ.
 		return &RejectedError{Reason: RejectInvalidServiceID}
 	}
+	switch {
+	case r.params.Family == ib.FamilyIB && l.fam != ib.FamilyIB:
+		// No CMA header: RDMA CM takes the request for an AF_IB one and finds no AF_IB
+		// listener; the IB CM rejects it for the consumer.
+		return &RejectedError{Reason: RejectConsumerDefined}
+	case l.fam == ib.FamilyIB:
+		r.priv = make([]byte, ib.MaxIBConnRequestPrivateData)
+		at := 0
+		if r.params.Family == ib.FamilyIP {
+			at = cmaHeader(r.priv, r.remote, r.local)
+		}
+		copy(r.priv[at:], r.sent)
+		r.ibLocal = ib.IBAddr{GID: n.GID(), PKey: r.params.PKey, ServiceID: ib.IBServiceID(r.local.Port())}
+		r.remote = netip.AddrPortFrom(r.ibRemote.GID, 0)
+		r.local = netip.AddrPortFrom(r.ibLocal.GID, r.local.Port())
+	default:
+		r.priv = padded(r.sent, ib.MaxConnRequestPrivateData)
+	}
 	r.ln = l
 	select {
 	case l.reqs <- r:
@@ -365,6 +443,33 @@ func (n *Node) enqueue(r *connReq) error {
 	default:
 		return fmt.Errorf("listen backlog of %d full: %w", cap(l.reqs), ib.ErrQueueFull)
 	}
+}
+
+// cmaHeaderSize is sizeof(struct cma_hdr) (drivers/infiniband/core/cma.c).
+const cmaHeaderSize = 36
+
+// cmaHeader writes the header that an IP-family sender's RDMA CM puts in front of its private
+// data (struct cma_hdr: version 0, the IP version in the high nibble, the source port, then
+// source and destination address, each in a 16-byte union whose IPv4 form is the last 4
+// bytes) and returns its size.
+func cmaHeader(b []byte, src, dst netip.AddrPort) int {
+	b[0] = 0
+	b[1] = 6 << 4
+	if src.Addr().Is4() {
+		b[1] = 4 << 4
+	}
+	binary.BigEndian.PutUint16(b[2:], src.Port())
+	for i, a := range []netip.Addr{src.Addr(), dst.Addr()} {
+		at := 4 + 16*i
+		if a.Is4() {
+			v := a.As4()
+			copy(b[at+12:at+16], v[:])
+		} else {
+			v := a.As16()
+			copy(b[at:at+16], v[:])
+		}
+	}
+	return cmaHeaderSize
 }
 
 // newConn makes an unconnected QP with its queues and registers it with the node.

@@ -39,6 +39,7 @@ func (e *RejectedError) Error() string {
 type listener struct {
 	node *Node
 	addr netip.AddrPort
+	fam  ib.Family
 	ps   PortSpace
 	reqs chan *connReq
 	done chan struct{}
@@ -52,6 +53,9 @@ var _ ib.Listener = (*listener)(nil)
 func (l *listener) Next(ctx context.Context) (ib.ConnRequest, error) {
 	select {
 	case r := <-l.reqs:
+		if l.fam == ib.FamilyIB {
+			return ibConnReq{r}, nil
+		}
 		return r, nil
 	case <-l.done:
 		return nil, fmt.Errorf("memfabric: listener %v: %w", l.addr, l.err)
@@ -65,9 +69,11 @@ func (l *listener) Addr() netip.AddrPort { return l.addr }
 // PD is the node's protection domain (ib.DeviceListener): a node is one device.
 func (l *listener) PD() (ib.ProtectionDomain, bool) { return l.node.pd, true }
 
-// RDMAPortSpace returns the listener's port space as librdmacm numbers it (ib.Listener has no
-// such method; the SRP target looks for it to choose the SRP_LOGIN_REQ layout).
-func (l *listener) RDMAPortSpace() uint16 { return uint16(l.ps) }
+// Family implements ib.FamilyListener: the SRP target chooses the SRP_LOGIN_REQ layout by it.
+func (l *listener) Family() ib.Family { return l.fam }
+
+// PortSpace is the listener's port space.
+func (l *listener) PortSpace() PortSpace { return l.ps }
 
 func (l *listener) Close() error {
 	n := l.node
@@ -114,15 +120,19 @@ const (
 	reqAnswered
 )
 
-// connReq is an ib.ConnRequest. Its immutable fields are set by Connect; state is guarded by mu.
+// connReq is an ib.ConnRequest. Its immutable fields are set by Connect and enqueue; state is
+// guarded by mu.
 type connReq struct {
 	ln     *listener
 	ps     PortSpace
-	priv   []byte
+	sent   []byte // the sender's private data
+	priv   []byte // what the listener receives
 	remote netip.AddrPort
 	local  netip.AddrPort
-	params ConnectParams
-	ini    *Conn
+	// ibRemote and ibLocal are the AF_IB addresses, for requests to AF_IB listeners.
+	ibRemote, ibLocal ib.IBAddr
+	params            ConnectParams
+	ini               *Conn
 	// reply carries the answer to Connect: nil for accept, a *RejectedError otherwise.
 	reply chan error
 
@@ -139,8 +149,16 @@ func (r *connReq) ResponderResources() uint8  { return r.params.ResponderResourc
 func (r *connReq) InitiatorDepth() uint8      { return r.params.InitiatorDepth }
 func (r *connReq) Limits() ib.DeviceLimits    { return r.ln.node.f.opts.Limits }
 func (r *connReq) PD() ib.ProtectionDomain    { return r.ln.node.pd }
-func (r *connReq) RDMAPortSpace() uint16      { return uint16(r.ps) }
 func (r *connReq) String() string             { return fmt.Sprintf("request %v -> %v", r.remote, r.local) }
+
+// ibConnReq is a request that an AF_IB listener delivers: it also has the InfiniBand
+// addresses of both ends.
+type ibConnReq struct{ *connReq }
+
+var _ ib.IBAddresser = ibConnReq{}
+
+func (r ibConnReq) RemoteIB() ib.IBAddr { return r.ibRemote }
+func (r ibConnReq) LocalIB() ib.IBAddr  { return r.ibLocal }
 
 // answer sends a rejection if the request is still pending (used on listener close).
 func (r *connReq) answer(err error) {

@@ -17,7 +17,7 @@ const (
 	sockaddrSize = 128 // sizeof(struct sockaddr_storage)
 	afInet       = 2   // AF_INET on Linux
 	afInet6      = 10  // AF_INET6 on Linux
-	afIB         = 27  // AF_IB: InfiniBand native addressing, not supported here
+	afIB         = 27  // AF_IB: InfiniBand native addressing (addr_ib.go)
 )
 
 type sockaddr [sockaddrSize]byte

@@ -177,11 +177,18 @@ func (l *cmLoop) handler(key uint64) cmHandler {
 	return l.handlers[key]
 }
 
-// createID creates an id on the loop's channel; the caller holds a reference.
-func (l *cmLoop) createID(key uint64) (*C.struct_rdma_cm_id, error) {
+// RDMA CM port spaces (enum rdma_port_space): RDMA_PS_TCP for ids on IP addresses, RDMA_PS_IB
+// for AF_IB ids.
+const (
+	psTCP C.int = C.RDMA_PS_TCP
+	psIB  C.int = C.RDMA_PS_IB
+)
+
+// createID creates an id in port space ps on the loop's channel; the caller holds a reference.
+func (l *cmLoop) createID(key uint64, ps C.int) (*C.struct_rdma_cm_id, error) {
 	var id *C.struct_rdma_cm_id
 	cmaMu.RLock()
-	e := C.srpt_create_id(l.ch, C.uint64_t(key), &id)
+	e := C.srpt_create_id(l.ch, C.uint64_t(key), ps, &id)
 	cmaMu.RUnlock()
 	if e != 0 {
 		return nil, errorf("rdma_create_id: %w", setupError(syscall.Errno(e)))

@@ -443,17 +443,18 @@ func (s *sentinel) destroy() {
 	s.loop.release()
 }
 
-// watch gives the device its sentinel, bound to addr (an address of the device, with its
-// zone if link-local), unless it has one. A failure is not the caller's: the next user of the
-// device tries again, and meanwhile the removal is still reported on the ids of the device.
-func (d *devCtx) watch(loop *cmLoop, addr netip.Addr) {
+// watch gives the device its sentinel, bound to addr (an IP address of the device, with its
+// zone if link-local, or for fam ib.FamilyIB one of its GIDs), unless it has one. A failure is
+// not the caller's: the next user of the device tries again, and meanwhile the removal is
+// still reported on the ids of the device.
+func (d *devCtx) watch(loop *cmLoop, addr netip.Addr, fam ib.Family) {
 	d.mu.Lock()
 	skip := d.sentinel != nil || d.removed || d.closed
 	d.mu.Unlock()
 	if skip {
 		return
 	}
-	s, err := newSentinel(d, loop, addr)
+	s, err := newSentinel(d, loop, addr, fam)
 	if err != nil {
 		return
 	}
@@ -467,8 +468,14 @@ func (d *devCtx) watch(loop *cmLoop, addr netip.Addr) {
 	}
 }
 
-func newSentinel(d *devCtx, loop *cmLoop, addr netip.Addr) (*sentinel, error) {
+func newSentinel(d *devCtx, loop *cmLoop, addr netip.Addr, fam ib.Family) (*sentinel, error) {
 	sa, err := encodeSockaddr(netip.AddrPortFrom(addr, 0))
+	ps := psTCP
+	if fam == ib.FamilyIB {
+		// A zero service ID with a zero mask: any free port of the IB port space.
+		sa, err = encodeSockaddrIB(ib.IBAddr{GID: addr})
+		ps = psIB
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -476,7 +483,7 @@ func newSentinel(d *devCtx, loop *cmLoop, addr netip.Addr) (*sentinel, error) {
 		return nil, ib.ErrClosed
 	}
 	s := &sentinel{d: d, loop: loop, key: newKey()}
-	id, err := loop.createID(s.key)
+	id, err := loop.createID(s.key, ps)
 	if err != nil {
 		loop.release()
 		return nil, err

@@ -4,6 +4,10 @@
 // (or outside Linux) it builds as a stub whose entry points fail with ib.ErrNotSupported.
 //
 // Target side: Listen, then Listener.Next for ib.ConnRequests, answered with Accept or Reject.
+// ListenIB listens as an AF_IB id in the IB port space (service ID 0x00000000013FPPPP) for the
+// native IB CM logins of ib_srp's dgid=...,service_id=...; its requests carry the raw REQ
+// private data and InfiniBand addresses (ib.IBAddresser). sockaddr_ib is built and read in Go
+// (addr_ib.go).
 // Initiator side (tests, tools): Resolve, register memory in Route.PD, Route.Connect.
 // Devices lists the devices, ports and GIDs for `srptarget devices`.
 //

@@ -65,3 +65,36 @@ func TestRejectedError(t *testing.T) {
 	require.True(t, errors.As(errorf("connect: %w", err), &rej))
 	require.Equal(t, 28, rej.Reason)
 }
+
+func TestBindIBError(t *testing.T) {
+	err := bindIBError(syscall.Errno(93), 0x0002c90300a0b0c1)
+	require.ErrorIs(t, err, ErrServiceID)
+	require.ErrorIs(t, err, syscall.Errno(93))
+	require.Contains(t, err.Error(), "0x0002c90300a0b0c1 is not of the form 0x00000000013fPPPP")
+	err = bindIBError(syscall.Errno(19), 0x13f15b3)
+	require.ErrorIs(t, err, ErrNoDevice)
+	require.ErrorIs(t, err, syscall.Errno(19))
+	require.Contains(t, err.Error(), "no InfiniBand port has this GID")
+	for _, e := range []syscall.Errno{98, 99} {
+		err := bindIBError(e, 0x13f15b3)
+		require.NotErrorIs(t, err, ErrNoDevice)
+		require.ErrorIs(t, err, e)
+		require.Contains(t, err.Error(), "service ID 0x00000000013f15b3 is bound already")
+	}
+	err = bindIBError(syscall.Errno(13), 0x13f0064)
+	require.ErrorIs(t, err, syscall.Errno(13))
+	require.Contains(t, err.Error(), "CAP_NET_BIND_SERVICE")
+	require.Equal(t, syscall.Errno(1), bindIBError(syscall.Errno(1), 0x13f15b3))
+}
+
+func TestCheckIBPort(t *testing.T) {
+	roce := DeviceInfo{Name: "rxe0", Ports: []PortInfo{{Num: 1, LinkLayer: LinkLayerEthernet}}}
+	hca := DeviceInfo{Name: "mlx5_0", Ports: []PortInfo{{Num: 1, LinkLayer: LinkLayerEthernet}, {Num: 2, LinkLayer: LinkLayerInfiniBand}}}
+	require.NoError(t, checkIBPort([]DeviceInfo{roce, hca}, nil))
+	err := checkIBPort([]DeviceInfo{roce}, nil)
+	require.ErrorIs(t, err, ErrNoIBPort)
+	require.Contains(t, err.Error(), "rxe0 port 1 is Ethernet;")
+	require.ErrorIs(t, checkIBPort(nil, nil), ErrNoDevice)
+	e := errors.New("list failed")
+	require.Equal(t, e, checkIBPort(nil, e))
+}

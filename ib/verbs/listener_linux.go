@@ -19,13 +19,17 @@ import (
 	"github.com/srptarget/srptarget/ib"
 )
 
-// Listener is an ib.Listener over RDMA/CM in the TCP port space (RDMA_PS_TCP), the port space
-// the Linux SRP initiator connects to with dest=IP:PORT.
+// Listener is an ib.Listener over RDMA/CM: on an IP address in the TCP port space
+// (RDMA_PS_TCP), the port space the Linux SRP initiator connects to with dest=IP:PORT (Listen),
+// or on InfiniBand GIDs as an AF_IB id in the IB port space (RDMA_PS_IB), where its native IB
+// CM logins arrive with dgid=...,service_id=0x013fPPPP (ListenIB).
 type Listener struct {
 	loop *cmLoop
 	key  uint64
+	fam  ib.Family
 	addr netip.AddrPort
-	dev  *devCtx // the device the address belongs to; nil for a wildcard address
+	ibA  ib.IBAddr // the bound AF_IB address (FamilyIB)
+	dev  *devCtx   // the device the address belongs to; nil for a wildcard address
 	logf func(string, ...any)
 	reqs chan *connRequest
 	done chan struct{}
@@ -36,7 +40,10 @@ type Listener struct {
 	err    error
 }
 
-var _ ib.Listener = (*Listener)(nil)
+var (
+	_ ib.Listener       = (*Listener)(nil)
+	_ ib.FamilyListener = (*Listener)(nil)
+)
 
 // Listen binds addr (IPv4, IPv6, an IPv6 link-local address with its zone, or a wildcard
 // address; port 0 picks a free port) and listens for RDMA/CM connection requests. A specific
@@ -47,35 +54,77 @@ func Listen(addr netip.AddrPort, opts Options) (*Listener, error) {
 	if err != nil {
 		return nil, errorf("listen %v: %w", addr, err)
 	}
+	return listenOn(sa, ib.FamilyIP, psTCP, addr.String(), addr.Addr().Zone(), opts)
+}
+
+// ListenIB binds an AF_IB id in RDMA CM's IB port space to a (its GID, or the zero GID for
+// every InfiniBand port of every device; its service ID, which must be 0x00000000013FPPPP,
+// ib.IBServiceID) and listens. Its requests carry the IB CM REQ's private data raw (92 bytes)
+// and implement ib.IBAddresser.
+//
+// The kernel delivers AF_IB requests only on ports whose link layer is InfiniBand, and only to
+// listeners in the initial network namespace; on RoCE the bind succeeds but every request is
+// rejected before it reaches user space (drivers/infiniband/core/cma.c, cma_ib_acquire_dev).
+// So a wildcard ListenIB first looks for such a port and fails with ErrNoIBPort when there is
+// none (ErrNoDevice when there is no device at all). A service ID outside the IB port space
+// fails with ErrServiceID; a port below 1024 needs CAP_NET_BIND_SERVICE, as for IP.
+func ListenIB(a ib.IBAddr, opts Options) (*Listener, error) {
+	what := "AF_IB " + a.String()
+	if _, ok := ib.IBServicePort(a.ServiceID); !ok {
+		return nil, errorf("listen %s: %w", what, serviceIDError(a.ServiceID))
+	}
+	if !a.GID.IsValid() || a.GID.IsUnspecified() {
+		if err := ibPortCheck(); err != nil {
+			return nil, errorf("listen %s: %w", what, err)
+		}
+	}
+	sa, err := encodeSockaddrIB(a)
+	if err != nil {
+		return nil, errorf("listen %s: %w", what, err)
+	}
+	return listenOn(sa, ib.FamilyIB, psIB, what, "", opts)
+}
+
+// ibPortCheck is haveIBPort; tests on soft-RoCE replace it to exercise the AF_IB set-up and
+// teardown paths, which work there although no request ever arrives.
+var ibPortCheck = haveIBPort
+
+// listenOn creates an id in port space ps, binds sa, and listens; what names the address in
+// errors, zone is the IPv6 zone the caller gave.
+func listenOn(sa sockaddr, fam ib.Family, ps C.int, what, zone string, opts Options) (*Listener, error) {
 	backlog := opts.Backlog
 	if backlog <= 0 {
 		backlog = DefaultBacklog
 	}
 	loop, err := acquireLoop()
 	if err != nil {
-		return nil, errorf("listen %v: %w", addr, err)
+		return nil, errorf("listen %s: %w", what, err)
 	}
 	l := &Listener{
 		loop: loop,
 		key:  newKey(),
+		fam:  fam,
 		logf: opts.Logf,
 		reqs: make(chan *connRequest, backlog),
 		done: make(chan struct{}),
 	}
-	id, err := loop.createID(l.key)
+	id, err := loop.createID(l.key, ps)
 	if err != nil {
 		loop.release()
-		return nil, errorf("listen %v: %w", addr, err)
+		return nil, errorf("listen %s: %w", what, err)
 	}
 	l.id = id
 	fail := func(err error) (*Listener, error) {
 		l.shutdown(ib.ErrClosed) // releases the id, the device and the loop, once
-		return nil, errorf("listen %v: %w", addr, err)
+		return nil, errorf("listen %s: %w", what, err)
 	}
 	cmaMu.RLock()
 	e := C.srpt_bind(id, (*C.uint8_t)(unsafe.Pointer(&sa[0])))
 	cmaMu.RUnlock()
 	if e != 0 {
+		if fam == ib.FamilyIB {
+			return fail(fmt.Errorf("rdma_bind_addr: %w", bindIBError(syscall.Errno(e), sockaddrIB(sa[:]).SID())))
+		}
 		return fail(fmt.Errorf("rdma_bind_addr: %w", bindError(syscall.Errno(e))))
 	}
 	if device := C.srpt_id_device(id); device != nil {
@@ -91,9 +140,14 @@ func Listen(addr netip.AddrPort, opts Options) (*Listener, error) {
 	// The bound address, with the port picked if the caller gave 0.
 	var local sockaddr
 	C.srpt_addrs(id, (*C.uint8_t)(unsafe.Pointer(&local[0])), nil)
-	l.addr = inheritZone(decodeSockaddr(local[:]), addr.Addr().Zone())
+	if fam == ib.FamilyIB {
+		l.ibA, _ = decodeSockaddrIB(local[:])
+		l.addr = ibAddrPort(l.ibA)
+	} else {
+		l.addr = inheritZone(decodeSockaddr(local[:]), zone)
+	}
 	if l.dev != nil {
-		l.dev.watch(loop, l.addr.Addr())
+		l.dev.watch(loop, l.addr.Addr(), fam)
 	}
 	// Registered once l.dev and l.addr are set: the loop reads them.
 	loop.register(l.key, l)
@@ -133,8 +187,15 @@ func notice(format string, args ...any) {
 	}
 }
 
-// Addr is the bound address, with the port the kernel picked if the caller gave 0.
+// Addr is the bound address, with the port the kernel picked if the caller gave 0. For an
+// AF_IB listener it is the GID with the port of the service ID.
 func (l *Listener) Addr() netip.AddrPort { return l.addr }
+
+// Family implements ib.FamilyListener.
+func (l *Listener) Family() ib.Family { return l.fam }
+
+// IBAddr is the bound address of an AF_IB listener (its GID, P_Key and service ID).
+func (l *Listener) IBAddr() ib.IBAddr { return l.ibA }
 
 // PD is the protection domain of the device the listener's address belongs to
 // (ib.DeviceListener); a listener on a wildcard address has none.
@@ -145,12 +206,20 @@ func (l *Listener) PD() (ib.ProtectionDomain, bool) {
 	return pdHandle{l.dev}, true
 }
 
-func (l *Listener) String() string { return "listener " + l.addr.String() }
+func (l *Listener) String() string {
+	if l.fam == ib.FamilyIB {
+		return "AF_IB listener " + l.ibA.String()
+	}
+	return "listener " + l.addr.String()
+}
 
 // Next implements ib.Listener.
 func (l *Listener) Next(ctx context.Context) (ib.ConnRequest, error) {
 	select {
 	case r := <-l.reqs:
+		if l.fam == ib.FamilyIB {
+			return ibConnRequest{r}, nil
+		}
 		return r, nil
 	case <-l.done:
 	case <-ctx.Done():
@@ -233,18 +302,26 @@ func (l *Listener) onRequest(loop *cmLoop, ev *cmEvent) {
 	}
 	zone := l.addr.Addr().Zone()
 	r := &connRequest{
-		loop:   loop,
-		ln:     l,
-		key:    newKey(),
-		id:     ev.id,
-		priv:   ev.priv,
-		local:  inheritZone(decodeSockaddr(ev.local), zone),
-		remote: inheritZone(decodeSockaddr(ev.peer), zone),
+		loop: loop,
+		ln:   l,
+		key:  newKey(),
+		id:   ev.id,
+		priv: ev.priv,
 		// The IB CM reports a REQ's RDMA READ parameters from the receiver's side
 		// (responder_resources is the initiator's initiator depth, and the reverse); the
 		// request reports the initiator's offer as the initiator made it.
 		rr:    ev.depth,
 		depth: ev.rr,
+	}
+	if l.fam == ib.FamilyIB {
+		// AF_IB: the path's GIDs and P_Key, and the REQ's service ID locally
+		// (cma.c: cma_save_ib_info).
+		r.ibLocal, _ = decodeSockaddrIB(ev.local)
+		r.ibRemote, _ = decodeSockaddrIB(ev.peer)
+		r.local, r.remote = ibAddrPort(r.ibLocal), ibAddrPort(r.ibRemote)
+	} else {
+		r.local = inheritZone(decodeSockaddr(ev.local), zone)
+		r.remote = inheritZone(decodeSockaddr(ev.peer), zone)
 	}
 	C.srpt_set_key(ev.id, C.uint64_t(r.key))
 	d, err := openDev(ev.device, ev.id)
@@ -254,7 +331,7 @@ func (l *Listener) onRequest(loop *cmLoop, ev *cmEvent) {
 		return
 	}
 	r.dev = d
-	if zone == "" && r.local.Addr().IsLinkLocalUnicast() {
+	if l.fam != ib.FamilyIB && zone == "" && r.local.Addr().IsLinkLocalUnicast() {
 		zone = d.zoneOf(r.local.Addr())
 		r.local = inheritZone(r.local, zone)
 		r.remote = inheritZone(r.remote, zone)
@@ -265,7 +342,7 @@ func (l *Listener) onRequest(loop *cmLoop, ev *cmEvent) {
 		loop.release()
 		return
 	}
-	d.watch(loop, r.local.Addr())
+	d.watch(loop, r.local.Addr(), l.fam)
 	loop.register(r.key, r)
 	l.mu.Lock()
 	queued := false
@@ -286,6 +363,15 @@ func (l *Listener) onRequest(loop *cmLoop, ev *cmEvent) {
 	}
 }
 
+// ibConnRequest is a request that an AF_IB listener delivers: it also has the InfiniBand
+// addresses of both ends.
+type ibConnRequest struct{ *connRequest }
+
+var _ ib.IBAddresser = ibConnRequest{}
+
+func (r ibConnRequest) RemoteIB() ib.IBAddr { return r.ibRemote }
+func (r ibConnRequest) LocalIB() ib.IBAddr  { return r.ibLocal }
+
 type reqState uint8
 
 const (
@@ -305,8 +391,10 @@ type connRequest struct {
 	priv   []byte
 	local  netip.AddrPort
 	remote netip.AddrPort
-	rr     uint8
-	depth  uint8
+	// ibLocal and ibRemote are the AF_IB addresses of an AF_IB listener's request.
+	ibLocal, ibRemote ib.IBAddr
+	rr                uint8
+	depth             uint8
 	// withdrawn: the initiator gave up (its CM sent a REJ, e.g. after a timeout).
 	withdrawn atomic.Bool
 

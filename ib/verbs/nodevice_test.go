@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/srptarget/srptarget/ib"
 )
 
 // hasDevice reports whether libibverbs sees an RDMA device.
@@ -32,6 +34,8 @@ func TestNoDevice(t *testing.T) {
 	_, err = Listen(netip.MustParseAddrPort("127.0.0.1:5555"), Options{})
 	require.ErrorIs(t, err, ErrNoDevice)
 	_, err = Listen(netip.MustParseAddrPort("[::]:0"), Options{})
+	require.ErrorIs(t, err, ErrNoDevice)
+	_, err = ListenIB(ib.IBAddr{ServiceID: ib.IBServiceID(5555)}, Options{})
 	require.ErrorIs(t, err, ErrNoDevice)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

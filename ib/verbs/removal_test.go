@@ -66,7 +66,8 @@ func (c *logCapture) wait(t *testing.T, n int) string {
 // delete must complete while all of it is still open: rxe cannot disassociate user contexts,
 // so the kernel waits for every file of the device to be closed, and the package has to
 // release everything on its own, librdmacm's context of the device included. After each, the
-// device is added back and the wildcard listener, never closed, serves it again.
+// device is added back and the wildcard listener, never closed, serves it again. A wildcard
+// AF_IB listener stays open through both removals.
 //
 // Destructive: it runs only when SRPT_VERBS_REMOVE_DEVICE names the device (an rxe device: it
 // is added back with rdma link add ... type rxe). The VM harness runs it last, twice: with the
@@ -89,6 +90,19 @@ func TestDeviceRemoval(t *testing.T) {
 	wild, err := Listen(netip.AddrPortFrom(netip.IPv6Unspecified(), 0), Options{Logf: logs.logf})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, wild.Close()) })
+	// A wildcard AF_IB listener too (bound on soft-RoCE with the InfiniBand check bypassed):
+	// RDMA CM keeps an internal listener of it on each device, which the removal must take
+	// down without waiting for it.
+	anyLinkLayer(t)
+	wildIB, err := ListenIB(ib.IBAddr{ServiceID: ib.IBServiceID(0)}, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_, err := wildIB.Next(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded, "the AF_IB listener outlived both removals")
+		require.NoError(t, wildIB.Close())
+	})
 
 	// ---- busy
 	l := newLink(t, a, defaultLinkOpts())

@@ -63,7 +63,7 @@ func Resolve(ctx context.Context, dst netip.AddrPort, opts ResolveOptions) (*Rou
 		return nil, errorf("resolve %v: %w", dst, err)
 	}
 	r := &Route{loop: loop, key: newKey(), remote: dst, events: make(chan cmEvent, 8)}
-	id, err := loop.createID(r.key)
+	id, err := loop.createID(r.key, psTCP)
 	if err != nil {
 		loop.release()
 		return nil, errorf("resolve %v: %w", dst, err)
@@ -106,7 +106,7 @@ func Resolve(ctx context.Context, dst netip.AddrPort, opts ResolveOptions) (*Rou
 	var local sockaddr
 	C.srpt_addrs(id, (*C.uint8_t)(unsafe.Pointer(&local[0])), nil)
 	r.local = inheritZone(decodeSockaddr(local[:]), dst.Addr().Zone())
-	d.watch(r.loop, r.local.Addr())
+	d.watch(r.loop, r.local.Addr(), ib.FamilyIP)
 	return r, nil
 }
 

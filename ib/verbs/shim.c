@@ -12,7 +12,19 @@
 #include <netinet/in.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <infiniband/ib.h>
 #include "shim.h"
+
+// struct sockaddr_ib as addr_ib.go reads and writes it.
+_Static_assert(sizeof(struct sockaddr_ib) == 48, "sockaddr_ib size");
+_Static_assert(offsetof(struct sockaddr_ib, sib_pkey) == 2, "sib_pkey");
+_Static_assert(offsetof(struct sockaddr_ib, sib_flowinfo) == 4, "sib_flowinfo");
+_Static_assert(offsetof(struct sockaddr_ib, sib_addr) == 8, "sib_addr");
+_Static_assert(offsetof(struct sockaddr_ib, sib_sid) == 24, "sib_sid");
+_Static_assert(offsetof(struct sockaddr_ib, sib_sid_mask) == 32, "sib_sid_mask");
+_Static_assert(offsetof(struct sockaddr_ib, sib_scope_id) == 40, "sib_scope_id");
+_Static_assert(AF_IB == 27, "AF_IB");
+_Static_assert(sizeof(struct sockaddr_ib) <= SRPT_SOCKADDR_SIZE, "sockaddr_ib fits");
 
 const int srpt_off_rdma_remote_addr = offsetof(struct ibv_send_wr, wr.rdma.remote_addr);
 const int srpt_off_rdma_rkey = offsetof(struct ibv_send_wr, wr.rdma.rkey);
@@ -47,6 +59,9 @@ static void copy_sockaddr(uint8_t *dst, const struct sockaddr *sa)
 	case AF_INET6:
 		n = sizeof(struct sockaddr_in6);
 		break;
+	case AF_IB:
+		n = sizeof(struct sockaddr_ib);
+		break;
 	default:
 		n = sizeof(sa->sa_family); // family only: the Go side reports it as unsupported
 		break;
@@ -58,7 +73,13 @@ static socklen_t sockaddr_len(const uint8_t *sa)
 {
 	const struct sockaddr *s = (const struct sockaddr *)sa;
 
-	return s->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+	switch (s->sa_family) {
+	case AF_INET6:
+		return sizeof(struct sockaddr_in6);
+	case AF_IB:
+		return sizeof(struct sockaddr_ib);
+	}
+	return sizeof(struct sockaddr_in);
 }
 
 int srpt_get_cm_event(struct rdma_event_channel *ch, struct srpt_cm_event *out)
@@ -106,10 +127,10 @@ int srpt_get_cm_event(struct rdma_event_channel *ch, struct srpt_cm_event *out)
 	return 0;
 }
 
-int srpt_create_id(struct rdma_event_channel *ch, uint64_t key, struct rdma_cm_id **out)
+int srpt_create_id(struct rdma_event_channel *ch, uint64_t key, int ps, struct rdma_cm_id **out)
 {
 	errno = 0;
-	return cm_ret(rdma_create_id(ch, out, (void *)(uintptr_t)key, RDMA_PS_TCP));
+	return cm_ret(rdma_create_id(ch, out, (void *)(uintptr_t)key, (enum rdma_port_space)ps));
 }
 
 void srpt_set_key(struct rdma_cm_id *id, uint64_t key)

@@ -31,7 +31,7 @@ struct srpt_cm_event {
 };
 
 int srpt_get_cm_event(struct rdma_event_channel *ch, struct srpt_cm_event *out);
-int srpt_create_id(struct rdma_event_channel *ch, uint64_t key, struct rdma_cm_id **out);
+int srpt_create_id(struct rdma_event_channel *ch, uint64_t key, int ps, struct rdma_cm_id **out);
 void srpt_set_key(struct rdma_cm_id *id, uint64_t key);
 struct ibv_device *srpt_id_device(struct rdma_cm_id *id);
 int srpt_bind(struct rdma_cm_id *id, const uint8_t *sa);

@@ -24,6 +24,13 @@ func Listen(addr netip.AddrPort, opts Options) (*Listener, error) {
 	return nil, errorf("listen %v: %w", addr, ib.ErrNotSupported)
 }
 
+// ListenIB fails with ib.ErrNotSupported in builds without cgo.
+func ListenIB(a ib.IBAddr, opts Options) (*Listener, error) {
+	return nil, errorf("listen AF_IB %v: %w", a, ib.ErrNotSupported)
+}
+
+func (*Listener) Family() ib.Family                            { return 0 }
+func (*Listener) IBAddr() ib.IBAddr                            { return ib.IBAddr{} }
 func (*Listener) Next(context.Context) (ib.ConnRequest, error) { return nil, ib.ErrNotSupported }
 func (*Listener) Addr() netip.AddrPort                         { return netip.AddrPort{} }
 func (*Listener) Close() error                                 { return nil }

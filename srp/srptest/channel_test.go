@@ -253,8 +253,8 @@ func TestBadLoginResponse(t *testing.T) {
 
 func TestIBCMFormNeedsAFIB(t *testing.T) {
 	fab, ft := setup(t, memfabric.Options{}, nil)
-	_, err := Login(testCtx(t), fab, Config{Addr: ft.addr, LoginForm: LoginFormIBCM, PortSpace: memfabric.PortSpaceTCP})
-	require.ErrorIs(t, err, ib.ErrPrivateDataTooLong, "the RDMA/CM TCP port space carries 56 bytes")
+	_, err := Login(testCtx(t), fab, Config{Addr: ft.addr, LoginForm: LoginFormIBCM, Family: ib.FamilyIP})
+	require.ErrorIs(t, err, ib.ErrPrivateDataTooLong, "an IP-family sender carries 56 bytes")
 	// By default the 64-byte form goes to the IB port space, where this target does not
 	// listen: the CM answers for it.
 	_, err = Login(testCtx(t), fab, Config{Addr: ft.addr, LoginForm: LoginFormIBCM})
@@ -262,9 +262,15 @@ func TestIBCMFormNeedsAFIB(t *testing.T) {
 	require.ErrorAs(t, err, &rej)
 	require.Equal(t, memfabric.RejectInvalidServiceID, rej.CMReason)
 	require.False(t, rej.Decoded)
+	// Sent raw to the port of the target's IP-family listener, it finds no AF_IB listener:
+	// the CM rejects it, with no SRP_LOGIN_REJ.
+	_, err = Login(testCtx(t), fab, Config{Addr: ft.addr, LoginForm: LoginFormIBCM, PortSpace: memfabric.PortSpaceTCP})
+	require.ErrorAs(t, err, &rej)
+	require.Equal(t, memfabric.RejectConsumerDefined, rej.CMReason)
+	require.False(t, rej.Decoded)
 }
 
-// TestIBCMLogin: the 64-byte form reaches a target listening in the IB port space as the raw
+// TestIBCMLogin: the 64-byte form reaches a target listening as an AF_IB id as the raw
 // 92 bytes of IB CM REQ private data, SRP_LOGIN_REQ first; the channel then works as usual.
 func TestIBCMLogin(t *testing.T) {
 	fab, ft := setup(t, memfabric.Options{}, func(ft *fakeTarget) { ft.listenIB = true })
@@ -276,7 +282,7 @@ func TestIBCMLogin(t *testing.T) {
 	ft.mu.Lock()
 	priv := ft.privs[0]
 	ft.mu.Unlock()
-	require.Len(t, priv, memfabric.MaxIBConnRequestPrivateData)
+	require.Len(t, priv, ib.MaxIBConnRequestPrivateData)
 	require.Equal(t, ch.LoginRequestIU(), priv[:iu.LoginReqSize])
 	require.Len(t, ch.LoginRequestIU(), iu.LoginReqSize)
 	require.Equal(t, make([]byte, 92-64), priv[64:])

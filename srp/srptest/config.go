@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
 	"github.com/srptarget/srptarget/srp/iu"
 )
@@ -66,9 +67,9 @@ const (
 	// RDMA/CM (add_target with dest=): the form the target sees on RoCE, iWARP and IPoIB.
 	LoginFormRDMACM LoginForm = iota
 	// LoginFormIBCM is the 64-byte struct srp_login_req that ib_srp sends in an IB CM REQ
-	// (add_target with dgid=). Login sends it in the fabric's IB port space
-	// (memfabric.PortSpaceIB: 92 bytes of REQ private data, as a target listening with
-	// AF_IB / RDMA_PS_IB receives it); the target must listen there.
+	// (add_target with dgid=). Login sends it raw (ib.FamilyIB) to the fabric's IB port
+	// space, where a target listening as an AF_IB id (memfabric's Node.ListenIB) receives it
+	// as the REQ's 92 bytes of private data.
 	LoginFormIBCM
 )
 
@@ -103,10 +104,13 @@ type Config struct {
 
 	// LoginForm selects the 56-byte RDMA/CM (default) or the 64-byte IB CM login layout.
 	LoginForm LoginForm
-	// PortSpace is the fabric port space the connection request goes to. Zero means the one
-	// LoginForm belongs to: memfabric.PortSpaceTCP for LoginFormRDMACM, memfabric.PortSpaceIB
-	// for LoginFormIBCM. Setting the other one sends a login where a real initiator would
-	// not, for tests of the target's parsing (or of the fabric's size limit).
+	// Family is how the connection request is sent, and PortSpace the fabric port space it
+	// goes to. Zero means the ones LoginForm belongs to: an IP-family request to
+	// memfabric.PortSpaceTCP for LoginFormRDMACM (rdma_connect), a raw ib.FamilyIB request to
+	// memfabric.PortSpaceIB for LoginFormIBCM (ib_srp's IB CM). Setting others sends a login
+	// where a real initiator would not, for tests of the target's parsing (or of the
+	// fabric's size limits).
+	Family    ib.Family
 	PortSpace memfabric.PortSpace
 	// LoginTag is the TAG of SRP_LOGIN_REQ; ib_srp sends 0.
 	LoginTag iu.Tag
@@ -194,6 +198,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 5 * time.Second
 	}
+	if cfg.Family == 0 {
+		cfg.Family = ib.FamilyIP
+		if cfg.LoginForm == LoginFormIBCM {
+			cfg.Family = ib.FamilyIB
+		}
+	}
 	if cfg.PortSpace == 0 {
 		cfg.PortSpace = memfabric.PortSpaceTCP
 		if cfg.LoginForm == LoginFormIBCM {
@@ -216,6 +226,8 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, fmt.Errorf("srptest: config: %v: %w", cfg.LoginForm, ErrConfig)
 	case cfg.PortSpace != 0 && cfg.PortSpace != memfabric.PortSpaceTCP && cfg.PortSpace != memfabric.PortSpaceIB:
 		return cfg, fmt.Errorf("srptest: config: %v: %w", cfg.PortSpace, ErrConfig)
+	case cfg.Family != ib.FamilyIP && cfg.Family != ib.FamilyIB:
+		return cfg, fmt.Errorf("srptest: config: %v: %w", cfg.Family, ErrConfig)
 	case cfg.MultiChannel&^iu.MultiChanActionMask != 0:
 		return cfg, fmt.Errorf("srptest: config: multi-channel action %#x is more than bits 1:0: %w", uint8(cfg.MultiChannel), ErrConfig)
 	}

@@ -111,7 +111,7 @@ func (ft *fakeTarget) start() {
 	ft.cancel = cancel
 	lns := []ib.Listener{ft.ln}
 	if ft.listenIB {
-		ln, err := ft.node.ListenPortSpace(memfabric.PortSpaceIB, ft.addr.Port())
+		ln, err := ft.node.ListenIB(ft.addr.Port())
 		require.NoError(ft.t, err)
 		ft.ibLn = ln
 		lns = append(lns, ln)

@@ -183,6 +183,7 @@ func login(ctx context.Context, node *memfabric.Node, cfg Config) (*Channel, err
 		RNRRetryCount:      cfg.rnrRetry(),
 		ResponderResources: cfg.ResponderResources,
 		InitiatorDepth:     0, // the initiator never issues RDMA READs
+		Family:             cfg.Family,
 		PortSpace:          cfg.PortSpace,
 	})
 	if err != nil {
