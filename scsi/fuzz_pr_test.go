@@ -2,6 +2,7 @@ package scsi
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -25,7 +26,8 @@ func FuzzLoadReservations(f *testing.F) {
 }
 
 // FuzzPersistentReserveOut sends arbitrary PERSISTENT RESERVE OUT commands from three nexuses:
-// nothing may panic, and the state must always be one that saves and loads back.
+// nothing may panic, each is answered within prOutTimeBound, and the state must always be one
+// that saves and loads back.
 func FuzzPersistentReserveOut(f *testing.F) {
 	f.Add(byte(0), byte(0), byte(0), prParams(0, keyA, 0))
 	f.Add(byte(1), byte(1), byte(5), prParams(keyA, 0, 0))
@@ -44,7 +46,9 @@ func FuzzPersistentReserveOut(f *testing.F) {
 		sendPROut(m, prNexusA, prOutRegister, 0, prParams(0, keyA, 0))
 		sendPROut(m, prNexusB, prOutRegister, 0, prParams(0, keyB, 0))
 		sendPROut(m, prNexusA, prOutReserve, PRTypeWriteExclusive, prParams(keyA, 0, 0))
+		start := time.Now()
 		c := run(m, nexuses[int(from)%3], 0, prOutCDB(sa&0x1F, typ, uint32(len(params))), params, 0)
+		require.Less(t, time.Since(start), prOutTimeBound)
 		require.Contains(t, []Status{StatusGood, StatusCheckCondition, StatusReservationConflict}, c.Status)
 		s := lu.pr.state.Load()
 		if len(s.regs) > 0 || s.resType != 0 {
@@ -53,6 +57,40 @@ func FuzzPersistentReserveOut(f *testing.F) {
 		}
 		for _, n := range nexuses {
 			run(m, n, 0, prInCDB(3, 4096), nil, 4096)
+		}
+	})
+}
+
+// FuzzSpecIPTList sends REGISTER with SPEC_I_PT from C (A and B registered) with lists of any
+// length up to an 8 MiB parameter list, with or without a duplicate and ALL_TG_PT: the answer
+// must be the model's, and come within prOutTimeBound however long the list.
+func FuzzSpecIPTList(f *testing.F) {
+	f.Add(uint32(1), uint32(0), byte(0))
+	f.Add(uint32(253), uint32(0), byte(0))
+	f.Add(uint32(254), uint32(0), byte(prOutAllTgPt))
+	f.Add(uint32(100), uint32(99), byte(0))
+	f.Add(uint32((maxDataOut-28)/24), uint32(7), byte(0))
+	f.Add(uint32((maxDataOut-28)/24), uint32(0), byte(prOutAllTgPt))
+	f.Fuzz(func(t *testing.T, count, dup uint32, flags byte) {
+		n := int(count % ((maxDataOut-28)/24 + 1))
+		d := int(dup)
+		if d >= n {
+			d = -1
+		}
+		_, m := prMap(t, 0, nil)
+		p := specIPTParams(keyC, flags&prOutAllTgPt, n, d)
+		c := timedPROut(t, m, prNexusC, prOutRegister, 0, p)
+		_, keys := allKeys(t, m)
+		switch {
+		case 2+1+n > maxPRRegistrations:
+			requireSense(t, c, ReasonInsufficientRegistrationResources)
+			require.Len(t, keys, 2)
+		case d > 0:
+			requireField(t, c, ReasonInvalidFieldInParameterList, false, prOutSpecIPTHeaderLength+d*srpTransportIDLength, -1)
+			require.Len(t, keys, 2)
+		default:
+			requireGood(t, c)
+			require.Len(t, keys, 2+1+n)
 		}
 	})
 }

@@ -119,6 +119,17 @@ func (s *prState) find(id ITNexusID) int {
 	return -1
 }
 
+// findInitiator returns the index of a registration of the initiator port through any target
+// port, or -1.
+func (s *prState) findInitiator(ini [16]byte) int {
+	for i := range s.regs {
+		if s.regs[i].Initiator == ini {
+			return i
+		}
+	}
+	return -1
+}
+
 // holds reports whether the I_T nexus id holds the persistent reservation.
 func (s *prState) holds(id ITNexusID) bool {
 	if s.resType == 0 {

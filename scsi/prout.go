@@ -7,21 +7,25 @@ import (
 
 // PERSISTENT RESERVE OUT service actions (SPC-4 6.16.1 table 209).
 const (
-	prOutRegister                 = 0x00
-	prOutReserve                  = 0x01
-	prOutRelease                  = 0x02
-	prOutClear                    = 0x03
-	prOutPreempt                  = 0x04
-	prOutPreemptAndAbort          = 0x05
-	prOutRegisterAndIgnore        = 0x06
-	prOutRegisterAndMove          = 0x07
-	prOutBasicParamLength         = 24 // SPC-4 6.16.3 table 213, without additional parameter data
-	prOutSpecIPTHeaderLength      = 28 // ... with TRANSPORTID PARAMETER DATA LENGTH
-	prOutMoveHeaderLength         = 24 // REGISTER AND MOVE parameter list header (SPC-4 6.16.4)
-	prOutFlagsOff                 = 20 // SPEC_I_PT, ALL_TG_PT, APTPL
-	prOutSpecIPT             byte = 0x08
-	prOutAllTgPt             byte = 0x04
-	prOutAPTPL               byte = 0x01
+	prOutRegister            = 0x00
+	prOutReserve             = 0x01
+	prOutRelease             = 0x02
+	prOutClear               = 0x03
+	prOutPreempt             = 0x04
+	prOutPreemptAndAbort     = 0x05
+	prOutRegisterAndIgnore   = 0x06
+	prOutRegisterAndMove     = 0x07
+	prOutBasicParamLength    = 24 // SPC-4 6.16.3 table 213, without additional parameter data
+	prOutSpecIPTHeaderLength = 28 // ... with TRANSPORTID PARAMETER DATA LENGTH
+	prOutMoveHeaderLength    = 24 // REGISTER AND MOVE parameter list header (SPC-4 6.16.4)
+	prOutFlagsOff            = 20 // SPEC_I_PT, ALL_TG_PT, APTPL
+	// prOutMaxParamLength is the longest parameter list a PERSISTENT RESERVE OUT can use:
+	// REGISTER with SPEC_I_PT naming as many SRP TransportIDs as there can be registrations.
+	// A longer list is refused before it is looked at, without taking the reservations' lock.
+	prOutMaxParamLength      = prOutSpecIPTHeaderLength + maxPRRegistrations*srpTransportIDLength
+	prOutSpecIPT        byte = 0x08
+	prOutAllTgPt        byte = 0x04
+	prOutAPTPL          byte = 0x01
 )
 
 // prUA is a unit attention for the I_T nexuses a registration covers.
@@ -75,6 +79,18 @@ func persistentReserveOut(lu *LogicalUnit, c *Command) {
 		return
 	}
 	p := c.DataOut[:plen]
+	if plen > prOutMaxParamLength {
+		// More TransportIDs than could ever be registered: INSUFFICIENT REGISTRATION
+		// RESOURCES (SPC-4 5.13.7, a REGISTER the device server lacks the resources for).
+		// Every other parameter list has a fixed length (SPC-4 6.16.3, 6.16.4): PARAMETER
+		// LIST LENGTH ERROR.
+		if sa == prOutRegister && p[prOutFlagsOff]&prOutSpecIPT != 0 {
+			c.fail(ReasonInsufficientRegistrationResources)
+		} else {
+			c.fail(ReasonParameterListLengthError)
+		}
+		return
+	}
 	id := c.Nexus.id()
 
 	var eff prEffects
@@ -218,36 +234,17 @@ func prRegister(lu *LogicalUnit, c *Command, s *prState, id ITNexusID, p []byte,
 	if saKey == 0 {
 		return false // unregistering an I_T nexus that is not registered: nothing to do
 	}
+	if allTg && s.findInitiator(id.Initiator) >= 0 {
+		// Registered through another target port: a registration for every target port
+		// would overlap it.
+		c.invalidParamField(prOutFlagsOff, 2)
+		return false
+	}
 	add := []PRRegistration{{Key: saKey, ITNexusID: id, AllTargetPorts: allTg}}
 	if spec {
-		// SPEC_I_PT: the TransportIDs that follow name more initiator ports to register
-		// with the same key, through the same target port (or all of them).
-		if len(p) < prOutSpecIPTHeaderLength {
-			c.fail(ReasonParameterListLengthError)
+		var ok bool
+		if add, ok = prSpecIPT(c, s, id, p, saKey, allTg, add); !ok {
 			return false
-		}
-		tlen := int(binary.BigEndian.Uint32(p[24:28]))
-		if prOutSpecIPTHeaderLength+tlen != len(p) {
-			c.fail(ReasonParameterListLengthError)
-			return false
-		}
-		for off := prOutSpecIPTHeaderLength; off < len(p); {
-			ini, n, bad := parseTransportID(p[off:])
-			if bad >= 0 {
-				c.invalidParamField(off+bad, -1)
-				return false
-			}
-			other := ITNexusID{Initiator: ini, RelativePort: id.RelativePort}
-			dup := s.find(other) >= 0
-			for j := range add {
-				dup = dup || add[j].matches(other)
-			}
-			if dup {
-				c.invalidParamField(off, -1)
-				return false
-			}
-			add = append(add, PRRegistration{Key: saKey, ITNexusID: other, AllTargetPorts: allTg})
-			off += n
 		}
 	}
 	if len(s.regs)+len(add) > maxPRRegistrations {
@@ -258,6 +255,57 @@ func prRegister(lu *LogicalUnit, c *Command, s *prState, id ITNexusID, p []byte,
 	s.generation++
 	s.aptpl = aptpl
 	return true
+}
+
+// prSpecIPT appends to add the registrations that the TransportIDs of a SPEC_I_PT parameter
+// list p (SPC-4 6.16.3) name: the same key, through the target port of id (or, with allTg,
+// through all of them). A list that names more initiator ports than can be registered is
+// refused before it is parsed, and duplicates are found with a map, so that the work done under
+// the reservations' lock is bounded and linear in the list.
+func prSpecIPT(c *Command, s *prState, id ITNexusID, p []byte, saKey uint64, allTg bool, add []PRRegistration) ([]PRRegistration, bool) {
+	if len(p) < prOutSpecIPTHeaderLength {
+		c.fail(ReasonParameterListLengthError)
+		return nil, false
+	}
+	tlen := int(binary.BigEndian.Uint32(p[24:28]))
+	if prOutSpecIPTHeaderLength+tlen != len(p) {
+		c.fail(ReasonParameterListLengthError)
+		return nil, false
+	}
+	// Every TransportID this device server accepts is an SRP one of 24 bytes, so the list
+	// names at most tlen/24 initiator ports.
+	n := tlen / srpTransportIDLength
+	if len(s.regs)+len(add)+n > maxPRRegistrations {
+		c.fail(ReasonInsufficientRegistrationResources)
+		return nil, false
+	}
+	// taken holds the initiator ports whose registration the new ones would overlap: those
+	// registered through this target port or through all of them, or any port when the new
+	// registrations are for all target ports; and those named earlier in the list.
+	taken := make(map[[16]byte]struct{}, len(s.regs)+len(add)+n)
+	for i := range s.regs {
+		if r := &s.regs[i]; allTg || r.AllTargetPorts || r.RelativePort == id.RelativePort {
+			taken[r.Initiator] = struct{}{}
+		}
+	}
+	for i := range add {
+		taken[add[i].Initiator] = struct{}{}
+	}
+	for off := prOutSpecIPTHeaderLength; off < len(p); {
+		ini, tidLen, bad := parseTransportID(p[off:])
+		if bad >= 0 {
+			c.invalidParamField(off+bad, -1)
+			return nil, false
+		}
+		if _, dup := taken[ini]; dup {
+			c.invalidParamField(off, -1)
+			return nil, false
+		}
+		taken[ini] = struct{}{}
+		add = append(add, PRRegistration{Key: saKey, ITNexusID: ITNexusID{Initiator: ini, RelativePort: id.RelativePort}, AllTargetPorts: allTg})
+		off += tidLen
+	}
+	return add, true
 }
 
 // prUnregister removes registration i, that of the I_T nexus id (SPC-4 5.13.11.3). The holder
