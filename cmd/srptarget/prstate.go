@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -36,7 +35,9 @@ func prFileName(serial string) string {
 // reservationsFor returns the reservations of the logical unit with serial, the same object
 // for as long as the daemon runs (a reload that replaces the logical unit hands it to the new
 // one), loaded at first from what APTPL saved under stateDir. A saved file that cannot be read
-// or trusted is an error: starting without it would silently undo a cluster's fencing.
+// or trusted is an error: starting without it would silently undo a cluster's fencing, and
+// starting with one that someone else could have written would let them fence every
+// initiator (readStateFile).
 func (d *daemon) reservationsFor(stateDir, serial string) (*scsi.Reservations, error) {
 	path := filepath.Join(stateDir, prFileName(serial))
 	if r := d.prs[path]; r != nil {
@@ -49,7 +50,7 @@ func (d *daemon) reservationsFor(stateDir, serial string) (*scsi.Reservations, e
 		}
 		return err
 	}
-	data, err := os.ReadFile(path)
+	data, err := readStateFile(path)
 	var r *scsi.Reservations
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -69,55 +70,6 @@ func (d *daemon) reservationsFor(stateDir, serial string) (*scsi.Reservations, e
 	}
 	d.prs[path] = r
 	return r, nil
-}
-
-// writeStateFile replaces path with data atomically and durably: a temporary file in the same
-// directory is written and synced, renamed over path, and the directory synced so that the
-// rename survives a power loss. Nil data removes path. The directory is made (0700) if needed.
-func writeStateFile(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if data == nil {
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		return syncDir(dir)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return syncDir(dir)
-}
-
-// syncDir makes a directory's entries durable.
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // prTypeName names a persistent reservation type as SPC-4 table 212 does, as sg_persist prints it.
