@@ -29,6 +29,8 @@ type Config struct {
 	// validation (a backstore that fails to open) can still name the file and line.
 	file string
 	root *yaml.Node
+	// textOnly: it came from ParseText, and validating it again looks at no path either.
+	textOnly bool
 	// warnings are problems that do not stop the configuration from loading, such as a path
 	// that the user who validates cannot look at (the daemon may run as another user).
 	warnings Errors

@@ -102,7 +102,15 @@ func fileWarnings(file string) Errors {
 // validates (Validate). Errors name the file, the line and the key, and come all at once, in
 // file order: the keys and values the decoder would refuse (checkDocument) and what validation
 // finds in the rest.
-func Parse(file string, data []byte) (*Config, error) {
+func Parse(file string, data []byte) (*Config, error) { return parse(file, data, false) }
+
+// ParseText is Parse for a text that someone else wrote and that must not make the caller look
+// at the file system on its behalf (the daemon planning a client's configuration): the paths it
+// names are checked for their form only (absolute, one LUN each), not for what is there, so
+// that the errors disclose nothing about them.
+func ParseText(file string, data []byte) (*Config, error) { return parse(file, data, true) }
+
+func parse(file string, data []byte, textOnly bool) (*Config, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, syntaxError(file, data, err)
@@ -126,7 +134,7 @@ func Parse(file string, data []byte) (*Config, error) {
 			return nil, typeErrs
 		}
 	}
-	cfg.file, cfg.root = file, &root
+	cfg.file, cfg.root, cfg.textOnly = file, &root, textOnly
 	nullBackstores(&cfg)
 	cfg.ApplyDefaults()
 	found, warns := cfg.check()
@@ -173,7 +181,7 @@ func (c *Config) check() (errs, warns Errors) {
 	if root == nil {
 		root = &yaml.Node{}
 	}
-	v := validator{file: c.file, root: root}
+	v := validator{file: c.file, root: root, textOnly: c.textOnly}
 	v.validate(c.withDefaults())
 	return v.errs, v.warns
 }

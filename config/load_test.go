@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -85,4 +86,52 @@ func errStrings(errs Errors) []string {
 		out[i] = e.Error()
 	}
 	return out
+}
+
+// TestParseTextLooksAtNoPath: a configuration that Parse checks against the file system (a
+// link and its target, a missing file, a file that is no block device, a missing ceph.conf)
+// gives ParseText nothing to say about those paths; what the text alone shows is still
+// checked.
+func TestParseTextLooksAtNoPath(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret-target")
+	link := filepath.Join(dir, "link.img")
+	require.NoError(t, os.WriteFile(secret, nil, 0o600))
+	require.NoError(t, os.Symlink(secret, link))
+	text := `listeners: [{address: 0.0.0.0, port: 5555}]
+luns:
+  - lun: 0
+    backstore: file
+    path: ` + link + `
+  - lun: 1
+    backstore: file
+    path: ` + dir + `/missing.img
+  - lun: 2
+    backstore: block
+    path: ` + secret + `
+  - lun: 3
+    backstore: rbd
+    rbd: {image: img, ceph_conf: ` + dir + `/no-ceph.conf}
+acls:
+  - initiators: ["*"]
+    luns: [0, 1, 2, 3]
+`
+	_, err := Parse("c.yaml", []byte(text))
+	var errs Errors
+	require.ErrorAs(t, err, &errs)
+	got := strings.Join(errStrings(errs), "\n")
+	require.Contains(t, got, "is a symbolic link to "+secret)
+	require.Contains(t, got, "missing.img does not exist")
+	require.Contains(t, got, "is not a block device")
+
+	cfg, err := ParseText("c.yaml", []byte(text))
+	require.NoError(t, err)
+	for _, w := range cfg.Warnings() {
+		require.NotContains(t, w.Error(), dir, "a warning about a path")
+	}
+	require.NoError(t, cfg.Validate(), "validating again looks at no path either")
+
+	// The text's own errors are still found.
+	_, err = ParseText("c.yaml", []byte(strings.Replace(text, "path: "+link, "path: relative.img", 1)))
+	require.ErrorContains(t, err, "relative.img is a relative path")
 }

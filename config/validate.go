@@ -24,6 +24,8 @@ type validator struct {
 	root  *yaml.Node
 	errs  Errors
 	warns Errors
+	// textOnly checks the text and nothing it names: no path is looked at (ParseText).
+	textOnly bool
 }
 
 // errorf records a problem at the YAML path (keys and indexes), with the line of the deepest
@@ -219,7 +221,7 @@ func (v *validator) validateLUN(c *Config, i int, luns map[int]int, paths map[st
 			v.errorf(At("luns", i, "path"), "a file backstore needs a path")
 			break
 		}
-		if !filepath.IsAbs(l.Path) {
+		if !filepath.IsAbs(l.Path) || v.textOnly {
 			break
 		}
 		// Lstat: a symbolic link is refused when the daemon opens the file (see
@@ -255,13 +257,12 @@ func (v *validator) validateLUN(c *Config, i int, luns map[int]int, paths map[st
 			v.errorf(At("luns", i, "path"), "a block backstore needs a path")
 			break
 		}
-		if !filepath.IsAbs(l.Path) {
-			break
-		}
-		if st, err := os.Stat(l.Path); err != nil {
-			v.errorf(At("luns", i, "path"), "%v", err)
-		} else if st.Mode()&os.ModeDevice == 0 || st.Mode()&os.ModeCharDevice != 0 {
-			v.errorf(At("luns", i, "path"), "%s is not a block device", l.Path)
+		if filepath.IsAbs(l.Path) && !v.textOnly {
+			if st, err := os.Stat(l.Path); err != nil {
+				v.errorf(At("luns", i, "path"), "%v", err)
+			} else if st.Mode()&os.ModeDevice == 0 || st.Mode()&os.ModeCharDevice != 0 {
+				v.errorf(At("luns", i, "path"), "%s is not a block device", l.Path)
+			}
 		}
 		if l.Size != 0 {
 			v.errorf(At("luns", i, "size"), "a block device has its own size; remove size")
@@ -408,7 +409,7 @@ func (v *validator) validateRBD(l *LUN, i int) {
 			v.errorf(At("luns", i, "rbd", f.key), "%s is a relative path: write the whole path, from /", f.val)
 		}
 	}
-	if r.CephConf != "" {
+	if r.CephConf != "" && !v.textOnly {
 		// A warning: the configuration may be checked on another host than the gateway.
 		if _, err := os.Stat(r.CephConf); err != nil && !errors.Is(err, fs.ErrPermission) {
 			v.warnf(At("luns", i, "rbd", "ceph_conf"), "%v: serve cannot connect without it", err)

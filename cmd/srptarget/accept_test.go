@@ -154,11 +154,15 @@ func emfileHelper(path string) int {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 2
 	}
-	ln, err := listenControl(path, "", log)
+	ln, err := listenControl(path, "", false, log)
 	if err != nil {
 		return fail(err)
 	}
-	ctl := serveControl(ln, path, daemonOptions{log: log})
+	policy, err := newControlPolicy("", "")
+	if err != nil {
+		return fail(err)
+	}
+	ctl := serveControl(ln, path, policy, daemonOptions{log: log})
 	defer ctl.close()
 	ms, err := startMetrics("127.0.0.1:0", metricsLimits, log)
 	if err != nil {

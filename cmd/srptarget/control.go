@@ -23,7 +23,8 @@ import (
 // operator's commands (srptarget status, sessions, luns, stats, reload, acl-check). Each
 // request is one JSON object on one line, each answer too, both with a protocol version. There
 // is deliberately no TCP form: who may talk to the daemon is decided by the socket file's owner,
-// group and mode (0660), as for other system daemons' control sockets.
+// group and mode (0660), as for other system daemons' control sockets, and by each client's
+// credentials, which the kernel gives the daemon (controlPolicy).
 
 // DefaultControlSocket is where serve listens and the commands connect unless told otherwise
 // (/run is the FHS place for runtime sockets; systemd's RuntimeDirectory=srptarget makes the
@@ -37,11 +38,19 @@ const controlVersion = 1
 const (
 	controlSocketMode = 0o660
 	controlDirMode    = 0o750
+	// With --control-read-group the socket and the directory the daemon makes for it are open
+	// to every local user: two groups cannot own one file, so the daemon decides alone, by
+	// each client's credentials, as the D-Bus system bus does with its socket.
+	controlSocketOpenMode = 0o666
+	controlDirOpenMode    = 0o755
 	// controlMaxLine bounds a request line; requests are a few hundred bytes.
 	controlMaxLine = 64 << 10
 	// controlIdle closes a connection that sends no request for this long.
 	controlIdle = time.Minute
-	// controlMaxConns bounds the connections served at once.
+	// controlCloseGrace is how long closing the socket waits for the answers in progress.
+	controlCloseGrace = 2 * time.Second
+	// controlMaxConns bounds the connections served at once; a new one takes the place of the
+	// one idle longest (admit).
 	controlMaxConns = 16
 )
 
@@ -78,22 +87,32 @@ type controlServer struct {
 	path    string
 	ln      *steadyListener
 	started time.Time
-	sem     chan struct{}
+	policy  controlPolicy
+	// closing is closed when the socket closes: a request waiting for something slow (a dry
+	// run's backstore checks) answers then rather than hold up the shutdown.
+	closing   chan struct{}
+	refuseLog logLimiter
+	evictLog  logLimiter
 
 	// retry asks a serve that waits for a device to try to start now (a reload while it
 	// waits found the configuration valid), as SIGHUP does.
 	retry chan struct{}
 
 	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+	conns map[*controlConn]struct{}
 	wg    sync.WaitGroup
 }
 
 // listenControl makes the socket at path: its directory with mode 0750 if missing, a stale
 // socket file (one nobody answers on, left by a daemon that did not exit cleanly) replaced,
-// mode 0660 and, when group is set, that group. A socket another process answers on is not
-// taken over: that is a second daemon.
-func listenControl(path, group string, log *zap.Logger) (*net.UnixListener, error) {
+// mode 0660 and, when group is set, that group. With open (--control-read-group) the modes
+// are 0755 and 0666 (controlSocketOpenMode). A socket another process answers on is not taken
+// over: that is a second daemon.
+func listenControl(path, group string, open bool, log *zap.Logger) (*net.UnixListener, error) {
+	dirMode, sockMode := os.FileMode(controlDirMode), os.FileMode(controlSocketMode)
+	if open {
+		dirMode, sockMode = controlDirOpenMode, controlSocketOpenMode
+	}
 	gid := -1
 	if group != "" {
 		g, err := lookupGroup(group)
@@ -104,11 +123,11 @@ func listenControl(path, group string, log *zap.Logger) (*net.UnixListener, erro
 	}
 	dir := filepath.Dir(path)
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(dir, controlDirMode); err != nil {
+		if err := os.MkdirAll(dir, dirMode); err != nil {
 			return nil, fmt.Errorf("control socket: making its directory: %w%s", err, controlPermHint(err))
 		}
 		// MkdirAll's mode is masked by the umask: set it as documented.
-		if err := os.Chmod(dir, controlDirMode); err != nil {
+		if err := os.Chmod(dir, dirMode); err != nil {
 			return nil, fmt.Errorf("control socket: %w", err)
 		}
 		if gid >= 0 {
@@ -136,7 +155,7 @@ func listenControl(path, group string, log *zap.Logger) (*net.UnixListener, erro
 	}
 	// bind(2) makes the file with the umask applied; until the chmod the directory (0750)
 	// keeps others out.
-	if err := os.Chmod(path, controlSocketMode); err != nil {
+	if err := os.Chmod(path, sockMode); err != nil {
 		_ = ln.Close()
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
@@ -157,15 +176,15 @@ func controlPermHint(err error) string {
 	return `; run as root, give the daemon's user the directory (systemd: RuntimeDirectory=srptarget), or choose another path with --control (--control "" for none)`
 }
 
-// lookupGroup resolves a group name or number (getgrnam(3)).
+// lookupGroup resolves a group name (getgrnam(3)) or number; a number need not be in the
+// group database.
 func lookupGroup(group string) (int, error) {
 	g, err := user.LookupGroup(group)
 	if err != nil {
-		var uerr error
-		g, uerr = user.LookupGroupId(group)
-		if uerr != nil {
-			return 0, fmt.Errorf("control socket: group %q: %w", group, err)
+		if gid, nerr := strconv.ParseUint(group, 10, 31); nerr == nil {
+			return int(gid), nil
 		}
+		return 0, fmt.Errorf("control socket: group %q: %w", group, err)
 	}
 	gid, err := strconv.Atoi(g.Gid)
 	if err != nil {
@@ -176,16 +195,20 @@ func lookupGroup(group string) (int, error) {
 
 // serveControl serves requests on ln (from listenControl) until close, about the daemon that
 // setDaemon names once it has started.
-func serveControl(ln *net.UnixListener, path string, opts daemonOptions) *controlServer {
+func serveControl(ln *net.UnixListener, path string, policy controlPolicy, opts daemonOptions) *controlServer {
+	log := opts.log.With(zap.String("control", path))
 	s := &controlServer{
-		opts:    opts,
-		log:     opts.log.With(zap.String("control", path)),
-		path:    path,
-		ln:      newSteadyListener(ln, "control socket", 0, opts.log.With(zap.String("control", path))),
-		started: time.Now(),
-		sem:     make(chan struct{}, controlMaxConns),
-		conns:   make(map[net.Conn]struct{}),
-		retry:   make(chan struct{}, 1),
+		opts:      opts,
+		log:       log,
+		path:      path,
+		ln:        newSteadyListener(ln, "control socket", 0, log),
+		started:   time.Now(),
+		policy:    policy,
+		closing:   make(chan struct{}),
+		refuseLog: logLimiter{every: logEvery},
+		evictLog:  logLimiter{every: logEvery},
+		conns:     make(map[*controlConn]struct{}),
+		retry:     make(chan struct{}, 1),
 	}
 	s.wg.Add(1)
 	go s.accept()
@@ -205,51 +228,72 @@ func (s *controlServer) accept() {
 			}
 			return
 		}
-		select {
-		case s.sem <- struct{}{}:
-		default:
-			s.log.Warn("control socket: too many connections, closing one", zap.Int("max", controlMaxConns))
-			_ = c.Close()
+		p, err := peerOf(c)
+		if err != nil {
+			s.refuse(c, p, "the daemon cannot tell who connects: "+err.Error())
 			continue
 		}
-		s.mu.Lock()
-		s.conns[c] = struct{}{}
-		s.mu.Unlock()
+		cc := &controlConn{c: c, peer: p, access: s.policy.access(p)}
+		if cc.access == accessNone {
+			s.refuse(c, p, s.policy.refusal(p, ""))
+			continue
+		}
+		if !s.admit(cc) {
+			s.refuse(c, p, fmt.Sprintf("too many requests in progress (%d): try again", controlMaxConns))
+			continue
+		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.serveConn(c)
+			s.serveConn(cc)
 			s.mu.Lock()
-			delete(s.conns, c)
+			delete(s.conns, cc)
 			s.mu.Unlock()
 			_ = c.Close()
-			<-s.sem
 		}()
 	}
 }
 
 // serveConn answers request lines until the client closes, sends a line too long or idles.
-func (s *controlServer) serveConn(c net.Conn) {
+func (s *controlServer) serveConn(cc *controlConn) {
+	c := cc.c
 	r := bufio.NewReaderSize(c, 4096)
-	enc := json.NewEncoder(c)
 	for {
 		_ = c.SetReadDeadline(time.Now().Add(controlIdle))
 		line, err := readLine(r, controlMaxLine)
 		if err != nil {
 			if errors.Is(err, errLineTooLong) {
-				_ = enc.Encode(controlResponse{Version: controlVersion, Error: err.Error()})
+				_ = writeResponse(c, controlResponse{Version: controlVersion, Error: err.Error()})
 			}
 			return
 		}
 		if len(strings.TrimSpace(string(line))) == 0 {
 			continue
 		}
-		rsp := s.handle(line)
+		s.setBusy(cc, true)
+		rsp := s.handle(line, cc)
 		_ = c.SetWriteDeadline(time.Now().Add(controlIdle))
-		if err := enc.Encode(rsp); err != nil {
+		err = writeResponse(c, rsp)
+		s.setBusy(cc, false)
+		select {
+		case <-s.closing:
+			return
+		default:
+		}
+		if err != nil {
 			return
 		}
 	}
+}
+
+// writeResponse writes one answer line.
+func writeResponse(c net.Conn, rsp controlResponse) error {
+	b, err := json.Marshal(rsp)
+	if err != nil {
+		return err
+	}
+	_, err = c.Write(append(b, '\n'))
+	return err
 }
 
 var errLineTooLong = fmt.Errorf("request longer than %d bytes", controlMaxLine)
@@ -274,8 +318,8 @@ func readLine(r *bufio.Reader, max int) ([]byte, error) {
 	}
 }
 
-// handle answers one request line.
-func (s *controlServer) handle(line []byte) controlResponse {
+// handle answers one request line of cc.
+func (s *controlServer) handle(line []byte, cc *controlConn) controlResponse {
 	var req controlRequest
 	dec := json.NewDecoder(strings.NewReader(string(line)))
 	dec.DisallowUnknownFields()
@@ -285,6 +329,14 @@ func (s *controlServer) handle(line []byte) controlResponse {
 	if req.Version != controlVersion {
 		return controlResponse{Version: controlVersion, Error: fmt.Sprintf("protocol version %d is not supported: this daemon speaks version %d", req.Version, controlVersion)}
 	}
+	if cc.access < needs(req.Command) {
+		return controlResponse{Version: controlVersion, Error: s.policy.refusal(cc.peer, req.Command)}
+	}
+	if req.Command == "reload" {
+		// Who reloads, or plans a reload, is in the log, with the client's own credentials.
+		s.log.Info("reload requested on the control socket", append(cc.peer.fields(), zap.Bool("dry_run", req.DryRun),
+			zap.String("candidate", req.ConfigName), zap.Bool("candidate_sent", req.ConfigYAML != ""))...)
+	}
 	var result any
 	var err error
 	d := s.daemon.Load()
@@ -293,7 +345,7 @@ func (s *controlServer) handle(line []byte) controlResponse {
 		result = s.status(d)
 	case "sessions", "luns", "stats", "reload", "acl-check":
 		if d == nil {
-			result, err = s.waitingAnswer(req)
+			result, err = s.waitingAnswer(req, s.policy.trusted(cc.peer))
 			break
 		}
 		switch req.Command {
@@ -306,7 +358,6 @@ func (s *controlServer) handle(line []byte) controlResponse {
 				statEntry{"reloads_applied", int64(d.reloadsApplied.Load())},
 				statEntry{"reloads_failed", int64(d.reloadsFailed.Load())})
 		case "reload":
-			s.log.Info("reload requested on the control socket", zap.Bool("dry_run", req.DryRun))
 			// The outcome is in the result either way, errors included. systemd hears of it
 			// as of a SIGHUP reload.
 			if req.ConfigYAML != "" && !req.DryRun {
@@ -316,14 +367,22 @@ func (s *controlServer) handle(line []byte) controlResponse {
 			if !req.DryRun {
 				notifyReloading(s.log)
 			}
+			var res *reloadResult
 			var rerr error
-			if req.ConfigYAML != "" {
-				result, rerr = d.reloadReportText(req.ConfigName, []byte(req.ConfigYAML))
-			} else {
-				result, rerr = d.reloadReport(req.DryRun)
-			}
-			if !req.DryRun {
+			switch {
+			case req.ConfigYAML != "":
+				// A client's text: what it names is looked at only for root or the daemon's
+				// own user (dryRun).
+				res, rerr = d.dryRun(&candidate{name: req.ConfigName, text: []byte(req.ConfigYAML)}, s.policy.trusted(cc.peer), s.closing)
+			case req.DryRun:
+				res, rerr = d.dryRun(nil, true, s.closing)
+			default:
+				res, rerr = d.reloadReport()
 				notifyReloaded(s.log, rerr, d.statusLine())
+			}
+			result = res
+			if errors.Is(rerr, errControlClosing) {
+				err = rerr
 			}
 		case "acl-check":
 			result, err = d.aclCheck(req.Initiator, req.Source)
@@ -342,15 +401,33 @@ func (s *controlServer) handle(line []byte) controlResponse {
 }
 
 // close stops accepting requests, ends the connections and removes the socket file (the
-// listener unlinks the file it made, net.UnixListener.SetUnlinkOnClose).
+// listener unlinks the file it made, net.UnixListener.SetUnlinkOnClose). A request in
+// progress gets its answer (a dry run still waiting answers that the daemon shuts down) for
+// controlCloseGrace; then its connection is closed too.
 func (s *controlServer) close() {
+	close(s.closing)
 	_ = s.ln.Close()
-	s.mu.Lock()
-	for c := range s.conns {
-		_ = c.Close()
+	closeConns := func(busyToo bool) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for cc := range s.conns {
+			if busyToo || !cc.busy {
+				_ = cc.c.Close()
+			}
+		}
 	}
-	s.mu.Unlock()
-	s.wg.Wait()
+	closeConns(false)
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(controlCloseGrace):
+		closeConns(true)
+		<-done
+	}
 }
 
 // controlCall sends one request to the daemon at path and returns its answer's result.

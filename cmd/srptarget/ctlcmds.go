@@ -354,12 +354,15 @@ func reloadText(r *reloadResult) string {
 	case len(r.Errors) > 0:
 		return ""
 	case r.Waiting:
-		return "the configuration is valid; the daemon waits for an RDMA device and starts with it when one appears\n"
+		b.WriteString("the configuration is valid; the daemon waits for an RDMA device and starts with it when one appears\n")
+		b.WriteString(pathsNotCheckedText(r))
+		return b.String()
 	case r.DryRun:
 		b.WriteString("dry run: nothing applied; the reload would change:\n")
 	default:
 		b.WriteString("reload applied:\n")
 	}
+	b.WriteString(pathsNotCheckedText(r))
 	for _, w := range r.Warnings {
 		fmt.Fprintf(&b, "warning: %s\n", w)
 	}
@@ -403,6 +406,15 @@ func reloadText(r *reloadResult) string {
 		fmt.Fprintf(&b, "  initiator %s: %s\n", s.Initiator, strings.Join(what, ", "))
 	}
 	return b.String()
+}
+
+// pathsNotCheckedText says that a dry run of a configuration sent to the daemon looked at its
+// text only.
+func pathsNotCheckedText(r *reloadResult) string {
+	if !r.PathsNotChecked {
+		return ""
+	}
+	return "paths not checked: the daemon opens no backstore and looks at no path of a configuration sent by a user other than root or its own; validate checked them as you\n"
 }
 
 func newACLCheckCommand() *cobra.Command {

@@ -252,14 +252,18 @@ func checkWhileWaiting(opts daemonOptions) (*config.Config, error) {
 // waitingReload answers srptarget reload (and validate --diff) while serve waits for a
 // device: the configuration checked, every error in the answer, and, when it is valid, serve
 // told to try to start now. Nothing is applied: what is checked is what a start would refuse.
-func (s *controlServer) waitingReload(req controlRequest) (*reloadResult, error) {
+func (s *controlServer) waitingReload(req controlRequest, trusted bool) (*reloadResult, error) {
 	res := &reloadResult{DryRun: req.DryRun}
 	var err error
 	switch {
 	case req.ConfigYAML != "" && !req.DryRun:
 		return nil, errors.New("a configuration sent with the request can only be planned (dry run), not applied: write the file and reload")
-	case req.ConfigYAML != "":
+	case req.ConfigYAML != "" && trusted:
 		_, err = config.Parse(req.ConfigName, []byte(req.ConfigYAML))
+	case req.ConfigYAML != "":
+		// Another user's text: nothing it names is looked at (dryRun).
+		res.PathsNotChecked = true
+		_, err = config.ParseText(req.ConfigName, []byte(req.ConfigYAML))
 	case req.DryRun:
 		var cfg *config.Config
 		if cfg, err = config.LoadTrusted(s.opts.configFile); err == nil {
@@ -298,10 +302,10 @@ func (s *controlServer) waitingReload(req controlRequest) (*reloadResult, error)
 // target identity from, with what is known: no sessions, the configuration's LUNs (their
 // serial numbers come with the identity), zero counters, the configuration's ACLs, and a
 // reload that checks the file.
-func (s *controlServer) waitingAnswer(req controlRequest) (any, error) {
+func (s *controlServer) waitingAnswer(req controlRequest, trusted bool) (any, error) {
 	switch req.Command {
 	case "reload":
-		return s.waitingReload(req)
+		return s.waitingReload(req, trusted)
 	case "sessions":
 		return []sessionInfo{}, nil
 	case "stats":

@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -13,7 +12,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/srptarget/srptarget/backstore"
 	"github.com/srptarget/srptarget/config"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
@@ -33,8 +31,8 @@ type plan struct {
 	// pending are the listeners whose address is on no RDMA device yet: not an error, they
 	// listen when it appears (daemon.retryPending).
 	pending []netip.AddrPort
-	// dryRun plans without opening new listeners (wouldListen lists them) or creating files:
-	// `srptarget reload --dry-run` shows the plan, then rolls it back.
+	// dryRun plans from memory only, for a dry run that shows the plan, then rolls it back:
+	// no listener opened (wouldListen lists them), no backstore (standIn), no state file.
 	dryRun      bool
 	wouldListen []netip.AddrPort
 }
@@ -96,32 +94,24 @@ func (d *daemon) planLUN(p *plan, i int) *config.Error {
 			}
 		}
 		var err error
-		if p.dryRun && l.Backstore == "file" && l.Create && !pathExists(l.Path) {
-			// A dry run creates no file: a null backstore of the size it would have stands in.
-			s, err = openStore(&config.LUN{LUN: l.LUN, Backstore: "null", Size: l.Size, BlockSize: l.BlockSize}, d.log, &d.closers)
-			if err == nil {
-				s.key = sk
-			}
+		if p.dryRun {
+			s, err = d.standIn(&l)
 		} else {
 			s, err = openStore(&l, d.log, &d.closers)
 		}
-		var shared *backstore.SharedFileError
-		switch {
-		case errors.As(err, &shared):
-			return cfg.ErrorAt(config.At("luns", i, "path"), "opening the backstore: %v (allow_shared_file: true on this LUN)", err)
-		case errors.Is(err, backstore.ErrSymlink):
-			return cfg.ErrorAt(config.At("luns", i, "path"), "opening the backstore: %v", err)
-		case err != nil:
-			return cfg.ErrorAt(config.At("luns", i), "opening the backstore: %v", err)
+		if err != nil {
+			return openStoreError(cfg, i, err)
 		}
 		s.onErr = d.recordCloseErr
 		p.opened[sk] = s
-		if err := s.watchResize(); err != nil {
-			d.log.Warn("watching the backstore for resizes failed: a resize needs a reload to be seen", zap.Int("lun", num), zap.Error(err))
-		}
-		if l.Backstore == "file" && !s.created && l.Size != 0 && s.Size() != int64(l.Size) {
-			d.log.Warn("the file exists with another size: its own size is used",
-				zap.Int("lun", num), zap.String("path", l.Path), zap.Stringer("file_size", config.Size(s.Size())), zap.Stringer("size", l.Size))
+		if !p.dryRun {
+			if err := s.watchResize(); err != nil {
+				d.log.Warn("watching the backstore for resizes failed: a resize needs a reload to be seen", zap.Int("lun", num), zap.Error(err))
+			}
+			if l.Backstore == "file" && !s.created && l.Size != 0 && s.Size() != int64(l.Size) {
+				d.log.Warn("the file exists with another size: its own size is used",
+					zap.Int("lun", num), zap.String("path", l.Path), zap.Stringer("file_size", config.Size(s.Size())), zap.Stringer("size", l.Size))
+			}
 		}
 	}
 	key := d.luKeyOf(cfg, &l, s)
@@ -129,9 +119,14 @@ func (d *daemon) planLUN(p *plan, i int) *config.Error {
 		p.luns[num] = prev
 		return nil
 	}
-	prs, err := d.reservationsFor(cfg.StateDir, key.serial)
-	if err != nil {
-		return cfg.ErrorAt(config.At("state_dir"), "lun %d: %v", num, err)
+	// A dry run's logical units never serve: they get reservations of their own, and
+	// state_dir is not read under the daemon lock.
+	prs := scsi.NewReservations(nil)
+	if !p.dryRun {
+		var err error
+		if prs, err = d.reservationsFor(cfg.StateDir, key.serial); err != nil {
+			return cfg.ErrorAt(config.At("state_dir"), "lun %d: %v", num, err)
+		}
 	}
 	lu, err := scsi.NewLogicalUnit(scsi.Config{
 		Reservations:      prs,

@@ -37,11 +37,9 @@ type reloadResult struct {
 	// Waiting: the daemon waits for an RDMA device and runs no configuration yet; the file
 	// was checked (Errors empty: it is valid) and is the one it starts with.
 	Waiting bool `json:"waiting,omitempty"`
-
-	// candidate, when set, is the configuration a dry run plans instead of the daemon's file
-	// (validate --diff), named candidateName.
-	candidate     []byte
-	candidateName string
+	// PathsNotChecked: the dry run planned a client's text only, opening no backstore and
+	// looking at no path it names, as the client is neither root nor the daemon's user.
+	PathsNotChecked bool `json:"paths_not_checked,omitempty"`
 }
 
 // sessionChange is what a reload does to one logged-in initiator: the LUNs it loses (removed
@@ -64,128 +62,74 @@ var errReloadStopped = errors.New("the target is shutting down")
 // error the running configuration stays as it was, and every error is logged with its file and
 // line.
 func (d *daemon) reload() error {
-	_, err := d.reloadReport(false)
+	_, err := d.reloadReport()
 	return err
 }
 
-// reloadReport is reload for the control socket: it also says what changed (or, with dryRun,
-// what would change: the plan is rolled back and nothing is applied) and, when the reload is
-// refused, every error as the log has it.
-func (d *daemon) reloadReport(dryRun bool) (*reloadResult, error) {
-	return d.reloadReportOf(&reloadResult{DryRun: dryRun})
-}
-
-// reloadReportText plans, without applying anything, the configuration text data (named
-// name in messages) in place of the daemon's file: validate --diff.
-func (d *daemon) reloadReportText(name string, data []byte) (*reloadResult, error) {
-	if name == "" {
-		name = "configuration"
-	}
-	return d.reloadReportOf(&reloadResult{DryRun: true, candidate: data, candidateName: name})
-}
-
-func (d *daemon) reloadReportOf(res *reloadResult) (*reloadResult, error) {
+// reloadReport is reload for the control socket: it also says what changed and, when the
+// reload is refused, every error as the log has it.
+func (d *daemon) reloadReport() (*reloadResult, error) {
+	res := &reloadResult{}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	dryRun := res.DryRun
 	if d.stopped {
 		res.Errors = []string{errReloadStopped.Error()}
 		return res, errReloadStopped
 	}
-	if dryRun {
-		d.log.Info("planning a reload without applying it (dry run)", zap.String("config", d.opts.configFile))
-	} else {
-		d.log.Info("reloading the configuration", zap.String("config", d.opts.configFile))
-	}
+	d.log.Info("reloading the configuration", zap.String("config", d.opts.configFile))
 	err := d.reloadLocked(res)
 	if err != nil {
-		var errs config.Errors
-		var one *config.Error
-		switch {
-		case errors.As(err, &errs):
-		case errors.As(err, &one):
-			errs = config.Errors{one}
-		default:
-			errs = config.Errors{{File: d.opts.configFile, Msg: err.Error()}}
-		}
-		res.Errors = res.Errors[:0]
+		errs := asConfigErrors(err, d.opts.configFile)
+		res.Errors = errorLines(errs)
 		for _, e := range errs {
-			res.Errors = append(res.Errors, e.Error())
-			if !dryRun {
-				d.log.Error("configuration error", zap.String("error", e.Error()), zap.String("file", e.File), zap.Int("line", e.Line))
-			}
+			d.log.Error("configuration error", zap.String("error", e.Error()), zap.String("file", e.File), zap.Int("line", e.Line))
 		}
-		if !dryRun {
-			d.reloadsFailed.Add(1)
-			d.log.Error("reload failed: the running configuration is unchanged", zap.Int("errors", len(errs)))
-		}
+		d.reloadsFailed.Add(1)
+		d.log.Error("reload failed: the running configuration is unchanged", zap.Int("errors", len(errs)))
 		return res, err
 	}
-	res.Applied = !dryRun
-	if !dryRun {
-		d.reloadsApplied.Add(1)
-	}
+	res.Applied = true
+	d.reloadsApplied.Add(1)
 	return res, nil
 }
 
-// reloadLocked loads, plans and, unless res.DryRun, commits the configuration file; res gets
-// the changes.
+// asConfigErrors is err as a list of configuration errors; one that is none is about file.
+func asConfigErrors(err error, file string) config.Errors {
+	var errs config.Errors
+	var one *config.Error
+	switch {
+	case errors.As(err, &errs):
+	case errors.As(err, &one):
+		errs = config.Errors{one}
+	default:
+		errs = config.Errors{{File: file, Msg: err.Error()}}
+	}
+	return errs
+}
+
+// errorLines are errs as the log and the answers print them.
+func errorLines(errs config.Errors) []string {
+	out := make([]string, 0, len(errs))
+	for _, e := range errs {
+		out = append(out, e.Error())
+	}
+	return out
+}
+
+// reloadLocked loads, plans and commits the configuration file; res gets the changes.
 func (d *daemon) reloadLocked(res *reloadResult) error {
-	var cfg *config.Config
-	var err error
-	if res.candidate != nil {
-		cfg, err = config.Parse(res.candidateName, res.candidate)
-	} else {
-		cfg, err = config.LoadTrusted(d.opts.configFile)
-	}
+	cfg, err := config.LoadTrusted(d.opts.configFile)
 	if err != nil {
 		return err
 	}
-	if !res.DryRun {
-		d.logWarnings(cfg)
-	}
-	for _, w := range cfg.Warnings() {
-		res.Warnings = append(res.Warnings, w.Error())
-	}
-	if errs := d.checkImmutable(cfg); len(errs) > 0 {
-		return errs
-	}
-	oldLUNs, oldListeners := d.luns, make(map[netip.AddrPort]bool)
-	for ap, ls := range d.listeners {
-		oldListeners[ap] = !ls.failed.Load()
-	}
-	p, err := d.planWith(cfg, res.DryRun)
+	d.logWarnings(cfg)
+	p, err := d.planChanges(cfg, res, false)
 	if err != nil {
 		return err
-	}
-	added, changed, removed, kept := []int{}, []int{}, []int{}, []int{}
-	for num, st := range p.luns {
-		switch prev := oldLUNs[num]; {
-		case prev == nil:
-			added = append(added, num)
-		case prev != st:
-			changed = append(changed, num)
-		default:
-			kept = append(kept, num)
-		}
-	}
-	for num := range oldLUNs {
-		if p.luns[num] == nil {
-			removed = append(removed, num)
-		}
-	}
-	for _, s := range [][]int{added, changed, removed, kept} {
-		slices.Sort(s)
-	}
-	res.LUNsAdded, res.LUNsChanged, res.LUNsRemoved, res.LUNsUnchanged = added, changed, removed, kept
-	d.describePlan(p, res)
-	if res.DryRun {
-		p.rollback()
-		return nil
 	}
 	d.commit(p)
 	d.applyPortGroups(cfg)
-	for _, num := range kept {
+	for _, num := range res.LUNsUnchanged {
 		st := d.luns[num]
 		if st.cfg.Backstore != "file" && st.cfg.Backstore != "block" && st.cfg.Backstore != "rbd" {
 			continue
@@ -197,7 +141,7 @@ func (d *daemon) reloadLocked(res *reloadResult) error {
 				zap.Int("lun", num), zap.Stringer("size", config.Size(st.lu.Blocks()*uint64(st.lu.BlockSize()))))
 		}
 	}
-	for _, num := range append(append([]int(nil), added...), changed...) {
+	for _, num := range append(append([]int(nil), res.LUNsAdded...), res.LUNsChanged...) {
 		d.logLUN(d.luns[num])
 	}
 	for _, ls := range p.newListeners {
@@ -205,10 +149,47 @@ func (d *daemon) reloadLocked(res *reloadResult) error {
 	}
 	d.logACLs()
 	d.log.Info("configuration reloaded",
-		zap.Ints("luns_added", added), zap.Ints("luns_changed", changed),
-		zap.Ints("luns_removed", removed), zap.Ints("luns_unchanged", kept),
+		zap.Ints("luns_added", res.LUNsAdded), zap.Ints("luns_changed", res.LUNsChanged),
+		zap.Ints("luns_removed", res.LUNsRemoved), zap.Ints("luns_unchanged", res.LUNsUnchanged),
 		zap.Int("acls", len(cfg.ACLs)), zap.Int("listeners", len(d.listeners)))
 	return nil
+}
+
+// planChanges plans cfg next to the running configuration (planWith) and fills res with what
+// committing the plan would change. The caller commits the plan or rolls it back.
+func (d *daemon) planChanges(cfg *config.Config, res *reloadResult, dryRun bool) (*plan, error) {
+	for _, w := range cfg.Warnings() {
+		res.Warnings = append(res.Warnings, w.Error())
+	}
+	if errs := d.checkImmutable(cfg); len(errs) > 0 {
+		return nil, errs
+	}
+	p, err := d.planWith(cfg, dryRun)
+	if err != nil {
+		return nil, err
+	}
+	added, changed, removed, kept := []int{}, []int{}, []int{}, []int{}
+	for num, st := range p.luns {
+		switch prev := d.luns[num]; {
+		case prev == nil:
+			added = append(added, num)
+		case prev != st:
+			changed = append(changed, num)
+		default:
+			kept = append(kept, num)
+		}
+	}
+	for num := range d.luns {
+		if p.luns[num] == nil {
+			removed = append(removed, num)
+		}
+	}
+	for _, s := range [][]int{added, changed, removed, kept} {
+		slices.Sort(s)
+	}
+	res.LUNsAdded, res.LUNsChanged, res.LUNsRemoved, res.LUNsUnchanged = added, changed, removed, kept
+	d.describePlan(p, res)
+	return p, nil
 }
 
 // checkImmutable reports the changes a reload cannot make: the engine's target port identifier

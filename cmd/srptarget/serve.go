@@ -58,6 +58,9 @@ type processOptions struct {
 	// the daemon's).
 	controlPath  string
 	controlGroup string
+	// controlReadGroup is the group whose members may use the control commands that only
+	// read ("" for none).
+	controlReadGroup string
 	// metricsAddr is the listen address of --metrics ("" for none).
 	metricsAddr string
 }
@@ -146,14 +149,18 @@ func serveUntilStopped(opts serveOptions, prof *cpuProfiler) error {
 	// it opens (and claims) any backstore. It answers while the daemon waits for a device.
 	var ctl *controlServer
 	if opts.controlPath != "" {
-		ctlLn, err := listenControl(opts.controlPath, opts.controlGroup, log)
+		policy, err := newControlPolicy(opts.controlGroup, opts.controlReadGroup)
 		if err != nil {
 			return startFailed(log, err)
 		}
-		ctl = serveControl(ctlLn, opts.controlPath, opts.daemonOptions)
+		ctlLn, err := listenControl(opts.controlPath, opts.controlGroup, opts.controlReadGroup != "", log)
+		if err != nil {
+			return startFailed(log, err)
+		}
+		ctl = serveControl(ctlLn, opts.controlPath, policy, opts.daemonOptions)
 		opts.retry = ctl.retry
 		log.Info("control socket: srptarget status, sessions, luns, stats, reload, acl-check",
-			zap.String("path", opts.controlPath), zap.String("group", opts.controlGroup))
+			zap.String("path", opts.controlPath), zap.String("group", opts.controlGroup), zap.String("read_group", opts.controlReadGroup))
 	}
 	d, startErr := startWhenDevice(opts, prof)
 	if startErr != nil || d == nil {
@@ -427,6 +434,9 @@ RDMA errors (docs/metrics.md).`,
 		"the control socket (Unix, mode 0660) for srptarget status, sessions, luns, stats, reload and acl-check; \"\" for none")
 	cmd.Flags().StringVar(&f.controlGroup, "control-group", "",
 		"the group (name or number) that owns the control socket: its members may use the commands, reload included")
+	cmd.Flags().StringVar(&f.controlReadGroup, "control-read-group", "",
+		"a group (name or number) whose members may use the control commands that only read: status, sessions, luns, stats "+
+			"and acl-check, not reload; with it the socket is mode 0666 and each client's credentials decide (SO_PEERCRED)")
 	cmd.Flags().StringVar(&f.metricsAddr, "metrics", "",
 		"serve Prometheus metrics at http://`ADDR`/metrics (e.g. 127.0.0.1:9464; off by default; docs/metrics.md). Bind it to localhost "+
 			"or a management network: whoever reaches it sees the LUNs, their load and the sessions")
