@@ -44,7 +44,9 @@ makes read-only (ProtectSystem=strict: file backstores and state_dir outside
 --diff also asks the running daemon (on its control socket) what a reload with this file
 would change, as srptarget reload --dry-run does for the daemon's own file: the LUNs added,
 changed and retired, the listeners, and the initiators that would lose or gain LUNs or be
-disconnected. The file's text is sent; nothing is applied.`,
+disconnected. The file's text is sent; nothing is applied. Unless you are root or the
+daemon's user, the daemon plans the text alone, opening and looking at nothing it names
+("paths not checked"): validate has checked the paths as you, just before.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(cmd, configFile, config.Check)

@@ -301,8 +301,9 @@ configuration is unchanged, and every error is printed with its file and line.
 
 --dry-run plans the reload and applies nothing: it prints the LUNs that would be added,
 changed and retired, the listeners added and removed, and the logged-in initiators that would
-lose or gain LUNs or be disconnected. New backstores are opened to check them, then closed; a
-missing file with create: true is not created.`,
+lose or gain LUNs or be disconnected. New backstores are opened to check them, then closed,
+without holding up the daemon's other commands; a missing file with create: true is not
+created.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var res reloadResult

@@ -385,7 +385,9 @@ SIGTERM or SIGINT log every initiator out, finish outstanding commands, flush ev
 backstore and exit 0; a second signal exits at once.
 
 The control socket (--control, a Unix socket with mode 0660) answers srptarget status,
-sessions, luns, stats, reload and acl-check.
+sessions, luns, stats, reload and acl-check: for root, the daemon's user and the members of
+--control-group every command, for the members of --control-read-group those that only read
+(not reload), for anyone else none, as the kernel gives each client's credentials.
 
 Without --config it reads /etc/srptarget/srptarget.yaml. When the host has no RDMA
 device yet, or none with a listener's address (the adapter's driver or rdma_rxe loads
