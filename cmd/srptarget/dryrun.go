@@ -16,12 +16,15 @@ package main
 import (
 	"cmp"
 	"errors"
+	"io/fs"
+	"path/filepath"
 	"slices"
 
 	"go.uber.org/zap"
 
 	"github.com/srptarget/srptarget/backstore"
 	"github.com/srptarget/srptarget/config"
+	"github.com/srptarget/srptarget/scsi"
 )
 
 // candidate is a configuration a client sent to be planned in place of the daemon's file
@@ -91,7 +94,8 @@ func (d *daemon) dryRunPlan(res *reloadResult, name string, cand *candidate, che
 }
 
 // probe opens, then closes, the backstores of cfg that the running configuration does not
-// have open, as a reload would open them, and returns what a reload would refuse among them.
+// have open, as a reload would open them, reads the state files it would read, and returns
+// what a reload would refuse among them.
 // Opening may wait (an RBD image whose monitors do not answer waits up to
 // rados_mount_timeout): it runs without the daemon lock, on a goroutine of its own, which
 // finishes alone when stop closes first (the daemon shuts down). A reload at the same time
@@ -99,13 +103,19 @@ func (d *daemon) dryRunPlan(res *reloadResult, name string, cand *candidate, che
 // then, and can be run again.
 func (d *daemon) probe(cfg *config.Config, stop <-chan struct{}) (config.Errors, error) {
 	d.mu.Lock()
-	running := make(map[storeKey]bool, len(d.stores))
+	var known probeKnown
+	known.stores = make(map[storeKey]bool, len(d.stores))
 	for k := range d.stores {
-		running[k] = true
+		known.stores[k] = true
 	}
+	known.stateFiles = make(map[string]bool, len(d.prs))
+	for path := range d.prs {
+		known.stateFiles[path] = true
+	}
+	known.ident = d.ident
 	d.mu.Unlock()
 	done := make(chan config.Errors, 1)
-	go func() { done <- d.probeStores(cfg, running) }()
+	go func() { done <- append(d.probeStores(cfg, known.stores), probeStateFiles(cfg, known)...) }()
 	select {
 	case errs := <-done:
 		return errs, nil
@@ -132,6 +142,37 @@ func (d *daemon) probeStores(cfg *config.Config, running map[storeKey]bool) conf
 		}
 		if err := s.Backstore.Close(); err != nil {
 			d.log.Warn("closing a backstore a dry run opened", zap.Stringer("backstore", sk), zap.Error(err))
+		}
+	}
+	return errs
+}
+
+// probeKnown is what the running daemon has open: its backstores, the state files it has read
+// (daemon.prs) and its identity, which default serials are made of.
+type probeKnown struct {
+	stores     map[storeKey]bool
+	stateFiles map[string]bool
+	ident      identity
+}
+
+// probeStateFiles reads the APTPL state files a reload would read for cfg (those of the
+// serials the daemon has not seen) and returns what it would refuse among them.
+func probeStateFiles(cfg *config.Config, known probeKnown) config.Errors {
+	var errs config.Errors
+	for _, l := range cfg.LUNs {
+		path := filepath.Join(cfg.StateDir, prFileName(cmp.Or(l.Serial, defaultSerial(known.ident, *l.LUN))))
+		if known.stateFiles[path] {
+			continue
+		}
+		data, err := readStateFile(path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			errs = append(errs, cfg.ErrorAt(config.At("state_dir"), "lun %d: reading the persistent reservations: %v", *l.LUN, err))
+		default:
+			if _, err := scsi.LoadReservations(data, nil); err != nil {
+				errs = append(errs, cfg.ErrorAt(config.At("state_dir"), "lun %d: %s: %v (move the file away to start without them)", *l.LUN, path, err))
+			}
 		}
 	}
 	return errs

@@ -166,6 +166,14 @@ func TestDryRunChecksRunOutsideTheLock(t *testing.T) {
 	require.Contains(t, joined, "luns[3].path: "+dir+"/link.img is a symbolic link to "+dir+"/target.img")
 	require.Contains(t, joined, "luns[4].path: "+dir+"/fifo.img is not a regular file")
 
+	// And the state files a reload would read: the planted one is refused, with its path.
+	ask("state_dir: " + dir + "\n" + strings.Replace(e2eConfig, "acls:\n", "  - lun: 6\n    backstore: memory\n    size: 1MiB\n    serial: evil0001\nacls:\n", 1))
+	rsp = waitAnswer(t, c, 10*time.Second)
+	require.NoError(t, json.Unmarshal(rsp.Result, &res))
+	require.Len(t, res.Errors, 1, res.Errors)
+	require.Contains(t, res.Errors[0], "evil.yaml:1: state_dir: lun 6: "+dir+"/pr-evil0001.json: ")
+	require.Contains(t, res.Errors[0], "(move the file away to start without them)")
+
 	// Again, and SIGTERM while the monitor does not answer: the daemon stops, the client is
 	// told why.
 	called, release = blockingRBD(t)
