@@ -441,16 +441,25 @@ func controlCall(ctx context.Context, path string, req controlRequest) (json.Raw
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
 	}
+	return controlExchange(c, path, req)
+}
+
+// controlExchange sends req on c, connected to the daemon at path, and returns its answer's
+// result.
+func controlExchange(c net.Conn, path string, req controlRequest) (json.RawMessage, error) {
 	req.Version = controlVersion
 	b, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.Write(append(b, '\n')); err != nil {
-		return nil, fmt.Errorf("control socket %s: sending the request: %w", path, err)
-	}
+	// A daemon that refuses the connection says why and closes it, perhaps before the request
+	// is written: its answer is read even when the write failed.
+	_, werr := c.Write(append(b, '\n'))
 	line, err := readLine(bufio.NewReader(c), 64<<20)
-	if err != nil {
+	switch {
+	case err != nil && werr != nil:
+		return nil, fmt.Errorf("control socket %s: sending the request: %w", path, werr)
+	case err != nil:
 		return nil, fmt.Errorf("control socket %s: reading the answer: %w", path, err)
 	}
 	var rsp controlResponse

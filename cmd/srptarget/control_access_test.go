@@ -238,3 +238,16 @@ func waitAnswer(t *testing.T, c net.Conn, d time.Duration) controlResponse {
 	require.NoError(t, err)
 	return answer(t, line)
 }
+
+// TestControlCallReadsARefusal: a daemon that refuses a connection answers why and closes it,
+// perhaps before the client has written its request; the client prints the reason, not the
+// broken pipe of its write.
+func TestControlCallReadsARefusal(t *testing.T) {
+	client, daemon, err := unixPair()
+	require.NoError(t, err)
+	defer client.Close()
+	require.NoError(t, writeResponse(daemon, controlResponse{Version: controlVersion, Error: "permission denied: go away"}))
+	require.NoError(t, daemon.Close())
+	_, err = controlExchange(client, "control.sock", controlRequest{Command: "status"})
+	require.EqualError(t, err, "the daemon refused the request: permission denied: go away")
+}
