@@ -10,9 +10,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"syscall"
 	"time"
-	"unsafe"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -55,32 +53,11 @@ func peerOf(c net.Conn) (peer, error) {
 			return
 		}
 		p = peer{pid: cred.Pid, uid: cred.Uid, gid: cred.Gid}
-		p.groups, serr = peerGroups(int(fd))
+		p.groups, serr = peerGroups(int(fd), cred.Uid)
 	}); err != nil {
 		return peer{}, err
 	}
 	return p, serr
-}
-
-// peerGroups reads SO_PEERGROUPS (Linux 4.13, net/core/sock.c): the peer's supplementary
-// groups as gid_t values. The kernel answers ERANGE with the length it needs when the buffer
-// is too small. golang.org/x/sys/unix has no wrapper for this option.
-func peerGroups(fd int) ([]uint32, error) {
-	n := 64
-	for {
-		buf := make([]uint32, n)
-		size := uint32(4 * n)
-		_, _, errno := syscall.Syscall6(syscall.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_PEERGROUPS,
-			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&size)), 0)
-		switch {
-		case errno == 0:
-			return buf[:size/4], nil
-		case errno == syscall.ERANGE && int(size/4) > n:
-			n = int(size / 4)
-		default:
-			return nil, fmt.Errorf("SO_PEERGROUPS: %w", errno)
-		}
-	}
 }
 
 // controlAccess is what a client may ask.
