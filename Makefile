@@ -50,7 +50,8 @@ unit:
 test-rbd:
 	GO="$(GO)" integration/ceph/test-rbd.sh
 
-# check: everything CI runs: the Go tests, the RBD tests against a throw-away Ceph cluster,
+# check: everything CI runs: the Go tests, promtool over the alerting rules and the dashboard's
+# queries (monitoring-test), the RBD tests against a throw-away Ceph cluster,
 # make install into a temporary directory, the installed unit booted under systemd in a
 # container (nspawn-test), then the VM end-to-end runs (the daemon, the
 # ib/verbs tests, persistent reservations from two initiator ports, ALUA over two target ports,
@@ -58,7 +59,7 @@ test-rbd:
 # and the quick half of the stress scenarios (the kernel's ib_srp against the daemon over
 # soft-RoCE). make e2e-rbd (an RBD LUN in the VM, about 5 minutes with its own image) is not
 # part of it.
-check: test test-rbd build install-test nordma-test nspawn-test nspawn-test-deb e2e e2e-pr e2e-alua e2e-sbc stress-quick
+check: test monitoring-test test-rbd build install-test nordma-test nspawn-test nspawn-test-deb e2e e2e-pr e2e-alua e2e-sbc stress-quick
 
 # e2e: the daemon against the Linux SRP initiator (ib_srp) over soft-RoCE in a qemu VM
 # (integration/vm/README.md): builds the daemon and the VM image, runs the checks, keeps the
@@ -147,8 +148,8 @@ fuzz:
 clean:
 	rm -rf bin
 
-# install: the binary, the systemd unit, the example configuration, the man pages and the
-# shell completions, under DESTDIR (for packaging; empty by default) and PREFIX.
+# install: the binary, the systemd unit, the example configuration, the man pages, the
+# shell completions, the Grafana dashboard and the Prometheus alerting rules, under DESTDIR (for packaging; empty by default) and PREFIX.
 #   sudo make install                         # /usr/local/bin/srptarget, /usr/local/lib/systemd/system/...
 #   make install DESTDIR=/tmp/pkg PREFIX=/usr # a package tree
 # The unit goes to $(PREFIX)/lib/systemd/system, not /lib/systemd/system: systemd reads units
@@ -168,6 +169,7 @@ SYSUSERSDIR ?= $(SYSCONFDIR)/sysusers.d
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/site-functions
 FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
+MONITORDIR  ?= $(PREFIX)/share/srptarget/monitoring
 INSTALL     ?= install
 
 .PHONY: install uninstall install-test
@@ -192,6 +194,8 @@ install: build
 	$(INSTALL) -m 0644 bin/srptarget.bash $(DESTDIR)$(BASHCOMPDIR)/srptarget
 	$(INSTALL) -m 0644 bin/_srptarget $(DESTDIR)$(ZSHCOMPDIR)/_srptarget
 	$(INSTALL) -m 0644 bin/srptarget.fish $(DESTDIR)$(FISHCOMPDIR)/srptarget.fish
+	$(INSTALL) -d $(DESTDIR)$(MONITORDIR)
+	$(INSTALL) -m 0644 configs/monitoring/srptarget-dashboard.json configs/monitoring/srptarget-alerts.yml $(DESTDIR)$(MONITORDIR)/
 	@if [ -z "$(DESTDIR)" ]; then \
 	  echo "installed. Next: systemd-sysusers; write $(SYSCONFDIR)/srptarget/srptarget.yaml (from the .example);"; \
 	  echo "  srptarget validate; systemctl daemon-reload; systemctl enable --now srptarget"; \
@@ -202,7 +206,8 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/srptarget $(DESTDIR)$(UNITDIR)/srptarget.service \
 	  $(DESTDIR)$(SYSUSERSDIR)/srptarget.conf $(DESTDIR)$(SYSCONFDIR)/srptarget/srptarget.yaml.example \
 	  $(DESTDIR)$(MANDIR)/man1/srptarget.1 $(DESTDIR)$(MANDIR)/man1/srptarget-*.1 $(DESTDIR)$(MANDIR)/man5/srptarget.yaml.5 \
-	  $(DESTDIR)$(BASHCOMPDIR)/srptarget $(DESTDIR)$(ZSHCOMPDIR)/_srptarget $(DESTDIR)$(FISHCOMPDIR)/srptarget.fish
+	  $(DESTDIR)$(BASHCOMPDIR)/srptarget $(DESTDIR)$(ZSHCOMPDIR)/_srptarget $(DESTDIR)$(FISHCOMPDIR)/srptarget.fish \
+	  $(DESTDIR)$(MONITORDIR)/srptarget-dashboard.json $(DESTDIR)$(MONITORDIR)/srptarget-alerts.yml
 
 # nordma-test: the daemon on a host without RDMA (this one, CI): serve waits for a device,
 # status answers on the control socket, /metrics answers, SIGTERM stops it
@@ -231,6 +236,14 @@ nspawn-test-deb:
 .PHONY: nspawn-test
 nspawn-test:
 	MAKE="$(MAKE)" integration/nspawn-test.sh
+
+# monitoring-test: configs/monitoring checked by promtool: the alerting rules parse and pass
+# their unit tests (srptarget-alerts.test.yml), the Grafana dashboard's queries parse
+# (integration/monitoring/check.sh; promtool taken out of Debian's prometheus package, cached in
+# /var/cache/srptarget-ci/promtool, when it is not installed). A few seconds.
+.PHONY: monitoring-test
+monitoring-test:
+	GO="$(GO)" integration/monitoring/check.sh
 
 # install-test: make install into a temporary DESTDIR, list and check what it wrote
 # (integration/install-test.sh).

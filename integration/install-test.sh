@@ -37,7 +37,9 @@ check() { # check PREFIX
 		"644 .$prefix/share/man/man1/srptarget-login-line.1" \
 		"644 .$prefix/share/bash-completion/completions/srptarget" \
 		"644 .$prefix/share/zsh/site-functions/_srptarget" \
-		"644 .$prefix/share/fish/vendor_completions.d/srptarget.fish"; do
+		"644 .$prefix/share/fish/vendor_completions.d/srptarget.fish" \
+		"644 .$prefix/share/srptarget/monitoring/srptarget-dashboard.json" \
+		"644 .$prefix/share/srptarget/monitoring/srptarget-alerts.yml"; do
 		mode=${f%% *} path=${f#* }
 		got=$(cd "$dest" && stat -c %a "$path" 2>/dev/null) || { bad "$path not installed"; continue; }
 		[ "$got" = "$mode" ] || bad "$path has mode $got, want $mode"
