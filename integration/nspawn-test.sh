@@ -6,8 +6,10 @@
 # says in STATUS= that it waits for an RDMA device (the container has none), `srptarget
 # status` answers a member of the socket's group (and refuses others), a configuration with
 # an error makes `systemctl reload` fail and its reason reaches `journalctl -p err`, a good
-# one reloads, the journal is text with priorities, and `systemctl stop` is clean. The probe
-# powers the container off; its lines come back here.
+# one reloads, the journal is text with priorities, and `systemctl stop` is clean; then the
+# same without a target identity in the configuration (it waits for a device to take the node
+# GUID from: active, STATUS=, status, luns and reload answer, a clean stop). The probe powers
+# the container off; its lines come back here.
 #
 # Needs root, debootstrap and systemd-nspawn (systemd-container); .ci/run installs them. The
 # tree is built once per package list (about a minute) in $SRPT_NSPAWN_CACHE (default
@@ -137,6 +139,23 @@ res=\$(systemctl show -p Result --value srptarget) code=\$(systemctl show -p Exe
 [ "\$res/\$code" = success/0 ] && ok "clean stop: Result=\$res, exit status \$code" || bad "stop: Result=\$res ExecMainStatus=\$code"
 journalctl -u srptarget -o cat --no-pager | grep -q '^every backstore flushed and closed' && ok "the journal says every backstore was flushed and closed" || bad "no flush line"
 [ ! -e /run/srptarget ] && ok "/run/srptarget removed at stop" || bad "/run/srptarget left: \$(ls -la /run/srptarget)"
+
+# Without target.id_ext the identity is the first RDMA device's node GUID: the unit is still
+# active once the first stage passed, says that it waits for a device, and answers.
+grep -v '^target:' /etc/srptarget/good.yaml >/etc/srptarget/srptarget.yaml
+check "systemctl start srptarget (no target identity)" systemctl start srptarget
+[ "\$(systemctl is-active srptarget)" = active ] && ok "active without a target identity" || bad "no identity: \$(systemctl status srptarget --no-pager 2>&1 | tail -20)"
+status=\$(systemctl show -p StatusText --value srptarget)
+[ "\$status" = "waiting for an RDMA device" ] && ok "no identity: STATUS=\$status" || bad "no identity: STATUS=\$status"
+journalctl -u srptarget -p warning -o cat --no-pager | grep -q '^no RDMA device yet: waiting for one' && ok "journalctl -p warning: no RDMA device yet: waiting for one" || bad "no 'no RDMA device yet' warning"
+out=\$(runuser -u srpt-op -- srptarget status 2>&1); rc=\$?
+[ \$rc = 4 ] && grep -q 'state: waiting for an RDMA device' <<<"\$out" && ok "no identity: srptarget status exits 4, \$(grep state: <<<"\$out")" || bad "no identity: status rc \$rc: \$out"
+out=\$(runuser -u srpt-op -- srptarget luns 2>&1) && grep -q '^LUN 0: memory' <<<"\$out" && ok "no identity: srptarget luns answers: \$(grep -m1 '^LUN 0' <<<"\$out")" || bad "no identity: luns: \$out"
+out=\$(runuser -u srpt-op -- srptarget reload 2>&1) && ok "no identity: srptarget reload checks the file: \$(head -1 <<<"\$out")" || bad "no identity: reload: \$out"
+check "systemctl stop srptarget (no target identity)" systemctl stop srptarget
+res=\$(systemctl show -p Result --value srptarget) code=\$(systemctl show -p ExecMainStatus --value srptarget)
+[ "\$res/\$code" = success/0 ] && ok "no identity: clean stop: Result=\$res, exit status \$code" || bad "no identity: stop: Result=\$res ExecMainStatus=\$code"
+cp /etc/srptarget/good.yaml /etc/srptarget/srptarget.yaml
 echo "--- journal of srptarget.service (with priorities)" >>\$LOG
 journalctl -u srptarget -o short-monotonic --no-pager --output-fields=PRIORITY,MESSAGE >>\$LOG 2>&1
 journalctl -u srptarget -o export --no-pager | grep -E '^(PRIORITY|MESSAGE)=' | paste - - | sed 's/^/  /' | head -40 >>\$LOG

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
 
 	"github.com/srptarget/srptarget/ib"
@@ -293,4 +295,60 @@ func (c *daemonCollector) servingValue() float64 {
 		}
 	}
 	return -1
+}
+
+// TestServeLateStartFailsThenRecovers: without a configured identity serve waits for a device;
+// when the device appears the second stage can still fail (here LUN 1's directory went away
+// after READY=1). The daemon then stays up, says why at error level and in STATUS=, answers
+// status (exit 4: nothing served), and starts once the cause is fixed and srptarget reload
+// asks, without a restart.
+func TestServeLateStartFailsThenRecovers(t *testing.T) {
+	sock := newNotifySocket(t)
+	e := newControlEnv(t, strings.Replace(noIdentity, "DIR/lun1.img", "DIR/luns/lun1.img", 1))
+	luns := filepath.Join(e.dir, "luns")
+	require.NoError(t, os.Mkdir(luns, 0o700))
+	var present atomic.Bool
+	e.opts.devicePoll = 10 * time.Millisecond
+	e.opts.devices = func() ([]rdmaDevice, error) {
+		if !present.Load() {
+			return nil, errNoDeviceYet
+		}
+		return []rdmaDevice{{Name: "rxe0", NodeGUID: 0x0002c90300a34270}}, nil
+	}
+	go func() { e.served <- runServe(e.opts) }()
+	m := sock.next()
+	require.Equal(t, "1", m["READY"])
+	require.Equal(t, statusWaitingDevice, m["STATUS"])
+
+	require.NoError(t, os.Remove(luns))
+	present.Store(true)
+	require.Equal(t, "the start failed once an RDMA device appeared (journalctl -u srptarget -p err); waiting for a reload", sock.next()["STATUS"])
+	failed := e.logs.FilterMessage("the start failed once an RDMA device appeared: fix what the errors say and reload (systemctl reload srptarget); trying again when the RDMA devices or the host's addresses change").All()
+	require.Len(t, failed, 1, e.logText())
+	require.Equal(t, zapcore.ErrorLevel, failed[0].Level)
+	reason := e.logs.FilterMessage("configuration error").All()
+	require.Len(t, reason, 1, e.logText())
+	require.Equal(t, zapcore.ErrorLevel, reason[0].Level)
+	require.Contains(t, reason[0].ContextMap()["error"], "luns[1].path: directory "+luns+" does not exist")
+
+	out, _, err := e.ctl("status")
+	require.Equal(t, exitNotServing, exitCode(err), out)
+	_, err = e.login(rwInitiator, "", 5555)
+	require.Error(t, err, "nothing listens after the failed start")
+
+	require.NoError(t, os.Mkdir(luns, 0o700))
+	out, errOut, err := e.ctl("reload")
+	require.NoError(t, err, "%s%s", out, errOut)
+	var statuses []string
+	for len(statuses) == 0 || statuses[len(statuses)-1] != "serving" {
+		statuses = append(statuses, sock.skipTo("STATUS")["STATUS"])
+	}
+	require.Equal(t, []string{"reloading the configuration", statusWaitingDevice, "serving"}, statuses)
+	ch, err := e.login(rwInitiator, "", 5555)
+	require.NoError(t, err, "serves after the reload")
+	require.NoError(t, ch.Close())
+	_, _, err = e.ctl("status")
+	require.NoError(t, err)
+	require.FileExists(t, filepath.Join(luns, "lun1.img"))
+	require.NoError(t, e.stop(syscall.SIGTERM))
 }
