@@ -5,7 +5,9 @@
 # setup_rxe has made rxe0 and its address; ib_srp then logs in, and SIGTERM
 # stops it with status 0. A second instance, configured for an address rxe0's
 # netdev does not have, waits without retrying until `ip addr add` gives it the
-# address, then listens; a third one is stopped by SIGTERM while it waits. Run on
+# address, then listens; a third one is stopped by SIGTERM while it waits; a fourth one,
+# whose start fails when the device appears (a LUN's directory removed after the first
+# stage), stays up, says why, and starts on `srptarget reload` once the directory is back. Run on
 # the host:
 #   go build -o /tmp/srptarget-vm/bin/srptarget ./cmd/srptarget
 #   SRPT_VM_FILES="/tmp/srptarget-vm/bin/srptarget:/usr/local/bin/srptarget" \
@@ -105,5 +107,65 @@ rc=$?
 check_eq "SIGTERM while waiting: exit status" 0 "$rc"
 record "SIGTERM while waiting: prompt" "$(awk -v s="$(since "$t0")" 'BEGIN { print (s < 2) ? "pass" : "fail" }')" "$(since "$t0") s"
 sed 's/^/srptarget[3]| /' "$DLOG.3"
+
+step "fourth instance: the start fails when the device appears; a reload starts it"
+# No identity again, so the second stage runs when rxe0 comes back; LUN 1's directory is
+# there for the first stage and gone when the device appears.
+run rdma link delete "$RXE"
+wait_for 10 sh -c "[ ! -e /sys/class/infiniband/$RXE ]" || record "rxe0 deleted" fail "$(ls /sys/class/infiniband)"
+mkdir -p -m 0700 /srv/devwait/luns
+cat >"$CONFIG" <<CFG
+listeners:
+  - address: 169.254.50.1
+    port: $PORT
+luns:
+  - lun: 0
+    backstore: memory
+    size: 64MiB
+  - lun: 1
+    backstore: file
+    path: /srv/devwait/luns/lun1.img
+    size: 16MiB
+    create: true
+acls:
+  - initiators: ["*"]
+    luns: [0, 1]
+CFG
+"$BIN" serve >"$DLOG.4" 2>&1 &
+PID=$!
+wait_for 10 grep -q "no RDMA device yet: waiting for one" "$DLOG.4" &&
+	record "waits for a device (fourth instance)" pass "LUN 1's directory checked" ||
+	record "waits for a device (fourth instance)" fail "$(tail -3 "$DLOG.4")"
+run rmdir /srv/devwait/luns
+run rdma link add "$RXE" type rxe netdev "$RXE_NETDEV"
+if wait_for 15 grep -q "the start failed once an RDMA device appeared" "$DLOG.4"; then
+	record "the late start fails with the reason" pass "$(grep -m1 'luns\[1\].path' "$DLOG.4" | cut -c1-160)"
+else
+	record "the late start fails with the reason" fail "$(tail -5 "$DLOG.4")"
+fi
+check "still running after the failed start" kill -0 "$PID"
+"$BIN" status >/tmp/devwait-status.txt 2>&1
+check_eq "status exits 4 after the failed start" 4 "$?"
+run mkdir -m 0700 /srv/devwait/luns
+out=$("$BIN" reload 2>&1)
+check_eq "srptarget reload after the fix: exit status" 0 "$?"
+echo "$out"
+if wait_for 15 cm_listening "$PORT"; then
+	record "listens after the reload" pass "$(grep -c . "$DLOG.4") log lines"
+else
+	record "listens after the reload" fail "$(tail -5 "$DLOG.4")"
+fi
+two_disks() { [ "$(srp_disks | wc -l)" = 2 ]; }
+if srp_login "id_ext=$RXE_GUID,ioc_guid=$RXE_GUID,dest=$RXE_IP4:$PORT" && wait_for 20 two_disks; then
+	record "ib_srp login after the late start" pass "disks $(echo $(srp_disks))"
+else
+	record "ib_srp login after the late start" fail "disks: $(echo $(srp_disks)); $(tail -5 "$DLOG.4")"
+fi
+check "LUN 1's file made by the late start" test -f /srv/devwait/luns/lun1.img
+srp_logout || true
+kill -TERM "$PID"
+wait "$PID"
+check_eq "exit status after SIGTERM (fourth instance)" 0 "$?"
+sed 's/^/srptarget[4]| /' "$DLOG.4"
 kill "$TAILPID" 2>/dev/null
 finish
