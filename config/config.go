@@ -121,13 +121,21 @@ type Limits struct {
 	// is closed and its buffers freed (an initiator that stopped taking responses), as a Go
 	// duration ("30s"). Task management waits are bounded by it too.
 	RDMATimeout string `yaml:"rdma_timeout"`
-	// MaxChannelBuffer is how much of the buffer pool one channel may hold: a size ("16MiB")
-	// or a percentage of buffer_pool_size ("25%").
-	MaxChannelBuffer string `yaml:"max_channel_buffer"`
+	// MaxInitiatorBuffer is how much of the buffer pool one initiator may hold, all its
+	// channels together, counted per session and per source address: a size ("16MiB") or a
+	// percentage of buffer_pool_size ("25%").
+	MaxInitiatorBuffer string `yaml:"max_initiator_buffer"`
 	// MaxSessions bounds the initiator sessions (I_T nexuses) the target keeps.
 	MaxSessions int `yaml:"max_sessions"`
 	// MaxChannelsTotal bounds the channels of all initiators together.
 	MaxChannelsTotal int `yaml:"max_channels_total"`
+	// MaxSessionsPerSource and MaxChannelsPerSource bound the sessions and channels from one
+	// source address, so that one host cannot fill max_sessions or max_channels_total.
+	MaxSessionsPerSource int `yaml:"max_sessions_per_source"`
+	MaxChannelsPerSource int `yaml:"max_channels_per_source"`
+	// IdleTimeout closes a channel that received nothing and held nothing for that long, as a
+	// Go duration ("10m"); "0" (the default) never does.
+	IdleTimeout string `yaml:"idle_timeout"`
 	// MaxLoginsInProgress bounds the logins handled at once; more are refused at once.
 	MaxLoginsInProgress int `yaml:"max_logins_in_progress"`
 	// Scheduling is the Linux scheduling policy of the daemon's threads (sched(7)): inherit
@@ -264,8 +272,9 @@ const (
 	DefaultSendQueueDepth = srp.DefaultSendQueueDepth
 	DefaultBufferPoolSize = srp.DefaultBufferPoolSize
 	DefaultRDMATimeout    = srp.DefaultRDMATimeout
-	// DefaultMaxChannelBuffer is the share of the buffer pool one channel may hold.
-	DefaultMaxChannelBuffer    = "25%"
+	// DefaultMaxInitiatorBuffer is the share of the buffer pool one initiator may hold.
+	DefaultMaxInitiatorBuffer  = "25%"
+	DefaultIdleTimeout         = "0s"
 	DefaultMaxSessions         = srp.DefaultMaxSessions
 	DefaultMaxChannelsTotal    = srp.DefaultMaxChannelsTotal
 	DefaultMaxLoginsInProgress = srp.DefaultMaxLoginsInProgress

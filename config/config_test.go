@@ -63,7 +63,7 @@ func TestParseGoodFillsDefaults(t *testing.T) {
 	require.True(t, *cfg.Limits.ImmediateData)
 	lim := cfg.SRPLimits()
 	require.Equal(t, srp.DefaultRDMATimeout, lim.RDMATimeout)
-	require.Equal(t, int64(DefaultBufferPoolSize/4), lim.MaxChannelBuffer)
+	require.Equal(t, int64(DefaultBufferPoolSize/4), lim.MaxInitiatorBuffer)
 	require.Equal(t, srp.DefaultMaxSessions, lim.MaxSessions)
 	require.Equal(t, srp.DefaultMaxChannelsTotal, lim.MaxChannelsTotal)
 	require.Equal(t, srp.DefaultMaxLoginsInProgress, lim.MaxLoginsInProgress)
@@ -155,16 +155,22 @@ luns:
 			}},
 		{"scheduling policy", "listeners: [{address: 0.0.0.0, port: 1}]\nlimits:\n  scheduling: fifo\n",
 			[]string{"t.yaml:3: limits.scheduling: \"fifo\" is not a scheduling policy: use inherit, normal or batch"}},
-		{"isolation limits out of range", "listeners: [{address: 0.0.0.0, port: 1}]\nlimits:\n  rdma_timeout: 10ms\n  max_channel_buffer: 0%\n  max_sessions: -1\n  max_channels_total: 8\n  max_logins_in_progress: 5000\n",
+		{"isolation limits out of range", "listeners: [{address: 0.0.0.0, port: 1}]\nlimits:\n  rdma_timeout: 10ms\n  max_initiator_buffer: 0%\n  max_sessions: -1\n  max_channels_total: 8\n  max_logins_in_progress: 5000\n",
 			[]string{
 				"t.yaml:3: limits.rdma_timeout: \"10ms\" must be a duration between 100ms and 1h, such as 30s",
-				"t.yaml:4: limits.max_channel_buffer: \"0%\": a percentage must be a whole number from 1% to 100% of buffer_pool_size",
+				"t.yaml:4: limits.max_initiator_buffer: \"0%\": a percentage must be a whole number from 1% to 100% of buffer_pool_size",
 				"t.yaml:5: limits.max_sessions: -1 is outside 1..65536",
 				"t.yaml:6: limits.max_channels_total: 8 is less than max_channels (16): no initiator could open max_channels channels",
 				"t.yaml:7: limits.max_logins_in_progress: 5000 is outside 1..1024",
 			}},
-		{"channel buffer above the pool", "listeners: [{address: 0.0.0.0, port: 1}]\nlimits:\n  max_channel_buffer: 1GiB\n",
-			[]string{"t.yaml:3: limits.max_channel_buffer: 1GiB is more than buffer_pool_size (64MiB)"}},
+		{"initiator buffer above the pool", "listeners: [{address: 0.0.0.0, port: 1}]\nlimits:\n  max_initiator_buffer: 1GiB\n",
+			[]string{"t.yaml:3: limits.max_initiator_buffer: 1GiB is more than buffer_pool_size (64MiB)"}},
+		{"the per-channel share's old key", "listeners: [{address: 0.0.0.0, port: 1}]\nlimits:\n  max_channel_buffer: 25%\n",
+			[]string{"t.yaml:3: limits.max_channel_buffer: replaced by max_initiator_buffer, the share of the pool one initiator may hold whatever its number of channels: rename the key"}},
+		{"per-source shares above the totals and a bad idle timeout", "listeners: [{address: 0.0.0.0, port: 1}]\nlimits:\n  max_sessions: 8\n  max_sessions_per_source: 9\n  max_channels_total: 16\n  max_channels_per_source: 17\n  idle_timeout: 10ms\n",
+			[]string{"t.yaml:4: limits.max_sessions_per_source: 9 is more than max_sessions (8)",
+				"t.yaml:6: limits.max_channels_per_source: 17 is more than max_channels_total (16)",
+				"t.yaml:7: limits.idle_timeout: \"10ms\" must be 0 (off) or a duration between 1s and 24h, such as 10m"}},
 		{"bad target id", "target: {id_ext: \"0x12\"}\nlisteners: [{address: 0.0.0.0, port: 1}]\n",
 			[]string{"t.yaml:1: target.id_ext: \"0x12\": want 16 hex digits (a 64-bit identifier such as 0x0002c90300a0b0c1)"}},
 		{"target ports", `target:

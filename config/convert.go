@@ -50,7 +50,8 @@ func (c *Config) SRPLimits() srp.Limits {
 	completion, _ := srp.ParseCompletionMode(l.Completion)
 	pollWindow, _ := time.ParseDuration(l.PollWindow)
 	rdmaTimeout, _ := time.ParseDuration(l.RDMATimeout)
-	maxChannelBuffer, _ := parseShare(l.MaxChannelBuffer, int64(l.BufferPoolSize))
+	maxInitiatorBuffer, _ := parseShare(l.MaxInitiatorBuffer, int64(l.BufferPoolSize))
+	idleTimeout, _ := time.ParseDuration(l.IdleTimeout)
 	return srp.Limits{
 		MaxITIULen:           uint32(l.MaxIUSize),
 		Credits:              l.Credits,
@@ -62,9 +63,12 @@ func (c *Config) SRPLimits() srp.Limits {
 		Completion:           completion,
 		PollWindow:           pollWindow,
 		RDMATimeout:          rdmaTimeout,
-		MaxChannelBuffer:     maxChannelBuffer,
+		MaxInitiatorBuffer:   maxInitiatorBuffer,
 		MaxSessions:          l.MaxSessions,
 		MaxChannelsTotal:     l.MaxChannelsTotal,
+		MaxSessionsPerSource: l.MaxSessionsPerSource,
+		MaxChannelsPerSource: l.MaxChannelsPerSource,
+		IdleTimeout:          idleTimeout,
 		MaxLoginsInProgress:  l.MaxLoginsInProgress,
 	}
 }

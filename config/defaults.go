@@ -62,8 +62,18 @@ func (lim *Limits) applyDefaults() {
 	if lim.RDMATimeout == "" {
 		lim.RDMATimeout = DefaultRDMATimeout.String()
 	}
-	if lim.MaxChannelBuffer == "" {
-		lim.MaxChannelBuffer = DefaultMaxChannelBuffer
+	if lim.MaxInitiatorBuffer == "" {
+		lim.MaxInitiatorBuffer = DefaultMaxInitiatorBuffer
+	}
+	// A quarter of the target's sessions and channels per host (srp.DefaultShare).
+	if lim.MaxSessionsPerSource == 0 {
+		lim.MaxSessionsPerSource = max(1, lim.MaxSessions/srp.DefaultShare)
+	}
+	if lim.MaxChannelsPerSource == 0 {
+		lim.MaxChannelsPerSource = max(1, lim.MaxChannelsTotal/srp.DefaultShare)
+	}
+	if lim.IdleTimeout == "" {
+		lim.IdleTimeout = DefaultIdleTimeout
 	}
 	if lim.Scheduling == "" {
 		lim.Scheduling = DefaultScheduling

@@ -33,7 +33,7 @@ var sizeUnits = map[string]int64{
 
 var sizePattern = regexp.MustCompile(`^\s*([0-9]+)\s*([A-Za-z]*)\s*$`)
 
-// parseShare parses max_channel_buffer: a size, or a percentage of pool (1% to 100%). The
+// parseShare parses max_initiator_buffer: a size, or a percentage of pool (1% to 100%). The
 // result is at least 4 KiB, the smallest buffer.
 func parseShare(s string, pool int64) (int64, error) {
 	var n int64

@@ -112,8 +112,11 @@ func (v *validator) validate(c *Config) {
 	if d, err := time.ParseDuration(lim.RDMATimeout); err != nil || d < 100*time.Millisecond || d > time.Hour {
 		v.errorf(At("limits", "rdma_timeout"), "%q must be a duration between 100ms and 1h, such as 30s", lim.RDMATimeout)
 	}
-	if _, err := parseShare(lim.MaxChannelBuffer, int64(lim.BufferPoolSize)); err != nil {
-		v.errorf(At("limits", "max_channel_buffer"), "%v", err)
+	if _, err := parseShare(lim.MaxInitiatorBuffer, int64(lim.BufferPoolSize)); err != nil {
+		v.errorf(At("limits", "max_initiator_buffer"), "%v", err)
+	}
+	if d, err := time.ParseDuration(lim.IdleTimeout); err != nil || d != 0 && (d < time.Second || d > 24*time.Hour) {
+		v.errorf(At("limits", "idle_timeout"), "%q must be 0 (off) or a duration between 1s and 24h, such as 10m", lim.IdleTimeout)
 	}
 	switch lim.Scheduling {
 	case SchedulingInherit, SchedulingNormal, SchedulingBatch:
@@ -126,6 +129,8 @@ func (v *validator) validate(c *Config) {
 	}{
 		{"max_sessions", lim.MaxSessions, 65536},
 		{"max_channels_total", lim.MaxChannelsTotal, 65536},
+		{"max_sessions_per_source", lim.MaxSessionsPerSource, 65536},
+		{"max_channels_per_source", lim.MaxChannelsPerSource, 65536},
 		{"max_logins_in_progress", lim.MaxLoginsInProgress, 1024},
 	} {
 		if c.val < 1 || c.val > c.max {
@@ -134,6 +139,21 @@ func (v *validator) validate(c *Config) {
 	}
 	if lim.MaxChannelsTotal < lim.MaxChannels {
 		v.errorf(At("limits", "max_channels_total"), "%d is less than max_channels (%d): no initiator could open max_channels channels", lim.MaxChannelsTotal, lim.MaxChannels)
+	}
+	if lim.MaxSessions >= 1 && lim.MaxSessionsPerSource > lim.MaxSessions {
+		v.errorf(At("limits", "max_sessions_per_source"), "%d is more than max_sessions (%d)", lim.MaxSessionsPerSource, lim.MaxSessions)
+	}
+	if lim.MaxChannelsTotal < 1 {
+	} else if lim.MaxChannelsPerSource > lim.MaxChannelsTotal {
+		v.errorf(At("limits", "max_channels_per_source"), "%d is more than max_channels_total (%d)", lim.MaxChannelsPerSource, lim.MaxChannelsTotal)
+	} else if lim.MaxChannelsPerSource < lim.MaxChannels {
+		v.warnf(At("limits", "max_channels_per_source"), "%d is less than max_channels (%d): an initiator host cannot open max_channels channels", lim.MaxChannelsPerSource, lim.MaxChannels)
+	}
+	if lim.MaxSessionsPerSource == lim.MaxSessions && lim.MaxSessions > 1 {
+		v.warnf(At("limits", "max_sessions_per_source"), "equals max_sessions: one host can take every session and lock the others out")
+	}
+	if lim.MaxChannelsPerSource == lim.MaxChannelsTotal && lim.MaxChannelsTotal > 1 {
+		v.warnf(At("limits", "max_channels_per_source"), "equals max_channels_total: one host can take every channel and lock the others out")
 	}
 
 	luns := map[int]int{}

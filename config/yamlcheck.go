@@ -216,6 +216,10 @@ func (c *nodeChecker) checkMapping(n *yaml.Node, t reflect.Type, p []any) {
 		kp := append(slices.Clip(p), k.Value)
 		ft, ok := fields[k.Value]
 		if !ok {
+			if why, gone := retiredKeys[k.Value]; gone {
+				c.errorf(k, kp, "%s", why)
+				continue
+			}
 			hint, meant := suggestKey(k.Value, names)
 			c.errorf(k, kp, "unknown key%s", hint)
 			if meant != "" {
@@ -231,6 +235,12 @@ func (c *nodeChecker) checkMapping(n *yaml.Node, t reflect.Type, p []any) {
 		seen[k.Value] = k.Line
 		c.check(v, ft, kp)
 	}
+}
+
+// retiredKeys are keys earlier versions knew, with what replaced them: a file that still
+// names one is told what to write instead.
+var retiredKeys = map[string]string{
+	"max_channel_buffer": "replaced by max_initiator_buffer, the share of the pool one initiator may hold whatever its number of channels: rename the key",
 }
 
 // suggestKey is the hint for unknown key k: the closest of the known keys when it is near

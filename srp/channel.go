@@ -72,6 +72,7 @@ const (
 type channel struct {
 	t      *Target
 	sess   *session
+	src    *source // the source address's share (share.go)
 	id     uint64
 	log    *zap.Logger
 	conn   ib.Conn
@@ -199,16 +200,15 @@ type channel struct {
 	sent     int
 	answered int
 
-	// Data buffers held (bytes of pool blocks), against the quota Limits.MaxChannelBuffer.
-	bufHeld  int64
-	bufQuota int64
-	// The stall watchdog (watchdog): sendProgress counts send-queue completions; wdAt is the
-	// next check (zero: not armed), wdSeen the count at the last check that saw progress, at
-	// wdSince.
-	sendProgress uint64
-	wdSeen       uint64
-	wdAt         time.Time
-	wdSince      time.Time
+	// Data buffers held (bytes of pool blocks), taken from the session's and the source
+	// address's shares (Limits.MaxInitiatorBuffer).
+	bufHeld int64
+	// The stall watchdog and the idle timeout (watchdog.go).
+	watch    stallWatch
+	iusIn    uint64    // IUs received
+	idleAt   time.Time // next idle check; zero: Limits.IdleTimeout is off
+	idleSeen uint64    // iusIn at the last idle check
+	idleFrom time.Time // since when the channel was seen idle; zero: it was not
 	// BUSY answers are logged at most once per busyLogEvery per channel, with a count.
 	busyLogAt int64
 	busyCount int
@@ -246,11 +246,12 @@ type channelParams struct {
 
 // newChannel allocates and registers everything a channel needs and builds its receive work
 // requests; nothing is posted yet.
-func newChannel(t *Target, sess *session, pool *bufPool, pd ib.ProtectionDomain, p channelParams, remote netip.AddrPort) (*channel, error) {
+func newChannel(t *Target, sess *session, host *source, pool *bufPool, pd ib.ProtectionDomain, p channelParams, remote netip.AddrPort) (*channel, error) {
 	lim := t.lim
 	ch := &channel{
 		t:       t,
 		sess:    sess,
+		src:     host,
 		id:      t.chanID.Add(1),
 		pool:    pool,
 		remote:  remote,
@@ -319,7 +320,6 @@ func newChannel(t *Target, sess *session, pool *bufPool, pd ib.ProtectionDomain,
 	ch.batch = make([]ib.SendWR, 0, batchCap)
 	ch.batchSGEs = make([]ib.SGE, 0, batchCap)
 	ch.sqFree = ch.sqDepth
-	ch.bufQuota = lim.MaxChannelBuffer
 	ch.recvPosted = ch.nrecv
 	ch.ledger = creditLedger{granted: int64(ch.credits)}
 	ch.timer = time.AfterFunc(time.Hour, ch.timerFire)
@@ -372,6 +372,7 @@ func (ch *channel) start(conn ib.Conn) {
 		}
 	}
 	ch.pool.register(ch)
+	ch.startIdleWatch()
 	if ch.t.startHook != nil {
 		ch.t.startHook(ch)
 		return

@@ -184,8 +184,14 @@ func (ch *channel) onTimer() {
 		}
 		return
 	}
-	if !ch.wdAt.IsZero() && !now.Before(ch.wdAt) {
+	if !ch.watch.at.IsZero() && !now.Before(ch.watch.at) {
 		ch.watchdog(now)
+		if ch.closed() {
+			return
+		}
+	}
+	if !ch.idleAt.IsZero() && !now.Before(ch.idleAt) {
+		ch.idleCheck(now)
 		if ch.closed() {
 			return
 		}
@@ -203,70 +209,20 @@ func (ch *channel) onTimer() {
 		// Silent BUSY answers hide a starved target: say so, at most once per busyLogEvery.
 		ch.log.Warn("commands answered BUSY: no data buffer within buffer_wait",
 			zap.Int("commands", ch.busyCount), zap.Duration("buffer_wait", ch.t.lim.BufferWait),
-			zap.Int64("channel_buffer_bytes", ch.bufHeld), zap.Int64("max_channel_buffer", ch.bufQuota),
+			zap.Int64("channel_buffer_bytes", ch.bufHeld), zap.Int64("initiator_buffer_bytes", ch.sess.buf.held.Load()),
+			zap.Int64("source_buffer_bytes", ch.src.buf.held.Load()), zap.Int64("max_initiator_buffer", ch.t.lim.MaxInitiatorBuffer),
 			zap.Int64("pool_in_use", ch.pool.inUse.Load()), zap.Int64("pool_size", ch.pool.size()))
 		ch.busyCount, ch.busyLogAt = 0, clock
 	}
 	if c := ch.bufQ.front(); c != nil {
 		ch.armTimer(now.Add(time.Duration(c.waitSince - deadline)))
 	}
-	if !ch.wdAt.IsZero() {
-		ch.armTimer(ch.wdAt)
+	if !ch.watch.at.IsZero() {
+		ch.armTimer(ch.watch.at)
 	}
-}
-
-// watchdogPeriod is how often the stall watchdog looks at a channel with work outstanding:
-// a stall is noticed between RDMATimeout and RDMATimeout + watchdogPeriod after the last
-// completion.
-func (ch *channel) watchdogPeriod() time.Duration { return ch.t.lim.RDMATimeout / 4 }
-
-// armWatchdog starts watching the send queue when work is posted; a watchdog already armed
-// stays as it is, so a busy channel reads the clock once per watchdogPeriod, not per post.
-func (ch *channel) armWatchdog() {
-	if !ch.wdAt.IsZero() {
-		return
+	if !ch.idleAt.IsZero() {
+		ch.armTimer(ch.idleAt)
 	}
-	now := ch.now()
-	ch.wdSeen, ch.wdSince = ch.sendProgress, now
-	ch.wdAt = now.Add(ch.watchdogPeriod())
-	ch.armTimer(ch.wdAt)
-}
-
-// watchdog closes the channel when work requests are outstanding and none has completed for
-// Limits.RDMATimeout. Send-queue work completes in order on a reliable connection, so one
-// that makes no progress holds up all behind it: an initiator that posts no receive buffers
-// leaves the response SENDs in RNR retry for ever (ib_srp asks for infinite RNR retries),
-// and with them the data buffers of its commands. Disconnecting moves the queue pair to the
-// error state; the flushed work requests give the buffers back, and the commands end without
-// a response.
-func (ch *channel) watchdog(now time.Time) {
-	if ch.sendBatches == 0 {
-		ch.wdAt = time.Time{}
-		return
-	}
-	if ch.sendProgress == ch.wdSeen && ch.qpOpen() {
-		// An idle channel reaps its responses' completions only when it wakes up
-		// (sendsAwaited): take those that came before calling it a stall.
-		ch.poll()
-		if ch.closed() || ch.sendBatches == 0 {
-			ch.wdAt = time.Time{}
-			return
-		}
-	}
-	if ch.sendProgress != ch.wdSeen {
-		ch.wdSeen, ch.wdSince = ch.sendProgress, now
-	} else if stalled := now.Sub(ch.wdSince); stalled >= ch.t.lim.RDMATimeout {
-		ch.t.stats.rdmaStalls.Add(1)
-		ch.log.Warn("RDMA stalled: no work request completed within rdma_timeout; closing the channel and aborting its commands",
-			zap.Duration("stalled", stalled), zap.Duration("rdma_timeout", ch.t.lim.RDMATimeout),
-			zap.Int("work_batches_outstanding", ch.sendBatches), zap.Int("commands", ch.commands),
-			zap.Int64("buffer_bytes", ch.bufHeld),
-			zap.String("hint", "the initiator stopped taking responses (no receive buffers posted, or hung); a healthy initiator reconnects"))
-		ch.wdAt = time.Time{}
-		ch.beginClose("RDMA stalled for " + stalled.Round(time.Millisecond).String())
-		return
-	}
-	ch.wdAt = now.Add(ch.watchdogPeriod())
 }
 
 // armTimer makes the timer fire at at, unless it is armed to fire earlier (onTimer re-arms it

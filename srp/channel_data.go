@@ -24,27 +24,31 @@ func (ch *channel) getBuffers(c *cmdCtx) {
 	ch.retryBufWaiters()
 }
 
-// allocBuffers allocates c's buffers, all or none, within the channel's share of the pool
-// (Limits.MaxChannelBuffer): a channel whose initiator stops taking its responses holds at
-// most that share until the stall watchdog closes it. A channel that holds nothing may take
-// one command's buffers whatever their size, so that no command waits for ever.
+// allocBuffers allocates c's buffers, all or none, within the initiator's shares of the
+// buffers (Limits.MaxInitiatorBuffer), its session's and its source address's, whatever the
+// number of its channels: an initiator that stops taking its responses holds at most that
+// until the stall watchdog closes its channels, and the others keep the rest. An initiator
+// that holds nothing may take one command's buffers whatever their size, so that no command
+// waits for ever.
 func (ch *channel) allocBuffers(c *cmdCtx) bool {
 	d := c.dataBuf()
 	need := ch.pool.blockBytes(d.Len())
 	if d.External() {
 		need += ch.pool.blockBytes(uint32(d.TableLen() * iu.DirectBufSize))
 	}
-	if ch.bufHeld > 0 && ch.bufHeld+need > ch.bufQuota {
+	if !ch.takeShares(need) {
 		return false
 	}
 	buf, ok := ch.pool.alloc(d.Len())
 	if !ok {
+		ch.giveShares(need)
 		return false
 	}
 	if d.External() {
 		tbl, ok := ch.pool.alloc(uint32(d.TableLen() * iu.DirectBufSize))
 		if !ok {
 			ch.pool.release(buf)
+			ch.giveShares(need)
 			return false
 		}
 		c.table = tbl
@@ -54,9 +58,30 @@ func (ch *channel) allocBuffers(c *cmdCtx) bool {
 	return true
 }
 
+// takeShares takes n bytes from the session's and the source address's buffer shares, both or
+// neither.
+func (ch *channel) takeShares(n int64) bool {
+	limit := ch.t.lim.MaxInitiatorBuffer
+	if !ch.sess.buf.take(n, limit) {
+		return false
+	}
+	if !ch.src.buf.take(n, limit) {
+		ch.sess.buf.give(n)
+		return false
+	}
+	return true
+}
+
+func (ch *channel) giveShares(n int64) {
+	ch.sess.buf.give(n)
+	ch.src.buf.give(n)
+}
+
 // releaseBuffers gives c's buffers back to the pool.
 func (ch *channel) releaseBuffers(c *cmdCtx) {
-	ch.bufHeld -= c.buf.bytes() + c.table.bytes()
+	n := c.buf.bytes() + c.table.bytes()
+	ch.bufHeld -= n
+	ch.giveShares(n)
 	ch.pool.release(c.buf)
 	ch.pool.release(c.table)
 	c.buf, c.table = noBuf, noBuf

@@ -77,7 +77,6 @@ func (ch *channel) onCompletion(wc *ib.Completion) {
 			return
 		}
 		ch.sendBatches--
-		ch.sendProgress++
 		ch.sqFree++
 		ch.ctlBusy[slot] = false
 		if wc.Status != ib.StatusSuccess && wc.Status != ib.StatusWRFlushError {
@@ -125,6 +124,7 @@ func (ch *channel) handleIU(i int32, n int) {
 		ch.protocolError(iu.TLogoutInvalidIULength, fmt.Sprintf("IU of %d bytes", n))
 		return
 	}
+	ch.iusIn++
 	b := ch.recvBuf(i)[:n]
 	switch op := iu.Opcode(b[0]); op {
 	case iu.OpCmd, iu.OpTskMgmt:

@@ -168,9 +168,8 @@ func (ch *channel) post(c *cmdCtx, wrs []ib.SendWR) {
 		ch.batch = append(ch.batch, wr)
 	}
 	ch.sqFree -= len(wrs)
-	ch.sendBatches++
 	c.batchWRs = len(wrs)
-	ch.armWatchdog()
+	ch.batchPosted()
 }
 
 // flushSends posts the queued receive buffers, then the queued work requests with one PostSend.
@@ -247,7 +246,6 @@ func (ch *channel) onSendCompletion(c *cmdCtx, wc *ib.Completion) {
 		return
 	}
 	ch.sendBatches--
-	ch.sendProgress++
 	ch.sqFree += c.batchWRs
 	c.batchWRs = 0
 	if wc.Status != ib.StatusSuccess {
@@ -331,8 +329,7 @@ func (ch *channel) postCtl(slot int, n int) bool {
 	}
 	ch.ctlBusy[slot] = true
 	ch.sqFree--
-	ch.sendBatches++
-	ch.armWatchdog()
+	ch.batchPosted()
 	return true
 }
 

@@ -343,8 +343,10 @@ func TestChannelSpareReceive(t *testing.T) {
 		lim.MaxQueueDepth = tc.depth
 		f := linuxLogin()
 		req := &fakeReq{priv: loginBytes(t, f), respRes: 4, pd: node.PD(), limits: lim}
-		sess, _ := tgt.acquireSession(nexusKey{f.InitiatorPortID, f.TargetPortID})
-		ch, ap, err := tgt.prepareChannel(sess, req, &f, nil)
+		key := nexusKey{f.InitiatorPortID, f.TargetPortID}
+		sess, host, le := tgt.acquireSession(key, netip.MustParseAddr("198.51.100.1"))
+		require.Nil(t, le)
+		ch, ap, err := tgt.prepareChannel(sess, host, req, &f, nil)
 		require.NoError(t, err)
 		require.Equal(t, tc.credits, ch.credits)
 		require.Equal(t, tc.credits+1, ap.QP.RecvQueueDepth)
@@ -355,5 +357,6 @@ func TestChannelSpareReceive(t *testing.T) {
 		require.Equal(t, uint64(idRecv|uint64(tc.credits)), last.ID)
 		require.LessOrEqual(t, last.SGL[0].Offset+uint64(last.SGL[0].Length), ch.ctlOff, "receive buffers end before the send buffers")
 		ch.release()
+		tgt.releaseSession(sess, host)
 	}
 }

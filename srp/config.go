@@ -54,10 +54,12 @@ const (
 	// buffers for long. SCST's srpt aborts commands whose completion did not come within 80 s
 	// (ib_srpt.c RDMA_COMPL_TIMEOUT_S); Linux's SCSI layer times a command out after 30 s.
 	DefaultRDMATimeout = 30 * time.Second
-	// DefaultChannelBufferShare is the default share of a device's buffer pool that one
-	// channel may hold: a quarter, so that a channel that stops completing its work holds at
-	// most that much until the stall timeout closes it, and the others keep three quarters.
-	DefaultChannelBufferShare = 4
+	// DefaultShare is the default share of the target's bounded resources one initiator may
+	// hold (share.go): a quarter of the buffer pool (per session and per source address), of
+	// max_sessions and of max_channels_total (per source address), so that an initiator that
+	// stops completing its work, or a host that forges initiator port ids, holds at most that
+	// much and the others keep three quarters.
+	DefaultShare = 4
 	// DefaultMaxSessions bounds the I_T nexuses the target remembers. Each live channel costs
 	// about 1.2 MiB of registered memory and 0.8 MiB of heap with the default credits, and a
 	// session without channels a few kilobytes; 256 sessions with one channel each is about
@@ -139,12 +141,14 @@ type Limits struct {
 	// target cannot change it once connected), with each command's data buffer held; this
 	// bounds how long. Task management waits are bounded by it as well.
 	RDMATimeout time.Duration
-	// MaxChannelBuffer bounds the data-buffer memory one channel may hold at once, so that
-	// one initiator cannot take the whole pool of a device: a command that would go beyond
-	// it waits like one that finds the pool empty (then BUSY). A channel that holds nothing
-	// may always take one command's buffers, so no command is refused for it. Default: a
-	// quarter of BufferPoolSize (DefaultChannelBufferShare).
-	MaxChannelBuffer int64
+	// MaxInitiatorBuffer bounds the data-buffer memory one initiator may hold at once, all
+	// its channels together, counted per session (I_T nexus) and per source address, so that
+	// one initiator cannot take the pool of a device whatever its number of channels or
+	// forged initiator port ids: a command that would go beyond it waits like one that finds
+	// the pool empty (then BUSY). An initiator that holds nothing may always take one
+	// command's buffers, so no command is refused for it. Default: a quarter of
+	// BufferPoolSize (DefaultShare).
+	MaxInitiatorBuffer int64
 	// MaxSessions bounds the I_T nexuses the target keeps. A session without channels is
 	// kept so that unit attentions reach its initiator when it logs in again; when a new
 	// nexus needs room, the one without channels the longest is forgotten. A login that
@@ -154,6 +158,19 @@ type Limits struct {
 	// its receive and send buffers); a login beyond it is refused with INSUFFICIENT
 	// RESOURCES.
 	MaxChannelsTotal int
+	// MaxSessionsPerSource bounds the I_T nexuses with logins or channels from one source
+	// address, and MaxChannelsPerSource its channels, so that one host cannot fill
+	// MaxSessions or MaxChannelsTotal (initiator port identifiers cost nothing to forge) and
+	// lock out the others; logins beyond are refused with INSUFFICIENT RESOURCES. Default: a
+	// quarter of MaxSessions and of MaxChannelsTotal (DefaultShare), at least 1.
+	MaxSessionsPerSource int
+	MaxChannelsPerSource int
+	// IdleTimeout closes a channel that has received nothing and held nothing (no command,
+	// no data buffer, no work request outstanding) for that long, returning its memory; an
+	// initiator that uses the channel again reconnects (ib_srp does, after its
+	// reconnect_delay). 0, the default, never closes an idle channel: a multipath initiator's
+	// spare paths and channels are idle by design.
+	IdleTimeout time.Duration
 	// MaxLoginsInProgress bounds the connection requests being answered at once; a request
 	// beyond it is refused at once with INSUFFICIENT RESOURCES.
 	MaxLoginsInProgress int
@@ -267,8 +284,8 @@ func (l Limits) withDefaults() Limits {
 	if l.RDMATimeout == 0 {
 		l.RDMATimeout = DefaultRDMATimeout
 	}
-	if l.MaxChannelBuffer == 0 {
-		l.MaxChannelBuffer = l.BufferPoolSize / DefaultChannelBufferShare
+	if l.MaxInitiatorBuffer == 0 {
+		l.MaxInitiatorBuffer = l.BufferPoolSize / DefaultShare
 	}
 	if l.MaxSessions == 0 {
 		l.MaxSessions = DefaultMaxSessions
@@ -278,6 +295,12 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxLoginsInProgress == 0 {
 		l.MaxLoginsInProgress = DefaultMaxLoginsInProgress
+	}
+	if l.MaxSessionsPerSource == 0 {
+		l.MaxSessionsPerSource = max(1, l.MaxSessions/DefaultShare)
+	}
+	if l.MaxChannelsPerSource == 0 {
+		l.MaxChannelsPerSource = max(1, l.MaxChannelsTotal/DefaultShare)
 	}
 	return l
 }
@@ -313,8 +336,14 @@ func (l Limits) validate() error {
 		return fmt.Errorf("poll window %v outside [0, 1s]", l.PollWindow)
 	case l.RDMATimeout < time.Millisecond:
 		return fmt.Errorf("RDMA timeout %v is less than 1ms", l.RDMATimeout)
-	case l.MaxChannelBuffer < poolMinBlock:
-		return fmt.Errorf("max channel buffer %d is less than %d", l.MaxChannelBuffer, poolMinBlock)
+	case l.MaxInitiatorBuffer < poolMinBlock:
+		return fmt.Errorf("max initiator buffer %d is less than %d", l.MaxInitiatorBuffer, poolMinBlock)
+	case l.MaxSessionsPerSource < 1:
+		return fmt.Errorf("max sessions per source %d is less than 1", l.MaxSessionsPerSource)
+	case l.MaxChannelsPerSource < 1:
+		return fmt.Errorf("max channels per source %d is less than 1", l.MaxChannelsPerSource)
+	case l.IdleTimeout < 0:
+		return fmt.Errorf("idle timeout %v is negative", l.IdleTimeout)
 	case l.MaxSessions < 1:
 		return fmt.Errorf("max sessions %d is less than 1", l.MaxSessions)
 	case l.MaxChannelsTotal < 1:

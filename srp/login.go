@@ -170,14 +170,17 @@ func (t *Target) login(req ib.ConnRequest, fam ib.Family) {
 		return
 	}
 
-	sess, ok := t.acquireSession(nexusKey{initiator: f.InitiatorPortID, target: f.TargetPortID})
-	if !ok {
-		t.reject(req, f.Tag, iu.LoginRejInsufficientResources, log,
-			fmt.Sprintf("the target has %d I_T nexuses with channels (max_sessions %d)", t.lim.MaxSessions, t.lim.MaxSessions),
-			"raise limits.max_sessions, or log out initiators that are no longer used")
+	key := nexusKey{initiator: f.InitiatorPortID, target: f.TargetPortID}
+	hostAddr := src.Addr() // the host's share is kept by its address, or its GID over AF_IB
+	if ibSrc != nil {
+		hostAddr = ibSrc.GID
+	}
+	sess, host, le := t.acquireSession(key, hostAddr)
+	if le != nil {
+		t.reject(req, f.Tag, le.reason, log, le.detail, le.hint)
 		return
 	}
-	defer t.releaseSession(sess)
+	defer t.releaseSession(sess, host)
 	sess.loginMu.Lock()
 	defer sess.loginMu.Unlock()
 	sess.waitReset()
@@ -212,19 +215,17 @@ func (t *Target) login(req ib.ConnRequest, fam ib.Family) {
 		}
 	}
 
-	if total, ok := t.reserveChannel(); !ok {
-		t.reject(req, f.Tag, iu.LoginRejInsufficientResources, log,
-			fmt.Sprintf("the target has %d channels (max_channels_total %d)", total, t.lim.MaxChannelsTotal),
-			"raise limits.max_channels_total, or lower ch_count on the initiators")
+	if le := t.reserveChannel(host, key); le != nil {
+		t.reject(req, f.Tag, le.reason, log, le.detail, le.hint)
 		return
 	}
 	reserved := true
 	defer func() {
 		if reserved {
-			t.unreserveChannel()
+			t.unreserveChannel(host, key)
 		}
 	}()
-	ch, ap, err := t.prepareChannel(sess, req, &f, ibSrc)
+	ch, ap, err := t.prepareChannel(sess, host, req, &f, ibSrc)
 	if err != nil {
 		t.reject(req, f.Tag, iu.LoginRejInsufficientResources, log, err.Error(),
 			"check the memory available for registration (ulimit -l) and the device limits")
@@ -244,14 +245,12 @@ func (t *Target) login(req ib.ConnRequest, fam ib.Family) {
 		RspFlags:    flags,
 	})
 	ap.PrivateData = rsp[:]
-	added := t.addChannel(ch)
-	reserved = false
-	t.unreserveChannel()
-	if !added {
+	if !t.addChannel(ch) {
 		ch.release()
 		t.reject(req, f.Tag, iu.LoginRejInsufficientResources, log, "target is shutting down", "wait for the target to restart")
 		return
 	}
+	reserved = false
 	conn, err := req.Accept(ap)
 	if err != nil {
 		ch.release()
@@ -322,9 +321,9 @@ func (t *Target) terminateChannels(sess *session, log *zap.Logger) bool {
 	return true
 }
 
-// prepareChannel sizes and allocates a channel for req (from ibSrc when it arrived on an AF_IB
-// listener); the caller accepts.
-func (t *Target) prepareChannel(sess *session, req ib.ConnRequest, f *iu.LoginReqFields, ibSrc *ib.IBAddr) (*channel, ib.AcceptParams, error) {
+// prepareChannel sizes and allocates a channel for req from host (from ibSrc when it arrived on
+// an AF_IB listener); the caller accepts.
+func (t *Target) prepareChannel(sess *session, host *source, req ib.ConnRequest, f *iu.LoginReqFields, ibSrc *ib.IBAddr) (*channel, ib.AcceptParams, error) {
 	lim := req.Limits()
 	p := channelParams{
 		// One receive beyond the credits is kept for the answer to SRP_CRED_REQ.
@@ -343,7 +342,7 @@ func (t *Target) prepareChannel(sess *session, req ib.ConnRequest, f *iu.LoginRe
 	if err != nil {
 		return nil, ib.AcceptParams{}, err
 	}
-	ch, err := newChannel(t, sess, pool, req.PD(), p, req.RemoteAddr())
+	ch, err := newChannel(t, sess, host, pool, req.PD(), p, req.RemoteAddr())
 	if err != nil {
 		return nil, ib.AcceptParams{}, err
 	}

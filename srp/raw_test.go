@@ -39,6 +39,12 @@ func newRawConn(t *testing.T, h *harness, addr string, recvs int) *rawConn {
 func newRawConnCfg(t *testing.T, h *harness, addr string, recvs int, cfg srptest.Config) *rawConn {
 	node, err := h.fab.NewNode(netip.MustParseAddr(addr))
 	require.NoError(t, err)
+	return newRawConnNode(t, h, node, recvs, cfg)
+}
+
+// newRawConnNode logs a raw initiator in from node (several channels from one address).
+func newRawConnNode(t *testing.T, h *harness, node *memfabric.Node, recvs int, cfg srptest.Config) *rawConn {
+	var err error
 	r := &rawConn{t: t, pd: node.PD(), rx: make([]byte, 64*rawSlot), tx: make([]byte, 64*rawSlot)}
 	r.rxMR, err = r.pd.RegisterMemory(r.rx, ib.AccessLocalWrite)
 	require.NoError(t, err)

@@ -70,7 +70,7 @@ func TestSecStuckInitiatorCannotStarveOthers(t *testing.T) {
 
 	h.waitStats("the stalled channel closed", func(s srp.Stats) bool { return s.RDMAStalls == 1 })
 	require.GreaterOrEqual(t, time.Since(stalledAt), timeout, "closed before rdma_timeout")
-	e, ok := h.logged("RDMA stalled: no work request completed within rdma_timeout; closing the channel and aborting its commands")
+	e, ok := h.logged("RDMA stalled: a work request outstanding for longer than rdma_timeout; closing the channel and aborting its commands")
 	require.True(t, ok)
 	require.Equal(t, zapcore.WarnLevel, e.Level)
 	require.Contains(t, e.ContextMap()["src"], "198.19.3.1", "the log line names the initiator's address")
@@ -224,7 +224,7 @@ func TestSecGlobalLimits(t *testing.T) {
 	}
 
 	t.Run("max_sessions", func(t *testing.T) {
-		h := newHarness(t, harnessOpts{limits: srp.Limits{MaxSessions: 2}})
+		h := newHarness(t, harnessOpts{limits: srp.Limits{MaxSessions: 2, MaxSessionsPerSource: 2}})
 		a := h.login(cfgFor(h, 1))
 		h.login(cfgFor(h, 2))
 		_, err := h.loginErr(cfgFor(h, 3))
@@ -237,7 +237,7 @@ func TestSecGlobalLimits(t *testing.T) {
 		require.Equal(t, 2, h.tgt.SessionCount())
 	})
 	t.Run("max_channels_total", func(t *testing.T) {
-		h := newHarness(t, harnessOpts{limits: srp.Limits{MaxChannelsTotal: 3}})
+		h := newHarness(t, harnessOpts{limits: srp.Limits{MaxChannelsTotal: 3, MaxChannelsPerSource: 3}})
 		h.loginMulti(cfgFor(h, 1), 2)
 		h.login(cfgFor(h, 2))
 		_, err := h.loginErr(cfgFor(h, 3))

@@ -28,6 +28,8 @@ type session struct {
 	nexus  *scsi.Nexus
 	log    *zap.Logger
 	lunMap atomic.Pointer[scsi.LUNMap]
+	// buf is the data buffers the nexus's channels hold together (Limits.MaxInitiatorBuffer).
+	buf bufShare
 
 	// loginMu serialises logins of this nexus (a SINGLE login tears down the others).
 	loginMu sync.Mutex

@@ -113,6 +113,8 @@ type Stats struct {
 	BufferBusy  uint64
 	// RDMAStalls counts channels closed by the stall watchdog (Limits.RDMATimeout).
 	RDMAStalls uint64
+	// IdleClosed counts channels closed for having done nothing for Limits.IdleTimeout.
+	IdleClosed uint64
 	// CreditViolations counts responses that would have granted more credits than receive
 	// buffers were posted. It must stay 0; it exists to catch bugs.
 	CreditViolations uint64
@@ -143,7 +145,7 @@ type counters struct {
 	protocolErrors, rdmaErrors     atomic.Uint64
 	bufferWaits, bufferBusy        atomic.Uint64
 	creditViolations               atomic.Uint64
-	rdmaStalls                     atomic.Uint64
+	rdmaStalls, idleClosed         atomic.Uint64
 	credReqs                       atomic.Uint64
 	sendPosts, sendWRs             atomic.Uint64
 }
@@ -168,6 +170,7 @@ func (t *Target) Stats() Stats {
 		BufferBusy:       c.bufferBusy.Load(),
 		CreditViolations: c.creditViolations.Load(),
 		RDMAStalls:       c.rdmaStalls.Load(),
+		IdleClosed:       c.idleClosed.Load(),
 		CreditRequests:   c.credReqs.Load(),
 		SendPosts:        c.sendPosts.Load(),
 		SendWRs:          c.sendWRs.Load(),

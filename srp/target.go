@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,6 +96,9 @@ type Target struct {
 	listeners map[ib.Listener]struct{}
 	sessions  map[nexusKey]*session
 	channels  map[*channel]struct{}
+	// sources are the source addresses with logins or channels: each host's share of the
+	// sessions, channels and buffers (share.go).
+	sources map[netip.Addr]*source
 	// chReserved counts channels of logins in progress that passed the MaxChannelsTotal check
 	// and are not in channels yet.
 	chReserved int
@@ -150,6 +154,7 @@ func New(cfg Config) (*Target, error) {
 		listeners:  make(map[ib.Listener]struct{}),
 		sessions:   make(map[nexusKey]*session),
 		channels:   make(map[*channel]struct{}),
+		sources:    make(map[netip.Addr]*source),
 		pools:      make(map[ib.ProtectionDomain]*bufPool),
 		loginSlots: make(chan struct{}, lim.MaxLoginsInProgress),
 		logLimit:   newLogLimiter(rejectLogBurst, rejectLogEvery),
@@ -399,11 +404,13 @@ func (t *Target) retirePool(pd ib.ProtectionDomain, p *bufPool, removed <-chan s
 	t.log.Info("released the data buffer pool of a removed device", zap.Int64("bytes", p.size()))
 }
 
-// acquireSession returns the session of key for a login, creating it, and counts the login
-// until releaseSession. When the target has Limits.MaxSessions sessions already, the one
-// without channels for the longest is forgotten to make room; when every session has
-// channels (or a login or reset in progress), ok is false.
-func (t *Target) acquireSession(key nexusKey) (s *session, ok bool) {
+// acquireSession returns the session of key for a login from addr, creating it, and counts
+// the login, against the source address's share too, until releaseSession. When the target
+// has Limits.MaxSessions sessions already, the one without channels for the longest is
+// forgotten to make room. It refuses (a non-nil loginError) when every session has channels
+// (or a login or reset in progress), or when addr has Limits.MaxSessionsPerSource other
+// nexuses with logins or channels.
+func (t *Target) acquireSession(key nexusKey, addr netip.Addr) (*session, *source, *loginError) {
 	var evicted *session
 	defer func() {
 		if evicted != nil {
@@ -412,11 +419,24 @@ func (t *Target) acquireSession(key nexusKey) (s *session, ok bool) {
 	}()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s = t.sessions[key]
+	src := t.sourceLocked(addr)
+	if n := len(src.nexuses); src.nexuses[key] == 0 && n >= t.lim.MaxSessionsPerSource {
+		if n == 0 {
+			delete(t.sources, addr)
+		}
+		r := sessionsRefusal(addr, n, t.lim.MaxSessionsPerSource)
+		return nil, nil, &loginError{reason: iu.LoginRejInsufficientResources, detail: r.detail, hint: r.hint}
+	}
+	s := t.sessions[key]
 	if s == nil {
 		if len(t.sessions) >= t.lim.MaxSessions {
 			if evicted = t.oldestIdleLocked(); evicted == nil {
-				return nil, false
+				if len(src.nexuses) == 0 {
+					delete(t.sources, addr)
+				}
+				return nil, nil, &loginError{reason: iu.LoginRejInsufficientResources,
+					detail: fmt.Sprintf("the target has %d I_T nexuses with channels (max_sessions %d)", t.lim.MaxSessions, t.lim.MaxSessions),
+					hint:   "raise limits.max_sessions, or log out initiators that are no longer used"}
 			}
 			delete(t.sessions, evicted.key)
 		}
@@ -424,13 +444,15 @@ func (t *Target) acquireSession(key nexusKey) (s *session, ok bool) {
 		t.sessions[key] = s
 	}
 	s.logins++
-	return s, true
+	src.nexuses[key]++
+	return s, src, nil
 }
 
 // releaseSession ends a login's use of s.
-func (t *Target) releaseSession(s *session) {
+func (t *Target) releaseSession(s *session, src *source) {
 	t.mu.Lock()
 	s.logins--
+	t.unrefLocked(src, s.key, false)
 	t.mu.Unlock()
 }
 
@@ -450,23 +472,32 @@ func (t *Target) oldestIdleLocked() *session {
 	return oldest
 }
 
-// reserveChannel counts a channel about to be set up against Limits.MaxChannelsTotal; false
-// when the target has that many. unreserveChannel undoes it once the channel is recorded
-// (addChannel) or given up.
-func (t *Target) reserveChannel() (n int, ok bool) {
+// reserveChannel counts a channel of nexus key from src about to be set up, against
+// Limits.MaxChannelsTotal and src's Limits.MaxChannelsPerSource; it refuses when either is
+// reached. addChannel keeps the count for the live channel (removeChannel drops it);
+// unreserveChannel drops it when the channel is given up.
+func (t *Target) reserveChannel(src *source, key nexusKey) *loginError {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n = len(t.channels) + t.chReserved
-	if n >= t.lim.MaxChannelsTotal {
-		return n, false
+	if n := len(t.channels) + t.chReserved; n >= t.lim.MaxChannelsTotal {
+		return &loginError{reason: iu.LoginRejInsufficientResources,
+			detail: fmt.Sprintf("the target has %d channels (max_channels_total %d)", n, t.lim.MaxChannelsTotal),
+			hint:   "raise limits.max_channels_total, or lower ch_count on the initiators"}
+	}
+	if src.channels >= t.lim.MaxChannelsPerSource {
+		r := channelsRefusal(src.addr, src.channels, t.lim.MaxChannelsPerSource)
+		return &loginError{reason: iu.LoginRejInsufficientResources, detail: r.detail, hint: r.hint}
 	}
 	t.chReserved++
-	return n, true
+	src.channels++
+	src.nexuses[key]++
+	return nil
 }
 
-func (t *Target) unreserveChannel() {
+func (t *Target) unreserveChannel(src *source, key nexusKey) {
 	t.mu.Lock()
 	t.chReserved--
+	t.unrefLocked(src, key, true)
 	t.mu.Unlock()
 }
 
@@ -481,7 +512,8 @@ func (t *Target) sessionList() []*session {
 	return out
 }
 
-// addChannel records a started channel; it fails when shutting down.
+// addChannel records a started channel, which takes over its reservation (reserveChannel);
+// it fails when shutting down, and the reservation stays.
 func (t *Target) addChannel(ch *channel) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -489,13 +521,16 @@ func (t *Target) addChannel(ch *channel) bool {
 		return false
 	}
 	t.channels[ch] = struct{}{}
+	t.chReserved--
 	t.chans.Add(1)
 	return true
 }
 
+// removeChannel forgets a channel addChannel recorded, and what it counted against its source.
 func (t *Target) removeChannel(ch *channel) {
 	t.mu.Lock()
 	delete(t.channels, ch)
+	t.unrefLocked(ch.src, ch.sess.key, true)
 	t.mu.Unlock()
 	t.chans.Done()
 }

@@ -240,9 +240,12 @@ func (d *daemon) checkImmutable(cfg *config.Config) config.Errors {
 		{"completion", oe.Completion, ne.Completion},
 		{"poll_window", oe.PollWindow, ne.PollWindow},
 		{"rdma_timeout", oe.RDMATimeout, ne.RDMATimeout},
-		{"max_channel_buffer", oe.MaxChannelBuffer, ne.MaxChannelBuffer},
+		{"max_initiator_buffer", oe.MaxInitiatorBuffer, ne.MaxInitiatorBuffer},
 		{"max_sessions", o.MaxSessions, n.MaxSessions},
 		{"max_channels_total", o.MaxChannelsTotal, n.MaxChannelsTotal},
+		{"max_sessions_per_source", o.MaxSessionsPerSource, n.MaxSessionsPerSource},
+		{"max_channels_per_source", o.MaxChannelsPerSource, n.MaxChannelsPerSource},
+		{"idle_timeout", oe.IdleTimeout, ne.IdleTimeout},
 		{"max_logins_in_progress", o.MaxLoginsInProgress, n.MaxLoginsInProgress},
 		{"scheduling", o.Scheduling, n.Scheduling},
 	} {
