@@ -41,10 +41,12 @@
 #   port2=5556, only=LIST (comma
 #   separated scenario names: run only these, for debugging);
 #   hog: hog_rdma_timeout=10s (limits.rdma_timeout of the daemon instance;
-#   empty: not written, the daemon's default 30s), hog_max_channel_buffer=
-#   (limits.max_channel_buffer, e.g. 100%; empty: the daemon's default),
+#   empty: not written, the daemon's default 30s), hog_max_initiator_buffer=
+#   (limits.max_initiator_buffer, e.g. 100%; empty: the daemon's default),
 #   hog_secs= (how long srpflood holds the connection unless disconnected:
-#   the timeout + 15 s), hog_commands=16, hog_stall_re='^RDMA stalled: '
+#   the timeout + 15 s), hog_commands=16 (per channel), hog_channels=4,
+#   hog_trickle=500ms (0s: srpflood never receives), hog_source=169.254.50.9
+#   (the second address srpflood connects from), hog_stall_re='^RDMA stalled: '
 #   (the message of the daemon's WARN line).
 # shellcheck disable=SC2317 # functions called through check/wait_for
 # shellcheck source=lib.sh

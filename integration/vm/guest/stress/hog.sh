@@ -5,17 +5,21 @@
 #
 # last instance, "hog": a misbehaving initiator against the shared data-buffer
 #   pool. srpflood (integration/vm/tools/srpflood) logs in on the second
-#   listener ($PORT2) as initiator port ext f1 with RNR retry 7, as ib_srp
-#   does, posts no receive buffer and sends hog_commands READ(10) of 8 MiB:
-#   the target's first response SEND retries for ever (RNR), everything
-#   behind it on the send queue waits, and until the daemon closes the
-#   channel the commands keep their pool buffers. Meanwhile ib_srp on the
-#   first listener ($PORT) writes and verifies 64 KiB blocks on LUN 0. Pass:
-#   0 verify errors, the victim's disk never goes longer than rdma_timeout
-#   (10 s here) + 5 s without completing an I/O (sampled from
-#   /sys/block/sdX/stat every 0.25 s), the daemon logs a WARN line saying
-#   it closed srpflood's stalled channel, srpflood sees the disconnect, and
-#   the goroutines are back to the reference.
+#   listener ($PORT2) from a second address of the guest (hog_source, another
+#   host as far as the target can tell) as initiator port ext f1 with RNR
+#   retry 7, as ib_srp does, on hog_channels channels (4), posts no receive
+#   buffer and sends hog_commands READ(10) of 8 MiB on each; then it trickles:
+#   one receive buffer per channel every hog_trickle (500 ms), a new READ for
+#   each response, so that every channel completes something now and then
+#   while its commands keep pool buffers. Meanwhile ib_srp on the first
+#   listener ($PORT) writes and verifies 64 KiB blocks on LUN 0. Pass: 0
+#   verify errors, the victim's disk never goes longer than rdma_timeout (10 s
+#   here) + 5 s without completing an I/O (sampled from /sys/block/sdX/stat
+#   every 0.25 s), the daemon logs a WARN line for each of srpflood's
+#   channels saying it closed it as stalled (its oldest work request older
+#   than rdma_timeout), srpflood sees every channel disconnected, and the
+#   goroutines are back to the reference. hog_channels=1 hog_trickle=0s is
+#   the first round's single channel that never receives.
 # shellcheck disable=SC2317 # functions called through check/wait_for
 # hog_sampler sdX FILE STOPFILE: "uptime completed_ios" (reads + writes completed, fields 1
 # and 5 of /sys/block/sdX/stat, Documentation/block/stat.rst) about every 0.25 s until
@@ -66,32 +70,42 @@ scenario_hog() {
 	# (hog_rdma_timeout=): none, the daemon's default HOG_DEFAULT_TIMEOUT.
 	HOG_RDMA_TIMEOUT=$(arg hog_rdma_timeout 10s)
 	HOG_DEFAULT_TIMEOUT=30s
-	# limits.max_channel_buffer: empty, the daemon's default (25% of the pool); 100% leaves
+	# limits.max_initiator_buffer: empty, the daemon's default (25% of the pool); 100% leaves
 	# the victim only the stall watchdog.
-	HOG_MAX_CHANNEL_BUFFER=$(arg hog_max_channel_buffer "")
+	HOG_MAX_INITIATOR_BUFFER=$(arg hog_max_initiator_buffer "")
+	# srpflood's channels, its trickle (0s: it never receives) and the address it connects
+	# from: a second address on the rxe netdev, so that the target sees another host than
+	# ib_srp's (each source address has its own share of the pool).
+	HOG_CHANNELS=$(arg hog_channels 4)
+	HOG_TRICKLE=$(arg hog_trickle 500ms)
+	HOG_SOURCE=$(arg hog_source 169.254.50.9)
 	HOG_TIMEOUT_S=$(secs "${HOG_RDMA_TIMEOUT:-$HOG_DEFAULT_TIMEOUT}")
 	HOG_BOUND_S=$((HOG_TIMEOUT_S + 5))
 	# srpflood holds the connection this long unless the target closes it first: longer than
 	# the bound, so that a daemon that never closes the channel fails.
 	HOG_SECS=$(arg hog_secs $((HOG_TIMEOUT_S + 15)))
 	HOG_COMMANDS=$(arg hog_commands 16)
-	# The daemon's line for the channel it closed (srp/channel.go, watchdog): WARN "RDMA
-	# stalled: no work request completed within rdma_timeout; closing the channel and
+	# The daemon's line for each channel it closed (srp/watchdog.go): WARN "RDMA stalled: a
+	# work request outstanding for longer than rdma_timeout; closing the channel and
 	# aborting its commands", naming srpflood's initiator port.
 	HOG_STALL_RE=$(arg hog_stall_re '^RDMA stalled: ')
-	scenario hog "srpflood holds the buffer pool (no receives, RNR retry 7) for up to ${HOG_SECS}s while ib_srp verifies on the other listener"
+	scenario hog "srpflood, $HOG_CHANNELS channels from $HOG_SOURCE, holds pool buffers (RNR retry 7, one receive per channel every $HOG_TRICKLE) for up to ${HOG_SECS}s while ib_srp verifies on the other listener"
 	CONFIG_HOG=$STRESS_DIR/hog.yaml
 	{
 		add=
 		[ -n "$HOG_RDMA_TIMEOUT" ] && add="$add\n  rdma_timeout: $HOG_RDMA_TIMEOUT"
-		[ -n "$HOG_MAX_CHANNEL_BUFFER" ] && add="$add\n  max_channel_buffer: \"$HOG_MAX_CHANNEL_BUFFER\""
+		[ -n "$HOG_MAX_INITIATOR_BUFFER" ] && add="$add\n  max_initiator_buffer: \"$HOG_MAX_INITIATOR_BUFFER\""
 		sed "s/^  max_transfer_size: 8MiB\$/&$add/" "$CONFIG"
 		# acls: is the configuration's last section
 		printf '  # srpflood (the hog scenario)\n  - initiators: ["0x%s*"]\n    luns: [3]\n' "$HOG_EXT"
 	} >"$CONFIG_HOG"
-	echo "SRPTVM: $CONFIG_HOG: rdma_timeout ${HOG_RDMA_TIMEOUT:-not set (default $HOG_DEFAULT_TIMEOUT)}, max_channel_buffer ${HOG_MAX_CHANNEL_BUFFER:-not set (default)}; bound on the victim's stall ${HOG_BOUND_S}s; srpflood holds up to ${HOG_SECS}s with $HOG_COMMANDS commands"
+	echo "SRPTVM: $CONFIG_HOG: rdma_timeout ${HOG_RDMA_TIMEOUT:-not set (default $HOG_DEFAULT_TIMEOUT)}, max_initiator_buffer ${HOG_MAX_INITIATOR_BUFFER:-not set (default)}; bound on the victim's stall ${HOG_BOUND_S}s; srpflood holds up to ${HOG_SECS}s with $HOG_COMMANDS commands"
 	diff "$CONFIG" "$CONFIG_HOG"
 	FLOOD=$(command -v srpflood)
+	hog_src_added=
+	if [ -n "$HOG_SOURCE" ] && ! ip -o addr show dev "$RXE_NETDEV" | grep -qF " $HOG_SOURCE/"; then
+		ip addr add "$HOG_SOURCE/16" dev "$RXE_NETDEV" && hog_src_added=1
+	fi
 	if [ -z "$FLOOD" ]; then
 		record "hog: srpflood" fail "no srpflood in the guest: integration/vm/stress.sh builds it and passes it in"
 	elif ! "$BIN" validate --config "$CONFIG_HOG" >/tmp/validate-hog.txt 2>&1; then
@@ -123,9 +137,11 @@ scenario_hog() {
 			# srpflood's lines with the guest uptime in front (process substitution: $! is
 			# srpflood's own PID)
 			t_fl=$(uptime_s)
-			echo "SRPTVM\$ $FLOOD -target $RXE_IP4:$PORT2 -id-ext $ID_EXT -ioc-guid $IOC_GUID -initiator-ext $HOG_EXT -lun 3 -commands $HOG_COMMANDS -size 8MiB -duration ${HOG_SECS}s"
-			"$FLOOD" -target "$RXE_IP4:$PORT2" -id-ext "$ID_EXT" -ioc-guid "$IOC_GUID" -initiator-ext "$HOG_EXT" \
-				-lun 3 -commands "$HOG_COMMANDS" -size 8MiB -duration "${HOG_SECS}s" \
+			fargs=(-target "$RXE_IP4:$PORT2" -id-ext "$ID_EXT" -ioc-guid "$IOC_GUID" -initiator-ext "$HOG_EXT"
+				-lun 3 -commands "$HOG_COMMANDS" -size 8MiB -duration "${HOG_SECS}s"
+				-channels "$HOG_CHANNELS" -trickle "$HOG_TRICKLE" ${HOG_SOURCE:+-source "$HOG_SOURCE"})
+			echo "SRPTVM\$ $FLOOD ${fargs[*]}"
+			"$FLOOD" "${fargs[@]}" \
 				> >(while IFS= read -r l; do read -r up _ </proc/uptime; echo "$up $l"; done >"$flog") 2>&1 &
 			fpid=$!
 			if wait_for $((HOG_SECS + 60)) eval "! kill -0 $fpid"; then
@@ -148,6 +164,7 @@ scenario_hog() {
 			t_fio=$(tail -1 "$samples" | cut -d' ' -f1)
 			# srpflood's own account
 			fl_login=$(grep -m1 ' SRPFLOOD login ok ' "$flog" | cut -d' ' -f5- | cut -c1-200)
+			fl_logins=$(grep -c ' SRPFLOOD login ok ' "$flog")
 			t_sent=$(grep -m1 ' SRPFLOOD sent ' "$flog" | cut -d' ' -f1)
 			fl_sent=$(grep -m1 ' SRPFLOOD sent ' "$flog" | sed -n 's/.*commands=\([0-9]*\).*/\1/p')
 			fl_comp=$(grep -m1 ' SRPFLOOD send completions ' "$flog" | cut -d' ' -f5-)
@@ -157,8 +174,10 @@ scenario_hog() {
 			after=$(sed -n 's/.* after_s=\([0-9.]*\).*/\1/p' <<<"$fl_end")
 			datain=$(sed -n 's/.* data_in_bytes=\([0-9]*\).*/\1/p' <<<"$fl_end")
 			sendok=$(sed -n 's/.* send_ok=\([0-9]*\).*/\1/p' <<<"$fl_end")
-			if [ "$frc" = 0 ] && [ -n "$fl_end" ] && [ -n "$fl_sent" ] && [ "${sendok:-0}" = "$fl_sent" ]; then
-				record "hog: srpflood" pass "port $PORT2, initiator ext $HOG_EXT: $fl_login; $fl_sent READ(10) of 8 MiB to LUN 3 all received by the target ($fl_comp); the target's RDMA WRITEs changed $datain bytes of its buffer (0 when the first response, stuck in RNR, is in front of every WRITE); ended by $reason after $after s"
+			responses=$(sed -n 's/.* responses=\([0-9]*\).*/\1/p' <<<"$fl_end")
+			if [ "$frc" = 0 ] && [ -n "$fl_end" ] && [ -n "$fl_sent" ] && [ "$fl_logins" = "$HOG_CHANNELS" ] &&
+				[ "${sendok:-0}" -ge "$fl_sent" ]; then
+				record "hog: srpflood" pass "port $PORT2, initiator ext $HOG_EXT, $fl_logins channels from ${HOG_SOURCE:-the address of its route}: $fl_login; $fl_sent READ(10) of 8 MiB to LUN 3 all received by the target ($fl_comp); $responses responses taken by the trickle (one receive per channel every $HOG_TRICKLE), each answered by a new READ; the target's RDMA WRITEs changed $datain bytes of its buffers; ended by $reason after $after s"
 			else
 				record "hog: srpflood" fail "exit $frc; $(grep -v ' SRPFLOOD \(login\|sent\|send\) ' "$flog" | head -2 | cut -d' ' -f2- | tr '\n' ' ')${fl_end:+; $fl_end}"
 			fi
@@ -190,20 +209,22 @@ scenario_hog() {
 			# The daemon's account: a WARN line matching HOG_STALL_RE (to be named exactly by
 			# the engine's watchdog), for the channel of srpflood's initiator port.
 			fid=0x$HOG_EXT$RXE_GUID
-			warn=$(awk -F'\t' -v re="$HOG_STALL_RE" '$2 == "WARN" && $3 ~ re' <<<"$log" | grep -F "\"initiator\": \"$fid\"" |
-				head -1 | cut -f3- | cut -c1-500)
+			warns=$(awk -F'\t' -v re="$HOG_STALL_RE" '$2 == "WARN" && $3 ~ re' <<<"$log" | grep -F "\"initiator\": \"$fid\"")
+			nwarn=$(grep -c . <<<"$warns")
+			warn=$(head -1 <<<"$warns" | cut -f3- | cut -c1-500)
 			acc=$(grep '	login accepted	' <<<"$log" | grep -c "\"initiator\": \"$fid\"")
-			if [ -n "$warn" ] && [ "$reason" = disconnected ]; then
-				record "hog: daemon closed the stalled channel" pass "$warn; srpflood disconnected by the target $after s after its commands"
+			if [ -n "$warn" ] && [ "$nwarn" = "$HOG_CHANNELS" ] && [ "$reason" = disconnected ]; then
+				record "hog: daemon closed the stalled channels" pass "$nwarn WARN lines, the first: $warn; srpflood's $HOG_CHANNELS channels disconnected by the target $after s after its commands"
 			else
 				[ -n "$warn" ] || warn="no WARN line matching \"$HOG_STALL_RE\" for $fid in the log of instance $hog_instance"
 				held=
 				[ "$reason" = duration ] && held=": it held the connection as long as it wanted"
-				record "hog: daemon closed the stalled channel" fail "$warn ($acc login(s) of $fid accepted); srpflood: ${reason:-no end line}${after:+ after $after s}$held"
+				record "hog: daemon closed the stalled channels" fail "$nwarn of $HOG_CHANNELS channels closed as stalled: $warn ($acc login(s) of $fid accepted); srpflood: ${reason:-no end line}${after:+ after $after s}$held"
 			fi
 			logout_host "$H"
 		fi
 		wait_for 30 eval '[ -z "$(new_unclosed_channels)" ]'
+		[ -n "$hog_src_added" ] && ip addr del "$HOG_SOURCE/16" dev "$RXE_NETDEV"
 		daemon_ok "hog: daemon"
 		goroutines_check "hog: goroutines"
 	fi

@@ -1,9 +1,14 @@
 // Command srpflood is a misbehaving SRP initiator for the VM stress test (the "hog" scenario
 // of integration/vm/guest/stress.sh): it logs in to an SRP target over RDMA/CM as ib_srp
 // does (SRP_LOGIN_REQ in the 56-byte RDMA/CM form as the REQ's private data, RNR retry count
-// 7), posts no receive buffer at all, sends as many large READ(10) commands as its credits
-// allow, with direct data-in descriptors pointing into a buffer of its own registered for
-// remote write, and then holds the connection open without ever receiving anything.
+// 7), on -channels channels of one I_T nexus (MULTI-CHANNEL ACTION single, then multi),
+// posts no receive buffer, sends large READ(10) commands, with direct data-in descriptors
+// pointing into a buffer of its own registered for remote write, and then holds the
+// connections open. Without -trickle it never receives anything. With -trickle it posts one
+// receive buffer per channel every interval and answers each response with a new READ, so
+// that one response per channel gets through per interval and every channel seems alive
+// while its commands keep the target's buffers: the attack a stall watchdog that only asks
+// whether anything completed does not see.
 //
 // The target's first response SEND finds no receive queued: the responder answers RNR NAK
 // and, with an RNR retry count of 7, the target's QP retries it for ever (ibv_modify_qp(3),
@@ -20,16 +25,16 @@
 //
 //	srpflood -target 169.254.50.1:5556 -id-ext HEX -ioc-guid HEX [-initiator-ext HEX]
 //	         [-initiator-guid HEX] [-lun N] [-commands N] [-size 8MiB] [-block-size 512]
-//	         [-duration 60s]
+//	         [-duration 60s] [-channels 1] [-trickle 0s] [-source ADDR]
 //
-// It exits after -duration (closing the connection: a DREQ, so the target's channel ends and
-// its work requests flush), or earlier when the target disconnects it. Output, one line each,
-// for the scenario to parse:
+// It exits after -duration (closing the connections: a DREQ each, so the target's channels end
+// and their work requests flush), or earlier when the target has disconnected every channel.
+// Output, one line each, for the scenario to parse:
 //
-//	SRPFLOOD login ok credits=N max_it_iu_len=N max_ti_iu_len=N local=ADDR remote=ADDR
-//	SRPFLOOD sent commands=N bytes=N lun=N lba=N blocks=N
-//	SRPFLOOD send completions ok=N failed=N after_s=F   (once every command reached the target)
-//	SRPFLOOD end reason=duration|disconnected|device-removed after_s=F data_in_bytes=N send_ok=N send_failed=N
+//	SRPFLOOD login ok channel=N credits=N max_it_iu_len=N max_ti_iu_len=N local=ADDR remote=ADDR   (per channel)
+//	SRPFLOOD sent commands=N bytes=N lun=N lba=N blocks=N channels=N trickle=D   (the first commands, all channels)
+//	SRPFLOOD send completions ok=N failed=N after_s=F   (once as many commands reached the target)
+//	SRPFLOOD end reason=duration|disconnected|device-removed after_s=F data_in_bytes=N send_ok=N send_failed=N responses=N
 //
 // after_s counts from the moment the commands were posted; data_in_bytes is how many bytes of
 // the data buffer the target's RDMA WRITEs changed (the buffer is filled with 0xA5 first; a
@@ -87,6 +92,9 @@ type config struct {
 	lba           uint32
 	duration      time.Duration
 	timeout       time.Duration
+	channels      int
+	trickle       time.Duration
+	source        netip.Addr
 }
 
 func main() {
@@ -120,6 +128,9 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	lba := fs.Uint("lba", 0, "the first logical block every command reads")
 	duration := fs.Duration("duration", 60*time.Second, "how long to hold the connection after sending")
 	timeout := fs.Duration("connect-timeout", 20*time.Second, "bound on address and route resolution and the login")
+	channels := fs.Int("channels", 1, "channels of the I_T nexus to log in, each sending -commands")
+	trickle := fs.Duration("trickle", 0, "post one receive per channel this often, and a new READ per response (0: never receive)")
+	source := fs.String("source", "", "the local address to connect from (default: the route's)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -187,6 +198,19 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-connect-timeout %v: must be positive", *timeout)
 	}
 	cfg.timeout = *timeout
+	if *channels < 1 || *channels > 256 {
+		return cfg, fmt.Errorf("-channels %d: 1 to 256", *channels)
+	}
+	cfg.channels = *channels
+	if *trickle < 0 {
+		return cfg, fmt.Errorf("-trickle %v: must not be negative", *trickle)
+	}
+	cfg.trickle = *trickle
+	if *source != "" {
+		if cfg.source, err = netip.ParseAddr(*source); err != nil {
+			return cfg, fmt.Errorf("-source: %w", err)
+		}
+	}
 	return cfg, nil
 }
 
@@ -248,13 +272,14 @@ func portID(ext, guid uint64) iu.PortID {
 }
 
 // loginRequest is the 56-byte RDMA/CM SRP_LOGIN_REQ (struct srp_login_req_rdma) that ib_srp
-// sends for its first channel: tag 0, IT IU length 8260, direct and indirect descriptors,
-// MULTI-CHANNEL ACTION single, immediate data requested at offset 68.
-func loginRequest(cfg *config) []byte {
+// sends: tag 0, IT IU length 8260, direct and indirect descriptors, the MULTI-CHANNEL ACTION
+// given (single for the first channel, multi for the others), immediate data requested at
+// offset 68.
+func loginRequest(cfg *config, action iu.LoginReqFlags) []byte {
 	f := iu.LoginReqFields{
 		ReqITIULen:      itIULen,
 		ReqBufFmt:       iu.BufFormatDirect | iu.BufFormatIndirect,
-		ReqFlags:        iu.MultiChanSingle | iu.ImmedRequested,
+		ReqFlags:        action | iu.ImmedRequested,
 		ImmDataOffset:   immDataOffset,
 		InitiatorPortID: portID(cfg.initiatorExt, cfg.initiatorGUID),
 		TargetPortID:    portID(cfg.idExt, cfg.iocGUID),

@@ -34,13 +34,19 @@ func TestParseArgsDefaults(t *testing.T) {
 	require.Equal(t, uint32(8<<20), cfg.size)
 	require.Equal(t, uint32(512), cfg.blockSize)
 	require.Equal(t, 60*time.Second, cfg.duration)
+	require.Equal(t, 1, cfg.channels)
+	require.Zero(t, cfg.trickle, "no receive ever, by default")
+	require.False(t, cfg.source.IsValid())
 }
 
 func TestParseArgsAll(t *testing.T) {
 	cfg, err := parse(t, "-initiator-ext", "f1", "-initiator-guid", "0x1122334455667788", "-lun", "300",
 		"-commands", "8", "-size", "4M", "-block-size", "4096", "-lba", "1024", "-duration", "25s",
-		"-connect-timeout", "5s")
+		"-connect-timeout", "5s", "-channels", "4", "-trickle", "500ms", "-source", "169.254.50.9")
 	require.NoError(t, err)
+	require.Equal(t, 4, cfg.channels)
+	require.Equal(t, 500*time.Millisecond, cfg.trickle)
+	require.Equal(t, netip.MustParseAddr("169.254.50.9"), cfg.source)
 	require.Equal(t, uint64(0xf1), cfg.initiatorExt)
 	require.Equal(t, uint64(0x1122334455667788), cfg.initiatorGUID)
 	require.Equal(t, uint16(300), cfg.lun)
@@ -78,6 +84,9 @@ func TestParseArgsErrors(t *testing.T) {
 		{append(required, "-lba", "4294967295"), "32-bit LBA"},
 		{append(required, "-duration", "0s"), "-duration 0s"},
 		{append(required, "-connect-timeout", "-1s"), "-connect-timeout"},
+		{append(required, "-channels", "0"), "-channels 0"},
+		{append(required, "-trickle", "-1s"), "-trickle"},
+		{append(required, "-source", "nowhere"), "-source"},
 		{append(required, "extra"), "unexpected arguments"},
 		{append(required, "-nosuchflag"), "not defined"},
 	} {
@@ -106,7 +115,7 @@ func TestParseSize(t *testing.T) {
 func TestLoginRequest(t *testing.T) {
 	cfg, err := parse(t, "-initiator-ext", "f1", "-initiator-guid", "0102030405060708")
 	require.NoError(t, err)
-	b := loginRequest(&cfg)
+	b := loginRequest(&cfg, iu.MultiChanSingle)
 	require.Len(t, b, iu.LoginReqRDMASize, "the 56-byte RDMA/CM form")
 	f, err := iu.Parse[iu.LoginReqRDMA](b)
 	require.NoError(t, err)
@@ -121,6 +130,12 @@ func TestLoginRequest(t *testing.T) {
 	require.Equal(t, uint64(0xfffe000001), f.TargetPortID.IDExt())
 	require.Equal(t, uint64(0xfffe000001), f.TargetPortID.GUID())
 	// the same bytes as the Go test initiator's for the same identifiers
+	require.Equal(t, "0x00000000000000f10102030405060708", f.InitiatorPortID.String())
+
+	// the further channels of the nexus join it
+	f, err = iu.Parse[iu.LoginReqRDMA](loginRequest(&cfg, iu.MultiChanMulti))
+	require.NoError(t, err)
+	require.Equal(t, iu.MultiChanMulti, f.ReqFlags.MultiChanAction())
 	require.Equal(t, "0x00000000000000f10102030405060708", f.InitiatorPortID.String())
 }
 
