@@ -334,6 +334,7 @@ func statEntries(s srp.Stats) []statEntry {
 		statEntry{"buffer_waits", int64(s.BufferWaits)},
 		statEntry{"buffer_busy", int64(s.BufferBusy)},
 		statEntry{"rdma_stalls", int64(s.RDMAStalls)},
+		statEntry{"channels_idle_closed", int64(s.IdleClosed)},
 		statEntry{"credit_violations", int64(s.CreditViolations)},
 		statEntry{"credit_requests", int64(s.CreditRequests)},
 		statEntry{"pool_in_use", s.PoolInUse},

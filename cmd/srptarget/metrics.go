@@ -100,7 +100,8 @@ var (
 	descTransportErrors = newDesc("transport_errors_total", "Commands refused by the SRP transport itself (malformed SRP_CMD, limits).")
 	descProtocolErrors  = newDesc("protocol_errors_total", "Channels closed for a protocol violation.")
 	descRDMAErrors      = newDesc("rdma_errors_total", "Failed RDMA work requests (flushes excluded).")
-	descRDMAStalls      = newDesc("rdma_stalls_total", "Channels closed because the initiator stopped taking RDMA traffic for limits.rdma_timeout.")
+	descRDMAStalls      = newDesc("rdma_stalls_total", "Channels closed because a work request stayed outstanding for limits.rdma_timeout (the initiator stopped taking responses, or takes them too slowly).")
+	descIdleClosed      = newDesc("channels_idle_closed_total", "Channels closed because they received and held nothing for limits.idle_timeout.")
 	descBufferWaits     = newDesc("buffer_waits_total", "Commands that waited for a data buffer.")
 	descBusy            = newDesc("busy_total", "Commands answered BUSY after waiting limits.buffer_wait for a data buffer.")
 	descPoolInUse       = newDesc("buffer_pool_in_use_bytes", "Data buffer bytes in use, summed over RDMA devices.")
@@ -152,7 +153,7 @@ func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
 		descLUNCommands, descLUNLatency, descLUNReadBytes, descLUNWrittenBytes, descLUNErrors, descLUNInFlight,
 		descLoginsAccepted, descLoginsRejected, descSessions, descChannels, descChannelsClosed, descCommands,
 		descAborted, descTaskMgmt, descDataInBytes, descDataOutBytes, descTransportErrors, descProtocolErrors,
-		descRDMAErrors, descRDMAStalls, descBufferWaits, descBusy, descPoolInUse, descPoolHighMark, descPoolSize,
+		descRDMAErrors, descRDMAStalls, descIdleClosed, descBufferWaits, descBusy, descPoolInUse, descPoolHighMark, descPoolSize,
 		descCreditRequests, descServing, descBuildInfo,
 	} {
 		ch <- d
@@ -210,6 +211,7 @@ func collectTarget(ch chan<- prometheus.Metric, t *srp.Target) {
 	counter(ch, descProtocolErrors, s.ProtocolErrors)
 	counter(ch, descRDMAErrors, s.RDMAErrors)
 	counter(ch, descRDMAStalls, s.RDMAStalls)
+	counter(ch, descIdleClosed, s.IdleClosed)
 	counter(ch, descBufferWaits, s.BufferWaits)
 	counter(ch, descBusy, s.BufferBusy)
 	gauge(ch, descPoolInUse, s.PoolInUse)

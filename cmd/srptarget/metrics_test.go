@@ -174,6 +174,7 @@ func TestDaemonCollector(t *testing.T) {
 		{"srptarget_busy_total", nil, 0},
 		{"srptarget_rdma_errors_total", nil, 0},
 		{"srptarget_rdma_stalls_total", nil, 0},
+		{"srptarget_channels_idle_closed_total", nil, 0},
 		{"srptarget_buffer_pool_in_use_bytes", nil, 0},
 		{"srptarget_buffer_pool_size_bytes", nil, 0},
 	} {
