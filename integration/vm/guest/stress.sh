@@ -44,7 +44,7 @@
 #   empty: not written, the daemon's default 30s), hog_max_initiator_buffer=
 #   (limits.max_initiator_buffer, e.g. 100%; empty: the daemon's default),
 #   hog_secs= (how long srpflood holds the connection unless disconnected:
-#   the timeout + 15 s), hog_commands=16 (per channel), hog_channels=4,
+#   the timeout + 15 s), hog_commands=32 (per channel: more than the trickle lets through in rdma_timeout), hog_channels=4,
 #   hog_trickle=500ms (0s: srpflood never receives), hog_source=169.254.50.9
 #   (the second address srpflood connects from), hog_stall_re='^RDMA stalled: '
 #   (the message of the daemon's WARN line).

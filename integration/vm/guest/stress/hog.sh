@@ -84,7 +84,7 @@ scenario_hog() {
 	# srpflood holds the connection this long unless the target closes it first: longer than
 	# the bound, so that a daemon that never closes the channel fails.
 	HOG_SECS=$(arg hog_secs $((HOG_TIMEOUT_S + 15)))
-	HOG_COMMANDS=$(arg hog_commands 16)
+	HOG_COMMANDS=$(arg hog_commands 32)
 	# The daemon's line for each channel it closed (srp/watchdog.go): WARN "RDMA stalled: a
 	# work request outstanding for longer than rdma_timeout; closing the channel and
 	# aborting its commands", naming srpflood's initiator port.
