@@ -377,7 +377,7 @@ func (s *controlServer) handle(line []byte, cc *controlConn) controlResponse {
 			case req.DryRun:
 				res, rerr = d.dryRun(nil, true, s.closing)
 			default:
-				res, rerr = d.reloadReport()
+				res, rerr = d.reloadReport(s.closing)
 				notifyReloaded(s.log, rerr, d.statusLine())
 			}
 			result = res

@@ -56,10 +56,13 @@ type daemon struct {
 	closeErrMu sync.Mutex
 	closeErrs  []error // flush and close failures, reported by shutdown
 
-	mu     sync.Mutex // serialises start, reload and shutdown; guards what follows
-	cfg    *config.Config
-	ident  identity
-	target *srp.Target
+	// reloadMu serialises reloads, including what a reload does before it takes mu (reading
+	// the file, opening backstores: prepare).
+	reloadMu sync.Mutex
+	mu       sync.Mutex // serialises start, reload and shutdown; guards what follows
+	cfg      *config.Config
+	ident    identity
+	target   *srp.Target
 	// alua holds the target port groups every port of the target points at; a reload
 	// changes its groups (SetGroups).
 	alua      *scsi.ALUA

@@ -159,7 +159,7 @@ func preflight(opts daemonOptions, cfg *config.Config, logWarnings bool) error {
 	if err := d.checkMemlock(cfg); err != nil {
 		return err
 	}
-	p, err := d.planWith(cfg, true)
+	p, err := d.planWith(cfg, true, nil)
 	if err != nil {
 		return err
 	}

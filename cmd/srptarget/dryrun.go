@@ -81,7 +81,7 @@ func (d *daemon) dryRunPlan(res *reloadResult, name string, cand *candidate, che
 	if d.stopped {
 		return errReloadStopped
 	}
-	p, err := d.planChanges(cfg, res, true)
+	p, err := d.planChanges(cfg, res, true, nil)
 	if err != nil {
 		errs = append(errs, asConfigErrors(err, name)...)
 	} else {
@@ -125,23 +125,15 @@ func (d *daemon) probe(cfg *config.Config, stop <-chan struct{}) (config.Errors,
 }
 
 func (d *daemon) probeStores(cfg *config.Config, running map[storeKey]bool) config.Errors {
+	pre := d.openNew(cfg, running, false)
+	defer pre.close()
 	var errs config.Errors
+	said := make(map[storeKey]bool)
 	for i := range cfg.LUNs {
 		l := cfg.LUNs[i]
-		sk := storeKeyOf(&l)
-		if running[sk] || l.Backstore == "file" && l.Create && !pathExists(l.Path) {
-			continue // a dry run creates no file
-		}
-		if l.Backstore == "block" && blockInUse(running, sk.path) {
-			continue // claimed by a running LUN: planLUN says so
-		}
-		s, err := openStore(&l, d.log, &d.closers)
-		if err != nil {
-			errs = append(errs, openStoreError(cfg, i, err))
-			continue
-		}
-		if err := s.Backstore.Close(); err != nil {
-			d.log.Warn("closing a backstore a dry run opened", zap.Stringer("backstore", sk), zap.Error(err))
+		if sk := storeKeyOf(&l); pre.errs[sk] != nil && !said[sk] {
+			said[sk] = true
+			errs = append(errs, openStoreError(cfg, i, pre.errs[sk]))
 		}
 	}
 	return errs

@@ -184,3 +184,63 @@ func TestDryRunChecksRunOutsideTheLock(t *testing.T) {
 	rsp = waitAnswer(t, c, 10*time.Second)
 	require.Equal(t, "the daemon is shutting down", rsp.Error)
 }
+
+// TestReloadOpensBackstoresOutsideTheLock: a reload (SIGHUP or srptarget reload) whose new
+// LUN is an RBD image on a monitor that never answers waits for it without the daemon lock:
+// status, sessions and luns answer meanwhile, a second SIGHUP waits its turn, and once the
+// open fails the reload is refused with the reason and the running configuration is kept. A
+// SIGTERM while a reload waits stops the daemon at once.
+func TestReloadOpensBackstoresOutsideTheLock(t *testing.T) {
+	called, release := blockingRBD(t)
+	e := newControlEnv(t, e2eConfig)
+	e.start()
+	e.writeConfig(rbdConfig())
+
+	e.sigs <- syscall.SIGHUP
+	select {
+	case mon := <-called:
+		require.Equal(t, "192.0.2.9", mon)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reload did not open the RBD image")
+	}
+	for _, cmd := range []string{"status", "sessions", "luns"} {
+		start := time.Now()
+		_, errOut, err := e.ctl(cmd)
+		require.NoError(t, err, "%s while the reload waits: %s", cmd, errOut)
+		require.Less(t, time.Since(start), 5*time.Second, cmd)
+	}
+	e.sigs <- syscall.SIGHUP // taken once the first is done
+	close(release)
+	for range 2 {
+		select {
+		case err := <-e.reloads:
+			require.ErrorContains(t, err, "opening the backstore: no monitor answered within rados_mount_timeout")
+		case <-time.After(10 * time.Second):
+			t.Fatal("no reload result in 10 s")
+		}
+	}
+	var luns []struct {
+		LUN int `json:"lun"`
+	}
+	e.ctlJSON(&luns, "luns")
+	require.Len(t, luns, 2, "the running configuration is kept")
+
+	// Again over the control socket, then SIGTERM while it waits: the daemon stops.
+	called, release = blockingRBD(t)
+	defer close(release)
+	answered := make(chan string, 1)
+	go func() {
+		_, errOut, _ := e.ctl("reload")
+		answered <- errOut
+	}()
+	<-called
+	start := time.Now()
+	require.NoError(t, e.stop(syscall.SIGTERM))
+	require.Less(t, time.Since(start), 10*time.Second)
+	select {
+	case errOut := <-answered:
+		require.Contains(t, errOut, "shutting down")
+	case <-time.After(20 * time.Second):
+		t.Fatal("the client's reload got no answer")
+	}
+}

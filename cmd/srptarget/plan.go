@@ -35,20 +35,28 @@ type plan struct {
 	// no listener opened (wouldListen lists them), no backstore (standIn), no state file.
 	dryRun      bool
 	wouldListen []netip.AddrPort
+	// pre are the backstores a reload opened before it took the daemon lock (prepare): the
+	// plan takes them from there instead of opening them under the lock; fromPre names those
+	// it took, which a rollback gives back rather than closing under the lock.
+	pre     *prepared
+	fromPre map[storeKey]bool
 }
 
 // plan builds cfg next to the running configuration. On error it has released everything it
 // opened and returns every problem as config.Errors.
-func (d *daemon) plan(cfg *config.Config) (*plan, error) { return d.planWith(cfg, false) }
+func (d *daemon) plan(cfg *config.Config) (*plan, error) { return d.planWith(cfg, false, nil) }
 
-// planWith is plan, or with dryRun a plan for `reload --dry-run` only (see plan.dryRun).
-func (d *daemon) planWith(cfg *config.Config, dryRun bool) (*plan, error) {
+// planWith is plan, or with dryRun a plan for `reload --dry-run` only (see plan.dryRun); pre,
+// if not nil, are backstores opened beforehand (prepare).
+func (d *daemon) planWith(cfg *config.Config, dryRun bool, pre *prepared) (*plan, error) {
 	p := &plan{
-		dryRun: dryRun,
-		cfg:    cfg,
-		luns:   make(map[int]*lunState),
-		opened: make(map[storeKey]*sharedStore),
-		keep:   make(map[netip.AddrPort]bool),
+		dryRun:  dryRun,
+		cfg:     cfg,
+		luns:    make(map[int]*lunState),
+		opened:  make(map[storeKey]*sharedStore),
+		keep:    make(map[netip.AddrPort]bool),
+		pre:     pre,
+		fromPre: make(map[storeKey]bool),
 	}
 	errs := d.checkSerials(cfg)
 	if len(errs) > 0 {
@@ -94,9 +102,13 @@ func (d *daemon) planLUN(p *plan, i int) *config.Error {
 			}
 		}
 		var err error
-		if p.dryRun {
+		switch {
+		case p.dryRun:
 			s, err = d.standIn(&l)
-		} else {
+		case p.pre.has(sk):
+			s, err = p.pre.take(sk)
+			p.fromPre[sk] = err == nil
+		default:
 			s, err = openStore(&l, d.log, &d.closers)
 		}
 		if err != nil {
@@ -300,13 +312,18 @@ func (d *daemon) planListeners(p *plan) config.Errors {
 	return errs
 }
 
-// rollback releases what a failed plan opened: its logical units never served a command.
+// rollback releases what a failed plan opened: its logical units never served a command. The
+// backstores it took from pre go back there, for the caller to close without the daemon lock.
 func (p *plan) rollback() {
 	for _, st := range p.created {
 		st.store.refs.Add(-1)
 	}
-	for _, s := range p.opened {
-		if s.refs.Load() == 0 {
+	for k, s := range p.opened {
+		switch {
+		case s.refs.Load() != 0:
+		case p.fromPre[k]:
+			p.pre.giveBack(k, s)
+		default:
 			s.discard()
 		}
 	}

@@ -58,26 +58,47 @@ type sessionChange struct {
 // errReloadStopped is returned by reload after shutdown began.
 var errReloadStopped = errors.New("the target is shutting down")
 
-// reload applies the configuration file again. Either all of it takes effect or none: on any
-// error the running configuration stays as it was, and every error is logged with its file and
-// line.
-func (d *daemon) reload() error {
-	_, err := d.reloadReport()
+// reloadStop applies the configuration file again. Either all of it takes effect or none: on
+// any error the running configuration stays as it was, and every error is logged with its file
+// and line. It gives up (errReloadStopped) when stop closes while it still opens backstores.
+func (d *daemon) reloadStop(stop <-chan struct{}) error {
+	_, err := d.reloadReport(stop)
 	return err
 }
 
 // reloadReport is reload for the control socket: it also says what changed and, when the
 // reload is refused, every error as the log has it.
-func (d *daemon) reloadReport() (*reloadResult, error) {
+//
+// What may wait is done before the daemon lock is taken, so that status, sessions and the
+// other control commands, and a shutdown, answer meanwhile: reading the file and opening the
+// backstores the running configuration does not have (an RBD image whose monitors do not
+// answer waits up to rados_mount_timeout). Reloads wait for each other (reloadMu).
+//
+// A close of stop (the daemon shuts down) ends the wait for the backstores: the reload is
+// given up, and what was opened for it is closed once opened.
+func (d *daemon) reloadReport(stop <-chan struct{}) (*reloadResult, error) {
 	res := &reloadResult{}
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	d.log.Info("reloading the configuration", zap.String("config", d.opts.configFile))
+	cfg, err := config.LoadTrusted(d.opts.configFile)
+	var pre *prepared
+	if err == nil {
+		if pre, err = d.prepareStop(cfg, stop); err != nil {
+			res.Errors = []string{err.Error()}
+			return res, err
+		}
+		defer pre.close()
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.stopped {
 		res.Errors = []string{errReloadStopped.Error()}
 		return res, errReloadStopped
 	}
-	d.log.Info("reloading the configuration", zap.String("config", d.opts.configFile))
-	err := d.reloadLocked(res)
+	if err == nil {
+		err = d.reloadLocked(res, cfg, pre)
+	}
 	if err != nil {
 		errs := asConfigErrors(err, d.opts.configFile)
 		res.Errors = errorLines(errs)
@@ -116,14 +137,11 @@ func errorLines(errs config.Errors) []string {
 	return out
 }
 
-// reloadLocked loads, plans and commits the configuration file; res gets the changes.
-func (d *daemon) reloadLocked(res *reloadResult) error {
-	cfg, err := config.LoadTrusted(d.opts.configFile)
-	if err != nil {
-		return err
-	}
+// reloadLocked plans and commits cfg, read from the configuration file, with the backstores
+// opened beforehand (pre); res gets the changes.
+func (d *daemon) reloadLocked(res *reloadResult, cfg *config.Config, pre *prepared) error {
 	d.logWarnings(cfg)
-	p, err := d.planChanges(cfg, res, false)
+	p, err := d.planChanges(cfg, res, false, pre)
 	if err != nil {
 		return err
 	}
@@ -157,14 +175,14 @@ func (d *daemon) reloadLocked(res *reloadResult) error {
 
 // planChanges plans cfg next to the running configuration (planWith) and fills res with what
 // committing the plan would change. The caller commits the plan or rolls it back.
-func (d *daemon) planChanges(cfg *config.Config, res *reloadResult, dryRun bool) (*plan, error) {
+func (d *daemon) planChanges(cfg *config.Config, res *reloadResult, dryRun bool, pre *prepared) (*plan, error) {
 	for _, w := range cfg.Warnings() {
 		res.Warnings = append(res.Warnings, w.Error())
 	}
 	if errs := d.checkImmutable(cfg); len(errs) > 0 {
 		return nil, errs
 	}
-	p, err := d.planWith(cfg, dryRun)
+	p, err := d.planWith(cfg, dryRun, pre)
 	if err != nil {
 		return nil, err
 	}

@@ -193,12 +193,35 @@ func serveUntilStopped(opts serveOptions, prof *cpuProfiler) error {
 			opts.afterProfileSignal()
 		}
 	}
+	// A SIGHUP reload runs on a goroutine of its own (reloading is its result), so that the
+	// signals that come meanwhile are seen: a reload may wait for a backstore that does not
+	// answer (prepare), and a SIGTERM must not wait for it. Another SIGHUP meanwhile is taken
+	// once the reload is done (hupAgain).
+	var reloading chan error
+	hupAgain := false
+	stopReload := make(chan struct{})
+	startReload := func() {
+		notifyReloading(log)
+		reloading = make(chan error, 1)
+		go func() { reloading <- d.reloadStop(stopReload) }()
+	}
 	var stopSig os.Signal
 	for stopSig == nil {
 		var sig os.Signal
 		var ok bool
 		select {
 		case sig, ok = <-opts.signals:
+		case err := <-reloading:
+			reloading = nil
+			notifyReloaded(log, err, d.statusLine())
+			if opts.afterReload != nil {
+				opts.afterReload(err)
+			}
+			if hupAgain {
+				hupAgain = false
+				startReload()
+			}
+			continue
 		case <-pendingTicker.C:
 			// A listener that waits for its address listens once the devices or the
 			// host's addresses change (each attempt binds and may register a pool).
@@ -219,12 +242,11 @@ func serveUntilStopped(opts serveOptions, prof *cpuProfiler) error {
 		}
 		switch sig {
 		case syscall.SIGHUP:
-			notifyReloading(log)
-			err := d.reload()
-			notifyReloaded(log, err, d.statusLine())
-			if opts.afterReload != nil {
-				opts.afterReload(err)
+			if reloading != nil {
+				hupAgain = true
+				continue
 			}
+			startReload()
 		case syscall.SIGTERM, os.Interrupt:
 			stopSig = sig
 		case syscall.SIGUSR1, syscall.SIGUSR2:
@@ -232,6 +254,10 @@ func serveUntilStopped(opts serveOptions, prof *cpuProfiler) error {
 		default:
 			log.Debug("ignoring signal", zap.Stringer("signal", sig))
 		}
+	}
+	close(stopReload) // a reload still opening backstores gives up; one under way finishes
+	if reloading != nil {
+		<-reloading
 	}
 	notify(log, sddaemon.SdNotifyStopping, "STATUS=shutting down")
 	log.Info("shutting down: logging every channel out and finishing outstanding commands; a second signal exits at once",
