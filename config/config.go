@@ -91,6 +91,7 @@ type Listener struct {
 
 // Limits bounds what one initiator can use. The keys are named as the engine's log
 // messages name them (a login refused for its IU length says "raise limits.max_it_iu_len").
+// Each key's default, range and engine field are one row of limitSpecs (limits.go).
 type Limits struct {
 	// MaxIUSize is the largest information unit an initiator may send (SRP MAXIMUM
 	// INITIATOR-TO-TARGET IU LENGTH, the size of each receive buffer). Linux with immediate
@@ -114,13 +115,12 @@ type Limits struct {
 	// then sleep) or poll (never sleep: one busy CPU per channel). docs/benchmarks.md has the
 	// measurements behind the default.
 	Completion string `yaml:"completion"`
-	// PollWindow is how long an adaptive channel keeps polling after its last work, as a Go
-	// duration ("50us").
-	PollWindow string `yaml:"poll_window"`
+	// PollWindow is how long an adaptive channel keeps polling after its last work ("50us").
+	PollWindow Duration `yaml:"poll_window"`
 	// RDMATimeout is how long a channel's RDMA work may make no progress before the channel
 	// is closed and its buffers freed (an initiator that stopped taking responses), as a Go
 	// duration ("30s"). Task management waits are bounded by it too.
-	RDMATimeout string `yaml:"rdma_timeout"`
+	RDMATimeout Duration `yaml:"rdma_timeout"`
 	// MaxInitiatorBuffer is how much of the buffer pool one initiator may hold, all its
 	// channels together, counted per session and per source address: a size ("16MiB") or a
 	// percentage of buffer_pool_size ("25%").
@@ -133,9 +133,9 @@ type Limits struct {
 	// source address, so that one host cannot fill max_sessions or max_channels_total.
 	MaxSessionsPerSource int `yaml:"max_sessions_per_source"`
 	MaxChannelsPerSource int `yaml:"max_channels_per_source"`
-	// IdleTimeout closes a channel that received nothing and held nothing for that long, as a
-	// Go duration ("10m"); "0" (the default) never does.
-	IdleTimeout string `yaml:"idle_timeout"`
+	// IdleTimeout closes a channel that received nothing and held nothing for that long
+	// ("10m"); 0 (the default) never does.
+	IdleTimeout Duration `yaml:"idle_timeout"`
 	// MaxLoginsInProgress bounds the logins handled at once; more are refused at once.
 	MaxLoginsInProgress int `yaml:"max_logins_in_progress"`
 	// Scheduling is the Linux scheduling policy of the daemon's threads (sched(7)): inherit
@@ -262,10 +262,10 @@ type ACL struct {
 
 // Defaults.
 const (
-	DefaultMaxIUSize       = 8276
-	DefaultCredits         = 128
-	DefaultMaxChannels     = 16
-	DefaultMaxTransferSize = 8 << 20
+	DefaultMaxIUSize       = srp.DefaultMaxITIULen
+	DefaultCredits         = srp.DefaultCredits
+	DefaultMaxChannels     = srp.DefaultMaxChannels
+	DefaultMaxTransferSize = srp.DefaultMaxTransferLen
 	DefaultBlockSize       = 512
 	// MaxPhysicalBlockSize bounds physical_block_size.
 	MaxPhysicalBlockSize  = 64 << 10
@@ -274,7 +274,6 @@ const (
 	DefaultRDMATimeout    = srp.DefaultRDMATimeout
 	// DefaultMaxInitiatorBuffer is the share of the buffer pool one initiator may hold.
 	DefaultMaxInitiatorBuffer  = "25%"
-	DefaultIdleTimeout         = "0s"
 	DefaultMaxSessions         = srp.DefaultMaxSessions
 	DefaultMaxChannelsTotal    = srp.DefaultMaxChannelsTotal
 	DefaultMaxLoginsInProgress = srp.DefaultMaxLoginsInProgress

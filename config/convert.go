@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/srptarget/srptarget/scsi"
-	"github.com/srptarget/srptarget/srp"
 )
 
 // DefaultRelativePortID is the relative target port identifier of target's own port.
@@ -42,35 +41,6 @@ func (c *Config) PortGroups() []scsi.PortGroup {
 		gs = append(gs, pg)
 	}
 	return gs
-}
-
-// SRPLimits maps the configuration's limits to the engine's.
-func (c *Config) SRPLimits() srp.Limits {
-	l := &c.Limits
-	completion, _ := srp.ParseCompletionMode(l.Completion)
-	pollWindow, _ := time.ParseDuration(l.PollWindow)
-	rdmaTimeout, _ := time.ParseDuration(l.RDMATimeout)
-	maxInitiatorBuffer, _ := parseShare(l.MaxInitiatorBuffer, int64(l.BufferPoolSize))
-	idleTimeout, _ := time.ParseDuration(l.IdleTimeout)
-	return srp.Limits{
-		MaxITIULen:           uint32(l.MaxIUSize),
-		Credits:              l.Credits,
-		MaxChannels:          l.MaxChannels,
-		MaxTransferLen:       uint32(l.MaxTransferSize),
-		SendQueueDepth:       l.SendQueueDepth,
-		BufferPoolSize:       int64(l.BufferPoolSize),
-		DisableImmediateData: l.ImmediateData != nil && !*l.ImmediateData,
-		Completion:           completion,
-		PollWindow:           pollWindow,
-		RDMATimeout:          rdmaTimeout,
-		MaxInitiatorBuffer:   maxInitiatorBuffer,
-		MaxSessions:          l.MaxSessions,
-		MaxChannelsTotal:     l.MaxChannelsTotal,
-		MaxSessionsPerSource: l.MaxSessionsPerSource,
-		MaxChannelsPerSource: l.MaxChannelsPerSource,
-		IdleTimeout:          idleTimeout,
-		MaxLoginsInProgress:  l.MaxLoginsInProgress,
-	}
 }
 
 // Timeouts returns rados_mount_timeout and rados_osd_op_timeout as durations.

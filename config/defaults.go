@@ -2,8 +2,6 @@ package config
 
 import (
 	"slices"
-
-	"github.com/srptarget/srptarget/srp"
 )
 
 // ApplyDefaults fills every setting the file leaves out (zero) with its default, in place. It
@@ -21,62 +19,6 @@ func (c *Config) ApplyDefaults() {
 	c.Limits.applyDefaults()
 	for i := range c.LUNs {
 		c.LUNs[i].applyDefaults()
-	}
-}
-
-func (lim *Limits) applyDefaults() {
-	for _, f := range []struct {
-		val *int
-		def int
-	}{
-		{&lim.Credits, DefaultCredits},
-		{&lim.MaxChannels, DefaultMaxChannels},
-		{&lim.SendQueueDepth, DefaultSendQueueDepth},
-		{&lim.MaxSessions, DefaultMaxSessions},
-		{&lim.MaxChannelsTotal, DefaultMaxChannelsTotal},
-		{&lim.MaxLoginsInProgress, DefaultMaxLoginsInProgress},
-	} {
-		if *f.val == 0 {
-			*f.val = f.def
-		}
-	}
-	if lim.MaxIUSize == 0 {
-		lim.MaxIUSize = DefaultMaxIUSize
-	}
-	if lim.MaxTransferSize == 0 {
-		lim.MaxTransferSize = DefaultMaxTransferSize
-	}
-	if lim.BufferPoolSize == 0 {
-		lim.BufferPoolSize = max(DefaultBufferPoolSize, lim.MaxTransferSize)
-	}
-	if lim.ImmediateData == nil {
-		yes := true
-		lim.ImmediateData = &yes
-	}
-	if lim.Completion == "" {
-		lim.Completion = srp.DefaultCompletion.String()
-	}
-	if lim.PollWindow == "" {
-		lim.PollWindow = srp.DefaultPollWindow.String()
-	}
-	if lim.RDMATimeout == "" {
-		lim.RDMATimeout = DefaultRDMATimeout.String()
-	}
-	if lim.MaxInitiatorBuffer == "" {
-		lim.MaxInitiatorBuffer = DefaultMaxInitiatorBuffer
-	}
-	// A quarter of the target's sessions and channels per host (srp.DefaultShare).
-	if lim.MaxSessionsPerSource == 0 {
-		lim.MaxSessionsPerSource = max(1, lim.MaxSessions/srp.DefaultShare)
-	}
-	if lim.MaxChannelsPerSource == 0 {
-		lim.MaxChannelsPerSource = max(1, lim.MaxChannelsTotal/srp.DefaultShare)
-	}
-	if lim.IdleTimeout == "" {
-		lim.IdleTimeout = DefaultIdleTimeout
-	}
-	if lim.Scheduling == "" {
-		lim.Scheduling = DefaultScheduling
 	}
 }
 

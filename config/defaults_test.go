@@ -30,9 +30,9 @@ func TestApplyDefaults(t *testing.T) {
 		MaxTransferSize: 32 << 20, SendQueueDepth: DefaultSendQueueDepth,
 		BufferPoolSize: DefaultBufferPoolSize, // larger than max_transfer_size here
 		ImmediateData:  &yes, Completion: srp.DefaultCompletion.String(),
-		PollWindow: srp.DefaultPollWindow.String(), RDMATimeout: srp.DefaultRDMATimeout.String(),
+		PollWindow: Duration(srp.DefaultPollWindow), RDMATimeout: Duration(srp.DefaultRDMATimeout),
 		MaxInitiatorBuffer: "25%", MaxSessions: DefaultMaxSessions, MaxChannelsTotal: DefaultMaxChannelsTotal,
-		MaxSessionsPerSource: DefaultMaxSessions / 4, MaxChannelsPerSource: DefaultMaxChannelsTotal / 4, IdleTimeout: "0s",
+		MaxSessionsPerSource: DefaultMaxSessions / 4, MaxChannelsPerSource: DefaultMaxChannelsTotal / 4,
 		MaxLoginsInProgress: DefaultMaxLoginsInProgress, Scheduling: DefaultScheduling,
 	}, c.Limits)
 	require.Equal(t, []int{512, 0, 512, 4096}, []int{c.LUNs[0].BlockSize, c.LUNs[1].BlockSize, c.LUNs[2].BlockSize, c.LUNs[3].BlockSize})

@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"time"
 )
 
 // Summary is what `srptarget validate` prints for a valid configuration: the settings in
@@ -31,14 +30,7 @@ func (c *Config) Summary() string {
 		fmt.Fprintf(&b, "  %v\n", netip.AddrPortFrom(addr, l.Port))
 	}
 
-	lim := &c.Limits
-	engine := c.SRPLimits()
-	fmt.Fprintf(&b, "limits: max_it_iu_len %d, credits %d, max_channels %d, max_transfer_size %v, send_queue_depth %d, buffer_pool_size %v, immediate_data %t\n",
-		lim.MaxIUSize, lim.Credits, lim.MaxChannels, lim.MaxTransferSize, lim.SendQueueDepth, lim.BufferPoolSize, *lim.ImmediateData)
-	fmt.Fprintf(&b, "        rdma_timeout %v, max_initiator_buffer %v (%s), max_sessions %d, max_channels_total %d, max_logins_in_progress %d\n",
-		engine.RDMATimeout, Size(engine.MaxInitiatorBuffer), lim.MaxInitiatorBuffer, lim.MaxSessions, lim.MaxChannelsTotal, lim.MaxLoginsInProgress)
-	fmt.Fprintf(&b, "        per source address: max_sessions_per_source %d, max_channels_per_source %d; idle_timeout %v\n",
-		lim.MaxSessionsPerSource, lim.MaxChannelsPerSource, idleSummary(engine.IdleTimeout))
+	limitsSummary(&b, &c.Limits)
 
 	fmt.Fprintf(&b, "LUNs (%d):\n", len(c.LUNs))
 	luns := slices.Clone(c.LUNs)
@@ -154,12 +146,4 @@ func WriteErrors(w io.Writer, file string, err error) {
 		word = "error"
 	}
 	fmt.Fprintf(w, "%s: %d %s\n", file, len(errs), word)
-}
-
-// idleSummary names an idle timeout, 0 being off.
-func idleSummary(d time.Duration) string {
-	if d == 0 {
-		return "off"
-	}
-	return d.String()
 }

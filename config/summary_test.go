@@ -23,9 +23,11 @@ target: id_ext=0002c90300a0b0c1 ioc_guid=0002c90300a0b0c1
 listeners (2):
   0.0.0.0:5555
   [fe80::1%eth0]:5555
-limits: max_it_iu_len 8276, credits 64, max_channels 16, max_transfer_size 4MiB, send_queue_depth 4096, buffer_pool_size 64MiB, immediate_data true
-        rdma_timeout 30s, max_initiator_buffer 16MiB (25%), max_sessions 256, max_channels_total 512, max_logins_in_progress 32
-        per source address: max_sessions_per_source 64, max_channels_per_source 128; idle_timeout off
+limits: max_it_iu_len 8276, credits 64, max_channels 16, max_transfer_size 4MiB,
+        send_queue_depth 4096, buffer_pool_size 64MiB, immediate_data true, poll_window 2ms,
+        rdma_timeout 30s, max_initiator_buffer 16MiB (25%), max_sessions 256,
+        max_channels_total 512, max_sessions_per_source 64, max_channels_per_source 128,
+        idle_timeout off, max_logins_in_progress 32
 LUNs (2):
   LUN 0: memory, 1GiB, 512-byte blocks
   LUN 1: null, 64MiB, 4096-byte blocks, vendor "LIO-ORG", write cache off

@@ -16,7 +16,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/srptarget/srptarget/scsi"
-	"github.com/srptarget/srptarget/srp"
 )
 
 type validator struct {
@@ -80,81 +79,7 @@ func (v *validator) validate(c *Config) {
 		seenListen[ap] = i
 	}
 
-	lim := &c.Limits
-	if lim.MaxIUSize < MinIUSize || lim.MaxIUSize > 1<<20 {
-		v.errorf(At("limits", "max_it_iu_len"), "%d is outside %d..1MiB (Linux with immediate data needs 8260)", lim.MaxIUSize, MinIUSize)
-	}
-	if lim.Credits < 2 || lim.Credits > 4096 {
-		v.errorf(At("limits", "credits"), "%d is outside 2..4096", lim.Credits)
-	}
-	if lim.MaxChannels < 1 || lim.MaxChannels > 256 {
-		v.errorf(At("limits", "max_channels"), "%d is outside 1..256", lim.MaxChannels)
-	}
-	if lim.MaxTransferSize < 4096 || lim.MaxTransferSize > 64<<20 || lim.MaxTransferSize%4096 != 0 {
-		v.errorf(At("limits", "max_transfer_size"), "%v must be a multiple of 4KiB between 4KiB and 64MiB", lim.MaxTransferSize)
-	}
-	if lim.SendQueueDepth < 16 || lim.SendQueueDepth > 65536 {
-		v.errorf(At("limits", "send_queue_depth"), "%d is outside 16..65536", lim.SendQueueDepth)
-	}
-	if lim.BufferPoolSize < lim.MaxTransferSize || lim.BufferPoolSize > 64<<30 {
-		v.errorf(At("limits", "buffer_pool_size"), "%v must be at least max_transfer_size (%v) and at most 64GiB", lim.BufferPoolSize, lim.MaxTransferSize)
-	} else if ram, err := totalRAM(); err == nil && int64(lim.BufferPoolSize) > ram {
-		// The pool is pinned (registered for RDMA, see mlock(2)) on each device: it cannot be
-		// swapped out, so one larger than RAM can never be registered.
-		v.errorf(At("limits", "buffer_pool_size"), "%v is more than this machine's RAM (%v): the pool is locked in RAM for RDMA, once per device", lim.BufferPoolSize, Size(ram))
-	}
-	if _, err := srp.ParseCompletionMode(lim.Completion); err != nil {
-		v.errorf(At("limits", "completion"), "%q is not a completion mode: use event, adaptive or poll", lim.Completion)
-	}
-	if d, err := time.ParseDuration(lim.PollWindow); err != nil || d <= 0 || d > time.Second {
-		v.errorf(At("limits", "poll_window"), "%q must be a duration between 1us and 1s, such as 50us", lim.PollWindow)
-	}
-	if d, err := time.ParseDuration(lim.RDMATimeout); err != nil || d < 100*time.Millisecond || d > time.Hour {
-		v.errorf(At("limits", "rdma_timeout"), "%q must be a duration between 100ms and 1h, such as 30s", lim.RDMATimeout)
-	}
-	if _, err := parseShare(lim.MaxInitiatorBuffer, int64(lim.BufferPoolSize)); err != nil {
-		v.errorf(At("limits", "max_initiator_buffer"), "%v", err)
-	}
-	if d, err := time.ParseDuration(lim.IdleTimeout); err != nil || d != 0 && (d < time.Second || d > 24*time.Hour) {
-		v.errorf(At("limits", "idle_timeout"), "%q must be 0 (off) or a duration between 1s and 24h, such as 10m", lim.IdleTimeout)
-	}
-	switch lim.Scheduling {
-	case SchedulingInherit, SchedulingNormal, SchedulingBatch:
-	default:
-		v.errorf(At("limits", "scheduling"), "%q is not a scheduling policy: use inherit, normal or batch", lim.Scheduling)
-	}
-	for _, c := range []struct {
-		key      string
-		val, max int
-	}{
-		{"max_sessions", lim.MaxSessions, 65536},
-		{"max_channels_total", lim.MaxChannelsTotal, 65536},
-		{"max_sessions_per_source", lim.MaxSessionsPerSource, 65536},
-		{"max_channels_per_source", lim.MaxChannelsPerSource, 65536},
-		{"max_logins_in_progress", lim.MaxLoginsInProgress, 1024},
-	} {
-		if c.val < 1 || c.val > c.max {
-			v.errorf(At("limits", c.key), "%d is outside 1..%d", c.val, c.max)
-		}
-	}
-	if lim.MaxChannelsTotal < lim.MaxChannels {
-		v.errorf(At("limits", "max_channels_total"), "%d is less than max_channels (%d): no initiator could open max_channels channels", lim.MaxChannelsTotal, lim.MaxChannels)
-	}
-	if lim.MaxSessions >= 1 && lim.MaxSessionsPerSource > lim.MaxSessions {
-		v.errorf(At("limits", "max_sessions_per_source"), "%d is more than max_sessions (%d)", lim.MaxSessionsPerSource, lim.MaxSessions)
-	}
-	if lim.MaxChannelsTotal < 1 {
-	} else if lim.MaxChannelsPerSource > lim.MaxChannelsTotal {
-		v.errorf(At("limits", "max_channels_per_source"), "%d is more than max_channels_total (%d)", lim.MaxChannelsPerSource, lim.MaxChannelsTotal)
-	} else if lim.MaxChannelsPerSource < lim.MaxChannels {
-		v.warnf(At("limits", "max_channels_per_source"), "%d is less than max_channels (%d): an initiator host cannot open max_channels channels", lim.MaxChannelsPerSource, lim.MaxChannels)
-	}
-	if lim.MaxSessionsPerSource == lim.MaxSessions && lim.MaxSessions > 1 {
-		v.warnf(At("limits", "max_sessions_per_source"), "equals max_sessions: one host can take every session and lock the others out")
-	}
-	if lim.MaxChannelsPerSource == lim.MaxChannelsTotal && lim.MaxChannelsTotal > 1 {
-		v.warnf(At("limits", "max_channels_per_source"), "equals max_channels_total: one host can take every channel and lock the others out")
-	}
+	v.validateLimits(&c.Limits)
 
 	luns := map[int]int{}
 	paths := map[string]int{}

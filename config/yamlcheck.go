@@ -60,7 +60,8 @@ func (c *nodeChecker) errorf(n *yaml.Node, p []any, format string, args ...any) 
 }
 
 var (
-	sizeType = reflect.TypeFor[Size]()
+	sizeType     = reflect.TypeFor[Size]()
+	durationType = reflect.TypeFor[Duration]()
 	// yaml11Bools are the YAML 1.1 booleans (https://yaml.org/type/bool.html) that YAML 1.2,
 	// which yaml.v3 implements, reads as strings; yaml.v3 still turns them into booleans when
 	// the Go field is a bool. They are refused so that a file means the same to every YAML tool.
@@ -92,6 +93,13 @@ func (c *nodeChecker) check(n *yaml.Node, t reflect.Type, p []any) {
 			return
 		}
 		if _, err := ParseSize(n.Value); err != nil {
+			c.errorf(n, p, "%v", err)
+		}
+	case t == durationType:
+		if !c.wantScalar(n, p, "a duration such as 30s") {
+			return
+		}
+		if _, err := ParseDuration(n.Value); err != nil {
 			c.errorf(n, p, "%v", err)
 		}
 	case t.Kind() == reflect.Struct:

@@ -26,9 +26,9 @@ const (
 	// DefaultCredits is the credits granted at login (LIO's MAX_SRPT_RQ_SIZE); each channel
 	// posts one receive buffer more.
 	DefaultCredits = 128
-	// DefaultMaxChannels bounds the RDMA channels of one I_T nexus. ib_srp opens up to one per
-	// CPU by default.
-	DefaultMaxChannels = 64
+	// DefaultMaxChannels bounds the RDMA channels of one I_T nexus. ib_srp opens ch_count
+	// channels: min(max(4 × NUMA nodes, the HCA's completion vectors), online CPUs) unless set.
+	DefaultMaxChannels = 16
 	// DefaultMaxTransferLen is the largest data transfer of one SRP_CMD: 8 MiB.
 	DefaultMaxTransferLen = 8 << 20
 	// DefaultMaxDescriptors bounds the direct descriptors of one command, in the IU or in an
@@ -305,7 +305,9 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// validate checks limits that already have their defaults.
+// validate checks limits that already have their defaults. Its ranges are what the engine
+// needs to stay correct and within memory; an operator's ranges, narrower, are the
+// configuration's (config/limits.go).
 func (l Limits) validate() error {
 	switch {
 	case l.MaxITIULen < iu.CmdMinSize+iu.IndirectBufHeaderSize+iu.DirectBufSize || l.MaxITIULen > 1<<20:

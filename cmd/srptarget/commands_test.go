@@ -53,9 +53,11 @@ func TestValidateWarnsAboutUnreachableLUNs(t *testing.T) {
 target: id_ext and ioc_guid from the node GUID of the first RDMA device (at start-up)
 listeners (1):
   [::]:5555
-limits: max_it_iu_len 8276, credits 128, max_channels 16, max_transfer_size 8MiB, send_queue_depth 4096, buffer_pool_size 64MiB, immediate_data true
-        rdma_timeout 30s, max_initiator_buffer 16MiB (25%), max_sessions 256, max_channels_total 512, max_logins_in_progress 32
-        per source address: max_sessions_per_source 64, max_channels_per_source 128; idle_timeout off
+limits: max_it_iu_len 8276, credits 128, max_channels 16, max_transfer_size 8MiB,
+        send_queue_depth 4096, buffer_pool_size 64MiB, immediate_data true, poll_window 2ms,
+        rdma_timeout 30s, max_initiator_buffer 16MiB (25%), max_sessions 256,
+        max_channels_total 512, max_sessions_per_source 64, max_channels_per_source 128,
+        idle_timeout off, max_logins_in_progress 32
 LUNs (2):
   LUN 0: null, 1MiB, 512-byte blocks
   LUN 5: memory, 1MiB, 512-byte blocks, read-only

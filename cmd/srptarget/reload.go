@@ -242,34 +242,8 @@ func (d *daemon) checkImmutable(cfg *config.Config) config.Errors {
 			errs = append(errs, cfg.ErrorAt(config.At("target"), "target ports cannot change while running (relative_port_id and ports): restart srptarget to change them; alua.groups can change"))
 		}
 	}
-	o, n := &d.cfg.Limits, &cfg.Limits
-	oe, ne := d.cfg.SRPLimits(), cfg.SRPLimits()
-	for _, c := range []struct {
-		key      string
-		old, new any
-	}{
-		{"max_it_iu_len", o.MaxIUSize, n.MaxIUSize},
-		{"credits", o.Credits, n.Credits},
-		{"max_channels", o.MaxChannels, n.MaxChannels},
-		{"max_transfer_size", o.MaxTransferSize, n.MaxTransferSize},
-		{"send_queue_depth", o.SendQueueDepth, n.SendQueueDepth},
-		{"buffer_pool_size", o.BufferPoolSize, n.BufferPoolSize},
-		{"immediate_data", *o.ImmediateData, *n.ImmediateData},
-		{"completion", oe.Completion, ne.Completion},
-		{"poll_window", oe.PollWindow, ne.PollWindow},
-		{"rdma_timeout", oe.RDMATimeout, ne.RDMATimeout},
-		{"max_initiator_buffer", oe.MaxInitiatorBuffer, ne.MaxInitiatorBuffer},
-		{"max_sessions", o.MaxSessions, n.MaxSessions},
-		{"max_channels_total", o.MaxChannelsTotal, n.MaxChannelsTotal},
-		{"max_sessions_per_source", o.MaxSessionsPerSource, n.MaxSessionsPerSource},
-		{"max_channels_per_source", o.MaxChannelsPerSource, n.MaxChannelsPerSource},
-		{"idle_timeout", oe.IdleTimeout, ne.IdleTimeout},
-		{"max_logins_in_progress", o.MaxLoginsInProgress, n.MaxLoginsInProgress},
-		{"scheduling", o.Scheduling, n.Scheduling},
-	} {
-		if c.old != c.new {
-			errs = append(errs, cfg.ErrorAt(config.At("limits", c.key), "limits cannot change while running (running with %v): restart srptarget to change them", c.old))
-		}
+	for _, c := range config.LimitChanges(&d.cfg.Limits, &cfg.Limits) {
+		errs = append(errs, cfg.ErrorAt(config.At("limits", c.Key), "limits cannot change while running (running with %v): restart srptarget to change them", c.Old))
 	}
 	return errs
 }

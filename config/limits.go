@@ -1,0 +1,335 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/srptarget/srptarget/srp"
+)
+
+// One row per key of limits: its default, its range, how the summary prints it and what it
+// becomes in the engine's srp.Limits. ApplyDefaults, Validate, Summary, SRPLimits and the
+// reload's check that limits do not change all walk this table, so that a knob is one row
+// here plus one field in Limits and one in srp.Limits. The rows are in the file's order; a
+// default that depends on another limit (buffer_pool_size on max_transfer_size, the
+// per-source shares on the totals) comes after it.
+var limitSpecs = []limitSpec{
+	sizeLimit("max_it_iu_len", func(l *Limits) *Size { return &l.MaxIUSize }, srp.DefaultMaxITIULen, MinIUSize, 1<<20,
+		"Linux with immediate data needs 8260", func(e *srp.Limits, v Size) { e.MaxITIULen = uint32(v) }),
+	intLimit("credits", func(l *Limits) *int { return &l.Credits }, srp.DefaultCredits, 2, 4096,
+		func(e *srp.Limits, v int) { e.Credits = v }),
+	intLimit("max_channels", func(l *Limits) *int { return &l.MaxChannels }, srp.DefaultMaxChannels, 1, 256,
+		func(e *srp.Limits, v int) { e.MaxChannels = v }),
+	{
+		key:  "max_transfer_size",
+		fill: func(l *Limits) { fillZero(&l.MaxTransferSize, srp.DefaultMaxTransferLen) },
+		check: func(l *Limits) (string, string) {
+			if v := l.MaxTransferSize; v < 4096 || v > 64<<20 || v%4096 != 0 {
+				return fmt.Sprintf("%v must be a multiple of 4KiB between 4KiB and 64MiB", v), ""
+			}
+			return "", ""
+		},
+		set:  func(l *Limits, e *srp.Limits) { e.MaxTransferLen = uint32(l.MaxTransferSize) },
+		show: func(l *Limits) string { return l.MaxTransferSize.String() },
+	},
+	intLimit("send_queue_depth", func(l *Limits) *int { return &l.SendQueueDepth }, srp.DefaultSendQueueDepth, 16, 65536,
+		func(e *srp.Limits, v int) { e.SendQueueDepth = v }),
+	{
+		key:  "buffer_pool_size",
+		fill: func(l *Limits) { fillZero(&l.BufferPoolSize, max(srp.DefaultBufferPoolSize, l.MaxTransferSize)) },
+		check: func(l *Limits) (string, string) {
+			if l.BufferPoolSize < l.MaxTransferSize || l.BufferPoolSize > 64<<30 {
+				return fmt.Sprintf("%v must be at least max_transfer_size (%v) and at most 64GiB", l.BufferPoolSize, l.MaxTransferSize), ""
+			}
+			if ram, err := totalRAM(); err == nil && int64(l.BufferPoolSize) > ram {
+				// The pool is pinned (registered for RDMA, see mlock(2)) on each device: it
+				// cannot be swapped out, so one larger than RAM can never be registered.
+				return fmt.Sprintf("%v is more than this machine's RAM (%v): the pool is locked in RAM for RDMA, once per device", l.BufferPoolSize, Size(ram)), ""
+			}
+			return "", ""
+		},
+		set:  func(l *Limits, e *srp.Limits) { e.BufferPoolSize = int64(l.BufferPoolSize) },
+		show: func(l *Limits) string { return l.BufferPoolSize.String() },
+	},
+	{
+		key: "immediate_data",
+		fill: func(l *Limits) {
+			if l.ImmediateData == nil {
+				yes := true
+				l.ImmediateData = &yes
+			}
+		},
+		check: func(*Limits) (string, string) { return "", "" },
+		set:   func(l *Limits, e *srp.Limits) { e.DisableImmediateData = !*l.ImmediateData },
+		show:  func(l *Limits) string { return fmt.Sprint(*l.ImmediateData) },
+	},
+	{
+		key:  "completion",
+		fill: func(l *Limits) { fillZero(&l.Completion, srp.DefaultCompletion.String()) },
+		check: func(l *Limits) (string, string) {
+			if _, err := srp.ParseCompletionMode(l.Completion); err != nil {
+				return fmt.Sprintf("%q is not a completion mode: use event, adaptive or poll", l.Completion), ""
+			}
+			return "", ""
+		},
+		set:          func(l *Limits, e *srp.Limits) { e.Completion, _ = srp.ParseCompletionMode(l.Completion) },
+		show:         func(l *Limits) string { return l.Completion },
+		unsummarized: true,
+	},
+	durationLimit("poll_window", func(l *Limits) *Duration { return &l.PollWindow }, srp.DefaultPollWindow, time.Microsecond, time.Second,
+		"such as 50us", func(e *srp.Limits, v time.Duration) { e.PollWindow = v }),
+	durationLimit("rdma_timeout", func(l *Limits) *Duration { return &l.RDMATimeout }, srp.DefaultRDMATimeout, 100*time.Millisecond, time.Hour,
+		"such as 30s", func(e *srp.Limits, v time.Duration) { e.RDMATimeout = v }),
+	{
+		key:  "max_initiator_buffer",
+		fill: func(l *Limits) { fillZero(&l.MaxInitiatorBuffer, DefaultMaxInitiatorBuffer) },
+		check: func(l *Limits) (string, string) {
+			if _, err := parseShare(l.MaxInitiatorBuffer, int64(l.BufferPoolSize)); err != nil {
+				return err.Error(), ""
+			}
+			return "", ""
+		},
+		set: func(l *Limits, e *srp.Limits) {
+			e.MaxInitiatorBuffer, _ = parseShare(l.MaxInitiatorBuffer, int64(l.BufferPoolSize))
+		},
+		show: func(l *Limits) string {
+			n, _ := parseShare(l.MaxInitiatorBuffer, int64(l.BufferPoolSize))
+			if strings.HasSuffix(l.MaxInitiatorBuffer, "%") {
+				return fmt.Sprintf("%v (%s)", Size(n), l.MaxInitiatorBuffer)
+			}
+			return Size(n).String()
+		},
+	},
+	intLimit("max_sessions", func(l *Limits) *int { return &l.MaxSessions }, srp.DefaultMaxSessions, 1, 65536,
+		func(e *srp.Limits, v int) { e.MaxSessions = v }),
+	intLimit("max_channels_total", func(l *Limits) *int { return &l.MaxChannelsTotal }, srp.DefaultMaxChannelsTotal, 1, 65536,
+		func(e *srp.Limits, v int) { e.MaxChannelsTotal = v }).
+		also(func(l *Limits) (string, string) {
+			if l.MaxChannelsTotal < l.MaxChannels {
+				return fmt.Sprintf("%d is less than max_channels (%d): no initiator could open max_channels channels", l.MaxChannelsTotal, l.MaxChannels), ""
+			}
+			return "", ""
+		}),
+	shareLimit("max_sessions_per_source", func(l *Limits) *int { return &l.MaxSessionsPerSource }, "max_sessions",
+		func(l *Limits) int { return l.MaxSessions }, func(e *srp.Limits, v int) { e.MaxSessionsPerSource = v }),
+	shareLimit("max_channels_per_source", func(l *Limits) *int { return &l.MaxChannelsPerSource }, "max_channels_total",
+		func(l *Limits) int { return l.MaxChannelsTotal }, func(e *srp.Limits, v int) { e.MaxChannelsPerSource = v }).
+		also(func(l *Limits) (string, string) {
+			if l.MaxChannelsPerSource < l.MaxChannels {
+				return "", fmt.Sprintf("%d is less than max_channels (%d): an initiator host cannot open max_channels channels", l.MaxChannelsPerSource, l.MaxChannels)
+			}
+			return "", ""
+		}),
+	{
+		key:  "idle_timeout",
+		fill: func(*Limits) {}, // 0, off
+		check: func(l *Limits) (string, string) {
+			if d := time.Duration(l.IdleTimeout); d != 0 && (d < time.Second || d > 24*time.Hour) {
+				return fmt.Sprintf("%q must be 0 (off) or a duration between 1s and 24h, such as 10m", l.IdleTimeout), ""
+			}
+			return "", ""
+		},
+		set: func(l *Limits, e *srp.Limits) { e.IdleTimeout = time.Duration(l.IdleTimeout) },
+		show: func(l *Limits) string {
+			if l.IdleTimeout == 0 {
+				return "off"
+			}
+			return l.IdleTimeout.String()
+		},
+	},
+	intLimit("max_logins_in_progress", func(l *Limits) *int { return &l.MaxLoginsInProgress }, srp.DefaultMaxLoginsInProgress, 1, 1024,
+		func(e *srp.Limits, v int) { e.MaxLoginsInProgress = v }),
+	{
+		key:  "scheduling",
+		fill: func(l *Limits) { fillZero(&l.Scheduling, DefaultScheduling) },
+		check: func(l *Limits) (string, string) {
+			switch l.Scheduling {
+			case SchedulingInherit, SchedulingNormal, SchedulingBatch:
+				return "", ""
+			}
+			return fmt.Sprintf("%q is not a scheduling policy: use inherit, normal or batch", l.Scheduling), ""
+		},
+		show:         func(l *Limits) string { return l.Scheduling }, // the daemon's, not the engine's
+		unsummarized: true,
+	},
+}
+
+// limitSpec is one key of limits.
+type limitSpec struct {
+	key string
+	// fill sets the default where the field is zero (ApplyDefaults).
+	fill func(*Limits)
+	// check returns what Validate reports at the key: an error, or a warning.
+	check func(*Limits) (err, warn string)
+	// set puts the value in the engine's limits (nil: not an engine limit).
+	set func(*Limits, *srp.Limits)
+	// show prints the value, for the summary and for a reload that would change it.
+	show func(*Limits) string
+	// unsummarized keeps the key out of Summary: its default depends on the machine (the
+	// CPUs), so that a summary means the same wherever it is made.
+	unsummarized bool
+}
+
+// also adds a check to s, run when s's own check found nothing.
+func (s limitSpec) also(check func(*Limits) (string, string)) limitSpec {
+	own := s.check
+	s.check = func(l *Limits) (string, string) {
+		if err, warn := own(l); err != "" || warn != "" {
+			return err, warn
+		}
+		return check(l)
+	}
+	return s
+}
+
+func fillZero[T comparable](p *T, def T) {
+	var zero T
+	if *p == zero {
+		*p = def
+	}
+}
+
+func intLimit(key string, field func(*Limits) *int, def, lo, hi int, set func(*srp.Limits, int)) limitSpec {
+	return limitSpec{
+		key:  key,
+		fill: func(l *Limits) { fillZero(field(l), def) },
+		check: func(l *Limits) (string, string) {
+			if v := *field(l); v < lo || v > hi {
+				return fmt.Sprintf("%d is outside %d..%d", v, lo, hi), ""
+			}
+			return "", ""
+		},
+		set:  func(l *Limits, e *srp.Limits) { set(e, *field(l)) },
+		show: func(l *Limits) string { return fmt.Sprint(*field(l)) },
+	}
+}
+
+func sizeLimit(key string, field func(*Limits) *Size, def, lo, hi Size, note string, set func(*srp.Limits, Size)) limitSpec {
+	return limitSpec{
+		key:  key,
+		fill: func(l *Limits) { fillZero(field(l), def) },
+		check: func(l *Limits) (string, string) {
+			if v := *field(l); v < lo || v > hi {
+				return fmt.Sprintf("%d is outside %d..%v (%s)", int64(v), int64(lo), hi, note), ""
+			}
+			return "", ""
+		},
+		set:  func(l *Limits, e *srp.Limits) { set(e, *field(l)) },
+		show: func(l *Limits) string { return fmt.Sprint(int64(*field(l))) },
+	}
+}
+
+func durationLimit(key string, field func(*Limits) *Duration, def, lo, hi time.Duration, example string, set func(*srp.Limits, time.Duration)) limitSpec {
+	return limitSpec{
+		key:  key,
+		fill: func(l *Limits) { fillZero(field(l), Duration(def)) },
+		check: func(l *Limits) (string, string) {
+			if d := time.Duration(*field(l)); d < lo || d > hi {
+				return fmt.Sprintf("%q must be a duration between %v and %v, %s", *field(l), Duration(lo), Duration(hi), example), ""
+			}
+			return "", ""
+		},
+		set:  func(l *Limits, e *srp.Limits) { set(e, time.Duration(*field(l))) },
+		show: func(l *Limits) string { return field(l).String() },
+	}
+}
+
+// shareLimit is a per-source-address bound of a total (of): a quarter of it by default
+// (srp.DefaultShare), at most all of it, with a warning when it is all of it.
+func shareLimit(key string, field func(*Limits) *int, of string, total func(*Limits) int, set func(*srp.Limits, int)) limitSpec {
+	return limitSpec{
+		key:  key,
+		fill: func(l *Limits) { fillZero(field(l), max(1, total(l)/srp.DefaultShare)) },
+		check: func(l *Limits) (string, string) {
+			v, t := *field(l), total(l)
+			switch {
+			case v < 1:
+				return fmt.Sprintf("%d is less than 1", v), ""
+			case t >= 1 && v > t:
+				return fmt.Sprintf("%d is more than %s (%d)", v, of, t), ""
+			case v == t && t > 1:
+				return "", fmt.Sprintf("equals %s: one host can take all of them and lock the others out", of)
+			}
+			return "", ""
+		},
+		set:  func(l *Limits, e *srp.Limits) { set(e, *field(l)) },
+		show: func(l *Limits) string { return fmt.Sprint(*field(l)) },
+	}
+}
+
+// applyDefaults fills every limit the file leaves out.
+func (lim *Limits) applyDefaults() {
+	for _, s := range limitSpecs {
+		s.fill(lim)
+	}
+}
+
+// validateLimits reports every limit out of its range.
+func (v *validator) validateLimits(lim *Limits) {
+	for _, s := range limitSpecs {
+		err, warn := s.check(lim)
+		if err != "" {
+			v.errorf(At("limits", s.key), "%s", err)
+		}
+		if warn != "" {
+			v.warnf(At("limits", s.key), "%s", warn)
+		}
+	}
+}
+
+// SRPLimits maps the configuration's limits to the engine's.
+func (c *Config) SRPLimits() srp.Limits {
+	var e srp.Limits
+	for _, s := range limitSpecs {
+		if s.set != nil {
+			s.set(&c.Limits, &e)
+		}
+	}
+	return e
+}
+
+// LimitChanges lists the limits whose values differ between a and b: for the engine's, what
+// the engine would get (25% and 16MiB of a 64MiB pool are the same), for the others what is
+// written. The engine's limits are fixed when it is made: a reload that changes one is refused.
+func LimitChanges(a, b *Limits) []LimitChange {
+	var out []LimitChange
+	for _, s := range limitSpecs {
+		same := s.show(a) == s.show(b)
+		if s.set != nil {
+			var ea, eb srp.Limits
+			s.set(a, &ea)
+			s.set(b, &eb)
+			same = ea == eb
+		}
+		if !same {
+			out = append(out, LimitChange{Key: s.key, Old: s.show(a), New: s.show(b)})
+		}
+	}
+	return out
+}
+
+// LimitChange is one limit a new configuration changes.
+type LimitChange struct{ Key, Old, New string }
+
+// limitsSummary writes the limits as Summary prints them: key value pairs, wrapped.
+func limitsSummary(b *strings.Builder, lim *Limits) {
+	var items []string
+	for _, s := range limitSpecs {
+		if !s.unsummarized {
+			items = append(items, s.key+" "+s.show(lim))
+		}
+	}
+	line := "limits:"
+	for i, item := range items {
+		if i < len(items)-1 {
+			item += ","
+		}
+		if len(line)+1+len(item) > 100 {
+			b.WriteString(line + "\n")
+			line = "       "
+		}
+		line += " " + item
+	}
+	b.WriteString(line + "\n")
+}
