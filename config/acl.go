@@ -61,15 +61,14 @@ func initiatorCovered(patterns []string, p string) bool {
 	return false
 }
 
-// sourceCovered reports whether one of prefixes contains every address of source s.
-func sourceCovered(prefixes []string, s string) bool {
-	sp, err := ParseSourcePrefix(s)
+// sourceCovered reports whether one of sources matches every login that source s matches.
+func sourceCovered(sources []string, s string) bool {
+	sp, err := ParseSource(s)
 	if err != nil {
 		return false
 	}
-	for _, q := range prefixes {
-		qp, err := ParseSourcePrefix(q)
-		if err == nil && qp.Bits() <= sp.Bits() && qp.Contains(sp.Addr()) {
+	for _, q := range sources {
+		if qp, err := ParseSource(q); err == nil && qp.covers(sp) {
 			return true
 		}
 	}

@@ -81,12 +81,50 @@ type PortGroup struct {
 	Ports []int `yaml:"ports"`
 }
 
-// Listener is one RDMA/CM listening address.
+// Listener is where logins arrive: an IP address and port, for RDMA/CM logins (ib_srp's
+// dest=), or with Kind ib the InfiniBand ports, for native IB CM logins (ib_srp's
+// dgid=...,service_id=00000000013fPPPP).
 type Listener struct {
+	// Kind is address (the default) or ib.
+	Kind string `yaml:"kind"`
 	// Address is an IPv4 or IPv6 address, "0.0.0.0" or "::" for all; IPv6 link-local addresses
-	// carry their zone ("fe80::1%eth0").
+	// carry their zone ("fe80::1%eth0"). Address listeners only.
 	Address string `yaml:"address"`
-	Port    uint16 `yaml:"port"`
+	// Port is the TCP-space port of an address listener, the low 16 bits of the service ID
+	// 0x00000000013FPPPP of an ib listener.
+	Port uint16 `yaml:"port"`
+	// IBPorts names the HCA ports an ib listener binds, as device/port: "mlx5_0/1". Unset,
+	// every InfiniBand port of every device, present and future.
+	IBPorts []string `yaml:"ib_ports"`
+}
+
+// Listener kinds (Listener.Kind).
+const (
+	ListenerAddress = "address"
+	ListenerIB      = "ib"
+)
+
+// IsIB reports whether l is an ib listener.
+func (l Listener) IsIB() bool { return l.Kind == ListenerIB }
+
+// HasIBListener reports whether c has an ib listener.
+func (c *Config) HasIBListener() bool {
+	for _, l := range c.Listeners {
+		if l.IsIB() {
+			return true
+		}
+	}
+	return false
+}
+
+// HasAddressListener reports whether c has an address listener.
+func (c *Config) HasAddressListener() bool {
+	for _, l := range c.Listeners {
+		if !l.IsIB() {
+			return true
+		}
+	}
+	return false
 }
 
 // Limits bounds what one initiator can use. The keys are named as the engine's log
@@ -252,7 +290,10 @@ type ACL struct {
 	// Initiators are initiator port identifiers (0x and 32 hex digits) with shell-style
 	// wildcards: "*" matches any initiator.
 	Initiators []string `yaml:"initiators"`
-	// Sources are source addresses or prefixes ("192.168.1.7", "10.0.0.0/8", "fe80::/10").
+	// Sources are source addresses or prefixes ("192.168.1.7", "10.0.0.0/8", "fe80::/10"),
+	// which match logins through address listeners, and for logins through ib listeners GIDs
+	// or GID prefixes ("gid:fe80::2:c903:a0:b0c2", "gid:fe80::/64") and partitions
+	// ("pkey:8001"); ParseSource.
 	Sources []string `yaml:"sources"`
 	// LUNs are the LUN numbers these initiators see.
 	LUNs []int `yaml:"luns"`

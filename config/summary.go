@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/srptarget/srptarget/ib"
 )
 
 // Summary is what `srptarget validate` prints for a valid configuration: the settings in
@@ -26,6 +28,10 @@ func (c *Config) Summary() string {
 
 	fmt.Fprintf(&b, "listeners (%d):\n", len(c.Listeners))
 	for _, l := range c.Listeners {
+		if l.IsIB() {
+			fmt.Fprintf(&b, "  %s\n", l.IBSummary())
+			continue
+		}
 		addr, _ := ParseListenAddress(l.Address)
 		fmt.Fprintf(&b, "  %v\n", netip.AddrPortFrom(addr, l.Port))
 	}
@@ -146,4 +152,14 @@ func WriteErrors(w io.Writer, file string, err error) {
 		word = "error"
 	}
 	fmt.Fprintf(w, "%s: %d %s\n", file, len(errs), word)
+}
+
+// IBSummary describes the ib listener l in a line: "ib, every InfiniBand port, port 5555
+// (service_id 00000000013f15b3)".
+func (l Listener) IBSummary() string {
+	where := "every InfiniBand port"
+	if len(l.IBPorts) > 0 {
+		where = strings.Join(l.IBPorts, ", ")
+	}
+	return fmt.Sprintf("ib, %s, port %d (service_id %016x)", where, l.Port, ib.IBServiceID(l.Port))
 }

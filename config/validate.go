@@ -15,8 +15,37 @@ import (
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/sys/unix"
 
+	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/scsi"
 )
+
+// validateIBListener checks the ib listener l, listeners[i]; seen holds the ports of the ib
+// listeners before it.
+func (v *validator) validateIBListener(l Listener, i int, seen map[uint16]int) {
+	if l.Address != "" {
+		v.errorf(At("listeners", i, "address"), "an ib listener has no address: it listens on the GIDs of InfiniBand ports (ib_ports names them; unset, every one)")
+	}
+	if l.Port == 0 {
+		v.errorf(At("listeners", i, "port"), "port is missing or 0 (the service ID is 0x00000000013fPPPP, PPPP the port)")
+		return
+	}
+	if j, dup := seen[l.Port]; dup {
+		v.errorf(At("listeners", i, "port"), "same port as the ib listener listeners[%d]: one service ID, %016x, can be bound once; name all the HCA ports in one listener", j, ib.IBServiceID(l.Port))
+	}
+	seen[l.Port] = i
+	names := map[IBPort]int{}
+	for j, s := range l.IBPorts {
+		p, err := ParseIBPort(s)
+		if err != nil {
+			v.errorf(At("listeners", i, "ib_ports", j), "%v", err)
+			continue
+		}
+		if k, dup := names[p]; dup {
+			v.errorf(At("listeners", i, "ib_ports", j), "%s is listed twice (ib_ports[%d])", p, k)
+		}
+		names[p] = j
+	}
+}
 
 type validator struct {
 	file  string
@@ -62,7 +91,20 @@ func (v *validator) validate(c *Config) {
 		v.errorf(At("listeners"), "at least one listener is needed (address and port)")
 	}
 	seenListen := map[netip.AddrPort]int{}
+	seenIB := map[uint16]int{}
 	for i, l := range c.Listeners {
+		switch l.Kind {
+		case "", ListenerAddress:
+		case ListenerIB:
+			v.validateIBListener(l, i, seenIB)
+			continue
+		default:
+			v.errorf(At("listeners", i, "kind"), "%q is not a listener kind: use address (the default: RDMA/CM on an IP address) or ib (native InfiniBand)", l.Kind)
+			continue
+		}
+		if len(l.IBPorts) > 0 {
+			v.errorf(At("listeners", i, "ib_ports"), "ib_ports is for listeners of kind ib")
+		}
 		addr, err := ParseListenAddress(l.Address)
 		if err != nil {
 			v.errorf(At("listeners", i, "address"), "%v", err)
@@ -99,8 +141,14 @@ func (v *validator) validate(c *Config) {
 			}
 		}
 		for j, s := range a.Sources {
-			if _, err := ParseSourcePrefix(s); err != nil {
+			src, err := ParseSource(s)
+			switch {
+			case err != nil:
 				v.errorf(At("acls", i, "sources", j), "%v", err)
+			case src.IsIB() && !c.HasIBListener():
+				v.warnf(At("acls", i, "sources", j), "%s matches only logins through an ib listener, and there is none", s)
+			case !src.IsIB() && !c.HasAddressListener():
+				v.warnf(At("acls", i, "sources", j), "%s matches only logins through an address listener, and there is none (InfiniBand sources are gid:GID or pkey:HEX)", s)
 			}
 		}
 		if len(a.LUNs) == 0 {

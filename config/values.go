@@ -85,3 +85,28 @@ func MatchInitiator(pattern, id string) bool {
 	ok, err := path.Match(norm(pattern), norm(id))
 	return err == nil && ok
 }
+
+// IBPort names one HCA port for an ib listener: a device and its port number.
+type IBPort struct {
+	Device string
+	Port   int
+}
+
+func (p IBPort) String() string { return p.Device + "/" + strconv.Itoa(p.Port) }
+
+// ibDeviceName is what an RDMA device name may hold (the kernel's names are such as mlx5_0,
+// rxe0, ibp59s0).
+var ibDeviceName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// ParseIBPort reads an entry of ib_ports: "mlx5_0/1".
+func ParseIBPort(s string) (IBPort, error) {
+	dev, num, _ := strings.Cut(s, "/")
+	n, err := strconv.Atoi(num)
+	switch {
+	case !ibDeviceName.MatchString(dev) || num == "":
+		return IBPort{}, fmt.Errorf("%q: an HCA port is a device name and a port number, such as mlx5_0/1 (srptarget devices lists them)", s)
+	case err != nil || n < 1 || n > 255 || strconv.Itoa(n) != num:
+		return IBPort{}, fmt.Errorf("%q: the port number after / is 1..255", s)
+	}
+	return IBPort{Device: dev, Port: n}, nil
+}

@@ -34,6 +34,7 @@ type logPin struct {
 var logPins = []logPin{
 	{script: "devwait.sh", text: "no RDMA device has the address of this listener yet"},
 	{script: "srptarget-e2e.sh", text: "login rejected"},
+	{script: "srptarget-e2e.sh", text: "no RDMA device has the address of this listener yet"},
 	{script: "srptarget-e2e.sh", text: "matches none of the"},
 	{script: "srptarget-e2e.sh", text: "login accepted"},
 	{script: "stress-lib.sh", text: "login accepted", exact: true},

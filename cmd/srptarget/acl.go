@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/srptarget/srptarget/config"
+	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
 	"github.com/srptarget/srptarget/srp/iu"
@@ -24,39 +25,41 @@ type aclEntry struct {
 	index      int
 	cfg        config.ACL
 	initiators []string
-	sources    []netip.Prefix
+	sources    []config.Source
 	lunMap     *scsi.LUNMap
 }
 
-var _ srp.Authorizer = (*aclAuthorizer)(nil)
+var (
+	_ srp.Authorizer   = (*aclAuthorizer)(nil)
+	_ srp.IBAuthorizer = (*aclAuthorizer)(nil)
+)
 
 // newACLEntry makes the entry of acls[i] of cfg, its LUN map not yet set.
 func newACLEntry(cfg *config.Config, i int) (*aclEntry, *config.Error) {
 	c := cfg.ACLs[i]
 	e := &aclEntry{index: i, cfg: c, initiators: c.Initiators}
 	for _, s := range c.Sources {
-		pfx, err := config.ParseSourcePrefix(s)
+		src, err := config.ParseSource(s)
 		if err != nil {
 			return nil, cfg.ErrorAt(config.At("acls", i, "sources"), "%v", err)
 		}
-		e.sources = append(e.sources, pfx)
+		e.sources = append(e.sources, src)
 	}
 	return e, nil
 }
 
-// matches reports whether the initiator port id (0x + 32 hex digits) or its source address
-// (unmapped, without zone) is in the ACL.
-func (e *aclEntry) matches(id string, src netip.Addr) bool {
+// matches reports whether the initiator port id (0x + 32 hex digits), or the source address
+// of a login through an address listener (unmapped, without zone), or the InfiniBand address
+// of one through an ib listener (ibSrc), is in the ACL.
+func (e *aclEntry) matches(id string, src netip.Addr, ibSrc *ib.IBAddr) bool {
 	for _, p := range e.initiators {
 		if config.MatchInitiator(p, id) {
 			return true
 		}
 	}
-	if src.IsValid() {
-		for _, p := range e.sources {
-			if p.Contains(src) {
-				return true
-			}
+	for _, s := range e.sources {
+		if ibSrc != nil && s.MatchIB(*ibSrc) || ibSrc == nil && src.IsValid() && s.MatchIP(src) {
+			return true
 		}
 	}
 	return false
@@ -69,17 +72,32 @@ func (a *aclAuthorizer) Authorize(initiator, _ iu.PortID, src netip.AddrPort) (*
 	id := initiator.String()
 	addr := src.Addr().Unmap().WithZone("")
 	for _, e := range a.acls {
-		if e.matches(id, addr) {
+		if e.matches(id, addr, nil) {
 			return e.lunMap, nil
 		}
 	}
-	return nil, &srp.LoginRefusedError{Reason: iu.LoginRejChannelLimitReached, Detail: a.refusal(id, addr)}
+	return nil, &srp.LoginRefusedError{Reason: iu.LoginRejChannelLimitReached, Detail: a.refusal(id, addr, nil)}
 }
 
-func (a *aclAuthorizer) refusal(id string, src netip.Addr) string {
+// AuthorizeIB is Authorize for a login through an ib listener: the sources that match it are
+// the InfiniBand ones (gid:, pkey:).
+func (a *aclAuthorizer) AuthorizeIB(initiator, _ iu.PortID, src ib.IBAddr) (*scsi.LUNMap, error) {
+	id := initiator.String()
+	for _, e := range a.acls {
+		if e.matches(id, netip.Addr{}, &src) {
+			return e.lunMap, nil
+		}
+	}
+	return nil, &srp.LoginRefusedError{Reason: iu.LoginRejChannelLimitReached, Detail: a.refusal(id, netip.Addr{}, &src)}
+}
+
+func (a *aclAuthorizer) refusal(id string, src netip.Addr, ibSrc *ib.IBAddr) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "initiator %s", id)
-	if src.IsValid() {
+	switch {
+	case ibSrc != nil:
+		fmt.Fprintf(&b, " from %v", *ibSrc)
+	case src.IsValid():
 		fmt.Fprintf(&b, " from %s", src)
 	}
 	if len(a.acls) == 0 {
@@ -88,7 +106,10 @@ func (a *aclAuthorizer) refusal(id string, src netip.Addr) string {
 		fmt.Fprintf(&b, " matches none of the %d ACLs", len(a.acls))
 	}
 	fmt.Fprintf(&b, "; to let it in, add to acls: {initiators: [\"%s\"], luns: %s}", id, config.FlowList(a.luns))
-	if src.IsValid() {
+	switch {
+	case ibSrc != nil:
+		fmt.Fprintf(&b, " (or sources: [\"gid:%s\"] instead of initiators)", ibSrc.GID)
+	case src.IsValid():
 		fmt.Fprintf(&b, " (or sources: [\"%s\"] instead of initiators)", src)
 	}
 	return b.String()

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/srptarget/srptarget/config"
+	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/srp/iu"
 )
 
@@ -44,8 +45,48 @@ func parseInitiator(s string) (iu.PortID, error) {
 	return p, nil
 }
 
-// parseSource reads --source: an IP address, with or without a port.
-func parseSource(s string) (netip.Addr, error) {
+// aclSource is where acl-check's login comes from: an IP address (an address listener's
+// login), or an InfiniBand address (an ib listener's).
+type aclSource struct {
+	ip netip.Addr
+	ib *ib.IBAddr
+}
+
+func (s aclSource) String() string {
+	if s.ib != nil {
+		return fmt.Sprintf("gid:%v,pkey:%04x", s.ib.GID, s.ib.PKey)
+	}
+	if s.ip.IsValid() {
+		return s.ip.String()
+	}
+	return ""
+}
+
+// parseSource reads --source: an IP address, with or without a port, or for a login through
+// an ib listener gid:GID with an optional ,pkey:HEX (default ffff).
+func parseSource(s string) (aclSource, error) {
+	if g, ok := strings.CutPrefix(s, "gid:"); ok {
+		g, pk, hasPKey := strings.Cut(g, ",pkey:")
+		gid, err := netip.ParseAddr(g)
+		if err != nil || !gid.Is6() || gid.Is4In6() || gid.Zone() != "" {
+			return aclSource{}, fmt.Errorf("source %q: want gid:GID or gid:GID,pkey:HEX (gid:fe80::2:c903:a0:b0c2,pkey:ffff)", s)
+		}
+		a := ib.IBAddr{GID: gid, PKey: 0xffff}
+		if hasPKey {
+			v, err := strconv.ParseUint(strings.TrimPrefix(pk, "0x"), 16, 16)
+			if err != nil {
+				return aclSource{}, fmt.Errorf("source %q: the P_Key is 1 to 4 hex digits", s)
+			}
+			a.PKey = uint16(v)
+		}
+		return aclSource{ib: &a}, nil
+	}
+	ip, err := parseIPSource(s)
+	return aclSource{ip: ip}, err
+}
+
+// parseIPSource reads an IP address, with or without a port.
+func parseIPSource(s string) (netip.Addr, error) {
 	if s == "" {
 		return netip.Addr{}, nil
 	}
@@ -59,10 +100,11 @@ func parseSource(s string) (netip.Addr, error) {
 	return a.Unmap().WithZone(""), nil
 }
 
-// match returns the first ACL that admits the initiator from src, as Authorize decides.
-func (a *aclAuthorizer) match(id string, src netip.Addr) *aclEntry {
+// match returns the first ACL that admits the initiator from src, as Authorize and
+// AuthorizeIB decide.
+func (a *aclAuthorizer) match(id string, src aclSource) *aclEntry {
 	for _, e := range a.acls {
-		if e.matches(id, src) {
+		if e.matches(id, src.ip, src.ib) {
 			return e
 		}
 	}
@@ -71,19 +113,16 @@ func (a *aclAuthorizer) match(id string, src netip.Addr) *aclEntry {
 
 // newACLCheck parses acl-check's initiator and source and starts the answer, the same whether
 // the daemon or a configuration file (from) answers it.
-func newACLCheck(from, initiator, source string) (*aclCheckResult, netip.Addr, error) {
+func newACLCheck(from, initiator, source string) (*aclCheckResult, aclSource, error) {
 	id, err := parseInitiator(initiator)
 	if err != nil {
-		return nil, netip.Addr{}, err
+		return nil, aclSource{}, err
 	}
 	src, err := parseSource(source)
 	if err != nil {
-		return nil, netip.Addr{}, err
+		return nil, aclSource{}, err
 	}
-	res := &aclCheckResult{From: from, Initiator: id.String(), LUNs: []lunRef{}}
-	if src.IsValid() {
-		res.Source = src.String()
-	}
+	res := &aclCheckResult{From: from, Initiator: id.String(), LUNs: []lunRef{}, Source: src.String()}
 	return res, src, nil
 }
 
@@ -101,7 +140,7 @@ func (d *daemon) aclCheck(initiator, source string) (*aclCheckResult, error) {
 		res.ACL = e.describe()
 		res.LUNs = lunRefs(e.lunMap)
 	} else {
-		res.Refusal = auth.refusal(res.Initiator, src)
+		res.Refusal = auth.refusal(res.Initiator, src.ip, src.ib)
 	}
 	return res, nil
 }
@@ -138,7 +177,7 @@ func aclCheckFile(file, initiator, source string) (*aclCheckResult, error) {
 		}
 		slices.SortFunc(res.LUNs, func(a, b lunRef) int { return a.LUN - b.LUN })
 	} else {
-		res.Refusal = a.refusal(res.Initiator, src)
+		res.Refusal = a.refusal(res.Initiator, src.ip, src.ib)
 	}
 	return res, nil
 }

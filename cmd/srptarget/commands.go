@@ -25,7 +25,7 @@ func loadConfig(cmd *cobra.Command, file string, load func(string) (*config.Conf
 	return cfg, nil
 }
 
-func newValidateCommand() *cobra.Command {
+func newValidateCommand(deps loginLineDeps) *cobra.Command {
 	var configFile string
 	var diff bool
 	var ctl controlFlags
@@ -58,6 +58,9 @@ daemon's user, the daemon plans the text alone, opening and looking at nothing i
 			}
 			for _, w := range shippedSandbox(unitDropInDir).check(cfg) {
 				fmt.Fprintf(cmd.OutOrStdout(), "warning: %s\n", w.Error())
+			}
+			for _, w := range ibPortWarnings(cfg, deps.devices) {
+				fmt.Fprintf(cmd.OutOrStdout(), "warning: %s\n", w)
 			}
 			if !diff {
 				return nil
@@ -109,7 +112,7 @@ func newLoginLineCommand(deps loginLineDeps) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, err = io.WriteString(cmd.OutOrStdout(), loginLineText(cfg, id, deps.interfaces))
+			_, err = io.WriteString(cmd.OutOrStdout(), loginLineText(cfg, id, deps.interfaces, deps.devices))
 			return err
 		},
 	}
@@ -144,6 +147,9 @@ func devicesText(devs []rdmaDevice) string {
 			fmt.Fprintf(&b, "  port %d: %s, %s", p.Num, p.State, p.LinkLayer)
 			if p.ActiveMTU != 0 {
 				fmt.Fprintf(&b, ", MTU %d", p.ActiveMTU)
+			}
+			if p.LinkLayer == linkLayerIB {
+				fmt.Fprintf(&b, ", LID %d, P_Key %04x, IsDeviceManagementSupported %s", p.LID, p.PKey, yesNo(p.IsDM))
 			}
 			b.WriteByte('\n')
 			for _, g := range p.GIDs {

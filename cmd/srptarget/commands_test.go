@@ -220,7 +220,7 @@ func TestDevicesCommand(t *testing.T) {
 	out, _, err := run(t, deps, "devices")
 	require.NoError(t, err)
 	require.Equal(t, `mlx5_0: node GUID 0002:c903:00a0:b0c1 (the default target identity: id_ext=ioc_guid=0002c90300a0b0c1)
-  port 1: DOWN, InfiniBand
+  port 1: DOWN, InfiniBand, LID 0, P_Key 0000, IsDeviceManagementSupported no
 rxe0: node GUID 0000:00ff:fe00:0001
   port 1: ACTIVE, Ethernet, MTU 1024
     gid 0: fe80::200:ff:fe00:1 (RoCE v2, dummy0)

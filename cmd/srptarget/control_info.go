@@ -5,7 +5,6 @@ package main
 
 import (
 	"fmt"
-	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -50,6 +49,17 @@ type listenerInfo struct {
 
 // listenerWaiting is the state of a listener whose address is on no RDMA device yet.
 const listenerWaiting = "waiting for an RDMA device with this address"
+
+// listenerWaitingIB is the state of an ib listener whose InfiniBand port is not there (yet).
+const listenerWaitingIB = "waiting for an InfiniBand port"
+
+// waitingState is the state of the pending listener a.
+func waitingState(a listenAddr) string {
+	if a.ib {
+		return listenerWaitingIB
+	}
+	return listenerWaiting
+}
 
 // aclRef names the ACL that admitted an initiator: its index under acls and who it lists.
 type aclRef struct {
@@ -155,8 +165,9 @@ func (s *controlServer) status(d *daemon) statusInfo {
 		st.Devices, st.DevicesError = deviceNames(s.opts.devices)
 		if cfg, err := config.LoadTrusted(s.opts.configFile); err == nil {
 			for _, lc := range cfg.Listeners {
-				addr, _ := config.ParseListenAddress(lc.Address)
-				st.Listeners = append(st.Listeners, listenerInfo{Address: netip.AddrPortFrom(addr, lc.Port).String(), State: listenerWaiting})
+				for _, a := range listenAddrsOf(lc) {
+					st.Listeners = append(st.Listeners, listenerInfo{Address: a.String(), State: waitingState(a)})
+				}
 			}
 		}
 		return st
@@ -166,7 +177,7 @@ func (s *controlServer) status(d *daemon) statusInfo {
 	}
 	d.mu.Lock()
 	for ap := range d.pending {
-		st.Listeners = append(st.Listeners, listenerInfo{Address: ap.String(), State: listenerWaiting})
+		st.Listeners = append(st.Listeners, listenerInfo{Address: ap.String(), State: waitingState(ap)})
 	}
 	st.IDExt = fmt.Sprintf("%016x", d.ident.idExt)
 	st.IOCGUID = fmt.Sprintf("%016x", d.ident.iocGUID)

@@ -469,7 +469,7 @@ would see. The running daemon is asked; when no daemon answers on the control so
 	}
 	f.add(cmd)
 	cmd.Flags().StringVar(&initiator, "initiator", "", "initiator port identifier, 0x and 32 hex digits as the log prints it")
-	cmd.Flags().StringVar(&source, "source", "", "the initiator's source address (IP), for ACLs with sources")
+	cmd.Flags().StringVar(&source, "source", "", "the initiator's source address (IP), or gid:GID[,pkey:HEX] for a login through an ib listener, for ACLs with sources")
 	cmd.Flags().StringVar(&configFile, "config", "", "configuration file to read when no daemon answers")
 	_ = cmd.MarkFlagRequired("initiator")
 	return cmd

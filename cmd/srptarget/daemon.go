@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"runtime"
 	"slices"
 	"sync"
@@ -29,6 +28,7 @@ type daemonOptions struct {
 	configFile string
 	log        *zap.Logger
 	listen     listenFunc
+	listenIB   listenIBFunc
 	devices    devicesFunc
 	interfaces interfacesFunc
 	// memlock checks that the memory the engine registers can be pinned; nil skips the check
@@ -69,14 +69,14 @@ type daemon struct {
 	auth      *aclAuthorizer
 	luns      map[int]*lunState
 	stores    map[storeKey]*sharedStore
-	listeners map[netip.AddrPort]*listenerState
+	listeners map[listenAddr]*listenerState
 	// prs are the reservations of every logical unit identity seen, by state file path
 	// (reservationsFor): they outlive the LogicalUnit objects that reloads replace.
 	prs     map[string]*scsi.Reservations
 	stopped bool
 	// pending are the configured listeners whose address is on no RDMA device yet: the
 	// daemon runs without them and retryPending listens when the address appears.
-	pending map[netip.AddrPort]bool
+	pending map[listenAddr]bool
 	// listening counts the listeners that listen, for srptarget_serving without d.mu.
 	listening atomic.Int32
 }
@@ -101,9 +101,9 @@ type luKey struct {
 	maxTransfer                       uint32
 }
 
-// listenerState is one listening address.
+// listenerState is one listener.
 type listenerState struct {
-	addr   netip.AddrPort // as configured
+	addr   listenAddr // as configured
 	ln     ib.Listener
 	cancel context.CancelFunc
 	failed atomic.Bool // Serve ended with a listener error: a reload listens again
@@ -118,7 +118,7 @@ func newDaemon(opts daemonOptions) *daemon {
 		log:       opts.log,
 		luns:      make(map[int]*lunState),
 		stores:    make(map[storeKey]*sharedStore),
-		listeners: make(map[netip.AddrPort]*listenerState),
+		listeners: make(map[listenAddr]*listenerState),
 	}
 }
 
@@ -362,11 +362,11 @@ func (d *daemon) logStartup() {
 		d.logLUN(d.luns[n])
 	}
 	d.logACLs()
-	addrs := make([]netip.AddrPort, 0, len(d.listeners))
+	addrs := make([]listenAddr, 0, len(d.listeners))
 	for ap := range d.listeners {
 		addrs = append(addrs, ap)
 	}
-	slices.SortFunc(addrs, func(a, b netip.AddrPort) int { return a.Compare(b) })
+	slices.SortFunc(addrs, listenAddr.compare)
 	for _, ap := range addrs {
 		d.log.Info("listening", zap.Stringer("address", ap))
 	}
@@ -376,6 +376,10 @@ func (d *daemon) logStartup() {
 			fields = append(fields, zap.String("note", l.note))
 		}
 		d.log.Info("initiator login (on the initiator, as root)", fields...)
+	}
+	for _, l := range ibTargetLines(d.cfg, d.opts.devices) {
+		d.log.Info("initiator login over native InfiniBand (on the initiator, as root)",
+			zap.String("add_target", l.command(d.ident)), zap.String("note", l.note))
 	}
 }
 

@@ -29,7 +29,9 @@ const DefaultDevicePoll = time.Second
 // /dev/infiniband/rdma_cm), or the address not yet on an RDMA device's netdev
 // (rdma_bind_addr(3): EADDRNOTAVAIL). rdmaError marks those errors of ib/verbs with
 // errNoRDMAKernel.
-func isNoDevice(err error) bool { return errors.Is(err, errNoRDMAKernel) }
+func isNoDevice(err error) bool {
+	return errors.Is(err, errNoRDMAKernel) || errors.Is(err, errNoIBPortYet)
+}
 
 // deviceMissing reports whether the device list says that there is no RDMA device. Any other
 // answer (a device, or an error of another kind, such as the tests' "no devices") lets the

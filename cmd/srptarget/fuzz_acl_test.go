@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/config"
+	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp/iu"
 )
@@ -63,7 +64,7 @@ func refContains(p netip.Prefix, a netip.Addr) bool {
 }
 
 // oneACL is an authorizer with a single ACL, and the LUN map it grants.
-func oneACL(t *testing.T, initiators []string, sources []netip.Prefix) (*aclAuthorizer, *scsi.LUNMap) {
+func oneACL(t *testing.T, initiators []string, sources []config.Source) (*aclAuthorizer, *scsi.LUNMap) {
 	t.Helper()
 	m, err := scsi.NewLUNMap(nil)
 	require.NoError(t, err)
@@ -157,7 +158,9 @@ func FuzzACLSources(f *testing.F) {
 		}
 		require.True(t, p.IsValid(), "%q", source)
 		require.Equal(t, p.Masked(), p, "%q", source)
-		a, m := oneACL(t, nil, []netip.Prefix{p})
+		cs, err := config.ParseSource(source)
+		require.NoError(t, err, "%q parses as a prefix but not as a source", source)
+		a, m := oneACL(t, nil, []config.Source{cs})
 		login := func(src netip.Addr) bool {
 			got, err := a.Authorize(iu.PortID{}, iu.PortID{}, netip.AddrPortFrom(src, 40000))
 			if err != nil {
@@ -189,5 +192,10 @@ func FuzzACLSources(f *testing.F) {
 			return
 		}
 		require.Equal(t, refContains(p, src.Unmap()), login(src), "source %q (prefix %s), login from %s", source, p, src)
+		// An IP source never admits a login through an ib listener, even from the GID that
+		// is the address's 16 bytes.
+		got, err := a.AuthorizeIB(iu.PortID{}, iu.PortID{}, ib.IBAddr{GID: netip.AddrFrom16(src.As16()), PKey: 0xffff})
+		require.Error(t, err, "source %q admitted GID %v", source, src)
+		require.Nil(t, got)
 	})
 }

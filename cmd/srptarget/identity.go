@@ -28,8 +28,9 @@ func (id identity) portID() iu.PortID {
 
 // resolveIdentity takes id_ext and ioc_guid from the configuration (config.Target.Identity).
 // When neither is given, both are the node GUID of the first RDMA device (by name, with a
-// non-zero GUID): that is what LIO and SCST use for their own target ports, so an initiator
-// configured for one of them logs in here unchanged.
+// non-zero GUID): what LIO's ib_srpt uses for its own target port (srpt_service_guid), so an
+// initiator configured for LIO logs in here unchanged. SCST's ib_srpt clears the GUID's top
+// byte, which makes the same value only for GUIDs whose top byte is 0.
 func resolveIdentity(t config.Target, devices devicesFunc) (identity, error) {
 	if t.Configured() {
 		idExt, iocGUID, err := t.Identity()

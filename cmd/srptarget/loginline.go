@@ -125,8 +125,9 @@ func destString(a netip.Addr, port string) string {
 	return "[" + a.String() + "]:" + port
 }
 
-// loginLineText is the output of `srptarget login-line`.
-func loginLineText(cfg *config.Config, id identity, ifaces interfacesFunc) string {
+// loginLineText is the output of `srptarget login-line`: the dest= lines of the address
+// listeners, then the dgid= lines of the ib listeners (ibLoginLineText).
+func loginLineText(cfg *config.Config, id identity, ifaces interfacesFunc, devices devicesFunc) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Target id_ext=%016x ioc_guid=%016x (from the %s).\n", id.idExt, id.iocGUID, id.from)
 	b.WriteString("# Run on the initiator as root after `modprobe ib_srp`; <dev>-<port> is the initiator's\n")
@@ -141,6 +142,9 @@ func loginLineText(cfg *config.Config, id identity, ifaces interfacesFunc) strin
 	}
 	// Each more target port is another path: one add_target per port and address.
 	for _, p := range cfg.Target.Ports {
+		if len(lines) == 0 {
+			break
+		}
 		pid := portIdentity(p, id)
 		fmt.Fprintf(&b, "# Target port id_ext=%016x ioc_guid=%016x (relative port %d), another path to the same LUNs:\n",
 			pid.idExt, pid.iocGUID, p.RelativePortID)
@@ -149,5 +153,6 @@ func loginLineText(cfg *config.Config, id identity, ifaces interfacesFunc) strin
 			b.WriteByte('\n')
 		}
 	}
+	b.WriteString(ibLoginLineText(cfg, id, devices))
 	return b.String()
 }

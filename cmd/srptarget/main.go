@@ -45,7 +45,7 @@ func newRootCommandWith(deps loginLineDeps) *cobra.Command {
 	root.SetVersionTemplate(versionText(build))
 	root.AddCommand(
 		newServeCommand(),
-		newValidateCommand(),
+		newValidateCommand(deps),
 		newLoginLineCommand(deps),
 		newDevicesCommand(deps),
 		newVersionCommand(),

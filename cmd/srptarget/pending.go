@@ -6,7 +6,6 @@ package main
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 
@@ -17,18 +16,18 @@ import (
 func (d *daemon) serving() bool { return d.listening.Load() > 0 }
 
 // pendingAddrs are the listeners that wait for an RDMA device with their address, sorted.
-func (d *daemon) pendingAddrs() []netip.AddrPort {
+func (d *daemon) pendingAddrs() []listenAddr {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.pendingLocked()
 }
 
-func (d *daemon) pendingLocked() []netip.AddrPort {
-	out := make([]netip.AddrPort, 0, len(d.pending))
+func (d *daemon) pendingLocked() []listenAddr {
+	out := make([]listenAddr, 0, len(d.pending))
 	for ap := range d.pending {
 		out = append(out, ap)
 	}
-	slices.SortFunc(out, func(a, b netip.AddrPort) int { return a.Compare(b) })
+	slices.SortFunc(out, listenAddr.compare)
 	return out
 }
 
@@ -38,12 +37,12 @@ func (d *daemon) pendingLocked() []netip.AddrPort {
 func (d *daemon) retryPending() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.stopped || len(d.pending) == 0 || d.opts.listen == nil {
+	if d.stopped || len(d.pending) == 0 {
 		return false
 	}
 	up := false
 	for _, ap := range d.pendingLocked() {
-		ln, err := d.opts.listen(ap)
+		ln, err := d.open(ap)
 		if err != nil {
 			if !isNoDevice(err) {
 				d.log.Error("cannot listen: trying again when the RDMA devices or the host's addresses change, or on reload",

@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"os"
 	"slices"
 
@@ -27,14 +26,14 @@ type plan struct {
 	opened       map[storeKey]*sharedStore
 	auth         *aclAuthorizer
 	newListeners []*listenerState
-	keep         map[netip.AddrPort]bool
+	keep         map[listenAddr]bool
 	// pending are the listeners whose address is on no RDMA device yet: not an error, they
 	// listen when it appears (daemon.retryPending).
-	pending []netip.AddrPort
+	pending []listenAddr
 	// dryRun plans from memory only, for a dry run that shows the plan, then rolls it back:
 	// no listener opened (wouldListen lists them), no backstore (standIn), no state file.
 	dryRun      bool
-	wouldListen []netip.AddrPort
+	wouldListen []listenAddr
 	// pre are the backstores a reload opened before it took the daemon lock (prepare): the
 	// plan takes them from there instead of opening them under the lock; fromPre names those
 	// it took, which a rollback gives back rather than closing under the lock.
@@ -54,7 +53,7 @@ func (d *daemon) planWith(cfg *config.Config, dryRun bool, pre *prepared) (*plan
 		cfg:     cfg,
 		luns:    make(map[int]*lunState),
 		opened:  make(map[storeKey]*sharedStore),
-		keep:    make(map[netip.AddrPort]bool),
+		keep:    make(map[listenAddr]bool),
 		pre:     pre,
 		fromPre: make(map[storeKey]bool),
 	}
@@ -269,47 +268,47 @@ func buildAuthorizer(cfg *config.Config, luns map[int]*lunState) (*aclAuthorizer
 func (d *daemon) planListeners(p *plan) config.Errors {
 	var errs config.Errors
 	for i, lc := range p.cfg.Listeners {
-		addr, _ := config.ParseListenAddress(lc.Address)
-		ap := netip.AddrPortFrom(addr, lc.Port)
-		if ls := d.listeners[ap]; ls != nil && !ls.failed.Load() {
-			p.keep[ap] = true
-			continue
+		for _, ap := range listenAddrsOf(lc) {
+			errs = append(errs, d.planListener(p, i, ap)...)
 		}
-		if p.dryRun && d.pending[ap] {
-			p.pending = append(p.pending, ap)
-			continue
-		}
-		if p.dryRun {
-			p.wouldListen = append(p.wouldListen, ap)
-			continue
-		}
-		if d.opts.listen == nil {
-			errs = append(errs, p.cfg.ErrorAt(config.At("listeners", i), "listening on %v: %v", ap, errNoRDMA))
-			continue
-		}
-		ln, err := d.opts.listen(ap)
-		if err != nil && isNoDevice(err) {
-			if !d.pending[ap] {
-				d.log.Warn("no RDMA device has the address of this listener yet: it listens when one does (checked when the RDMA devices or the host's addresses change)",
-					zap.Stringer("address", ap), zap.Error(err))
-			}
-			p.pending = append(p.pending, ap)
-			continue
-		}
-		if err != nil {
-			errs = append(errs, p.cfg.ErrorAt(config.At("listeners", i), "listening on %v: %v", ap, err))
-			continue
-		}
-		// The buffer pool of the listener's device is registered now: a host that cannot pin
-		// it fails here, with the fix, rather than refusing every login later.
-		if err := d.target.Prepare(ln); err != nil {
-			_ = ln.Close()
-			errs = append(errs, p.cfg.ErrorAt(config.At("listeners", i), "listening on %v: %v", ap, err))
-			continue
-		}
-		p.newListeners = append(p.newListeners, &listenerState{addr: ap, ln: ln})
 	}
 	return errs
+}
+
+// planListener keeps or opens the listener ap of listeners[i].
+func (d *daemon) planListener(p *plan, i int, ap listenAddr) config.Errors {
+	if ls := d.listeners[ap]; ls != nil && !ls.failed.Load() {
+		p.keep[ap] = true
+		return nil
+	}
+	if p.dryRun && d.pending[ap] {
+		p.pending = append(p.pending, ap)
+		return nil
+	}
+	if p.dryRun {
+		p.wouldListen = append(p.wouldListen, ap)
+		return nil
+	}
+	ln, err := d.open(ap)
+	if err != nil && isNoDevice(err) {
+		if !d.pending[ap] {
+			d.log.Warn("no RDMA device has the address of this listener yet: it listens when one does (checked when the RDMA devices or the host's addresses change)",
+				zap.Stringer("address", ap), zap.Error(err))
+		}
+		p.pending = append(p.pending, ap)
+		return nil
+	}
+	if err != nil {
+		return config.Errors{p.cfg.ErrorAt(config.At("listeners", i), "listening on %v: %v", ap, err)}
+	}
+	// The buffer pool of the listener's device is registered now: a host that cannot pin it
+	// fails here, with the fix, rather than refusing every login later.
+	if err := d.target.Prepare(ln); err != nil {
+		_ = ln.Close()
+		return config.Errors{p.cfg.ErrorAt(config.At("listeners", i), "listening on %v: %v", ap, err)}
+	}
+	p.newListeners = append(p.newListeners, &listenerState{addr: ap, ln: ln})
+	return nil
 }
 
 // rollback releases what a failed plan opened: its logical units never served a command. The
@@ -355,7 +354,7 @@ func (d *daemon) commit(p *plan) {
 		d.listeners[ls.addr] = ls
 		d.serve(ls)
 	}
-	d.pending = make(map[netip.AddrPort]bool, len(p.pending))
+	d.pending = make(map[listenAddr]bool, len(p.pending))
 	for _, ap := range p.pending {
 		d.pending[ap] = true
 	}

@@ -2,7 +2,10 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
+	"strconv"
+	"strings"
 
 	"github.com/srptarget/srptarget/ib"
 )
@@ -28,8 +31,17 @@ type rdmaPort struct {
 	State     string
 	LinkLayer string
 	ActiveMTU int // bytes; 0 when unknown
-	GIDs      []rdmaGID
+	// LID is the port's local identifier (InfiniBand; 0 until the subnet manager sets it).
+	LID uint16
+	// IsDM is PortInfo:CapabilityMask's IsDeviceManagementSupported bit (InfiniBand).
+	IsDM bool
+	// PKey is entry 0 of the port's P_Key table (0 if unknown).
+	PKey uint16
+	GIDs []rdmaGID
 }
+
+// linkLayerIB is rdmaPort.LinkLayer of an InfiniBand port.
+const linkLayerIB = "InfiniBand"
 
 type rdmaGID struct {
 	Index  int
@@ -43,3 +55,37 @@ var errNoRDMA = errors.New("this srptarget was built without RDMA support (it ne
 
 // errNoRDMAKernel wraps the verbs error for a kernel or host without RDMA.
 var errNoRDMAKernel = errors.New("load the driver of the RDMA adapter, or add a soft-RoCE device: modprobe rdma_rxe; rdma link add rxe0 type rxe netdev eth0")
+
+// errNoIBPortYet wraps the verbs error for an ib listener on a host whose RDMA ports are all
+// Ethernet or iWARP: like a missing device, the listener waits for one (an InfiniBand
+// adapter's driver may load after the daemon).
+var errNoIBPortYet = errors.New("the ib listener listens once an InfiniBand port is there: load the InfiniBand adapter's driver (mlx5_ib, ...); on a host without InfiniBand, remove the ib listener")
+
+// hcaPortGID returns GID 0 of the HCA port hca ("mlx5_0/1") of devs: the subnet prefix and the
+// port GUID, the address an AF_IB listener binds to serve that port only. A device that is not
+// there (yet) is errNoRDMAKernel, as for an address no device has; a port that is not
+// InfiniBand, or has no GID yet, is an error of its own.
+func hcaPortGID(devs []rdmaDevice, hca string) (netip.Addr, error) {
+	name, num, _ := strings.Cut(hca, "/")
+	for _, d := range devs {
+		if d.Name != name {
+			continue
+		}
+		for _, p := range d.Ports {
+			if strconv.Itoa(p.Num) != num {
+				continue
+			}
+			if p.LinkLayer != linkLayerIB {
+				return netip.Addr{}, fmt.Errorf("%s is an %s port: an ib listener receives logins only on InfiniBand ports (the kernel rejects AF_IB requests on RoCE before they reach user space); listen on an IP address there", hca, p.LinkLayer)
+			}
+			for _, g := range p.GIDs {
+				if g.Index == 0 {
+					return g.GID, nil
+				}
+			}
+			return netip.Addr{}, fmt.Errorf("%s has no GID 0 yet: %w", hca, errNoRDMAKernel)
+		}
+		return netip.Addr{}, fmt.Errorf("%s has no port %s (srptarget devices lists them)", name, num)
+	}
+	return netip.Addr{}, fmt.Errorf("no RDMA device %s (yet): %w", name, errNoRDMAKernel)
+}

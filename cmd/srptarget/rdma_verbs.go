@@ -29,6 +29,33 @@ func rdmaListen(log *zap.Logger) listenFunc {
 	}
 }
 
+// rdmaListenIB returns the ib listener seam: AF_IB listeners through rdma-core, on every
+// InfiniBand port or on one HCA port's GID 0 (its port GUID).
+func rdmaListenIB(log *zap.Logger) listenIBFunc {
+	opts := verbs.Options{Logf: func(format string, args ...any) {
+		log.Warn(fmt.Sprintf(format, args...))
+	}}
+	return func(hca string, port uint16) (ib.Listener, error) {
+		a := ib.IBAddr{PKey: 0xffff, ServiceID: ib.IBServiceID(port)}
+		if hca != "" {
+			devs, err := rdmaDevices()
+			if err != nil {
+				return nil, err
+			}
+			gid, err := hcaPortGID(devs, hca)
+			if err != nil {
+				return nil, err
+			}
+			a.GID = gid
+		}
+		l, err := verbs.ListenIB(a, opts)
+		if err != nil {
+			return nil, rdmaError(err)
+		}
+		return l, nil
+	}
+}
+
 // rdmaDevices lists the RDMA devices through libibverbs.
 func rdmaDevices() ([]rdmaDevice, error) {
 	infos, err := verbs.Devices()
@@ -39,7 +66,8 @@ func rdmaDevices() ([]rdmaDevice, error) {
 	for _, d := range infos {
 		dev := rdmaDevice{Name: d.Name, NodeGUID: d.NodeGUID}
 		for _, p := range d.Ports {
-			port := rdmaPort{Num: p.Num, State: p.State.String(), LinkLayer: p.LinkLayer.String(), ActiveMTU: p.ActiveMTU}
+			port := rdmaPort{Num: p.Num, State: p.State.String(), LinkLayer: p.LinkLayer.String(), ActiveMTU: p.ActiveMTU,
+				LID: p.LID, IsDM: p.CapMask&verbs.CapIsDeviceManagementSupported != 0, PKey: p.PKey}
 			for _, g := range p.GIDs {
 				port.GIDs = append(port.GIDs, rdmaGID{Index: g.Index, GID: g.GID, Type: g.Type.String(), Netdev: g.Netdev})
 			}
@@ -57,6 +85,8 @@ func rdmaError(err error) error {
 		return fmt.Errorf("%w (%w)", errNoRDMA, err)
 	case errors.Is(err, verbs.ErrNoDevice):
 		return fmt.Errorf("%w: %w", err, errNoRDMAKernel)
+	case errors.Is(err, verbs.ErrNoIBPort):
+		return fmt.Errorf("%w: %w", err, errNoIBPortYet)
 	}
 	return err
 }

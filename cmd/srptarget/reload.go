@@ -6,7 +6,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
 
 	"go.uber.org/zap"
@@ -264,7 +263,7 @@ func (d *daemon) describePlan(p *plan, res *reloadResult) {
 			res.ListenersAdded = append(res.ListenersAdded, ap.String()+" (waits for an RDMA device with its address)")
 		}
 	}
-	inPlan := make(map[netip.AddrPort]bool, len(p.pending))
+	inPlan := make(map[listenAddr]bool, len(p.pending))
 	for _, ap := range p.pending {
 		inPlan[ap] = true
 	}

@@ -387,6 +387,7 @@ func runServeCommand(f serveFlags) error {
 			configFile: f.configFile,
 			log:        log,
 			listen:     rdmaListen(log),
+			listenIB:   rdmaListenIB(log),
 			devices:    rdmaDevices,
 			interfaces: hostAddrs,
 			memlock:    ensureMemlock,

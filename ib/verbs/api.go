@@ -88,8 +88,21 @@ type PortInfo struct {
 	LinkLayer LinkLayer
 	// ActiveMTU in bytes (256..4096), 0 if unknown.
 	ActiveMTU int
-	GIDs      []GIDInfo
+	// LID and SMLID are the port's and its subnet manager's local identifiers (InfiniBand
+	// only; 0 until a subnet manager assigned them).
+	LID, SMLID uint16
+	// CapMask is PortInfo:CapabilityMask (ibv_port_attr.port_cap_flags).
+	CapMask uint32
+	// PKey is entry 0 of the port's P_Key table, the partition its ports use by default
+	// (0xffff: full member of the default partition); 0 if unknown.
+	PKey uint16
+	GIDs []GIDInfo
 }
+
+// CapIsDeviceManagementSupported is PortInfo:CapabilityMask bit 19 (include/rdma/ib_verbs.h
+// IB_PORT_DEVICE_MGMT_SUP). srp_daemon sends its Device Management queries only to ports
+// with it, and only kernel code (ib_modify_port) can set it: the kernel's SRP targets do.
+const CapIsDeviceManagementSupported = 1 << 19
 
 // GIDInfo is one valid entry of a port's GID table. On RoCE the GIDs are the IP addresses of
 // the netdev (IPv4 as IPv4-mapped IPv6); those are what an initiator's dest= names.

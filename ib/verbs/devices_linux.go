@@ -63,6 +63,10 @@ func describe(dev *C.struct_ibv_device) (DeviceInfo, error) {
 			State:     PortState(pa.state),
 			LinkLayer: LinkLayer(pa.link_layer),
 			ActiveMTU: mtuBytes(int(pa.active_mtu)),
+			LID:       uint16(pa.lid),
+			SMLID:     uint16(pa.sm_lid),
+			CapMask:   uint32(pa.port_cap_flags),
+			PKey:      uint16(pa.pkey0),
 		})
 		total += int(pa.gid_tbl_len)
 	}

@@ -572,6 +572,17 @@ int srpt_query_port(struct ibv_context *ctx, uint8_t port, struct srpt_port_attr
 	out->link_layer = a.link_layer;
 	out->active_mtu = a.active_mtu;
 	out->gid_tbl_len = a.gid_tbl_len;
+	out->lid = a.lid;
+	out->sm_lid = a.sm_lid;
+	out->port_cap_flags = a.port_cap_flags;
+	// P_Key index 0, host order (ibv_query_pkey returns it in network order); 0 if unknown.
+	out->pkey0 = 0;
+	if (a.pkey_tbl_len > 0) {
+		__be16 pk;
+
+		if (ibv_query_pkey(ctx, port, 0, &pk) == 0)
+			out->pkey0 = be16toh(pk);
+	}
 	return 0;
 }
 

@@ -105,6 +105,10 @@ struct srpt_port_attr {
 	int link_layer;
 	int active_mtu;
 	int gid_tbl_len;
+	uint16_t lid;
+	uint16_t sm_lid;
+	uint32_t port_cap_flags;
+	uint16_t pkey0;
 };
 int srpt_query_port(struct ibv_context *ctx, uint8_t port, struct srpt_port_attr *out);
 // srpt_query_gids returns the valid GID entries of every port (at most max), or -errno.

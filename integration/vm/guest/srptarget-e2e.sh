@@ -730,6 +730,50 @@ for d in /sys/class/scsi_device/"${host#host}":*:*:2; do
 	[ -e "$d/device/delete" ] && echo 1 >"$d/device/delete"
 done
 
+# ------------------------------------------------------------------ an ib listener without InfiniBand
+# Soft-RoCE has no InfiniBand port: an ib listener (AF_IB) can never receive a login here.
+# validate warns, login-line prints a placeholder for the GID, and a reload that adds one keeps
+# serving the RDMA/CM listener while the ib listener waits, saying why.
+step "ib listener on soft-RoCE (no InfiniBand port)"
+cp "$CONFIG" /tmp/config-before-ib.yaml
+sed -e 's/^listeners:$/listeners:\n  - kind: ib\n    port: '"$PORT"'/' /tmp/config-before-ib.yaml >"$CONFIG"
+"$BIN" validate --config "$CONFIG" >/tmp/validate-ib.txt 2>&1
+vrc=$?
+cat /tmp/validate-ib.txt
+if [ $vrc = 0 ] && grep -q "no InfiniBand port to bind: this host has $RXE/1 Ethernet" /tmp/validate-ib.txt; then
+	record "validate: ib listener, no InfiniBand port" pass "$(grep -m1 'no InfiniBand port' /tmp/validate-ib.txt | cut -c1-160)"
+else
+	record "validate: ib listener, no InfiniBand port" fail "exit $vrc: $(tr '\n' ' ' </tmp/validate-ib.txt | tail -c 300)"
+fi
+"$BIN" login-line --config "$CONFIG" >/tmp/login-line-ib.txt 2>&1
+sid=$(printf '00000000013f%04x' "$PORT")
+if grep -q "dgid=<gid>,pkey=ffff,service_id=$sid\"" /tmp/login-line-ib.txt && grep -q 'this host has no InfiniBand port' /tmp/login-line-ib.txt; then
+	record "login-line: ib listener" pass "dgid=<gid>,pkey=ffff,service_id=$sid with the reason"
+else
+	record "login-line: ib listener" fail "$(tr '\n' ' ' </tmp/login-line-ib.txt | tail -c 300)"
+fi
+t=$(uptime_s)
+"$BIN" reload >/tmp/reload-ib.txt 2>&1
+rrc=$?
+cat /tmp/reload-ib.txt
+"$BIN" status >/tmp/status-ib.txt 2>&1
+cat /tmp/status-ib.txt
+waits=$(grep -c "no RDMA device has the address of this listener yet.*\"address\": \"ib port $PORT\".*no InfiniBand port: $RXE port 1 is Ethernet" "$DLOG")
+if [ $rrc = 0 ] && [ "$waits" -ge 1 ] && grep -q "ib port $PORT: waiting for an InfiniBand port" /tmp/status-ib.txt &&
+	dd if="$DEV0" of=/dev/null bs=4k count=1 iflag=direct 2>/dev/null &&
+	dd if="$DEV1" of=/dev/null bs=4k count=1 iflag=direct 2>/dev/null; then
+	record "reload: ib listener waits" pass "reload exit 0 after $(since "$t") s; the ib listener waits (status: $(grep -m1 'ib port' /tmp/status-ib.txt | sed 's/^ *//')); both disks read over RDMA/CM"
+else
+	record "reload: ib listener waits" fail "reload exit $rrc, $waits warning(s) naming the missing InfiniBand port; status: $(tr '\n' ' ' </tmp/status-ib.txt | head -c 300)"
+fi
+cp /tmp/config-before-ib.yaml "$CONFIG"
+"$BIN" reload >/tmp/reload-back.txt 2>&1 || { cat /tmp/reload-back.txt; record "reload back" fail "$(head -1 /tmp/reload-back.txt)"; }
+if "$BIN" status 2>&1 | grep -q "ib port"; then
+	record "reload: ib listener removed" fail "$("$BIN" status 2>&1 | grep 'ib port')"
+else
+	record "reload: ib listener removed" pass "status lists no ib listener"
+fi
+
 # ------------------------------------------------------------------ logout, login again
 step "logout and login again"
 pattern_write "$DEV0" 100 4 /tmp/p0 || record "pattern before logout" fail "dd to $DEV0 failed"
