@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/internal/loglimit"
 	"github.com/srptarget/srptarget/srp/iu"
 )
 
@@ -210,12 +211,10 @@ type channel struct {
 	idleSeen uint64    // iusIn at the last idle check
 	idleFrom time.Time // since when the channel was seen idle; zero: it was not
 	// BUSY answers are logged at most once per busyLogEvery per channel, with a count.
-	busyLogAt int64
+	busyLog   loglimit.Window
 	busyCount int
 	// Refused commands are logged at most rejectLogBurst times per rejectLogEvery.
-	refusedAt         int64
-	refusedN          int
-	refusedSuppressed int
+	refusedLog loglimit.Window
 
 	// For operators (Target.Sessions): loginAt and qpn are set before the goroutines start;
 	// pubActive and pubGranted are copies of active and ledger.granted that the channel
@@ -322,6 +321,8 @@ func newChannel(t *Target, sess *session, host *source, pool *bufPool, pd ib.Pro
 	ch.sqFree = ch.sqDepth
 	ch.recvPosted = ch.nrecv
 	ch.ledger = creditLedger{granted: int64(ch.credits)}
+	ch.busyLog = loglimit.Window{Burst: 1, Every: busyLogEvery}
+	ch.refusedLog = loglimit.Window{Burst: rejectLogBurst, Every: rejectLogEvery}
 	ch.timer = time.AfterFunc(time.Hour, ch.timerFire)
 	ch.timer.Stop()
 	src := zap.Stringer("src", remote)

@@ -205,14 +205,17 @@ func (ch *channel) onTimer() {
 		ch.uncount(c)
 		ch.answerTransport(c, scsi.StatusBusy, scsi.ReasonNone, "")
 	}
-	if ch.busyCount > 0 && (ch.busyLogAt == 0 || clock-ch.busyLogAt >= int64(busyLogEvery)) {
-		// Silent BUSY answers hide a starved target: say so, at most once per busyLogEvery.
-		ch.log.Warn("commands answered BUSY: no data buffer within buffer_wait",
-			zap.Int("commands", ch.busyCount), zap.Duration("buffer_wait", ch.t.lim.BufferWait),
-			zap.Int64("channel_buffer_bytes", ch.bufHeld), zap.Int64("initiator_buffer_bytes", ch.sess.buf.held.Load()),
-			zap.Int64("source_buffer_bytes", ch.src.buf.held.Load()), zap.Int64("max_initiator_buffer", ch.t.lim.MaxInitiatorBuffer),
-			zap.Int64("pool_in_use", ch.pool.inUse.Load()), zap.Int64("pool_size", ch.pool.size()))
-		ch.busyCount, ch.busyLogAt = 0, clock
+	// Silent BUSY answers hide a starved target: say so, at most once per busyLogEvery, with
+	// the count since the last line.
+	if ch.busyCount > 0 {
+		if ok, _ := ch.busyLog.Allow(time.Duration(clock)); ok {
+			ch.log.Warn("commands answered BUSY: no data buffer within buffer_wait",
+				zap.Int("commands", ch.busyCount), zap.Duration("buffer_wait", ch.t.lim.BufferWait),
+				zap.Int64("channel_buffer_bytes", ch.bufHeld), zap.Int64("initiator_buffer_bytes", ch.sess.buf.held.Load()),
+				zap.Int64("source_buffer_bytes", ch.src.buf.held.Load()), zap.Int64("max_initiator_buffer", ch.t.lim.MaxInitiatorBuffer),
+				zap.Int64("pool_in_use", ch.pool.inUse.Load()), zap.Int64("pool_size", ch.pool.size()))
+			ch.busyCount = 0
+		}
 	}
 	if c := ch.bufQ.front(); c != nil {
 		ch.armTimer(now.Add(time.Duration(c.waitSince - deadline)))

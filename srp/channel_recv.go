@@ -3,6 +3,7 @@ package srp
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -318,17 +319,7 @@ func (ch *channel) answerTransport(c *cmdCtx, status scsi.Status, reason scsi.Re
 // rejectLogBurst per rejectLogEvery (a broken or hostile initiator may send nothing else), and
 // says how many were left out since the last line.
 func (ch *channel) refusalLogAllowed() (ok bool, suppressed int) {
-	now := ch.nanos()
-	if ch.refusedAt == 0 || now-ch.refusedAt >= int64(rejectLogEvery) {
-		ch.refusedAt, ch.refusedN = now, 0
-	}
-	if ch.refusedN >= rejectLogBurst {
-		ch.refusedSuppressed++
-		return false, 0
-	}
-	ch.refusedN++
-	suppressed, ch.refusedSuppressed = ch.refusedSuppressed, 0
-	return true, suppressed
+	return ch.refusedLog.Allow(time.Duration(ch.nanos()))
 }
 
 // parkedIU is an IU that arrived (at nanotime at) while every context was busy.

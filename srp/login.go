@@ -371,7 +371,7 @@ func (t *Target) reject(req ib.ConnRequest, tag iu.Tag, reason iu.LoginRejReason
 	}
 	// One line per refusal, except in a flood: per source address at most rejectLogBurst
 	// lines per rejectLogEvery, then one that says how many were left out.
-	if ok, suppressed := t.logLimit.allow(req.RemoteAddr().Addr().String(), time.Now()); ok {
+	if ok, suppressed := t.logLimit.Allow(req.RemoteAddr().Addr().String(), time.Now()); ok {
 		fields := []zap.Field{zap.Stringer("reason", reason), zap.String("detail", detail), zap.String("fix", hint)}
 		if suppressed > 0 {
 			fields = append(fields, zap.Int("similar_lines_suppressed", suppressed))

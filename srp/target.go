@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/internal/loglimit"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp/iu"
 )
@@ -89,7 +90,7 @@ type Target struct {
 	// loginSlots holds a token per login being handled (Limits.MaxLoginsInProgress).
 	loginSlots chan struct{}
 	// logLimit keeps floods of refused logins from flooding the log.
-	logLimit *logLimiter
+	logLimit *loglimit.Keyed
 
 	mu        sync.Mutex
 	shutting  bool
@@ -157,7 +158,7 @@ func New(cfg Config) (*Target, error) {
 		sources:    make(map[netip.Addr]*source),
 		pools:      make(map[ib.ProtectionDomain]*bufPool),
 		loginSlots: make(chan struct{}, lim.MaxLoginsInProgress),
-		logLimit:   newLogLimiter(rejectLogBurst, rejectLogEvery),
+		logLimit:   loglimit.NewKeyed(rejectLogBurst, rejectLogEvery),
 	}
 	t.auth.Store(&authHolder{cfg.Authorizer})
 	return t, nil

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/srptarget/srptarget/internal/loglimit"
 )
 
 const (
@@ -22,32 +24,9 @@ const (
 	acceptBackoffMin = 5 * time.Millisecond
 	acceptBackoffMax = time.Second
 	// logEvery is how often a repeated warning (accept failures, refused connections) is
-	// logged at most; the lines held back are counted in the next one.
+	// logged at most (internal/loglimit); the lines left out are counted in the next one.
 	logEvery = 10 * time.Second
 )
-
-// logLimiter lets a repeated log line through at most once per interval and counts the lines
-// it held back, so that a client that provokes a warning by the thousand cannot fill the
-// journal (or rotate away what came before).
-type logLimiter struct {
-	every time.Duration
-	mu    sync.Mutex
-	last  time.Time
-	held  int
-}
-
-// allow reports whether to log now and, if so, how many lines were held back since the last.
-func (l *logLimiter) allow() (ok bool, held int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if !l.last.IsZero() && now.Sub(l.last) < l.every {
-		l.held++
-		return false, 0
-	}
-	held, l.held, l.last = l.held, 0, now
-	return true, held
-}
 
 // outOfResources tells the accept(2) errors that pass once something else frees a file
 // descriptor or memory (accept(2) ERRORS): the listener is fine, only this attempt failed.
@@ -71,8 +50,8 @@ type steadyListener struct {
 	max  int
 
 	open         atomic.Int64
-	failLog      logLimiter
-	refuseLog    logLimiter
+	failLog      *loglimit.Locked
+	refuseLog    *loglimit.Locked
 	closed       chan struct{}
 	closeOnce    sync.Once
 	failures     int // accept failures since the last success (Accept's goroutine only)
@@ -86,8 +65,8 @@ func newSteadyListener(ln net.Listener, what string, max int, log *zap.Logger) *
 		log:       log,
 		what:      what,
 		max:       max,
-		failLog:   logLimiter{every: logEvery},
-		refuseLog: logLimiter{every: logEvery},
+		failLog:   loglimit.NewLocked(1, logEvery),
+		refuseLog: loglimit.NewLocked(1, logEvery),
 		closed:    make(chan struct{}),
 	}
 }
@@ -119,9 +98,9 @@ func (l *steadyListener) Accept() (net.Conn, error) {
 		}
 		if l.max > 0 && l.open.Load() >= int64(l.max) {
 			_ = c.Close()
-			if ok, held := l.refuseLog.allow(); ok {
+			if ok, left := l.refuseLog.Allow(); ok {
 				l.log.Warn("too many connections: closed a new one at once", zap.String("listener", l.what),
-					zap.Int("max", l.max), zap.Int("more_since_last_logged", held))
+					zap.Int("max", l.max), zap.Int("more_since_last_logged", left))
 			}
 			continue
 		}
@@ -139,10 +118,10 @@ func (l *steadyListener) failed(err error, retry time.Duration) {
 		l.failingSince = time.Now()
 	}
 	l.failures++
-	if ok, held := l.failLog.allow(); ok {
+	if ok, left := l.failLog.Allow(); ok {
 		l.log.Warn("accepting a connection failed: retrying (is RLIMIT_NOFILE too low, or does something hold many descriptors?)",
 			zap.String("listener", l.what), zap.Error(err), zap.Duration("retry_in", retry),
-			zap.Int("more_since_last_logged", held))
+			zap.Int("more_since_last_logged", left))
 	}
 }
 

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/srptarget/srptarget/internal/loglimit"
 )
 
 // The control socket: a Unix stream socket (unix(7)) on which the daemon answers the
@@ -91,8 +93,8 @@ type controlServer struct {
 	// closing is closed when the socket closes: a request waiting for something slow (a dry
 	// run's backstore checks) answers then rather than hold up the shutdown.
 	closing   chan struct{}
-	refuseLog logLimiter
-	evictLog  logLimiter
+	refuseLog *loglimit.Locked
+	evictLog  *loglimit.Locked
 
 	// retry asks a serve that waits for a device to try to start now (a reload while it
 	// waits found the configuration valid), as SIGHUP does.
@@ -205,8 +207,8 @@ func serveControl(ln *net.UnixListener, path string, policy controlPolicy, opts 
 		started:   time.Now(),
 		policy:    policy,
 		closing:   make(chan struct{}),
-		refuseLog: logLimiter{every: logEvery},
-		evictLog:  logLimiter{every: logEvery},
+		refuseLog: loglimit.NewLocked(1, logEvery),
+		evictLog:  loglimit.NewLocked(1, logEvery),
 		conns:     make(map[*controlConn]struct{}),
 		retry:     make(chan struct{}, 1),
 	}

@@ -171,10 +171,10 @@ func (s *controlServer) admit(cc *controlConn) bool {
 		}
 		delete(s.conns, oldest)
 		_ = oldest.c.Close()
-		if ok, held := s.evictLog.allow(); ok {
+		if ok, left := s.evictLog.Allow(); ok {
 			s.log.Info("control socket: every connection in use; closed the one idle longest to admit a new one",
 				append(oldest.peer.fields(), zap.Duration("idle", time.Since(oldest.idleSince).Round(time.Millisecond)),
-					zap.Int("more_since_last_logged", held))...)
+					zap.Int("more_since_last_logged", left))...)
 		}
 	}
 	cc.idleSince = time.Now()
@@ -198,9 +198,9 @@ func (s *controlServer) refuse(c net.Conn, p peer, why string) {
 	_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 	_ = writeResponse(c, controlResponse{Version: controlVersion, Error: why})
 	_ = c.Close()
-	if ok, held := s.refuseLog.allow(); ok {
+	if ok, left := s.refuseLog.Allow(); ok {
 		s.log.Warn("control socket: connection refused", append(p.fields(), zap.String("reason", why),
-			zap.Int("more_since_last_logged", held))...)
+			zap.Int("more_since_last_logged", left))...)
 	}
 }
 
