@@ -126,7 +126,7 @@ type channel struct {
 	// that arrived after one must not be caught by it in the logical unit).
 	bufQ       ctxQueue
 	sqQ        ctxQueue
-	heldQ      ctxQueue
+	tmfWaitQ   ctxQueue
 	bufWaiting bool // counted in the pool's waiting channels (bufQ not empty)
 	tmfActive  int  // task management functions of this channel in progress
 	// recvPosted counts the receive buffers posted or queued in recvQ: the queued ones are

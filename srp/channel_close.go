@@ -82,7 +82,7 @@ func (ch *channel) close(why string, flushes bool) {
 	ch.bufQ.removeIf(all, release)
 	ch.noteBufQueue()
 	ch.sqQ.removeIf(all, release)
-	ch.heldQ.removeIf(all, release)
+	ch.tmfWaitQ.removeIf(all, release)
 	ch.waitRecv = ch.waitRecv[:0]
 	if last := ch.sess.remove(ch); last && !ch.detached.Load() {
 		if m := ch.sess.lunMap.Load(); m != nil {
@@ -211,8 +211,8 @@ func (ch *channel) onTimer() {
 		if ok, _ := ch.busyLog.Allow(time.Duration(clock)); ok {
 			ch.log.Warn("commands answered BUSY: no data buffer within buffer_wait",
 				zap.Int("commands", ch.busyCount), zap.Duration("buffer_wait", ch.t.lim.BufferWait),
-				zap.Int64("channel_buffer_bytes", ch.bufHeld), zap.Int64("initiator_buffer_bytes", ch.sess.buf.held.Load()),
-				zap.Int64("source_buffer_bytes", ch.src.buf.held.Load()), zap.Int64("max_initiator_buffer", ch.t.lim.MaxInitiatorBuffer),
+				zap.Int64("channel_buffer_bytes", ch.bufHeld), zap.Int64("initiator_buffer_bytes", ch.sess.buf.inUse.Load()),
+				zap.Int64("source_buffer_bytes", ch.src.buf.inUse.Load()), zap.Int64("max_initiator_buffer", ch.t.lim.MaxInitiatorBuffer),
 				zap.Int64("pool_in_use", ch.pool.inUse.Load()), zap.Int64("pool_size", ch.pool.size()))
 			ch.busyCount = 0
 		}

@@ -5,8 +5,8 @@ package srp
 // unit (the initiator sent them later, on the same channel).
 func (ch *channel) dispatch(c *cmdCtx) {
 	if ch.tmfActive > 0 {
-		c.setStage(stageHeld)
-		ch.heldQ.push(c)
+		c.setStage(stageWaitTMF)
+		ch.tmfWaitQ.push(c)
 		return
 	}
 	c.setStage(stageExec)
@@ -25,10 +25,10 @@ func (ch *channel) dispatch(c *cmdCtx) {
 	ch.work <- c
 }
 
-// releaseHeld dispatches the commands held while task management ran.
-func (ch *channel) releaseHeld() {
-	for !ch.heldQ.empty() && ch.tmfActive == 0 {
-		c := ch.heldQ.pop()
+// releaseTMFWaiters dispatches the commands held while task management ran.
+func (ch *channel) releaseTMFWaiters() {
+	for !ch.tmfWaitQ.empty() && ch.tmfActive == 0 {
+		c := ch.tmfWaitQ.pop()
 		if c.state() != ctxCmd {
 			ch.finishAborted(c)
 			continue
@@ -56,7 +56,7 @@ func (ch *channel) executed(c *cmdCtx) {
 	if c.stage == stageTMF {
 		c.setStage(stageRespond)
 		ch.newSQWork(c)
-		ch.releaseHeld()
+		ch.releaseTMFWaiters()
 		return
 	}
 	if c.cmd.Aborted() {
@@ -93,9 +93,9 @@ func (ch *channel) finish(c *cmdCtx, owed bool) {
 	ch.uncount(c)
 	c.cmd.DataIn, c.cmd.DataOut, c.cmd.CDB = nil, nil, nil
 	c.lunMap = nil
-	if c.held != nil {
-		c.held.Release()
-		c.held = nil
+	if c.luHold != nil {
+		c.luHold.Release()
+		c.luHold = nil
 	}
 	c.statLU = nil
 	c.setStage(stageNone)
@@ -132,6 +132,6 @@ func (ch *channel) scanAborted() {
 		st := c.state()
 		return st == ctxAbortedTMF || st == ctxAbortedLocal
 	}, ch.finishAborted)
-	ch.heldQ.removeIf(notCmd, ch.finishAborted)
+	ch.tmfWaitQ.removeIf(notCmd, ch.finishAborted)
 	ch.serviceSQ()
 }

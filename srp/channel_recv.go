@@ -206,10 +206,10 @@ func (ch *channel) startCmd(c *cmdCtx, b []byte) {
 	c.cmd.Tag = uint64(tag)
 	c.cmd.LUN = lun
 	c.cmd.DataIn, c.cmd.DataOut = nil, nil
-	m, lu, held := ch.holdLU(lun)
+	m, lu, ok := ch.holdLU(lun)
 	c.lunMap = m
-	if held {
-		c.held = lu
+	if ok {
+		c.luHold = lu
 	}
 	c.activate(ctxCmd, ch.t.seq.Add(1), tag, lun, lu)
 	if lu != nil {
@@ -274,9 +274,9 @@ func (ch *channel) startCmd(c *cmdCtx, b []byte) {
 // (scsi.LogicalUnit.Retire). A unit that is retiring is no longer in the session's current map
 // (SetAuthorizer publishes the new maps before the daemon retires the old units): the lookup
 // is made again in that map. Only a map that still hands out a retiring unit (a login that
-// raced the reload) gives it unheld; the command then fails on the closed backstore with
+// raced the reload) gives it without a hold; the command then fails on the closed backstore with
 // LOGICAL UNIT COMMUNICATION FAILURE.
-func (ch *channel) holdLU(lun uint64) (m *scsi.LUNMap, lu *scsi.LogicalUnit, held bool) {
+func (ch *channel) holdLU(lun uint64) (m *scsi.LUNMap, lu *scsi.LogicalUnit, ok bool) {
 	var tried *scsi.LUNMap
 	for {
 		m = ch.sess.lunMap.Load()

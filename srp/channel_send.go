@@ -224,9 +224,9 @@ func (ch *channel) responsesPosted(posted []ib.SendWR) {
 			c.statLU.Stats().Complete(c.class, &c.cmd, uint64(c.written), uint64(len(c.cmd.DataOut)), latency)
 			c.statLU = nil
 		}
-		if c.held != nil {
-			c.held.Release()
-			c.held = nil
+		if c.luHold != nil {
+			c.luHold.Release()
+			c.luHold = nil
 		}
 	}
 }

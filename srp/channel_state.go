@@ -96,7 +96,7 @@ const (
 	stageNeedBuf                   // waiting for a data buffer (channel's buffer wait queue)
 	stageTableRead                 // RDMA READ of an external descriptor table to post or in flight
 	stageDataRead                  // RDMA READs of data-out to post or in flight
-	stageHeld                      // data ready, held while task management of the channel runs
+	stageWaitTMF                   // data ready, held while task management of the channel runs
 	stageExec                      // with a worker, in the logical unit
 	stageTMF                       // with the task management goroutine
 	stageRespond                   // response to post (maybe waiting for send-queue slots)
@@ -104,7 +104,7 @@ const (
 	numStages
 )
 
-var stageNames = [...]string{"none", "need-buf", "table-read", "data-read", "held", "exec", "tmf", "respond", "sent"}
+var stageNames = [...]string{"none", "need-buf", "table-read", "data-read", "wait-tmf", "exec", "tmf", "respond", "sent"}
 
 func (s cmdStage) String() string {
 	if int(s) < len(stageNames) {
@@ -117,11 +117,11 @@ func (s cmdStage) String() string {
 // to stageNone: finish releases a context wherever it is (an abort, a failed work request,
 // closing).
 var stageMoves = [numStages]uint16{
-	stageNone:      1<<stageNeedBuf | 1<<stageRespond | 1<<stageExec | 1<<stageHeld | 1<<stageTMF,
-	stageNeedBuf:   1<<stageTableRead | 1<<stageDataRead | 1<<stageExec | 1<<stageHeld | 1<<stageRespond,
-	stageTableRead: 1<<stageDataRead | 1<<stageExec | 1<<stageHeld | 1<<stageRespond,
-	stageDataRead:  1<<stageExec | 1<<stageHeld,
-	stageHeld:      1 << stageExec,
+	stageNone:      1<<stageNeedBuf | 1<<stageRespond | 1<<stageExec | 1<<stageWaitTMF | 1<<stageTMF,
+	stageNeedBuf:   1<<stageTableRead | 1<<stageDataRead | 1<<stageExec | 1<<stageWaitTMF | 1<<stageRespond,
+	stageTableRead: 1<<stageDataRead | 1<<stageExec | 1<<stageWaitTMF | 1<<stageRespond,
+	stageDataRead:  1<<stageExec | 1<<stageWaitTMF,
+	stageWaitTMF:   1 << stageExec,
 	stageExec:      1 << stageRespond,
 	stageTMF:       1 << stageRespond,
 	stageRespond:   1 << stageSent,

@@ -41,14 +41,14 @@ func TestPhaseMoves(t *testing.T) {
 func TestStageMoves(t *testing.T) {
 	ch := &channel{log: zap.NewNop()}
 	paths := [][]cmdStage{
-		{stageRespond, stageSent},                                           // answered by the transport
-		{stageExec, stageRespond, stageSent},                                // no data, or immediate data
-		{stageNeedBuf, stageDataRead, stageExec, stageRespond, stageSent},   // data-out
-		{stageNeedBuf, stageExec, stageRespond, stageSent},                  // data-in
-		{stageNeedBuf, stageTableRead, stageDataRead, stageHeld, stageExec}, // external table, held by task management
-		{stageNeedBuf, stageTableRead, stageRespond},                        // a table that does not add up
-		{stageNeedBuf, stageRespond},                                        // BUSY after buffer_wait
-		{stageTMF, stageRespond, stageSent},                                 // task management
+		{stageRespond, stageSent},                                              // answered by the transport
+		{stageExec, stageRespond, stageSent},                                   // no data, or immediate data
+		{stageNeedBuf, stageDataRead, stageExec, stageRespond, stageSent},      // data-out
+		{stageNeedBuf, stageExec, stageRespond, stageSent},                     // data-in
+		{stageNeedBuf, stageTableRead, stageDataRead, stageWaitTMF, stageExec}, // external table, held by task management
+		{stageNeedBuf, stageTableRead, stageRespond},                           // a table that does not add up
+		{stageNeedBuf, stageRespond},                                           // BUSY after buffer_wait
+		{stageTMF, stageRespond, stageSent},                                    // task management
 	}
 	for _, path := range paths {
 		c := &cmdCtx{ch: ch}
@@ -61,7 +61,7 @@ func TestStageMoves(t *testing.T) {
 	}
 	for _, bad := range [][2]cmdStage{
 		{stageNone, stageSent}, {stageSent, stageRespond}, {stageExec, stageDataRead},
-		{stageRespond, stageExec}, {stageHeld, stageRespond}, {stageTMF, stageExec}, {stageDataRead, stageRespond},
+		{stageRespond, stageExec}, {stageWaitTMF, stageRespond}, {stageTMF, stageExec}, {stageDataRead, stageRespond},
 	} {
 		c := &cmdCtx{ch: ch, stage: bad[0]}
 		require.Panics(t, func() { c.setStage(bad[1]) }, "%v -> %v", bad[0], bad[1])

@@ -51,7 +51,7 @@ type cmdCtx struct {
 	real      bool    // a command the target works on (not answered by the transport)
 	xportFail bool    // answered by the transport: no residuals
 	lunMap    *scsi.LUNMap
-	held      *scsi.LogicalUnit // the logical unit this command holds (Hold), released when its response is posted or in finish
+	luHold    *scsi.LogicalUnit // the logical unit this command holds (Hold), released when its response is posted or in finish
 	cmd       scsi.Command
 	tm        tmReq
 	next      *cmdCtx // wait lists

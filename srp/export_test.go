@@ -161,7 +161,7 @@ func (s *Scripted) State() string {
 	for _, q := range []struct {
 		name string
 		q    *ctxQueue
-	}{{"buffer", &ch.bufQ}, {"send-queue", &ch.sqQ}, {"held", &ch.heldQ}} {
+	}{{"buffer", &ch.bufQ}, {"send-queue", &ch.sqQ}, {"task-management wait", &ch.tmfWaitQ}} {
 		if q.q.empty() {
 			continue
 		}

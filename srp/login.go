@@ -147,8 +147,8 @@ func (t *Target) login(req ib.ConnRequest, fam ib.Family) {
 			"the initiator must allow RDMA READs (ib_srp offers 4)")
 		return
 	}
-	held := t.auth.Load()
-	a := held.a
+	auth := t.auth.Load()
+	a := auth.a
 	if a == nil {
 		t.reject(req, f.Tag, iu.LoginRejChannelLimitReached, log, "no access control list is configured",
 			"configure the initiators allowed to log in")
@@ -269,7 +269,7 @@ func (t *Target) login(req ib.ConnRequest, fam ib.Family) {
 	sess.switchMap(m, "login after a configuration change")
 	ch.accepted(conn)
 	nch := sess.add(ch, src)
-	if cur := t.auth.Load(); cur != held {
+	if cur := t.auth.Load(); cur != auth {
 		// SetAuthorizer ran after Authorize above but may have found the session without
 		// this channel: apply the new authorizer now that the channel is counted.
 		sess.reauthorize(cur.a)

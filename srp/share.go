@@ -23,21 +23,21 @@ import (
 // bufShare counts the data-buffer bytes one initiator holds, against Limits.MaxInitiatorBuffer.
 // Channels of one session (and of one source address) take from it concurrently: it is an
 // atomic counter, no lock.
-type bufShare struct{ held atomic.Int64 }
+type bufShare struct{ inUse atomic.Int64 }
 
 // take adds n bytes to the share and reports whether that keeps it within limit; if not, the
 // share is left as it was. An initiator holding nothing may always take one command's
 // buffers, so that no command waits for ever for a share smaller than itself.
 func (s *bufShare) take(n, limit int64) bool {
-	if h := s.held.Add(n); h > limit && h != n {
-		s.held.Add(-n)
+	if h := s.inUse.Add(n); h > limit && h != n {
+		s.inUse.Add(-n)
 		return false
 	}
 	return true
 }
 
 // give returns n bytes taken.
-func (s *bufShare) give(n int64) { s.held.Add(-n) }
+func (s *bufShare) give(n int64) { s.inUse.Add(-n) }
 
 // source is one initiator host, by source address (its GID for a login on an AF_IB listener,
 // written as an IPv6 address): the logins and channels it has, and the
