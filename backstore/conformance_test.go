@@ -79,11 +79,6 @@ func conformanceImpls() []impl {
 		{name: "file", persists: true, mapping: "sparse", open: openFile(false), openReadOnly: openFileRO(false)},
 		{name: "file-direct", persists: true, mapping: "sparse", open: openFile(true), openReadOnly: openFileRO(true)},
 		{name: "block", persists: true, mapping: "mapped", open: openBlock, openReadOnly: openBlockRO},
-		{name: "faulty-over-memory", persists: true, open: func(t *testing.T, size int64, lbs uint32) Backstore {
-			m, err := NewMemory(size, lbs)
-			require.NoError(t, err)
-			return NewFaulty(m)
-		}},
 	}, moreConformanceImpls...)
 }
 

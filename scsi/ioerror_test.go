@@ -9,15 +9,16 @@ import (
 
 	"github.com/srptarget/srptarget/backstore"
 	"github.com/srptarget/srptarget/internal/testutil"
+	"github.com/srptarget/srptarget/internal/testutil/faultstore"
 )
 
 // newFaultyLU makes a logical unit of blocks × bs bytes over a memory backstore wrapped in the
 // faulty backstore, with thin provisioning.
-func newFaultyLU(t testing.TB, blocks int64, bs uint32, mod func(*Config)) (*LogicalUnit, *LUNMap, *backstore.Faulty, *backstore.Memory) {
+func newFaultyLU(t testing.TB, blocks int64, bs uint32, mod func(*Config)) (*LogicalUnit, *LUNMap, *faultstore.Faulty, *backstore.Memory) {
 	t.Helper()
 	mem, err := backstore.NewMemory(blocks*int64(bs), bs)
 	require.NoError(t, err)
-	f := backstore.NewFaulty(mem)
+	f := faultstore.New(mem)
 	lu, m := newLUOver(t, f, func(c *Config) {
 		c.ThinProvisioning = true
 		if mod != nil {
@@ -33,28 +34,28 @@ func newFaultyLU(t testing.TB, blocks int64, bs uint32, mod func(*Config)) (*Log
 func TestIOErrorsReadWrite(t *testing.T) {
 	tests := []struct {
 		name string
-		op   backstore.Op
+		op   faultstore.Op
 		err  error
 		cdb  []byte
 		want senseWant
 	}{
-		{"read EIO", backstore.OpRead, syscall.EIO, cdb10(0x28, 0, 3, 4), readErrorAt(3)},
-		{"read16 EIO", backstore.OpRead, syscall.EIO, cdb16(0x88, 0, 5, 1), readErrorAt(5)},
-		{"read EBADMSG", backstore.OpRead, syscall.EBADMSG, cdb10(0x28, 0, 4, 2), readErrorAt(4)},
-		{"write EIO", backstore.OpWrite, syscall.EIO, cdb10(0x2A, 0, 3, 4), writeErrorAt(3)},
-		{"write ENOSPC", backstore.OpWrite, syscall.ENOSPC, cdb10(0x2A, 0x08, 5, 1), spaceAllocationFailedAt(5)},
-		{"write EDQUOT", backstore.OpWrite, syscall.EDQUOT, cdb12(0xAA, 0, 2, 8), spaceAllocationFailedAt(2)},
-		{"write EROFS", backstore.OpWrite, syscall.EROFS, cdb16(0x8A, 0, 5, 1),
+		{"read EIO", faultstore.OpRead, syscall.EIO, cdb10(0x28, 0, 3, 4), readErrorAt(3)},
+		{"read16 EIO", faultstore.OpRead, syscall.EIO, cdb16(0x88, 0, 5, 1), readErrorAt(5)},
+		{"read EBADMSG", faultstore.OpRead, syscall.EBADMSG, cdb10(0x28, 0, 4, 2), readErrorAt(4)},
+		{"write EIO", faultstore.OpWrite, syscall.EIO, cdb10(0x2A, 0, 3, 4), writeErrorAt(3)},
+		{"write ENOSPC", faultstore.OpWrite, syscall.ENOSPC, cdb10(0x2A, 0x08, 5, 1), spaceAllocationFailedAt(5)},
+		{"write EDQUOT", faultstore.OpWrite, syscall.EDQUOT, cdb12(0xAA, 0, 2, 8), spaceAllocationFailedAt(2)},
+		{"write EROFS", faultstore.OpWrite, syscall.EROFS, cdb16(0x8A, 0, 5, 1),
 			senseWant{0x7, 0x27, 0x00, -1, -1, false, 5, true}},
-		{"read closed", backstore.OpRead, backstore.ErrClosed, cdb10(0x28, 0, 5, 1),
+		{"read closed", faultstore.OpRead, backstore.ErrClosed, cdb10(0x28, 0, 5, 1),
 			senseWant{0x4, 0x08, 0x00, -1, -1, false, 5, true}},
-		{"read ETIMEDOUT", backstore.OpRead, syscall.ETIMEDOUT, cdb10(0x28, 0, 5, 1),
+		{"read ETIMEDOUT", faultstore.OpRead, syscall.ETIMEDOUT, cdb10(0x28, 0, 5, 1),
 			senseWant{0x4, 0x08, 0x01, -1, -1, false, 5, true}},
-		{"write ETIMEDOUT", backstore.OpWrite, syscall.ETIMEDOUT, cdb10(0x2A, 0, 5, 1),
+		{"write ETIMEDOUT", faultstore.OpWrite, syscall.ETIMEDOUT, cdb10(0x2A, 0, 5, 1),
 			senseWant{0x4, 0x08, 0x01, -1, -1, false, 5, true}},
-		{"read ENOMEM", backstore.OpRead, syscall.ENOMEM, cdb10(0x28, 0, 5, 1),
+		{"read ENOMEM", faultstore.OpRead, syscall.ENOMEM, cdb10(0x28, 0, 5, 1),
 			senseWant{0x5, 0x55, 0x03, -1, -1, false, 5, true}},
-		{"read out of range", backstore.OpRead, backstore.ErrOutOfRange, cdb10(0x28, 0, 5, 1),
+		{"read out of range", faultstore.OpRead, backstore.ErrOutOfRange, cdb10(0x28, 0, 5, 1),
 			senseWant{0x5, 0x21, 0x00, -1, -1, false, 5, true}},
 	}
 	for _, tt := range tests {
@@ -90,10 +91,10 @@ func TestIOErrorsReadWrite(t *testing.T) {
 func TestIOErrorDescriptorSense(t *testing.T) {
 	null, err := backstore.NewNull(1<<42, 512) // 2^33 blocks
 	require.NoError(t, err)
-	f := backstore.NewFaulty(null)
+	f := faultstore.New(null)
 	lu, m := newLUOver(t, f, nil)
 	const lba = 0x1_0000_0005
-	f.Inject(backstore.OpRead, lba*512, 512, syscall.EIO)
+	f.Inject(faultstore.OpRead, lba*512, 512, syscall.EIO)
 
 	c := exec(m, cdb16(0x88, 0, lba, 1), nil, 512)
 	require.Equal(t, StatusCheckCondition, c.Status)
@@ -115,7 +116,7 @@ func TestIOErrorDescriptorSense(t *testing.T) {
 // WRITE ERROR without INFORMATION.
 func TestIOErrorsFlush(t *testing.T) {
 	_, m, f, _ := newFaultyLU(t, 64, 512, nil)
-	f.Inject(backstore.OpFlush, 0, 0, syscall.EIO)
+	f.Inject(faultstore.OpFlush, 0, 0, syscall.EIO)
 	checkSense(t, exec(m, cdb10(0x35, 0, 0, 0), nil, 0), writeErrorNoInfo)
 	checkSense(t, exec(m, cdb16(0x91, 0x02, 10, 5), nil, 0), writeErrorNoInfo)
 	checkSense(t, exec(m, []byte{0x1B, 0, 0, 0, 0x00, 0}, nil, 0), writeErrorNoInfo)
@@ -123,7 +124,7 @@ func TestIOErrorsFlush(t *testing.T) {
 	checkGood(t, exec(m, []byte{0x1B, 0, 0, 0, 0x01, 0}, nil, 0)) // START
 	f.Clear()
 	checkGood(t, exec(m, cdb10(0x35, 0, 0, 0), nil, 0))
-	f.Inject(backstore.OpFlush, 0, 0, syscall.ENOSPC)
+	f.Inject(faultstore.OpFlush, 0, 0, syscall.ENOSPC)
 	checkSense(t, exec(m, cdb10(0x35, 0, 0, 0), nil, 0), senseWant{0x7, 0x27, 0x07, -1, -1, false, 0, false})
 }
 
@@ -135,7 +136,7 @@ func TestIOErrorsVerify(t *testing.T) {
 			_, m, f, mem := newFaultyLU(t, 400, uint32(bs), nil)
 			data := testutil.Pattern(300*bs, 4)
 			writeMedium(t, mem, 0, data)
-			f.Inject(backstore.OpRead, 123*int64(bs), int64(bs), syscall.EIO)
+			f.Inject(faultstore.OpRead, 123*int64(bs), int64(bs), syscall.EIO)
 
 			checkSense(t, exec(m, cdb10(0x2F, 0x00, 0, 300), nil, 0), readErrorAt(123))
 			checkSense(t, exec(m, cdb16(0x8F, 0x02, 100, 200), data[100*bs:], 0), readErrorAt(123))
@@ -146,7 +147,7 @@ func TestIOErrorsVerify(t *testing.T) {
 			blk := fill(3*bs, 0x31)
 			checkSense(t, exec(m, cdb10(0x2E, 0x02, 122, 3), blk, 0), readErrorAt(123))
 			require.Equal(t, blk, readMedium(t, mem, 122*int64(bs), 3*bs))
-			f.Inject(backstore.OpWrite, 200*int64(bs), int64(bs), syscall.EIO)
+			f.Inject(faultstore.OpWrite, 200*int64(bs), int64(bs), syscall.EIO)
 			checkSense(t, exec(m, cdb16(0x8E, 0x00, 199, 2), fill(2*bs, 1), 0), writeErrorAt(199))
 		})
 	}
@@ -158,7 +159,7 @@ func TestIOErrorsUnmapWriteSame(t *testing.T) {
 	_, m, f, mem := newFaultyLU(t, 1024, 4096, nil)
 	before := testutil.Pattern(1024*4096, 6)
 	writeMedium(t, mem, 0, before)
-	f.Inject(backstore.OpUnmap|backstore.OpWriteZeroes, 500*4096, 4096, syscall.EIO)
+	f.Inject(faultstore.OpUnmap|faultstore.OpWriteZeroes, 500*4096, 4096, syscall.EIO)
 
 	// The first descriptor is unmapped, the second fails.
 	list := unmapList([2]uint64{10, 2}, [2]uint64{498, 4})
@@ -170,7 +171,7 @@ func TestIOErrorsUnmapWriteSame(t *testing.T) {
 	checkSense(t, exec(m, cdb10(0x41, 0x08, 490, 20), make([]byte, 4096), 0), writeErrorAt(490))
 
 	// A pattern write goes 32 blocks (128 KiB) at a time: the failing chunk starts at 480.
-	f.Inject(backstore.OpWrite, 500*4096, 4096, syscall.ENOSPC)
+	f.Inject(faultstore.OpWrite, 500*4096, 4096, syscall.ENOSPC)
 	checkSense(t, exec(m, cdb16(0x93, 0, 448, 100), fill(4096, 0x99), 0), spaceAllocationFailedAt(480))
 	require.Equal(t, fill(32*4096, 0x99), readMedium(t, mem, 448*4096, 32*4096))
 }
@@ -179,10 +180,10 @@ func TestIOErrorsUnmapWriteSame(t *testing.T) {
 // and that a write failure is reported as such.
 func TestIOErrorsCompareAndWrite(t *testing.T) {
 	_, m, f, mem := newFaultyLU(t, 64, 512, nil)
-	f.Inject(backstore.OpRead, 7*512, 512, syscall.EIO)
+	f.Inject(faultstore.OpRead, 7*512, 512, syscall.EIO)
 	checkSense(t, exec(m, cawCDB(0, 7, 1), append(make([]byte, 512), fill(512, 1)...), 0), readErrorAt(7))
 	require.Equal(t, make([]byte, 512), readMedium(t, mem, 7*512, 512))
 	f.Clear()
-	f.Inject(backstore.OpWrite, 9*512, 512, syscall.EIO)
+	f.Inject(faultstore.OpWrite, 9*512, 512, syscall.EIO)
 	checkSense(t, exec(m, cawCDB(0, 8, 2), append(make([]byte, 1024), fill(1024, 1)...), 0), writeErrorAt(8))
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/internal/testutil/faultstore"
 )
 
 // TestNonBlocking: only RAM and null logical units report that they never wait for I/O; a
@@ -28,7 +29,7 @@ func TestNonBlocking(t *testing.T) {
 			require.NoError(t, err)
 			return n
 		}, true},
-		{"faulty over memory", func(t *testing.T) backstore.Backstore { return backstore.NewFaulty(mem(t)) }, false},
+		{"faulty over memory", func(t *testing.T) backstore.Backstore { return faultstore.New(mem(t)) }, false},
 		{"file", func(t *testing.T) backstore.Backstore {
 			f, err := backstore.OpenFile(filepath.Join(t.TempDir(), "lu.img"), backstore.FileOptions{Create: true, Size: 1 << 20})
 			require.NoError(t, err)

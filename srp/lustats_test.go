@@ -9,6 +9,7 @@ import (
 
 	"github.com/srptarget/srptarget/backstore"
 	"github.com/srptarget/srptarget/internal/testutil"
+	"github.com/srptarget/srptarget/internal/testutil/faultstore"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
 	"github.com/srptarget/srptarget/srp/iu"
@@ -21,9 +22,9 @@ import (
 func TestLogicalUnitStats(t *testing.T) {
 	mem, err := backstore.NewMemory(testLUNSize, testBlockSize)
 	require.NoError(t, err)
-	faulty := backstore.NewFaulty(mem)
+	faulty := faultstore.New(mem)
 	const badLBA = 1000
-	faulty.Inject(backstore.OpRead, badLBA*testBlockSize, testBlockSize, syscall.EIO)
+	faulty.Inject(faultstore.OpRead, badLBA*testBlockSize, testBlockSize, syscall.EIO)
 	lu, err := scsi.NewLogicalUnit(scsi.Config{Backstore: faulty, Serial: "stats0001"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = lu.Close() })

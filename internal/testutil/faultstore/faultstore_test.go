@@ -1,4 +1,4 @@
-package backstore
+package faultstore
 
 import (
 	"bytes"
@@ -7,6 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/internal/testutil"
 )
 
 func TestFaulty(t *testing.T) {
@@ -43,12 +46,11 @@ func TestFaulty(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			m, err := NewMemory(1<<20, B)
+			m, err := backstore.NewMemory(1<<20, B)
 			require.NoError(t, err)
-			orig := make([]byte, 1<<20)
-			fillPattern(orig, 0, 1)
+			orig := testutil.Pattern(1<<20, 1)
 			require.NoError(t, m.WriteAt(orig, 0, false))
-			f := NewFaulty(m)
+			f := New(m)
 			for _, in := range c.inject {
 				f.Inject(in.op, in.off, in.length, in.err)
 			}
@@ -85,18 +87,18 @@ func TestFaulty(t *testing.T) {
 }
 
 func TestFaultyPassesThrough(t *testing.T) {
-	m, err := NewMemory(2<<20, 4096)
+	m, err := backstore.NewMemory(2<<20, 4096)
 	require.NoError(t, err)
-	f := NewFaulty(m)
+	f := New(m)
 	require.Equal(t, int64(2<<20), f.Size())
 	require.Equal(t, uint32(4096), f.LogicalBlockSize())
 	require.Equal(t, m.Capabilities(), f.Capabilities())
 	// A wrapped error from the store below is not disturbed.
 	err = f.ReadAt(make([]byte, 4096), 2<<20)
-	require.ErrorIs(t, err, ErrOutOfRange)
+	require.ErrorIs(t, err, backstore.ErrOutOfRange)
 	require.False(t, errors.Is(err, unix.EIO))
 	require.NoError(t, f.Close())
-	require.ErrorIs(t, m.Flush(), ErrClosed)
+	require.ErrorIs(t, m.Flush(), backstore.ErrClosed)
 }
 
 func TestOpString(t *testing.T) {

@@ -1,9 +1,13 @@
-package backstore
+// Package faultstore wraps a backstore so that tests can make chosen operations fail, for the
+// error paths of the SCSI layer and the engine (sense data, statistics, task management).
+package faultstore
 
 import (
 	"fmt"
 	"strings"
 	"sync"
+
+	"github.com/srptarget/srptarget/backstore"
 )
 
 // Op names the kinds of backstore operation that Faulty can fail. They are bits, so one
@@ -50,16 +54,16 @@ type fault struct {
 // into SPACE ALLOCATION FAILED). A failed operation does not reach the wrapped store. Every
 // method not listed here is the wrapped store's.
 type Faulty struct {
-	Backstore
+	backstore.Backstore
 
 	mu     sync.RWMutex
 	faults []fault
 }
 
-var _ Backstore = (*Faulty)(nil)
+var _ backstore.Backstore = (*Faulty)(nil)
 
-// NewFaulty wraps inner; until Inject is called it changes nothing.
-func NewFaulty(inner Backstore) *Faulty {
+// New wraps inner; until Inject is called it changes nothing.
+func New(inner backstore.Backstore) *Faulty {
 	return &Faulty{Backstore: inner}
 }
 
