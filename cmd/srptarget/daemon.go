@@ -318,7 +318,12 @@ func (d *daemon) shutdown(ctx context.Context) error {
 	}
 	d.serveLoops.Wait()
 	for _, st := range d.luns {
-		_ = st.lu.Close()
+		// Each running unit holds one reference of its store: a failure here is a reference
+		// dropped twice (ErrClosed), a bug that must not pass unseen.
+		if err := st.lu.Close(); err != nil {
+			d.log.Error("closing a logical unit at shutdown", zap.Int("lun", st.num), zap.Error(err))
+			errs = append(errs, fmt.Errorf("lun %d: %w", st.num, err))
+		}
 	}
 	d.luns = map[int]*lunState{}
 	if d.opts.metrics != nil {
