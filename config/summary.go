@@ -46,9 +46,6 @@ func (c *Config) Summary() string {
 	}
 
 	fmt.Fprintf(&b, "ACLs (%d):\n", len(c.ACLs))
-	// inACL is where each LUN is granted: true in an ACL that can match, false in ACLs that
-	// all come after one that matches everything they name (shadowedBy).
-	inACL := map[int]bool{}
 	for i, a := range c.ACLs {
 		var who []string
 		if len(a.Initiators) > 0 {
@@ -62,26 +59,52 @@ func (c *Config) Summary() string {
 			access = ", read-only"
 		}
 		fmt.Fprintf(&b, "  acls[%d]: %s -> LUNs %s%s\n", i, strings.Join(who, " or "), strings.Trim(FlowList(a.LUNs), "[]"), access)
+	}
+	for _, w := range c.Warnings() {
+		fmt.Fprintf(&b, "warning: %v\n", w)
+	}
+	for _, w := range c.reachWarnings() {
+		fmt.Fprintf(&b, "warning: %s\n", w.Msg)
+	}
+	return b.String()
+}
+
+// AllWarnings are Warnings and what the file as a whole leaves unreachable: no ACLs at all,
+// LUNs in no ACL, LUNs only in ACLs that are never used. Validate prints them all (Summary,
+// and validate --json).
+func (c *Config) AllWarnings() Errors {
+	return append(slices.Clone(c.Warnings()), c.reachWarnings()...)
+}
+
+// reachWarnings are the warnings of AllWarnings about LUNs no initiator can reach.
+func (c *Config) reachWarnings() Errors {
+	var out Errors
+	// inACL is where each LUN is granted: true in an ACL that can match, false in ACLs that
+	// all come after one that matches everything they name (shadowedBy).
+	inACL := map[int]bool{}
+	for i, a := range c.ACLs {
 		live, _ := shadowedBy(c.ACLs, i)
 		for _, n := range a.LUNs {
 			inACL[n] = inACL[n] || live < 0
 		}
 	}
-	for _, w := range c.Warnings() {
-		fmt.Fprintf(&b, "warning: %v\n", w)
-	}
 	if len(c.ACLs) == 0 {
-		b.WriteString("warning: no ACLs: every login will be refused\n")
+		out = append(out, &Error{File: c.file, Msg: "no ACLs: every login will be refused"})
 	}
+	luns := slices.Clone(c.LUNs)
+	slices.SortFunc(luns, func(a, b LUN) int { return *a.LUN - *b.LUN })
 	for _, l := range luns {
 		if live, listed := inACL[*l.LUN]; len(c.ACLs) > 0 && !listed {
-			fmt.Fprintf(&b, "warning: LUN %d is in no ACL: no initiator sees it\n", *l.LUN)
+			out = append(out, &Error{File: c.file, Msg: fmt.Sprintf("LUN %d is in no ACL: no initiator sees it", *l.LUN)})
 		} else if listed && !live {
-			fmt.Fprintf(&b, "warning: LUN %d is only in ACLs that are never used: no initiator sees it\n", *l.LUN)
+			out = append(out, &Error{File: c.file, Msg: fmt.Sprintf("LUN %d is only in ACLs that are never used: no initiator sees it", *l.LUN)})
 		}
 	}
-	return b.String()
+	return out
 }
+
+// File is the name of the file the configuration was read from.
+func (c *Config) File() string { return c.file }
 
 // lunSummary describes one LUN in a few words, leaving out what is at its default.
 func lunSummary(l *LUN) []string {

@@ -49,6 +49,9 @@ daemon's user, the daemon plans the text alone, opening and looking at nothing i
 ("paths not checked"): validate has checked the paths as you, just before.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if ctl.asJSON {
+				return validateJSON(cmd, configFile, diff, &ctl)
+			}
 			cfg, err := loadConfig(cmd, configFile, config.Check)
 			if err != nil {
 				return err
@@ -65,16 +68,11 @@ daemon's user, the daemon plans the text alone, opening and looking at nothing i
 			if !diff {
 				return nil
 			}
-			data, err := os.ReadFile(configFile)
+			res, err := validateDiff(cmd, configFile, &ctl)
 			if err != nil {
 				return err
 			}
-			var res reloadResult
-			req := controlRequest{Command: "reload", DryRun: true, ConfigYAML: string(data), ConfigName: configFile}
-			if done, err := ctl.call(cmd, req, &res); done || err != nil {
-				return err
-			}
-			_, _ = io.WriteString(cmd.OutOrStdout(), "against the running daemon: "+reloadText(&res))
+			_, _ = io.WriteString(cmd.OutOrStdout(), "against the running daemon: "+reloadText(res))
 			for _, e := range res.Errors {
 				fmt.Fprintln(cmd.ErrOrStderr(), e)
 			}
@@ -88,7 +86,48 @@ daemon's user, the daemon plans the text alone, opening and looking at nothing i
 	cmd.Flags().StringVar(&configFile, "config", DefaultConfigFile, "configuration file")
 	cmd.Flags().BoolVar(&diff, "diff", false, "also print what a reload with this file would change in the running daemon (control socket)")
 	ctl.add(cmd)
+	configFileFlag(cmd)
+	cmd.Flag("json").Usage = "print the result as JSON ({\"version\", \"ok\", \"result\"}: valid, errors and warnings with file, line and key, the settings, and with --diff the daemon's dry run)"
 	return cmd
+}
+
+// validateDiff asks the running daemon for a dry run of configFile's text.
+func validateDiff(cmd *cobra.Command, configFile string, ctl *controlFlags) (*reloadResult, error) {
+	data, err := os.ReadFile(configFile)
+	if err != nil {
+		return nil, err
+	}
+	var res reloadResult
+	req := controlRequest{Command: "reload", DryRun: true, ConfigYAML: string(data), ConfigName: configFile}
+	quiet := *ctl
+	quiet.asJSON = false
+	if _, err := quiet.call(cmd, req, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// validateJSON is validate --json: the result, whatever it is, on standard output; exit
+// status 1 when the file (or, with --diff, the daemon) refuses it.
+func validateJSON(cmd *cobra.Command, configFile string, diff bool, ctl *controlFlags) error {
+	cfg, err := config.Check(configFile)
+	var sandbox []*config.Error
+	if err == nil {
+		sandbox = shippedSandbox(unitDropInDir).check(cfg)
+	}
+	res := newValidateResult(configFile, cfg, err, sandbox)
+	if err == nil && diff {
+		if res.Reload, err = validateDiff(cmd, configFile, ctl); err != nil {
+			return err
+		}
+	}
+	if err := printJSONResult(cmd.OutOrStdout(), res); err != nil {
+		return err
+	}
+	if !res.Valid || res.Reload != nil && len(res.Reload.Errors) > 0 {
+		return exitCodeError{1}
+	}
+	return nil
 }
 
 // loginLineDeps are the seams of login-line and devices.
@@ -99,6 +138,7 @@ type loginLineDeps struct {
 
 func newLoginLineCommand(deps loginLineDeps) *cobra.Command {
 	var configFile string
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "login-line",
 		Short: "Print the ib_srp add_target line(s) an initiator uses to log in",
@@ -112,11 +152,16 @@ func newLoginLineCommand(deps loginLineDeps) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return printJSONResult(cmd.OutOrStdout(), newLoginLineResult(cfg, id, deps.interfaces, deps.devices))
+			}
 			_, err = io.WriteString(cmd.OutOrStdout(), loginLineText(cfg, id, deps.interfaces, deps.devices))
 			return err
 		},
 	}
 	cmd.Flags().StringVar(&configFile, "config", DefaultConfigFile, "configuration file")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the lines as JSON ({\"version\", \"ok\", \"result\"}: the identity, and per target port and listener the dest= value and the command)")
+	configFileFlag(cmd)
 	return cmd
 }
 
@@ -168,7 +213,8 @@ func devicesText(devs []rdmaDevice) string {
 var errNoDevices = errors.New("no RDMA devices: load the driver of the adapter (mlx5_ib, ...) or add a soft-RoCE device (modprobe rdma_rxe; rdma link add rxe0 type rxe netdev eth0)")
 
 func newDevicesCommand(deps loginLineDeps) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "devices",
 		Short: "List the RDMA devices, their ports and GIDs",
 		Args:  cobra.NoArgs,
@@ -180,8 +226,15 @@ func newDevicesCommand(deps loginLineDeps) *cobra.Command {
 			if len(devs) == 0 {
 				return errNoDevices
 			}
+			if asJSON {
+				devs = slices.Clone(devs)
+				slices.SortFunc(devs, func(a, b rdmaDevice) int { return strings.Compare(a.Name, b.Name) })
+				return printJSONResult(cmd.OutOrStdout(), devs)
+			}
 			_, err = io.WriteString(cmd.OutOrStdout(), devicesText(devs))
 			return err
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the devices as JSON ({\"version\", \"ok\", \"result\"}: name, node GUID, ports with state, link layer, MTU and GIDs)")
+	return cmd
 }

@@ -68,6 +68,8 @@ type controlRequest struct {
 	// the daemon reads no file a client names.
 	ConfigYAML string `json:"config_yaml,omitempty"`
 	ConfigName string `json:"config_name,omitempty"`
+	// Level, for log-level, is the level to log at from now on; empty asks which it is.
+	Level string `json:"level,omitempty"`
 }
 
 // controlResponse is one answer line. OK is false when the request could not be answered at
@@ -331,7 +333,7 @@ func (s *controlServer) handle(line []byte, cc *controlConn) controlResponse {
 	if req.Version != controlVersion {
 		return controlResponse{Version: controlVersion, Error: fmt.Sprintf("protocol version %d is not supported: this daemon speaks version %d", req.Version, controlVersion)}
 	}
-	if cc.access < needs(req.Command) {
+	if cc.access < needs(req) {
 		return controlResponse{Version: controlVersion, Error: s.policy.refusal(cc.peer, req.Command)}
 	}
 	if req.Command == "reload" {
@@ -345,6 +347,8 @@ func (s *controlServer) handle(line []byte, cc *controlConn) controlResponse {
 	switch req.Command {
 	case "status":
 		result = s.status(d)
+	case "log-level":
+		result, err = s.logLevel(req.Level, cc.peer)
 	case "sessions", "luns", "stats", "reload", "acl-check":
 		if d == nil {
 			result, err = s.waitingAnswer(req, s.policy.trusted(cc.peer))

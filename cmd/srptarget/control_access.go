@@ -133,9 +133,10 @@ func (p *controlPolicy) readNote() string {
 	return " or " + p.readGroupName + " (--control-read-group)"
 }
 
-// needs is the access a command needs.
-func needs(command string) controlAccess {
-	if command == "reload" {
+// needs is the access a request needs: reload and a change of the log level change the
+// daemon; the rest only read.
+func needs(req controlRequest) controlAccess {
+	if req.Command == "reload" || req.Command == "log-level" && req.Level != "" {
 		return accessAll
 	}
 	return accessRead

@@ -315,6 +315,12 @@ acls:`, 1))
 		ListenersRemoved:  []string{},
 		Sessions:          []sessionChange{{Initiator: rwInitiator.String(), LosesLUNs: []int{1}, GainsLUNs: []int{2}}},
 		PortGroupsChanged: []string{},
+		LUNChanges:        []lunChange{},
+		ACLChanges: []aclChange{
+			{ACL: "acls[0]", Change: "changed", Fields: []fieldChange{{Key: "luns", From: "[0, 1]", To: "[0, 2]"}}},
+			{ACL: "acls[1]", Change: "changed", Fields: []fieldChange{{Key: "luns", From: "[0, 1]", To: "[0, 2]"}}},
+		},
+		DataLoss: []string{},
 	}, normalizeNil(res))
 	// The changes as both the dry run and the reload print them, but for the LUNs added: the
 	// dry run's configuration adds LUN 3 too.
@@ -323,6 +329,10 @@ acls:`, 1))
   LUNs changed: none
   LUNs retired: 1
   LUNs unchanged: 0
+  acls[0]:
+    luns: [0, 1] -> [0, 2]
+  acls[1]:
+    luns: [0, 1] -> [0, 2]
   listeners added: 192.0.2.1:5556
   listeners removed: none
   target port groups: unchanged

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +31,7 @@ type controlFlags struct {
 func (f *controlFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.path, "control", DefaultControlSocket, "the daemon's control socket (serve --control)")
 	cmd.Flags().BoolVar(&f.asJSON, "json", false, "print the daemon's answer as JSON ({\"version\", \"ok\", \"result\"})")
+	controlSocketFlag(cmd)
 }
 
 // call asks the daemon and decodes the result into v; with --json it prints the answer as
@@ -46,6 +50,16 @@ func (f *controlFlags) call(cmd *cobra.Command, req controlRequest, v any) (prin
 		return true, printJSONAnswer(cmd.OutOrStdout(), res)
 	}
 	return false, nil
+}
+
+// printJSONResult prints v in the envelope of the control socket's answers, indented: what
+// --json prints for commands that answer without the daemon too.
+func printJSONResult(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return printJSONAnswer(w, b)
 }
 
 // printJSONAnswer prints a result as the control socket answers it, indented.
@@ -67,6 +81,7 @@ func newControlCommands() []*cobra.Command {
 		newStatsCommand(),
 		newReloadCommand(),
 		newACLCheckCommand(),
+		newLogLevelCommand(),
 	}
 }
 
@@ -148,13 +163,24 @@ func statusDevicesText(st *statusInfo) string {
 func newSessionsCommand() *cobra.Command {
 	var f controlFlags
 	cmd := &cobra.Command{
-		Use:   "sessions",
+		Use:   "sessions [INITIATOR...]",
 		Short: "List the logged-in initiators: sources, ACL, LUNs, channels (QP numbers, credits, commands in flight)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Long: `List the logged-in initiators: their source addresses, the ACL that admitted them, their
+LUNs and their channels (QP numbers, credits, commands in flight). With initiator port
+identifiers (0x and 32 hex digits, completed from the daemon's sessions), only those.`,
+		ValidArgsFunction: initiatorCompletion(&f),
+		RunE: func(cmd *cobra.Command, args []string) error {
 			var ss []sessionInfo
-			if done, err := f.call(cmd, controlRequest{Command: "sessions"}, &ss); done || err != nil {
+			quiet := f
+			quiet.asJSON = false
+			if _, err := quiet.call(cmd, controlRequest{Command: "sessions"}, &ss); err != nil {
 				return err
+			}
+			if len(args) > 0 {
+				ss = slices.DeleteFunc(ss, func(s sessionInfo) bool { return !slices.Contains(args, s.Initiator) })
+			}
+			if f.asJSON {
+				return printJSONResult(cmd.OutOrStdout(), ss)
 			}
 			_, err := io.WriteString(cmd.OutOrStdout(), sessionsText(ss))
 			return err
@@ -206,13 +232,32 @@ func sessionsText(ss []sessionInfo) string {
 func newLUNsCommand() *cobra.Command {
 	var f controlFlags
 	cmd := &cobra.Command{
-		Use:   "luns",
+		Use:   "luns [LUN...]",
 		Short: "List the LUNs: backstore, size, block size, flags, the sessions using each, persistent reservations",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Long: `List the LUNs of the running configuration: backstore, size, block size, flags, the
+sessions using each, persistent reservations. With LUN numbers (completed from the daemon),
+only those.`,
+		ValidArgsFunction: lunCompletion(&f),
+		Args: func(_ *cobra.Command, args []string) error {
+			for _, a := range args {
+				if n, err := strconv.Atoi(a); err != nil || n < 0 {
+					return fmt.Errorf("LUN %q: want a LUN number", a)
+				}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
 			var ls []lunInfo
-			if done, err := f.call(cmd, controlRequest{Command: "luns"}, &ls); done || err != nil {
+			quiet := f
+			quiet.asJSON = false
+			if _, err := quiet.call(cmd, controlRequest{Command: "luns"}, &ls); err != nil {
 				return err
+			}
+			if len(args) > 0 {
+				ls = slices.DeleteFunc(ls, func(l lunInfo) bool { return !slices.Contains(args, strconv.Itoa(l.LUN)) })
+			}
+			if f.asJSON {
+				return printJSONResult(cmd.OutOrStdout(), ls)
 			}
 			_, err := io.WriteString(cmd.OutOrStdout(), lunsText(ls))
 			return err
@@ -291,7 +336,7 @@ func newStatsCommand() *cobra.Command {
 
 func newReloadCommand() *cobra.Command {
 	var f controlFlags
-	var dryRun bool
+	var dryRun, yes bool
 	cmd := &cobra.Command{
 		Use:   "reload",
 		Short: "Ask the daemon to reload its configuration file (as SIGHUP) and print the outcome",
@@ -300,12 +345,24 @@ Exit status 0: the new configuration runs. Exit status 1: the reload was refused
 configuration is unchanged, and every error is printed with its file and line.
 
 --dry-run plans the reload and applies nothing: it prints the LUNs that would be added,
-changed and retired, the listeners added and removed, and the logged-in initiators that would
+changed and retired, each changed setting of a LUN or an ACL (size: 16MiB -> 32MiB), the
+memory LUNs whose data would be lost (resized or removed: a memory LUN that gets new memory
+starts empty), the listeners added and removed, and the logged-in initiators that would
 lose or gain LUNs or be disconnected. New backstores are opened to check them, then closed,
 without holding up the daemon's other commands; a missing file with create: true is not
-created.`,
+created.
+
+On a terminal, a reload that would disconnect an initiator, take LUNs away from one or lose
+a memory LUN's data shows that preview first and asks before it applies anything; --yes
+(or --force) applies without asking, and declining exits 1 with nothing applied. Without a
+terminal (systemctl reload, scripts) it applies as SIGHUP does.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !dryRun && !yes && inputIsTerminal(cmd.InOrStdin()) {
+				if ok, err := confirmReload(cmd, &f); !ok || err != nil {
+					return err
+				}
+			}
 			var res reloadResult
 			done, err := f.call(cmd, controlRequest{Command: "reload", DryRun: dryRun}, &res)
 			if err != nil {
@@ -332,7 +389,48 @@ created.`,
 	}
 	f.add(cmd)
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what the reload would change, and apply nothing")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "apply without asking on a terminal, even when initiators would be disconnected or data lost")
+	cmd.Flags().BoolVar(&yes, "force", false, "the same as --yes")
 	return cmd
+}
+
+// terminalInput is an input that knows whether it is a terminal (the tests' stand-in for one).
+type terminalInput interface{ IsTerminal() bool }
+
+// inputIsTerminal reports whether the command reads from a terminal: someone who can answer.
+func inputIsTerminal(r io.Reader) bool {
+	switch in := r.(type) {
+	case terminalInput:
+		return in.IsTerminal()
+	case *os.File:
+		return isTerminal(in.Fd())
+	}
+	return false
+}
+
+// confirmReload asks the daemon for a dry run of the reload and, when applying it would be
+// disruptive (reloadResult.disruptive), shows it and asks. It reports whether to go on: true
+// also when nothing needs asking, or when the dry run is refused (the reload then says why).
+func confirmReload(cmd *cobra.Command, f *controlFlags) (bool, error) {
+	var preview reloadResult
+	quiet := *f
+	quiet.asJSON = false
+	if _, err := quiet.call(cmd, controlRequest{Command: "reload", DryRun: true}, &preview); err != nil {
+		return false, err
+	}
+	if len(preview.Errors) > 0 || !preview.disruptive() {
+		return true, nil
+	}
+	text := strings.Replace(reloadText(&preview), "dry run: nothing applied; the reload would change:", "the reload would change:", 1)
+	fmt.Fprint(cmd.ErrOrStderr(), text)
+	fmt.Fprint(cmd.ErrOrStderr(), "This reload disconnects initiators, takes LUNs away or loses data. Apply it? [y/N] ")
+	line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return true, nil
+	}
+	fmt.Fprintln(cmd.ErrOrStderr(), "nothing applied (srptarget reload --yes applies without asking)")
+	return false, exitCodeError{exitFailed}
 }
 
 func plural(n int, word string) string {
@@ -367,10 +465,14 @@ func reloadText(r *reloadResult) string {
 	for _, w := range r.Warnings {
 		fmt.Fprintf(&b, "warning: %s\n", w)
 	}
+	for _, w := range r.DataLoss {
+		fmt.Fprintf(&b, "warning: data lost: %s\n", w)
+	}
 	fmt.Fprintf(&b, "  LUNs added: %s\n", intsText(r.LUNsAdded))
 	fmt.Fprintf(&b, "  LUNs changed: %s\n", intsText(r.LUNsChanged))
 	fmt.Fprintf(&b, "  LUNs retired: %s\n", intsText(r.LUNsRemoved))
 	fmt.Fprintf(&b, "  LUNs unchanged: %s\n", intsText(r.LUNsUnchanged))
+	settingsText(&b, r)
 	listeners := func(as []string) string {
 		if len(as) == 0 {
 			return "none"
@@ -472,6 +574,8 @@ would see. The running daemon is asked; when no daemon answers on the control so
 	cmd.Flags().StringVar(&source, "source", "", "the initiator's source address (IP), or gid:GID[,pkey:HEX] for a login through an ib listener, for ACLs with sources")
 	cmd.Flags().StringVar(&configFile, "config", "", "configuration file to read when no daemon answers")
 	_ = cmd.MarkFlagRequired("initiator")
+	_ = cmd.RegisterFlagCompletionFunc("initiator", initiatorCompletion(&f))
+	configFileFlag(cmd)
 	return cmd
 }
 

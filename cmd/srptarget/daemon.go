@@ -40,6 +40,9 @@ type daemonOptions struct {
 	// metrics gets the target and logical units of each configuration put in service, for
 	// `serve --metrics`; nil without it.
 	metrics *daemonCollector
+	// level is the level log logs at, which srptarget log-level changes at run time; nil:
+	// fixed (tests that do not change it).
+	level *zap.AtomicLevel
 }
 
 // daemon is `srptarget serve` without its signal handling: the SRP target built from a

@@ -14,18 +14,19 @@ func main() {
 	stderr := commandStderr()
 	root := newRootCommand()
 	root.SetErr(stderr)
-	if err := root.Execute(); err != nil {
-		var ec exitCodeError
-		if errors.As(err, &ec) {
-			os.Exit(ec.code)
-		}
-		fmt.Fprintln(stderr, "srptarget:", err)
-		var dial *controlDialError
-		if errors.As(err, &dial) {
-			os.Exit(exitUnreachable)
-		}
-		os.Exit(exitFailed)
+	cmd, err := root.ExecuteC()
+	if err == nil {
+		return
 	}
+	var ec exitCodeError
+	if !errors.As(err, &ec) {
+		// An exitCodeError has said why already.
+		fmt.Fprintln(stderr, "srptarget:", err)
+	}
+	if exitStatus(err) == exitUsage {
+		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+	}
+	os.Exit(exitStatus(err))
 }
 
 func newRootCommand() *cobra.Command {
@@ -36,8 +37,14 @@ func newRootCommand() *cobra.Command {
 // replace them).
 func newRootCommandWith(deps loginLineDeps) *cobra.Command {
 	root := &cobra.Command{
-		Use:           "srptarget",
-		Short:         "A user-space SCSI RDMA Protocol (SRP) target",
+		Use:   "srptarget",
+		Short: "A user-space SCSI RDMA Protocol (SRP) target",
+		Long: `A user-space SCSI RDMA Protocol (SRP) target: serve runs it, the other commands check its
+configuration or ask the running daemon on its control socket.
+
+Exit status of every command: 0 done (status: serving); 1 failed or refused (a configuration
+with errors, an initiator no ACL admits, a reload declined); 2 the command line is wrong; 3 no
+daemon answers on the control socket; 4 (status) the daemon runs but serves nothing yet.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version,
@@ -52,11 +59,13 @@ func newRootCommandWith(deps loginLineDeps) *cobra.Command {
 		newGenManCommand(),
 	)
 	root.AddCommand(newControlCommands()...)
+	markUsageErrors(root)
 	return root
 }
 
 func newVersionCommand() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the version of srptarget: release, commit, Go toolchain, backstores",
 		Long: `Print the version of srptarget: the release, the commit it was built from (and whether
@@ -65,8 +74,13 @@ when built with the rbd tag, which links librbd and librados). srptarget --versi
 the same; srptarget status shows the running daemon's.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if asJSON {
+				return printJSONResult(cmd.OutOrStdout(), build)
+			}
 			_, err := io.WriteString(cmd.OutOrStdout(), versionText(build))
 			return err
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the version as JSON ({\"version\", \"ok\", \"result\"}, the result as status --json's build object)")
+	return cmd
 }

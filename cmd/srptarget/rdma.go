@@ -21,33 +21,33 @@ type devicesFunc func() ([]rdmaDevice, error)
 // target identity) and, for `srptarget devices`, its ports. It is the command's own copy of
 // verbs.DeviceInfo, so that the command builds and is tested without cgo.
 type rdmaDevice struct {
-	Name     string
-	NodeGUID uint64
-	Ports    []rdmaPort
+	Name     string     `json:"name"`
+	NodeGUID uint64     `json:"node_guid"`
+	Ports    []rdmaPort `json:"ports"`
 }
 
 type rdmaPort struct {
-	Num       int
-	State     string
-	LinkLayer string
-	ActiveMTU int // bytes; 0 when unknown
+	Num       int    `json:"port"`
+	State     string `json:"state"`
+	LinkLayer string `json:"link_layer"`
+	ActiveMTU int    `json:"active_mtu"` // bytes; 0 when unknown
 	// LID is the port's local identifier (InfiniBand; 0 until the subnet manager sets it).
-	LID uint16
+	LID uint16 `json:"lid,omitempty"`
 	// IsDM is PortInfo:CapabilityMask's IsDeviceManagementSupported bit (InfiniBand).
-	IsDM bool
+	IsDM bool `json:"is_device_management_supported,omitempty"`
 	// PKey is entry 0 of the port's P_Key table (0 if unknown).
-	PKey uint16
-	GIDs []rdmaGID
+	PKey uint16    `json:"pkey,omitempty"`
+	GIDs []rdmaGID `json:"gids"`
 }
 
 // linkLayerIB is rdmaPort.LinkLayer of an InfiniBand port.
 const linkLayerIB = "InfiniBand"
 
 type rdmaGID struct {
-	Index  int
-	GID    netip.Addr
-	Type   string
-	Netdev string
+	Index  int        `json:"index"`
+	GID    netip.Addr `json:"gid"`
+	Type   string     `json:"type"`
+	Netdev string     `json:"netdev,omitempty"`
 }
 
 // errNoRDMA is what a build without RDMA support answers (no cgo, or not Linux).

@@ -39,6 +39,11 @@ type reloadResult struct {
 	// PathsNotChecked: the dry run planned a client's text only, opening no backstore and
 	// looking at no path it names, as the client is neither root nor the daemon's user.
 	PathsNotChecked bool `json:"paths_not_checked,omitempty"`
+	// LUNChanges and ACLChanges are the settings that change, key by key (reloaddiff.go);
+	// DataLoss says which memory LUNs lose their data.
+	LUNChanges []lunChange `json:"lun_changes"`
+	ACLChanges []aclChange `json:"acl_changes"`
+	DataLoss   []string    `json:"data_loss"`
 }
 
 // sessionChange is what a reload does to one logged-in initiator: the LUNs it loses (removed
@@ -206,6 +211,7 @@ func (d *daemon) planChanges(cfg *config.Config, res *reloadResult, dryRun bool,
 	}
 	res.LUNsAdded, res.LUNsChanged, res.LUNsRemoved, res.LUNsUnchanged = added, changed, removed, kept
 	d.describePlan(p, res)
+	d.describeSettings(p, res)
 	return p, nil
 }
 

@@ -365,9 +365,9 @@ func newServeCommand() *cobra.Command { return newServeCommandWith(runServeComma
 // runServeCommand runs the daemon on the host's RDMA devices, logging to stderr.
 func runServeCommand(f serveFlags) error {
 	reexecErr := reexecWithSysmonAwake() // returns only if it did not execute
-	log, err := newLogger(os.Stderr, f.logFormat, f.logLevel)
+	log, level, err := newLoggerLevel(os.Stderr, f.logFormat, f.logLevel)
 	if err != nil {
-		return err
+		return usageError{err}
 	}
 	defer func() { _ = log.Sync() }()
 	if reexecErr != nil {
@@ -392,6 +392,7 @@ func runServeCommand(f serveFlags) error {
 			interfaces: hostAddrs,
 			memlock:    ensureMemlock,
 			sched:      setScheduling,
+			level:      &level,
 		},
 		processOptions: f.processOptions,
 		signals:        sigs,
@@ -440,12 +441,13 @@ RDMA errors (docs/metrics.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.check(); err != nil {
-				return err
+				return usageError{err}
 			}
 			return run(f)
 		},
 	}
 	cmd.Flags().StringVar(&f.configFile, "config", DefaultConfigFile, "configuration file (YAML, see configs/README.md)")
+	configFileFlag(cmd)
 	cmd.Flags().StringVar(&f.logFormat, "log-format", logAuto,
 		"log format: console, json, journal (no time or level; each line's priority as a <N> prefix), or auto: journal when stderr is the journal, console otherwise")
 	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "log level: "+orList(logLevels))
