@@ -287,6 +287,14 @@ const (
 // identifier matches one of Initiators or its source address one of Sources; the first
 // matching ACL wins.
 type ACL struct {
+	// Name names the ACL in sessions, acl-check, the log and the metrics' acl label (default
+	// acls[N], which moves when an ACL is inserted before it): letters, digits, '.', '_' and
+	// '-', unique.
+	Name string `yaml:"name"`
+	// PerInitiatorMetrics gives each initiator this ACL admits series of its own in the
+	// per-initiator metrics (an initiator label), up to MaxInitiatorSeries initiators for the
+	// whole daemon; without it they are summed per ACL.
+	PerInitiatorMetrics bool `yaml:"per_initiator_metrics"`
 	// Initiators are initiator port identifiers (0x and 32 hex digits) with shell-style
 	// wildcards: "*" matches any initiator.
 	Initiators []string `yaml:"initiators"`
@@ -299,6 +307,18 @@ type ACL struct {
 	LUNs []int `yaml:"luns"`
 	// ReadOnly write-protects those LUNs for these initiators.
 	ReadOnly bool `yaml:"read_only"`
+}
+
+// MaxInitiatorSeries bounds the initiators that get series of their own
+// (ACL.PerInitiatorMetrics): the later ones share the initiator label "other".
+const MaxInitiatorSeries = 64
+
+// Label is how the ACL at index i is named: its name, or acls[i].
+func (a *ACL) Label(i int) string {
+	if a.Name != "" {
+		return a.Name
+	}
+	return fmt.Sprintf("acls[%d]", i)
 }
 
 // Defaults.

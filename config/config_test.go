@@ -104,6 +104,12 @@ func TestParseErrorsNameLineAndKey(t *testing.T) {
 		{"unknown key", "listeners: [{address: 0.0.0.0, port: 1}]\nluns:\n  - lun: 0\n    backstore: memory\n    sise: 1GiB\n",
 			[]string{"t.yaml:5: luns[0].sise: unknown key (did you mean size?)"}},
 		{"no listener", "luns: []\n", []string{"t.yaml:1: listeners: at least one listener is needed (address and port)"}},
+		{"ACL names", "listeners: [{address: 0.0.0.0, port: 1}]\nluns: [{lun: 0, backstore: memory, size: 1MiB}]\nacls:\n" +
+			"  - {name: db, initiators: [\"*\"], luns: [0]}\n  - {name: db, sources: [10.0.0.0/8], luns: [0]}\n  - {name: \"a b\", sources: [10.0.0.0/8], luns: [0]}\n",
+			[]string{
+				`t.yaml:5: acls[1].name: "db" is the name of acls[0] too: names are unique`,
+				`t.yaml:6: acls[2].name: "a b": use letters, digits, '.', '_' and '-' (at most 64, starting with a letter or digit)`,
+			}},
 		{"duplicate lun and bad size", `listeners: [{address: 0.0.0.0, port: 1}]
 luns:
   - lun: 3

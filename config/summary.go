@@ -58,7 +58,14 @@ func (c *Config) Summary() string {
 		if a.ReadOnly {
 			access = ", read-only"
 		}
-		fmt.Fprintf(&b, "  acls[%d]: %s -> LUNs %s%s\n", i, strings.Join(who, " or "), strings.Trim(FlowList(a.LUNs), "[]"), access)
+		if a.PerInitiatorMetrics {
+			access += ", metrics per initiator"
+		}
+		name := ""
+		if a.Name != "" {
+			name = " " + a.Name
+		}
+		fmt.Fprintf(&b, "  acls[%d]%s: %s -> LUNs %s%s\n", i, name, strings.Join(who, " or "), strings.Trim(FlowList(a.LUNs), "[]"), access)
 	}
 	for _, w := range c.Warnings() {
 		fmt.Fprintf(&b, "warning: %v\n", w)

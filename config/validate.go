@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -131,7 +132,16 @@ func (v *validator) validate(c *Config) {
 	v.checkMemoryTotal(c)
 	v.checkSerials(c)
 
+	names := map[string]int{}
 	for i, a := range c.ACLs {
+		if a.Name != "" {
+			if !aclName.MatchString(a.Name) {
+				v.errorf(At("acls", i, "name"), "%q: use letters, digits, '.', '_' and '-' (at most 64, starting with a letter or digit)", a.Name)
+			} else if j, dup := names[a.Name]; dup {
+				v.errorf(At("acls", i, "name"), "%q is the name of acls[%d] too: names are unique", a.Name, j)
+			}
+			names[a.Name] = i
+		}
 		if len(a.Initiators) == 0 && len(a.Sources) == 0 {
 			v.errorf(At("acls", i), "an ACL needs initiators or sources (use initiators: [\"*\"] for everyone)")
 		}
@@ -512,3 +522,6 @@ func (v *validator) validatePorts(c *Config) {
 		}
 	}
 }
+
+// aclName is what an ACL's name may be: it is a metric label value and a word in the log.
+var aclName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)

@@ -215,6 +215,10 @@ type channel struct {
 	busyCount int
 	// Refused commands are logged at most rejectLogBurst times per rejectLogEvery.
 	refusedLog loglimit.Window
+	// lastClock is the channel's latest wall-clock reading (Unix nanoseconds), taken when the
+	// stall watchdog arms or checks: the session's last activity, without a clock read per
+	// command (countIO).
+	lastClock int64
 
 	// For operators (Target.Sessions): loginAt and qpn are set before the goroutines start;
 	// pubActive and pubGranted are copies of active and ledger.granted that the channel

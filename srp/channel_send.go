@@ -223,6 +223,7 @@ func (ch *channel) responsesPosted(posted []ib.SendWR) {
 			}
 			c.statLU.Stats().Complete(c.class, &c.cmd, uint64(c.written), uint64(len(c.cmd.DataOut)), latency)
 			c.statLU = nil
+			ch.countIO(c, ch.lastClock)
 		}
 		if c.luHold != nil {
 			c.luHold.Release()

@@ -419,6 +419,10 @@ type Config struct {
 	// Authorizer decides who may log in; it may be replaced later with SetAuthorizer. Nil
 	// refuses every login until SetAuthorizer is called.
 	Authorizer Authorizer
+	// SessionForgotten, when set, receives the I/O counters of a session the target forgets
+	// (an idle one, to make room under Limits.MaxSessions), so that whoever sums them
+	// (Target.SessionIO) keeps what it counted. It runs outside the target's locks.
+	SessionForgotten func(SessionIOInfo)
 	// Logger receives structured logs; nil discards them.
 	Logger *zap.Logger
 	// MeasureLatency times each command from its IU's arrival to the posting of its response

@@ -150,7 +150,7 @@ func (t *Target) login(req ib.ConnRequest, fam ib.Family) {
 	auth := t.auth.Load()
 	a := auth.a
 	if a == nil {
-		t.reject(req, f.Tag, iu.LoginRejChannelLimitReached, log, "no access control list is configured",
+		t.rejectByACL(req, f.Tag, iu.LoginRejChannelLimitReached, log, "no access control list is configured",
 			"configure the initiators allowed to log in")
 		return
 	}
@@ -165,7 +165,7 @@ func (t *Target) login(req ib.ConnRequest, fam ib.Family) {
 		} else if err != nil {
 			detail = err.Error()
 		}
-		t.reject(req, f.Tag, reason, log, detail,
+		t.rejectByACL(req, f.Tag, reason, log, detail,
 			fmt.Sprintf("add initiator port %v (or %s) to an ACL of the configuration", f.InitiatorPortID, sourceName(req, fam)))
 		return
 	}
@@ -363,12 +363,24 @@ func (t *Target) prepareChannel(sess *session, host *source, req ib.ConnRequest,
 
 // reject answers req with an SRP_LOGIN_REJ and logs why and what to change.
 func (t *Target) reject(req ib.ConnRequest, tag iu.Tag, reason iu.LoginRejReason, log *zap.Logger, detail, hint string) {
-	var b [iu.LoginRejSize]byte
-	iu.LoginRej(b[:]).Encode(&iu.LoginRejFields{Reason: reason, Tag: tag, SupBufFmt: supportedBufFmt})
-	t.stats.loginsRejected.Add(1)
 	if i := int(reason) - int(iu.LoginRejUnableEstablishChannel); i >= 0 && i < len(t.stats.rejects) {
 		t.stats.rejects[i].Add(1)
 	}
+	t.sendReject(req, tag, reason, log, detail, hint)
+}
+
+// rejectByACL is reject for a login the access control lists refuse: counted as such
+// (Stats.RejectedByACL), not under the reason on the wire, which an operator would read as a
+// limit to raise.
+func (t *Target) rejectByACL(req ib.ConnRequest, tag iu.Tag, reason iu.LoginRejReason, log *zap.Logger, detail, hint string) {
+	t.stats.rejectedByACL.Add(1)
+	t.sendReject(req, tag, reason, log, detail, hint)
+}
+
+func (t *Target) sendReject(req ib.ConnRequest, tag iu.Tag, reason iu.LoginRejReason, log *zap.Logger, detail, hint string) {
+	var b [iu.LoginRejSize]byte
+	iu.LoginRej(b[:]).Encode(&iu.LoginRejFields{Reason: reason, Tag: tag, SupBufFmt: supportedBufFmt})
+	t.stats.loginsRejected.Add(1)
 	// One line per refusal, except in a flood: per source address at most rejectLogBurst
 	// lines per rejectLogEvery, then one that says how many were left out.
 	if ok, suppressed := t.logLimit.Allow(req.RemoteAddr().Addr().String(), time.Now()); ok {

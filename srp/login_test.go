@@ -85,6 +85,7 @@ func TestLoginRejects(t *testing.T) {
 	})
 	cases := []struct {
 		name   string
+		acl    bool // refused by the Authorizer: counted as RejectedByACL, not by reason
 		auth   srp.Authorizer
 		limits srp.Limits
 		cfg    func(*srptest.Config)
@@ -129,12 +130,14 @@ func TestLoginRejects(t *testing.T) {
 		},
 		{
 			name:   "ACL refusal",
+			acl:    true,
 			auth:   refuser,
 			reason: iu.LoginRejChannelLimitReached,
 			log:    []string{"initiator not authorized", "add initiator port 0x"},
 		},
 		{
 			name:   "ACL refusal with its own reason",
+			acl:    true,
 			auth:   custom,
 			reason: iu.LoginRejMultiChannelUnsupported,
 			log:    []string{"policy says one channel"},
@@ -161,8 +164,15 @@ func TestLoginRejects(t *testing.T) {
 			for _, s := range tc.log {
 				require.Contains(t, text, s)
 			}
-			require.Equal(t, uint64(1), h.tgt.Stats().LoginsRejected)
-			require.Equal(t, uint64(1), h.tgt.Stats().Rejects[uint32(tc.reason)-0x00010000])
+			st := h.tgt.Stats()
+			require.Equal(t, uint64(1), st.LoginsRejected)
+			if tc.acl {
+				require.Equal(t, uint64(1), st.RejectedByACL)
+				require.Equal(t, [7]uint64{}, st.Rejects, "an ACL refusal is not counted under its wire reason")
+			} else {
+				require.Zero(t, st.RejectedByACL)
+				require.Equal(t, uint64(1), st.Rejects[uint32(tc.reason)-0x00010000])
+			}
 		})
 	}
 }

@@ -28,6 +28,9 @@ type session struct {
 	nexus  *scsi.Nexus
 	log    *zap.Logger
 	lunMap atomic.Pointer[scsi.LUNMap]
+	// io is the session's I/O counters per LUN (iostats.go), with an entry for every LUN
+	// lunMap has had.
+	io atomic.Pointer[sessionIO]
 	// buf is the data buffers the nexus's channels hold together (Limits.MaxInitiatorBuffer).
 	buf bufShare
 
@@ -78,6 +81,9 @@ func (s *session) forget() {
 		m.ForgetNexus(s.nexus)
 	}
 	s.log.Info("forgot an I_T nexus without channels to make room for a new one (max_sessions)")
+	if f := s.t.cfg.SessionForgotten; f != nil {
+		f(s.ioInfo())
+	}
 }
 
 // startReset records a nexus reset in progress and returns the channel to close when done.
@@ -203,6 +209,13 @@ func (s *session) reauthorize(a Authorizer) {
 // previous map before the first login: that initiator gets POWER ON, RESET, OR BUS DEVICE
 // RESET OCCURRED, which covers it. why names the event for the log.
 func (s *session) switchMap(m *scsi.LUNMap, why string) {
+	// The counters of m's LUNs are there before a command can reach them through m.
+	for {
+		io := s.io.Load()
+		if s.io.CompareAndSwap(io, io.withMap(m)) {
+			break
+		}
+	}
 	old := s.lunMap.Swap(m)
 	if old == nil || old == m || sameMappings(old, m) {
 		return

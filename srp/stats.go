@@ -21,6 +21,17 @@ type SessionInfo struct {
 	// its live channels in login order.
 	LUNMap      *scsi.LUNMap
 	ChannelInfo []ChannelInfo
+	// IO is the session's I/O counters per LUN, every LUN its maps have had (iostats.go).
+	IO []LUNIOStats
+}
+
+// Total sums the session's I/O counters over its LUNs.
+func (s *SessionInfo) Total() IOStats {
+	var t IOStats
+	for _, l := range s.IO {
+		t.Add(l.IOStats)
+	}
+	return t
 }
 
 // ChannelInfo describes one RDMA channel of a session. InFlight and CreditsHeld are published
@@ -61,7 +72,7 @@ func (t *Target) Sessions() []SessionInfo {
 		s.mu.Unlock()
 		if n > 0 {
 			out = append(out, SessionInfo{InitiatorPortID: s.key.initiator, TargetPortID: s.key.target, Channels: n, Remote: remote,
-				LUNMap: s.lunMap.Load(), ChannelInfo: chs})
+				LUNMap: s.lunMap.Load(), ChannelInfo: chs, IO: s.io.Load().snapshot()})
 		}
 	}
 	slices.SortFunc(out, func(a, b SessionInfo) int {
@@ -86,8 +97,11 @@ func (t *Target) PoolUse() (inUse, size int64) {
 type Stats struct {
 	LoginsAccepted uint64
 	LoginsRejected uint64
-	// Rejects counts rejected logins by reason (index: reason - 0x00010000, 0..6).
+	// Rejects counts rejected logins by reason (index: reason - 0x00010000, 0..6), those
+	// the access control lists refused excepted: RejectedByACL counts them, whatever the
+	// reason the SRP_LOGIN_REJ gave (CHANNEL LIMIT REACHED, as LIO answers them).
 	Rejects        [7]uint64
+	RejectedByACL  uint64
 	ChannelsOpen   int64
 	ChannelsClosed uint64
 	Commands       uint64
@@ -136,6 +150,7 @@ type Stats struct {
 type counters struct {
 	loginsAccepted, loginsRejected atomic.Uint64
 	rejects                        [7]atomic.Uint64
+	rejectedByACL                  atomic.Uint64
 	channelsOpen                   atomic.Int64
 	channelsClosed                 atomic.Uint64
 	commands, taskMgmt, aborted    atomic.Uint64
@@ -156,6 +171,7 @@ func (t *Target) Stats() Stats {
 	s := Stats{
 		LoginsAccepted:   c.loginsAccepted.Load(),
 		LoginsRejected:   c.loginsRejected.Load(),
+		RejectedByACL:    c.rejectedByACL.Load(),
 		ChannelsOpen:     c.channelsOpen.Load(),
 		ChannelsClosed:   c.channelsClosed.Load(),
 		Commands:         c.commands.Load(),

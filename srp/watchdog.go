@@ -69,6 +69,7 @@ func (ch *channel) batchPosted() {
 		return
 	}
 	now := ch.now()
+	ch.lastClock = now.UnixNano()
 	ch.watch.head, ch.watch.size = 0, 0
 	ch.watch.push(now, ch.watch.posted)
 	ch.watch.at = now.Add(ch.watchPeriod())
@@ -81,6 +82,7 @@ func (ch *channel) batchPosted() {
 // the data buffers of its commands. Disconnecting moves the queue pair to the error state;
 // the flushed work requests give the buffers back, and the commands end without a response.
 func (ch *channel) watchdog(now time.Time) {
+	ch.lastClock = now.UnixNano()
 	if ch.sendBatches == 0 {
 		ch.watch.at = time.Time{}
 		return

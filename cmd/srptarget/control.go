@@ -361,8 +361,9 @@ func (s *controlServer) handle(line []byte, cc *controlConn) controlResponse {
 			result = d.lunsInfo()
 		case "stats":
 			result = append(statEntries(d.target.Stats()),
-				statEntry{"reloads_applied", int64(d.reloadsApplied.Load())},
-				statEntry{"reloads_failed", int64(d.reloadsFailed.Load())})
+				statEntry{Name: "reloads_applied", Value: int64(d.reloadsApplied.Load())},
+				statEntry{Name: "reloads_failed", Value: int64(d.reloadsFailed.Load())})
+			result = append(result.([]statEntry), d.initiatorStatEntries()...)
 		case "reload":
 			// The outcome is in the result either way, errors included. systemd hears of it
 			// as of a SIGHUP reload.

@@ -63,7 +63,9 @@ func waitingState(a listenAddr) string {
 
 // aclRef names the ACL that admitted an initiator: its index under acls and who it lists.
 type aclRef struct {
-	Index       int    `json:"index"`
+	Index int `json:"index"`
+	// Name is the ACL's name: when it has none, acls[Index].
+	Name        string `json:"name"`
 	Description string `json:"description"`
 }
 
@@ -81,6 +83,9 @@ type sessionInfo struct {
 	Channels         []channelInfo `json:"channels"`
 	CommandsInFlight int           `json:"commands_in_flight"`
 	LoginTime        time.Time     `json:"login_time"`
+	// IO is the session's I/O counters, LUNIO the same per LUN (every LUN it has had).
+	IO    ioCounts `json:"io"`
+	LUNIO []lunIO  `json:"lun_io"`
 }
 
 type channelInfo struct {
@@ -107,6 +112,11 @@ type lunInfo struct {
 	Sessions         []string `json:"sessions"`
 	// Reservations are the SCSI persistent reservations, when an initiator registered.
 	Reservations *prInfo `json:"persistent_reservations,omitempty"`
+	// IO is the logical unit's counters (every initiator, since the logical unit was made:
+	// a reload that changes the LUN starts them again); Initiators the counters of each
+	// session on this LUN number, busiest first.
+	IO         ioCounts      `json:"io"`
+	Initiators []initiatorIO `json:"initiators"`
 }
 
 // prInfo is what `srptarget luns` shows of a LUN's persistent reservations.
@@ -129,6 +139,9 @@ type prRegistration struct {
 type statEntry struct {
 	Name  string `json:"name"`
 	Value int64  `json:"value"`
+	// Initiator and ACL are set on the per-session entries (initiator_*).
+	Initiator string `json:"initiator,omitempty"`
+	ACL       string `json:"acl,omitempty"`
 }
 
 // deviceNames lists the RDMA devices for status, or says why it cannot.
@@ -229,7 +242,7 @@ func (e *aclEntry) describe() *aclRef {
 	if e.cfg.ReadOnly {
 		desc += ", read-only"
 	}
-	return &aclRef{Index: e.index, Description: desc}
+	return &aclRef{Index: e.index, Name: e.cfg.Label(e.index), Description: desc}
 }
 
 // lunRefs lists the LUNs of a map, in LUN order.
@@ -252,7 +265,11 @@ func (d *daemon) sessionsInfo() []sessionInfo {
 	d.mu.Unlock()
 	out := []sessionInfo{}
 	for _, si := range d.target.Sessions() {
-		s := sessionInfo{Initiator: si.InitiatorPortID.String(), LUNs: lunRefs(si.LUNMap), Channels: []channelInfo{}}
+		s := sessionInfo{Initiator: si.InitiatorPortID.String(), LUNs: lunRefs(si.LUNMap), Channels: []channelInfo{},
+			IO: newIOCounts(si.Total()), LUNIO: []lunIO{}}
+		for _, io := range si.IO {
+			s.LUNIO = append(s.LUNIO, lunIO{LUN: int(io.LUN), ioCounts: newIOCounts(io.IOStats)})
+		}
 		if e := auth.aclOf(si.LUNMap); e != nil {
 			s.ACL = e.describe()
 		}
@@ -277,8 +294,10 @@ func (d *daemon) sessionsInfo() []sessionInfo {
 
 func (d *daemon) lunsInfo() []lunInfo {
 	sessions := d.target.Sessions()
+	ios := d.target.SessionIO()
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	byLUN := lunInitiators(d.auth, ios)
 	out := []lunInfo{}
 	for _, st := range d.luns {
 		l := lunInfo{
@@ -292,6 +311,13 @@ func (d *daemon) lunsInfo() []lunInfo {
 			ThinProvisioning: st.key.thin,
 			Serial:           st.key.serial,
 			Sessions:         []string{},
+			IO:               lunTotals(st.lu),
+			Initiators:       nonNil(byLUN[st.num]),
+		}
+		for _, i := range l.Initiators {
+			if i.LastActive != nil && (l.IO.LastActive == nil || i.LastActive.After(*l.IO.LastActive)) {
+				l.IO.LastActive = i.LastActive
+			}
 		}
 		if regs, typ, gen := st.lu.Reservations().Registrations(); len(regs) > 0 {
 			l.Reservations = &prInfo{Generation: gen, Type: typ}
@@ -325,33 +351,34 @@ func (d *daemon) lunsInfo() []lunInfo {
 // statEntries lists the target's counters in the order of srp.Stats, named in snake case.
 func statEntries(s srp.Stats) []statEntry {
 	out := []statEntry{
-		{"logins_accepted", int64(s.LoginsAccepted)},
-		{"logins_rejected", int64(s.LoginsRejected)},
+		{Name: "logins_accepted", Value: int64(s.LoginsAccepted)},
+		{Name: "logins_rejected", Value: int64(s.LoginsRejected)},
+		{Name: "logins_rejected_acl", Value: int64(s.RejectedByACL)},
 	}
 	for i, n := range s.Rejects {
-		out = append(out, statEntry{fmt.Sprintf("logins_rejected_%s", rejectName(i)), int64(n)})
+		out = append(out, statEntry{Name: fmt.Sprintf("logins_rejected_%s", rejectName(i)), Value: int64(n)})
 	}
 	return append(out,
-		statEntry{"channels_open", s.ChannelsOpen},
-		statEntry{"channels_closed", int64(s.ChannelsClosed)},
-		statEntry{"commands", int64(s.Commands)},
-		statEntry{"task_mgmt", int64(s.TaskMgmt)},
-		statEntry{"aborted", int64(s.Aborted)},
-		statEntry{"bytes_in", int64(s.BytesIn)},
-		statEntry{"bytes_out", int64(s.BytesOut)},
-		statEntry{"transport_errors", int64(s.TransportErrors)},
-		statEntry{"protocol_errors", int64(s.ProtocolErrors)},
-		statEntry{"rdma_errors", int64(s.RDMAErrors)},
-		statEntry{"buffer_waits", int64(s.BufferWaits)},
-		statEntry{"buffer_busy", int64(s.BufferBusy)},
-		statEntry{"rdma_stalls", int64(s.RDMAStalls)},
-		statEntry{"channels_idle_closed", int64(s.IdleClosed)},
-		statEntry{"credit_violations", int64(s.CreditViolations)},
-		statEntry{"credit_requests", int64(s.CreditRequests)},
-		statEntry{"pool_in_use", s.PoolInUse},
-		statEntry{"pool_high_mark", s.PoolHighMark},
-		statEntry{"send_posts", int64(s.SendPosts)},
-		statEntry{"send_wrs", int64(s.SendWRs)},
+		statEntry{Name: "channels_open", Value: s.ChannelsOpen},
+		statEntry{Name: "channels_closed", Value: int64(s.ChannelsClosed)},
+		statEntry{Name: "commands", Value: int64(s.Commands)},
+		statEntry{Name: "task_mgmt", Value: int64(s.TaskMgmt)},
+		statEntry{Name: "aborted", Value: int64(s.Aborted)},
+		statEntry{Name: "bytes_in", Value: int64(s.BytesIn)},
+		statEntry{Name: "bytes_out", Value: int64(s.BytesOut)},
+		statEntry{Name: "transport_errors", Value: int64(s.TransportErrors)},
+		statEntry{Name: "protocol_errors", Value: int64(s.ProtocolErrors)},
+		statEntry{Name: "rdma_errors", Value: int64(s.RDMAErrors)},
+		statEntry{Name: "buffer_waits", Value: int64(s.BufferWaits)},
+		statEntry{Name: "buffer_busy", Value: int64(s.BufferBusy)},
+		statEntry{Name: "rdma_stalls", Value: int64(s.RDMAStalls)},
+		statEntry{Name: "channels_idle_closed", Value: int64(s.IdleClosed)},
+		statEntry{Name: "credit_violations", Value: int64(s.CreditViolations)},
+		statEntry{Name: "credit_requests", Value: int64(s.CreditRequests)},
+		statEntry{Name: "pool_in_use", Value: s.PoolInUse},
+		statEntry{Name: "pool_high_mark", Value: s.PoolHighMark},
+		statEntry{Name: "send_posts", Value: int64(s.SendPosts)},
+		statEntry{Name: "send_wrs", Value: int64(s.SendWRs)},
 	)
 }
 

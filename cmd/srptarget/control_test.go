@@ -196,33 +196,40 @@ sessions: 2, channels: 2, commands in flight: 0
 		require.Equal(t, 128, c.Credits)
 		require.Positive(t, c.CreditsHeld)
 		ss[i].LoginTime, c.LoginTime, c.QPNum, c.ID, c.CreditsHeld = time.Time{}, time.Time{}, 0, 0, 0
+		ss[i].IO, ss[i].LUNIO = ioCounts{}, nil // TestPerInitiatorStats checks them
 	}
 	rwSrc := rw.Conn().LocalAddr()
 	require.Equal(t, []sessionInfo{
 		{
 			Initiator: rwInitiator.String(),
 			Sources:   []string{rwSrc.Addr().String()},
-			ACL:       &aclRef{Index: 0, Description: "initiators 0x0000000000000000000000000000aaaa"},
+			ACL:       &aclRef{Index: 0, Name: "acls[0]", Description: "initiators 0x0000000000000000000000000000aaaa"},
 			LUNs:      []lunRef{{LUN: 0}, {LUN: 1}},
 			Channels:  []channelInfo{{Source: rwSrc.String(), Credits: 128}},
 		},
 		{
 			Initiator: roInitiator.String(),
 			Sources:   []string{"198.51.100.7"},
-			ACL:       &aclRef{Index: 1, Description: "sources 198.51.100.0/24, read-only"},
+			ACL:       &aclRef{Index: 1, Name: "acls[1]", Description: "sources 198.51.100.0/24, read-only"},
 			LUNs:      []lunRef{{LUN: 0, ReadOnly: true}, {LUN: 1, ReadOnly: true}},
 			Channels:  []channelInfo{{Source: ro.Conn().LocalAddr().String(), Credits: 128}},
 		},
 	}, ss)
 	out, _, err = e.ctl("sessions")
 	require.NoError(t, err)
+	// clearUA's two TEST UNIT READYs on LUN 0: the unit attention, then GOOD.
+	ago := regexp.MustCompile(`\([0-9][^)]* ago\)`)
 	require.Equal(t, normalize(`initiator 0x0000000000000000000000000000aaaa from `+rwSrc.Addr().String()+`, admitted by acls[0] (initiators 0x0000000000000000000000000000aaaa), logged in 2026-01-01T00:00:00Z, 0 commands in flight
   LUNs: 0, 1
+  I/O: 2 commands, 0 bytes read, 0 bytes written, 1 errors, last active 2026-01-01T00:00:00Z (N ago)
+    LUN 0: 2 commands, 0 bytes read, 0 bytes written, 1 errors, last active 2026-01-01T00:00:00Z (N ago)
   channel 1: `+rwSrc.String()+`, QP 1, credits 128 (initiator holds 128), 0 commands in flight, logged in 2026-01-01T00:00:00Z
 initiator 0x0000000000000000000000000000bbbb from 198.51.100.7, admitted by acls[1] (sources 198.51.100.0/24, read-only), logged in 2026-01-01T00:00:00Z, 0 commands in flight
   LUNs: 0 (read-only), 1 (read-only)
+  I/O: 2 commands, 0 bytes read, 0 bytes written, 1 errors, last active 2026-01-01T00:00:00Z (N ago)
+    LUN 0: 2 commands, 0 bytes read, 0 bytes written, 1 errors, last active 2026-01-01T00:00:00Z (N ago)
   channel 1: `+ro.Conn().LocalAddr().String()+`, QP 1, credits 128 (initiator holds 128), 0 commands in flight, logged in 2026-01-01T00:00:00Z
-`), normalize(out))
+`), ago.ReplaceAllString(normalize(out), "(N ago)"))
 
 	var ls []lunInfo
 	e.ctlJSON(&ls, "luns")
@@ -230,6 +237,10 @@ initiator 0x0000000000000000000000000000bbbb from 198.51.100.7, admitted by acls
 	require.ElementsMatch(t, both, ls[0].Sessions)
 	require.ElementsMatch(t, both, ls[1].Sessions)
 	ls[0].Sessions, ls[1].Sessions = nil, nil
+	require.Len(t, ls[0].Initiators, 2, "both did clearUA on LUN 0")
+	require.Empty(t, ls[1].Initiators)
+	require.Equal(t, uint64(4), ls[0].IO.Commands)
+	ls[0].IO, ls[0].Initiators, ls[1].Initiators = ioCounts{}, nil, nil // TestPerInitiatorStats checks them
 	require.Equal(t, []lunInfo{
 		{LUN: 0, Backstore: "memory", Size: 16 << 20, BlockSize: 512, WriteCache: true, ThinProvisioning: true, Serial: "0002c90300a342700000"},
 		{LUN: 1, Backstore: "file", Path: filepath.Join(e.dir, "lun1.img"), Size: 8 << 20, BlockSize: 512, WriteCache: true, ThinProvisioning: true, Serial: "0002c90300a342700001"},
@@ -424,7 +435,7 @@ func TestControlACLCheck(t *testing.T) {
 	e.ctlJSON(&res, "acl-check", "--initiator", rwInitiator.String())
 	require.Equal(t, aclCheckResult{
 		From: "daemon", Initiator: rwInitiator.String(),
-		ACL:  &aclRef{Index: 0, Description: "initiators 0x0000000000000000000000000000aaaa"},
+		ACL:  &aclRef{Index: 0, Name: "acls[0]", Description: "initiators 0x0000000000000000000000000000aaaa"},
 		LUNs: []lunRef{{LUN: 0}, {LUN: 1}},
 	}, res)
 	out, _, err := e.ctl("acl-check", "--initiator", strangerInitiator.String(), "--source", "198.51.100.9")

@@ -209,6 +209,9 @@ func aclText(a *aclRef) string {
 	if a == nil {
 		return "no ACL of the running configuration"
 	}
+	if a.Name != "" && a.Name != fmt.Sprintf("acls[%d]", a.Index) {
+		return fmt.Sprintf("acls[%d] %s (%s)", a.Index, a.Name, a.Description)
+	}
 	return fmt.Sprintf("acls[%d] (%s)", a.Index, a.Description)
 }
 
@@ -216,11 +219,18 @@ func sessionsText(ss []sessionInfo) string {
 	if len(ss) == 0 {
 		return "no sessions\n"
 	}
+	now := time.Now()
 	var b strings.Builder
 	for _, s := range ss {
 		fmt.Fprintf(&b, "initiator %s from %s, admitted by %s, logged in %s, %d commands in flight\n",
 			s.Initiator, strings.Join(s.Sources, ", "), aclText(s.ACL), s.LoginTime.Format(time.RFC3339), s.CommandsInFlight)
 		fmt.Fprintf(&b, "  LUNs: %s\n", lunList(s.LUNs))
+		fmt.Fprintf(&b, "  I/O: %s\n", ioText(s.IO, now))
+		for _, l := range s.LUNIO {
+			if l.Commands > 0 {
+				fmt.Fprintf(&b, "    LUN %d: %s\n", l.LUN, ioText(l.ioCounts, now))
+			}
+		}
 		for _, c := range s.Channels {
 			fmt.Fprintf(&b, "  channel %d: %s, QP %d, credits %d (initiator holds %d), %d commands in flight, logged in %s\n",
 				c.ID, c.Source, c.QPNum, c.Credits, c.CreditsHeld, c.CommandsInFlight, c.LoginTime.Format(time.RFC3339))
@@ -271,6 +281,7 @@ func lunsText(ls []lunInfo) string {
 	if len(ls) == 0 {
 		return "no LUNs\n"
 	}
+	now := time.Now()
 	var b strings.Builder
 	for _, l := range ls {
 		store := l.Backstore
@@ -297,6 +308,10 @@ func lunsText(ls []lunInfo) string {
 		} else {
 			fmt.Fprintf(&b, "  used by %s\n", strings.Join(l.Sessions, ", "))
 		}
+		fmt.Fprintf(&b, "  I/O: %s\n", ioText(l.IO, now))
+		for _, i := range l.Initiators {
+			fmt.Fprintf(&b, "    %s (%s): %s\n", i.Initiator, i.ACL, ioText(i.ioCounts, now))
+		}
 		if r := l.Reservations; r != nil {
 			fmt.Fprintf(&b, "  persistent reservation: %s, generation %d\n", prTypeName(r.Type), r.Generation)
 			for _, g := range r.Registrations {
@@ -322,11 +337,7 @@ func newStatsCommand() *cobra.Command {
 			if done, err := f.call(cmd, controlRequest{Command: "stats"}, &es); done || err != nil {
 				return err
 			}
-			var b strings.Builder
-			for _, e := range es {
-				fmt.Fprintf(&b, "%-40s %d\n", e.Name, e.Value)
-			}
-			_, err := io.WriteString(cmd.OutOrStdout(), b.String())
+			_, err := io.WriteString(cmd.OutOrStdout(), statsText(es))
 			return err
 		},
 	}

@@ -68,8 +68,13 @@ type daemon struct {
 	target   *srp.Target
 	// alua holds the target port groups every port of the target points at; a reload
 	// changes its groups (SetGroups).
-	alua      *scsi.ALUA
-	auth      *aclAuthorizer
+	alua *scsi.ALUA
+	auth *aclAuthorizer
+	// authNow is auth, for readers that must not wait for the daemon lock: the
+	// per-initiator metrics and a forgotten session's labels (initiators.go).
+	authNow atomic.Pointer[aclAuthorizer]
+	// ioLabels are the per-initiator metrics' labels and what forgotten sessions counted.
+	ioLabels  *initiatorLabels
 	luns      map[int]*lunState
 	stores    map[storeKey]*sharedStore
 	listeners map[listenAddr]*listenerState
@@ -122,6 +127,7 @@ func newDaemon(opts daemonOptions) *daemon {
 		luns:      make(map[int]*lunState),
 		stores:    make(map[storeKey]*sharedStore),
 		listeners: make(map[listenAddr]*listenerState),
+		ioLabels:  newInitiatorLabels(),
 	}
 }
 
@@ -161,7 +167,8 @@ func (d *daemon) start() error {
 		Logger:       d.log,
 		// The latency histograms cost a clock read per completion batch: only when
 		// --metrics exports them.
-		MeasureLatency: d.opts.metrics != nil,
+		MeasureLatency:   d.opts.metrics != nil,
+		SessionForgotten: d.sessionForgotten,
 	})
 	if err != nil {
 		return cfg.ErrorAt(config.At("limits"), "%v", err)
@@ -330,7 +337,7 @@ func (d *daemon) shutdown(ctx context.Context) error {
 	}
 	d.luns = map[int]*lunState{}
 	if d.opts.metrics != nil {
-		d.opts.metrics.set(newMetricsView(d.target, d.luns, d.serving))
+		d.opts.metrics.set(newMetricsView(d.target, d.luns, d.serving, d.initiatorSeries))
 	}
 	d.closers.Wait()
 	d.stores = map[storeKey]*sharedStore{}
@@ -419,6 +426,9 @@ func (d *daemon) logACLs() {
 	seen := map[int]bool{}
 	for _, e := range d.auth.acls {
 		fields := []zap.Field{zap.String("acl", fmt.Sprintf("acls[%d]", e.index))}
+		if e.cfg.Name != "" {
+			fields = append(fields, zap.String("name", e.cfg.Name))
+		}
 		if len(e.cfg.Initiators) > 0 {
 			fields = append(fields, zap.Strings("initiators", e.cfg.Initiators))
 		}

@@ -327,7 +327,7 @@ func (s *controlServer) waitingAnswer(req controlRequest, trusted bool) (any, er
 		ls := make([]lunInfo, 0, len(cfg.LUNs))
 		for _, l := range cfg.LUNs {
 			li := lunInfo{LUN: *l.LUN, Backstore: string(l.Backstore), Path: l.Path, Size: uint64(l.Size),
-				BlockSize: uint32(l.BlockSize), ReadOnly: l.ReadOnly, Serial: l.Serial, Sessions: []string{}}
+				BlockSize: uint32(l.BlockSize), ReadOnly: l.ReadOnly, Serial: l.Serial, Sessions: []string{}, Initiators: []initiatorIO{}}
 			if l.RBD != nil {
 				li.Path = l.RBD.ImageName()
 			}

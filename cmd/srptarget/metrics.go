@@ -34,6 +34,8 @@ type metricsView struct {
 	luns   []lunMetrics // in LUN order
 	// serving reports whether a listener listens (srptarget_serving); nil: it does.
 	serving func() bool
+	// initiators sums the sessions' I/O counters by label (initiators.go); nil: none.
+	initiators func() map[ioKey]srp.IOStats
 }
 
 // lunMetrics names one logical unit: its LUN (the same for every ACL: LUN numbers are global
@@ -45,8 +47,8 @@ type lunMetrics struct {
 }
 
 // newMetricsView builds the view of a running configuration.
-func newMetricsView(t *srp.Target, luns map[int]*lunState, serving func() bool) *metricsView {
-	v := &metricsView{target: t, luns: make([]lunMetrics, 0, len(luns)), serving: serving}
+func newMetricsView(t *srp.Target, luns map[int]*lunState, serving func() bool, initiators func() map[ioKey]srp.IOStats) *metricsView {
+	v := &metricsView{target: t, luns: make([]lunMetrics, 0, len(luns)), serving: serving, initiators: initiators}
 	for _, st := range luns {
 		v.luns = append(v.luns, lunMetrics{lun: strconv.Itoa(st.num), serial: st.key.serial, lu: st.lu})
 	}
@@ -88,7 +90,7 @@ var (
 var (
 	descLoginsAccepted = newDesc("logins_accepted_total", "SRP logins accepted.")
 	descLoginsRejected = newDesc("logins_rejected_total",
-		"SRP logins refused (SRP_LOGIN_REJ), by reason (include/scsi/srp.h SRP_LOGIN_REJ_*, lower case).", "reason")
+		"SRP logins refused (SRP_LOGIN_REJ), by reason (include/scsi/srp.h SRP_LOGIN_REJ_*, lower case; acl: refused by the ACLs).", "reason")
 	descSessions        = newDesc("sessions", "I_T nexuses with at least one channel.")
 	descChannels        = newDesc("channels", "Open RDMA channels.")
 	descChannelsClosed  = newDesc("channels_closed_total", "RDMA channels closed.")
@@ -110,6 +112,19 @@ var (
 	descCreditRequests  = newDesc("credit_requests_total", "SRP_CRED_REQ IUs sent to return credits of aborted commands.")
 	descBuildInfo       = newDesc("build_info", "Always 1; the labels say what the daemon's binary is (srptarget version).",
 		"version", "release", "commit", "modified", "goversion", "backstores")
+	initiatorLabelNames = []string{"acl", "initiator", "lun"}
+
+	descInitiatorCommands = newDesc("initiator_commands_total",
+		"Commands answered, per ACL (acl: its name or acls[N]), initiator (with per_initiator_metrics; \"\" otherwise) and LUN.", initiatorLabelNames...)
+	descInitiatorReadBytes = newDesc("initiator_read_bytes_total",
+		"Data-in bytes sent to the initiators, per ACL, initiator and LUN.", initiatorLabelNames...)
+	descInitiatorWrittenBytes = newDesc("initiator_written_bytes_total",
+		"Data-out bytes received from the initiators, per ACL, initiator and LUN.", initiatorLabelNames...)
+	descInitiatorErrors = newDesc("initiator_errors_total",
+		"CHECK CONDITION responses, per ACL, initiator and LUN.", initiatorLabelNames...)
+	descInitiatorLastActive = newDesc("initiator_last_active_timestamp_seconds",
+		"When the initiators of the series last had a command answered (Unix time, to within rdma_timeout/8).", "acl", "initiator")
+
 	descServing = newDesc("serving", "1 when the daemon serves; 0 while serve waits for an RDMA device (it started before the device) and nothing else is known yet.")
 )
 
@@ -155,6 +170,7 @@ func (c *daemonCollector) Describe(ch chan<- *prometheus.Desc) {
 		descAborted, descTaskMgmt, descDataInBytes, descDataOutBytes, descTransportErrors, descProtocolErrors,
 		descRDMAErrors, descRDMAStalls, descIdleClosed, descBufferWaits, descBusy, descPoolInUse, descPoolHighMark, descPoolSize,
 		descCreditRequests, descServing, descBuildInfo,
+		descInitiatorCommands, descInitiatorReadBytes, descInitiatorWrittenBytes, descInitiatorErrors, descInitiatorLastActive,
 	} {
 		ch <- d
 	}
@@ -180,6 +196,30 @@ func (c *daemonCollector) Collect(ch chan<- prometheus.Metric) {
 	for i := range v.luns {
 		collectLUN(ch, &v.luns[i])
 	}
+	if v.initiators != nil {
+		collectInitiators(ch, v.initiators())
+	}
+}
+
+// collectInitiators exports the per-initiator series, and per acl and initiator the latest
+// activity.
+func collectInitiators(ch chan<- prometheus.Metric, sums map[ioKey]srp.IOStats) {
+	type who struct{ acl, initiator string }
+	last := map[who]time.Time{}
+	for k, s := range sums {
+		lun := strconv.Itoa(int(k.lun))
+		counter(ch, descInitiatorCommands, s.Commands, k.acl, k.initiator, lun)
+		counter(ch, descInitiatorReadBytes, s.ReadBytes, k.acl, k.initiator, lun)
+		counter(ch, descInitiatorWrittenBytes, s.WrittenBytes, k.acl, k.initiator, lun)
+		counter(ch, descInitiatorErrors, s.Errors, k.acl, k.initiator, lun)
+		w := who{k.acl, k.initiator}
+		if s.LastActive.After(last[w]) {
+			last[w] = s.LastActive
+		}
+	}
+	for w, t := range last {
+		ch <- prometheus.MustNewConstMetric(descInitiatorLastActive, prometheus.GaugeValue, float64(t.UnixNano())/1e9, w.acl, w.initiator)
+	}
 }
 
 func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v uint64, labels ...string) {
@@ -196,6 +236,7 @@ func collectTarget(ch chan<- prometheus.Metric, t *srp.Target) {
 	for i, reason := range loginRejectReasons {
 		counter(ch, descLoginsRejected, s.Rejects[i], reason)
 	}
+	counter(ch, descLoginsRejected, s.RejectedByACL, "acl")
 	gauge(ch, descSessions, int64(len(t.Sessions())))
 	gauge(ch, descChannels, s.ChannelsOpen)
 	counter(ch, descChannelsClosed, s.ChannelsClosed)

@@ -113,7 +113,7 @@ func TestDaemonCollector(t *testing.T) {
 		"version": version, "release": release, "commit": build.Commit, "modified": strconv.FormatBool(build.Modified),
 		"goversion": runtime.Version(), "backstores": strings.Join(build.Backstores, ","),
 	}, labels)
-	c.set(newMetricsView(tgt, map[int]*lunState{7: {num: 7, key: luKey{serial: "metrics0007"}, lu: lu}}, nil))
+	c.set(newMetricsView(tgt, map[int]*lunState{7: {num: 7, key: luKey{serial: "metrics0007"}, lu: lu}}, nil, nil))
 
 	var cmd scsi.Command
 	for _, tc := range []struct {
@@ -181,7 +181,7 @@ func TestDaemonCollector(t *testing.T) {
 		require.Equal(t, tc.want, value(fams, tc.name, tc.labels), "%s%v", tc.name, tc.labels)
 	}
 	require.Len(t, fams["srptarget_lun_errors_total"].GetMetric(), len(exportedSenseKeys))
-	require.Len(t, fams["srptarget_logins_rejected_total"].GetMetric(), 7)
+	require.Len(t, fams["srptarget_logins_rejected_total"].GetMetric(), 8)
 
 	h := findMetric(fams, "srptarget_lun_command_duration_seconds", with("op", "read")).GetHistogram()
 	require.InDelta(t, 2.04e-3, h.GetSampleSum(), 1e-12)
@@ -259,7 +259,8 @@ func TestMetricsEndpoint(t *testing.T) {
 		{"srptarget_lun_errors_total", lun0("sense_key", "MEDIUM ERROR"), 0},
 		{"srptarget_lun_commands_total", map[string]string{"lun": "1", "op": "read"}, 0},
 		{"srptarget_logins_accepted_total", nil, 1},
-		{"srptarget_logins_rejected_total", map[string]string{"reason": "channel_limit_reached"}, 1}, // an ACL refusal, as LIO answers it
+		{"srptarget_logins_rejected_total", map[string]string{"reason": "acl"}, 1}, // answered CHANNEL LIMIT REACHED, as LIO does
+		{"srptarget_logins_rejected_total", map[string]string{"reason": "channel_limit_reached"}, 0},
 		{"srptarget_sessions", nil, 1},
 		{"srptarget_channels", nil, 1},
 		{"srptarget_buffer_pool_size_bytes", nil, 16 << 20},

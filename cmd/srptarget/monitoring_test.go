@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -44,7 +45,10 @@ func exportedSeries(t *testing.T) map[string][]string {
 	tgt, err := srp.New(srp.Config{TargetPortID: testPortID})
 	require.NoError(t, err)
 	dc := &daemonCollector{}
-	dc.set(newMetricsView(tgt, map[int]*lunState{0: {num: 0, key: luKey{serial: "mon0"}, lu: lu}}, nil))
+	dc.set(newMetricsView(tgt, map[int]*lunState{0: {num: 0, key: luKey{serial: "mon0"}, lu: lu}}, nil,
+		func() map[ioKey]srp.IOStats {
+			return map[ioKey]srp.IOStats{{acl: "db-hosts", initiator: "", lun: 0}: {Commands: 1, LastActive: time.Now()}}
+		}))
 
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(dc))

@@ -337,6 +337,7 @@ func (p *plan) rollback() {
 func (d *daemon) commit(p *plan) {
 	old := d.luns
 	d.cfg, d.luns, d.auth = p.cfg, p.luns, p.auth
+	d.authNow.Store(p.auth)
 	for k, s := range p.opened {
 		d.stores[k] = s
 	}
@@ -376,7 +377,7 @@ func (d *daemon) commit(p *plan) {
 		}
 	}
 	if d.opts.metrics != nil {
-		d.opts.metrics.set(newMetricsView(d.target, d.luns, d.serving))
+		d.opts.metrics.set(newMetricsView(d.target, d.luns, d.serving, d.initiatorSeries))
 	}
 }
 

@@ -119,6 +119,12 @@ func (d *daemon) describeSettings(p *plan, res *reloadResult) {
 	for i := range max(len(old), len(cur)) {
 		name := "acls[" + strconv.Itoa(i) + "]"
 		switch {
+		case i < len(cur) && cur[i].Name != "":
+			name += " " + cur[i].Name
+		case i < len(old) && old[i].Name != "":
+			name += " " + old[i].Name
+		}
+		switch {
 		case i >= len(cur):
 			res.ACLChanges = append(res.ACLChanges, aclChange{ACL: name, Change: "removed", Fields: fieldChanges("", old[i], config.ACL{})})
 		case i >= len(old):
