@@ -91,10 +91,10 @@ func TestALUAInquiry(t *testing.T) {
 	// TPGS 01b: implicit asymmetric access only.
 	c := run(m, n2, 0, []byte{opInquiry, 0, 0, 0, 96, 0}, nil, 96)
 	requireGood(t, c)
-	require.Equal(t, byte(0x10), data(c)[5])
+	require.Equal(t, byte(0x18), data(c)[5], "TPGS 01b, 3PC")
 	c = run(m, testNexus, 0, []byte{opInquiry, 0, 0, 0, 96, 0}, nil, 96)
 	requireGood(t, c)
-	require.Equal(t, byte(0x00), data(c)[5])
+	require.Equal(t, byte(0x08), data(c)[5], "TPGS 00b, 3PC")
 
 	// VPD page 0x83: relative port 2 in target port group 2, even through a standby port.
 	c = run(m, n2, 0, vpdCDB(0x83, 1024), nil, 1024)

@@ -19,6 +19,8 @@ type cdbBase struct {
 	out   []byte
 	in    int
 	setup []prStep
+	// prep are commands (CDB and data-out) that must complete with GOOD before each run.
+	prep [][2][]byte
 }
 
 // prStep is a PERSISTENT RESERVE OUT from the nexus of TestCDBReservedBits that must complete
@@ -31,9 +33,11 @@ type prStep struct {
 // reservedBitsBases has a base CDB for every command of the command table; a command added to
 // the table without one fails TestCDBReservedBits. other is an initiator port that REGISTER AND
 // MOVE moves the reservation to, through relative port 1.
-func reservedBitsBases(other [16]byte) map[string]cdbBase {
+func reservedBitsBases(lu *LogicalUnit, other [16]byte) map[string]cdbBase {
 	const bs = 512
 	const key = 0xABCD
+	copyOfZeroes := xcopyList(0, listIDNone, [][]byte{identCSCD(lu)}, [][]byte{b2bSegment(0, 0, 2, 70, 72)})
+	keptCopy := xcopyList(7, listIDRetain, [][]byte{identCSCD(lu)}, [][]byte{b2bSegment(0, 0, 2, 70, 72)})
 	we := byte(PRTypeWriteExclusive)
 	prOut := func(sa, typ byte, params []byte, setup ...prStep) cdbBase {
 		return cdbBase{cdb: prOutCDB(sa, typ, uint32(len(params))), out: params, setup: setup}
@@ -88,6 +92,12 @@ func reservedBitsBases(other [16]byte) map[string]cdbBase {
 		"READ DEFECT DATA(12)": {
 			cdb: []byte{0xB7, defectReqGList, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0}, in: 8},
 		"GET LBA STATUS": {cdb: getLBAStatusCDB(0, 1024), in: 1024},
+		// A copy of two blocks of zeroes over two others within the logical unit; COPY
+		// STATUS after one with LIST IDENTIFIER 7 whose status is kept.
+		"EXTENDED COPY(LID1)": {cdb: xcopyCDB(uint32(len(copyOfZeroes))), out: copyOfZeroes},
+		"RECEIVE COPY RESULTS COPY STATUS": {cdb: copyResultsCDB(0x00, 7, 12), in: 12,
+			prep: [][2][]byte{{xcopyCDB(uint32(len(keptCopy))), keptCopy}}},
+		"RECEIVE COPY RESULTS OPERATING PARAMETERS": {cdb: copyResultsCDB(0x03, 0, 64), in: 64},
 
 		"PERSISTENT RESERVE IN READ KEYS":           {cdb: prInCDB(0, 1024), in: 1024},
 		"PERSISTENT RESERVE IN READ RESERVATION":    {cdb: prInCDB(1, 1024), in: 1024},
@@ -125,9 +135,9 @@ func reservedBitsBases(other [16]byte) map[string]cdbBase {
 // bit is marked when it is evaluated, and left out when it is refused or ignored (SPC-4 6.35.3).
 func TestCDBReservedBits(t *testing.T) {
 	_, n, _ := aluaNexuses(t, ActiveOptimized, ActiveOptimized) // REPORT TARGET PORT GROUPS needs ALUA
-	_, m, rec := newRecordingLU(t, 1024, 512, func(c *Config) { c.ThinProvisioning = true })
+	lu, m, rec := newRecordingLU(t, 1024, 512, func(c *Config) { c.ThinProvisioning = true })
 	clearPowerOnUA(t, m, n)
-	bases := reservedBitsBases(prInitiator(0x33))
+	bases := reservedBitsBases(lu, prInitiator(0x33))
 	var ops []*opInfo
 	for i := range commandTable {
 		if e := &commandTable[i]; e.plain != nil {
@@ -142,6 +152,10 @@ func TestCDBReservedBits(t *testing.T) {
 		for _, s := range b.setup {
 			requireGood(t, sendPROut(m, n, s.sa, s.typ, s.params))
 		}
+		for _, p := range b.prep {
+			requireGood(t, run(m, n, 0, p[0], p[1], 0))
+		}
+		rec.take()
 		c := run(m, n, 0, cdb, bytes.Clone(b.out), b.in)
 		return c, rec.take()
 	}

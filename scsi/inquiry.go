@@ -70,13 +70,17 @@ func standardInquiry(lu *LogicalUnit, c *Command, buf []byte) {
 	// NORMACA is 0: ACA is not supported.
 	buf[3] = 0x10 | 0x02
 	buf[4] = standardInquiryLength - 5 // ADDITIONAL LENGTH
-	// Byte 5: SCCS, ACC, 3PC and PROTECT (no protection information) are zero. TPGS is 01b,
+	// Byte 5: SCCS, ACC and PROTECT (no protection information) are zero; 3PC is set for a
+	// logical unit: its copy manager runs EXTENDED COPY (xcopy.go). TPGS is 01b,
 	// implicit asymmetric access only (the states change by configuration, SET TARGET PORT
 	// GROUPS is not supported), when the port has an ALUA configuration: Linux then attaches
 	// scsi_dh_alua, which asks REPORT TARGET PORT GROUPS. Without one it is 00b. Byte 6:
 	// ENCSERV and MULTIP are zero.
 	if c.alua() != nil {
 		buf[5] = 0x01 << 4
+	}
+	if lu != nil {
+		buf[5] |= 0x08 // 3PC
 	}
 	buf[7] = 0x02 // CMDQUE: without it Linux keeps a queue depth of one
 	vendor, product, revision := DefaultVendor, DefaultProduct, DefaultRevision

@@ -134,6 +134,11 @@ type LogicalUnit struct {
 
 	ranges rangeLock // LBA ranges of writes in progress, for COMPARE AND WRITE (rangelock.go)
 
+	// naaDescriptor is the NAA designation descriptor of VPD page 0x83 (header and
+	// designator), which EXTENDED COPY's CSCD descriptors name a logical unit by.
+	naaDescriptor [20]byte
+	copies        copyRegistry // EXTENDED COPY operations (copyresults.go)
+
 	nonBlocking bool // the backstore never waits for I/O (backstore.NonBlocking)
 
 	// Commands holding the logical unit (Hold), and its retirement (Retire): a reload that
@@ -195,6 +200,8 @@ func NewLogicalUnit(cfg Config) (*LogicalUnit, error) {
 		lu.physShift++
 	}
 	lu.blocks.Store(uint64(cfg.Backstore.Size()) >> lu.blockShift)
+	lu.naaDescriptor = [20]byte{codeSetBinary, assocLU | designatorNAA, 0, 16}
+	naaRegisteredExtended(lu.naaDescriptor[4:], cfg.Serial)
 	lu.mode.init(cfg)
 	lu.tasks.init(&lu.mu)
 	return lu, nil

@@ -91,7 +91,7 @@ type opInfo struct {
 
 // commandTable lists every supported command. It is put together from the SPC and SBC halves so
 // that each lives next to its handlers.
-var commandTable = buildCommandTable(spcCommands, sbcCommands, prCommands)
+var commandTable = buildCommandTable(spcCommands, sbcCommands, prCommands, copyCommands)
 
 // opEntry holds the commands of one operation code: one without service actions, or several.
 type opEntry struct {

@@ -80,6 +80,15 @@ const (
 	ReasonLUNotAccessibleAsymmetricAccessStateTransition
 	ReasonLUNotAccessibleTargetPortInStandby
 	ReasonLUNotAccessibleTargetPortUnavailable
+	ReasonOperationInProgress
+	ReasonTooManyTargetDescriptors
+	ReasonUnsupportedTargetDescriptorTypeCode
+	ReasonTooManySegmentDescriptors
+	ReasonUnsupportedSegmentDescriptorTypeCode
+	ReasonInlineDataLengthExceeded
+	ReasonUnexpectedInexactSegment
+	ReasonCopyTargetDeviceNotReachable
+	ReasonCopyAborted
 	reasonCount
 )
 
@@ -132,6 +141,15 @@ var senseTable = [reasonCount]senseEntry{
 	ReasonLUNotAccessibleAsymmetricAccessStateTransition: {SenseNotReady, 0x04, 0x0A, "LOGICAL UNIT NOT ACCESSIBLE, ASYMMETRIC ACCESS STATE TRANSITION"},
 	ReasonLUNotAccessibleTargetPortInStandby:             {SenseNotReady, 0x04, 0x0B, "LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE"},
 	ReasonLUNotAccessibleTargetPortUnavailable:           {SenseNotReady, 0x04, 0x0C, "LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN UNAVAILABLE STATE"},
+	ReasonOperationInProgress:                            {SenseIllegalRequest, 0x00, 0x16, "OPERATION IN PROGRESS"},
+	ReasonTooManyTargetDescriptors:                       {SenseIllegalRequest, 0x26, 0x06, "TOO MANY TARGET DESCRIPTORS"},
+	ReasonUnsupportedTargetDescriptorTypeCode:            {SenseIllegalRequest, 0x26, 0x07, "UNSUPPORTED TARGET DESCRIPTOR TYPE CODE"},
+	ReasonTooManySegmentDescriptors:                      {SenseIllegalRequest, 0x26, 0x08, "TOO MANY SEGMENT DESCRIPTORS"},
+	ReasonUnsupportedSegmentDescriptorTypeCode:           {SenseIllegalRequest, 0x26, 0x09, "UNSUPPORTED SEGMENT DESCRIPTOR TYPE CODE"},
+	ReasonInlineDataLengthExceeded:                       {SenseIllegalRequest, 0x26, 0x0B, "INLINE DATA LENGTH EXCEEDED"},
+	ReasonUnexpectedInexactSegment:                       {SenseCopyAborted, 0x26, 0x0A, "UNEXPECTED INEXACT SEGMENT"},
+	ReasonCopyTargetDeviceNotReachable:                   {SenseCopyAborted, 0x0D, 0x02, "COPY TARGET DEVICE NOT REACHABLE"},
+	ReasonCopyAborted:                                    {SenseCopyAborted, 0x00, 0x00, "NO ADDITIONAL SENSE INFORMATION"},
 }
 
 // Key is the sense key the reason reports.
@@ -157,23 +175,41 @@ type SenseInfo struct {
 	Information      uint64
 	InformationValid bool
 	// FieldPointer locates the offending field for ILLEGAL REQUEST (SPC-4 4.5.2.4.2): the byte
-	// (and bit, when BitPointerValid) in the CDB (InCDB) or the parameter list.
+	// (and bit, when BitPointerValid) in the CDB (InCDB) or the parameter list. With COPY
+	// ABORTED it is a segment pointer (SPC-4 4.5.2.4.6): relative to the segment descriptor the
+	// COMMAND-SPECIFIC INFORMATION names (SegmentDescriptor), else to the parameter list.
 	FieldPointerValid bool
 	InCDB             bool
+	SegmentDescriptor bool
 	BitPointerValid   bool
 	BitPointer        uint8
 	FieldPointer      uint16
+	// CommandSpecific is the COMMAND-SPECIFIC INFORMATION field, valid when
+	// CommandSpecificValid: the number of the segment descriptor an EXTENDED COPY failed in.
+	CommandSpecific      uint32
+	CommandSpecificValid bool
+	// CopyAborted reports the reason's additional sense code with the sense key COPY ABORTED:
+	// a copy target's error (a medium error, WRITE PROTECTED) that ended an EXTENDED COPY.
+	CopyAborted bool
 }
 
 // BuildSense writes sense data for reason into buf in fixed (descriptor == false) or descriptor
-// format and returns its length. buf must hold MaxSenseLength bytes.
+// format and returns its length. buf must hold MaxSenseLength bytes. In descriptor format a
+// descriptor that does not fit is left out, the sense key specific one first (no reason of this
+// package carries all three of information, command-specific information and a field pointer).
 func BuildSense(buf []byte, descriptor bool, reason Reason, info SenseInfo) int {
 	e := senseTable[reason]
+	if info.CopyAborted {
+		e.key = SenseCopyAborted
+	}
 	var sks [3]byte
 	if info.FieldPointerValid {
 		sks[0] = 0x80 // SKSV
 		if info.InCDB {
 			sks[0] |= 0x40 // C/D
+		}
+		if info.SegmentDescriptor {
+			sks[0] |= 0x20 // SD
 		}
 		if info.BitPointerValid {
 			sks[0] |= 0x08 | info.BitPointer&0x7 // BPV, BIT POINTER
@@ -195,6 +231,9 @@ func BuildSense(buf []byte, descriptor bool, reason Reason, info SenseInfo) int 
 			}
 		}
 		buf[2] = byte(e.key)
+		if info.CommandSpecificValid {
+			binary.BigEndian.PutUint32(buf[8:], info.CommandSpecific)
+		}
 		buf[7] = n - 8 // ADDITIONAL SENSE LENGTH
 		buf[12] = e.asc
 		buf[13] = e.ascq
@@ -214,7 +253,14 @@ func BuildSense(buf []byte, descriptor bool, reason Reason, info SenseInfo) int 
 		binary.BigEndian.PutUint64(d[4:], info.Information)
 		n += 12
 	}
-	if info.FieldPointerValid {
+	if info.CommandSpecificValid {
+		// Command-specific information descriptor (SPC-4 4.5.2.3).
+		d := buf[n : n+12]
+		d[0], d[1], d[2], d[3] = 0x01, 0x0A, 0x00, 0x00
+		binary.BigEndian.PutUint64(d[4:], uint64(info.CommandSpecific))
+		n += 12
+	}
+	if info.FieldPointerValid && n+8 <= MaxSenseLength {
 		// Sense key specific descriptor (SPC-4 4.5.2.3).
 		d := buf[n : n+8]
 		d[0], d[1], d[2], d[3] = 0x02, 0x06, 0x00, 0x00
@@ -252,6 +298,10 @@ func ParseSense(b []byte) (p ParsedSense, ok bool) {
 			p.InformationValid = true
 			p.Information = uint64(binary.BigEndian.Uint32(b[3:]))
 		}
+		if len(b) >= 12 && b[7] >= 4 {
+			p.CommandSpecific = binary.BigEndian.Uint32(b[8:])
+			p.CommandSpecificValid = p.CommandSpecific != 0
+		}
 		if len(b) >= 18 && b[15]&0x80 != 0 {
 			parseSKS(&p.SenseInfo, b[15:18])
 		}
@@ -273,6 +323,9 @@ func ParseSense(b []byte) (p ParsedSense, ok bool) {
 			case typ == 0x00 && l >= 0x0A:
 				p.InformationValid = d[2]&0x80 != 0
 				p.Information = binary.BigEndian.Uint64(d[4:12])
+			case typ == 0x01 && l >= 0x0A:
+				p.CommandSpecificValid = true
+				p.CommandSpecific = uint32(binary.BigEndian.Uint64(d[4:12]))
 			case typ == 0x02 && l >= 0x06 && d[4]&0x80 != 0:
 				parseSKS(&p.SenseInfo, d[4:7])
 			}
@@ -286,6 +339,7 @@ func ParseSense(b []byte) (p ParsedSense, ok bool) {
 func parseSKS(info *SenseInfo, sks []byte) {
 	info.FieldPointerValid = true
 	info.InCDB = sks[0]&0x40 != 0
+	info.SegmentDescriptor = sks[0]&0x20 != 0
 	info.BitPointerValid = sks[0]&0x08 != 0
 	info.BitPointer = sks[0] & 0x7
 	info.FieldPointer = binary.BigEndian.Uint16(sks[1:])

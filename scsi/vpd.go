@@ -12,6 +12,7 @@ const (
 	vpdUnitSerialNumber           = 0x80
 	vpdDeviceIdentification       = 0x83
 	vpdExtendedInquiryData        = 0x86
+	vpdThirdPartyCopyPage         = 0x8F
 	vpdBlockLimits                = 0xB0
 	vpdBlockDeviceCharacteristics = 0xB1
 	vpdLogicalBlockProvisioning   = 0xB2
@@ -66,6 +67,8 @@ func vpdInquiry(lu *LogicalUnit, c *Command, page byte, alloc int) {
 		n = lu.vpdDeviceIdentification(c, buf[:])
 	case page == vpdExtendedInquiryData:
 		n = vpdExtendedInquiry(buf[:])
+	case page == vpdThirdPartyCopyPage:
+		n = vpdThirdPartyCopy(buf[:])
 	case page == vpdBlockLimits:
 		n = lu.vpdBlockLimits(buf[:])
 	case page == vpdBlockDeviceCharacteristics:
@@ -85,7 +88,7 @@ func vpdInquiry(lu *LogicalUnit, c *Command, page byte, alloc int) {
 // must never appear: it makes Linux treat the device as a SATL.
 func (lu *LogicalUnit) vpdSupportedPages(buf []byte) int {
 	pages := [...]byte{vpdSupportedPages, vpdUnitSerialNumber, vpdDeviceIdentification,
-		vpdExtendedInquiryData, vpdBlockLimits, vpdBlockDeviceCharacteristics, vpdLogicalBlockProvisioning}
+		vpdExtendedInquiryData, vpdThirdPartyCopyPage, vpdBlockLimits, vpdBlockDeviceCharacteristics, vpdLogicalBlockProvisioning}
 	n := len(pages)
 	if !lu.supportsUnmap() {
 		n--

@@ -8,7 +8,9 @@
 #     of the medium; Block Limits says WSNZ 0;
 #   - physical_block_size 4096 on 512-byte blocks: sg_readcap --long shows the exponent, the
 #     kernel's queue limits follow, UNMAP of an unaligned range deallocates the whole physical
-#     blocks only, WRITE SAME with UNMAP zeroes the rest.
+#     blocks only, WRITE SAME with UNMAP zeroes the rest;
+#   - EXTENDED COPY: INQUIRY 3PC, sg_vpd -p tpc, sg_copy_results, sg_xcopy from LUN 0 to LUN 1
+#     compared, COPY STATUS; sg_opcodes lists the new commands with their usage data.
 #
 # Arguments (k=v): bin=/usr/local/bin/srptarget port=5555
 
@@ -38,8 +40,12 @@ raw() {
 	echo "exit $rc: $(grep -iE 'status|sense|field|byte|info' /tmp/raw.txt | tr '\n' ' ' | sed 's/  */ /g')"
 }
 
-# blocks DEV LBA N OUT: N 512-byte blocks from LBA into OUT, bypassing the page cache.
-blocks() { dd if="$1" of="$4" bs=512 skip="$2" count="$3" iflag=direct status=none; }
+# blocks DEV LBA N OUT: N 512-byte blocks from LBA into OUT, bypassing the page cache (in
+# requests of up to 1 MiB: one command per block takes minutes under TCG).
+blocks() { dd if="$1" of="$4" bs=1M skip=$(($2 * 512)) count=$(($3 * 512)) iflag=direct,skip_bytes,count_bytes status=none; }
+
+# sg_of sdX: the SCSI generic node (/dev/sgN) of a disk; sg_xcopy issues its commands there.
+sg_of() { echo "/dev/$(ls "/sys/block/$1/device/scsi_generic")"; }
 
 # same_as_file NAME A B: record whether files A and B are equal.
 same_as_file() {
@@ -121,7 +127,7 @@ mws=$(sed -n 's/.*Maximum write same length: *\([0-9x]*\).*/\1/p' /tmp/bl.txt | 
 echo "maximum write same length: $mws blocks"
 head -c 512 /dev/urandom >/tmp/ws-block
 dd if=/dev/urandom of=/tmp/ws-before bs=512 count=256 status=none
-dd if=/tmp/ws-before of="$D0" bs=512 seek=$((BLOCKS - 256)) oflag=direct status=none
+dd if=/tmp/ws-before of="$D0" bs=128K seek=$(((BLOCKS - 256) * 512)) oflag=direct,seek_bytes status=none
 LBA=$((BLOCKS - 200))
 check "sg_write_same --num=0 --lba=$LBA" sg_write_same --16 --lba=$LBA --num=0 --in=/tmp/ws-block "$D0"
 blocks "$D0" $((BLOCKS - 256)) 256 /tmp/ws-after
@@ -153,18 +159,76 @@ check_eq "LUN 0 queue/physical_block_size" 512 "$(cat /sys/block/"${D0#/dev/}"/q
 run sg_vpd -p bl "$D1" | grep -iE 'granularity|alignment'
 # UNMAP of LBA 3, 20 blocks: only the physical block of LBAs 8-15 is deallocated.
 dd if=/dev/urandom of=/tmp/pb-before bs=512 count=32 status=none
-dd if=/tmp/pb-before of="$D1" bs=512 oflag=direct status=none
+dd if=/tmp/pb-before of="$D1" bs=16K oflag=direct status=none
 check "sg_unmap --lba=3 --num=20" sg_unmap --force --lba=3 --num=20 "$D1"
 blocks "$D1" 0 32 /tmp/pb-after
 { head -c $((8 * 512)) /tmp/pb-before; head -c $((8 * 512)) /dev/zero; tail -c $((16 * 512)) /tmp/pb-before; } >/tmp/pb-want
 same_as_file "UNMAP 3+20: LBAs 8-15 deallocated, 3-7 and 16-22 kept" /tmp/pb-want /tmp/pb-after
 run sg_get_lba_status --lba=0 --maxlen=4 "$D1"
 # WRITE SAME with UNMAP and a block of zeroes over the same range: all 20 read as zeroes.
-dd if=/tmp/pb-before of="$D1" bs=512 oflag=direct status=none
+dd if=/tmp/pb-before of="$D1" bs=16K oflag=direct status=none
 check "sg_write_same --unmap --lba=3 --num=20" sg_write_same --16 --unmap --lba=3 --num=20 --in=/dev/zero "$D1"
 blocks "$D1" 0 32 /tmp/pb-after
 { head -c $((3 * 512)) /tmp/pb-before; head -c $((20 * 512)) /dev/zero; tail -c $((9 * 512)) /tmp/pb-before; } >/tmp/pb-want
 same_as_file "WRITE SAME UNMAP 3+20: all 20 zero, 0-2 and 23-31 kept" /tmp/pb-want /tmp/pb-after
+
+step "EXTENDED COPY between LUN 0 and LUN 1"
+sg_inq "$D0" | tee /tmp/inq.txt | grep -i '3PC'
+if grep -qE '3PC=1' /tmp/inq.txt; then record "INQUIRY 3PC" pass "$(grep -o '3PC=1' /tmp/inq.txt)"; else record "INQUIRY 3PC" fail "$(grep -i 3pc /tmp/inq.txt)"; fi
+run sg_vpd -p tpc "$D0" | tee /tmp/tpc.txt
+if grep -q 'block -> block' /tmp/tpc.txt && grep -q 'Identification Descriptor' /tmp/tpc.txt && grep -qi 'Extended copy(LID1)' /tmp/tpc.txt; then
+	record "sg_vpd -p tpc" pass "$(grep -iE 'maximum (cscd|segment)' /tmp/tpc.txt | tr '\n' ' ' | sed 's/  */ /g')"
+else
+	record "sg_vpd -p tpc" fail "$(tr '\n' ' ' </tmp/tpc.txt | cut -c1-300)"
+fi
+run sg_copy_results --params "$D0" | tee /tmp/cr.txt
+check_eq "sg_copy_results --params: maximum target descriptor count" 8 "$(sed -n 's/.*Maximum target descriptor count: *//p' /tmp/cr.txt)"
+check_eq "sg_copy_results --params: maximum segment length" "16777216 bytes" "$(sed -n 's/.*Maximum segment length: *//p' /tmp/cr.txt)"
+# 8 MiB of random data at LBA 0 of LUN 0, copied to LBA 4096 of LUN 1 in 4 MiB EXTENDED COPYs.
+dd if=/dev/urandom of=/tmp/xc-src bs=1M count=8 status=none
+dd if=/tmp/xc-src of="$D0" bs=1M oflag=direct status=none
+before_ios=$(disk_ios "${D0#/dev/}")
+G0=$(sg_of "${D0#/dev/}")
+G1=$(sg_of "${D1#/dev/}")
+run sg_xcopy if="$G0" of="$G1" bs=512 count=16384 seek=4096 bpt=8192 >/tmp/xc.txt 2>&1
+rc=$?
+cat /tmp/xc.txt
+if [ $rc = 0 ]; then
+	record "sg_xcopy LUN 0 -> LUN 1" pass "$G0 -> $G1: $(tail -1 /tmp/xc.txt)"
+else
+	record "sg_xcopy LUN 0 -> LUN 1" fail "$(tr '\n' ' ' </tmp/xc.txt | cut -c1-300)"
+fi
+blocks "$D1" 4096 16384 /tmp/xc-dst
+same_as_file "EXTENDED COPY: LUN 1 blocks 4096.. equal LUN 0's 8 MiB" /tmp/xc-src /tmp/xc-dst
+# No data crossed the fabric for the copy: the initiator's disk counted no 8 MiB of reads.
+echo "reads and writes on ${D0#/dev/} during the copy: $(($(disk_ios "${D0#/dev/}") - before_ios))"
+# COPY STATUS of the last copy (sg_xcopy's LIST IDENTIFIER 1, LIST ID USAGE 10b), from the LUN
+# sg_xcopy sent it to (the destination, without --on_src).
+run sg_copy_results --status --list_id=1 "$G1" | tee /tmp/cs.txt
+if grep -q 'Operation completed without errors' /tmp/cs.txt && grep -q 'Transfer count: 4194304' /tmp/cs.txt; then
+	record "sg_copy_results --status" pass "$(tr '\n' ' ' </tmp/cs.txt | sed 's/  */ /g' | cut -c1-200)"
+else
+	record "sg_copy_results --status" fail "$(tr '\n' ' ' </tmp/cs.txt | cut -c1-300)"
+fi
+# RECEIVE COPY RESULTS with RECEIVE DATA (01h), which this copy manager does not have.
+out=$(raw -r 16 "$D0" 84 01 00 00 00 00 00 00 00 00 00 00 00 10 00 00)
+if grep -qi 'invalid field in cdb' <<<"$out" && grep -q 'byte 1 bit 4' /tmp/raw.txt; then
+	record "RECEIVE COPY RESULTS service action 01h: INVALID FIELD IN CDB" pass "$out"
+else
+	record "RECEIVE COPY RESULTS service action 01h: INVALID FIELD IN CDB" fail "$out"
+fi
+
+step "sg_opcodes lists the new commands"
+run sg_opcodes "$D0" | tee /tmp/opc.txt
+for op in 'Extended copy\(LID1\)' 'Receive copy status\(LID1\)' 'Receive copy operating parameters'; do
+	if grep -qE "$op" /tmp/opc.txt; then record "sg_opcodes: $op" pass "$(grep -E -m1 "$op" /tmp/opc.txt | sed 's/^ *//')"; else record "sg_opcodes: $op" fail "not listed"; fi
+done
+run sg_opcodes --opcode=0x83,0 "$D0" | tee /tmp/opc1.txt
+if grep -qi 'usage data' /tmp/opc1.txt || grep -q '83 1f 00' /tmp/opc1.txt; then
+	record "sg_opcodes --opcode=0x83,0: usage data" pass "$(grep -iA1 'usage data' /tmp/opc1.txt | tr '\n' ' ' | sed 's/  */ /g')"
+else
+	record "sg_opcodes --opcode=0x83,0: usage data" fail "$(tr '\n' ' ' </tmp/opc1.txt | cut -c1-300)"
+fi
 
 step "logout"
 check "logout" srp_logout
