@@ -90,7 +90,8 @@ e2e-alua:
 
 # e2e-sbc: the SBC-4 and SPC-4 commands of issue 35 in the VM through ib_srp and sg3_utils
 # (integration/vm/sbc.sh): unsupported service actions, WRITE SAME to the end of the medium,
-# 4 KiB physical blocks. Needs root; about a minute once the image is built.
+# 4 KiB physical blocks, EXTENDED COPY, WRITE ATOMIC(16), SANITIZE. Needs root; about two minutes
+# once the image is built.
 .PHONY: e2e-sbc
 e2e-sbc:
 	GO="$(GO)" integration/vm/sbc.sh

@@ -132,6 +132,9 @@ func OpenBlock(path string, opts BlockOptions) (*Block, error) {
 	if rot, ok := sysfsRotational(st.Rdev); ok {
 		b.nonRotational = !rot
 	}
+	if !opts.ReadOnly {
+		b.atomic = sysfsAtomic("/sys", st.Rdev, lbs)
+	}
 	b.maxDiscard = discardMaxBytes(st.Rdev)
 	b.maxDiscard -= b.maxDiscard % int64(lbs)
 	return b, nil

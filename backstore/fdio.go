@@ -29,6 +29,8 @@ type fdStore struct {
 	lbs, pbs uint32
 	readOnly bool
 	size     atomic.Int64
+	// atomic is what the kernel said of atomic writes on the direct descriptor (atomic.go).
+	atomic AtomicLimits
 
 	// mu is held shared by every call that uses a descriptor and exclusively by Close, so that
 	// Close never closes a descriptor under a running system call, and a descriptor number

@@ -159,6 +159,9 @@ func OpenFile(path string, opts FileOptions) (*File, error) {
 			return fail(fmt.Errorf("backstore %s: open with O_DIRECT: %w", path, err))
 		}
 		f.memAlign, f.offAlign = uintptr(mem), int64(off)
+		if !opts.ReadOnly {
+			f.atomic = statxAtomic(f.dfd, lbs)
+		}
 	}
 	return f, nil
 }

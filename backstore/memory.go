@@ -2,9 +2,12 @@ package backstore
 
 import (
 	"fmt"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -159,18 +162,23 @@ func memRangeError(op string, off, length, size int64) error {
 type memOp uint8
 
 const (
-	memRead  memOp = iota // copy out of the chunk, zeroes for one never written
-	memWrite              // copy into the chunk, allocating it on first write
-	memZero               // free a chunk covered completely, zero part of one that is not
+	memRead   memOp = iota // copy out of the chunk, zeroes for one never written
+	memWrite               // copy into the chunk, allocating it on first write
+	memZero                // free a chunk covered completely, zero part of one that is not
+	memAtomic              // memWrite holding the locks of every chunk of the range at once
 )
 
-// transfer does kind to [off, off+length) a chunk piece at a time, with the chunk's stripe
-// lock held (shared for memRead, exclusive otherwise) and the current table loaded; p holds
-// the data of memRead and memWrite (length is then len(p)) and is nil for memZero. The range
-// is checked before the first piece and again under each lock, because a Resize or Close may
-// come between pieces. The three operations share one loop with a switch rather than a
-// callback, so that a transfer makes no closure and no indirect call per piece: reads and
-// writes must not allocate.
+// transfer does kind to [off, off+length) a chunk piece at a time, with the current table
+// loaded; p holds the data of memRead, memWrite and memAtomic (length is then len(p)) and is
+// nil for memZero. memWrite and memZero hold each chunk's stripe lock (exclusive) while they
+// work on it. memRead takes the stripe locks of every chunk of its range (shared) before the
+// first piece and memAtomic all of them exclusive, so that a read sees an atomic write whole or
+// not at all, whichever chunks either spans; both take them in ascending stripe order, the only
+// order anything takes more than one in (replaceTable takes them all), so no two transfers
+// wait for each other in a cycle. The range is checked before the first piece and again under
+// each lock, because a Resize or Close may come between pieces. The operations share one loop
+// with a switch rather than a callback, so that a transfer makes no closure and no indirect
+// call per piece: reads and writes must not allocate.
 func (m *Memory) transfer(kind memOp, op string, p []byte, off, length int64) error {
 	t := m.table.Load()
 	if t.closed {
@@ -180,19 +188,25 @@ func (m *Memory) transfer(kind memOp, op string, p []byte, off, length int64) er
 		return memRangeError(op, off, length, t.size)
 	}
 	end := off + length
+	var held uint64 // stripes locked for the whole transfer (memRead, memAtomic)
+	if (kind == memRead || kind == memAtomic) && length > 0 {
+		held = stripesOf(off, end)
+		m.lockStripes(held, kind == memRead)
+		defer m.unlockStripes(held, kind == memRead)
+	}
 	for off < end {
 		idx := off >> memChunkShift
 		in := int(off & (memChunkSize - 1))
 		n := int(min(end-off, int64(memChunkSize-in)))
 		s := &m.stripes[idx%memStripes]
-		if kind == memRead {
-			s.RLock()
-		} else {
+		if held == 0 {
 			s.Lock()
 		}
 		t = m.table.Load()
 		if t.closed || off+int64(n) > t.size {
-			m.unlockStripe(s, kind)
+			if held == 0 {
+				s.Unlock()
+			}
 			if t.closed {
 				return memError(op, off, ErrClosed)
 			}
@@ -204,7 +218,7 @@ func (m *Memory) transfer(kind memOp, op string, p []byte, off, length int64) er
 			clear(p[:n])
 		case kind == memRead:
 			copy(p[:n], c[in:])
-		case kind == memWrite:
+		case kind == memWrite || kind == memAtomic:
 			if c == nil {
 				c = new(memChunk)
 				*t.slot(idx, true) = c
@@ -218,7 +232,9 @@ func (m *Memory) transfer(kind memOp, op string, p []byte, off, length int64) er
 		default:
 			clear(c[in : in+n])
 		}
-		m.unlockStripe(s, kind)
+		if held == 0 {
+			s.Unlock()
+		}
 		if p != nil {
 			p = p[n:]
 		}
@@ -227,11 +243,40 @@ func (m *Memory) transfer(kind memOp, op string, p []byte, off, length int64) er
 	return nil
 }
 
-func (m *Memory) unlockStripe(s *memStripe, kind memOp) {
-	if kind == memRead {
-		s.RUnlock()
-	} else {
-		s.Unlock()
+// stripesOf returns the stripes of the chunks of [off, end) (end > off) as a bit set.
+func stripesOf(off, end int64) uint64 {
+	first, last := off>>memChunkShift, (end-1)>>memChunkShift
+	if last-first+1 >= memStripes {
+		return ^uint64(0)
+	}
+	var set uint64
+	for idx := first; idx <= last; idx++ {
+		set |= 1 << (idx % memStripes)
+	}
+	return set
+}
+
+// lockStripes locks the stripes of set in ascending order, shared or exclusive.
+func (m *Memory) lockStripes(set uint64, shared bool) {
+	for ; set != 0; set &= set - 1 {
+		s := &m.stripes[bits.TrailingZeros64(set)]
+		if shared {
+			s.RLock()
+		} else {
+			s.Lock()
+		}
+	}
+}
+
+// unlockStripes unlocks what lockStripes locked.
+func (m *Memory) unlockStripes(set uint64, shared bool) {
+	for ; set != 0; set &= set - 1 {
+		s := &m.stripes[bits.TrailingZeros64(set)]
+		if shared {
+			s.RUnlock()
+		} else {
+			s.Unlock()
+		}
 	}
 }
 
@@ -244,6 +289,22 @@ func (m *Memory) ReadAt(p []byte, off int64) error {
 // is as stable as this store gets.
 func (m *Memory) WriteAt(p []byte, off int64, fua bool) error {
 	return m.transfer(memWrite, "write", p, off, int64(len(p)))
+}
+
+// memAtomicMax bounds one atomic write: it holds the stripe locks of its chunks while it copies.
+const memAtomicMax = 16 << 20
+
+// AtomicLimits: any write up to memAtomicMax is atomic. A read takes the locks of all its chunks
+// before copying and WriteAtomicAt all of its own (transfer), so a read sees the whole write or
+// none of it; there is nothing to survive a crash.
+func (m *Memory) AtomicLimits() AtomicLimits { return AtomicLimits{MaxBytes: memAtomicMax} }
+
+// WriteAtomicAt copies p into the chunks holding the locks of all of them.
+func (m *Memory) WriteAtomicAt(p []byte, off int64, fua bool) error {
+	if len(p) > memAtomicMax {
+		return memError("atomic write", off, unix.EINVAL)
+	}
+	return m.transfer(memAtomic, "atomic write", p, off, int64(len(p)))
 }
 
 // Flush has nothing to make durable.

@@ -98,6 +98,11 @@ func reservedBitsBases(lu *LogicalUnit, other [16]byte) map[string]cdbBase {
 		"RECEIVE COPY RESULTS COPY STATUS": {cdb: copyResultsCDB(0x00, 7, 12), in: 12,
 			prep: [][2][]byte{{xcopyCDB(uint32(len(keptCopy))), keptCopy}}},
 		"RECEIVE COPY RESULTS OPERATING PARAMETERS": {cdb: copyResultsCDB(0x03, 0, 64), in: 64},
+		"WRITE ATOMIC(16)":                          {cdb: writeAtomicCDB(0, 80, 0, 2), out: zeros(2 * bs)},
+		// Overwriting the medium with zeroes, one pass; erasing it (all zeroes after).
+		"SANITIZE OVERWRITE":         {cdb: sanitizeCDB(0x01, 5), out: []byte{0x01, 0, 0, 1, 0x00}},
+		"SANITIZE BLOCK ERASE":       {cdb: sanitizeCDB(0x02, 0)},
+		"SANITIZE EXIT FAILURE MODE": {cdb: sanitizeCDB(0x1F, 0)},
 
 		"PERSISTENT RESERVE IN READ KEYS":           {cdb: prInCDB(0, 1024), in: 1024},
 		"PERSISTENT RESERVE IN READ RESERVATION":    {cdb: prInCDB(1, 1024), in: 1024},

@@ -134,6 +134,13 @@ type LogicalUnit struct {
 
 	ranges rangeLock // LBA ranges of writes in progress, for COMPARE AND WRITE (rangelock.go)
 
+	sanitizing sanitizeState // the sanitize operation (sanitize.go)
+
+	// atomicWriter makes WRITE ATOMIC(16)'s writes, within atomic (atomic.go); nil, and
+	// atomic zero, when the backstore makes no atomic writes.
+	atomicWriter backstore.AtomicWriter
+	atomic       atomicLimits
+
 	// naaDescriptor is the NAA designation descriptor of VPD page 0x83 (header and
 	// designator), which EXTENDED COPY's CSCD descriptors name a logical unit by.
 	naaDescriptor [20]byte
@@ -169,6 +176,17 @@ func (lu *LogicalUnit) StatsSnapshot() LUStatsSnapshot {
 // executing elsewhere.
 func (lu *LogicalUnit) NonBlocking() bool { return lu.nonBlocking }
 
+// NonBlockingFor reports whether the command with cdb may run where NonBlocking allows: the
+// logical unit never waits for I/O and the command is not one that can wait long whatever the
+// backstore (opMayBlock: EXTENDED COPY, SANITIZE).
+func (lu *LogicalUnit) NonBlockingFor(cdb []byte) bool {
+	if !lu.nonBlocking || len(cdb) == 0 {
+		return lu.nonBlocking
+	}
+	op := lookupCommand(cdb)
+	return op == nil || op.flags&opMayBlock == 0
+}
+
 // nexusState is what the logical unit remembers of one I_T nexus.
 type nexusState struct {
 	ua uaSet // pending unit attentions
@@ -200,6 +218,12 @@ func NewLogicalUnit(cfg Config) (*LogicalUnit, error) {
 		lu.physShift++
 	}
 	lu.blocks.Store(uint64(cfg.Backstore.Size()) >> lu.blockShift)
+	if aw, ok := cfg.Backstore.(backstore.AtomicWriter); ok {
+		lu.atomic = atomicLimitsOf(aw.AtomicLimits(), lu.blockShift, cfg.MaxTransferBytes)
+		if lu.atomic.max != 0 {
+			lu.atomicWriter = aw
+		}
+	}
 	lu.naaDescriptor = [20]byte{codeSetBinary, assocLU | designatorNAA, 0, 16}
 	naaRegisteredExtended(lu.naaDescriptor[4:], cfg.Serial)
 	lu.mode.init(cfg)
@@ -392,6 +416,14 @@ func (lu *LogicalUnit) Execute(c *Command) {
 	if len(c.CDB) < op.cdbLength {
 		c.fail(ReasonInvalidFieldInCommandIU)
 		return
+	}
+	// A sanitize operation in progress, or one that failed, leaves only INQUIRY, REPORT LUNS
+	// and REQUEST SENSE (SBC-4 4.32.1; SANITIZE itself after a failure).
+	if op.flags&opReportsNoUA == 0 {
+		if r, info := lu.sanitizeBlocked(); r != ReasonNone && !(r == ReasonSanitizeCommandFailed && op.opcode == opSanitize) {
+			c.failInfo(r, info)
+			return
+		}
 	}
 	// The CONTROL byte, the same for every command: no ACA, no linked commands.
 	if c.failOn(checkControl(c.CDB, op.cdbLength-1)) {

@@ -46,6 +46,10 @@ const (
 	// transitioning (SPC-4 5.15.2.4.5 and 5.15.2.4.6): INQUIRY, REPORT LUNS, REQUEST SENSE
 	// and REPORT TARGET PORT GROUPS. They are allowed in standby too.
 	opAllowedInUnavailable
+	// opMayBlock marks commands that can wait long even on a logical unit whose backstore never
+	// blocks (NonBlocking): EXTENDED COPY reaches other logical units' backstores and copies up
+	// to 256 MiB, SANITIZE waits for its operation. LogicalUnit.NonBlockingFor says no for them.
+	opMayBlock
 )
 
 // opAllowedWhenInaccessible marks the commands every access state runs.
@@ -58,10 +62,13 @@ const opAllowedWhenInaccessible = opAllowedInStandby | opAllowedInUnavailable
 //
 // LIO refuses every command whose data direction is DMA_TO_DEVICE on a read-only LUN mapping
 // (transport_lookup_cmd_lun, drivers/target/target_core_device.c). The data-out commands of
-// this package are the writes (WRITE, WRITE AND VERIFY, WRITE SAME, COMPARE AND WRITE, UNMAP),
-// MODE SELECT(6)/(10), and VERIFY with BYTCHK 01b or 11b. All but VERIFY are refused here, as
-// in LIO. VERIFY is not: it only compares the data-out buffer with the medium (SBC-3 VERIFY
-// (10)), which changes nothing and tells the initiator no more than READ does. Deciding by what
+// this package are the writes (WRITE, WRITE AND VERIFY, WRITE SAME, COMPARE AND WRITE, UNMAP,
+// WRITE ATOMIC), MODE SELECT(6)/(10), VERIFY with BYTCHK 01b or 11b, and EXTENDED COPY. All but
+// VERIFY and EXTENDED COPY are refused here, as in LIO. VERIFY is not: it only compares the
+// data-out buffer with the medium (SBC-3 VERIFY (10)), which changes nothing and tells the
+// initiator no more than READ does. EXTENDED COPY may copy out of a logical unit the initiator
+// only reads; its copy manager refuses a destination write-protected for the initiator
+// (xcopyrun.go), whichever logical unit received it. Deciding by what
 // a command does rather than by its data direction keeps the rule in this table, where REPORT
 // SUPPORTED OPERATION CODES and the tests read it, and does not depend on the transport
 // reporting a data direction.
@@ -91,7 +98,7 @@ type opInfo struct {
 
 // commandTable lists every supported command. It is put together from the SPC and SBC halves so
 // that each lives next to its handlers.
-var commandTable = buildCommandTable(spcCommands, sbcCommands, prCommands, copyCommands)
+var commandTable = buildCommandTable(spcCommands, sbcCommands, prCommands, copyCommands, atomicCommands, sanitizeCommands)
 
 // opEntry holds the commands of one operation code: one without service actions, or several.
 type opEntry struct {

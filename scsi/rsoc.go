@@ -37,12 +37,17 @@ func (e *opEntry) withSA(sa uint16) *opInfo {
 }
 
 // offers reports whether the logical unit runs op rather than answering INVALID COMMAND
-// OPERATION CODE: UNMAP is in the table but exists only with thin provisioning, REPORT TARGET
+// OPERATION CODE: UNMAP is in the table but exists only with thin provisioning, WRITE ATOMIC(16)
+// only where the backstore makes atomic writes, REPORT TARGET
 // PORT GROUPS only through a port with asymmetric access (TPGS not 00b, SPC-4 6.37).
 func (lu *LogicalUnit) offers(op *opInfo, c *Command) bool {
 	switch {
 	case op.opcode == opUnmap:
 		return lu.supportsUnmap()
+	case op.opcode == opWriteAtomic16:
+		return lu.supportsAtomic()
+	case op.opcode == opSanitize && op.serviceAction == saSanitizeBlockErase:
+		return lu.supportsBlockErase()
 	case op.opcode == opMaintenanceIn && op.serviceAction == saReportTargetPortGroups:
 		return c.alua() != nil
 	}

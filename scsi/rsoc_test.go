@@ -123,13 +123,10 @@ func TestReportSupportedOpcodesAll(t *testing.T) {
 			// Every command of the table, UNMAP only with thin provisioning, REPORT TARGET
 			// PORT GROUPS only with ALUA (not on testNexus's port), each once, in operation
 			// code then service action order.
-			want := len(spcCommands) + len(sbcCommands) + len(prCommands) + len(copyCommands) - 1
+			want := len(spcCommands) + len(sbcCommands) + len(prCommands) + len(copyCommands) + len(atomicCommands) +
+				len(sanitizeCommands) - 1
 			if !thin {
-				for _, op := range sbcCommands {
-					if op.opcode == 0x42 {
-						want--
-					}
-				}
+				want -= 2 // UNMAP, SANITIZE BLOCK ERASE
 			}
 			require.Len(t, descs, want)
 			prev := -1

@@ -173,7 +173,7 @@ func cdb16(op, b1 byte, lba uint64, n uint32) []byte {
 
 // ioRecord is one call a recordingStore saw.
 type ioRecord struct {
-	op       string // "read", "write", "flush", "unmap", "zeroes"
+	op       string // "read", "write", "atomic", "flush", "unmap", "zeroes"
 	off, len int64
 	fua      bool
 }
@@ -200,6 +200,19 @@ func (r *recordingStore) ReadAt(p []byte, off int64) error {
 func (r *recordingStore) WriteAt(p []byte, off int64, fua bool) error {
 	r.add(ioRecord{op: "write", off: off, len: int64(len(p)), fua: fua})
 	return r.Backstore.WriteAt(p, off, fua)
+}
+
+// AtomicLimits and WriteAtomicAt forward the wrapped store's atomic writes, if it makes any.
+func (r *recordingStore) AtomicLimits() backstore.AtomicLimits {
+	if aw, ok := r.Backstore.(backstore.AtomicWriter); ok {
+		return aw.AtomicLimits()
+	}
+	return backstore.AtomicLimits{}
+}
+
+func (r *recordingStore) WriteAtomicAt(p []byte, off int64, fua bool) error {
+	r.add(ioRecord{op: "atomic", off: off, len: int64(len(p)), fua: fua})
+	return r.Backstore.(backstore.AtomicWriter).WriteAtomicAt(p, off, fua)
 }
 
 func (r *recordingStore) Flush() error {

@@ -89,6 +89,8 @@ const (
 	ReasonUnexpectedInexactSegment
 	ReasonCopyTargetDeviceNotReachable
 	ReasonCopyAborted
+	ReasonSanitizeInProgress
+	ReasonSanitizeCommandFailed
 	reasonCount
 )
 
@@ -150,6 +152,8 @@ var senseTable = [reasonCount]senseEntry{
 	ReasonUnexpectedInexactSegment:                       {SenseCopyAborted, 0x26, 0x0A, "UNEXPECTED INEXACT SEGMENT"},
 	ReasonCopyTargetDeviceNotReachable:                   {SenseCopyAborted, 0x0D, 0x02, "COPY TARGET DEVICE NOT REACHABLE"},
 	ReasonCopyAborted:                                    {SenseCopyAborted, 0x00, 0x00, "NO ADDITIONAL SENSE INFORMATION"},
+	ReasonSanitizeInProgress:                             {SenseNotReady, 0x04, 0x1B, "LOGICAL UNIT NOT READY, SANITIZE IN PROGRESS"},
+	ReasonSanitizeCommandFailed:                          {SenseMediumError, 0x31, 0x03, "SANITIZE COMMAND FAILED"},
 }
 
 // Key is the sense key the reason reports.
@@ -191,6 +195,10 @@ type SenseInfo struct {
 	// CopyAborted reports the reason's additional sense code with the sense key COPY ABORTED:
 	// a copy target's error (a medium error, WRITE PROTECTED) that ended an EXTENDED COPY.
 	CopyAborted bool
+	// Progress is the PROGRESS INDICATION of the sense key specific bytes (SPC-4 4.5.2.4.4),
+	// in 65536ths of the operation done, valid when ProgressValid (a sanitize in progress).
+	ProgressValid bool
+	Progress      uint16
 }
 
 // BuildSense writes sense data for reason into buf in fixed (descriptor == false) or descriptor
@@ -215,6 +223,10 @@ func BuildSense(buf []byte, descriptor bool, reason Reason, info SenseInfo) int 
 			sks[0] |= 0x08 | info.BitPointer&0x7 // BPV, BIT POINTER
 		}
 		binary.BigEndian.PutUint16(sks[1:], info.FieldPointer)
+	}
+	if info.ProgressValid {
+		sks[0] = 0x80 // SKSV
+		binary.BigEndian.PutUint16(sks[1:], info.Progress)
 	}
 	if !descriptor {
 		const n = 18
@@ -260,7 +272,7 @@ func BuildSense(buf []byte, descriptor bool, reason Reason, info SenseInfo) int 
 		binary.BigEndian.PutUint64(d[4:], uint64(info.CommandSpecific))
 		n += 12
 	}
-	if info.FieldPointerValid && n+8 <= MaxSenseLength {
+	if (info.FieldPointerValid || info.ProgressValid) && n+8 <= MaxSenseLength {
 		// Sense key specific descriptor (SPC-4 4.5.2.3).
 		d := buf[n : n+8]
 		d[0], d[1], d[2], d[3] = 0x02, 0x06, 0x00, 0x00
@@ -336,6 +348,8 @@ func ParseSense(b []byte) (p ParsedSense, ok bool) {
 	return p, false
 }
 
+// parseSKS decodes the sense key specific bytes as a field pointer (a PROGRESS INDICATION reads
+// as a field pointer: the caller knows from the sense key which it is).
 func parseSKS(info *SenseInfo, sks []byte) {
 	info.FieldPointerValid = true
 	info.InCDB = sks[0]&0x40 != 0

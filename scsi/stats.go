@@ -13,7 +13,7 @@ type OpClass uint8
 // Operation classes.
 const (
 	OpRead  OpClass = iota // READ (6), (10), (12), (16)
-	OpWrite                // WRITE (6), (10), (12), (16); WRITE AND VERIFY (10), (12), (16)
+	OpWrite                // WRITE (6), (10), (12), (16); WRITE AND VERIFY (10), (12), (16); WRITE ATOMIC(16)
 	OpOther                // everything else, and CDBs too short to name a command
 	NumOpClasses
 )
@@ -41,7 +41,8 @@ func ClassOf(cdb []byte) OpClass {
 	case 0x08, 0x28, 0xA8, 0x88: // READ (6), (10), (12), (16)
 		return OpRead
 	case 0x0A, 0x2A, 0xAA, 0x8A, // WRITE (6), (10), (12), (16)
-		0x2E, 0xAE, 0x8E: // WRITE AND VERIFY (10), (12), (16)
+		0x2E, 0xAE, 0x8E, // WRITE AND VERIFY (10), (12), (16)
+		opWriteAtomic16:
 		return OpWrite
 	}
 	return OpOther

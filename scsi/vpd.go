@@ -259,6 +259,11 @@ func (lu *LogicalUnit) vpdBlockLimits(buf []byte) int {
 		buf[32] = 0x80
 	}
 	binary.BigEndian.PutUint64(buf[36:], lu.maxWriteSameBlocks())
+	// 44..55 MAXIMUM ATOMIC TRANSFER LENGTH, ATOMIC ALIGNMENT, ATOMIC TRANSFER LENGTH
+	// GRANULARITY (atomic.go); 56..63, the atomic boundary limits, 0.
+	binary.BigEndian.PutUint32(buf[44:], lu.atomic.max)
+	binary.BigEndian.PutUint32(buf[48:], lu.atomic.alignment)
+	binary.BigEndian.PutUint32(buf[52:], lu.atomic.granularity)
 	return 0x3C
 }
 
@@ -280,6 +285,9 @@ func (lu *LogicalUnit) optimalUnmapGranularity() uint32 {
 func (lu *LogicalUnit) vpdBlockDeviceCharacteristics(buf []byte) int {
 	if lu.cfg.NonRotational || lu.bs.Capabilities().NonRotational {
 		binary.BigEndian.PutUint16(buf[4:], 1)
+	}
+	if lu.supportsBlockErase() {
+		buf[7] = 0x01 << 6 // WABEREQ 01b: after SANITIZE BLOCK ERASE reads succeed (zeroes)
 	}
 	return 0x3C
 }

@@ -89,7 +89,8 @@ func TestVPDPages(t *testing.T) {
 			zeros(4),                                   // MAXIMUM PREFETCH LENGTH
 			zeros(16),                                  // unmap fields: no thin provisioning
 			[]byte{0, 0, 0, 0, 0x00, 0x20, 0x00, 0x00}, // MAXIMUM WRITE SAME LENGTH 1 GiB / 512
-			zeros(20),
+			[]byte{0x00, 0x00, 0x80, 0x00},             // MAXIMUM ATOMIC TRANSFER LENGTH: RAM's 16 MiB
+			zeros(16),                                  // ATOMIC ALIGNMENT, GRANULARITY 0; no boundaries
 		)},
 		{"block limits, 4 KiB physical blocks, backstore unmap bound", func(cfg *Config) {
 			withGeometry(4096, backstore.Capabilities{Unmap: true, UnmapZeroes: true, MaxUnmapBytes: 64 << 20})(cfg)
@@ -156,7 +157,8 @@ func TestVPDPages(t *testing.T) {
 			[]byte{0x00, 0x00, 0x00, 0x01},             // OPTIMAL UNMAP GRANULARITY
 			[]byte{0x80, 0x00, 0x00, 0x00},             // UGAVALID 1, UNMAP GRANULARITY ALIGNMENT 0
 			[]byte{0, 0, 0, 0, 0x00, 0x00, 0x01, 0x00}, // MAXIMUM WRITE SAME LENGTH = MAXIMUM TRANSFER LENGTH
-			zeros(20),
+			[]byte{0x00, 0x00, 0x01, 0x00},             // MAXIMUM ATOMIC TRANSFER LENGTH = MAXIMUM TRANSFER LENGTH
+			zeros(16),
 		), 64)
 	})
 

@@ -35,7 +35,7 @@ var (
 // RESULTS only reports.
 var copyCommands = []opInfo{
 	{name: "EXTENDED COPY(LID1)", opcode: opThirdPartyCopyOut, serviceAction: saExtendedCopyLID1, hasSA: true,
-		cdbLength: 16, usage: usageExtendedCopy, run: extendedCopy},
+		cdbLength: 16, usage: usageExtendedCopy, flags: opMayBlock, run: extendedCopy},
 	{name: "RECEIVE COPY RESULTS COPY STATUS", opcode: opThirdPartyCopyIn, serviceAction: saCopyStatus, hasSA: true,
 		cdbLength: 16, usage: usageCopyStatus, flags: opPRAllowed, run: receiveCopyStatus},
 	{name: "RECEIVE COPY RESULTS OPERATING PARAMETERS", opcode: opThirdPartyCopyIn, serviceAction: saOperatingParams, hasSA: true,

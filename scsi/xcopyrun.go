@@ -175,6 +175,9 @@ func (lu *LogicalUnit) runCopy(c *Command, list *copyList, op *copyOp) *copyFail
 // planCopy resolves and checks every segment of list before anything is copied:
 //   - a CSCD DESCRIPTOR ID past the CSCD descriptors, or a designator that names no logical unit
 //     the initiator sees, is COPY ABORTED, COPY TARGET DEVICE NOT REACHABLE;
+//   - a copy target that is being sanitized, or whose sanitize failed, is COPY ABORTED with
+//     the additional sense code its own commands get (SANITIZE IN PROGRESS, SANITIZE COMMAND
+//     FAILED);
 //   - a DISK BLOCK LENGTH other than the logical unit's block size is INVALID FIELD IN
 //     PARAMETER LIST on it;
 //   - a segment whose bytes are not whole blocks of both its source and its destination is
@@ -206,6 +209,10 @@ func (lu *LogicalUnit) planCopy(c *Command, list *copyList, finder copyTargetFin
 			return nil, segmentFailure(ReasonCopyTargetDeviceNotReachable, seg, false, d.off+4)
 		}
 		held[id] = target
+		if r, _ := target.sanitizeBlocked(); r != ReasonNone {
+			// A copy target being sanitized (or failed to be) is not ready for anyone.
+			return nil, segmentFailure(r, seg, false, d.off+4)
+		}
 		if d.blockSize != target.blockSize {
 			return nil, &copyFailure{reason: ReasonInvalidFieldInParameterList,
 				info: SenseInfo{FieldPointerValid: true, FieldPointer: uint16(d.off + 29)}}

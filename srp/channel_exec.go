@@ -10,7 +10,7 @@ func (ch *channel) dispatch(c *cmdCtx) {
 		return
 	}
 	c.setStage(stageExec)
-	if lu := c.lu.Load(); lu == nil || lu.NonBlocking() {
+	if lu := c.lu.Load(); lu == nil || lu.NonBlockingFor(c.cmd.CDB) {
 		// RAM and null logical units never wait for I/O: running the command here saves two
 		// goroutine hand-offs. A command can still wait in the logical unit (for an older
 		// ORDERED command, or the LBA range of a COMPARE AND WRITE), but only for commands

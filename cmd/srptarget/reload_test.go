@@ -208,7 +208,7 @@ func TestReloadChangesPortGroupStates(t *testing.T) {
 	for i, ch := range chans {
 		rsp := do(t, ch, &srptest.Request{CDB: srptest.CDBInquiry(false, 0, 96), DataInLen: 96})
 		require.NoError(t, rsp.Err())
-		require.Equal(t, byte(0x10), rsp.DataIn[5])
+		require.Equal(t, byte(0x10), rsp.DataIn[5]&0x30, "TPGS 01b")
 		rsp = do(t, ch, &srptest.Request{CDB: rtpg, DataInLen: 256})
 		require.NoError(t, rsp.Err())
 		require.Equal(t, []byte{0, 0, 0, 32, 0x10, 0, 0, 0,

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/srptarget/srptarget/backstore"
 	"github.com/srptarget/srptarget/config"
@@ -311,6 +312,31 @@ func (s *sharedStore) Mapping(off, limit int64) (bool, int64, error) {
 }
 
 var _ backstore.Mapper = (*sharedStore)(nil)
+
+// AtomicLimits forwards the store's backstore.AtomicWriter: its limits, none for a store without
+// atomic writes (then WRITE ATOMIC(16) is not offered).
+func (s *sharedStore) AtomicLimits() backstore.AtomicLimits {
+	if aw, ok := s.Backstore.(backstore.AtomicWriter); ok {
+		return aw.AtomicLimits()
+	}
+	return backstore.AtomicLimits{}
+}
+
+// WriteAtomicAt forwards an atomic write; only called within AtomicLimits.
+func (s *sharedStore) WriteAtomicAt(p []byte, off int64, fua bool) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return fmt.Errorf("%v: %w", s.key, backstore.ErrClosed)
+	}
+	aw, ok := s.Backstore.(backstore.AtomicWriter)
+	if !ok {
+		return fmt.Errorf("%v: atomic write: %w", s.key, unix.EOPNOTSUPP)
+	}
+	return aw.WriteAtomicAt(p, off, fua)
+}
+
+var _ backstore.AtomicWriter = (*sharedStore)(nil)
 
 // Close drops one logical unit's reference. The last one starts the final flush and close.
 func (s *sharedStore) Close() error {

@@ -100,6 +100,7 @@ GUEST_PKGS=(
 	libnl-3-200 libnl-route-3-200
 	iproute2 kmod
 	sg3-utils fio
+	libiscsi-bin
 	e2fsprogs util-linux coreutils
 	multipath-tools
 )
@@ -254,6 +255,7 @@ BINS=(
 	lsblk blkid findmnt blockdev wipefs chrt
 	dd sha256sum md5sum stat
 	multipath multipathd
+	iscsi-test-cu
 )
 for f in "$STAGE"/usr/bin/sg_* "$STAGE"/usr/bin/sginfo; do BINS+=("$(basename "$f")"); done
 [ "${SRPT_VM_CEPH:-0}" = 1 ] && BINS+=(ceph-mon ceph-osd monmaptool)

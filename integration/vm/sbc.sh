@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # sbc.sh - the SBC-4 and SPC-4 commands of issue 35 in the VM: builds the daemon as e2e.sh does
 # (into $SRPT_VM_DIR/bin/srptarget-sbc), reuses or builds the image, and runs guest/sbc.sh
-# (sg_raw, sg_write_same, sg_readcap, sg_unmap against memory LUNs). Run it under the VM lock
-# when others share the host:
+# (sg_raw, sg_write_same, sg_readcap, sg_unmap, sg_xcopy, sg_sanitize against memory LUNs).
+# Run it under the VM lock when others share the host:
 #
 #   flock /tmp/srpt-vm.lock integration/vm/sbc.sh
 set -euo pipefail
