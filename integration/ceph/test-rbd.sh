@@ -41,8 +41,13 @@ for t in write read; do
 done
 timeout 30 rbd rm "$SRPT_RBD_POOL/$img" >/dev/null 2>&1
 for t in write read; do
-	{ time "$tmp/backstore.test" -test.run '^$' -test.bench "BenchmarkRBD/$t" -test.benchtime ${ios}x \
-		-test.benchmem >"$tmp/out" 2>&1; } 2>"$tmp/time"
+	# set -e would end the script on a failed run without a word: say what the run printed.
+	if ! { time "$tmp/backstore.test" -test.run '^$' -test.bench "BenchmarkRBD/$t" -test.benchtime ${ios}x \
+		-test.benchmem >"$tmp/out" 2>&1; } 2>"$tmp/time"; then
+		cat "$tmp/out"
+		echo "test-rbd: BenchmarkRBD/$t failed" >&2
+		exit 1
+	fi
 	grep -q '0 allocs/op' "$tmp/out" || { cat "$tmp/out"; echo "test-rbd: BenchmarkRBD/$t allocates" >&2; exit 1; }
 	report "backstore RBD 4k rand $t" "$tmp/time"
 done
