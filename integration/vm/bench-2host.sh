@@ -24,6 +24,13 @@
 #   host-samples.txt            the host's own /proc/stat "cpu" line every 0.5 s (how busy
 #                               the machine that runs both VMs was: table.md's bench host busy)
 #   init.log, target.log        the two consoles; setup.txt, hostload.txt
+#   insn.txt, insn-tb.txt.gz    the target VM's guest instructions (kernel, user) and system
+#                               calls, counted by the qemu plugin insn/insn.c (built here
+#                               into insn.so) every 0.25 s; per translation block every 1 s
+#   kallsyms.gz, srptarget.maps, root/  the target's symbols, the daemon's mappings and the
+#                               shared libraries they name (from the image), for
+#   insn-functions.txt          the per-function difference against LIO of one job
+#                               (SRPT_2HOST_INSN_JOB, default randread-4k-qd32, one channel)
 #
 #   integration/vm/bench-2host.sh [k=v ...]   # k=v go to both guests, e.g. rounds=5 runtime=8
 #
@@ -33,7 +40,10 @@
 #   the VMs share the host's CPUs),
 #   SRPT_VM_TIMEOUT (seconds for the initiator's run, default 3000),
 #   SRPT_2HOST_VARIANT_BIN (with variant=NAME: the variant daemon is this srptarget binary,
-#   e.g. a build of another commit, instead of the one built here)
+#   e.g. a build of another commit, instead of the one built here),
+#   SRPT_2HOST_INSN (tb: instruction counts and per-block counts, the default; counts: the
+#   counts only, cheaper for the guest; 0: no plugin), SRPT_2HOST_INSN_JOB (the job whose
+#   instructions the report attributes to functions)
 # Exit status: the initiator's guest test's, 3 when the daemon cannot be built, 4 when the
 # VM printed no results.
 set -euo pipefail
@@ -84,8 +94,32 @@ while :; do
 	sleep 0.5
 done >"$OUT/host-samples.raw" 2>/dev/null &
 HOST_CPU_SAMPLER=$!
-target_files="$BIN:/usr/local/bin/srptarget $HERE/guest/bench-lib.sh:/lab/bench-lib.sh"
+# the target's sampler (static, no cgo: the guest has no Go runtime of its own to match)
+(cd "$REPO" && CGO_ENABLED=0 "$GO" build -o "$OUT/tgtsample" ./integration/vm/tools/tgtsample) || die "cannot build tgtsample" 3
+target_files="$BIN:/usr/local/bin/srptarget $OUT/tgtsample:/lab/tgtsample $HERE/guest/bench-lib.sh:/lab/bench-lib.sh"
 target_args=()
+# The target VM's instructions, counted by a qemu TCG plugin (insn/insn.c): kernel and user
+# apart, system calls, and per translation block for the attribution to functions. Its cost
+# to the guest (a counter add per block executed) slows TCG by a few per cent; the time-based
+# figures of a run with it compare only with runs with it.
+INSN=${SRPT_2HOST_INSN:-tb}
+insn_args=() plugin=
+case $INSN in
+0) ;;
+tb | counts)
+	case $OUT in *,*) die "the plugin's paths cannot hold a comma: $OUT" ;; esac
+	${CC:-cc} -O2 -Wall -Wextra -shared -fPIC -fvisibility=hidden -o "$OUT/insn.so" "$HERE/insn/insn.c" -lpthread ||
+		die "cannot build the qemu plugin insn/insn.c" 3
+	plugin=$OUT/insn.so,out=$OUT/insn.txt
+	insn_args=(insn=1)
+	if [ "$INSN" = tb ]; then
+		plugin+=,tb=$OUT/insn-tb.txt
+		target_args+=(insn_syms=1)
+	fi
+	echo "instruction counts: qemu plugin insn/insn.c ($INSN), $plugin" >>"$OUT/setup.txt"
+	;;
+*) die "SRPT_2HOST_INSN must be tb, counts or 0" ;;
+esac
 if [ -n "${SRPT_2HOST_VARIANT_BIN:-}" ]; then
 	[ -x "$SRPT_2HOST_VARIANT_BIN" ] || die "SRPT_2HOST_VARIANT_BIN=$SRPT_2HOST_VARIANT_BIN is not an executable"
 	cp "$SRPT_2HOST_VARIANT_BIN" "$OUT/srptarget-variant"
@@ -107,7 +141,7 @@ fi
 # The target VM runs until stop_target; its own timeout is a backstop.
 env "${common[@]}" SRPT_VM_SMP="${SRPT_2HOST_TARGET_SMP:-1}" SRPT_VM_TIMEOUT=$((TIMEOUT + 300)) \
 	SRPT_VM_LOG="$OUT/target.log" SRPT_VM_NIC="unix-server:$SOCK:02:00:00:00:00:01" \
-	SRPT_VM_FILES="$target_files" \
+	SRPT_VM_FILES="$target_files" SRPT_VM_PLUGIN="$plugin" \
 	"${pin_target[@]}" "$HERE/run-vm.sh" "$HERE/guest/bench-2host-target.sh" "$@" "${target_args[@]}" netdev=eth0 mac=02:00:00:00:00:01 \
 	ip4=169.254.50.1/16 ip6=fd53:5250::1/64 >"$OUT/target.out" 2>&1 &
 TPID=$!
@@ -117,7 +151,7 @@ rc=0
 env "${common[@]}" SRPT_VM_SMP="${SRPT_2HOST_INIT_SMP:-2}" SRPT_VM_TIMEOUT="$TIMEOUT" \
 	SRPT_VM_LOG="$OUT/init.log" SRPT_VM_NIC="unix-client:$SOCK:02:00:00:00:00:02" \
 	SRPT_VM_FILES="$HERE/guest/bench-lib.sh:/lab/bench-lib.sh" \
-	"${pin_init[@]}" "$HERE/run-vm.sh" "$HERE/guest/bench-2host-init.sh" "$@" netdev=eth0 mac=02:00:00:00:00:02 \
+	"${pin_init[@]}" "$HERE/run-vm.sh" "$HERE/guest/bench-2host-init.sh" "$@" "${insn_args[@]}" netdev=eth0 mac=02:00:00:00:00:02 \
 	ip4=169.254.50.2/16 ip6=fd53:5250::2/64 || rc=$?
 stop_target
 kill "$HOST_CPU_SAMPLER" 2>/dev/null || true
@@ -141,8 +175,17 @@ offset() {
 }
 ioff=$(offset "$OUT/init.log")
 toff=$(offset "$OUT/target.log")
+# files the VMs printed in base64 (the initiator: the CPU profiles; the target: its samples
+# and its symbols)
+for vm in init target; do
+	for name in $(body "$OUT/$vm.log" | sed -n 's/^SRPTVM-BENCH: file begin \([A-Za-z0-9._-]*\)$/\1/p'); do
+		body "$OUT/$vm.log" | sed -n "/^SRPTVM-BENCH: file begin $name\$/,/^SRPTVM-BENCH: file end $name\$/p" | sed '1d;$d' |
+			base64 -d >"$OUT/$name" || log "$name in the $vm console log does not decode"
+	done
+done
 # target samples on the initiator's uptime scale: up + toff - ioff
-body "$OUT/target.log" | awk -v d="$(awk -v a="$toff" -v b="$ioff" 'BEGIN { printf "%.3f", a - b }')" '
+{ zcat "$OUT/target-samples.gz" 2>/dev/null || body "$OUT/target.log"; } |
+	awk -v d="$(awk -v a="$toff" -v b="$ioff" 'BEGIN { printf "%.3f", a - b }')" '
 	$1 == "TGTCPU" { sub(/^up=/, "", $2); $2 = sprintf("up=%.3f", $2 + d); print }' >"$OUT/target-samples.txt"
 # host samples on the same scale: host epoch - ioff
 awk -v d="$ioff" '$1 == "HOSTCPU" && d != "" { sub(/^t=/, "", $2); $2 = sprintf("up=%.3f", $2 - d); print }' \
@@ -160,11 +203,18 @@ for vm in target init; do
 			if (t + 0 > 10) { m = $0; sub(/^\[[^]]*\] */, "", m); printf "clocksource changed on the %s VM at its uptime %d s: %s\n", vm, t, m }
 		}'
 done | tee -a "$OUT/setup.txt"
-# files the initiator printed in base64 (the CPU profiles)
-for name in $(body "$OUT/init.log" | sed -n 's/^SRPTVM-BENCH: file begin \([A-Za-z0-9._-]*\)$/\1/p'); do
-	body "$OUT/init.log" | sed -n "/^SRPTVM-BENCH: file begin $name\$/,/^SRPTVM-BENCH: file end $name\$/p" | sed '1d;$d' |
-		base64 -d >"$OUT/$name" || log "$name in the initiator's console log does not decode"
-done
+# the shared libraries the daemon maps, from the image, for their symbols
+insn_flags=()
+if [ -s "$OUT/insn.txt" ]; then
+	insn_flags=(-insn "$OUT/insn.txt" -insn-offset "$ioff")
+	if [ -s "$OUT/insn-tb.txt" ] && [ -s "$OUT/kallsyms.gz" ] && [ -s "$OUT/srptarget.maps" ]; then
+		mkdir -p "$OUT/root"
+		awk '$6 ~ /^\// && $6 != "/usr/local/bin/srptarget" { print substr($6, 2) }' "$OUT/srptarget.maps" | sort -u >"$OUT/root.list"
+		(cd "$OUT/root" && zcat "$VMDIR/image/initramfs.cpio.gz" | cpio -idm --quiet -E "$OUT/root.list" 2>/dev/null) || true
+		insn_flags+=(-insn-tb "$OUT/insn-tb.txt" -ksyms "$OUT/kallsyms.gz" -maps "$OUT/srptarget.maps"
+			-bin "$BIN" -root "$OUT/root" -insn-job "${SRPT_2HOST_INSN_JOB:-randread-4k-qd32}")
+	fi
+fi
 ln -sfn "$stamp" "$VMDIR/bench/latest"
 if [ ! -s "$OUT/raw.txt" ] || [ -z "$ioff" ] || [ -z "$toff" ]; then
 	echo "bench-2host: the VMs printed no results (initiator rc $rc); consoles $OUT/init.log $OUT/target.log"
@@ -172,6 +222,7 @@ if [ ! -s "$OUT/raw.txt" ] || [ -z "$ioff" ] || [ -z "$toff" ]; then
 	exit "$rc"
 fi
 host_bench_report "$OUT" "srptarget vs LIO ib_srpt, target on its own VM (1 vCPU), soft-RoCE, qemu TCG, $(date -u +%Y-%m-%d)" \
-	"the daemon on the target host" -target-samples "$OUT/target-samples.txt" -host-samples "$OUT/host-samples.txt"
+	"the daemon on the target host" -target-samples "$OUT/target-samples.txt" -host-samples "$OUT/host-samples.txt" "${insn_flags[@]}"
+[ ! -s "$OUT/insn-tb.txt" ] || gzip -1f "$OUT/insn-tb.txt"
 echo "bench-2host: results in $OUT (initiator rc $rc)"
 exit "$rc"

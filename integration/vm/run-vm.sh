@@ -35,6 +35,8 @@
 #   SRPT_VM_CPU        qemu CPU model (qemu64: faster than "max" under TCG
 #                      for the rxe data path, see README.md)
 #   SRPT_VM_APPEND     extra kernel command line
+#   SRPT_VM_PLUGIN     a qemu TCG plugin and its arguments, "lib.so,k=v,..." (qemu's
+#                      -plugin; insn/insn.c, the two-host bench's instruction counts)
 #   SRPT_VM_LOG        log file (default $SRPT_VM_DIR/logs/<script>-<time>.log)
 #   SRPT_VM_VERBOSE=1  copy the whole console to stdout (default: only the
 #                      progress and check lines)
@@ -161,6 +163,7 @@ QEMU=(qemu-system-x86_64
 	-nographic -no-reboot "${NIC[@]}"
 	-kernel "$kernel" -initrd "$initrd"
 	-append "$APPEND")
+[ -z "${SRPT_VM_PLUGIN:-}" ] || QEMU+=(-plugin "$SRPT_VM_PLUGIN")
 
 if [ -n "${SRPT_VM_INTERACTIVE:-}" ]; then
 	"${QEMU[@]}"

@@ -234,7 +234,7 @@ func TestRunWritesFiles(t *testing.T) {
 	require.NoError(t, os.WriteFile(info, []byte("BENCHINFO guest_cpu=QEMU Virtual CPU version 2.5+ x 2\n"+
 		"BENCHINFO runtime=5 ramp=1 rounds=3 ch_counts=1 2 size_mib=256\n"), 0o644))
 	var out bytes.Buffer
-	require.NoError(t, run(raw, info, dir, "title", "set terminal png", "", "", &out))
+	require.NoError(t, run(options{raw: raw, info: info, out: dir, title: "title", terminal: "set terminal png"}, &out))
 	require.Contains(t, out.String(), "| 4 KiB random read, QD 32 | IOPS | 1 | 1024 (1024-1024) | 1024 (1024-1024) | 1.00 |")
 	for _, f := range []string{"runs.csv", "summary.csv", "table.md", "iops.dat", "mibs.dat", "latmean.dat", "latp99.dat", "cpu.dat", "ratio.dat", "chart.gp"} {
 		require.FileExists(t, filepath.Join(dir, f))
@@ -242,7 +242,7 @@ func TestRunWritesFiles(t *testing.T) {
 	csvData, err := os.ReadFile(filepath.Join(dir, "runs.csv"))
 	require.NoError(t, err)
 	require.Equal(t, strings.Join(runsHeader, ","), strings.SplitN(string(csvData), "\n", 2)[0])
-	require.Contains(t, string(csvData), "2,1,srpt-mem,randread-4k-qd32,1,0,1024,4.00,31.25,30,99,150,6.00,30.00,10.00,1139.32,33.33,90.00,325.52,1.00,1.00,1.00,2.00,,,\n") // no wake-up, preemption or host figures
+	require.Contains(t, string(csvData), "2,1,srpt-mem,randread-4k-qd32,1,0,1024,4.00,31.25,30,99,150,6.00,30.00,10.00,1139.32,33.33,90.00,325.52,1.00,1.00,1.00,2.00,,,,,,\n") // no wake-up, preemption, host or instruction figures
 	table, err := os.ReadFile(filepath.Join(dir, "table.md"))
 	require.NoError(t, err)
 	// the data have no srpt-null runs (srpt_luns=mem), hence no such column
@@ -265,9 +265,9 @@ func TestRunWritesFiles(t *testing.T) {
 	require.NotContains(t, string(gp), "latmean.dat")
 	gnuplot(t, dir)
 
-	require.ErrorContains(t, run(filepath.Join(dir, "info.txt"), info, dir, "", "", "", "", &out), "no BENCH lines")
+	require.ErrorContains(t, run(options{raw: filepath.Join(dir, "info.txt"), info: info, out: dir}, &out), "no BENCH lines")
 	require.NoError(t, os.WriteFile(info, []byte("BENCHINFO kernel=6.1\n"), 0o644))
-	require.ErrorContains(t, run(raw, info, dir, "", "", "", "", &out), "no runtime=")
+	require.ErrorContains(t, run(options{raw: raw, info: info, out: dir}, &out), "no runtime=")
 }
 
 func FuzzParseRun(f *testing.F) {
@@ -457,7 +457,7 @@ func TestReportTables(t *testing.T) {
 			require.NoError(t, os.WriteFile(rawPath, []byte(raw.String()), 0o644))
 			require.NoError(t, os.WriteFile(infoPath, []byte("BENCHINFO runtime=5 ramp=1 rounds=2 ch_counts=1\n"+tc.info), 0o644))
 			var out bytes.Buffer
-			require.NoError(t, run(rawPath, infoPath, dir, "title", "set terminal png size 1200,800", "", "", &out))
+			require.NoError(t, run(options{raw: rawPath, info: infoPath, out: dir, title: "title", terminal: "set terminal png size 1200,800"}, &out))
 			lines := strings.Split(out.String(), "\n")
 
 			// the metrics table: one row (one job, one ch_count), a value and a ratio per

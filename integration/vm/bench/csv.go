@@ -13,7 +13,8 @@ var runsHeader = []string{"round", "ch_count", "target", "job", "profiled", "tra
 	"iops", "mib_s", "lat_mean_us", "lat_p50_us", "lat_p99_us", "lat_p999_us",
 	"window_s", "guest_idle_pct", "guest_softirq_pct", "guest_cpu_us_per_io", "daemon_cpu_pct", "daemon_sys_pct", "daemon_cpu_us_per_io",
 	"ctxt_per_io", "ipi_per_io", "daemon_reads_per_io", "daemon_writes_per_io",
-	"daemon_wakeups_per_io", "daemon_preemptions_per_io", "host_busy_pct"}
+	"daemon_wakeups_per_io", "daemon_preemptions_per_io", "host_busy_pct",
+	"insn_kernel_per_io", "insn_user_per_io", "syscalls_per_io"}
 
 // WriteRunsCSV writes one row per fio run.
 func WriteRunsCSV(w io.Writer, runs []Run, p Params) error {
@@ -39,7 +40,8 @@ func WriteRunsCSV(w io.Writer, runs []Run, p Params) error {
 			f(r.IOPS), g(mib(r)), g(r.LatMean), f(r.P50), f(r.P99), f(r.P999),
 			g(d.Window), g(d.GuestIdlePct), g(d.SoftirqPct), g(d.GuestCPUPerIO), g(d.DaemonPct), g(d.DaemonSysPct), g(d.DaemonCPUPerIO),
 			opt(d.CtxtPerIO), opt(d.IPIPerIO), opt(d.DaemonReadsPerIO), opt(d.DaemonWritesPerIO),
-			opt(d.DaemonVolPerIO), opt(d.DaemonInvolPerIO), opt(d.HostBusyPct)}); err != nil {
+			opt(d.DaemonVolPerIO), opt(d.DaemonInvolPerIO), opt(d.HostBusyPct),
+			opt(d.InsnKernelPerIO), opt(d.InsnUserPerIO), opt(d.SyscallsPerIO)}); err != nil {
 			return err
 		}
 	}
@@ -86,7 +88,9 @@ func (s Summary) WriteSummaryCSV(w io.Writer) error {
 // (the host's CPU, Params.TargetHost) or JOB/guest-cpu-us-per-io, and JOB/daemon-cpu-us-per-io;
 // with the target host's counters also JOB/ctxt-per-io (the host's context switches) and the
 // daemon's JOB/daemon-vcs-per-io (wake-ups), daemon-ivcs-per-io (preemptions),
-// daemon-reads-per-io and daemon-writes-per-io (srptarget only, no ratio).
+// daemon-reads-per-io and daemon-writes-per-io (srptarget only, no ratio); with the
+// instruction counts the target VM's JOB/insn-per-io, insn-kernel-per-io, insn-user-per-io
+// and syscalls-per-io (net of the idle target's).
 func (s Summary) WriteBetterCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write([]string{"job", "ch_count", "target", "median", "ratio"}); err != nil {
@@ -118,7 +122,8 @@ func (s Summary) WriteBetterCSV(w io.Writer) error {
 			row{m.Job + "/daemon-cpu-us-per-io", m.Job + "/daemon-cpu-us-per-io", false})
 		if s.TargetHost {
 			// what the target host's scheduler and the daemon's system calls do per I/O
-			for _, f := range []string{"ctxt-per-io", "daemon-vcs-per-io", "daemon-ivcs-per-io", "daemon-reads-per-io", "daemon-writes-per-io"} {
+			for _, f := range []string{"ctxt-per-io", "daemon-vcs-per-io", "daemon-ivcs-per-io", "daemon-reads-per-io", "daemon-writes-per-io",
+				"insn-per-io", "insn-kernel-per-io", "insn-user-per-io", "syscalls-per-io"} {
 				rows = append(rows, row{m.Job + "/" + f, m.Job + "/" + f, false})
 			}
 		}

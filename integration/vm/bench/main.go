@@ -1,7 +1,10 @@
 // Command bench turns the raw lines of the VM benchmark (integration/vm/guest/bench.sh,
 // run by integration/vm/bench.sh) into runs.csv (one row per fio run), summary.csv (median,
 // minimum and maximum per job, ch_count and target, and the ratio to LIO), table.md (the
-// Markdown tables of docs/benchmarks.md) and the gnuplot data and script of chart.png.
+// Markdown tables of docs/benchmarks.md) and the gnuplot data and script of chart.png. For
+// the two-host bench it also takes the target host's samples, the instructions the target
+// VM executed (-insn, counted by integration/vm/insn/insn.c) and, per translation block, the
+// instructions it attributes to functions for one job (-insn-tb: insn-functions.txt).
 // The targets are those of the data: LIO, the reference, then srptarget's (one per LUN,
 // or one per LUN and completion mode when the guest ran a daemon per mode).
 //
@@ -24,47 +27,87 @@ import (
 )
 
 func main() {
-	raw := flag.String("raw", "", "raw BENCH lines (guest/bench.sh output)")
-	info := flag.String("info", "", "BENCHINFO lines (job parameters)")
-	out := flag.String("out", ".", "output directory")
-	title := flag.String("title", "srptarget vs LIO ib_srpt, ib_srp over soft-RoCE, qemu TCG", "chart title")
-	terminal := flag.String("terminal", "set terminal pngcairo size 1950,1150 font 'DejaVu Sans,11'", "gnuplot terminal line")
-	samples := flag.String("target-samples", "", "the two-host bench's target-samples.txt: CPU figures of the target host")
-	hostSamples := flag.String("host-samples", "", "the two-host bench's host-samples.txt: how busy the machine that runs both VMs was")
+	var o options
+	flag.StringVar(&o.raw, "raw", "", "raw BENCH lines (guest/bench.sh output)")
+	flag.StringVar(&o.info, "info", "", "BENCHINFO lines (job parameters)")
+	flag.StringVar(&o.out, "out", ".", "output directory")
+	flag.StringVar(&o.title, "title", "srptarget vs LIO ib_srpt, ib_srp over soft-RoCE, qemu TCG", "chart title")
+	flag.StringVar(&o.terminal, "terminal", "set terminal pngcairo size 1950,1150 font 'DejaVu Sans,11'", "gnuplot terminal line")
+	flag.StringVar(&o.samples, "target-samples", "", "the two-host bench's target-samples.txt: CPU figures of the target host")
+	flag.StringVar(&o.hostSamples, "host-samples", "", "the two-host bench's host-samples.txt: how busy the machine that runs both VMs was")
+	flag.StringVar(&o.insn, "insn", "", "the target VM's instruction counts (the qemu plugin's out= file)")
+	flag.Float64Var(&o.insnOffset, "insn-offset", 0, "host epoch seconds minus the initiator's uptime, for -insn and -insn-tb")
+	flag.StringVar(&o.funcs.tb, "insn-tb", "", "the plugin's per-translation-block counts (tb= file): instructions by function")
+	flag.StringVar(&o.funcs.ksyms, "ksyms", "", "the target's kernel text symbols (/proc/kallsyms, gzip)")
+	flag.StringVar(&o.funcs.maps, "maps", "", "the daemon's executable mappings (/proc/PID/maps lines)")
+	flag.StringVar(&o.funcs.bin, "bin", "", "the daemon's binary, for its symbols")
+	flag.StringVar(&o.funcs.root, "root", "", "a copy of the guest's shared libraries the maps name, under their paths")
+	flag.StringVar(&o.funcs.job, "insn-job", "randread-4k-qd32", "the job whose instructions are attributed to functions")
+	flag.IntVar(&o.funcs.ch, "insn-ch", 1, "its ch_count")
+	flag.IntVar(&o.funcs.top, "insn-top", 25, "functions listed per target and in the difference")
 	flag.Parse()
-	if err := run(*raw, *info, *out, *title, *terminal, *samples, *hostSamples, os.Stdout); err != nil {
+	if err := run(o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(rawPath, infoPath, out, title, terminal, samplesPath, hostSamplesPath string, stdout io.Writer) error {
-	if rawPath == "" || infoPath == "" {
+// options are the command line's.
+type options struct {
+	raw, info, out, title, terminal string
+	samples, hostSamples            string
+	insn                            string
+	insnOffset                      float64
+	funcs                           funcOptions
+}
+
+func run(o options, stdout io.Writer) error {
+	if o.raw == "" || o.info == "" {
 		return errors.New("-raw and -info are required")
 	}
-	p, err := readParams(infoPath)
+	p, err := readParams(o.info)
 	if err != nil {
 		return err
 	}
-	runs, err := readRuns(rawPath)
+	runs, err := readRuns(o.raw)
 	if err != nil {
 		return err
 	}
 	if len(runs) == 0 {
-		return fmt.Errorf("%s: no BENCH lines", rawPath)
+		return fmt.Errorf("%s: no BENCH lines", o.raw)
 	}
-	if hostSamplesPath != "" {
-		samples, err := readSamplesWarn(hostSamplesPath, ParseHostSample)
+	// the instruction and host samples before the target samples, which move the runs' windows
+	if o.insn != "" {
+		samples, err := ReadInsnSamples(o.insn, o.insnOffset)
 		if err != nil {
 			return err
 		}
-		// before the target samples, which move the runs' windows
+		if n := ApplyInsnSamples(runs, samples, p); n > 0 {
+			fmt.Fprintf(os.Stderr, "bench: %d of %d runs have no instruction counts\n", n, len(runs))
+		}
+		if _, ok := IdleRate(samples, p); !ok {
+			fmt.Fprintln(os.Stderr, "bench: no idle window (BENCHINFO idle=) in the counts: instructions not net of the idle target's")
+		}
+	}
+	if o.hostSamples != "" {
+		samples, err := readSamplesWarn(o.hostSamples, ParseHostSample)
+		if err != nil {
+			return err
+		}
 		if n := ApplyHostSamples(runs, samples, p); n > 0 {
 			fmt.Fprintf(os.Stderr, "bench: %d of %d runs have no host samples: no host figures for them\n", n, len(runs))
 		}
 	}
-	if samplesPath != "" {
-		samples, err := readSamplesWarn(samplesPath, ParseTargetSample)
+	var funcs *FuncReport
+	if o.funcs.tb != "" {
+		o.funcs.offset = o.insnOffset
+		if funcs, err = AttributeFunctions(runs, p, o.funcs); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: instructions by function:", err)
+			funcs = nil
+		}
+	}
+	if o.samples != "" {
+		samples, err := readSamplesWarn(o.samples, ParseTargetSample)
 		if err != nil {
 			return err
 		}
@@ -73,6 +116,7 @@ func run(rawPath, infoPath, out, title, terminal, samplesPath, hostSamplesPath s
 			fmt.Fprintf(os.Stderr, "bench: %d of %d runs have no target samples: no CPU figures for them\n", n, len(runs))
 		}
 	}
+	out := o.out
 	s := Summarize(runs, p)
 	write := func(name string, fn func(io.Writer) error) error {
 		f, err := os.Create(filepath.Join(out, name))
@@ -96,13 +140,29 @@ func run(rawPath, infoPath, out, title, terminal, samplesPath, hostSamplesPath s
 			return err
 		}
 	}
-	if err := write("table.md", func(w io.Writer) error { s.WriteTable(w); return nil }); err != nil {
+	if err := write("table.md", func(w io.Writer) error {
+		s.WriteTable(w)
+		if funcs != nil {
+			fmt.Fprintln(w)
+			return funcs.WriteDiff(w)
+		}
+		return nil
+	}); err != nil {
 		return err
 	}
-	if err := s.WriteChart(out, title, terminal); err != nil {
+	if funcs != nil {
+		if err := write("insn-functions.txt", funcs.Write); err != nil {
+			return err
+		}
+	}
+	if err := s.WriteChart(out, o.title, o.terminal); err != nil {
 		return err
 	}
 	s.WriteTable(stdout)
+	if funcs != nil {
+		fmt.Fprintln(stdout)
+		return funcs.WriteDiff(stdout)
+	}
 	return nil
 }
 
@@ -135,6 +195,12 @@ func readParams(path string) (Params, error) {
 		for _, kv := range strings.Fields(line) {
 			k, v, _ := strings.Cut(kv, "=")
 			switch k {
+			case "idle":
+				a, b, _ := strings.Cut(v, ",")
+				p.Idle[0], err = strconv.ParseFloat(a, 64)
+				if err == nil {
+					p.Idle[1], err = strconv.ParseFloat(b, 64)
+				}
 			case "runtime":
 				p.Runtime, err = strconv.ParseFloat(v, 64)
 			case "ramp":

@@ -69,6 +69,17 @@ type Run struct {
 	// is a sleep, and each sleep ends with a wake-up: voluntary switches count wake-ups.
 	HasDaemonCS          bool
 	DaemonCS0, DaemonCS1 [2]uint64
+	// HasDisk: Disk0 and Disk1 hold the initiator disk's requests and sectors, reads and
+	// writes together, at exec_prerun and exec_postrun: the I/Os of the whole job, ramp
+	// included.
+	HasDisk      bool
+	Disk0, Disk1 [2]uint64
+	// HasInsn: Insn holds what the target VM executed from up0 to up1, less what it executes
+	// idle in as long (ApplyInsnSamples): guest instructions in the kernel and in user space,
+	// and system calls; InsnIOs are the I/Os of that window.
+	HasInsn bool
+	Insn    [insnKinds]float64
+	InsnIOs float64
 }
 
 // errNotBench marks a line that is not a BENCH line; callers skip those.
@@ -127,6 +138,10 @@ func ParseRun(line string) (Run, error) {
 			r.DaemonIO0, err = parsePair(v)
 		case "dio1":
 			r.DaemonIO1, err = parsePair(v)
+		case "disk0":
+			r.Disk0, err = parsePair(v)
+		case "disk1":
+			r.Disk1, err = parsePair(v)
 		case "up0":
 			r.Up0, err = strconv.ParseFloat(v, 64)
 		case "up1":
@@ -146,6 +161,7 @@ func ParseRun(line string) (Run, error) {
 	r.HasSched = seen["ctxt0"] && seen["ctxt1"] && seen["irq0"] && seen["irq1"]
 	r.HasIPI = r.HasSched
 	r.HasDaemonIO = seen["dio0"] && seen["dio1"]
+	r.HasDisk = seen["disk0"] && seen["disk1"]
 	if len(r.CPU0) != len(r.CPU1) {
 		return r, fmt.Errorf("cpu0 has %d fields, cpu1 %d", len(r.CPU0), len(r.CPU1))
 	}

@@ -139,6 +139,9 @@ type Params struct {
 	// TargetHost: the CPU counters are the target host's (the two-host bench,
 	// ApplyTargetSamples), not those of the one VM that ran initiator and target.
 	TargetHost bool
+	// Idle is the initiator's uptime at the start and end of the window in which the two-host
+	// bench left the target idle (BENCHINFO idle=), zero without one: IdleRate.
+	Idle [2]float64
 }
 
 // Derived are the per-run figures computed from the raw counters.
@@ -160,6 +163,9 @@ type Derived struct {
 	// HostBusyPct: busy share of the two-host bench's host CPUs (the machine that runs both
 	// VMs) over the window; NaN without host samples.
 	HostBusyPct float64
+	// The target VM's guest instructions in the kernel and in user space, and its system
+	// calls, per I/O, net of the idle target's (Run.Insn); NaN without instruction counts.
+	InsnKernelPerIO, InsnUserPerIO, SyscallsPerIO float64
 }
 
 // Derive computes r's CPU figures. The counters cover the window from exec_prerun to
@@ -169,7 +175,13 @@ func Derive(r Run, p Params) Derived {
 	busy, total, _, softirq := r.CPUTicks()
 	nan := math.NaN()
 	d := Derived{Window: r.Up1 - r.Up0, CtxtPerIO: nan, IPIPerIO: nan, DaemonReadsPerIO: nan, DaemonWritesPerIO: nan,
-		DaemonVolPerIO: nan, DaemonInvolPerIO: nan, HostBusyPct: nan}
+		DaemonVolPerIO: nan, DaemonInvolPerIO: nan, HostBusyPct: nan,
+		InsnKernelPerIO: nan, InsnUserPerIO: nan, SyscallsPerIO: nan}
+	if r.HasInsn && r.InsnIOs > 0 {
+		d.InsnKernelPerIO = r.Insn[insnKernel] / r.InsnIOs
+		d.InsnUserPerIO = r.Insn[insnUser] / r.InsnIOs
+		d.SyscallsPerIO = r.Insn[insnSyscall] / r.InsnIOs
+	}
 	if r.HostCPU0 != nil {
 		if hb, ht, _, _ := statTicks(r.HostCPU0, r.HostCPU1); ht > 0 {
 			d.HostBusyPct = 100 * hb / ht
@@ -293,6 +305,10 @@ var cpuFigures = []struct {
 	{"daemon-vcs-per-io", func(d Derived) float64 { return d.DaemonVolPerIO }},
 	{"daemon-ivcs-per-io", func(d Derived) float64 { return d.DaemonInvolPerIO }},
 	{"host-busy-pct", func(d Derived) float64 { return d.HostBusyPct }},
+	{"insn-per-io", func(d Derived) float64 { return d.InsnKernelPerIO + d.InsnUserPerIO }},
+	{"insn-kernel-per-io", func(d Derived) float64 { return d.InsnKernelPerIO }},
+	{"insn-user-per-io", func(d Derived) float64 { return d.InsnUserPerIO }},
+	{"syscalls-per-io", func(d Derived) float64 { return d.SyscallsPerIO }},
 }
 
 // Summarize groups the runs into cells.

@@ -148,6 +148,7 @@ func (s Summary) WriteTable(w io.Writer) {
 		fmt.Fprintln(w, "ramp + runtime; daemon: srptarget's own user + system time (including the rxe work the kernel does")
 		fmt.Fprintln(w, "inside its ibv_post_send system calls). Idle: share of both vCPUs idle during the job.")
 	}
+	s.writeInsnTable(w)
 	s.writeVariantTable(w)
 	if !s.hasFigure("ctxt-per-io") {
 		return
@@ -181,6 +182,88 @@ func (s Summary) WriteTable(w io.Writer) {
 	fmt.Fprintln(w, "ibv_post_send) system calls per I/O, all threads.")
 }
 
+// writeInsnTable writes the target VM's guest instructions per I/O (the qemu plugin's counts,
+// net of the idle target's), kernel and user apart, with each srptarget target's ratio to
+// LIO, and the system calls and context switches per I/O beside them.
+func (s Summary) writeInsnTable(w io.Writer) {
+	if !s.hasFigure("insn-per-io") {
+		return
+	}
+	type group struct {
+		key, title string
+		scale      float64
+		ratio      bool
+	}
+	groups := []group{
+		{"insn-per-io", "instructions/I/O (k)", 1e-3, true},
+		{"insn-kernel-per-io", "kernel (k)", 1e-3, false},
+		{"insn-user-per-io", "user (k)", 1e-3, false},
+		{"syscalls-per-io", "system calls/I/O", 1, false},
+		{"ctxt-per-io", "context switches/I/O", 1, false},
+	}
+	var head []string
+	for gi, g := range groups {
+		for i, t := range s.Targets {
+			name := t.Short
+			if gi == 0 {
+				name = t.Label
+			}
+			if i == 0 {
+				name = g.title + ": " + name
+			}
+			head = append(head, name)
+		}
+		if g.ratio {
+			for _, t := range s.srptTargets() {
+				head = append(head, t.Short+" / LIO")
+			}
+		}
+	}
+	fmt.Fprintln(w)
+	writeHeader(w, []string{"job", "ch_count"}, head)
+	seen := map[string]bool{}
+	for _, m := range Metrics {
+		if seen[m.Job] {
+			continue
+		}
+		seen[m.Job] = true
+		for _, ch := range s.ChCounts {
+			row := []string{m.Job, strconv.Itoa(ch)}
+			has := false
+			for _, g := range groups {
+				for _, t := range s.Targets {
+					if st, ok := s.cell(m.Job+"/"+g.key, ch, t.Key); ok {
+						row = append(row, fmtNum(st.Median*g.scale))
+						has = true
+					} else {
+						row = append(row, "-")
+					}
+				}
+				if g.ratio {
+					for _, t := range s.srptTargets() {
+						r := fmtRatio(s.Ratio(m.Job+"/"+g.key, ch, t.Key))
+						if p := s.PairedRatios(m.Job+"/"+g.key, ch, t.Key); len(p) > 1 {
+							r += fmt.Sprintf(" (%s-%s)", fmtRatio(p[0]), fmtRatio(p[len(p)-1]))
+						}
+						row = append(row, r)
+					}
+				}
+			}
+			if has {
+				writeRow(w, row)
+			}
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Guest instructions the target VM executed per I/O (counted by the qemu plugin integration/vm/insn/insn.c),")
+	fmt.Fprintln(w, "kernel and user apart, from the job's start to its end, the ramp included, divided by the I/Os the")
+	fmt.Fprintln(w, "initiator's disk completed in that time, less what the idle target executes in as long (timer ticks,")
+	fmt.Fprintln(w, "the sampler); system calls the same way (user blocks that end in SYSCALL). The ratio is srptarget /")
+	fmt.Fprintln(w, "LIO of the medians, below 1 is better, in brackets the lowest and highest per-round ratio; not")
+	fmt.Fprintln(w, "counted in the round whose srptarget blocks were profiled. Context switches: the target host's")
+	fmt.Fprintln(w, "/proc/stat over the measured part.")
+}
+
 // writeVariantTable compares, when srptarget ran more than one daemon (completion modes, or
 // the two-host bench's variant), each daemon's target with the first daemon's target of the
 // same LUN, round by round: their blocks ran one right after the other, so a pair sees nearly
@@ -208,6 +291,9 @@ func (s Summary) writeVariantTable(w io.Writer) {
 		if i+1 == len(Metrics) || Metrics[i+1].Job != m.Job {
 			job, _, _ := strings.Cut(m.Label, ":")
 			rows = append(rows, Metric{Key: m.Job + "/guest-cpu-us-per-io", Job: m.Job, Label: job + ": CPU per I/O", Unit: "µs"})
+			if s.hasFigure("insn-per-io") {
+				rows = append(rows, Metric{Key: m.Job + "/insn-per-io", Job: m.Job, Label: job + ": instructions per I/O", Unit: "insn"})
+			}
 		}
 	}
 	var cols []string
@@ -243,7 +329,7 @@ func (s Summary) writeVariantTable(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Each other daemon against the first, LUN by LUN and round by round (their blocks ran one after")
 	fmt.Fprintln(w, "the other): the geometric mean of the per-round ratios, and in how many rounds the other did")
-	fmt.Fprintln(w, "better (more IOPS or MiB/s, less latency or CPU per I/O; CPU per I/O is the target host's).")
+	fmt.Fprintln(w, "better (more IOPS or MiB/s, less latency, CPU or instructions per I/O; CPU per I/O is the target host's).")
 }
 
 // figureCols is one group of columns of a figure table: a figure, one column per target.

@@ -104,7 +104,7 @@ func TestRunTargetSamples(t *testing.T) {
 	}
 	require.NoError(t, os.WriteFile(samples, []byte(b.String()), 0o644))
 	var out bytes.Buffer
-	require.NoError(t, run(raw, info, dir, "title", "set terminal png", samples, "", &out))
+	require.NoError(t, run(options{raw: raw, info: info, out: dir, title: "title", terminal: "set terminal png", samples: samples}, &out))
 	require.Contains(t, out.String(), "| job | ch_count | target host CPU µs/I/O: LIO | srptarget memory | daemon CPU µs/I/O: memory | target host idle %: LIO | memory |")
 	require.Contains(t, out.String(), "| randread-4k-qd1 | 1 | 781 | 781 | 488 | 20.0 | 20.0 |")
 	require.Contains(t, out.String(), "| job | ch_count | target host context switches/I/O: LIO | srptarget memory | "+
@@ -177,27 +177,27 @@ func TestRunHostSamples(t *testing.T) {
 	require.NoError(t, os.WriteFile(samples, []byte(tb.String()), 0o644))
 	require.NoError(t, os.WriteFile(hostSamples, []byte(hb.String()), 0o644))
 	var out bytes.Buffer
-	require.NoError(t, run(raw, info, dir, "title", "set terminal png", samples, hostSamples, &out))
+	require.NoError(t, run(options{raw: raw, info: info, out: dir, title: "title", terminal: "set terminal png", samples: samples, hostSamples: hostSamples}, &out))
 	require.Contains(t, out.String(), "| job | ch_count | target host CPU µs/I/O: LIO | srptarget memory | daemon CPU µs/I/O: memory | "+
 		"target host idle %: LIO | memory | bench host busy %: LIO | memory |")
 	require.Contains(t, out.String(), "| randread-4k-qd1 | 1 | 781 | 781 | 488 | 20.0 | 20.0 | 75.0 | 75.0 |")
 	require.Contains(t, out.String(), "Bench host busy: share of the CPUs")
 	runsCSV, err := os.ReadFile(filepath.Join(dir, "runs.csv"))
 	require.NoError(t, err)
-	require.Contains(t, string(runsCSV), ",75.00\n")
+	require.Contains(t, string(runsCSV), ",75.00,,,\n")
 
 	require.NotContains(t, out.String(), "two daemons", "no variant")
 
 	// without host samples: no such column
 	out.Reset()
-	require.NoError(t, run(raw, info, dir, "title", "set terminal png", samples, "", &out))
+	require.NoError(t, run(options{raw: raw, info: info, out: dir, title: "title", terminal: "set terminal png", samples: samples}, &out))
 	require.NotContains(t, out.String(), "bench host busy")
 
 	// with a variant (bench-2host-init.sh's variant=): its own wording, not the one-VM bench's
 	variant := strings.Replace(srpt, "target=srpt-mem", "target=srpt-mem-adaptive", 1)
 	require.NoError(t, os.WriteFile(raw, []byte(srpt+"\n"+variant+"\n"+lio+"\n"), 0o644))
 	out.Reset()
-	require.NoError(t, run(raw, info, dir, "title", "set terminal png", samples, hostSamples, &out))
+	require.NoError(t, run(options{raw: raw, info: info, out: dir, title: "title", terminal: "set terminal png", samples: samples, hostSamples: hostSamples}, &out))
 	require.Contains(t, out.String(), "srptarget ran two daemons, the default and the variant")
 	require.NotContains(t, out.String(), "rotated by one each round")
 }

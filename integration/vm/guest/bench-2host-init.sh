@@ -33,18 +33,26 @@
 # 75th, 90th and 95th percentile and of the slowest ("TRACE NAME timeline ..." lines; read
 # them at queue depth 1, where the packet before a post is the command it answers).
 #
+# With insn=1 (bench-2host.sh, when its qemu plugin counts the target VM's instructions) the
+# target is measured idle first: once it says it is ready (its control server's "ready"), every
+# daemon stopped ("only lio"), idle_s seconds (default 10) in which nothing is asked of it. The
+# report subtracts the instructions the target executes per second there (timer ticks, the
+# sampler, LIO's and the kernel's own work) from each job's, which are paid per second, not
+# per I/O. The window is printed as "BENCHINFO idle=UP0,UP1" (this VM's uptime, as the BENCH
+# lines' up0 and up1).
+#
 # The cpu/ctxt/irq counters of the BENCH lines are this VM's; the host replaces them with
 # the target VM's (bench-2host.sh, bench -target-samples), since the target host's CPU is
 # what the bench compares. The step lines carry the guest uptime, which the host maps to its
 # own clock.
 #
 # Arguments (k=v), all optional:
-#   rounds=3  runtime=5  ramp=1  ch_counts="1 2"  size_mib=256
+#   rounds=4  runtime=5  ramp=1  ch_counts="1 2"  size_mib=256
 #   jobs="randread-4k-qd32 randwrite-4k-qd32 read-128k-qd32 write-128k-qd32 randread-4k-qd1"
 #   target_ip=169.254.50.1  target_guid=000000fffe000001 (node GUID of the target's rxe0,
 #   from its MAC 02:00:00:00:00:01)  srpt_port=5555  lio_port=5000  srp_params=
 #   profile=1  profile_round=2 (the last round if there are fewer)  ctl_port=5600
-#   trace_round=0 (none)  trace_kind= (histograms; or timeline)
+#   trace_round=0 (none)  trace_kind= (histograms; or timeline)  insn=0  idle_s=10
 #   netdev=eth0 mac= ip4= ip6= (setup_rxe, lib.sh)
 # shellcheck disable=SC2317 # functions called through wait_for
 # shellcheck source=lib.sh
@@ -53,6 +61,9 @@
 . /lab/bench-lib.sh
 
 bench_args
+# Four rounds, not the one-VM bench's three: the profiled round's instructions are not counted
+# (the profiler's work would count as the daemon's), and three rounds remain for the medians.
+ROUNDS=$(arg rounds 4)
 BENCH_DEST=$(arg target_ip 169.254.50.1)
 TGUID=$(arg target_guid 000000fffe000001)
 CTL_PORT=$(arg ctl_port 5600)
@@ -64,6 +75,9 @@ TRACE_ROUND=$(arg trace_round 0)
 # trace_kind=timeline: that round traces each I/O's path through the target instead
 # (bench-2host-target.sh, "trace-start timeline").
 TRACE_KIND=$(arg trace_kind "")
+INSN=$(arg insn 0)
+IDLE_S=$(arg idle_s 10)
+BENCH_IDLE=
 
 BENCH_RAW=/tmp/bench/raw.txt
 BENCH_FAILED=0
@@ -159,6 +173,20 @@ block() {
 	fi
 }
 
+if [ "$INSN" = 1 ]; then
+	step "the target idle for $IDLE_S s"
+	t=$(uptime_s)
+	until [ "$(ctl ready)" = ok ]; do
+		[ "$(since "$t" | cut -d. -f1)" -lt 300 ] || fail "the target did not say it is ready"
+		sleep 2
+	done
+	[ "$(ctl "only lio")" = ok ] || echo "SRPTVM: the target did not stop the daemons"
+	a=$(uptime_s)
+	sleep "$IDLE_S"
+	BENCH_IDLE=$a,$(uptime_s)
+	record "idle target" pass "$IDLE_S s from uptime $a"
+fi
+
 bench_t0=$(uptime_s)
 for round in $(seq 1 "$ROUNDS"); do
 	for ch in $CH_COUNTS; do
@@ -174,9 +202,10 @@ for round in $(seq 1 "$ROUNDS"); do
 	done
 done
 bench_s=$(since "$bench_t0")
-# The target prints its samples in batches every 10 s, and the host stops it when this VM
-# ends: wait for the batch that covers the last run.
-sleep 12
+# The target's samples, which it keeps in a file, on its console: one more sample after the
+# last run first. The host stops the target when this VM ends.
+sleep 1
+[ "$(ctl samples)" = ok ] || echo "SRPTVM: the target did not print its samples"
 bench_record_runs "$bench_s"
 record_kernel_log
 
@@ -185,6 +214,7 @@ dmesg -n 1
 	bench_info_guest
 	bench_info_run "$bench_s"
 	echo "BENCHINFO profile=$PROFILE round=$PROFILE_ROUND ch=$CH_COUNTS"
+	[ -z "$BENCH_IDLE" ] || echo "BENCHINFO idle=$BENCH_IDLE"
 } | tee /tmp/bench/info.txt
 bench_print_results
 finish

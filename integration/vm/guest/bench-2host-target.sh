@@ -4,17 +4,14 @@
 # RAM disk on RDMA/CM port lio_port and srptarget with a memory LUN 0 on srpt_port, side by
 # side, both idle until the initiator VM (guest/bench-2host-init.sh) logs in to one of them.
 #
-# Then, until the host stops the VM, it samples every 0.5 s the CPU counters the target's CPU
-# per I/O is computed from, and prints them in batches of 20 (printing each would cost the
-# one vCPU a console write per sample):
-#   TGTCPU up=UPTIME cpu=a,b,... ctxt=N dproc=utime,stime dio=syscr,syscw dcs=vol,invol
-# cpu is the "cpu" line of /proc/stat and ctxt its context switches (proc(5)); dproc and dio
-# are the daemon's (fields 14 and 15 of /proc/PID/stat, syscr and syscw of /proc/PID/io), dcs
-# its voluntary and involuntary context switches summed over its threads
-# (/proc/PID/task/*/status: a voluntary switch is a sleep, hence one wake-up).
-# Each batch starts with "SRPTVM-SYNC uptime U", printed at once: the host maps guest uptime
-# to its own clock with it (bench-2host.sh). The sampler starts no process and reads each
-# file in one go, so that a target's thread that wakes seldom waits for it (below).
+# Then, until the host stops the VM, tools/tgtsample samples every 0.5 s the CPU counters the
+# target's CPU per I/O is computed from, as "TGTCPU up=UPTIME cpu=... ctxt=N dproc=utime,stime
+# dio=syscr,syscw dcs=vol,invol" lines (its doc comment; a voluntary context switch is a sleep,
+# hence one wake-up) into /tmp/target-samples.txt, and prints "SRPTVM-SYNC uptime U" every
+# 10 s, with which the host maps guest uptime to its own clock (bench-2host.sh). The
+# initiator fetches the samples at the end (the control server's "samples": gzip, base64, on
+# the console as the file target-samples.gz): printed as they come, on the serial console,
+# they would cost the guest kernel more instructions than a job's I/Os do.
 #
 # The daemon runs with `serve --cpuprofile --cpuprofile-wait`; a control server on TCP port
 # ctl_port (busybox nc, one connection per command) lets the initiator profile the blocks it
@@ -35,10 +32,20 @@
 # measured against the default in one boot. Its counters are not sampled (dproc, dio and dcs
 # are the first daemon's); the target host's CPU per I/O is measured for both.
 #
+# With insn_syms=1 (bench-2host.sh, when its qemu plugin counts instructions per translation
+# block) it prints, before "target ready", what the report needs to name the functions that
+# executed them: the kernel's text symbols (kallsyms.gz: /proc/kallsyms, modules included;
+# the kernel runs with nokaslr) and the daemon's executable mappings (srptarget.maps: its
+# /proc/PID/maps, for the shared libraries), each in base64 between "SRPTVM-BENCH: file
+# begin NAME" and "... file end NAME" as the initiator prints the profiles. The control
+# server's "ready" answers ok from then on: the initiator waits for it before it measures
+# the idle target (bench-2host-init.sh, insn=1).
+#
 # Arguments (k=v, from bench-2host.sh): netdev=eth0 mac= ip4= ip6= (setup_rxe, lib.sh),
 #   size_mib=256 srpt_port=5555 lio_port=5000 ctl_port=5600 bin=/usr/local/bin/srptarget
 #   variant= variant_env= variant_bin= variant_prefix= variant_limits=
 #   sampler_sched=other (the sampler's policy: other, SCHED_OTHER; idle, SCHED_IDLE)
+#   insn_syms=0
 # shellcheck source=lib.sh
 . /lab/lib.sh
 # shellcheck source=bench-lib.sh
@@ -55,6 +62,7 @@ VARIANT_BIN=$(arg variant_bin "$BIN")
 VARIANT_PREFIX=$(arg variant_prefix "")
 VARIANT_LIMITS=$(arg variant_limits "")
 SAMPLER_SCHED=$(arg sampler_sched other)
+INSN_SYMS=$(arg insn_syms 0)
 PROF=/tmp/srptarget.cpu.pprof
 
 bench_rxe_eth0
@@ -170,6 +178,18 @@ TLBFLUSH='hist:keys=common_pid.execname,reason,pages:vals=hitcount:sort=hitcount
 # the events of trace-start timeline (the kprobes it defines, then the kernel's tracepoints)
 TIMELINE_EVENTS='kprobes/rcv kprobes/post kprobes/postret kprobes/xmit sched/sched_wakeup sched/sched_switch raw_syscalls/sys_enter raw_syscalls/sys_exit irq/irq_handler_entry irq/softirq_entry irq/softirq_exit'
 case \$cmd in
+ready)
+	[ -e /tmp/target.ready ] && echo ok || echo no ;;
+samples)
+	# the bench is over: no kernel message on the console from now on (one in the middle of
+	# a line would spoil the file)
+	dmesg -n 1
+	{
+	echo "SRPTVM-BENCH: file begin target-samples.gz"
+	gzip -1 -c /tmp/target-samples.txt | base64
+	echo "SRPTVM-BENCH: file end target-samples.gz"
+	} >/dev/console 2>&1
+	echo ok ;;
 profile-start)
 	rm -f $PROF
 	kill -USR1 $DPID && echo ok ;;
@@ -285,47 +305,33 @@ echo "BENCHINFO target_cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc
 echo "BENCHINFO srptarget=$("$BIN" version 2>&1 | head -1)"
 echo "BENCHINFO target_rxe=rxe0 on $RXE_NETDEV, active_mtu $(ibv_devinfo -d rxe0 | awk '/active_mtu/ { print $2 }')"
 
+if [ "$INSN_SYMS" = 1 ]; then
+	step "symbols for the instruction counts"
+	grep -E ' (r-x|--x)p ' "/proc/$DPID/maps" >/tmp/srptarget.maps
+	grep -E '^[0-9a-f]+ [tT] ' /proc/kallsyms | gzip -1 >/tmp/kallsyms.gz
+	# no kernel message on the console meanwhile: one in the middle of a line spoils the file
+	read -r loglevel _ </proc/sys/kernel/printk
+	dmesg -n 1
+	for f in srptarget.maps kallsyms.gz; do
+		echo "SRPTVM-BENCH: file begin $f"
+		base64 "/tmp/$f"
+		echo "SRPTVM-BENCH: file end $f"
+	done
+	dmesg -n "$loglevel"
+fi
+touch /tmp/target.ready
 step "target ready"
-# The sampler takes as little of the target's CPU as it can, and never for long: a target
-# thread that wakes while it runs waits for it unless it can preempt it. LIO's can (its work
-# runs in softirqs and in a WQ_HIGHPRI work queue's kernel workers at nice -20); the daemon
-# under SCHED_BATCH cannot, and at nice 0 only after the wake-up granularity. Traced at QD 1
-# (trace_kind=timeline), the first version (a `while read` loop over every line of every
-# thread's status file, and a sleep(1) process every round: a sample every 0.78 s on average
-# instead of 0.5 under TCG) made the slowest tenth of the daemon's I/Os wait 0.3-3 ms for it.
-# So it starts no process, reads each file whole (mapfile) and looks only at the lines it
-# needs, and reads the clock next to /proc/stat.
+# The sampler (tools/tgtsample, at /lab/tgtsample) takes as little of the target's CPU as it
+# can, and never for long: a target thread that wakes while it runs waits for it unless it can
+# preempt it. LIO's can (its work runs in softirqs and in a WQ_HIGHPRI work queue's kernel
+# workers at nice -20); the daemon under SCHED_BATCH cannot, and at nice 0 only after the
+# wake-up granularity. So it starts no process and reads each file with one read; being a Go
+# program and not a shell loop, it also executes few instructions, which the qemu plugin
+# counts with the target's.
 # sampler_sched=idle runs it under SCHED_IDLE instead (no target ever waits for it, but on a
 # saturated CPU it gets none, and the samples come seconds apart).
+sampler=(/lab/tgtsample -pid "$DPID" -interval 500ms -batch 20 -out /tmp/target-samples.txt)
 if [ "$SAMPLER_SCHED" = idle ]; then
-	chrt -i -p 0 $$ >/dev/null || echo "SRPTVM: the sampler could not switch to SCHED_IDLE"
+	exec chrt -i 0 "${sampler[@]}"
 fi
-# A FIFO nobody writes to: read -t on it waits without starting a sleep process.
-mkfifo /tmp/sampler.fifo
-exec {SLEEP_FD}<>/tmp/sampler.fifo
-buf=
-n=0
-while :; do
-	read -r up _ </proc/uptime
-	bench_proc_counters "$DPID"
-	vcs=0 ivcs=0
-	for st in /proc/"$DPID"/task/*/status; do
-		mapfile -t lines <"$st" 2>/dev/null || continue
-		# The context switch counts are the last lines of the file (proc(5)).
-		for l in "${lines[@]: -4}"; do
-			case $l in
-			voluntary_ctxt_switches:*) vcs=$((vcs + ${l##*[[:space:]]})) ;;
-			nonvoluntary_ctxt_switches:*) ivcs=$((ivcs + ${l##*[[:space:]]})) ;;
-			esac
-		done
-	done
-	buf+="TGTCPU up=$up cpu=$B_CPU ctxt=$B_CTXT dproc=$B_DPROC dio=$B_DIO dcs=$vcs,$ivcs"$'\n'
-	n=$((n + 1))
-	if [ $n -ge 20 ]; then
-		read -r up _ </proc/uptime
-		echo "SRPTVM-SYNC uptime $up"
-		printf '%s' "$buf"
-		buf= n=0
-	fi
-	read -r -t 0.5 -u "$SLEEP_FD" _ || :
-done
+exec "${sampler[@]}"

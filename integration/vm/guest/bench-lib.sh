@@ -111,7 +111,7 @@ bench_login() {
 	BENCH_HOST=/sys/class/scsi_host/$(disk_host "$d")
 }
 
-# bench_write_snap_script: /tmp/bench/snap.sh FILE SUFFIX [PID] writes the counters the
+# bench_write_snap_script: /tmp/bench/snap.sh FILE SUFFIX [PID [DISK]] writes the counters the
 # per-run figures are computed from, each key ending in SUFFIX (0 before the job, 1 after):
 #   cpuS    the "cpu" line of /proc/stat (clock ticks)
 #   ctxtS   context switches of the guest (/proc/stat ctxt)
@@ -122,10 +122,13 @@ bench_login() {
 #   dioS    PID's read() and write() system calls (syscr, syscw of /proc/PID/io, all its
 #           threads): completion-channel reads, and soft-RoCE's post-send doorbells (a
 #           write() per ibv_post_send; the CQ re-arm is another system call, not counted)
+#   diskS   DISK's requests and sectors, reads and writes together (/sys/block/DISK/stat
+#           fields 1 + 5 and 3 + 7): the I/Os of the whole job, ramp included, which the
+#           two-host bench divides the target's instructions by; absent without DISK
 #   upS     /proc/uptime
 # fio runs it with system(3), hence a script and not a function.
-# bench_proc_counters [PID]: the counters of the CPU-per-I/O figures, without a fork (the
-# two-host target samples them every 0.5 s on its one vCPU; snap.sh carries a copy):
+# bench_proc_counters [PID]: the counters of the CPU-per-I/O figures, without a fork (fio runs
+# snap.sh, which carries a copy, around every job):
 #   B_CPU    the "cpu" line of /proc/stat, comma-separated clock ticks
 #   B_CTXT   context switches of the guest (/proc/stat ctxt)
 #   B_DPROC  PID's utime,stime (fields 14 and 15 of /proc/PID/stat; the command name has
@@ -175,8 +178,12 @@ irq=$(awk '$1 == "RES:" || $1 == "CAL:" || $1 == "TLB:" {
 		n = 0; for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) n += $i
 		v[$1] = n }
 	END { printf "%d,%d,%d", v["RES:"], v["CAL:"], v["TLB:"] }' /proc/interrupts)
+disk=
+if [ -n "${4:-}" ] && read -r -a d 2>/dev/null </sys/block/"$4"/stat; then
+	disk=" disk$s=$((d[0] + d[4])),$((d[2] + d[6]))"
+fi
 read -r up _ </proc/uptime
-echo "cpu$s=$B_CPU ctxt$s=$B_CTXT irq$s=$irq dproc$s=$B_DPROC dio$s=$B_DIO up$s=$up" >"$1"
+echo "cpu$s=$B_CPU ctxt$s=$B_CTXT irq$s=$irq dproc$s=$B_DPROC dio$s=$B_DIO$disk up$s=$up" >"$1"
 SNAP
 	} >/tmp/bench/snap.sh
 	chmod 0755 /tmp/bench/snap.sh
@@ -198,7 +205,7 @@ bench_fio_job() {
 		--rw="$rw" --bs="$bs" --iodepth="$qd" --numjobs="$nj" "${pin[@]}" --group_reporting \
 		--time_based --runtime="$BENCH_RUNTIME" --ramp_time="$BENCH_RAMP" \
 		--norandommap --randrepeat=0 --invalidate=1 \
-		--exec_prerun="/tmp/bench/snap.sh $snap.0 0 $pid" --exec_postrun="/tmp/bench/snap.sh $snap.1 1 $pid" \
+		--exec_prerun="/tmp/bench/snap.sh $snap.0 0 ${pid:-0} ${dev##*/}" --exec_postrun="/tmp/bench/snap.sh $snap.1 1 ${pid:-0} ${dev##*/}" \
 		--output-format=terse --terse-version=3 --lat_percentiles=1 --percentile_list=50:99:99.9 \
 		--eta=never 2>/tmp/bench/fio.err)
 	rc=$?
