@@ -61,6 +61,14 @@ test-rbd:
 # part of it.
 check: test monitoring-test test-rbd build install-test nordma-test nspawn-test nspawn-test-deb e2e e2e-pr e2e-alua e2e-sbc stress-quick
 
+# test-ib-sim: srptarget dm-agent (InfiniBand Device Management) and ib-discover on a simulated
+# InfiniBand fabric: ibsim, umad2sim and OpenSM, one switch and three HCAs, no kernel module
+# (integration/ibsim/test-ib-sim.sh). Installs ibsim-utils, libumad2sim0, opensm and
+# infiniband-diags when missing (root); about 15 s. Not part of check.
+.PHONY: test-ib-sim
+test-ib-sim:
+	GO="$(GO)" integration/ibsim/test-ib-sim.sh
+
 # e2e: the daemon against the Linux SRP initiator (ib_srp) over soft-RoCE in a qemu VM
 # (integration/vm/README.md): builds the daemon and the VM image, runs the checks, keeps the
 # serial log and the result table in SRPT_VM_DIR/logs (default /tmp/srptarget-vm), then the

@@ -55,6 +55,8 @@ daemon answers on the control socket; 4 (status) the daemon runs but serves noth
 		newValidateCommand(deps),
 		newLoginLineCommand(deps),
 		newDevicesCommand(deps),
+		newDMAgentCommand(deps),
+		newIBDiscoverCommand(),
 		newVersionCommand(),
 		newGenManCommand(),
 	)

@@ -752,6 +752,16 @@ if grep -q "dgid=<gid>,pkey=ffff,service_id=$sid\"" /tmp/login-line-ib.txt && gr
 else
 	record "login-line: ib listener" fail "$(tr '\n' ' ' </tmp/login-line-ib.txt | tail -c 300)"
 fi
+# The Device Management agent reads the umad devices (rxe0 has one) and finds no InfiniBand port.
+modprobe ib_umad
+timeout 20 "$BIN" dm-agent --config "$CONFIG" >/tmp/dm-agent.txt 2>&1
+drc=$?
+cat /tmp/dm-agent.txt
+if [ $drc = 1 ] && grep -q 'no InfiniBand port of the ib listeners has a umad device ([1-9][0-9]* umad ports on this host)' /tmp/dm-agent.txt; then
+	record "dm-agent: no InfiniBand port" pass "$(tail -1 /tmp/dm-agent.txt)"
+else
+	record "dm-agent: no InfiniBand port" fail "exit $drc: $(tr '\n' ' ' </tmp/dm-agent.txt | tail -c 300)"
+fi
 t=$(uptime_s)
 "$BIN" reload >/tmp/reload-ib.txt 2>&1
 rrc=$?
