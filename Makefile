@@ -104,7 +104,9 @@ e2e-alua:
 e2e-sbc:
 	GO="$(GO)" integration/vm/sbc.sh
 
-# demo: the same VM with configs/demo.yaml: login, lsblk, sg_inq, a short fio run.
+# demo: the same VM with configs/demo.yaml: login, lsblk, sg_inq, a short fio run; while it
+# runs status, sessions, luns, stats, reload --dry-run and /metrics; the initiator's counters
+# checked against fio's I/O counts; a reload preview that would lose the RAM disk's data.
 demo:
 	GO="$(GO)" integration/vm/demo.sh
 

@@ -43,7 +43,7 @@ func TestDemoConfig(t *testing.T) {
 		require.False(t, strings.HasPrefix(cfg.LUNs[1].Path, shared), cfg.LUNs[1].Path)
 	}
 	require.True(t, cfg.LUNs[1].Create)
-	require.Equal(t, []ACL{{Initiators: []string{"*"}, LUNs: []int{0, 1}}}, cfg.ACLs)
+	require.Equal(t, []ACL{{Name: "demo-hosts", PerInitiatorMetrics: true, Initiators: []string{"*"}, LUNs: []int{0, 1}}}, cfg.ACLs)
 }
 
 // yamlKeys returns every yaml key of the configuration's struct types.

@@ -221,13 +221,13 @@ sessions: 2, channels: 2, commands in flight: 0
 	ago := regexp.MustCompile(`\([0-9][^)]* ago\)`)
 	require.Equal(t, normalize(`initiator 0x0000000000000000000000000000aaaa from `+rwSrc.Addr().String()+`, admitted by acls[0] (initiators 0x0000000000000000000000000000aaaa), logged in 2026-01-01T00:00:00Z, 0 commands in flight
   LUNs: 0, 1
-  I/O: 2 commands, 0 bytes read, 0 bytes written, 1 errors, last active 2026-01-01T00:00:00Z (N ago)
-    LUN 0: 2 commands, 0 bytes read, 0 bytes written, 1 errors, last active 2026-01-01T00:00:00Z (N ago)
+  I/O: 2 commands, 0 bytes read, 0 bytes written, 1 error, last active 2026-01-01T00:00:00Z (N ago)
+    LUN 0: 2 commands, 0 bytes read, 0 bytes written, 1 error, last active 2026-01-01T00:00:00Z (N ago)
   channel 1: `+rwSrc.String()+`, QP 1, credits 128 (initiator holds 128), 0 commands in flight, logged in 2026-01-01T00:00:00Z
 initiator 0x0000000000000000000000000000bbbb from 198.51.100.7, admitted by acls[1] (sources 198.51.100.0/24, read-only), logged in 2026-01-01T00:00:00Z, 0 commands in flight
   LUNs: 0 (read-only), 1 (read-only)
-  I/O: 2 commands, 0 bytes read, 0 bytes written, 1 errors, last active 2026-01-01T00:00:00Z (N ago)
-    LUN 0: 2 commands, 0 bytes read, 0 bytes written, 1 errors, last active 2026-01-01T00:00:00Z (N ago)
+  I/O: 2 commands, 0 bytes read, 0 bytes written, 1 error, last active 2026-01-01T00:00:00Z (N ago)
+    LUN 0: 2 commands, 0 bytes read, 0 bytes written, 1 error, last active 2026-01-01T00:00:00Z (N ago)
   channel 1: `+ro.Conn().LocalAddr().String()+`, QP 1, credits 128 (initiator holds 128), 0 commands in flight, logged in 2026-01-01T00:00:00Z
 `), ago.ReplaceAllString(normalize(out), "(N ago)"))
 

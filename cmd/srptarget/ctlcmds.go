@@ -298,7 +298,11 @@ func lunsText(ls []lunInfo) string {
 		if l.ThinProvisioning {
 			flags = append(flags, "thin")
 		}
-		fmt.Fprintf(&b, "LUN %d: %s, %s, %d-byte blocks, serial %s", l.LUN, store, humanBytes(int64(l.Size)), l.BlockSize, l.Serial)
+		serial := l.Serial
+		if serial == "" {
+			serial = "from the first RDMA device's node GUID (none yet)"
+		}
+		fmt.Fprintf(&b, "LUN %d: %s, %s, %d-byte blocks, serial %s", l.LUN, store, humanBytes(int64(l.Size)), l.BlockSize, serial)
 		if len(flags) > 0 {
 			fmt.Fprintf(&b, ", %s", strings.Join(flags, ", "))
 		}

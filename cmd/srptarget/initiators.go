@@ -57,8 +57,8 @@ func ioText(c ioCounts, now time.Time) string {
 	if c.LastActive != nil {
 		last = fmt.Sprintf("last active %s (%s ago)", c.LastActive.Format(time.RFC3339), now.Sub(*c.LastActive).Round(time.Second))
 	}
-	return fmt.Sprintf("%d commands, %s read, %s written, %d errors, %s", c.Commands, humanBytes(int64(c.ReadBytes)),
-		humanBytes(int64(c.WrittenBytes)), c.Errors, last)
+	return fmt.Sprintf("%d %s, %s read, %s written, %d %s, %s", c.Commands, plural(int(c.Commands), "command"), humanBytes(int64(c.ReadBytes)),
+		humanBytes(int64(c.WrittenBytes)), c.Errors, plural(int(c.Errors), "error"), last)
 }
 
 // aclLabel names the ACL of the running configuration whose LUN map m is: its name or

@@ -76,7 +76,7 @@ func TestPerInitiatorStats(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "admitted by acls[0] db-hosts (initiators 0x0000000000000000000000000000aaaa)")
 	require.Contains(t, out, "  I/O: 14 commands, 48 KiB read, 32 KiB written, 2 errors, last active ")
-	require.Contains(t, out, "    LUN 1: 8 commands, 48 KiB read, 0 bytes written, 1 errors, last active ")
+	require.Contains(t, out, "    LUN 1: 8 commands, 48 KiB read, 0 bytes written, 1 error, last active ")
 
 	var ls []lunInfo
 	e.ctlJSON(&ls, "luns")
