@@ -145,6 +145,12 @@ bench-2host:
 	GO="$(GO)" integration/vm/bench-2host.sh $(BENCH_ARGS)
 bench-loopback:
 	GO="$(GO)" integration/vm/bench.sh $(BENCH_ARGS)
+# bench-uring: the file backstore's io_uring queue against fio's io_uring engine, 4 KiB random
+# reads at QD 32 on tmpfs and on ext4 in a loop-mounted file, pinned to one CPU (root; a few
+# minutes; integration/uring/bench.sh).
+.PHONY: bench-uring
+bench-uring:
+	GO="$(GO)" integration/uring/bench.sh
 bench-vm: bench-loopback
 
 # fuzz: each fuzz target for FUZZTIME (one at a time, as go test requires).
