@@ -99,6 +99,7 @@ func reservedBitsBases(lu *LogicalUnit, other [16]byte) map[string]cdbBase {
 			prep: [][2][]byte{{xcopyCDB(uint32(len(keptCopy))), keptCopy}}},
 		"RECEIVE COPY RESULTS OPERATING PARAMETERS": {cdb: copyResultsCDB(0x03, 0, 64), in: 64},
 		"WRITE ATOMIC(16)":                          {cdb: writeAtomicCDB(0, 80, 0, 2), out: zeros(2 * bs)},
+		"ORWRITE(16)":                               {cdb: cdb16(0x8B, 0, 90, 2), out: zeros(2 * bs)},
 		// Overwriting the medium with zeroes, one pass; erasing it (all zeroes after).
 		"SANITIZE OVERWRITE":         {cdb: sanitizeCDB(0x01, 5), out: []byte{0x01, 0, 0, 1, 0x00}},
 		"SANITIZE BLOCK ERASE":       {cdb: sanitizeCDB(0x02, 0)},

@@ -63,7 +63,7 @@ const opAllowedWhenInaccessible = opAllowedInStandby | opAllowedInUnavailable
 // LIO refuses every command whose data direction is DMA_TO_DEVICE on a read-only LUN mapping
 // (transport_lookup_cmd_lun, drivers/target/target_core_device.c). The data-out commands of
 // this package are the writes (WRITE, WRITE AND VERIFY, WRITE SAME, COMPARE AND WRITE, UNMAP,
-// WRITE ATOMIC), MODE SELECT(6)/(10), VERIFY with BYTCHK 01b or 11b, and EXTENDED COPY. All but
+// WRITE ATOMIC, ORWRITE), MODE SELECT(6)/(10), VERIFY with BYTCHK 01b or 11b, and EXTENDED COPY. All but
 // VERIFY and EXTENDED COPY are refused here, as in LIO. VERIFY is not: it only compares the
 // data-out buffer with the medium (SBC-3 VERIFY (10)), which changes nothing and tells the
 // initiator no more than READ does. EXTENDED COPY may copy out of a logical unit the initiator
@@ -98,7 +98,7 @@ type opInfo struct {
 
 // commandTable lists every supported command. It is put together from the SPC and SBC halves so
 // that each lives next to its handlers.
-var commandTable = buildCommandTable(spcCommands, sbcCommands, prCommands, copyCommands, atomicCommands, sanitizeCommands)
+var commandTable = buildCommandTable(spcCommands, sbcCommands, prCommands, copyCommands, atomicCommands, sanitizeCommands, orWriteCommands)
 
 // opEntry holds the commands of one operation code: one without service actions, or several.
 type opEntry struct {

@@ -124,7 +124,7 @@ func TestReportSupportedOpcodesAll(t *testing.T) {
 			// PORT GROUPS only with ALUA (not on testNexus's port), each once, in operation
 			// code then service action order.
 			want := len(spcCommands) + len(sbcCommands) + len(prCommands) + len(copyCommands) + len(atomicCommands) +
-				len(sanitizeCommands) - 1
+				len(sanitizeCommands) + len(orWriteCommands) - 1
 			if !thin {
 				want -= 2 // UNMAP, SANITIZE BLOCK ERASE
 			}

@@ -256,7 +256,7 @@ if grep -qi 'invalid field in cdb' <<<"$out"; then record "WRITE ATOMIC(16) with
 
 step "sg_opcodes lists the new commands"
 run sg_opcodes "$D0" | tee /tmp/opc.txt
-for op in 'Sanitize.*overwrite' 'Sanitize.*block erase' 'Write atomic\(16\)' 'Extended copy\(LID1\)' 'Receive copy status\(LID1\)' 'Receive copy operating parameters'; do
+for op in 'Orwrite\(16\)' 'Sanitize.*overwrite' 'Sanitize.*block erase' 'Write atomic\(16\)' 'Extended copy\(LID1\)' 'Receive copy status\(LID1\)' 'Receive copy operating parameters'; do
 	if grep -qiE "$op" /tmp/opc.txt; then record "sg_opcodes: $op" pass "$(grep -iE -m1 "$op" /tmp/opc.txt | sed 's/^ *//')"; else record "sg_opcodes: $op" fail "not listed"; fi
 done
 run sg_opcodes --opcode=0x83,0 "$D0" | tee /tmp/opc1.txt
@@ -322,7 +322,7 @@ for t in SCSI.ReceiveCopyResults SCSI.ExtendedCopy SCSI.WriteAtomic16 \
 	SCSI.Sanitize.Overwrite SCSI.Sanitize.BlockErase SCSI.Sanitize.ExitFailureMode \
 	SCSI.Sanitize.InvalidServiceAction SCSI.Sanitize.CryptoErase \
 	'SCSI.WriteSame10.[!U]*' SCSI.WriteSame10.Unmap SCSI.WriteSame10.UnmapUnaligned SCSI.WriteSame10.UnmapVPD \
-	SCSI.WriteSame16 SCSI.Unmap SCSI.ReadCapacity16 SCSI.ReportSupportedOpcodes SCSI.GetLBAStatus SCSI.Inquiry; do
+	SCSI.WriteSame16 SCSI.OrWrite SCSI.Unmap SCSI.ReadCapacity16 SCSI.ReportSupportedOpcodes SCSI.GetLBAStatus SCSI.Inquiry; do
 	echo "SRPTVM\$ iscsi-test-cu --dataloss --allow-sanitize --test=$t $G2"
 	out=/tmp/cu-$(tr -c 'A-Za-z0-9.' _ <<<"$t").txt
 	iscsi-test-cu --dataloss --allow-sanitize --test="$t" "$G2" >"$out" 2>&1
