@@ -92,8 +92,10 @@ wait_for 30 listening || fail "srptarget is not listening: $(tail -5 "$DLOG")"
 record "daemon listening" pass "pid $PID"
 
 step "login"
-# max_sect=4096: 2 MiB per command (ib_srp's default is 512 KiB), for libiscsi's 1 MiB transfers
-# through /dev/sg.
+# cmd_sg_entries=255 and max_sect=4096: SG_IO through /dev/sg maps its buffer into as many
+# segments as the host takes (ib_srp's default of 12 holds less than libiscsi's 1 MiB READ16),
+# and up to 2 MiB per command (the default is 512 KiB).
+modprobe sd_mod && modprobe sg && run modprobe ib_srp cmd_sg_entries=255 || fail "modprobe ib_srp"
 srp_login "id_ext=$ID_EXT,ioc_guid=$ID_EXT,dest=$RXE_IP4:$PORT,max_sect=4096" || fail "add_target failed"
 wait_for 60 disks_up 3 || fail "the three disks did not appear: $(srp_disks)"
 sleep 1
@@ -280,12 +282,15 @@ else
 	record "TEST UNIT READY while sanitizing: NOT READY, SANITIZE IN PROGRESS" fail "$out"
 fi
 run sg_requests --progress "$D1" | tee /tmp/prog1.txt
-sleep 1
 run sg_requests --progress "$D1" | tee /tmp/prog2.txt
 p1=$(sed -n 's/.*Progress indication: *\([0-9.]*\)%.*/\1/p' /tmp/prog1.txt | head -1)
 p2=$(sed -n 's/.*Progress indication: *\([0-9.]*\)%.*/\1/p' /tmp/prog2.txt | head -1)
+# The second may come after the end (the 31 passes take seconds under a busy TCG host, less
+# under an idle one): then REQUEST SENSE has no progress and the unit is ready.
 if [ -n "$p1" ] && [ -n "$p2" ] && awk -v a="$p1" -v b="$p2" 'BEGIN { exit !(b >= a) }'; then
 	record "sg_requests --progress while sanitizing" pass "$p1% then $p2%"
+elif [ -n "$p1" ] && [ -z "$p2" ] && sg_turs "$D1" >/dev/null 2>&1; then
+	record "sg_requests --progress while sanitizing" pass "$p1%, then done"
 else
 	record "sg_requests --progress while sanitizing" fail "'$p1' then '$p2': $(tr '\n' ' ' </tmp/prog1.txt /tmp/prog2.txt | cut -c1-200)"
 fi
