@@ -463,7 +463,7 @@ scsi_checks() {
 	run sg_vpd -p 0x00 "$dev" | tee $f
 	# one line per page, its sg_vpd abbreviation in brackets
 	got=$(grep -oE '\[[a-z0-9]+\]$' $f | tr -d '[]' | tr '\n' ' ')
-	want="sv sn di ei bl bdc "
+	want="sv sn di ei tpc bl bdc "
 	[ "$thin" = 1 ] && want="${want}lbpv "
 	check_eq "LUN $lun VPD 0x00" "${want% }" "${got% }"
 
