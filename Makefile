@@ -34,10 +34,12 @@ fmt-check:
 	@out=$$(gofmt -l $(GOFILES)); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-# vet twice with the rbd tag: the code with and without it.
+# vet twice with the rbd tag: the code with and without it; and the checks that run in the VM
+# (the vmguest tag), which go test on the host leaves out.
 vet:
 	$(GO) vet $(PKGS)
 	$(if $(GOTAGS),$(GO) vet $(GOTAGS) $(PKGS))
+	$(GO) vet -tags vmguest ./integration/vm/guest/checks
 
 unit:
 	$(GO) test $(GOTAGS) -race -count=1 $(PKGS)
@@ -267,7 +269,7 @@ monitoring-test:
 install-test:
 	MAKE="$(MAKE)" integration/install-test.sh
 
-# stress: the faults a SAN sees, in the VM, with the data checked (integration/vm/guest/stress.sh):
+# stress: the faults a SAN sees, in the VM, with the data checked (TestStress of integration/vm/guest/checks):
 # logout/login cycles and resets under I/O, 4/8 MiB commands, SIGKILL and restart, RDMA device
 # removal, refused-login storms, two initiator ports x 4 channels, an initiator that never takes
 # its responses (tools/srpflood) beside one that verifies. stress-quick: the subset CI runs on every

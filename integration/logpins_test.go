@@ -1,5 +1,6 @@
-// Package integration holds the end-to-end harness (shell scripts that boot a VM with the
-// kernel's SRP initiator) and this test, which keeps the harness honest about the daemon's log.
+// Package integration holds the end-to-end harness (scripts that boot a VM with the kernel's
+// SRP initiator, and the Go checks that run in it) and this test, which keeps the harness
+// honest about the daemon's log.
 package integration
 
 import (
@@ -14,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/srptarget/srptarget/integration/vm/guest/checks"
 )
 
 // logPin is one daemon log message that a VM check reads. The guest scripts find daemon
@@ -33,20 +36,9 @@ type logPin struct {
 
 var logPins = []logPin{
 	{script: "devwait.sh", text: "no RDMA device has the address of this listener yet"},
-	{script: "srptarget-e2e.sh", text: "login rejected"},
-	{script: "srptarget-e2e.sh", text: "no RDMA device has the address of this listener yet"},
-	{script: "srptarget-e2e.sh", text: "matches none of the"},
-	{script: "srptarget-e2e.sh", text: "login accepted"},
-	{script: "stress-lib.sh", text: "login accepted", exact: true},
-	{script: "stress-lib.sh", text: "channel closed", exact: true},
-	{script: "stress/devdel.sh", text: "channel closed"},
-	{script: "stress/devdel.sh", text: "listener failed"},
-	{script: "stress/hog.sh", text: "login accepted", exact: true},
-	{script: "stress/hog.sh", text: "RDMA stalled: "},
-	{script: "stress/reload.sh", text: "retired logical unit closed after its commands in progress finished", exact: true},
-	{script: "stress/reload.sh", text: "retired logical unit closed with commands still in progress"},
-	{script: "stress/reload.sh", text: "configuration error"},
-	{script: "stress/reload.sh", text: "reload failed"},
+	{script: "devwait.sh", text: "no RDMA device yet: waiting for one"},
+	{script: "devwait.sh", text: "the start failed once an RDMA device appeared"},
+	{script: "rbd-e2e.sh", text: "every backstore flushed and closed"},
 }
 
 func TestGuestScriptsReadLoggedMessages(t *testing.T) {
@@ -67,6 +59,26 @@ func TestGuestScriptsReadLoggedMessages(t *testing.T) {
 			require.True(t, found, "no string literal of the daemon's Go source %s %q, which %s reads from its log: "+
 				"the log line was reworded or removed; change the script with it",
 				map[bool]string{true: "equals", false: "contains"}[pin.exact], pin.text, pin.script)
+		})
+	}
+}
+
+// TestGuestChecksReadLoggedMessages holds the messages the Go checks read (checks.Messages) to
+// the daemon's source: each must begin one of its string literals.
+func TestGuestChecksReadLoggedMessages(t *testing.T) {
+	literals := daemonStringLiterals(t)
+	require.NotEmpty(t, checks.Messages)
+	for _, m := range checks.Messages {
+		t.Run(string(m), func(t *testing.T) {
+			found := false
+			for _, lit := range literals {
+				if strings.HasPrefix(lit, string(m)) {
+					found = true
+					break
+				}
+			}
+			require.True(t, found, "no string literal of the daemon's Go source begins with %q, which the guest checks read "+
+				"from its log: the log line was reworded or removed; change integration/vm/guest/checks/logmsg.go with it", m)
 		})
 	}
 }

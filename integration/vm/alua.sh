@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# alua.sh - host side of the ALUA check in the VM (guest/alua.sh): builds the
-# daemon and the image (which has multipath-tools and the dm-multipath and
-# scsi_dh_alua modules), boots the VM and prints the result table.
+# alua.sh - host side of the ALUA checks in the VM (TestALUA of
+# integration/vm/guest/checks): builds the daemon, the checks and the image (which
+# has multipath-tools and the dm-multipath and scsi_dh_alua modules), boots the VM
+# and prints the result table.
 #
 #   integration/vm/alua.sh [k=v ...]
 #
@@ -13,4 +14,4 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=host-lib.sh
 . "$HERE/host-lib.sh"
 host_init alua
-host_daemon_run alua 500 "$@"
+host_checks_run alua ALUA 500 "$@"

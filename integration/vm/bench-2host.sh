@@ -49,17 +49,11 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm}
-VMDIR=$SRPT_VM_DIR
-LOCK=${SRPT_BENCH_LOCK:-/tmp/srpt-vm-run.lock}
-TIMEOUT=${SRPT_VM_TIMEOUT:-3000}
-
-log() { printf '[bench-2host %s] %s\n' "$(date +%T)" "$*"; }
-die() { echo "bench-2host.sh: error: $*" >&2; exit "${2:-2}"; }
 # shellcheck source=host-lib.sh
 . "$HERE/host-lib.sh"
-host_root
+host_init bench-2host
+LOCK=${SRPT_BENCH_LOCK:-/tmp/srpt-vm-run.lock}
+TIMEOUT=${SRPT_VM_TIMEOUT:-3000}
 
 stamp=2host-$(date +%Y%m%d-%H%M%S)
 host_bench_prepare "$stamp"

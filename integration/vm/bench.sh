@@ -50,22 +50,13 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm}
-VMDIR=$SRPT_VM_DIR
+# shellcheck source=host-lib.sh
+. "$HERE/host-lib.sh"
+host_init bench
 PROFILE=${SRPT_BENCH_PROFILE:-1}
 LOCK=${SRPT_BENCH_LOCK:-/tmp/srpt-vm-run.lock}
 # The guest's arg() takes the first profile=, so this one wins.
 [ "$PROFILE" = 1 ] || set -- profile=0 "$@"
-
-T0US=${EPOCHREALTIME/./}
-elapsed() { local d=$(( (${EPOCHREALTIME/./} - T0US) / 1000 )); printf '%d.%01d' $((d / 1000)) $((d % 1000 / 100)); }
-log() { printf '[bench %6ss] %s\n' "$(elapsed)" "$*"; }
-die() { echo "bench.sh: error: $*" >&2; exit "${2:-2}"; }
-
-# shellcheck source=host-lib.sh
-. "$HERE/host-lib.sh"
-host_root
 
 # ------------------------------------------------------------------ packages, the daemon, the image
 # The guest profiles the daemon with its own `serve --cpuprofile`.

@@ -29,19 +29,15 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-VMDIR=${SRPT_VM_DIR:-/tmp/srptarget-vm}
+# shellcheck source=host-lib.sh
+. "$HERE/host-lib.sh"
+host_init build-image
 DEBS=$VMDIR/debs
 STAGE=$VMDIR/stage
 ROOT=$VMDIR/root
 OUT=$VMDIR/image
 ARCHDIR=x86_64-linux-gnu
 
-T0US=${EPOCHREALTIME/./}
-elapsed() { local d=$(( (${EPOCHREALTIME/./} - T0US) / 1000 )); printf '%d.%03d' $((d / 1000)) $((d % 1000)); }
-log() { printf '[build-image %7ss] %s\n' "$(elapsed)" "$*"; }
-die() { echo "build-image.sh: error: $*" >&2; exit 1; }
-
-[ "$(id -u)" = 0 ] || die "must run as root (apt-get, chroot)"
 [ "$(uname -m)" = x86_64 ] || die "x86-64 host required"
 if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
 	die "a Debian host (apt-get, dpkg-deb) is required"
@@ -140,12 +136,16 @@ DEBLIST=$(resolve_debs) || { apt_update; DEBLIST=$(resolve_debs); } ||
 [ -n "$DEBLIST" ] || die "empty guest package list"
 
 # ------------------------------------------------------------------ cache
-KEY=$({
-	echo "format 1"
-	echo "kernel $KPKG"
-	echo "$DEBLIST"
-	sha256sum "$HERE/build-image.sh" "$HERE/guest/init" | awk '{print $1}'
-} | sha256sum | awk '{print $1}')
+# image_key: the cache key of the resolved package list and the files that go into the image.
+image_key() {
+	{
+		echo "format 1"
+		echo "kernel $KPKG"
+		echo "$DEBLIST"
+		sha256sum "$HERE/build-image.sh" "$HERE/guest/init" | awk '{print $1}'
+	} | sha256sum | awk '{print $1}'
+}
+KEY=$(image_key)
 if [ -z "${SRPT_VM_REBUILD:-}" ] && [ -f "$OUT/key" ] && [ "$(cat "$OUT/key")" = "$KEY" ] &&
 	[ -s "$OUT/vmlinuz" ] && [ -s "$OUT/initramfs.cpio.gz" ]; then
 	log "image up to date (key ${KEY:0:12}): $OUT"
@@ -172,12 +172,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 		(cd "$DEBS" && apt-get download -q -o APT::Sandbox::User=root "${missing[@]}" >"$VMDIR/download.log" 2>&1) ||
 			{ cat "$VMDIR/download.log" >&2; die "apt-get download failed"; }
 		log "package list changed after apt-get update; the image key is recomputed"
-		KEY=$({
-			echo "format 1"
-			echo "kernel $KPKG"
-			echo "$DEBLIST"
-			sha256sum "$HERE/build-image.sh" "$HERE/guest/init" | awk '{print $1}'
-		} | sha256sum | awk '{print $1}')
+		KEY=$(image_key)
 	fi
 fi
 mapfile -t still < <(missing_debs)

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # e2e.sh - the end-to-end test of srptarget against the Linux SRP initiator, from
-# the host: build the daemon the way `make build` does, build (or reuse) the VM
-# image, boot the VM with guest/srptarget-e2e.sh, keep the serial log, the
-# result table and the daemon's log as files, print the table. `make e2e` runs it.
+# the host: build the daemon the way `make build` does and the guest checks
+# (integration/vm/guest/checks, TestE2E), build (or reuse) the VM image, boot the
+# VM with them, keep the serial log, the result table and the daemon's log as
+# files, print the table. `make e2e` runs it.
 #
-#   integration/vm/e2e.sh [k=v ...]      # k=v go to the guest script
+#   integration/vm/e2e.sh [k=v ...]      # k=v go to the checks (TestE2E's doc)
+#   integration/vm/e2e.sh run='TestE2E/LUN_0'   # one check (or group) again
 #
 # Needs: a Debian 12 x86-64 host, root, access to the Debian archive (the image
 # is built from Debian packages; build-image.sh installs qemu and the other host
@@ -36,20 +38,11 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm}
-VMDIR=$SRPT_VM_DIR
-SELFTEST=${SRPT_E2E_SELFTEST:-auto}
-VERBS=${SRPT_E2E_VERBS:-1}
-
-T0US=${EPOCHREALTIME/./}
-elapsed() { local d=$(( (${EPOCHREALTIME/./} - T0US) / 1000 )); printf '%d.%01d' $((d / 1000)) $((d % 1000 / 100)); }
-log() { printf '[e2e %6ss] %s\n' "$(elapsed)" "$*"; }
-die() { echo "e2e.sh: error: $*" >&2; exit "${2:-2}"; }
-
 # shellcheck source=host-lib.sh
 . "$HERE/host-lib.sh"
-host_root
+host_init e2e
+SELFTEST=${SRPT_E2E_SELFTEST:-auto}
+VERBS=${SRPT_E2E_VERBS:-1}
 mkdir -p "$VMDIR/bin" "$VMDIR/logs"
 
 # ------------------------------------------------------------------ build dependencies
@@ -57,20 +50,17 @@ mkdir -p "$VMDIR/bin" "$VMDIR/logs"
 # .ci/run installs these too.
 host_build_deps
 
-# ------------------------------------------------------------------ the daemon
+# ------------------------------------------------------------------ the daemon, the checks
 # Built exactly as the Makefile's build target builds bin/srptarget (cgo on, no
 # tags), into the work directory so that a developer's bin/ is left alone.
 BIN=$VMDIR/bin/srptarget
 log "go build -o $BIN ./cmd/srptarget"
-t=$(elapsed)
-host_build_cgo "$BIN" ./cmd/srptarget
-build_s=$(awk -v a="$t" -v b="$(elapsed)" 'BEGIN { printf "%.1f", b - a }')
-log "built $BIN ($(stat -c %s "$BIN") bytes) in ${build_s}s"
+builds() { host_build_cgo "$BIN" ./cmd/srptarget && host_checks_build; }
+host_timed build_s builds
+log "built $BIN ($(stat -c %s "$BIN") bytes) and $CHECKS_BIN in ${build_s}s"
 
 # ------------------------------------------------------------------ the image
-t=$(elapsed)
-"$HERE/build-image.sh"
-image_s=$(awk -v a="$t" -v b="$(elapsed)" 'BEGIN { printf "%.1f", b - a }')
+host_timed image_s "$HERE/build-image.sh"
 
 export SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-600}
 
@@ -91,31 +81,17 @@ fi
 LOG=$VMDIR/logs/e2e-$stamp.log
 RESULTS=${LOG%.log}.results
 DAEMON_LOG=${LOG%.log}.daemon.log
-log "VM run: guest/srptarget-e2e.sh $*"
-t=$(elapsed)
+log "VM run: TestE2E $*"
 rc=0
-SRPT_VM_FILES="$BIN:/usr/local/bin/srptarget" SRPT_VM_LOG="$LOG" \
-	"$HERE/run-vm.sh" "$HERE/guest/srptarget-e2e.sh" "$@" || rc=$?
-vm_s=$(awk -v a="$t" -v b="$(elapsed)" 'BEGIN { printf "%.1f", b - a }')
+vmrun() {
+	SRPT_VM_FILES="$BIN:/usr/local/bin/srptarget $CHECKS_FILES" SRPT_VM_LOG="$LOG" \
+		"$HERE/run-vm.sh" "$HERE/guest/checks.sh" test=E2E "$@" || rc=$?
+}
+host_timed vm_s vmrun "$@"
 
-# The daemon's lines ("srptarget[N]| ..." on the console) in a file of their own.
-sed -n 's/^\[ *[0-9.]*\] \(srptarget\[[0-9]*\]\)| /\1 /p' "$LOG" >"$DAEMON_LOG" || true
-for f in "$LOG" "$RESULTS" "$DAEMON_LOG"; do
-	[ -e "$f" ] && ln -sfn "$(basename "$f")" "$VMDIR/logs/e2e-latest${f#"${LOG%.log}"}"
-done
-
-if [ -s "$RESULTS" ]; then
-	pass=$(grep -c '^[^|]*|pass|' "$RESULTS" || true)
-	failn=$(grep -c '^[^|]*|fail|' "$RESULTS" || true)
-else
-	pass=0 failn=0
-fi
+host_keep_logs e2e "$LOG"
 echo
-echo "e2e: $pass checks passed, $failn failed; guest rc $rc"
-if [ "$failn" -gt 0 ]; then
-	echo "e2e: failed checks:"
-	grep '^[^|]*|fail|' "$RESULTS" | awk -F'|' '{ printf "  %s: %s\n", $1, substr($0, length($1) + length($2) + 3) }'
-fi
+host_summary e2e "$RESULTS" "$rc"
 echo "e2e: times: go build ${build_s}s, image ${image_s}s, VM ${vm_s}s, total $(elapsed)s"
 echo "e2e: serial log $LOG"
 echo "e2e: results    $RESULTS"
@@ -134,18 +110,9 @@ if [ "$VERBS" = 1 ]; then
 	log "VM run: guest/verbs-test.sh"
 	SRPT_VM_FILES="$VBIN:/usr/local/bin/verbs.test" SRPT_VM_LOG="$VLOG" \
 		"$HERE/run-vm.sh" "$HERE/guest/verbs-test.sh" || verbs_rc=$?
-	VRESULTS=${VLOG%.log}.results
-	vpass=0 vfail=0
-	if [ -s "$VRESULTS" ]; then
-		vpass=$(grep -c '^[^|]*|pass|' "$VRESULTS" || true)
-		vfail=$(grep -c '^[^|]*|fail|' "$VRESULTS" || true)
-	fi
-	echo "e2e: ib/verbs tests on soft-RoCE: $vpass checks passed, $vfail failed; guest rc $verbs_rc"
-	if [ "$vfail" -gt 0 ]; then
-		grep '^[^|]*|fail|' "$VRESULTS" | awk -F'|' '{ printf "  %s: %s\n", $1, substr($0, length($1) + length($2) + 3) }'
-	fi
+	host_summary "e2e: ib/verbs tests on soft-RoCE" "${VLOG%.log}.results" "$verbs_rc"
 	echo "e2e: verbs log  $VLOG"
-	if [ "$verbs_rc" = 0 ] && { [ "$vfail" -gt 0 ] || [ "$vpass" = 0 ]; }; then verbs_rc=1; fi
+	if [ "$verbs_rc" = 0 ] && { [ "$FAILED" -gt 0 ] || [ "$PASSED" = 0 ]; }; then verbs_rc=1; fi
 fi
 
 if [ "$rc" != 0 ] && [ "$SELFTEST" = auto ]; then

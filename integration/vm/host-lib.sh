@@ -1,12 +1,13 @@
 # shellcheck shell=bash
 # host-lib.sh - what the host scripts of the VM harness (e2e.sh, stress.sh, bench.sh,
 # bench-2host.sh, demo.sh, schedtrace.sh, pr.sh, alua.sh, e2e-rbd.sh, gateways.sh) share.
-# Sourced after the script has set HERE (integration/vm); then either host_init, or the
-# script sets REPO (the project's root) and defines its own log and die (die MESSAGE [STATUS]).
+# Sourced after the script has set HERE (integration/vm); then host_init.
 #
 #   host_init NAME [DIR]          the preamble of a host script: SRPT_VM_DIR exported (default
 #                                 DIR, else /tmp/srptarget-vm) and in VMDIR, REPO, log and die
-#                                 prefixed with NAME, host_root
+#                                 prefixed with NAME, elapsed (seconds since host_init, one
+#                                 decimal) and secs_since T (seconds from an elapsed T), host_root
+#   host_timed VAR CMD...         run CMD; its seconds (one decimal) in VAR
 #   host_root                     stop unless root (the image build and apt-get need it)
 #   host_build_deps [PKG ...]     install with apt-get what the cgo build needs (C compiler,
 #                                 pkg-config, libibverbs-dev, librdmacm-dev) and PKG ...,
@@ -19,6 +20,19 @@
 #                                 guest/NAME.sh in the VM with that binary as srptarget, for
 #                                 SECONDS (SRPT_VM_TIMEOUT wins); exec, so its status is
 #                                 run-vm.sh's
+#   host_checks_build             the guest checks (integration/vm/guest/checks: go test -c
+#                                 -tags vmguest, static) as $VMDIR/bin/checks.test; sets
+#                                 CHECKS_FILES for SRPT_VM_FILES
+#   host_checks_run NAME TEST SECONDS [K=V ...]  host_daemon_image $VMDIR/bin/srptarget-NAME and
+#                                 host_checks_build, then TestTEST of the checks in the VM with
+#                                 that binary as srptarget, for SECONDS (SRPT_VM_TIMEOUT wins),
+#                                 its console in $VMDIR/logs/NAME-<time>.log; exec, so its status
+#                                 is run-vm.sh's
+#   host_keep_logs NAME LOG       the daemon's lines of a console log (srptarget[N]| ...) into
+#                                 LOG's .daemon.log, and $VMDIR/logs/NAME-latest.* linked to
+#                                 LOG's files
+#   host_summary NAME RESULTS RC  "NAME: N checks passed, M failed; guest rc RC" and the failed
+#                                 rows of a result table; sets PASSED and FAILED
 #   host_vm_checks NAME GUEST [K=V ...]  GUEST (a guest script) in the VM, the files of
 #                                 SRPT_VM_FILES with it, its console in $VMDIR/logs/NAME-<time>.log;
 #                                 then the count of passed and failed checks, the result rows
@@ -48,10 +62,27 @@ host_init() {
 	export SRPT_VM_DIR=${SRPT_VM_DIR:-${2:-/tmp/srptarget-vm}}
 	VMDIR=$SRPT_VM_DIR
 	REPO=$(cd "$HERE/../.." && pwd)
-	# shellcheck disable=SC2317 # called by the script and by the functions below
-	log() { echo "$HOST_NAME: $*"; }
-	die() { echo "$HOST_NAME.sh: error: $*" >&2; exit "${2:-2}"; }
+	HOST_T0US=${EPOCHREALTIME/./}
 	host_root
+}
+
+# shellcheck disable=SC2317 # called by the scripts and by the functions below
+elapsed() {
+	local d=$(((${EPOCHREALTIME/./} - HOST_T0US) / 1000))
+	printf '%d.%01d' $((d / 1000)) $((d % 1000 / 100))
+}
+secs_since() { awk -v a="$1" -v b="$(elapsed)" 'BEGIN { printf "%.1f", b - a }'; }
+log() { printf '[%s %6ss] %s\n' "$HOST_NAME" "$(elapsed)" "$*"; }
+host_timed() {
+	local _var=$1 _t
+	shift
+	_t=$(elapsed)
+	"$@"
+	printf -v "$_var" '%s' "$(secs_since "$_t")"
+}
+die() {
+	echo "$HOST_NAME.sh: error: $1" >&2
+	exit "${2:-2}"
 }
 
 host_root() {
@@ -115,17 +146,53 @@ host_daemon_run() {
 		exec "$HERE/run-vm.sh" "$HERE/guest/$name.sh" "$@"
 }
 
+host_checks_build() {
+	CHECKS_BIN=$VMDIR/bin/checks.test
+	mkdir -p "$VMDIR/bin"
+	log "go test -c -tags vmguest -o $CHECKS_BIN ./integration/vm/guest/checks"
+	(cd "$REPO" && CGO_ENABLED=0 "$GO" test -c -tags vmguest -o "$CHECKS_BIN" ./integration/vm/guest/checks) ||
+		die "building the guest checks failed" 3
+	CHECKS_FILES="$CHECKS_BIN:/usr/local/bin/checks.test"
+}
+
+host_checks_run() {
+	local name=$1 test=$2 seconds=$3 bin=$VMDIR/bin/srptarget-$1
+	shift 3
+	host_daemon_image "$bin"
+	host_checks_build
+	SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-$seconds} SRPT_VM_FILES="$bin:/usr/local/bin/srptarget $CHECKS_FILES" \
+		SRPT_VM_LOG=${SRPT_VM_LOG:-$VMDIR/logs/$name-$(date +%Y%m%d-%H%M%S).log} \
+		exec "$HERE/run-vm.sh" "$HERE/guest/checks.sh" "test=$test" "$@"
+}
+
+host_keep_logs() {
+	local name=$1 log=$2 f
+	sed -n 's/^\[ *[0-9.]*\] \(srptarget\[[0-9]*\]\)| /\1 /p' "$log" >"${log%.log}.daemon.log" 2>/dev/null || true
+	for f in "$log" "${log%.log}.results" "${log%.log}.daemon.log"; do
+		[ -e "$f" ] && ln -sfn "$(basename "$f")" "$VMDIR/logs/$name-latest${f#"${log%.log}"}"
+	done
+	return 0
+}
+
+host_summary() {
+	local name=$1 results=$2 rc=$3
+	PASSED=$(grep -c '^[^|]*|pass|' "$results" 2>/dev/null || true)
+	FAILED=$(grep -c '^[^|]*|fail|' "$results" 2>/dev/null || true)
+	PASSED=${PASSED:-0} FAILED=${FAILED:-0}
+	echo "$name: $PASSED checks passed, $FAILED failed; guest rc $rc"
+	[ "$FAILED" = 0 ] && return 0
+	echo "$name: failed checks:"
+	grep '^[^|]*|fail|' "$results" | awk -F'|' '{ printf "  %s: %s\n", $1, substr($0, length($1) + length($2) + 3) }'
+}
+
 host_vm_checks() {
-	local name=$1 guest=$2 log results rc=0 pass failn
+	local name=$1 guest=$2 log results rc=0
 	shift 2
 	log=$VMDIR/logs/$name-$(date +%Y%m%d-%H%M%S).log
 	results=${log%.log}.results
 	SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-900} SRPT_VM_LOG="$log" "$HERE/run-vm.sh" "$guest" "$@" || rc=$?
-	pass=$(grep -c '^[^|]*|pass|' "$results" 2>/dev/null || true)
-	failn=$(grep -c '^[^|]*|fail|' "$results" 2>/dev/null || true)
-	echo "$name: ${pass:-0} checks passed, ${failn:-0} failed; guest rc $rc"
+	host_summary "$name" "$results" "$rc"
 	[ -z "${HOST_VM_SUMMARY:-}" ] || grep -E "$HOST_VM_SUMMARY" "$results" 2>/dev/null | sed 's/^/  /' || true
-	grep '^[^|]*|fail|' "$results" 2>/dev/null | sed 's/^/  /' || true
 	echo "$name: serial log $log"
 	exit "$rc"
 }

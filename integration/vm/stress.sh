@@ -5,18 +5,20 @@
 # device under live sessions, storms of refused logins, two initiator ports
 # with four channels each and their own LUN maps, an initiator that never
 # posts a receive and so holds the target's data buffers (tools/srpflood).
-# The scenarios and their bounds are described at the top of guest/stress.sh.
+# The scenarios and their bounds are described at TestStress
+# (integration/vm/guest/checks/stress_test.go), each scenario at its function.
 # `make stress` runs all of them, `make stress-quick` (quick=1) the subset CI
 # runs on every push.
 #
-#   integration/vm/stress.sh [quick=1] [k=v ...]     # k=v go to guest/stress.sh
-#   integration/vm/stress.sh only=hog                # one scenario (see guest/stress.sh)
+#   integration/vm/stress.sh [quick=1] [k=v ...]     # k=v go to TestStress
+#   integration/vm/stress.sh only=hog                # some scenarios (only=a,b)
+#   integration/vm/stress.sh run='TestStress/hog'    # the same, go test's -run
 #
 # Builds the daemon the way `make build` does (into $SRPT_VM_DIR/bin, not
-# bin/) and tools/srpflood next to it, builds (or reuses) the VM image, takes
+# bin/), tools/srpflood and the guest checks next to it, builds (or reuses) the VM image, takes
 # dm-mod, dm-multipath and dm-round-robin from the image's own kernel package
 # and dmsetup from Debian (`apt-get download`, the version of the image's
-# libdevmapper; cached), boots the VM with guest/stress.sh and prints the
+# libdevmapper; cached), boots the VM with TestStress and prints the
 # check table.
 #
 # Needs what e2e.sh needs: a Debian 12 x86-64 host, root, the Debian archive,
@@ -41,16 +43,6 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-export SRPT_VM_DIR=${SRPT_VM_DIR:-/tmp/srptarget-vm}
-VMDIR=$SRPT_VM_DIR
-
-T0US=${EPOCHREALTIME/./}
-elapsed() { local d=$(( (${EPOCHREALTIME/./} - T0US) / 1000 )); printf '%d.%01d' $((d / 1000)) $((d % 1000 / 100)); }
-log() { printf '[stress %6ss] %s\n' "$(elapsed)" "$*"; }
-die() { echo "stress.sh: error: $*" >&2; exit "${2:-2}"; }
-secs_since() { awk -v a="$1" -v b="$(elapsed)" 'BEGIN { printf "%.1f", b - a }'; }
-
 QUICK=0
 for a in "$@"; do
 	case $a in quick=1) QUICK=1 ;; esac
@@ -60,7 +52,7 @@ NAME=stress
 
 # shellcheck source=host-lib.sh
 . "$HERE/host-lib.sh"
-host_root
+host_init "$NAME"
 mkdir -p "$VMDIR/bin" "$VMDIR/logs" "$VMDIR/stress"
 
 # ------------------------------------------------------------------ build dependencies
@@ -69,19 +61,17 @@ host_build_deps
 # ------------------------------------------------------------------ the daemon
 BIN=$VMDIR/bin/srptarget-stress
 log "go build -o $BIN ./cmd/srptarget"
-t=$(elapsed)
-host_build_cgo "$BIN" ./cmd/srptarget
 # srpflood, the misbehaving initiator of the hog scenario (cgo, like the daemon: it uses
 # ib/verbs over the guest's rdma-core)
 FLOOD=$VMDIR/bin/srpflood
-host_build_cgo "$FLOOD" ./integration/vm/tools/srpflood
-build_s=$(secs_since "$t")
-log "built $BIN ($(stat -c %s "$BIN") bytes) and $FLOOD in ${build_s}s"
+builds() {
+	host_build_cgo "$BIN" ./cmd/srptarget && host_build_cgo "$FLOOD" ./integration/vm/tools/srpflood && host_checks_build
+}
+host_timed build_s builds
+log "built $BIN ($(stat -c %s "$BIN") bytes), $FLOOD and $CHECKS_BIN in ${build_s}s"
 
 # ------------------------------------------------------------------ the image
-t=$(elapsed)
-"$HERE/build-image.sh"
-image_s=$(secs_since "$t")
+host_timed image_s "$HERE/build-image.sh"
 
 # ------------------------------------------------------------------ dm-multipath for the cycles scenario
 # The image has no device mapper (not needed by the other tests): the modules
@@ -158,10 +148,8 @@ if [ $QUICK = 1 ]; then
 else
 	export SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-2400}
 fi
-FILES="$BIN:/usr/local/bin/srptarget $FLOOD:/usr/local/bin/srpflood $HERE/guest/stress-lib.sh:/lab/stress-lib.sh $DMFILES"
-# the scenarios, one file each, which guest/stress.sh sources from /lab/stress
-for f in "$HERE"/guest/stress/*.sh; do FILES+=" $f:/lab/stress/${f##*/}"; done
-runvm=("$HERE/run-vm.sh" "$HERE/guest/stress.sh" "$@")
+FILES="$BIN:/usr/local/bin/srptarget $FLOOD:/usr/local/bin/srpflood $CHECKS_FILES $DMFILES"
+runvm=("$HERE/run-vm.sh" "$HERE/guest/checks.sh" test=Stress "$@")
 if [ -n "${SRPT_VM_LOCK:-}" ]; then
 	log "waiting for $SRPT_VM_LOCK"
 	runvm=(flock "$SRPT_VM_LOCK" "${runvm[@]}")
@@ -170,28 +158,15 @@ if [ -n "${SRPT_VM_LOCK:-}" ]; then
 		export SRPT_VM_RUN_LOCK_HELD=1
 	fi
 fi
-log "VM run: guest/stress.sh $*"
+log "VM run: TestStress $*"
 t=$(elapsed)
 rc=0
 SRPT_VM_FILES="$FILES" SRPT_VM_LOG="$LOG" "${runvm[@]}" || rc=$?
 vm_s=$(secs_since "$t")
 
-sed -n 's/^\[ *[0-9.]*\] \(srptarget\[[0-9]*\]\)| /\1 /p' "$LOG" >"$DAEMON_LOG" 2>/dev/null || true
-for f in "$LOG" "$RESULTS" "$DAEMON_LOG"; do
-	[ -e "$f" ] && ln -sfn "$(basename "$f")" "$VMDIR/logs/$NAME-latest${f#"${LOG%.log}"}"
-done
-
-pass=0 failn=0
-if [ -s "$RESULTS" ]; then
-	pass=$(grep -c '^[^|]*|pass|' "$RESULTS" || true)
-	failn=$(grep -c '^[^|]*|fail|' "$RESULTS" || true)
-fi
+host_keep_logs "$NAME" "$LOG"
 echo
-echo "$NAME: $pass checks passed, $failn failed; guest rc $rc"
-if [ "$failn" -gt 0 ]; then
-	echo "$NAME: failed checks:"
-	grep '^[^|]*|fail|' "$RESULTS" | awk -F'|' '{ printf "  %s: %s\n", $1, substr($0, length($1) + length($2) + 3) }'
-fi
+host_summary "$NAME" "$RESULTS" "$rc"
 boot=$(sed -n 's/^\[ *\([0-9.]*\)\] SRPTVM: init reached.*/\1/p' "$LOG" | head -1)
 echo "$NAME: times: go build ${build_s}s, image ${image_s}s, dm files ${dm_s}s, VM ${vm_s}s (boot ${boot:-?}s), total $(elapsed)s"
 echo "$NAME: serial log $LOG"

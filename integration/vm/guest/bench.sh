@@ -139,12 +139,9 @@ dlabel() {
 	if [ "$ND" = 1 ]; then echo srptarget; else echo "srptarget ${D_NAME[$1]}"; fi
 }
 
-# daemon_alive I: daemon I runs (and is not a zombie); daemon_gone I: the opposite.
-daemon_alive() {
-	local pid=${D_PID[$1]:-}
-	[ -n "$pid" ] && [ -r "/proc/$pid/stat" ] && ! grep -qE '^[0-9]+ \(.*\) Z' "/proc/$pid/stat" 2>/dev/null
-}
-daemon_gone() { ! daemon_alive "$1"; }
+# running I: daemon I runs (lib.sh pid_alive); daemon_gone I: the opposite.
+running() { pid_alive "${D_PID[$1]:-}"; }
+daemon_gone() { ! running "$1"; }
 
 # daemons_ticks PID...: their CPU time (utime + stime, clock ticks) so far, summed.
 daemons_ticks() {
@@ -229,7 +226,7 @@ EOF
 	env "${genv[@]}" "$BIN" serve --config "${D_CONF[$i]}" "${profargs[@]}" >"${D_LOG[$i]}" 2>&1 &
 	D_PID[i]=$!
 done
-srpt_listening() { daemon_alive "$1" && cm_listening "${D_PORT[$1]}"; }
+srpt_listening() { running "$1" && cm_listening "${D_PORT[$1]}"; }
 for i in "${!D_NAME[@]}"; do
 	if wait_for 30 srpt_listening "$i"; then
 		record "$(dlabel "$i") listening" pass "completion ${D_ENTRY[$i]}, RDMA/CM port ${D_PORT[$i]} (pid ${D_PID[$i]})"
@@ -274,12 +271,23 @@ IDLE_WORST=0
 IDLE_WORST_AT=
 # block srpt ROUND CH I | block lio ROUND CH: log in to daemon I or to LIO with
 # ch_count=CH, run the jobs on its disk(s), log out, record one result row.
+# profile_stop I CH: daemon I stops its CPU profile (SIGUSR2), kept as the profile of ch_count CH.
+profile_stop() {
+	# The daemon writes FILE.tmp and renames it: FILE appears complete.
+	kill -USR2 "${D_PID[$1]}"
+	if wait_for 20 test -s "$PROF"; then
+		mv "$PROF" "/tmp/bench/srptarget.cpu.ch$2.pprof"
+	else
+		echo "SRPTVM: no profile written: $(grep -i 'CPU profile' "${D_LOG[$1]}")"
+	fi
+}
+
 block() {
 	local kind=$1 round=$2 ch=$3 i=${4:-} profiled=0 mark t got_ch nfail=0 errs lun l d what pid='' o others=() ot0 idle
 	if [ "$kind" = srpt ]; then
 		[ "$PROFILE" = 1 ] && [ "$i" = "$PROF_D" ] && [ "$round" = "$PROFILE_ROUND" ] && [[ " $PROFILE_CH " == *" $ch "* ]] && profiled=1
 		what="$(dlabel "$i") r$round ch$ch"
-		daemon_alive "$i" || fail "$(dlabel "$i") is not running any more: $(tail -3 "${D_LOG[$i]}")"
+		running "$i" || fail "$(dlabel "$i") is not running any more: $(tail -3 "${D_LOG[$i]}")"
 		pid=${D_PID[$i]}
 	else
 		what="LIO r$round ch$ch"
@@ -308,15 +316,7 @@ block() {
 			d=$(srp_disk_for_lun $l) || { nfail=$((nfail + 1)); continue; }
 			run_jobs "$round" "$ch" "srpt-$lun${D_SUFFIX[$i]}" "/dev/$d" "$pid" "$profiled" || nfail=$((nfail + $?))
 		done
-		if [ $profiled = 1 ]; then
-			# The daemon writes FILE.tmp and renames it: FILE appears complete.
-			kill -USR2 "$pid"
-			if wait_for 20 test -s "$PROF"; then
-				mv "$PROF" "/tmp/bench/srptarget.cpu.ch$ch.pprof"
-			else
-				echo "SRPTVM: no profile written: $(grep -i 'CPU profile' "${D_LOG[$i]}")"
-			fi
-		fi
+		[ $profiled = 1 ] && profile_stop "$i" "$ch"
 	else
 		d=$(srp_disks | head -1)
 		run_jobs "$round" "$ch" lio "/dev/$d" "" 0 || nfail=$?

@@ -34,7 +34,6 @@ show() {
 	"$@" 2>&1 | sed 's/^/DEMO|   /'
 	return "${PIPESTATUS[0]}"
 }
-daemon_alive() { [ -n "$PID" ] && [ -r "/proc/$PID/stat" ] && ! grep -qE '^[0-9]+ \(.*\) Z' "/proc/$PID/stat"; }
 
 dmesg -n 1
 [ -x "$BIN" ] || fail "no $BIN: integration/vm/demo.sh builds and passes it"
@@ -59,7 +58,7 @@ PID=$!
 tail -n +1 -f "$DLOG" 2>/dev/null | awk '{ print "DEMO|   srptarget: " $0; fflush() }' &
 TAILPID=$!
 port=$(awk '/port:/ {print $2; exit}' "$CONFIG")
-listening() { daemon_alive && cm_listening "$port"; }
+PORT=$port # lib.sh's listening
 if wait_for "$LISTEN_TIMEOUT" listening; then
 	record "srptarget listening" pass "port $port"
 else

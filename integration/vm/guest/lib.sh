@@ -18,6 +18,9 @@
 #   setup_rxe                 soft-RoCE rxe0 on dummy0 with IPv4 + IPv6 addresses
 #   gid_index RXE GID         index of GID in port 1's GID table
 #   cm_listening PORT         an RDMA/CM id is listening on PORT
+#   pid_alive PID             the process runs (a zombie counts as gone)
+#   daemon_alive              pid_alive $PID (the daemon the script started last)
+#   listening                 daemon_alive, and an RDMA/CM id listens on $PORT
 #   tcp_listening PORT        a TCP socket is listening on PORT
 #   srp_login OPTS            ib_srp add_target with OPTS (id_ext=...,dest=IP:PORT);
 #                             ib_srp parameters from the srp_params argument
@@ -228,6 +231,10 @@ show_gids() {
 cm_listening() {
 	rdma resource show cm_id 2>/dev/null | grep -E "state LISTEN .*src-addr [^ ]*:$1( |$)" >/dev/null
 }
+
+pid_alive() { [ -n "$1" ] && [ -r "/proc/$1/stat" ] && ! grep -qE '^[0-9]+ \(.*\) Z' "/proc/$1/stat" 2>/dev/null; }
+daemon_alive() { pid_alive "${PID:-}"; }
+listening() { daemon_alive && cm_listening "$PORT"; }
 
 # tcp_listening PORT: a TCP (v4 or v6) socket in LISTEN state on PORT.
 tcp_listening() {

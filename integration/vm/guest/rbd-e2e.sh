@@ -26,7 +26,6 @@ DLOG=/tmp/srptarget-rbd.log
 PID=
 
 # ------------------------------------------------------------------ cluster
-daemon_alive() { [ -n "$PID" ] && [ -r "/proc/$PID/stat" ] && ! grep -qE '^[0-9]+ \(.*\) Z' "/proc/$PID/stat" 2>/dev/null; }
 cleanup() {
 	daemon_alive && kill -TERM "$PID"
 	ceph_stop
@@ -66,7 +65,6 @@ step "srptarget serve"
 "$BIN" serve --config "$CONFIG" >"$DLOG" 2>&1 &
 PID=$!
 tail -n +1 -f "$DLOG" 2>/dev/null | awk '{ print "srptarget| " $0; fflush() }' &
-listening() { daemon_alive && cm_listening "$PORT"; }
 if wait_for 60 listening; then
 	record "srptarget listening" pass "pid $PID, RDMA/CM port $PORT, LUN 0: $(grep -m1 -o '"image": "[^"]*"' "$DLOG")"
 else

@@ -34,8 +34,6 @@ PID=
 MIB=64
 BLOCKS=$((MIB * 2048)) # 512-byte blocks
 
-daemon_alive() { [ -n "$PID" ] && [ -r "/proc/$PID/stat" ] && ! grep -qE '^[0-9]+ \(.*\) Z' "/proc/$PID/stat"; }
-listening() { daemon_alive && cm_listening "$PORT"; }
 disks_up() { [ "$(srp_disks | wc -l)" -ge "$1" ]; }
 
 # raw DEV ARGS...: sg_raw with its status and sense lines on one line, "exit N" first.

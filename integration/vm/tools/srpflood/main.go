@@ -1,5 +1,5 @@
 // Command srpflood is a misbehaving SRP initiator for the VM stress test (the "hog" scenario
-// of integration/vm/guest/stress.sh): it logs in to an SRP target over RDMA/CM as ib_srp
+// of TestStress, integration/vm/guest/checks): it logs in to an SRP target over RDMA/CM as ib_srp
 // does (SRP_LOGIN_REQ in the 56-byte RDMA/CM form as the REQ's private data, RNR retry count
 // 7), on -channels channels of one I_T nexus (MULTI-CHANNEL ACTION single, then multi),
 // posts no receive buffer, sends large READ(10) commands, with direct data-in descriptors
