@@ -40,6 +40,8 @@ type AsyncStore interface {
 	StartRead(q *Queue, p []byte, off int64, tag uint64) error
 	// StartWrite queues a write of all of p at off, durable before it completes with fua.
 	StartWrite(q *Queue, p []byte, off int64, fua bool, tag uint64) error
+	// StartFlush queues what Flush does: every write completed before it is made durable.
+	StartFlush(q *Queue, tag uint64) error
 }
 
 // Completion is a finished request: its tag and its error, nil when all of it was done.
@@ -67,6 +69,7 @@ type request struct {
 	start     int64  // the offset the request started at, for errors
 	fd        int
 	tag       uint64
+	kind      opKind
 	write     bool
 	fua       bool // RWF_DSYNC on each write
 	syncAfter bool // the kernel refused RWF_DSYNC: fdatasync when the data is written
@@ -149,6 +152,10 @@ func (q *Queue) complete(c uring.Completion) {
 	r := &q.reqs[i]
 	switch {
 	case r.syncing:
+		if c.Res == -int32(unix.EINTR) {
+			q.queueSync(i)
+			return
+		}
 		r.syncing = false
 		q.finish(i, c.Err())
 		return
@@ -210,11 +217,16 @@ func (q *Queue) queueSync(i int32) {
 	}
 }
 
-// finish ends request i: its store is released and its completion is ready to reap.
+// finish ends request i: its store is released and its completion is ready to reap. Its
+// error reads as ReadAt's, WriteAt's or Flush's would.
 func (q *Queue) finish(i int32, err error) {
 	r := &q.reqs[i]
-	if err != nil {
-		err = r.s.opError(opName(r.write), r.start, err)
+	switch {
+	case err == nil:
+	case r.kind == opFlush:
+		err = fmt.Errorf("backstore %s: flush: %w", r.s.path, err)
+	default:
+		err = r.s.opError(r.kind.String(), r.start, err)
 	}
 	r.s.mu.RUnlock()
 	q.ready = append(q.ready, Completion{Tag: r.tag, Err: err})
@@ -222,19 +234,53 @@ func (q *Queue) finish(i int32, err error) {
 	q.free = append(q.free, i)
 }
 
-// start queues a request of s; the store's checks are those of ReadAt and WriteAt.
-func (q *Queue) start(s *fdStore, p []byte, off int64, write, fua bool, tag uint64) error {
-	if !s.acquire() {
-		return s.opError(opName(write), off, ErrClosed)
+// opKind is what a request does.
+type opKind uint8
+
+const (
+	opRead opKind = iota
+	opWrite
+	opFlush
+)
+
+func (k opKind) String() string {
+	switch k {
+	case opWrite:
+		return "write"
+	case opFlush:
+		return "flush"
 	}
-	return q.startHeld(s, p, off, write, fua, tag)
+	return "read"
 }
 
 func opName(write bool) string {
 	if write {
-		return "write"
+		return opWrite.String()
 	}
-	return "read"
+	return opRead.String()
+}
+
+// tryAcquire is acquire for the goroutine that drives a queue: it never waits. Only Close
+// takes the store's lock exclusively, and it waits for the requests in flight, which only
+// that goroutine reaps: had the goroutine blocked in RLock behind Close's pending Lock, neither
+// could go on. A store being closed is closed for new requests.
+func (s *fdStore) tryAcquire() bool {
+	if !s.mu.TryRLock() {
+		return false
+	}
+	if s.closed {
+		s.mu.RUnlock()
+		return false
+	}
+	return true
+}
+
+// start queues a request of s; the store's checks are those of ReadAt and WriteAt.
+func (q *Queue) start(s *fdStore, p []byte, off int64, write, fua bool, tag uint64) error {
+	if !s.tryAcquire() {
+		return s.opError(opName(write), off, ErrClosed)
+	}
+	return q.startHeld(s, p, off, write, fua, tag)
 }
 
 // startHeld is start for a caller that holds s.mu shared (acquire), which the request keeps
@@ -259,7 +305,11 @@ func (q *Queue) startHeld(s *fdStore, p []byte, off int64, write, fua bool, tag 
 	}
 	i := q.free[len(q.free)-1]
 	q.free = q.free[:len(q.free)-1]
-	q.reqs[i] = request{s: s, p: p, off: off, start: off, fd: s.fdFor(p, off), tag: tag, write: write, fua: fua}
+	kind := opRead
+	if write {
+		kind = opWrite
+	}
+	q.reqs[i] = request{s: s, p: p, off: off, start: off, fd: s.fdFor(p, off), tag: tag, kind: kind, write: write, fua: fua}
 	if s.onIO != nil {
 		s.onIO(q.reqs[i].fd == s.dfd)
 	}
@@ -283,4 +333,29 @@ func (s *fdStore) StartRead(q *Queue, p []byte, off int64, tag uint64) error {
 // StartWrite queues a write of all of p at off (see AsyncStore).
 func (s *fdStore) StartWrite(q *Queue, p []byte, off int64, fua bool, tag uint64) error {
 	return q.start(s, p, off, true, fua, tag)
+}
+
+// StartFlush queues an fdatasync of the store's page-cache descriptor, as Flush does (see
+// AsyncStore).
+func (s *fdStore) StartFlush(q *Queue, tag uint64) error {
+	if !s.tryAcquire() {
+		return fmt.Errorf("backstore %s: flush: %w", s.path, ErrClosed)
+	}
+	if len(q.free) == 0 {
+		s.mu.RUnlock()
+		return fmt.Errorf("backstore %s: flush: %w", s.path, ErrQueueFull)
+	}
+	i := q.free[len(q.free)-1]
+	q.free = q.free[:len(q.free)-1]
+	q.reqs[i] = request{s: s, fd: s.fd, tag: tag, kind: opFlush, syncing: true}
+	if err := q.ring.Fdatasync(s.fd, uint64(i)); err != nil {
+		q.reqs[i] = request{}
+		q.free = append(q.free, i)
+		s.mu.RUnlock()
+		if errors.Is(err, uring.ErrFull) {
+			err = ErrQueueFull
+		}
+		return fmt.Errorf("backstore %s: flush: %w", s.path, err)
+	}
+	return nil
 }

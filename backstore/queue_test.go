@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -180,4 +181,57 @@ func TestQueueDirectRefused(t *testing.T) {
 	require.Equal(t, map[uint64]error{2: nil}, drain(t, q))
 	require.Equal(t, p, back)
 	require.Equal(t, []bool{true, true}, direct, "both started on the direct descriptor")
+}
+
+// TestQueueCloseInFlight: a store closed while one of its requests is in flight. Close waits
+// for the request, which only the queue's goroutine reaps; that goroutine, starting another
+// request of the store meanwhile, must get ErrClosed at once instead of waiting behind Close
+// (which would wait for it in turn: neither would ever go on).
+func TestQueueCloseInFlight(t *testing.T) {
+	q := newQueue(t, 4)
+	f, err := OpenFile(filepath.Join(t.TempDir(), "c.img"), FileOptions{Size: 1 << 20, Create: true})
+	require.NoError(t, err)
+	buf := alignedBuf(t, 8192)
+	require.NoError(t, f.StartRead(q, buf[:4096], 0, 1))
+	closed := make(chan error, 1)
+	go func() { closed <- f.Close() }()
+	// wait until Close waits for the lock: new shared holders are refused from then on
+	for f.mu.TryRLock() {
+		f.mu.RUnlock()
+		runtime.Gosched()
+	}
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) with a request in flight", err)
+	default:
+	}
+	require.ErrorIs(t, f.StartRead(q, buf[4096:], 4096, 2), ErrClosed)
+	require.ErrorIs(t, f.StartWrite(q, buf[4096:], 4096, false, 3), ErrClosed)
+	require.ErrorIs(t, f.StartFlush(q, 4), ErrClosed)
+	require.Equal(t, map[uint64]error{1: nil}, drain(t, q))
+	require.NoError(t, <-closed)
+}
+
+// TestQueueFlush: StartFlush makes the writes before it durable as Flush does, and fails as
+// Flush does on a closed store.
+func TestQueueFlush(t *testing.T) {
+	q := newQueue(t, 4)
+	path := filepath.Join(t.TempDir(), "f.img")
+	f, err := OpenFile(path, FileOptions{Size: 1 << 20, Create: true})
+	require.NoError(t, err)
+	buf := alignedBuf(t, 4096)
+	fillPattern(buf, 0, 3)
+	require.NoError(t, f.StartWrite(q, buf, 0, false, 1))
+	require.Equal(t, map[uint64]error{1: nil}, drain(t, q))
+	require.NoError(t, f.StartFlush(q, 2))
+	require.Equal(t, map[uint64]error{2: nil}, drain(t, q))
+	// the data is in the file (the flush itself cannot be observed without a power cut)
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, buf, got[:4096])
+	require.NoError(t, f.Close())
+	syncErr := f.Flush()
+	asyncErr := f.StartFlush(q, 3)
+	require.ErrorIs(t, asyncErr, ErrClosed)
+	require.Equal(t, syncErr.Error(), asyncErr.Error())
 }
