@@ -29,6 +29,9 @@ type Queue struct {
 	reqs  []request
 	free  []int32 // indexes of reqs not in use
 	ready []Completion
+	// failed are requests that Fail ended before they reached the kernel, delivered by the
+	// next Reap.
+	failed []int32
 }
 
 // AsyncStore is a store whose reads and writes a Queue can do: File and Block.
@@ -74,6 +77,7 @@ type request struct {
 	fua       bool // RWF_DSYNC on each write
 	syncAfter bool // the kernel refused RWF_DSYNC: fdatasync when the data is written
 	syncing   bool // the fdatasync is in flight
+	err       error // Fail's error, for a request without a store
 }
 
 // NewQueue sets up a queue for up to depth requests in flight (at most 4096). With
@@ -115,6 +119,20 @@ func (q *Queue) Close() error {
 	return q.ring.Close()
 }
 
+// Fail starts a request that ends with err, unchanged, without reaching the kernel: for a
+// store that wraps another and refuses a request itself (a fault injector). It is reaped like
+// any other, and takes a place in the queue until then.
+func (q *Queue) Fail(err error, tag uint64) error {
+	if len(q.free) == 0 {
+		return ErrQueueFull
+	}
+	i := q.free[len(q.free)-1]
+	q.free = q.free[:len(q.free)-1]
+	q.reqs[i] = request{tag: tag, err: err}
+	q.failed = append(q.failed, i)
+	return nil
+}
+
 // Submit hands every queued request to the kernel in one system call.
 func (q *Queue) Submit() error {
 	_, err := q.ring.Submit(0)
@@ -123,7 +141,7 @@ func (q *Queue) Submit() error {
 
 // Wait submits what is queued and blocks until a completion is there to reap.
 func (q *Queue) Wait() error {
-	if len(q.ready) > 0 {
+	if len(q.ready) > 0 || len(q.failed) > 0 {
 		return nil
 	}
 	return q.ring.Wait()
@@ -133,6 +151,10 @@ func (q *Queue) Wait() error {
 // request that needs more (a short transfer, a retry on the page cache) is queued again and
 // submitted before Reap returns.
 func (q *Queue) Reap(fn func(Completion)) int {
+	for _, i := range q.failed {
+		q.finish(i, q.reqs[i].err)
+	}
+	q.failed = q.failed[:0]
 	q.ring.Reap(q.complete)
 	if q.ring.Queued() > 0 {
 		_, _ = q.ring.Submit(0)
@@ -222,13 +244,15 @@ func (q *Queue) queueSync(i int32) {
 func (q *Queue) finish(i int32, err error) {
 	r := &q.reqs[i]
 	switch {
-	case err == nil:
+	case err == nil || r.s == nil:
 	case r.kind == opFlush:
 		err = fmt.Errorf("backstore %s: flush: %w", r.s.path, err)
 	default:
 		err = r.s.opError(r.kind.String(), r.start, err)
 	}
-	r.s.mu.RUnlock()
+	if r.s != nil {
+		r.s.mu.RUnlock()
+	}
 	q.ready = append(q.ready, Completion{Tag: r.tag, Err: err})
 	*r = request{}
 	q.free = append(q.free, i)

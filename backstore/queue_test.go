@@ -235,3 +235,21 @@ func TestQueueFlush(t *testing.T) {
 	require.ErrorIs(t, asyncErr, ErrClosed)
 	require.Equal(t, syncErr.Error(), asyncErr.Error())
 }
+
+// TestQueueFail: a request that a wrapping store fails itself is reaped with its error, takes
+// a place in the queue until then, and Wait does not block for it.
+func TestQueueFail(t *testing.T) {
+	q := newQueue(t, 2)
+	f, err := OpenFile(filepath.Join(t.TempDir(), "x.img"), FileOptions{Size: 1 << 20, Create: true})
+	require.NoError(t, err)
+	defer f.Close()
+	buf := alignedBuf(t, 4096)
+	require.NoError(t, q.Fail(unix.EIO, 7))
+	require.NoError(t, f.StartRead(q, buf, 0, 8))
+	require.Equal(t, 2, q.InFlight())
+	require.ErrorIs(t, q.Fail(unix.EIO, 9), ErrQueueFull)
+	require.NoError(t, q.Wait())
+	got := drain(t, q)
+	require.Equal(t, map[uint64]error{7: unix.EIO, 8: nil}, got)
+	require.Zero(t, q.InFlight())
+}

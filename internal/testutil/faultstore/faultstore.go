@@ -142,3 +142,39 @@ func (f *Faulty) WriteZeroes(off, length int64) error {
 	}
 	return f.Backstore.WriteZeroes(off, length)
 }
+
+// Async is Faulty over a store that a backstore.Queue drives (File, Block): StartRead,
+// StartWrite and StartFlush fail as ReadAt, WriteAt and Flush do, with the same errors,
+// through Queue.Fail; otherwise they are the wrapped store's.
+type Async struct {
+	*Faulty
+	inner backstore.AsyncStore
+}
+
+var _ backstore.AsyncStore = (*Async)(nil)
+
+// NewAsync wraps inner; until Inject is called it changes nothing.
+func NewAsync(inner backstore.AsyncStore) *Async {
+	return &Async{Faulty: New(inner), inner: inner}
+}
+
+func (a *Async) StartRead(q *backstore.Queue, p []byte, off int64, tag uint64) error {
+	if err := a.match(OpRead, off, int64(len(p))); err != nil {
+		return q.Fail(fmt.Errorf("backstore faulty: read at %d: %w", off, err), tag)
+	}
+	return a.inner.StartRead(q, p, off, tag)
+}
+
+func (a *Async) StartWrite(q *backstore.Queue, p []byte, off int64, fua bool, tag uint64) error {
+	if err := a.match(OpWrite, off, int64(len(p))); err != nil {
+		return q.Fail(fmt.Errorf("backstore faulty: write at %d: %w", off, err), tag)
+	}
+	return a.inner.StartWrite(q, p, off, fua, tag)
+}
+
+func (a *Async) StartFlush(q *backstore.Queue, tag uint64) error {
+	if err := a.match(OpFlush, 0, 0); err != nil {
+		return q.Fail(fmt.Errorf("backstore faulty: flush: %w", err), tag)
+	}
+	return a.inner.StartFlush(q, tag)
+}

@@ -117,3 +117,48 @@ func TestOpString(t *testing.T) {
 		require.Equal(t, c.want, c.op.String())
 	}
 }
+
+// TestAsync: the queue's requests fail as the synchronous calls do, with the same error, and
+// the others reach the file.
+func TestAsync(t *testing.T) {
+	const B = 4096
+	q, err := backstore.NewQueue(4, false)
+	if errors.Is(err, backstore.ErrAsyncUnsupported) {
+		t.Skipf("io_uring not available: %v", err)
+	}
+	require.NoError(t, err)
+	defer q.Close()
+	file, err := backstore.OpenFile(t.TempDir()+"/a.img", backstore.FileOptions{Size: 1 << 20, Create: true})
+	require.NoError(t, err)
+	a := NewAsync(file)
+	defer a.Close()
+	a.Inject(OpRead, 8*B, B, unix.EIO)
+	a.Inject(OpFlush, 0, 0, unix.ENOSPC)
+	reap := func() error {
+		require.NoError(t, q.Submit())
+		var got error
+		for n := 0; n == 0; {
+			n = q.Reap(func(c backstore.Completion) { got = c.Err })
+			if n == 0 {
+				require.NoError(t, q.Wait())
+			}
+		}
+		return got
+	}
+	p := testutil.Pattern(B, 3)
+	require.NoError(t, a.StartWrite(q, p, 8*B, false, 1))
+	require.NoError(t, reap())
+	back := make([]byte, B)
+	require.NoError(t, a.StartRead(q, back, 8*B, 2))
+	err = reap()
+	require.ErrorIs(t, err, unix.EIO)
+	require.Equal(t, a.ReadAt(back, 8*B).Error(), err.Error())
+	require.NoError(t, a.StartRead(q, back, 9*B, 3))
+	require.NoError(t, reap())
+	require.NoError(t, a.StartFlush(q, 4))
+	err = reap()
+	require.ErrorIs(t, err, unix.ENOSPC)
+	require.Equal(t, a.Flush().Error(), err.Error())
+	require.NoError(t, file.ReadAt(back, 8*B))
+	require.True(t, bytes.Equal(p, back))
+}
