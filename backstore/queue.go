@@ -74,9 +74,9 @@ type request struct {
 	tag       uint64
 	kind      opKind
 	write     bool
-	fua       bool // RWF_DSYNC on each write
-	syncAfter bool // the kernel refused RWF_DSYNC: fdatasync when the data is written
-	syncing   bool // the fdatasync is in flight
+	fua       bool  // RWF_DSYNC on each write
+	syncAfter bool  // the kernel refused RWF_DSYNC: fdatasync when the data is written
+	syncing   bool  // the fdatasync is in flight
 	err       error // Fail's error, for a request without a store
 }
 

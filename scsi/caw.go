@@ -37,10 +37,25 @@ var compareAndWriteZero = []cdbField{{1, cdbProtectMask}, {1, 0x04}, {1, 0x01},
 // reserved, bit 1 (FUA_NV) is obsolete and ignored. Bytes 10-12 are reserved. A NUMBER OF
 // LOGICAL BLOCKS of zero is not an error and does nothing.
 func compareAndWrite(lu *LogicalUnit, c *Command) {
+	w, ok := lu.compareAndWritePrep(c)
+	if !ok {
+		return
+	}
+	slot := lu.ranges.lock(w.lba, w.n, true)
+	defer lu.ranges.unlock(slot)
+	if lu.walkSync(c, &w); c.Status != StatusGood {
+		return
+	}
+	lu.compareAndWriteDone(c, w.lba, lu.bs.WriteAt(lu.compareAndWriteData(c), lu.byteOffset(w.lba), lu.compareAndWriteFUA(c)))
+}
+
+// compareAndWritePrep checks a COMPARE AND WRITE and describes the walk that compares the
+// first half of the data-out with the medium; false: c is complete (failed, or nothing to do).
+func (lu *LogicalUnit) compareAndWritePrep(c *Command) (verifyWalk, bool) {
 	const nolbOff = 13
 	cdb := c.CDB
 	if c.failOn(checkZeroFields(cdb, compareAndWriteZero)) {
-		return
+		return verifyWalk{}, false
 	}
 	lba := binary.BigEndian.Uint64(cdb[2:])
 	n := uint64(cdb[nolbOff])
@@ -48,41 +63,34 @@ func compareAndWrite(lu *LogicalUnit, c *Command) {
 	c.TransferLength = int(2 * half)
 	if n > uint64(lu.maxCompareAndWriteBlocks()) {
 		c.invalidCDBField(nolbOff, -1)
-		return
+		return verifyWalk{}, false
 	}
 	if !lu.lbaInRange(lba, n) {
 		c.fail(ReasonLBAOutOfRange)
-		return
+		return verifyWalk{}, false
 	}
 	if uint64(len(c.DataOut)) != 2*half {
 		c.fail(ReasonInvalidFieldInCommandIU)
-		return
+		return verifyWalk{}, false
 	}
 	if n == 0 {
-		return
+		return verifyWalk{}, false
 	}
+	return verifyWalk{lba: lba, n: n, mode: bytchkCompare, data: c.DataOut[:half]}, true
+}
 
-	slot := lu.ranges.lock(lba, n, true)
-	defer lu.ranges.unlock(slot)
-	scratch := getScratch()
-	defer putScratch(scratch)
-	chunk := uint64(scratchSize)
-	verify, data := c.DataOut[:half], c.DataOut[half:]
-	for done := uint64(0); done < half; {
-		k := min(half-done, chunk)
-		p := scratch[:k]
-		cur := lba + done>>lu.blockShift
-		if err := lu.bs.ReadAt(p, lu.byteOffset(cur)); err != nil {
-			c.ioError(err, true, cur)
-			return
-		}
-		if i := firstDifference(p, verify[done:done+k]); i >= 0 {
-			c.miscompare(done + uint64(i))
-			return
-		}
-		done += k
-	}
-	if err := lu.bs.WriteAt(data, lu.byteOffset(lba), lu.writeFUA(cdb[1]&cdbFUA != 0)); err != nil {
+// compareAndWriteData is the second half of the data-out: what is written when the first
+// half compared equal.
+func (lu *LogicalUnit) compareAndWriteData(c *Command) []byte { return c.DataOut[len(c.DataOut)/2:] }
+
+// compareAndWriteFUA is the fua of the write.
+func (lu *LogicalUnit) compareAndWriteFUA(c *Command) bool {
+	return lu.writeFUA(c.CDB[1]&cdbFUA != 0)
+}
+
+// compareAndWriteDone takes the answer to the write.
+func (lu *LogicalUnit) compareAndWriteDone(c *Command, lba uint64, err error) {
+	if err != nil {
 		c.ioError(err, false, lba)
 	}
 }

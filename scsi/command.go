@@ -80,6 +80,7 @@ type Command struct {
 	prev     *Command
 	next     *Command
 	wake     chan struct{}
+	io       asyncIO // the asynchronous course (async.go)
 }
 
 // Reset clears the results and internal state so that a pooled Command can be reused. It keeps

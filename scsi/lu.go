@@ -147,6 +147,8 @@ type LogicalUnit struct {
 	copies        copyRegistry // EXTENDED COPY operations (copyresults.go)
 
 	nonBlocking bool // the backstore never waits for I/O (backstore.NonBlocking)
+	// async is the backstore when a backstore.Queue can drive it (async.go), else nil.
+	async backstore.AsyncStore
 
 	// Commands holding the logical unit (Hold), and its retirement (Retire): a reload that
 	// removes or replaces it closes the backstore only once they are done.
@@ -210,6 +212,7 @@ func NewLogicalUnit(cfg Config) (*LogicalUnit, error) {
 	if nb, ok := cfg.Backstore.(backstore.NonBlocking); ok {
 		lu.nonBlocking = nb.NonBlocking()
 	}
+	lu.async, _ = cfg.Backstore.(backstore.AsyncStore)
 	lu.blockSize = cfg.Backstore.LogicalBlockSize()
 	for 1<<lu.blockShift < lu.blockSize {
 		lu.blockShift++
@@ -393,11 +396,39 @@ func (lu *LogicalUnit) PendingUA(n *Nexus) Reason { return lu.nexus(n).ua.peek()
 // Execute runs c on the logical unit and returns when it is complete or aborted. It is called by
 // LUNMap.Execute, which resolves the LUN and sets the mapping's read-only flag.
 func (lu *LogicalUnit) Execute(c *Command) {
+	op := lu.admit(c)
+	if op == nil {
+		return
+	}
+	lu.enterAndRun(c, op)
+}
+
+// enterAndRun waits in the task set until c may run, runs it and leaves.
+func (lu *LogicalUnit) enterAndRun(c *Command, op *opInfo) {
+	if !lu.tasks.enter(c) {
+		c.taskAborted()
+		return
+	}
+	op.run(lu, c)
+	lu.tasks.leave(c)
+}
+
+// taskAborted ends a command that task management aborted before it ran.
+func (c *Command) taskAborted() {
+	c.Status = StatusTaskAborted
+	c.SenseLength, c.DataInLength = 0, 0
+}
+
+// admit makes the checks every command passes before it may enter the task set, in their
+// order (SAM-5, SPC-4): unit attentions, the CDB's operation code and length, a sanitize in
+// progress, the CONTROL byte, the port's access state, reservations, write protection. It
+// returns the command's description, or nil when c is complete (failed) already.
+func (lu *LogicalUnit) admit(c *Command) *opInfo {
 	c.lu = lu
 	c.Status = StatusGood
 	if len(c.CDB) == 0 {
 		c.fail(ReasonInvalidFieldInCommandIU)
-		return
+		return nil
 	}
 	op := lookupCommand(c.CDB)
 
@@ -406,32 +437,32 @@ func (lu *LogicalUnit) Execute(c *Command) {
 	if op == nil || op.flags&opReportsNoUA == 0 {
 		if r := lu.takeUA(c.Nexus); r != ReasonNone {
 			c.fail(r)
-			return
+			return nil
 		}
 	}
 	if op == nil {
 		c.unsupported()
-		return
+		return nil
 	}
 	if len(c.CDB) < op.cdbLength {
 		c.fail(ReasonInvalidFieldInCommandIU)
-		return
+		return nil
 	}
 	// A sanitize operation in progress, or one that failed, leaves only INQUIRY, REPORT LUNS
 	// and REQUEST SENSE (SBC-4 4.32.1; SANITIZE itself after a failure).
 	if op.flags&opReportsNoUA == 0 {
 		if r, info := lu.sanitizeBlocked(); r != ReasonNone && !(r == ReasonSanitizeCommandFailed && op.opcode == opSanitize) {
 			c.failInfo(r, info)
-			return
+			return nil
 		}
 	}
 	// The CONTROL byte, the same for every command: no ACA, no linked commands.
 	if c.failOn(checkControl(c.CDB, op.cdbLength-1)) {
-		return
+		return nil
 	}
 	if c.Attr == TaskACA {
 		c.fail(ReasonInvalidFieldInCommandIU)
-		return
+		return nil
 	}
 	// Then the asymmetric access state of the port the command came through (SPC-4
 	// 5.15.2.4): a standby, unavailable or transitioning port runs only the few commands an
@@ -439,25 +470,18 @@ func (lu *LogicalUnit) Execute(c *Command) {
 	if st, ok := c.accessState(); ok && !st.allows(op.flags) {
 		r, _ := st.notAccessible()
 		c.fail(r)
-		return
+		return nil
 	}
 	// Then reservations: a logical unit without registrations or SPC-2 reservation pays one atomic load here.
 	if s := lu.pr.state.Load(); s.active && s.conflicts(c.Nexus.id(), op, c.CDB) {
 		c.reservationConflict()
-		return
+		return nil
 	}
 	if op.flags&opWriteProtected != 0 && lu.writeProtected(c) {
 		c.fail(ReasonWriteProtected)
-		return
+		return nil
 	}
-
-	if !lu.tasks.enter(c) {
-		c.Status = StatusTaskAborted
-		c.SenseLength, c.DataInLength = 0, 0
-		return
-	}
-	op.run(lu, c)
-	lu.tasks.leave(c)
+	return op
 }
 
 // invalidOpcode answers a CDB whose operation code is not supported: ILLEGAL REQUEST, INVALID

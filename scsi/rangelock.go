@@ -74,6 +74,32 @@ func (rl *rangeLock) lock(lba, n uint64, exclusive bool) int {
 	return slot
 }
 
+// tryLock is lock for a caller that must not wait: it takes the range only when that needs no
+// waiting, and otherwise takes nothing and returns -1.
+func (rl *rangeLock) tryLock(lba, n uint64, exclusive bool) int {
+	rl.once.Do(rl.init)
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	slot := rl.claimLocked()
+	if slot < 0 {
+		return -1
+	}
+	rl.slots[slot] = lockedRange{start: lba, end: lba + n, exclusive: exclusive}
+	if !exclusive && rl.exclusive == 0 {
+		return slot
+	}
+	rl.slots[slot].pending = true
+	if rl.conflictLocked(slot) {
+		rl.used[slot/64] &^= 1 << (slot % 64)
+		return -1
+	}
+	rl.slots[slot].pending = false
+	if exclusive {
+		rl.exclusive++
+	}
+	return slot
+}
+
 // unlock releases the range of slot and wakes the requests that wait.
 func (rl *rangeLock) unlock(slot int) {
 	rl.mu.Lock()

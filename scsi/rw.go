@@ -112,16 +112,27 @@ func checkDataOut(dataOut []byte, bytes uint64) fault {
 // it gets the whole blocks that fit, and the transport reports the overflow (TransferLength stays
 // the full transfer).
 func (lu *LogicalUnit) readBlocks(c *Command, lba uint64, n uint32, lengthOff int) {
-	bytes := lu.blockBytes(uint64(n))
-	c.TransferLength = clampInt(bytes)
-	if c.failOn(lu.checkTransfer(lba, uint64(n), bytes, lengthOff)) {
-		return
-	}
-	fit := min(bytes, uint64(len(c.DataIn))) &^ uint64(lu.blockSize-1)
+	fit := lu.readPrep(c, lba, n, lengthOff)
 	if fit == 0 {
 		return
 	}
-	if err := lu.bs.ReadAt(c.DataIn[:fit], lu.byteOffset(lba)); err != nil {
+	lu.readDone(c, lba, fit, lu.bs.ReadAt(c.DataIn[:fit], lu.byteOffset(lba)))
+}
+
+// readPrep is what a read does before the backstore: the checks, and the bytes to read, 0 when
+// there is nothing to read (c is complete).
+func (lu *LogicalUnit) readPrep(c *Command, lba uint64, n uint32, lengthOff int) uint64 {
+	bytes := lu.blockBytes(uint64(n))
+	c.TransferLength = clampInt(bytes)
+	if c.failOn(lu.checkTransfer(lba, uint64(n), bytes, lengthOff)) {
+		return 0
+	}
+	return min(bytes, uint64(len(c.DataIn))) &^ uint64(lu.blockSize-1)
+}
+
+// readDone ends a read of fit bytes from lba with the backstore's answer.
+func (lu *LogicalUnit) readDone(c *Command, lba, fit uint64, err error) {
+	if err != nil {
 		c.ioError(err, true, lba)
 		return
 	}
@@ -131,21 +142,41 @@ func (lu *LogicalUnit) readBlocks(c *Command, lba uint64, n uint32, lengthOff in
 // writeBlocks writes n blocks from c.DataOut at lba. The data-out buffer must hold exactly the
 // transfer (checkDataOut).
 func (lu *LogicalUnit) writeBlocks(c *Command, lba uint64, n uint32, fua bool, lengthOff int) {
-	bytes := lu.blockBytes(uint64(n))
-	c.TransferLength = clampInt(bytes)
-	if c.failOn(lu.checkTransfer(lba, uint64(n), bytes, lengthOff)) {
-		return
-	}
-	if c.failOn(checkDataOut(c.DataOut, bytes)) {
-		return
-	}
-	if n == 0 {
+	if !lu.writePrep(c, lba, n, lengthOff) {
 		return
 	}
 	slot := lu.ranges.lock(lba, uint64(n), false)
 	err := lu.bs.WriteAt(c.DataOut, lu.byteOffset(lba), lu.writeFUA(fua))
 	lu.ranges.unlock(slot)
+	lu.writeDone(c, lba, err)
+}
+
+// writePrep is what a write does before the backstore: the checks. It reports whether there
+// is something to write (false: c is complete).
+func (lu *LogicalUnit) writePrep(c *Command, lba uint64, n uint32, lengthOff int) bool {
+	bytes := lu.blockBytes(uint64(n))
+	c.TransferLength = clampInt(bytes)
+	if c.failOn(lu.checkTransfer(lba, uint64(n), bytes, lengthOff)) {
+		return false
+	}
+	if c.failOn(checkDataOut(c.DataOut, bytes)) {
+		return false
+	}
+	return n != 0
+}
+
+// writeDone ends a write at lba with the backstore's answer.
+func (lu *LogicalUnit) writeDone(c *Command, lba uint64, err error) {
 	if err != nil {
 		c.ioError(err, false, lba)
 	}
+}
+
+// decodeRW decodes READ or WRITE, any of their CDB lengths.
+func decodeRW(cdb []byte) (blockCDB, fault) {
+	if cdb[0] == opRead6 || cdb[0] == opWrite6 {
+		lba, n, f := decode6(cdb)
+		return blockCDB{lba: lba, blocks: n, lengthOff: 4}, f
+	}
+	return decodeReadWrite(cdb)
 }

@@ -61,6 +61,35 @@ func (ts *taskSet) enter(c *Command) bool {
 	return !c.aborted.Load() || c.running
 }
 
+// tryEnter is enter for a caller that must not wait: when c's attribute lets it run now it
+// joins the set, running, and entered is true; otherwise it stays out of the set, and the
+// caller hands it to a goroutine that may wait in enter. aborted reports that task management
+// aborted c already.
+func (ts *taskSet) tryEnter(c *Command) (entered, aborted bool) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if c.aborted.Load() {
+		return false, true
+	}
+	switch c.Attr {
+	case TaskHeadOfQueue:
+		ts.pushFront(c)
+	case TaskOrdered:
+		if ts.head != nil {
+			return false, false
+		}
+		ts.ordered++
+		ts.pushBack(c)
+	default:
+		if ts.ordered != 0 {
+			return false, false
+		}
+		ts.pushBack(c)
+	}
+	c.queued, c.running = true, true
+	return true, false
+}
+
 // leave removes a command that ran from the set and starts those it held back.
 func (ts *taskSet) leave(c *Command) {
 	ts.mu.Lock()

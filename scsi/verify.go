@@ -45,17 +45,27 @@ var verifyByte1Zero = newByte1Fields(
 )
 
 func (lu *LogicalUnit) verifyN(c *Command) {
-	if c.failOn(verifyByte1Zero.check(c.CDB)) {
+	w, ok := lu.verifyPrep(c)
+	if !ok {
 		return
+	}
+	lu.walkSync(c, &w)
+}
+
+// verifyPrep checks a VERIFY and describes its walk; false: c is complete (failed, or nothing
+// to verify).
+func (lu *LogicalUnit) verifyPrep(c *Command) (verifyWalk, bool) {
+	if c.failOn(verifyByte1Zero.check(c.CDB)) {
+		return verifyWalk{}, false
 	}
 	bytchk := c.CDB[1] >> 1 & 0x3
 	if bytchk == 2 {
 		c.invalidCDBField(1, 2)
-		return
+		return verifyWalk{}, false
 	}
 	b, f := decodeBlockCDB(c.CDB)
 	if c.failOn(f) {
-		return
+		return verifyWalk{}, false
 	}
 	var out uint64 // data-out bytes
 	switch bytchk {
@@ -68,15 +78,15 @@ func (lu *LogicalUnit) verifyN(c *Command) {
 	}
 	c.TransferLength = clampInt(out)
 	if c.failOn(lu.checkTransfer(b.lba, uint64(b.blocks), out, b.lengthOff)) {
-		return
+		return verifyWalk{}, false
 	}
 	if c.failOn(checkDataOut(c.DataOut, out)) {
-		return
+		return verifyWalk{}, false
 	}
 	if b.blocks == 0 {
-		return
+		return verifyWalk{}, false
 	}
-	lu.verifyRange(c, b.lba, uint64(b.blocks), bytchk, c.DataOut)
+	return verifyWalk{lba: b.lba, n: uint64(b.blocks), mode: bytchk, data: c.DataOut, probe: true, abortable: true}, true
 }
 
 // writeAndVerify10, writeAndVerify12 and writeAndVerify16 are WRITE AND VERIFY(10/12/16): the data is written through
@@ -97,89 +107,148 @@ var writeAndVerifyByte1Zero = newByte1Fields(
 )
 
 func (lu *LogicalUnit) writeAndVerifyN(c *Command) {
-	if c.failOn(writeAndVerifyByte1Zero.check(c.CDB)) {
+	w, ok := lu.writeAndVerifyPrep(c)
+	if !ok {
 		return
+	}
+	slot := lu.ranges.lock(w.lba, w.n, false)
+	defer lu.ranges.unlock(slot)
+	if lu.writeAndVerifyWritten(c, &w, lu.bs.WriteAt(c.DataOut, lu.byteOffset(w.lba), true)) {
+		lu.walkSync(c, &w)
+	}
+}
+
+// writeAndVerifyPrep checks a WRITE AND VERIFY and describes the walk that follows its write;
+// false: c is complete (failed, or nothing to write).
+func (lu *LogicalUnit) writeAndVerifyPrep(c *Command) (verifyWalk, bool) {
+	if c.failOn(writeAndVerifyByte1Zero.check(c.CDB)) {
+		return verifyWalk{}, false
 	}
 	compare := c.CDB[1]&0x02 != 0
 	b, f := decodeBlockCDB(c.CDB)
 	if c.failOn(f) {
-		return
+		return verifyWalk{}, false
 	}
 	total := lu.blockBytes(uint64(b.blocks))
 	c.TransferLength = clampInt(total)
 	if c.failOn(lu.checkTransfer(b.lba, uint64(b.blocks), total, b.lengthOff)) {
-		return
+		return verifyWalk{}, false
 	}
 	if c.failOn(checkDataOut(c.DataOut, total)) {
-		return
+		return verifyWalk{}, false
 	}
 	if b.blocks == 0 {
-		return
-	}
-	n := uint64(b.blocks)
-	slot := lu.ranges.lock(b.lba, n, false)
-	defer lu.ranges.unlock(slot)
-	if err := lu.bs.WriteAt(c.DataOut, lu.byteOffset(b.lba), true); err != nil {
-		c.ioError(err, false, b.lba)
-		return
+		return verifyWalk{}, false
 	}
 	mode := byte(bytchkMedium)
 	if compare {
 		mode = bytchkCompare
 	}
-	lu.verifyRange(c, b.lba, n, mode, c.DataOut)
+	return verifyWalk{lba: b.lba, n: uint64(b.blocks), mode: mode, data: c.DataOut, probe: true, abortable: true}, true
 }
 
-// verifyRange reads the n blocks from lba through a scratch buffer and, depending on mode,
-// compares them with data (bytchkCompare: data holds the whole range; bytchkOneBlock: data is
-// one block). A block that cannot be read ends the command with MEDIUM ERROR and that block's
-// LBA in INFORMATION; a difference with MISCOMPARE DURING VERIFY OPERATION and the offset of the
-// first differing byte. A command aborted meanwhile stops at the next chunk.
-func (lu *LogicalUnit) verifyRange(c *Command, lba, n uint64, mode byte, data []byte) {
-	scratch := getScratch()
-	defer putScratch(scratch)
-	chunk := uint64(scratchSize) >> lu.blockShift
-	bs := uint64(lu.blockSize)
-	for done := uint64(0); done < n; {
-		if c.aborted.Load() {
-			return
-		}
-		k := min(n-done, chunk)
-		p := scratch[:k*bs]
-		cur := lba + done
-		if err := lu.bs.ReadAt(p, lu.byteOffset(cur)); err != nil {
-			c.ioError(err, true, lu.firstUnreadable(p, cur, k))
-			return
-		}
-		switch mode {
-		case bytchkCompare:
-			if i := firstDifference(p, data[done*bs:(done+k)*bs]); i >= 0 {
-				c.miscompare(done*bs + uint64(i))
-				return
-			}
-		case bytchkOneBlock:
-			for j := uint64(0); j < k; j++ {
-				if i := firstDifference(p[j*bs:(j+1)*bs], data); i >= 0 {
-					c.miscompare((done+j)*bs + uint64(i))
-					return
-				}
-			}
-		}
-		done += k
+// writeAndVerifyWritten takes the answer to WRITE AND VERIFY's write (the data forced to stable
+// storage) and reports whether the verification follows.
+func (lu *LogicalUnit) writeAndVerifyWritten(c *Command, w *verifyWalk, err error) bool {
+	if err != nil {
+		c.ioError(err, false, w.lba)
+		return false
 	}
+	return true
 }
 
-// firstUnreadable finds the first of the k blocks from lba that fails to read, one block at a
-// time into p, so that the sense data names the bad block rather than the start of the chunk.
-// It returns lba when every block reads on the second try.
-func (lu *LogicalUnit) firstUnreadable(p []byte, lba, k uint64) uint64 {
+// verifyWalk reads n blocks from lba through a scratch buffer, a chunk at a time, and
+// depending on mode compares them with data (bytchkCompare: data holds the whole range;
+// bytchkOneBlock: data is one block). A chunk that cannot be read ends the command with MEDIUM
+// ERROR and, with probe, the LBA of the first of its blocks that fails when read alone in
+// INFORMATION (the chunk's first LBA without probe, or when each block reads alone); a
+// difference ends it with MISCOMPARE DURING VERIFY OPERATION and the offset of the first
+// differing byte. With abortable a command aborted meanwhile stops at the next chunk.
+//
+// The walk is a state machine (walkNext, walkRead) so that the synchronous path (walkSync) and
+// the asynchronous one (async.go) take the same steps and answer alike.
+type verifyWalk struct {
+	lba, n    uint64
+	mode      byte
+	data      []byte
+	probe     bool
+	abortable bool
+
+	scratch *[scratchSize]byte
+	done    uint64 // blocks verified
+	k       uint64 // blocks of the chunk being read
+	probing bool   // reading the chunk's blocks one by one after it failed
+	j       uint64 // the block being probed
+	err     error  // the chunk's error
+}
+
+// walkNext returns the next read the walk wants, into the scratch buffer, and the LBA it
+// starts at; ok is false when the walk is over.
+func (lu *LogicalUnit) walkNext(c *Command, w *verifyWalk) (p []byte, lba uint64, ok bool) {
 	bs := uint64(lu.blockSize)
-	for j := uint64(0); j < k; j++ {
-		if lu.bs.ReadAt(p[:bs], lu.byteOffset(lba+j)) != nil {
-			return lba + j
+	if w.probing {
+		return w.scratch[:bs], w.lba + w.done + w.j, true
+	}
+	if w.done >= w.n || (w.abortable && c.aborted.Load()) {
+		return nil, 0, false
+	}
+	w.k = min(w.n-w.done, uint64(scratchSize)>>lu.blockShift)
+	return w.scratch[:w.k*bs], w.lba + w.done, true
+}
+
+// walkRead takes the answer to the read walkNext asked for and reports whether the walk is
+// over: c has failed, or every block is verified.
+func (lu *LogicalUnit) walkRead(c *Command, w *verifyWalk, err error) (over bool) {
+	bs := uint64(lu.blockSize)
+	cur := w.lba + w.done
+	if w.probing {
+		if err != nil {
+			c.ioError(w.err, true, cur+w.j)
+			return true
+		}
+		if w.j++; w.j == w.k {
+			c.ioError(w.err, true, cur)
+			return true
+		}
+		return false
+	}
+	if err != nil {
+		if !w.probe {
+			c.ioError(err, true, cur)
+			return true
+		}
+		w.probing, w.j, w.err = true, 0, err
+		return false
+	}
+	p := w.scratch[:w.k*bs]
+	switch w.mode {
+	case bytchkCompare:
+		if i := firstDifference(p, w.data[w.done*bs:(w.done+w.k)*bs]); i >= 0 {
+			c.miscompare(w.done*bs + uint64(i))
+			return true
+		}
+	case bytchkOneBlock:
+		for j := uint64(0); j < w.k; j++ {
+			if i := firstDifference(p[j*bs:(j+1)*bs], w.data); i >= 0 {
+				c.miscompare((w.done+j)*bs + uint64(i))
+				return true
+			}
 		}
 	}
-	return lba
+	w.done += w.k
+	return w.done >= w.n
+}
+
+// walkSync walks w to its end with the backstore's blocking reads.
+func (lu *LogicalUnit) walkSync(c *Command, w *verifyWalk) {
+	w.scratch = getScratch()
+	defer func() { putScratch(w.scratch); w.scratch = nil }()
+	for {
+		p, lba, ok := lu.walkNext(c, w)
+		if !ok || lu.walkRead(c, w, lu.bs.ReadAt(p, lu.byteOffset(lba))) {
+			return
+		}
+	}
 }
 
 // firstDifference returns the index of the first byte where a and b (of equal length) differ,
