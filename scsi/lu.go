@@ -208,6 +208,7 @@ func NewLogicalUnit(cfg Config) (*LogicalUnit, error) {
 	if lu.pr == nil {
 		lu.pr = NewReservations(nil)
 	}
+	lu.pr.attach(lu)
 	lu.idle = make(chan struct{})
 	if nb, ok := cfg.Backstore.(backstore.NonBlocking); ok {
 		lu.nonBlocking = nb.NonBlocking()
@@ -473,9 +474,16 @@ func (lu *LogicalUnit) admit(c *Command) *opInfo {
 		return nil
 	}
 	// Then reservations: a logical unit without registrations or SPC-2 reservation pays one atomic load here.
-	if s := lu.pr.state.Load(); s.active && s.conflicts(c.Nexus.id(), op, c.CDB) {
-		c.reservationConflict()
-		return nil
+	if s := lu.pr.state.Load(); s.active {
+		if s.stale && !Unavailable.allows(op.flags) {
+			// Shared reservations not known current: as if the port were unavailable (prshare.go).
+			c.fail(ReasonLUNotAccessibleTargetPortUnavailable)
+			return nil
+		}
+		if s.conflicts(c.Nexus.id(), op, c.CDB) {
+			c.reservationConflict()
+			return nil
+		}
 	}
 	if op.flags&opWriteProtected != 0 && lu.writeProtected(c) {
 		c.fail(ReasonWriteProtected)

@@ -100,6 +100,9 @@ type prState struct {
 	aptpl      bool  // ACTIVATE PERSIST THROUGH POWER LOSS of the last registration
 	// spc2 is the I_T nexus holding an SPC-2 reservation (RESERVE(6)/(10)), if any.
 	spc2 *ITNexusID
+	// stale is set while shared reservations cannot be known current (SetFresh): commands
+	// that a reservation could conflict with fail instead (prshare.go).
+	stale bool
 }
 
 // clone returns a copy of s whose registrations may be changed.
@@ -164,7 +167,7 @@ func (s *prState) settle() {
 	if len(s.regs) == 0 {
 		s.resType = 0
 	}
-	s.active = len(s.regs) > 0 || s.spc2 != nil
+	s.active = len(s.regs) > 0 || s.spc2 != nil || s.stale
 }
 
 // conflicts reports whether command op from the I_T nexus id must end in RESERVATION CONFLICT
@@ -217,6 +220,15 @@ type Reservations struct {
 	// persist saves the state whenever APTPL is in force, with nil data to remove what it
 	// saved; nil when the logical unit cannot persist (PTPL_C is then 0).
 	persist func(data []byte) error
+	// store, when not nil, keeps the state for several device servers (prshare.go): version
+	// is the stored version the state is, events the unit attentions and aborts of the last
+	// changes as stored with it. Both are guarded by mu.
+	store   PRStore
+	version uint64
+	events  []prEvent
+	// lu is the logical unit that the changes other device servers make reach (the newest
+	// one using these reservations).
+	lu atomic.Pointer[LogicalUnit]
 }
 
 // NewReservations makes empty reservations. persist, when not nil, is called with the
@@ -248,36 +260,20 @@ func (r *Reservations) Registrations() (regs []PRRegistration, resType uint8, ge
 	return slices.Clone(s.regs), s.resType, s.generation
 }
 
-// commit publishes s, persisting it first when APTPL is (or was) in force. It returns false when
-// persisting failed: the old state stays in force.
-func (r *Reservations) commit(old, s *prState) bool {
-	s.settle()
-	if r.persist != nil && (s.aptpl || old.aptpl) {
-		var data []byte
-		if s.aptpl {
-			data = marshalPRState(s)
-		}
-		if err := r.persist(data); err != nil {
-			return false
-		}
-	}
-	r.state.Store(s)
-	return true
-}
-
 // dropSPC2 drops the SPC-2 reservation when the I_T nexus id holds it (or any, for a nil
 // id): a reset or the loss of the holder's nexus releases it (SPC-2 5.5.1).
 func (r *Reservations) dropSPC2(id *ITNexusID) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	old := r.state.Load()
-	if old.spc2 == nil || id != nil && *old.spc2 != *id {
-		return
+	var from ITNexusID
+	if id != nil {
+		from = *id
 	}
-	s := old.clone()
-	s.spc2 = nil
-	s.settle()
-	r.state.Store(s) // the SPC-2 reservation is never persisted
+	r.publish(r.change(from, false, func(s *prState, _ *prEffects) bool {
+		if s.spc2 == nil || id != nil && *s.spc2 != *id {
+			return false
+		}
+		s.spc2 = nil
+		return true
+	}))
 }
 
 // SRP TransportID (SPC-4 7.6.4.5): FORMAT CODE 00b, PROTOCOL IDENTIFIER 4h, then the 16-byte
@@ -380,7 +376,7 @@ func (r *Reservations) capabilities(s *prState) []byte {
 	// CRH: RESERVE and RELEASE follow SPC-4 5.13.3 in the presence of persistent
 	// reservations. SIP_C: SPEC_I_PT. ATP_C: ALL_TG_PT.
 	d[2] = 0x10 | 0x08 | 0x04
-	if r.persist != nil {
+	if r.persistable() {
 		d[2] |= 0x01 // PTPL_C
 	}
 	// TMV: the type mask is valid. ALLOW COMMANDS 001b: TEST UNIT READY is allowed from

@@ -239,7 +239,22 @@ func TestPRNoReservationNoConflict(t *testing.T) {
 // registered non-holder (B) and an unregistered nexus (C) under every reservation type, and
 // checks the status, the reservation and keys that result, and the unit attention every nexus
 // sees (SPC-4 5.13.7-5.13.11).
-func TestPROutStateMachine(t *testing.T) {
+func TestPROutStateMachine(t *testing.T) { testPROutStateMachine(t, onePRGateway) }
+
+// prTopology makes the logical unit(s) of a reservations test, A and B registered (keys 0xA
+// and 0xB) and A holding a reservation of typ unless it is 0, and returns the three I_T
+// nexuses and the LUN map each sends its commands to.
+type prTopology func(t *testing.T, typ byte) (a, b, c *Nexus, m func(*Nexus) *LUNMap)
+
+// onePRGateway is the single device server of prMap.
+func onePRGateway(t *testing.T, typ byte) (a, b, c *Nexus, m func(*Nexus) *LUNMap) {
+	_, lm := prMap(t, typ, nil)
+	return prNexusA, prNexusB, prNexusC, func(*Nexus) *LUNMap { return lm }
+}
+
+// testPROutStateMachine runs every service action from each kind of I_T nexus under each
+// reservation type, through topology.
+func testPROutStateMachine(t *testing.T, topology prTopology) {
 	type result struct {
 		status   Status
 		reason   Reason // for CHECK CONDITION
@@ -250,6 +265,7 @@ func TestPROutStateMachine(t *testing.T) {
 		genDelta uint32
 	}
 	none := ReasonNone
+	A, B, C, _ := topology(t, 0) // the nexuses, for the rows; each row makes its own units
 	for _, typ := range prTypes {
 		ar := prAllRegistrants(typ)
 		ro := typ == PRTypeWriteExclusiveRegistrantsOnly || typ == PRTypeExclusiveAccessRegistrantsOnly
@@ -278,16 +294,16 @@ func TestPROutStateMachine(t *testing.T) {
 			params []byte
 			want   result
 		}{
-			{"REGISTER from unregistered", prNexusC, prOutRegister, 0, prParams(0, keyC, 0),
+			{"REGISTER from unregistered", C, prOutRegister, 0, prParams(0, keyC, 0),
 				with(same, func(r *result) { r.keys = []uint64{keyA, keyB, keyC}; r.genDelta = 1 })},
-			{"REGISTER from unregistered with a key", prNexusC, prOutRegister, 0, prParams(5, keyC, 0), conflict},
-			{"REGISTER from unregistered with service action key 0", prNexusC, prOutRegister, 0, prParams(0, 0, 0), same},
-			{"REGISTER with the wrong key", prNexusB, prOutRegister, 0, prParams(keyA, 0x77, 0), conflict},
-			{"REGISTER changes the key", prNexusB, prOutRegister, 0, prParams(keyB, 0x77, 0),
+			{"REGISTER from unregistered with a key", C, prOutRegister, 0, prParams(5, keyC, 0), conflict},
+			{"REGISTER from unregistered with service action key 0", C, prOutRegister, 0, prParams(0, 0, 0), same},
+			{"REGISTER with the wrong key", B, prOutRegister, 0, prParams(keyA, 0x77, 0), conflict},
+			{"REGISTER changes the key", B, prOutRegister, 0, prParams(keyB, 0x77, 0),
 				with(same, func(r *result) { r.keys = []uint64{keyA, 0x77}; r.genDelta = 1 })},
-			{"REGISTER AND IGNORE EXISTING KEY", prNexusB, prOutRegisterAndIgnore, 0, prParams(0x99, 0x77, 0),
+			{"REGISTER AND IGNORE EXISTING KEY", B, prOutRegisterAndIgnore, 0, prParams(0x99, 0x77, 0),
 				with(same, func(r *result) { r.keys = []uint64{keyA, 0x77}; r.genDelta = 1 })},
-			{"holder unregisters", prNexusA, prOutRegister, 0, prParams(keyA, 0, 0),
+			{"holder unregisters", A, prOutRegister, 0, prParams(keyA, 0, 0),
 				with(same, func(r *result) {
 					r.keys, r.genDelta = []uint64{keyB}, 1
 					if !ar {
@@ -297,36 +313,36 @@ func TestPROutStateMachine(t *testing.T) {
 						r.ua[1] = ReasonReservationsReleased
 					}
 				})},
-			{"RESERVE again from the holder", prNexusA, prOutReserve, typ, prParams(keyA, 0, 0), same},
-			{"RESERVE another type from the holder", prNexusA, prOutReserve, otherType, prParams(keyA, 0, 0), conflict},
-			{"RESERVE from a registrant", prNexusB, prOutReserve, typ, prParams(keyB, 0, 0),
+			{"RESERVE again from the holder", A, prOutReserve, typ, prParams(keyA, 0, 0), same},
+			{"RESERVE another type from the holder", A, prOutReserve, otherType, prParams(keyA, 0, 0), conflict},
+			{"RESERVE from a registrant", B, prOutReserve, typ, prParams(keyB, 0, 0),
 				func() result {
 					if ar {
 						return same // every registrant holds it already
 					}
 					return conflict
 				}()},
-			{"RESERVE from unregistered", prNexusC, prOutReserve, typ, prParams(0, 0, 0), conflict},
-			{"RESERVE with the wrong key", prNexusA, prOutReserve, typ, prParams(keyB, 0, 0), conflict},
-			{"RELEASE from the holder", prNexusA, prOutRelease, typ, prParams(keyA, 0, 0),
+			{"RESERVE from unregistered", C, prOutReserve, typ, prParams(0, 0, 0), conflict},
+			{"RESERVE with the wrong key", A, prOutReserve, typ, prParams(keyB, 0, 0), conflict},
+			{"RELEASE from the holder", A, prOutRelease, typ, prParams(keyA, 0, 0),
 				with(same, func(r *result) { r.resKey, r.resType = 0, 0; r.ua[1] = releasedUA })},
-			{"RELEASE of another type", prNexusA, prOutRelease, otherType, prParams(keyA, 0, 0),
+			{"RELEASE of another type", A, prOutRelease, otherType, prParams(keyA, 0, 0),
 				with(same, func(r *result) {
 					r.status, r.reason = StatusCheckCondition, ReasonInvalidReleaseOfPersistentReservation
 				})},
-			{"RELEASE from a registrant", prNexusB, prOutRelease, typ, prParams(keyB, 0, 0),
+			{"RELEASE from a registrant", B, prOutRelease, typ, prParams(keyB, 0, 0),
 				func() result {
 					if ar { // B holds it too: releasing ends it for everyone
 						return with(same, func(r *result) { r.resKey, r.resType = 0, 0; r.ua[0] = ReasonReservationsReleased })
 					}
 					return same
 				}()},
-			{"RELEASE from unregistered", prNexusC, prOutRelease, typ, prParams(0, 0, 0), conflict},
-			{"CLEAR from a registrant", prNexusB, prOutClear, 0, prParams(keyB, 0, 0),
+			{"RELEASE from unregistered", C, prOutRelease, typ, prParams(0, 0, 0), conflict},
+			{"CLEAR from a registrant", B, prOutClear, 0, prParams(keyB, 0, 0),
 				result{status: StatusGood, genDelta: 1, ua: [3]Reason{ReasonReservationsPreempted, none, none}}},
-			{"CLEAR from unregistered", prNexusC, prOutClear, 0, prParams(0, 0, 0), conflict},
-			{"CLEAR with the wrong key", prNexusB, prOutClear, 0, prParams(keyA, 0, 0), conflict},
-			{"PREEMPT the holder's key", prNexusB, prOutPreempt, typ, prParams(keyB, keyA, 0),
+			{"CLEAR from unregistered", C, prOutClear, 0, prParams(0, 0, 0), conflict},
+			{"CLEAR with the wrong key", B, prOutClear, 0, prParams(keyA, 0, 0), conflict},
+			{"PREEMPT the holder's key", B, prOutPreempt, typ, prParams(keyB, keyA, 0),
 				with(same, func(r *result) {
 					r.keys, r.genDelta = []uint64{keyB}, 1
 					r.ua[0] = ReasonRegistrationsPreempted
@@ -334,7 +350,7 @@ func TestPROutStateMachine(t *testing.T) {
 						r.resKey = keyB // B now holds it
 					}
 				})},
-			{"PREEMPT key 0", prNexusB, prOutPreempt, typ, prParams(keyB, 0, 0),
+			{"PREEMPT key 0", B, prOutPreempt, typ, prParams(keyB, 0, 0),
 				func() result {
 					if ar { // all registrants: every other registration goes, B holds it
 						return with(same, func(r *result) {
@@ -344,9 +360,9 @@ func TestPROutStateMachine(t *testing.T) {
 					}
 					return with(same, func(r *result) { r.status, r.reason = StatusCheckCondition, ReasonInvalidFieldInParameterList })
 				}()},
-			{"PREEMPT a key nobody has", prNexusB, prOutPreempt, typ, prParams(keyB, 0x55, 0), conflict},
-			{"PREEMPT from unregistered", prNexusC, prOutPreempt, typ, prParams(0, keyA, 0), conflict},
-			{"PREEMPT AND ABORT the holder's key", prNexusB, prOutPreemptAndAbort, typ, prParams(keyB, keyA, 0),
+			{"PREEMPT a key nobody has", B, prOutPreempt, typ, prParams(keyB, 0x55, 0), conflict},
+			{"PREEMPT from unregistered", C, prOutPreempt, typ, prParams(0, keyA, 0), conflict},
+			{"PREEMPT AND ABORT the holder's key", B, prOutPreemptAndAbort, typ, prParams(keyB, keyA, 0),
 				with(same, func(r *result) {
 					r.keys, r.genDelta = []uint64{keyB}, 1
 					r.ua[0] = ReasonRegistrationsPreempted
@@ -354,33 +370,33 @@ func TestPROutStateMachine(t *testing.T) {
 						r.resKey = keyB
 					}
 				})},
-			{"PREEMPT AND ABORT from unregistered", prNexusC, prOutPreemptAndAbort, typ, prParams(0, keyA, 0), conflict},
-			{"holder PREEMPTs a registrant", prNexusA, prOutPreempt, typ, prParams(keyA, keyB, 0),
+			{"PREEMPT AND ABORT from unregistered", C, prOutPreemptAndAbort, typ, prParams(0, keyA, 0), conflict},
+			{"holder PREEMPTs a registrant", A, prOutPreempt, typ, prParams(keyA, keyB, 0),
 				with(same, func(r *result) {
 					r.keys, r.genDelta = []uint64{keyA}, 1
 					r.ua[1] = ReasonRegistrationsPreempted
 				})},
-			{"CLEAR from the holder", prNexusA, prOutClear, 0, prParams(keyA, 0, 0),
+			{"CLEAR from the holder", A, prOutClear, 0, prParams(keyA, 0, 0),
 				result{status: StatusGood, genDelta: 1, ua: [3]Reason{none, ReasonReservationsPreempted, none}}},
-			{"REGISTER AND IGNORE EXISTING KEY from unregistered", prNexusC, prOutRegisterAndIgnore, 0, prParams(0x99, keyC, 0),
+			{"REGISTER AND IGNORE EXISTING KEY from unregistered", C, prOutRegisterAndIgnore, 0, prParams(0x99, keyC, 0),
 				with(same, func(r *result) { r.keys = []uint64{keyA, keyB, keyC}; r.genDelta = 1 })},
-			{"holder changes its key", prNexusA, prOutRegister, 0, prParams(keyA, 0x77, 0),
+			{"holder changes its key", A, prOutRegister, 0, prParams(keyA, 0x77, 0),
 				with(same, func(r *result) {
 					r.keys, r.genDelta = []uint64{0x77, keyB}, 1
 					if !ar {
 						r.resKey = 0x77
 					}
 				})},
-			{"REGISTER AND MOVE from the holder", prNexusA, prOutRegisterAndMove, 0, moveParams(keyA, keyC, 0, 1, srpTID(prNexusC.InitiatorID)),
+			{"REGISTER AND MOVE from the holder", A, prOutRegisterAndMove, 0, moveParams(keyA, keyC, 0, 1, srpTID(C.InitiatorID)),
 				func() result {
 					if ar {
 						return conflict
 					}
 					return with(same, func(r *result) { r.keys, r.genDelta, r.resKey = []uint64{keyA, keyB, keyC}, 1, keyC })
 				}()},
-			{"REGISTER AND MOVE from a registrant", prNexusB, prOutRegisterAndMove, 0, moveParams(keyB, keyC, 0, 1, srpTID(prNexusC.InitiatorID)), conflict},
-			{"REGISTER AND MOVE from unregistered", prNexusC, prOutRegisterAndMove, 0, moveParams(0, keyC, 0, 1, srpTID(prNexusB.InitiatorID)), conflict},
-			{"PREEMPT the holder, changing the type", prNexusB, prOutPreempt, otherType, prParams(keyB, keyA, 0),
+			{"REGISTER AND MOVE from a registrant", B, prOutRegisterAndMove, 0, moveParams(keyB, keyC, 0, 1, srpTID(C.InitiatorID)), conflict},
+			{"REGISTER AND MOVE from unregistered", C, prOutRegisterAndMove, 0, moveParams(0, keyC, 0, 1, srpTID(B.InitiatorID)), conflict},
+			{"PREEMPT the holder, changing the type", B, prOutPreempt, otherType, prParams(keyB, keyA, 0),
 				func() result {
 					if ar { // a non-zero key under all registrants only removes registrations
 						return with(same, func(r *result) {
@@ -396,21 +412,22 @@ func TestPROutStateMachine(t *testing.T) {
 		}
 		for _, row := range rows {
 			t.Run(fmt.Sprintf("type %d/%s", typ, row.name), func(t *testing.T) {
-				_, m := prMap(t, typ, nil)
-				gen0, _ := readKeys(t, m, prNexusA)
-				c := sendPROut(m, row.from, row.sa, row.typ, row.params)
+				a, b, c3, m := topology(t, typ)
+				require.Equal(t, []*Nexus{A, B, C}, []*Nexus{a, b, c3})
+				gen0, _ := readKeys(t, m(A), A)
+				c := sendPROut(m(row.from), row.from, row.sa, row.typ, row.params)
 				require.Equal(t, row.want.status, c.Status, "sense % x", c.SenseData())
 				if row.want.status == StatusCheckCondition {
 					requireSense(t, c, row.want.reason)
 				}
-				gen, keys := readKeys(t, m, prNexusC)
+				gen, keys := readKeys(t, m(C), C)
 				require.Equal(t, row.want.keys, keys, "keys")
 				require.Equal(t, gen0+row.want.genDelta, gen, "generation")
-				k, ty := readReservation(t, m, prNexusC)
+				k, ty := readReservation(t, m(C), C)
 				require.Equal(t, row.want.resType, ty, "reservation type")
 				require.Equal(t, row.want.resKey, k, "reservation key")
-				for i, n := range []*Nexus{prNexusA, prNexusB, prNexusC} {
-					requireUA(t, m, n, row.want.ua[i])
+				for i, n := range []*Nexus{A, B, C} {
+					requireUA(t, m(n), n, row.want.ua[i])
 				}
 			})
 		}

@@ -58,7 +58,9 @@ func (c *Command) reservationConflict() {
 
 // persistentReserveOut handles PERSISTENT RESERVE OUT (SPC-4 6.16, 5.13). The change is worked
 // out on a copy of the state under the reservations' lock and put in force (persisted first
-// when APTPL asks for it) before the other I_T nexuses hear of it.
+// when APTPL asks for it, or stored in the PRStore shared with other device servers) before the
+// other I_T nexuses hear of it; with a PRStore the command completes once the other device
+// servers have applied it too, or have fenced themselves (Reservations.publish).
 func persistentReserveOut(lu *LogicalUnit, c *Command) {
 	if c.failOn(checkCDBUsage(c.CDB, usagePROut)) {
 		return
@@ -93,20 +95,16 @@ func persistentReserveOut(lu *LogicalUnit, c *Command) {
 	}
 	id := c.Nexus.id()
 
-	var eff prEffects
-	r := lu.pr
-	r.mu.Lock()
-	old := r.state.Load()
-	s := old.clone()
-	changed := prOut(lu, c, s, id, sa, p, &eff)
-	if changed && c.Status == StatusGood && !r.commit(old, s) {
+	ch := lu.pr.change(id, true, func(s *prState, eff *prEffects) bool {
+		c.Status, c.SenseLength = StatusGood, 0
+		return prOut(lu, c, s, id, sa, p, eff) && c.Status == StatusGood
+	})
+	if !ch.ok {
 		c.fail(ReasonInternalTargetFailure)
-		eff = prEffects{}
+		return
 	}
-	r.mu.Unlock()
-	if c.Status == StatusGood {
-		lu.applyPREffects(c, id, &eff)
-	}
+	lu.applyPREffects(c, id, &ch.eff)
+	lu.pr.publish(ch)
 }
 
 // checkScopeType checks the SCOPE and TYPE fields of PERSISTENT RESERVE OUT (CDB byte 2) for
@@ -200,7 +198,7 @@ func prOut(lu *LogicalUnit, c *Command, s *prState, id ITNexusID, sa byte, p []b
 func prRegister(lu *LogicalUnit, c *Command, s *prState, id ITNexusID, p []byte, key, saKey uint64, ignore bool, eff *prEffects) bool {
 	flags := p[prOutFlagsOff]
 	spec, allTg, aptpl := flags&prOutSpecIPT != 0, flags&prOutAllTgPt != 0, flags&prOutAPTPL != 0
-	if aptpl && lu.pr.persist == nil {
+	if aptpl && !lu.pr.persistable() {
 		c.invalidParamField(prOutFlagsOff, 0) // PTPL_C is 0
 		return false
 	}
@@ -413,7 +411,7 @@ func prRegisterAndMove(lu *LogicalUnit, c *Command, s *prState, id ITNexusID, p 
 		return false
 	}
 	unreg, aptpl := p[17]&0x02 != 0, p[17]&0x01 != 0
-	if aptpl && lu.pr.persist == nil {
+	if aptpl && !lu.pr.persistable() {
 		c.invalidParamField(17, 0)
 		return false
 	}
@@ -423,7 +421,7 @@ func prRegisterAndMove(lu *LogicalUnit, c *Command, s *prState, id ITNexusID, p 
 		return false
 	}
 	dest := ITNexusID{Initiator: ini, RelativePort: binary.BigEndian.Uint16(p[18:20])}
-	if !lu.knowsPort(dest.RelativePort) {
+	if !lu.knowsPort(c, dest.RelativePort) {
 		c.invalidParamField(18, -1)
 		return false
 	}
@@ -451,12 +449,17 @@ func prRegisterAndMove(lu *LogicalUnit, c *Command, s *prState, id ITNexusID, p 
 }
 
 // knowsPort reports whether rel is the relative target port identifier of a target port the
-// logical unit has seen an I_T nexus through.
-func (lu *LogicalUnit) knowsPort(rel uint16) bool {
+// logical unit has seen an I_T nexus through, or one of the target port groups of c's port
+// describes (the ports of other device servers that share the logical unit).
+func (lu *LogicalUnit) knowsPort(c *Command, rel uint16) bool {
 	for n := range *lu.nexuses.Load() {
 		if n.Port != nil && n.Port.RelativeID == rel {
 			return true
 		}
+	}
+	if a := c.alua(); a != nil {
+		_, _, ok := a.PortState(rel)
+		return ok
 	}
 	return false
 }

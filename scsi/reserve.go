@@ -41,26 +41,28 @@ func reserveSPC2(lu *LogicalUnit, c *Command) {
 		return
 	}
 	id := c.Nexus.id()
-	r := lu.pr
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	old := r.state.Load()
-	switch {
-	case len(old.regs) > 0:
-		if !old.crhExempt(id) {
-			c.reservationConflict()
+	ch := lu.pr.change(id, false, func(s *prState, _ *prEffects) bool {
+		c.Status, c.SenseLength = StatusGood, 0
+		switch {
+		case len(s.regs) > 0:
+			if !s.crhExempt(id) {
+				c.reservationConflict()
+			}
+			return false
+		case s.spc2 != nil:
+			if *s.spc2 != id {
+				c.reservationConflict()
+			}
+			return false
 		}
-		return
-	case old.spc2 != nil:
-		if *old.spc2 != id {
-			c.reservationConflict()
-		}
+		s.spc2 = &id
+		return true // not persisted: SPC-2 reservations do not survive a power loss
+	})
+	if !ch.ok {
+		c.fail(ReasonInternalTargetFailure)
 		return
 	}
-	s := old.clone()
-	s.spc2 = &id
-	s.settle()
-	r.state.Store(s) // not persisted: SPC-2 reservations do not survive a power loss
+	lu.pr.publish(ch)
 }
 
 // releaseSPC2 handles RELEASE(6) and RELEASE(10) (SPC-2 7.17, 7.18): the holder's reservation
