@@ -1,7 +1,6 @@
 package scsi
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 )
@@ -21,17 +20,14 @@ import (
 type PRStore interface {
 	// Load returns the stored state and its version; no state yet is nil data and version 0.
 	Load() (data []byte, version uint64, err error)
-	// Commit stores data as version old+1 if the stored version is still old, and fails with
-	// ErrPRStoreConflict otherwise.
-	Commit(old uint64, data []byte) error
+	// Commit stores data as version old+1 if the stored version is still old, and reports
+	// whether it did: false means another device server stored a newer version first.
+	Commit(old uint64, data []byte) (stored bool, err error)
 	// Publish returns once every other device server has applied version v (their Apply
 	// returned), or once any that did not can no longer act on an older version (it has
 	// fenced itself: its lease lapsed and its commands in flight have ended).
 	Publish(v uint64) error
 }
-
-// ErrPRStoreConflict is Commit's error when another device server stored a newer version.
-var ErrPRStoreConflict = errors.New("persistent reservations: changed by another device server")
 
 // prMaxCommitAttempts bounds the compare-and-write retries of one change: each conflict means
 // another device server's change went in, so the loop makes progress.
@@ -236,15 +232,15 @@ func (r *Reservations) change(from ITNexusID, persist bool, f func(s *prState, e
 		if len(events) > prMaxEvents {
 			events = events[len(events)-prMaxEvents:]
 		}
-		err := r.store.Commit(r.version, marshalShared(s, events))
-		if err == nil {
+		stored, err := r.store.Commit(r.version, marshalShared(s, events))
+		if err != nil {
+			return prChange{}
+		}
+		if stored {
 			r.state.Store(s)
 			r.version, r.events = v, events
 			ch.ok, ch.version = true, v
 			return ch
-		}
-		if !errors.Is(err, ErrPRStoreConflict) {
-			return prChange{}
 		}
 		data, nv, err := r.store.Load()
 		if err != nil {

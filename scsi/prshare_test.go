@@ -21,24 +21,12 @@ type memPRCluster struct {
 	data    []byte
 	version uint64
 	gws     []*memPRGateway
-	// log records each committed version's state and the operation of the gateway that
-	// committed it (memPRGateway.op), for model checks.
-	log       []memPRCommit
-	conflicts int // Commits refused
-}
-
-type memPRCommit struct {
-	version uint64
-	data    []byte
-	op      any
 }
 
 // memPRGateway is one device server's handle on the cluster.
 type memPRGateway struct {
 	cl *memPRCluster
 	r  *Reservations
-	// op is what the gateway's test goroutine is doing (the log's op).
-	op any
 	// deaf gateways are not told of changes (a cut watch).
 	deaf bool
 }
@@ -49,16 +37,14 @@ func (g *memPRGateway) Load() ([]byte, uint64, error) {
 	return g.cl.data, g.cl.version, nil
 }
 
-func (g *memPRGateway) Commit(old uint64, data []byte) error {
+func (g *memPRGateway) Commit(old uint64, data []byte) (bool, error) {
 	g.cl.mu.Lock()
 	defer g.cl.mu.Unlock()
 	if old != g.cl.version {
-		g.cl.conflicts++
-		return ErrPRStoreConflict
+		return false, nil
 	}
 	g.cl.data, g.cl.version = data, old+1
-	g.cl.log = append(g.cl.log, memPRCommit{old + 1, data, g.op})
-	return nil
+	return true, nil
 }
 
 func (g *memPRGateway) Publish(v uint64) error {
@@ -94,6 +80,41 @@ func (cl *memPRCluster) newGateway(t testing.TB) *memPRGateway {
 
 // Two device servers' target ports, each describing both in its ALUA groups as gateways do, and
 // A, B and C through each.
+// prCommitLog records each version stored through loggingStores: its state and the operation
+// of the gateway that stored it, for model checks; and how many commits lost a race.
+type prCommitLog struct {
+	mu        sync.Mutex
+	commits   []prCommit
+	conflicts int
+}
+
+type prCommit struct {
+	version uint64
+	data    []byte
+	op      any
+}
+
+// loggingStore is a PRStore that logs what goes through it; op is what its gateway's test
+// goroutine is doing.
+type loggingStore struct {
+	PRStore
+	log *prCommitLog
+	op  any
+	r   *Reservations // the reservations kept in it
+}
+
+func (l *loggingStore) Commit(old uint64, data []byte) (bool, error) {
+	ok, err := l.PRStore.Commit(old, data)
+	l.log.mu.Lock()
+	defer l.log.mu.Unlock()
+	if ok {
+		l.log.commits = append(l.log.commits, prCommit{old + 1, data, l.op})
+	} else if err == nil {
+		l.log.conflicts++
+	}
+	return ok, err
+}
+
 var (
 	gwALUA    = func() *ALUA { a, _ := NewALUA([]PortGroup{{ID: 1, Ports: []uint16{1, 2}}}); return a }()
 	port1     = &TargetPort{Name: "0x0002c90300a0b0c10002c90300a0b0c1", RelativeID: 1, ALUA: gwALUA}
@@ -112,33 +133,39 @@ var (
 func twoPRGateways(on string) prTopology {
 	return func(t *testing.T, typ byte) (a, b, c *Nexus, m func(*Nexus) *LUNMap) {
 		cl := &memPRCluster{}
-		maps := make(map[*Nexus]*LUNMap)
 		var lms [2]*LUNMap
 		for i := range lms {
 			g := cl.newGateway(t)
 			lms[i] = newTestMap(t, newTestLU(t, 1000, 512, func(cfg *Config) { cfg.Reservations = g.r }))
 		}
-		nx := []*Nexus{prNexusA1, prNexusB1, prNexusC1}
-		for i, on2 := range []*Nexus{prNexusA2, prNexusB2, prNexusC2} {
-			if len(on) > 0 && containsByte(on, "ABC"[i]) {
-				nx[i] = on2
-			}
-		}
-		for _, n := range nx {
-			maps[n] = lms[0]
-			if n.Port == port2 {
-				maps[n] = lms[1]
-			}
-			clearPowerOnUA(t, maps[n], n)
-		}
-		a, b, c = nx[0], nx[1], nx[2]
-		requireGood(t, sendPROut(maps[a], a, prOutRegister, 0, prParams(0, keyA, 0)))
-		requireGood(t, sendPROut(maps[b], b, prOutRegister, 0, prParams(0, keyB, 0)))
-		if typ != 0 {
-			requireGood(t, sendPROut(maps[a], a, prOutReserve, typ, prParams(keyA, 0, 0)))
-		}
-		return a, b, c, func(n *Nexus) *LUNMap { return maps[n] }
+		return spreadPRNexuses(t, lms, on, typ)
 	}
+}
+
+// spreadPRNexuses puts A, B and C on the device servers of lms (those on names through the
+// second), registers A and B and has A reserve typ unless it is 0.
+func spreadPRNexuses(t *testing.T, lms [2]*LUNMap, on string, typ byte) (a, b, c *Nexus, m func(*Nexus) *LUNMap) {
+	maps := make(map[*Nexus]*LUNMap)
+	nx := []*Nexus{prNexusA1, prNexusB1, prNexusC1}
+	for i, on2 := range []*Nexus{prNexusA2, prNexusB2, prNexusC2} {
+		if containsByte(on, "ABC"[i]) {
+			nx[i] = on2
+		}
+	}
+	for _, n := range nx {
+		maps[n] = lms[0]
+		if n.Port == port2 {
+			maps[n] = lms[1]
+		}
+		clearPowerOnUA(t, maps[n], n)
+	}
+	a, b, c = nx[0], nx[1], nx[2]
+	requireGood(t, sendPROut(maps[a], a, prOutRegister, 0, prParams(0, keyA, 0)))
+	requireGood(t, sendPROut(maps[b], b, prOutRegister, 0, prParams(0, keyB, 0)))
+	if typ != 0 {
+		requireGood(t, sendPROut(maps[a], a, prOutReserve, typ, prParams(keyA, 0, 0)))
+	}
+	return a, b, c, func(n *Nexus) *LUNMap { return maps[n] }
 }
 
 func containsByte(s string, b byte) bool {
@@ -352,22 +379,43 @@ func (md *prModel) apply(op prModelOp) bool {
 // operation that committed it, applied to the version before, and both device servers must end
 // with the last one.
 func TestPRTwoGatewaysRace(t *testing.T) {
-	cl := &memPRCluster{}
-	gws := []*memPRGateway{cl.newGateway(t), cl.newGateway(t)}
+	testPRRace(t, func(t *testing.T, log *prCommitLog) [2]*loggingStore {
+		cl := &memPRCluster{}
+		var ls [2]*loggingStore
+		for i := range ls {
+			g := &memPRGateway{cl: cl}
+			ls[i] = &loggingStore{PRStore: g, log: log}
+			r, err := NewSharedReservations(ls[i])
+			require.NoError(t, err)
+			r.SetFresh(true)
+			g.r, ls[i].r = r, r
+			cl.gws = append(cl.gws, g)
+		}
+		return ls
+	}, 500)
+}
+
+// testPRRace races REGISTER, RESERVE and PREEMPT from I_T nexuses through two device servers,
+// ops from each, over the stores newStores makes (with the reservations each store's gateway
+// is for), and checks the stored versions against the model.
+func testPRRace(t *testing.T, newStores func(*testing.T, *prCommitLog) [2]*loggingStore, ops int) {
+	log := &prCommitLog{}
+	stores := newStores(t, log)
+	rs := [2]*Reservations{}
 	ports := []*TargetPort{testPort, port2}
 	var maps []*LUNMap
 	var nexuses [2][]*Nexus
-	for i, g := range gws {
-		maps = append(maps, newTestMap(t, newTestLU(t, 1000, 512, func(cfg *Config) { cfg.Reservations = g.r })))
+	for i := range stores {
+		rs[i] = stores[i].r
+		maps = append(maps, newTestMap(t, newTestLU(t, 1000, 512, func(cfg *Config) { cfg.Reservations = rs[i] })))
 		for j := range 3 {
 			n := &Nexus{InitiatorPort: fmt.Sprintf("%d.%d", i, j), InitiatorID: prInitiator(byte(0x10*i + j + 1)), Port: ports[i]}
 			nexuses[i] = append(nexuses[i], n)
 			clearPowerOnUA(t, maps[i], n)
 		}
 	}
-	const ops = 500 // per device server
 	var wg sync.WaitGroup
-	for i := range gws {
+	for i := range stores {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -382,7 +430,7 @@ func TestPRTwoGatewaysRace(t *testing.T) {
 				if rng.IntN(4) > 0 {
 					op.key = mine[j]
 				}
-				gws[i].op = op
+				stores[i].op = op
 				c := sendPROut(maps[i], n, op.sa, op.typ, prParams(op.key, op.saKey, 0))
 				if c.Status == StatusGood && op.sa == prOutRegister {
 					mine[j] = op.saKey
@@ -393,7 +441,7 @@ func TestPRTwoGatewaysRace(t *testing.T) {
 	wg.Wait()
 
 	md := &prModel{keys: map[ITNexusID]uint64{}}
-	for _, e := range cl.log {
+	for _, e := range log.commits {
 		op := e.op.(prModelOp)
 		require.True(t, md.apply(op), "version %d: %+v changes nothing in the model", e.version, op)
 		s, _, err := unmarshalShared(e.data)
@@ -409,12 +457,13 @@ func TestPRTwoGatewaysRace(t *testing.T) {
 			require.Equal(t, md.holder, s.regs[s.holder()].ITNexusID, "version %d", e.version)
 		}
 	}
-	require.Greater(t, len(cl.log), 100, "enough changes went in")
-	require.Positive(t, cl.conflicts, "the two sides raced")
-	t.Logf("%d versions stored, %d commits refused and retried", len(cl.log), cl.conflicts)
-	for _, g := range gws {
-		require.Equal(t, cl.version, g.r.Version())
-		regs, typ, gen := g.r.Registrations()
+	require.Greater(t, len(log.commits), ops/5, "enough changes went in")
+	require.Positive(t, log.conflicts, "the two sides raced")
+	t.Logf("%d versions stored, %d commits refused and retried", len(log.commits), log.conflicts)
+	last := log.commits[len(log.commits)-1].version
+	for _, r := range rs {
+		testutil.WaitFor(t, "both device servers at the last version", func() bool { return r.Version() == last })
+		regs, typ, gen := r.Registrations()
 		require.Len(t, regs, len(md.keys))
 		require.Equal(t, md.resType, typ)
 		require.Equal(t, md.generation, gen)

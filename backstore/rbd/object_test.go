@@ -1,0 +1,117 @@
+//go:build rbd
+
+package rbd
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// testConn connects to the cluster of make test-rbd, or skips.
+func testConn(t *testing.T) (*Conn, string) {
+	t.Helper()
+	conf, pool := os.Getenv("SRPT_RBD_CONF"), os.Getenv("SRPT_RBD_POOL")
+	if conf == "" || pool == "" {
+		t.Skip("no Ceph cluster: SRPT_RBD_CONF and SRPT_RBD_POOL are not set (make test-rbd starts one)")
+	}
+	c, err := Connect(Options{ConfFile: conf, MountTimeout: 10 * time.Second, OSDOpTimeout: 10 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c, pool
+}
+
+// testObject opens a fresh object name on c, removed at the end.
+func testObject(t *testing.T, c *Conn, pool string) *Object {
+	t.Helper()
+	o, err := c.OpenObject(pool, "", fmt.Sprintf("srpt-test-%s-%d", t.Name(), time.Now().UnixNano()))
+	require.NoError(t, err)
+	t.Cleanup(o.Close)
+	return o
+}
+
+// TestObjectOmap: a guarded update goes in whole or not at all, a missing key compares as the
+// empty value, and a guarded read fails on a comparison.
+func TestObjectOmap(t *testing.T) {
+	c, pool := testConn(t)
+	o := testObject(t, c, pool)
+	_, err := o.ReadOmap([]string{"a"}, nil)
+	require.ErrorIs(t, err, syscall.ENOENT, "no object yet")
+
+	require.NoError(t, o.WriteOmap(OmapWrite{Create: true, Cmp: map[string][]byte{"version": nil}, Set: map[string][]byte{"version": []byte("1"), "state": []byte("one")}}))
+	got, err := o.ReadOmap([]string{"version", "state", "missing"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, map[string][]byte{"version": []byte("1"), "state": []byte("one")}, got)
+
+	err = o.WriteOmap(OmapWrite{Cmp: map[string][]byte{"version": []byte("0")}, Set: map[string][]byte{"version": []byte("2"), "state": []byte("two")}})
+	require.ErrorIs(t, err, ErrCompare)
+	require.NoError(t, o.WriteOmap(OmapWrite{Cmp: map[string][]byte{"version": []byte("1")}, Set: map[string][]byte{"version": []byte("2"), "state": []byte("two")}, Remove: []string{"x"}}))
+	got, err = o.ReadOmap([]string{"state"}, map[string][]byte{"version": []byte("2")})
+	require.NoError(t, err)
+	require.Equal(t, "two", string(got["state"]))
+	_, err = o.ReadOmap([]string{"state"}, map[string][]byte{"version": []byte("1")})
+	require.ErrorIs(t, err, ErrCompare)
+	require.NoError(t, o.WriteOmap(OmapWrite{Set: map[string][]byte{"member.a": []byte("1"), "member.b": nil, "other": []byte("x")}}))
+	got, err = o.ListOmap("member.", 100)
+	require.NoError(t, err)
+	require.Equal(t, map[string][]byte{"member.a": []byte("1"), "member.b": {}}, got)
+	require.NoError(t, o.WriteOmap(OmapWrite{Remove: []string{"state", "member.a", "member.b", "other"}}))
+	got, err = o.ReadOmap([]string{"state", "version"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, map[string][]byte{"version": []byte("2")}, got)
+}
+
+// TestObjectWatchNotify: a watcher on another client gets the notify and its acknowledgement's
+// payload reaches the notifier with the watcher's client id and cookie; a watcher that does not
+// acknowledge is listed as timed out.
+func TestObjectWatchNotify(t *testing.T) {
+	c1, pool := testConn(t)
+	c2, _ := testConn(t)
+	o1 := testObject(t, c1, pool)
+	require.NoError(t, o1.WriteOmap(OmapWrite{Create: true}))
+	o2, err := c2.OpenObject(pool, "", o1.name[len(pool)+1:])
+	require.NoError(t, err)
+	defer o2.Close()
+
+	got := make(chan Notification, 4)
+	ack := true
+	w, err := o2.Watch(0, func(n Notification) {
+		got <- n
+		if ack {
+			require.NoError(t, o2.Ack(n, []byte("applied "+string(n.Data))))
+		}
+	}, func(err error) { t.Errorf("watch error: %v", err) })
+	require.NoError(t, err)
+	d, err := w.Check()
+	require.NoError(t, err)
+	t.Logf("watch confirmed %v ago", d)
+
+	start := time.Now()
+	r, err := o1.Notify([]byte("v7"), 5*time.Second)
+	require.NoError(t, err)
+	t.Logf("notify acknowledged in %v", time.Since(start))
+	require.Equal(t, []NotifyAck{{GID: c2.InstanceID(), Cookie: w.Cookie(), Payload: []byte("applied v7")}}, r.Acks)
+	require.Empty(t, r.Timeouts)
+	n := <-got
+	require.Equal(t, []byte("v7"), n.Data)
+	require.Equal(t, c1.InstanceID(), n.Notifier)
+
+	ack = false
+	start = time.Now()
+	r, err = o1.Notify([]byte("v8"), time.Second)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, time.Since(start), time.Second)
+	require.Empty(t, r.Acks)
+	require.Equal(t, []NotifyAck{{GID: c2.InstanceID(), Cookie: w.Cookie()}}, r.Timeouts)
+	<-got
+	require.NoError(t, w.Close())
+
+	r, err = o1.Notify([]byte("v9"), time.Second)
+	require.NoError(t, err)
+	require.Empty(t, r.Acks)
+	require.Empty(t, r.Timeouts, "no watcher left")
+}

@@ -1,0 +1,204 @@
+package prstore
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/srptarget/srptarget/internal/testutil"
+)
+
+// testCache is a Cache that records what the store did to it.
+type testCache struct {
+	mu      sync.Mutex
+	data    []byte
+	version uint64
+	fresh   bool
+	stale   []time.Time // when it was marked stale
+	applied chan uint64
+}
+
+func newTestCache() *testCache { return &testCache{applied: make(chan uint64, 64)} }
+
+func (c *testCache) Apply(data []byte, v uint64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v > c.version {
+		c.data, c.version = data, v
+		c.applied <- v
+	}
+	return nil
+}
+
+func (c *testCache) SetFresh(fresh bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fresh && !fresh {
+		c.stale = append(c.stale, time.Now())
+	}
+	c.fresh = fresh
+}
+
+func (c *testCache) Version() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.version
+}
+
+func (c *testCache) isFresh() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fresh
+}
+
+func (c *testCache) lastStale() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.stale) == 0 {
+		return time.Time{}
+	}
+	return c.stale[len(c.stale)-1]
+}
+
+const (
+	testLease = 400 * time.Millisecond
+	testDrain = 200 * time.Millisecond
+)
+
+type gateway struct {
+	client *fakeClient
+	store  *Store
+	cache  *testCache
+}
+
+// newGateway opens a store for member name on cl and waits until its cache is fresh.
+func newGateway(t *testing.T, cl *fakeCluster, name string, gid uint64) *gateway {
+	t.Helper()
+	g := &gateway{client: cl.client(gid), cache: newTestCache()}
+	var err error
+	g.store, err = Open(g.client, Options{Member: name, Lease: testLease, Drain: testDrain, Log: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	g.store.Attach(g.cache)
+	t.Cleanup(func() { g.client.cut.Store(false); _ = g.store.Close() })
+	testutil.WaitFor(t, name+" fresh", g.cache.isFresh)
+	return g
+}
+
+// TestPublishAcknowledged: a change stored through one gateway is applied by the other before
+// Publish returns, within a notify's round trip; a second commit from the old version loses.
+func TestPublishAcknowledged(t *testing.T) {
+	cl := newFakeCluster()
+	a, b := newGateway(t, cl, "a", 1), newGateway(t, cl, "b", 2)
+	ok, err := a.store.Commit(0, []byte("one"))
+	require.NoError(t, err)
+	require.True(t, ok)
+	start := time.Now()
+	require.NoError(t, a.store.Publish(1))
+	require.Less(t, time.Since(start), testLease/2, "acknowledged, not waited out")
+	require.Equal(t, uint64(1), b.cache.Version())
+	require.Equal(t, "one", string(b.cache.data))
+
+	ok, err = b.store.Commit(0, []byte("other"))
+	require.NoError(t, err)
+	require.False(t, ok, "version 0 is no longer current")
+	data, v, err := b.store.Load()
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), v)
+	require.Equal(t, "one", string(data))
+}
+
+// TestPublishWaitsOutACutGateway: a gateway cut off from the cluster does not acknowledge;
+// the change's Publish returns only after that gateway's lease and drain, and the cut gateway
+// had marked its cache stale before (within its lease). It is evicted, and once it reaches the
+// cluster again it registers anew, catches up and is fresh.
+func TestPublishWaitsOutACutGateway(t *testing.T) {
+	cl := newFakeCluster()
+	a, b := newGateway(t, cl, "a", 1), newGateway(t, cl, "b", 2)
+	b.client.cut.Store(true)
+	cutAt := time.Now()
+	ok, err := a.store.Commit(0, []byte("one"))
+	require.NoError(t, err)
+	require.True(t, ok)
+	start := time.Now()
+	require.NoError(t, a.store.Publish(1))
+	done := time.Now()
+	require.GreaterOrEqual(t, done.Sub(start), testLease+testDrain, "waited out b's lease and drain")
+	stale := b.cache.lastStale()
+	require.False(t, stale.IsZero(), "b marked itself stale")
+	require.True(t, stale.Before(done.Add(-testDrain)), "b was stale %v before the change completed, the drain before", done.Sub(stale))
+	require.Less(t, stale.Sub(cutAt), testLease, "b was stale within its lease of being cut")
+	require.Equal(t, uint64(0), b.cache.Version())
+	_, err = a.client.ReadOmap([]string{keyMemberPrefix + "b"}, nil)
+	require.NoError(t, err)
+	vals, _ := a.client.ReadOmap([]string{keyMemberPrefix + "b"}, nil)
+	require.Empty(t, vals, "b evicted")
+
+	// The next change does not wait for b.
+	ok, err = a.store.Commit(1, []byte("two"))
+	require.NoError(t, err)
+	require.True(t, ok)
+	start = time.Now()
+	require.NoError(t, a.store.Publish(2))
+	require.Less(t, time.Since(start), testLease/2)
+
+	b.client.cut.Store(false)
+	testutil.WaitFor(t, "b fresh again", b.cache.isFresh)
+	require.Equal(t, uint64(2), b.cache.Version())
+	require.Equal(t, "two", string(b.cache.data))
+	vals, _ = a.client.ReadOmap([]string{keyMemberPrefix + "b"}, nil)
+	require.NotEmpty(t, vals, "b registered again")
+	ok, err = a.store.Commit(2, []byte("three"))
+	require.NoError(t, err)
+	require.True(t, ok)
+	start = time.Now()
+	require.NoError(t, a.store.Publish(3))
+	require.Less(t, time.Since(start), testLease/2, "b acknowledges again")
+	require.Equal(t, uint64(3), b.cache.Version())
+}
+
+// TestWatchLostPolling: a gateway whose watch is gone (it hears no notify) still learns of a
+// change by its renewals, within a quarter of its lease; the change's Publish waits it out.
+func TestWatchLostPolling(t *testing.T) {
+	cl := newFakeCluster()
+	a, b := newGateway(t, cl, "a", 1), newGateway(t, cl, "b", 2)
+	b.store.mu.Lock()
+	require.NoError(t, b.store.watch.Close())
+	b.store.mu.Unlock()
+	ok, err := a.store.Commit(0, []byte("one"))
+	require.NoError(t, err)
+	require.True(t, ok)
+	stored := time.Now()
+	published := make(chan time.Duration, 1)
+	go func() { _ = a.store.Publish(1); published <- time.Since(stored) }()
+	select {
+	case <-b.cache.applied:
+		require.Less(t, time.Since(stored), testLease/4+testLease/4, "applied by a renewal")
+	case <-time.After(testLease):
+		t.Fatal("b did not learn of the change")
+	}
+	require.GreaterOrEqual(t, <-published, testLease+testDrain, "no acknowledgement: waited out")
+}
+
+// TestClose: a closed store's member key is gone and its cache stale.
+func TestClose(t *testing.T) {
+	cl := newFakeCluster()
+	a := newGateway(t, cl, "a", 1)
+	require.NoError(t, a.store.Close())
+	require.False(t, a.cache.isFresh())
+	vals, err := a.client.ListOmap(keyMemberPrefix, 10)
+	require.NoError(t, err)
+	require.Empty(t, vals)
+}
+
+// TestParseAck checks the acknowledgement payload both ways.
+func TestParseAck(t *testing.T) {
+	name, v, ok := parseAck(ackPayload("0x0002c90300a0b0c1 port", 42))
+	require.True(t, ok)
+	require.Equal(t, "0x0002c90300a0b0c1 port", name)
+	require.Equal(t, uint64(42), v)
+	_, _, ok = parseAck([]byte("noversion"))
+	require.False(t, ok)
+}

@@ -1,0 +1,162 @@
+//go:build rbd
+
+package scsi
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+
+	"github.com/srptarget/srptarget/backstore/rbd"
+	"github.com/srptarget/srptarget/internal/testutil"
+	"github.com/srptarget/srptarget/prstore"
+)
+
+// The shared reservations over the throw-away Ceph cluster of make test-rbd: two device servers,
+// each with its own librados client (its own client id, watch and lease), keep one logical
+// unit's reservations in one RADOS object.
+
+const (
+	radosTestLease = 2 * time.Second
+	radosTestDrain = time.Second
+)
+
+var radosObjects atomic.Int64
+
+// radosConns connects two clients to the cluster, or skips.
+func radosConns(t *testing.T) (pool string, conns [2]*rbd.Conn) {
+	t.Helper()
+	conf, pool := os.Getenv("SRPT_RBD_CONF"), os.Getenv("SRPT_RBD_POOL")
+	if conf == "" || pool == "" {
+		t.Skip("no Ceph cluster: SRPT_RBD_CONF and SRPT_RBD_POOL are not set (make test-rbd starts one)")
+	}
+	for i := range conns {
+		c, err := rbd.Connect(rbd.Options{ConfFile: conf, MountTimeout: 10 * time.Second, OSDOpTimeout: radosTestDrain})
+		require.NoError(t, err)
+		t.Cleanup(c.Close)
+		conns[i] = c
+	}
+	return pool, conns
+}
+
+// radosReservations opens one device server's store on a fresh object name and returns its
+// reservations once fresh.
+func radosReservations(t *testing.T, conn *rbd.Conn, pool, oid, member string, wrap func(PRStore) PRStore) (*Reservations, *prstore.Store) {
+	t.Helper()
+	obj, err := conn.OpenObject(pool, "", oid)
+	require.NoError(t, err)
+	st, err := prstore.Open(prstore.RADOS(obj), prstore.Options{Member: member, Lease: radosTestLease, Drain: radosTestDrain, Log: zap.NewNop()})
+	require.NoError(t, err)
+	var ps PRStore = st
+	if wrap != nil {
+		ps = wrap(st)
+	}
+	r, err := NewSharedReservations(ps)
+	require.NoError(t, err)
+	st.Attach(r)
+	t.Cleanup(func() {
+		_ = st.Close()
+		_ = obj.Remove()
+		obj.Close()
+	})
+	testutil.WaitFor(t, member+" fresh", r.Fresh)
+	return r, st
+}
+
+func radosOID(t *testing.T) string {
+	return fmt.Sprintf("srpt-pr-test-%d-%d", os.Getpid(), radosObjects.Add(1))
+}
+
+// radosPRGateways is twoPRGateways over RADOS.
+func radosPRGateways(pool string, conns [2]*rbd.Conn, on string) prTopology {
+	return func(t *testing.T, typ byte) (a, b, c *Nexus, m func(*Nexus) *LUNMap) {
+		oid := radosOID(t)
+		var lms [2]*LUNMap
+		for i := range lms {
+			r, _ := radosReservations(t, conns[i], pool, oid, fmt.Sprintf("gw%d", i+1), nil)
+			lms[i] = newTestMap(t, newTestLU(t, 1000, 512, func(cfg *Config) { cfg.Reservations = r }))
+		}
+		return spreadPRNexuses(t, lms, on, typ)
+	}
+}
+
+// TestPROutStateMachineRADOS: the state machine's table through two device servers sharing
+// the reservations in RADOS gives the answers and unit attentions of one device server.
+func TestPROutStateMachineRADOS(t *testing.T) {
+	pool, conns := radosConns(t)
+	for _, on := range []string{"B", "AC"} {
+		t.Run("through the second: "+on, func(t *testing.T) { testPROutStateMachine(t, radosPRGateways(pool, conns, on)) })
+	}
+}
+
+// TestPRRaceRADOS: REGISTER, RESERVE and PREEMPT race from both device servers, 1000 of them;
+// every version stored in RADOS is the model's state after the operation that stored it.
+func TestPRRaceRADOS(t *testing.T) {
+	pool, conns := radosConns(t)
+	testPRRace(t, func(t *testing.T, log *prCommitLog) [2]*loggingStore {
+		oid := radosOID(t)
+		var ls [2]*loggingStore
+		for i := range ls {
+			ls[i] = &loggingStore{log: log}
+			ls[i].r, _ = radosReservations(t, conns[i], pool, oid, fmt.Sprintf("gw%d", i+1), func(st PRStore) PRStore {
+				ls[i].PRStore = st
+				return ls[i]
+			})
+		}
+		return ls
+	}, 500)
+}
+
+// TestPRPartitionedGatewayRADOS: a device server cut off from the cluster (its client
+// blocklisted at the OSDs, as a partition looks to the cluster) fails what a reservation could
+// conflict with within its lease, before the PREEMPT made through the other device server
+// completes; the PREEMPT completes once the cut-off one's lease and drain have passed.
+func TestPRPartitionedGatewayRADOS(t *testing.T) {
+	pool, conns := radosConns(t)
+	oid := radosOID(t)
+	r1, _ := radosReservations(t, conns[0], pool, oid, "gw1", nil)
+	r2, _ := radosReservations(t, conns[1], pool, oid, "gw2", nil)
+	m1 := newTestMap(t, newTestLU(t, 1000, 512, func(cfg *Config) { cfg.Reservations = r1 }))
+	m2 := newTestMap(t, newTestLU(t, 1000, 512, func(cfg *Config) { cfg.Reservations = r2 }))
+	clearPowerOnUA(t, m1, prNexusA1)
+	clearPowerOnUA(t, m2, prNexusB2)
+	requireGood(t, sendPROut(m2, prNexusB2, prOutRegister, 0, prParams(0, keyB, 0)))
+	requireGood(t, sendPROut(m2, prNexusB2, prOutReserve, PRTypeWriteExclusive, prParams(keyB, 0, 0)))
+	requireGood(t, sendPROut(m1, prNexusA1, prOutRegister, 0, prParams(0, keyA, 0)))
+	checkGood(t, run(m2, prNexusB2, 0, cdb10(0x2A, 0, 1, 1), make([]byte, 512), 0))
+
+	addrs, err := conns[1].Addrs()
+	require.NoError(t, err)
+	cmd, _ := json.Marshal(map[string]string{"prefix": "osd blocklist", "blocklistop": "add", "addr": addrs})
+	_, err = conns[0].MonCommand(string(cmd))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		cmd, _ := json.Marshal(map[string]string{"prefix": "osd blocklist", "blocklistop": "rm", "addr": addrs})
+		_, _ = conns[0].MonCommand(string(cmd))
+	})
+	cut := time.Now()
+	stale := make(chan time.Time, 1)
+	go func() {
+		for r2.Fresh() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		stale <- time.Now()
+	}()
+
+	requireGood(t, sendPROut(m1, prNexusA1, prOutPreempt, PRTypeExclusiveAccess, prParams(keyA, keyB, 0)))
+	done := time.Now()
+	staleAt := <-stale
+	t.Logf("the cut-off device server stale %v after the cut; PREEMPT completed %v after the cut", staleAt.Sub(cut), done.Sub(cut))
+	require.GreaterOrEqual(t, done.Sub(cut), radosTestLease+radosTestDrain, "waited out the other's lease and drain")
+	require.Less(t, staleAt.Sub(cut), radosTestLease, "stale within its lease")
+	require.True(t, staleAt.Before(done.Add(-radosTestDrain)), "stale before the change completed, by the drain")
+	c := run(m2, prNexusB2, 0, cdb10(0x2A, 0, 1, 1), make([]byte, 512), 0)
+	requireSense(t, c, ReasonLUNotAccessibleTargetPortUnavailable)
+}
+
