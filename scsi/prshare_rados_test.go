@@ -159,4 +159,3 @@ func TestPRPartitionedGatewayRADOS(t *testing.T) {
 	c := run(m2, prNexusB2, 0, cdb10(0x2A, 0, 1, 1), make([]byte, 512), 0)
 	requireSense(t, c, ReasonLUNotAccessibleTargetPortUnavailable)
 }
-
