@@ -105,6 +105,10 @@ func OpenRBD(o RBDOptions) (*RBD, error) {
 	return r, nil
 }
 
+// Conn is the image's cluster connection, for other objects of the image's pool (the shared
+// persistent reservations).
+func (r *RBD) Conn() *rbd.Conn { return r.conn }
+
 // refresh reads the image's size, rounded down to whole blocks.
 func (r *RBD) refresh() (int64, error) {
 	size, err := r.img.Size()

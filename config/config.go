@@ -274,11 +274,25 @@ type RBD struct {
 	// OSDOpTimeout bounds every request to an OSD (default 20s): a cluster that stops
 	// answering turns into LOGICAL UNIT COMMUNICATION TIME-OUT, never a hung command.
 	OSDOpTimeout string `yaml:"rados_osd_op_timeout"`
+	// PRStore says where the LUN's persistent reservations live: "rados" (the default), in
+	// a RADOS object beside the image that every gateway serving the image shares, or
+	// "local", in this daemon's memory and state_dir.
+	PRStore string `yaml:"pr_store"`
+	// PRLease is how long a gateway trusts its copy of the shared reservations after it last
+	// found it current (pr_store: rados; default 5s).
+	PRLease string `yaml:"pr_lease"`
 }
+
+// Where an rbd LUN's persistent reservations live (RBD.PRStore).
+const (
+	PRStoreRADOS = "rados"
+	PRStoreLocal = "local"
+)
 
 // Defaults of an rbd backstore.
 const (
 	DefaultRBDPool         = "rbd"
+	DefaultRBDPRLease      = 5 * time.Second
 	DefaultRBDMountTimeout = 10 * time.Second
 	DefaultRBDOSDOpTimeout = 20 * time.Second
 )

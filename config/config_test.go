@@ -275,7 +275,7 @@ func TestParseRBD(t *testing.T) {
 	cfg, err := Parse("t.yaml", []byte(head+"    backstore: rbd\n    block_size: 4096\n    rbd: {image: disk0, mon_host: 127.0.0.1, rados_osd_op_timeout: 3s}\n"))
 	require.NoError(t, err)
 	r := cfg.LUNs[0].RBD
-	require.Equal(t, RBD{Pool: "rbd", Image: "disk0", MonHost: "127.0.0.1", MountTimeout: "10s", OSDOpTimeout: "3s"}, *r)
+	require.Equal(t, RBD{Pool: "rbd", Image: "disk0", MonHost: "127.0.0.1", MountTimeout: "10s", OSDOpTimeout: "3s", PRStore: "rados", PRLease: "5s"}, *r)
 	mount, osdOp := r.Timeouts()
 	require.Equal(t, DefaultRBDMountTimeout, mount)
 	require.Equal(t, 3*time.Second, osdOp)

@@ -50,6 +50,12 @@ func (r *RBD) Timeouts() (mount, osdOp time.Duration) {
 	return mount, osdOp
 }
 
+// Lease returns pr_lease as a duration.
+func (r *RBD) Lease() time.Duration {
+	d, _ := time.ParseDuration(r.PRLease)
+	return d
+}
+
 // ImageName is pool/[namespace/]image.
 func (r *RBD) ImageName() string {
 	if r.Namespace != "" {

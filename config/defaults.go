@@ -38,6 +38,12 @@ func (l *LUN) applyDefaults() {
 		if r.OSDOpTimeout == "" {
 			r.OSDOpTimeout = DefaultRBDOSDOpTimeout.String()
 		}
+		if r.PRStore == "" {
+			r.PRStore = PRStoreRADOS
+		}
+		if r.PRLease == "" {
+			r.PRLease = DefaultRBDPRLease.String()
+		}
 	}
 }
 

@@ -36,7 +36,7 @@ func TestApplyDefaults(t *testing.T) {
 		MaxLoginsInProgress: DefaultMaxLoginsInProgress, Scheduling: DefaultScheduling,
 	}, c.Limits)
 	require.Equal(t, []int{512, 0, 512, 4096}, []int{c.LUNs[0].BlockSize, c.LUNs[1].BlockSize, c.LUNs[2].BlockSize, c.LUNs[3].BlockSize})
-	require.Equal(t, RBD{Pool: "rbd", Image: "i", MountTimeout: "10s", OSDOpTimeout: "20s"}, *c.LUNs[2].RBD)
+	require.Equal(t, RBD{Pool: "rbd", Image: "i", MountTimeout: "10s", OSDOpTimeout: "20s", PRStore: "rados", PRLease: "5s"}, *c.LUNs[2].RBD)
 
 	before := fmt.Sprintf("%+v %+v", *c, *c.LUNs[2].RBD)
 	c.ApplyDefaults()

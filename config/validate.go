@@ -425,10 +425,14 @@ func (v *validator) validateRBD(l *LUN, i int) {
 	}{
 		{"rados_mount_timeout", r.MountTimeout, time.Hour},
 		{"rados_osd_op_timeout", r.OSDOpTimeout, 10 * time.Minute},
+		{"pr_lease", r.PRLease, time.Minute},
 	} {
 		if d, err := time.ParseDuration(f.val); err != nil || d < time.Second || d > f.max {
 			v.errorf(At("luns", i, "rbd", f.key), "%q must be a duration between 1s and %v, such as 20s", f.val, f.max)
 		}
+	}
+	if r.PRStore != PRStoreRADOS && r.PRStore != PRStoreLocal {
+		v.errorf(At("luns", i, "rbd", "pr_store"), "%q is not %s (the reservations shared by every gateway of the image) or %s (this daemon's own)", r.PRStore, PRStoreRADOS, PRStoreLocal)
 	}
 	if l.Path != "" {
 		v.errorf(At("luns", i, "path"), "an rbd backstore has no path (rbd: {pool, image} name it)")

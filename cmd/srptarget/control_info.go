@@ -121,6 +121,11 @@ type lunInfo struct {
 
 // prInfo is what `srptarget luns` shows of a LUN's persistent reservations.
 type prInfo struct {
+	// Store is "rados" for reservations shared by the gateways of an RBD image (with the
+	// stored version and whether this gateway's copy is known current), "" for the daemon's.
+	Store      string `json:"store,omitempty"`
+	Version    uint64 `json:"version,omitempty"`
+	Stale      bool   `json:"stale,omitempty"`
 	Generation uint32 `json:"generation"`
 	// Type is the reservation type (SPC-4 table 212), 0 when nothing is reserved.
 	Type          uint8            `json:"type"`
@@ -319,8 +324,14 @@ func (d *daemon) lunsInfo() []lunInfo {
 				l.IO.LastActive = i.LastActive
 			}
 		}
-		if regs, typ, gen := st.lu.Reservations().Registrations(); len(regs) > 0 {
-			l.Reservations = &prInfo{Generation: gen, Type: typ}
+		if pr := st.lu.Reservations(); pr.Shared() {
+			_, typ, gen := pr.Registrations()
+			l.Reservations = &prInfo{Store: "rados", Version: pr.Version(), Stale: !pr.Fresh(), Generation: gen, Type: typ}
+		}
+		if regs, typ, gen := st.lu.Reservations().Registrations(); len(regs) > 0 || l.Reservations != nil {
+			if l.Reservations == nil {
+				l.Reservations = &prInfo{Generation: gen, Type: typ}
+			}
 			for _, r := range regs {
 				l.Reservations.Registrations = append(l.Reservations.Registrations, prRegistration{
 					Key:            fmt.Sprintf("0x%x", r.Key),

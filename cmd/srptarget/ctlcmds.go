@@ -317,7 +317,14 @@ func lunsText(ls []lunInfo) string {
 			fmt.Fprintf(&b, "    %s (%s): %s\n", i.Initiator, i.ACL, ioText(i.ioCounts, now))
 		}
 		if r := l.Reservations; r != nil {
-			fmt.Fprintf(&b, "  persistent reservation: %s, generation %d\n", prTypeName(r.Type), r.Generation)
+			shared := ""
+			if r.Store != "" {
+				shared = fmt.Sprintf(", shared through RADOS (version %d, current)", r.Version)
+				if r.Stale {
+					shared = fmt.Sprintf(", shared through RADOS (version %d, NOT known current: commands fail until it is)", r.Version)
+				}
+			}
+			fmt.Fprintf(&b, "  persistent reservation: %s, generation %d%s\n", prTypeName(r.Type), r.Generation, shared)
 			for _, g := range r.Registrations {
 				holder := ""
 				if g.Holder && r.Type != 0 {

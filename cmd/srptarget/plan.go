@@ -133,7 +133,14 @@ func (d *daemon) planLUN(p *plan, i int) *config.Error {
 	// A dry run's logical units never serve: they get reservations of their own, and
 	// state_dir is not read under the daemon lock.
 	prs := scsi.NewReservations(nil)
-	if !p.dryRun {
+	switch {
+	case p.dryRun:
+	case l.Backstore == "rbd" && l.RBD != nil && l.RBD.PRStore == config.PRStoreRADOS:
+		var err error
+		if prs, err = s.sharedReservations(l.RBD, d.prMember(cfg)); err != nil {
+			return cfg.ErrorAt(config.At("luns", i, "rbd", "pr_store"), "lun %d: the persistent reservations shared with the other gateways: %v", num, err)
+		}
+	default:
 		var err error
 		if prs, err = d.reservationsFor(cfg.StateDir, key.serial); err != nil {
 			return cfg.ErrorAt(config.At("state_dir"), "lun %d: %v", num, err)

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/srptarget/srptarget/config"
 	"github.com/srptarget/srptarget/scsi"
 )
 
@@ -70,6 +71,13 @@ func (d *daemon) reservationsFor(stateDir, serial string) (*scsi.Reservations, e
 	}
 	d.prs[path] = r
 	return r, nil
+}
+
+// prMember names this gateway among those sharing an image's reservations: its primary target
+// port, unique among the gateways of an image as each has its own (configs/README.md, "Two
+// gateways").
+func (d *daemon) prMember(cfg *config.Config) string {
+	return fmt.Sprintf("%s-port%d", d.ident.portID(), cfg.Target.RelativePortID)
 }
 
 // prTypeName names a persistent reservation type as SPC-4 table 212 does, as sg_persist prints it.

@@ -99,6 +99,36 @@ type sharedStore struct {
 
 	lusMu sync.Mutex
 	lus   []*scsi.LogicalUnit // the logical units made over this store (watchResize)
+
+	// pr are the persistent reservations that every gateway of an RBD image shares
+	// (pr_store: rados), kept as long as the image is open; prClose leaves them.
+	pr      *scsi.Reservations
+	prClose func() error
+}
+
+// openSharedPR opens the shared persistent reservations of an RBD image (prstore); nil
+// without the build tag rbd.
+var openSharedPR func(b backstore.Backstore, r *config.RBD, member string, log *zap.Logger) (*scsi.Reservations, func() error, error)
+
+// prObjectName is the RADOS object, in the image's pool and namespace, that keeps the
+// persistent reservations of image.
+func prObjectName(image string) string { return "srptarget_pr." + image }
+
+// sharedReservations returns the reservations of the RBD image s, shared with the other
+// gateways that serve it, opening them the first time; member names this gateway among them.
+func (s *sharedStore) sharedReservations(r *config.RBD, member string) (*scsi.Reservations, error) {
+	if s.pr != nil {
+		return s.pr, nil
+	}
+	if openSharedPR == nil {
+		return nil, errNoRBD
+	}
+	pr, closeFn, err := openSharedPR(s.Backstore, r, member, s.log)
+	if err != nil {
+		return nil, err
+	}
+	s.pr, s.prClose = pr, closeFn
+	return pr, nil
 }
 
 // openStore opens the backstore of LUN l.
@@ -365,6 +395,11 @@ func (s *sharedStore) finish(discard bool) {
 	s.closed = true
 	s.mu.Unlock()
 	log := s.log.With(zap.Stringer("backstore", s.key))
+	if s.prClose != nil {
+		if err := s.prClose(); err != nil {
+			log.Warn("leaving the shared persistent reservations failed: the other gateways wait out this one's lease once", zap.Error(err))
+		}
+	}
 	if !s.ReadOnly() {
 		if err := s.Backstore.Flush(); err != nil {
 			log.Error("flushing the backstore before closing it failed: recent writes may be lost", zap.Error(err))

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # make test-rbd: the RBD backstore against a throw-away cluster (cluster.sh): the backstore
 # conformance suite and the RBD tests (resize watch, no allocations per I/O, the OSD stopped
-# with SIGSTOP), the daemon end to end over the in-memory fabric with an RBD LUN, then a short
+# with SIGSTOP), the daemon end to end over the in-memory fabric with an RBD LUN, the shared
+# persistent reservations (RADOS omap, watch and notify; two gateways' caches through the
+# state machine table and a race checked against a model, a gateway blocklisted at the OSDs;
+# two daemons over the in-memory fabric sharing an image's reservations), then a short
 # benchmark of the backstore beside `rbd bench` on the same cluster and image size.
 # RBD_BENCH=0 skips the benchmark, RBD_TESTS=0 the tests.
 set -euo pipefail
@@ -15,7 +18,7 @@ fi
 
 if [ "${RBD_TESTS:-1}" != 0 ]; then
 	echo "test-rbd: go test -tags rbd (cluster $SRPT_RBD_CONF, pool $SRPT_RBD_POOL)"
-	"$GO" test -tags rbd -race -count=1 -run 'RBD|Conformance/rbd' ./backstore/ ./backstore/rbd/ ./cmd/srptarget/
+	"$GO" test -tags rbd -race -count=1 -run 'RBD|RADOS|Conformance/rbd|TestObject|TwoGateways' ./backstore/ ./backstore/rbd/ ./scsi/ ./cmd/srptarget/
 fi
 
 [ "${RBD_BENCH:-1}" = 0 ] && exit 0
