@@ -214,10 +214,11 @@ func (s *Store) rewatch() error {
 	return nil
 }
 
-// Attach starts keeping c current: the lease renewals and the notifies. c is stale until the
-// first renewal.
+// Attach starts keeping c current: the lease renewals and the notifies. The first renewal is
+// made before it returns, so that c is fresh from the start when the cluster answers.
 func (s *Store) Attach(c Cache) {
 	s.cache = c
+	s.renew()
 	s.done.Add(2)
 	go s.renewals()
 	go s.applier()
@@ -415,12 +416,12 @@ func (s *Store) renewals() {
 	t := time.NewTicker(s.opts.Lease / 4)
 	defer t.Stop()
 	for {
-		s.renew()
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
 		}
+		s.renew()
 	}
 }
 

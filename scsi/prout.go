@@ -100,7 +100,7 @@ func persistentReserveOut(lu *LogicalUnit, c *Command) {
 		return prOut(lu, c, s, id, sa, p, eff) && c.Status == StatusGood
 	})
 	if !ch.ok {
-		c.fail(ReasonInternalTargetFailure)
+		ch.fail(c)
 		return
 	}
 	lu.applyPREffects(c, id, &ch.eff)

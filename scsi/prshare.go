@@ -1,8 +1,10 @@
 package scsi
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"syscall"
 )
 
 // PRStore keeps the reservations of a logical unit that several device servers serve: two
@@ -185,9 +187,10 @@ func (r *Reservations) applyEvents(evs []prEvent) {
 // prChange is the outcome of Reservations.change.
 type prChange struct {
 	eff prEffects // what the change does to other I_T nexuses, for the caller to apply
-	// ok is false when the change could not be put in force (persisting or storing failed);
-	// the state is then the one before it.
-	ok bool
+	// ok is false when the change could not be put in force (persisting or storing failed,
+	// err says why when known); the state is then the one before it.
+	ok  bool
+	err error
 	// version is the shared version the change made (0: none), to publish once its effects
 	// are applied.
 	version uint64
@@ -234,7 +237,7 @@ func (r *Reservations) change(from ITNexusID, persist bool, f func(s *prState, e
 		}
 		stored, err := r.store.Commit(r.version, marshalShared(s, events))
 		if err != nil {
-			return prChange{}
+			return prChange{err: err}
 		}
 		if stored {
 			r.state.Store(s)
@@ -244,15 +247,26 @@ func (r *Reservations) change(from ITNexusID, persist bool, f func(s *prState, e
 		}
 		data, nv, err := r.store.Load()
 		if err != nil {
-			return prChange{}
+			return prChange{err: err}
 		}
 		evs, err := r.applyLocked(data, nv)
 		if err != nil {
-			return prChange{}
+			return prChange{err: err}
 		}
 		learned = append(learned, evs...)
 	}
 	return prChange{}
+}
+
+// fail ends c with what keeps a change from being put in force: the store did not answer in
+// time (LOGICAL UNIT COMMUNICATION TIME-OUT, as for the RBD image's own I/O), or anything else
+// (INTERNAL TARGET FAILURE).
+func (ch *prChange) fail(c *Command) {
+	if errors.Is(ch.err, syscall.ETIMEDOUT) {
+		c.fail(ReasonLogicalUnitCommunicationTimeout)
+		return
+	}
+	c.fail(ReasonInternalTargetFailure)
 }
 
 // commitLocal publishes s, persisting it first when APTPL is (or was) in force and persist

@@ -22,9 +22,12 @@ import (
 // each with its own librados client (its own client id, watch and lease), keep one logical
 // unit's reservations in one RADOS object.
 
+// The lease is long for a test: the throw-away cluster's one OSD, on a machine that runs the
+// other packages' tests meanwhile, answers a read in milliseconds most of the time but has
+// been seen to take over a second.
 const (
-	radosTestLease = 2 * time.Second
-	radosTestDrain = time.Second
+	radosTestLease = 5 * time.Second
+	radosTestDrain = 5 * time.Second // the clients' rados_osd_op_timeout
 )
 
 var radosObjects atomic.Int64

@@ -59,7 +59,7 @@ func reserveSPC2(lu *LogicalUnit, c *Command) {
 		return true // not persisted: SPC-2 reservations do not survive a power loss
 	})
 	if !ch.ok {
-		c.fail(ReasonInternalTargetFailure)
+		ch.fail(c)
 		return
 	}
 	lu.pr.publish(ch)

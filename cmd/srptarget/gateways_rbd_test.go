@@ -41,8 +41,8 @@ luns:
       pool: %s
       image: %s
       ceph_conf: %s
-      rados_osd_op_timeout: 2s
-      pr_lease: 2s
+      rados_osd_op_timeout: 5s
+      pr_lease: 5s
 acls:
   - initiators: ["*"]
     luns: [0]
@@ -89,16 +89,16 @@ func TestTwoGatewaysShareReservations(t *testing.T) {
 	}
 	conn, err := rbd.Connect(rbd.Options{ConfFile: conf, MountTimeout: 10 * time.Second, OSDOpTimeout: 10 * time.Second})
 	require.NoError(t, err)
-	defer conn.Close()
+	t.Cleanup(conn.Close)
 	image := fmt.Sprintf("gw-%d", os.Getpid())
 	require.NoError(t, conn.CreateImage(pool, "", image, 8<<20))
-	defer func() {
+	t.Cleanup(func() { // after the daemons' own cleanups, which are registered later
 		require.NoError(t, conn.RemoveImage(pool, "", image))
 		if obj, err := conn.OpenObject(pool, "", prObjectName(image)); err == nil {
 			_ = obj.Remove()
 			obj.Close()
 		}
-	}()
+	})
 
 	g1 := newControlEnv(t, gatewayConfig(1, pool, image, conf))
 	g2 := newControlEnv(t, gatewayConfig(2, pool, image, conf))
