@@ -52,6 +52,9 @@ func init() {
 			return nil, nil, fmt.Errorf("%s: %w", obj.Name(), err)
 		}
 		st.Attach(res)
+		addrs, _ := img.Conn().Addrs()
+		log.Info("persistent reservations shared with the other gateways of the image", zap.String("object", obj.Name()),
+			zap.String("member", member), zap.String("client", addrs), zap.Uint64("version", res.Version()), zap.Bool("current", res.Fresh()))
 		return res, func() error {
 			err := st.Close()
 			obj.Close()

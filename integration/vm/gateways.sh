@@ -19,5 +19,5 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 host_init gateways /tmp/srptarget-vm-rbd
 export SRPT_VM_CEPH=1
 host_ceph_vm "$VMDIR/bin/srptarget-gw"
-HOST_VM_SUMMARY='^(failover time|fio across)'
+HOST_VM_SUMMARY='^(failover time|fio across|node 1 fenced|no write of node 1|gateway A fails closed|the PREEMPT waits)'
 SRPT_VM_FILES="$CEPH_VM_FILES" host_vm_checks gateways "$HERE/guest/gateways.sh" "$@"

@@ -13,10 +13,19 @@
 # ALUA priorities; the failover time (the longest stall of the map's completions after the
 # kill, from /sys/block/dm-N/stat sampled every 0.1 s); I/O on B while A is down and on A
 # again after; fio exit 0 with 0 verify errors; data written and fsync'd before the kill reads
-# back. Host side: integration/vm/gateways.sh (make stress-gateways).
+# back. Then persistent reservations, shared by the two gateways through a RADOS object
+# (pr_store: rados): two cluster nodes (initiator_ext 1 and 2), each logged in to both
+# gateways, register their keys through every path and node 1 reserves, as fence_scsi does;
+# both gateways show the same keys and reservation, READ FULL STATUS both gateways' ports;
+# node 2 preempts node 1 through gateway B while node 1 writes through A and B: every write of
+# node 1 started after the PREEMPT completed fails, and the region node 2 wrote after it holds
+# node 2's data at the end. With partition=1 (the default) gateway A is then cut off from the
+# cluster (its client blocklisted at the OSDs): it fails closed (02/04/0C) within its lease,
+# and a PREEMPT through B completes only after A's lease and drain. Host side:
+# integration/vm/gateways.sh (make stress-gateways).
 #
 # Arguments (k=v): bin=/usr/local/bin/srptarget image_mib=256 fio_size=48M kill_after=10
-#   down=20 watch_timeout=10
+#   down=20 watch_timeout=10 partition=1
 # shellcheck disable=SC2317
 # shellcheck source=lib.sh
 . /lab/lib.sh
@@ -39,6 +48,7 @@ PID_A='' PID_B=''
 alive() { [ -n "$1" ] && [ -r "/proc/$1/stat" ] && ! grep -qE '^[0-9]+ \(.*\) Z' "/proc/$1/stat" 2>/dev/null; }
 cleanup() {
 	[ -n "${SAMPLER:-}" ] && kill "$SAMPLER" 2>/dev/null
+	[ -n "${WRITER:-}" ] && touch $W/stop
 	[ -n "${MPDEV:-}" ] && multipath -F >/dev/null 2>&1
 	alive "$PID_A" && kill -TERM "$PID_A"
 	alive "$PID_B" && kill -TERM "$PID_B"
@@ -120,6 +130,75 @@ fio_run() {
 fio_ok() { [ "$FIO_RC" = 0 ] && [ "$FIO_VERR" = 0 ] && [ "$FIO_IOERR" = 0 ]; }
 # fio_load TAG: the variables of a fio_run that ran in the background.
 fio_load() { IFS='|' read -r FIO_RC FIO_VERR FIO_IOERR FIO_SUMMARY <"$W/fio-$1.res" 2>/dev/null || FIO_RC=none FIO_SUMMARY="no result"; }
+
+# login_to EXT ID PORT: log in with initiator_ext EXT to the target port ID_EXT ID on PORT
+# and print the new disk (/dev/sdX): ib_srp has no attribute naming initiator_ext, so the
+# logins are made one at a time and the new disk is the one that was not there before.
+more_srp_disks() { [ "$(srp_disks | wc -l)" -gt "$1" ]; }
+login_to() {
+	local before d
+	before=$(srp_disks | tr '\n' ' ')
+	srp_login "id_ext=$2,ioc_guid=$2,dest=$RXE_IP4:$3,initiator_ext=$1" >&2 || return 1
+	wait_for 60 more_srp_disks "$(wc -w <<<"$before")" || return 1
+	sleep 1
+	for d in $(srp_disks); do
+		case " $before " in *" $d "*) ;; *) echo "/dev/$d"; return 0 ;; esac
+	done
+	return 1
+}
+pr_keys() { sg_persist -n -i -k "$1" 2>&1 | awk '$1 ~ /^0x/ { print $1 }' | sort | tr '\n' ' ' | sed 's/ $//'; }
+# pr_holder DEV: the reservation's key and type, as "0xa1 5", or nothing.
+pr_holder() { sg_persist -n -i -r "$1" 2>&1 | awk '/Key=/ { sub(/.*Key=/, ""); k = $1 } /type:/ { t = ($0 ~ /registrants only/) ? 5 : "?" } END { if (k != "") print k, t }'; }
+# block TAG I: the 4 KiB block I of region R as TAG writes it.
+block() { printf '%-4096s' "$1 block $2" | tr ' ' '.'; }
+lba_bytes() { printf '%02x %02x %02x %02x' $(($1 >> 24 & 255)) $(($1 >> 16 & 255)) $(($1 >> 8 & 255)) $(($1 & 255)); }
+# write_region DEV TAG: the 64 blocks of region R, each WRITE(10) with sg_raw; also keeps the
+# expected content in $W/TAG.bin.
+write_region() {
+	local i
+	: >"$W/$2.bin"
+	for i in $(seq 0 63); do
+		block "$2" "$i" >"$W/blk"
+		cat "$W/blk" >>"$W/$2.bin"
+		# shellcheck disable=SC2046 # the LBA's bytes are separate arguments
+		sg_raw -t 20 -s 4096 -i "$W/blk" "$1" 2a 00 $(lba_bytes $((R + i * 8))) 00 00 08 00 >/dev/null 2>&1 || return 1
+	done
+}
+read_region() { dd if="$1" iflag=direct bs=4096 skip=$((R / 8)) count=64 2>/dev/null; }
+# node1_writer: node 1 writes block after block of region R through A and B in turn until
+# $W/stop, logging "start end disk block exit sense" per write.
+node1_writer() {
+	local i=0 d t0 rc out
+	while [ ! -e $W/stop ]; do
+		for d in $N1A $N1B; do
+			block node1 $((i % 64)) >"$W/n1blk"
+			t0=$(uptime_s)
+			# shellcheck disable=SC2046
+			out=$(sg_raw -t 20 -v -s 4096 -i "$W/n1blk" "$d" 2a 00 $(lba_bytes $((R + (i % 64) * 8))) 00 00 08 00 2>&1)
+			rc=$?
+			echo "$t0 $(uptime_s) $d $((i % 64)) $rc $(grep -ioE 'reservation conflict|registrations preempted|commands cleared|task aborted|unavailable' <<<"$out" | head -1 | tr ' ' _)" >>$W/n1.log
+			i=$((i + 1))
+		done
+	done
+}
+# report_fence T0 T1 DEV NAME: node 1's writes through DEV (gateway NAME) around a PREEMPT
+# issued at T0 and completed at T1: every write started after T1 must have failed (the unit
+# attention REGISTRATIONS PREEMPTED, then RESERVATION CONFLICT).
+report_fence() {
+	local r
+	r=$(awk -v t0="$1" -v t1="$2" -v d="$3" '$3 == d {
+			if ($1 < t0) { before++; if ($5 == 0) okb++ }
+			else if ($1 > t1) { after++; if ($5 == 0) oka++; if (tolower($6) ~ /conflict/) conf++; if (tolower($6) ~ /preempted/) ua++ }
+			if ($1 >= t0 && $5 != 0 && first == "") first = $2 - t0 }
+		END { printf "%d %d %d %d %d %d %s", before, okb, after, oka, conf, ua, first == "" ? "none" : sprintf("%.2f", first) }' $W/n1.log)
+	read -r before okb after oka conf ua first <<<"$r"
+	if [ "$okb" -gt 0 ] && [ "$after" -gt 0 ] && [ "$oka" = 0 ] && [ "$conf" -gt 0 ]; then
+		record "node 1 fenced through gateway $4" pass "before the PREEMPT $okb of $before writes GOOD; after it 0 of $after GOOD ($ua REGISTRATIONS PREEMPTED, $conf RESERVATION CONFLICT); first failure $first s after the PREEMPT was issued, which completed in $(awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }') s"
+	else
+		record "node 1 fenced through gateway $4" fail "before: $okb of $before GOOD; after: $oka of $after GOOD, $conf conflicts, $ua unit attentions"
+		grep " $3 " $W/n1.log | tail -20
+	fi
+}
 
 [ -x "$BIN" ] || fail "no $BIN"
 
@@ -286,11 +365,113 @@ fi
 echo "SRPTVM: ib_srp lines since the logins:"
 dmesg_since "$n0" | grep -iE 'srp|alua|multipath|device-mapper' | tail -40
 
+step "persistent reservations through both gateways: fence_scsi's keys, node 2 preempts node 1"
+run multipath -F
+MPDEV=
+# Two nodes of a cluster, each an initiator port (initiator_ext 1 and 2), each logged in to both
+# gateways: four I_T nexuses, four disks. fence_scsi registers a node's key through every path
+# of its device, and unfences by registering and reserving Write Exclusive, registrants only.
+N1A=$(login_to 0000000000000001 "$ID_A" "$PORT_A") || fail "node 1 to gateway A"
+N1B=$(login_to 0000000000000001 "$ID_B" "$PORT_B") || fail "node 1 to gateway B"
+N2A=$(login_to 0000000000000002 "$ID_A" "$PORT_A") || fail "node 2 to gateway A"
+N2B=$(login_to 0000000000000002 "$ID_B" "$PORT_B") || fail "node 2 to gateway B"
+record "two nodes through both gateways" pass "node 1: $N1A (A), $N1B (B); node 2: $N2A (A), $N2B (B)"
+for d in $N1A $N1B $N2A $N2B; do sg_turs "$d" >/dev/null 2>&1; sg_turs "$d" >/dev/null 2>&1; done
+KEY1=0xa1 KEY2=0xb2
+check "node 1 registers through A and B (-o -I -S)" eval "sg_persist -n -o -I -S $KEY1 $N1A && sg_persist -n -o -I -S $KEY1 $N1B"
+check "node 2 registers through A and B (-o -I -S)" eval "sg_persist -n -o -I -S $KEY2 $N2A && sg_persist -n -o -I -S $KEY2 $N2B"
+check "node 1 reserves through A (-o -R -T 5)" sg_persist -n -o -R -K "$KEY1" -T 5 "$N1A"
+kA=$(pr_keys "$N2A") kB=$(pr_keys "$N1B") rA=$(pr_holder "$N2A") rB=$(pr_holder "$N2B")
+if [ "$kA" = "0xa1 0xa1 0xb2 0xb2" ] && [ "$kA" = "$kB" ] && [ "$rA" = "0xa1 5" ] && [ "$rB" = "$rA" ]; then
+	record "same registrations and reservation through both gateways" pass "keys $kA; reservation key and type $rA, read through A and through B"
+else
+	record "same registrations and reservation through both gateways" fail "keys through A '$kA', through B '$kB'; reservation through A '$rA', through B '$rB'"
+fi
+sg_persist -n -i -s "$N2B" >$W/full.txt 2>&1
+ports=$(grep -io 'relative port address: 0x[0-9a-f]*' $W/full.txt | awk '{ print $NF }' | sort | uniq -c | awk '{ printf "%s x%s ", $2, $1 }')
+if [ "$(grep -ci 'relative port address: 0x1$' $W/full.txt)" = 2 ] && [ "$(grep -ci 'relative port address: 0x2$' $W/full.txt)" = 2 ]; then
+	record "READ FULL STATUS through B: both gateways' ports" pass "4 registrations, relative ports $ports"
+else
+	record "READ FULL STATUS through B: both gateways' ports" fail "relative ports: $ports; $(tr '\n' ' ' <$W/full.txt | head -c 400)"
+fi
+
+# Node 1 writes 4 KiB blocks of region R (64 blocks) through A and B in turn, while node 2
+# preempts it through B (PREEMPT AND ABORT, as fence_scsi fences); then node 2 writes the
+# whole region through B. Every write node 1 starts after the PREEMPT completes must fail, and
+# the region must hold node 2's data at the end: no write of node 1 landed after the fence.
+R=$((192 << 11)) # LBA of 192 MiB, past fio's regions
+rm -f $W/stop $W/n1.log
+node1_writer &
+WRITER=$!
+sleep 3
+TP0=$(uptime_s)
+check "node 2 preempts node 1 through B (-o -A -T 5)" sg_persist -n -o -A -K "$KEY2" -S "$KEY1" -T 5 "$N2B"
+TP1=$(uptime_s)
+check "node 2 writes the region through B" write_region "$N2B" node2
+sleep 3
+touch $W/stop
+wait $WRITER
+WRITER=
+report_fence "$TP0" "$TP1" "$N1A" A
+report_fence "$TP0" "$TP1" "$N1B" B
+read_region "$N2A" >$W/region.bin
+if cmp -s $W/region.bin $W/node2.bin; then
+	record "no write of node 1 landed after the fence" pass "the 64 blocks of the region, read through A, are node 2's (written through B after the PREEMPT)"
+else
+	record "no write of node 1 landed after the fence" fail "$(cmp $W/region.bin $W/node2.bin 2>&1 | head -1); node 1's blocks: $(grep -c 'node1' $W/region.bin)"
+fi
+k=$(pr_keys "$N1A")
+if [ "$k" = "0xb2 0xb2" ] && [ "$(pr_holder "$N1B")" = "0xb2 5" ]; then
+	record "after the fence" pass "keys $k, reservation 0xb2 type 5, through A and B"
+else
+	record "after the fence" fail "keys '$k', reservation through B '$(pr_holder "$N1B")'"
+fi
+
+if [ "$(arg partition 1)" = 1 ]; then
+	step "gateway A cut off from the cluster (blocklisted at the OSDs) while node 1 preempts node 2 through B"
+	check "node 1 registers again through A and B" eval "sg_persist -n -o -I -S $KEY1 $N1A >/dev/null; sg_persist -n -o -I -S $KEY1 $N1B"
+	addr=$(sed -n 's/.*persistent reservations shared with the other gateways.*"client": "\([^"]*\)".*/\1/p' $W/A.log | tail -1)
+	[ -n "$addr" ] || fail "no client address of gateway A in its log"
+	TC=$(uptime_s)
+	run "$RBDCTL" mon "{\"prefix\": \"osd blocklist\", \"blocklistop\": \"add\", \"addr\": \"$addr\"}"
+	# Gateway A's lease runs out: what a reservation could conflict with fails there with
+	# NOT READY, TARGET PORT IN UNAVAILABLE STATE (02/04/0C), which dm-multipath takes as a
+	# path failure; I/O goes on through B.
+	stale_on_a() { sg_turs "$N1A" 2>&1 | grep -qi 'unavailable state'; }
+	if wait_for 30 stale_on_a; then
+		TS=$(uptime_s)
+		record "gateway A fails closed" pass "02/04/0C (target port in unavailable state) through A $(since "$TC") s after it was cut off (pr_lease 5 s)"
+	else
+		TS=
+		record "gateway A fails closed" fail "$(sg_turs "$N1A" 2>&1 | tr '\n' ' ' | head -c 200)"
+	fi
+	TP0=$(uptime_s)
+	check "node 1 preempts node 2 through B while A is cut off" sg_persist -n -o -A -K "$KEY1" -S "$KEY2" -T 5 "$N1B"
+	TP1=$(uptime_s)
+	took=$(awk -v a="$TP0" -v b="$TP1" 'BEGIN { printf "%.1f", b - a }')
+	if [ -n "$TS" ] && awk -v s="$TS" -v p="$TP1" 'BEGIN { exit !(s < p) }'; then
+		record "the PREEMPT waits until A is fenced" pass "it took $took s (A's lease 5 s + its rados_osd_op_timeout 30 s + margin); A was failing commands $(awk -v s="$TS" -v p="$TP1" 'BEGIN { printf "%.1f", p - s }') s before it completed"
+	else
+		record "the PREEMPT waits until A is fenced" fail "took $took s; A stale at ${TS:-never}, PREEMPT done at $TP1"
+	fi
+	k=$(pr_keys "$N2B")
+	if [ "$k" = "0xa1 0xa1" ]; then
+		record "after the fence through B" pass "keys $k through B"
+	else
+		record "after the fence through B" fail "keys '$k'"
+	fi
+	# A is fenced for good: its client is blocklisted. SIGKILL, as an operator would restart it.
+	run kill -KILL "$PID_A"
+	wait "$PID_A" 2>/dev/null
+	PID_A=
+fi
+
 step "logout, stop"
 run multipath -F
 MPDEV=
 srp_logout || record "logout" fail "disks stay"
-kill -TERM "$PID_A" "$PID_B"
+[ -n "$PID_A" ] && kill -TERM "$PID_A"
+kill -TERM "$PID_B"
 st=
 for p in $PID_A $PID_B; do wait_for 45 eval "! alive $p" || st="$st $p still running"; done
 wait "$PID_B"
