@@ -53,6 +53,23 @@ type NonBlocking interface {
 	NonBlocking() bool
 }
 
+// CompareAndWriter is implemented by stores that other clients may write as well, and that
+// compare and write atomically against all of them (an RBD image served by several gateways,
+// each its own client): COMPARE AND WRITE uses it instead of comparing under the logical unit's
+// own range lock, which only orders this process's commands.
+type CompareAndWriter interface {
+	// CompareAndWriteMax is the most bytes CompareAndWrite compares at once; 0 when the store
+	// has no compare-and-write of its own (a wrapper over one that has none).
+	CompareAndWriteMax() int
+	// CompareAndWrite writes data at off if the store holds cmp there (the same length). On a
+	// miscompare it writes nothing and returns ErrMiscompare with the offset, from off, of the
+	// first byte that differs.
+	CompareAndWrite(cmp, data []byte, off int64) (mismatch int64, err error)
+}
+
+// ErrMiscompare is CompareAndWrite's error when the store does not hold what was compared.
+var ErrMiscompare = errors.New("miscompare")
+
 // Capabilities tells the SCSI layer what to advertise (thin provisioning, zeroing).
 type Capabilities struct {
 	// Unmap is true when Unmap really deallocates (punch hole, discard, RAM freed).

@@ -3,6 +3,7 @@
 package backstore
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -212,6 +213,42 @@ func (r *RBD) Unmap(off, length int64) error {
 func (r *RBD) WriteZeroes(off, length int64) error {
 	return r.rangeOp("write zeroes", off, length, r.img.WriteZeroes)
 }
+
+// CompareAndWriteMax is librbd's compare-and-write's limit (one 512-byte sector).
+func (r *RBD) CompareAndWriteMax() int { return rbd.CompareAndWriteMax }
+
+// CompareAndWrite is librbd's compare-and-write: one operation on the OSD, atomic against
+// every client of the image, the other gateways included.
+func (r *RBD) CompareAndWrite(cmp, data []byte, off int64) (int64, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed {
+		return 0, fmt.Errorf("rbd %s: compare and write: %w", r.name, ErrClosed)
+	}
+	if !checkRange(r.size.Load(), off, int64(len(data))) {
+		return 0, fmt.Errorf("rbd %s: compare and write of %d bytes at %d: %w", r.name, len(data), off, ErrOutOfRange)
+	}
+	if r.ro {
+		return 0, fmt.Errorf("rbd %s: compare and write: %w", r.name, unix.EROFS)
+	}
+	mismatch, err := r.img.CompareAndWrite(cmp, data, off)
+	switch {
+	case errors.Is(err, rbd.ErrMiscompare):
+		return mismatch, ErrMiscompare
+	case err != nil:
+		return 0, fmt.Errorf("rbd %s: compare and write of %d bytes at %d: %w", r.name, len(data), off, err)
+	}
+	if r.cache {
+		// With librbd's cache on, make the write durable as a FUA write would be: the
+		// atomic test and set that uses it guards on-disk structures.
+		if err := r.img.Flush(); err != nil {
+			return 0, fmt.Errorf("rbd %s: flush after a compare and write at %d: %w", r.name, off, err)
+		}
+	}
+	return 0, nil
+}
+
+var _ CompareAndWriter = (*RBD)(nil)
 
 func (r *RBD) Size() int64 { return r.size.Load() }
 

@@ -1,6 +1,11 @@
 package scsi
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"errors"
+
+	"github.com/srptarget/srptarget/backstore"
+)
 
 // COMPARE AND WRITE (SBC-3).
 
@@ -15,10 +20,22 @@ const maxCompareAndWriteLength = 255
 // fits the command is not usable and the limit is 0.
 func (lu *LogicalUnit) maxCompareAndWriteBlocks() uint8 {
 	n := uint64(maxCompareAndWriteLength)
+	if cw := lu.storeCompareAndWrite(); cw != nil {
+		n = min(n, uint64(cw.CompareAndWriteMax())/uint64(lu.blockSize))
+	}
 	if m := lu.cfg.MaxTransferBytes; m != 0 {
 		n = min(n, uint64(m)/(2*uint64(lu.blockSize)))
 	}
 	return uint8(n)
+}
+
+// storeCompareAndWrite returns the store's own compare-and-write, or nil when it has none: the
+// logical unit then compares under its range lock.
+func (lu *LogicalUnit) storeCompareAndWrite() backstore.CompareAndWriter {
+	if cw, ok := lu.bs.(backstore.CompareAndWriter); ok && cw.CompareAndWriteMax() > 0 {
+		return cw
+	}
+	return nil
 }
 
 // compareAndWriteZero are the fields of COMPARE AND WRITE that must be zero, in the order they
@@ -43,6 +60,19 @@ func compareAndWrite(lu *LogicalUnit, c *Command) {
 	}
 	slot := lu.ranges.lock(w.lba, w.n, true)
 	defer lu.ranges.unlock(slot)
+	if cw := lu.storeCompareAndWrite(); cw != nil {
+		// The store compares and writes as one operation, atomic against its other clients
+		// too (the other gateways of an RBD image), which the range lock does not see.
+		half := len(c.DataOut) / 2
+		mismatch, err := cw.CompareAndWrite(c.DataOut[:half], c.DataOut[half:], lu.byteOffset(w.lba))
+		switch {
+		case errors.Is(err, backstore.ErrMiscompare):
+			c.miscompare(uint64(mismatch))
+		case err != nil:
+			c.ioError(err, false, w.lba)
+		}
+		return
+	}
 	if lu.walkSync(c, &w); c.Status != StatusGood {
 		return
 	}

@@ -285,3 +285,53 @@ func TestCompareAndWriteAtomic(t *testing.T) {
 	require.Equal(t, binary.BigEndian.Uint64(final), binary.BigEndian.Uint64(final[bs:]), "torn blocks")
 	t.Logf("%d COMPARE AND WRITEs succeeded out of %d", total, workers*rounds)
 }
+
+// cawStore is a memory backstore with a compare-and-write of its own for up to max bytes, as
+// an RBD image has (librbd's, one 512-byte sector): it counts the calls.
+type cawStore struct {
+	backstore.Backstore
+	max   int
+	calls int
+}
+
+func (s *cawStore) CompareAndWriteMax() int { return s.max }
+
+func (s *cawStore) CompareAndWrite(cmp, data []byte, off int64) (int64, error) {
+	s.calls++
+	cur := make([]byte, len(cmp))
+	if err := s.ReadAt(cur, off); err != nil {
+		return 0, err
+	}
+	if i := firstDifference(cur, cmp); i >= 0 {
+		return int64(i), backstore.ErrMiscompare
+	}
+	return 0, s.WriteAt(data, off, false)
+}
+
+// TestCompareAndWriteByTheStore: a store with its own compare-and-write (atomic against its
+// other clients, which the range lock does not see) does the command; MAXIMUM COMPARE AND WRITE
+// LENGTH is what it takes in blocks, 0 (not supported) when a block is more than that.
+func TestCompareAndWriteByTheStore(t *testing.T) {
+	mem, err := backstore.NewMemory(64*512, 512)
+	require.NoError(t, err)
+	st := &cawStore{Backstore: mem, max: 512}
+	lu, m := newLUOver(t, st, nil)
+	require.Equal(t, uint8(1), lu.maxCompareAndWriteBlocks())
+	old, next := testutil.Pattern(512, 1), testutil.Pattern(512, 2)
+	require.NoError(t, mem.WriteAt(old, 5*512, false))
+	checkGood(t, exec(m, cawCDB(0, 5, 1), cat(old, next), 0))
+	bad := append([]byte(nil), next...)
+	bad[300] ^= 1
+	checkSense(t, exec(m, cawCDB(0, 5, 1), cat(bad, old), 0), miscompareAt(300))
+	checkSense(t, exec(m, cawCDB(0, 5, 2), make([]byte, 2048), 0), invalidCDB(13, -1))
+	require.Equal(t, 2, st.calls)
+	got := make([]byte, 512)
+	require.NoError(t, mem.ReadAt(got, 5*512))
+	require.Equal(t, next, got)
+
+	mem4k, err := backstore.NewMemory(64*4096, 4096)
+	require.NoError(t, err)
+	lu, m = newLUOver(t, &cawStore{Backstore: mem4k, max: 512}, nil)
+	require.Zero(t, lu.maxCompareAndWriteBlocks())
+	checkSense(t, exec(m, cawCDB(0, 0, 1), make([]byte, 8192), 0), invalidCDB(13, -1))
+}

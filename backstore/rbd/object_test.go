@@ -115,3 +115,44 @@ func TestObjectWatchNotify(t *testing.T) {
 	require.Empty(t, r.Acks)
 	require.Empty(t, r.Timeouts, "no watcher left")
 }
+
+// TestCompareAndWriteLimits: what librbd's compare-and-write takes: one 512-byte sector, where
+// a miscompare writes nothing and reports the first differing byte; EINVAL for more or across a
+// sector boundary.
+func TestCompareAndWriteLimits(t *testing.T) {
+	c, pool := testConn(t)
+	name := fmt.Sprintf("caw-%d", time.Now().UnixNano())
+	require.NoError(t, c.CreateImage(pool, "", name, 16<<20))
+	defer func() { require.NoError(t, c.RemoveImage(pool, "", name)) }()
+	im, err := c.OpenImage(pool, "", name, false, 0)
+	require.NoError(t, err)
+	defer im.Close()
+	fill := func(n int, b byte) []byte {
+		p := make([]byte, n)
+		for i := range p {
+			p[i] = b
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		off  int64
+		n    int
+		fits bool
+	}{{0, 512, true}, {4<<20 - 512, 512, true}, {4096, 4096, false}, {8192, 1024, false}, {8192 + 256, 512, false}} {
+		zero := make([]byte, tc.n)
+		_, err := im.CompareAndWrite(zero, fill(tc.n, 1), tc.off)
+		if !tc.fits {
+			require.ErrorIs(t, err, syscall.EINVAL, "%d bytes at %d", tc.n, tc.off)
+			continue
+		}
+		require.NoError(t, err)
+		bad := fill(tc.n, 1)
+		bad[tc.n-7] = 9
+		mo, err := im.CompareAndWrite(bad, fill(tc.n, 2), tc.off)
+		require.ErrorIs(t, err, ErrMiscompare)
+		require.Equal(t, int64(tc.n-7), mo)
+		got := make([]byte, tc.n)
+		require.NoError(t, im.Read(got, tc.off))
+		require.Equal(t, fill(tc.n, 1), got, "nothing written on a miscompare")
+	}
+}

@@ -75,6 +75,11 @@ static int srpt_mon_command(rados_t cluster, const char *cmd, char **out, size_t
 	return rados_mon_command(cluster, cmds, 1, NULL, 0, out, outlen, outs, outslen);
 }
 
+// srpt_rbd_caw is a synchronous compare-and-write; *mismatch gets librbd's mismatch offset.
+static ssize_t srpt_rbd_caw(rbd_image_t img, uint64_t off, size_t len, const char *cmp, const char *buf, uint64_t *mismatch) {
+	return rbd_compare_and_write(img, off, len, cmp, buf, mismatch, 0);
+}
+
 static int srpt_rbd_update_watch(rbd_image_t img, uint64_t *handle, int fd) {
 	return rbd_update_watch(img, handle, srpt_rbd_watch_cb, (void *)(intptr_t)fd);
 }
@@ -475,6 +480,37 @@ func (im *Image) WriteZeroes(off, length int64) error {
 func (im *Image) Flush() error {
 	_, err := im.submit(C.srpt_op_flush, 0, 0, nil)
 	return err
+}
+
+// CompareAndWriteMax is the most CompareAndWrite compares at once: librbd's compare-and-write
+// works on one 512-byte sector (EINVAL for more, or across a sector boundary).
+const CompareAndWriteMax = 512
+
+// ErrMiscompare is CompareAndWrite's error when the image does not hold cmp.
+var ErrMiscompare = errors.New("rbd: compare and write: miscompare")
+
+// CompareAndWrite writes data at off when the image holds cmp there (of the same length), as
+// one operation on the OSD: no other client's write can come between the compare and the
+// write. On a miscompare nothing is written and the error is ErrMiscompare with the offset,
+// from off, of the first byte that differs. librbd takes it only for one 512-byte sector
+// (CompareAndWriteMax; EINVAL otherwise). It waits in the calling goroutine's thread: it is rare (VMware's atomic
+// test and set, a heartbeat every few seconds).
+func (im *Image) CompareAndWrite(cmp, data []byte, off int64) (mismatch int64, err error) {
+	if len(cmp) != len(data) || len(cmp) == 0 {
+		return 0, fmt.Errorf("rbd: compare and write of %d bytes against %d: %w", len(data), len(cmp), syscall.EINVAL)
+	}
+	var mo C.uint64_t
+	r := C.srpt_rbd_caw(im.img, C.uint64_t(off), C.size_t(len(cmp)), (*C.char)(unsafe.Pointer(&cmp[0])),
+		(*C.char)(unsafe.Pointer(&data[0])), &mo)
+	runtime.KeepAlive(cmp)
+	runtime.KeepAlive(data)
+	switch {
+	case r >= 0:
+		return 0, nil
+	case syscall.Errno(-r) == syscall.EILSEQ:
+		return int64(mo), ErrMiscompare // librbd counts from off
+	}
+	return 0, syscall.Errno(-r)
 }
 
 // Size returns the image's size as librbd knows it now (it follows resizes by others).

@@ -368,6 +368,29 @@ func (s *sharedStore) WriteAtomicAt(p []byte, off int64, fua bool) error {
 
 var _ backstore.AtomicWriter = (*sharedStore)(nil)
 
+// CompareAndWriteMax forwards the store's backstore.CompareAndWriter (0: it has none).
+func (s *sharedStore) CompareAndWriteMax() int {
+	if cw, ok := s.Backstore.(backstore.CompareAndWriter); ok {
+		return cw.CompareAndWriteMax()
+	}
+	return 0
+}
+
+func (s *sharedStore) CompareAndWrite(cmp, data []byte, off int64) (int64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return 0, fmt.Errorf("%v: %w", s.key, backstore.ErrClosed)
+	}
+	cw, ok := s.Backstore.(backstore.CompareAndWriter)
+	if !ok {
+		return 0, fmt.Errorf("%v: compare and write: %w", s.key, errors.ErrUnsupported)
+	}
+	return cw.CompareAndWrite(cmp, data, off)
+}
+
+var _ backstore.CompareAndWriter = (*sharedStore)(nil)
+
 // Close drops one logical unit's reference. The last one starts the final flush and close.
 func (s *sharedStore) Close() error {
 	if n := s.refs.Add(-1); n > 0 {

@@ -21,7 +21,7 @@ if [ "${RBD_TESTS:-1}" != 0 ]; then
 	# -p 1: one package at a time. The one OSD of this cluster, in RAM on a machine that
 	# runs the backstore's conformance suite meanwhile, was seen to take more than 5 s for
 	# an omap write, which the shared reservations' tests would take for a cut-off gateway.
-	"$GO" test -tags rbd -race -count=1 -p 1 -run 'RBD|RADOS|Conformance/rbd|TestObject|TwoGateways' ./backstore/ ./backstore/rbd/ ./scsi/ ./cmd/srptarget/
+	"$GO" test -tags rbd -race -count=1 -p 1 -run 'RBD|RADOS|Conformance/rbd|TestObject|TwoGateways|CompareAndWriteLimits' ./backstore/ ./backstore/rbd/ ./scsi/ ./cmd/srptarget/
 fi
 
 [ "${RBD_BENCH:-1}" = 0 ] && exit 0
