@@ -192,7 +192,12 @@ func spreadPRNexuses(t *testing.T, lms [2]*LUNMap, on string, typ byte) (a, b, c
 	if typ != 0 {
 		requireGood(t, sendPROut(maps[a], a, prOutReserve, typ, prParams(keyA, 0, 0)))
 	}
-	return a, b, c, func(n *Nexus) *LUNMap { return maps[n] }
+	return a, b, c, func(n *Nexus) *LUNMap {
+		if n.Port == port2 {
+			return lms[1]
+		}
+		return lms[0]
+	}
 }
 
 func containsByte(s string, b byte) bool {
@@ -496,4 +501,24 @@ func testPRRace(t *testing.T, newStores func(*testing.T, *prCommitLog) [2]*loggi
 		require.Equal(t, md.resType, typ)
 		require.Equal(t, md.generation, gen)
 	}
+}
+
+// TestPRTwoGatewaysAllTargetPorts: a registration made with ALL_TG_PT through one device server
+// covers the initiator port through the other device server's ports too, and REGISTER AND MOVE
+// may hand the reservation to an I_T nexus through the other device server's port.
+func TestPRTwoGatewaysAllTargetPorts(t *testing.T) {
+	a, b, _, m := twoPRGateways("B")(t, PRTypeWriteExclusive)
+	requireGood(t, sendPROut(m(prNexusC1), prNexusC1, prOutRegister, 0, prParams(0, keyC, prOutAllTgPt)))
+	clearPowerOnUA(t, m(prNexusC2), prNexusC2)
+	// C through port 2 is registered: it may read READ KEYS' key list back, and reserve once A
+	// releases; A moves its reservation to B through port 2.
+	requireGood(t, sendPROut(m(a), a, prOutRegisterAndMove, 0, moveParams(keyA, keyB, 0, 2, srpTID(prNexusB.InitiatorID))))
+	k, typ := readReservation(t, m(b), b)
+	require.Equal(t, uint64(keyB), k)
+	require.Equal(t, byte(PRTypeWriteExclusive), typ)
+	checkGood(t, run(m(b), b, 0, cdb10(0x2A, 0, 1, 1), make([]byte, 512), 0))
+	requireGood(t, sendPROut(m(b), b, prOutRelease, PRTypeWriteExclusive, prParams(keyB, 0, 0)))
+	requireGood(t, sendPROut(m(prNexusC2), prNexusC2, prOutReserve, PRTypeExclusiveAccess, prParams(keyC, 0, 0)))
+	checkGood(t, run(m(prNexusC1), prNexusC1, 0, cdb10(0x28, 0, 1, 1), nil, 512))
+	requireConflict(t, run(m(a), a, 0, cdb10(0x28, 0, 1, 1), nil, 512))
 }
