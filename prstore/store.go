@@ -142,6 +142,9 @@ type Store struct {
 	notifies chan rbd.Notification
 	stop     chan struct{}
 	done     sync.WaitGroup
+	// bg are the goroutines that replace a broken watch and close the old one: Close waits
+	// for them before the object's I/O context may go.
+	bg sync.WaitGroup
 }
 
 // Open registers this gateway as a member of obj's and watches it. Attach starts keeping a
@@ -192,26 +195,43 @@ func (s *Store) rewatch() error {
 		}
 	}, func(err error) {
 		s.log.Warn("persistent reservations: the watch broke; watching again", zap.Error(err))
-		go func() {
+		s.background(func() {
 			if err := s.rewatch(); err != nil {
 				s.log.Error("persistent reservations: cannot watch the shared state; changes are learned by polling", zap.Error(err))
 			}
-		}()
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("prstore: watch: %w", err)
 	}
 	s.mu.Lock()
 	old, closed := s.watch, s.closed
-	s.watch = w
+	if !closed {
+		s.watch = w
+	}
 	s.mu.Unlock()
 	if closed {
 		return w.Close()
 	}
 	if old != nil {
-		go old.Close() // not here: Close waits for callbacks, and this may be one
+		// Not here: Close waits for the old watch's callbacks, and this may run in one.
+		s.background(func() { _ = old.Close() })
 	}
 	return nil
+}
+
+// background runs f on a goroutine that Close waits for, unless the store is closed.
+func (s *Store) background(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		f()
+	}()
 }
 
 // Attach starts keeping c current: the lease renewals and the notifies. The first renewal is
@@ -236,6 +256,10 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	close(s.stop)
 	s.done.Wait()
+	s.bg.Wait()
+	s.mu.Lock()
+	w = s.watch // a replacement made meanwhile
+	s.mu.Unlock()
 	s.freshMu.Lock()
 	s.leaseGen++
 	if s.lapse != nil {

@@ -226,6 +226,10 @@ type Reservations struct {
 	store   PRStore
 	version uint64
 	events  []prEvent
+	// applying are the versions in force whose effects on I_T nexuses are being applied;
+	// applied is signalled when one is done (Version, Apply).
+	applying map[uint64]struct{}
+	applied  *sync.Cond
 	// lu is the logical unit that the changes other device servers make reach (the newest
 	// one using these reservations).
 	lu atomic.Pointer[LogicalUnit]
@@ -267,7 +271,7 @@ func (r *Reservations) dropSPC2(id *ITNexusID) {
 	if id != nil {
 		from = *id
 	}
-	r.publish(r.change(from, false, func(s *prState, _ *prEffects) bool {
+	r.publish(r.change(nil, from, false, func(s *prState, _ *prEffects) bool {
 		if s.spc2 == nil || id != nil && *s.spc2 != *id {
 			return false
 		}

@@ -95,7 +95,7 @@ func persistentReserveOut(lu *LogicalUnit, c *Command) {
 	}
 	id := c.Nexus.id()
 
-	ch := lu.pr.change(id, true, func(s *prState, eff *prEffects) bool {
+	ch := lu.pr.change(c, id, true, func(s *prState, eff *prEffects) bool {
 		c.Status, c.SenseLength = StatusGood, 0
 		return prOut(lu, c, s, id, sa, p, eff) && c.Status == StatusGood
 	})

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"syscall"
 )
 
@@ -63,18 +64,50 @@ func NewSharedReservations(store PRStore) (*Reservations, error) {
 	s.stale = true
 	s.settle()
 	r := &Reservations{store: store, version: v, events: events}
+	r.initShared()
 	r.state.Store(s)
 	return r, nil
+}
+
+// initShared makes what shared reservations track of the versions being applied.
+func (r *Reservations) initShared() {
+	r.applying = make(map[uint64]struct{})
+	r.applied = sync.NewCond(&r.mu)
 }
 
 // Shared reports whether the reservations live in a PRStore.
 func (r *Reservations) Shared() bool { return r.store != nil }
 
-// Version returns the stored version the state is (0 for reservations that are not shared).
+// Version returns the stored version that is in force with the effects of every change up to
+// it applied to this device server's I_T nexuses (0 for reservations that are not shared): what
+// the store acknowledges to the device server that made a change.
 func (r *Reservations) Version() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.version
+	return r.appliedLocked()
+}
+
+// appliedLocked is Version with mu held: the version in force, less those whose effects are
+// still being applied (applying).
+func (r *Reservations) appliedLocked() uint64 {
+	v := r.version
+	for a := range r.applying {
+		v = min(v, a-1)
+	}
+	return v
+}
+
+// doneApplying records that the effects of version v are applied.
+func (r *Reservations) doneApplying(vs ...uint64) {
+	if len(vs) == 0 {
+		return
+	}
+	r.mu.Lock()
+	for _, v := range vs {
+		delete(r.applying, v)
+	}
+	r.mu.Unlock()
+	r.applied.Broadcast()
 }
 
 // persistable reports whether APTPL can be honoured (PTPL_C): a state file, or a shared store,
@@ -106,27 +139,36 @@ func (r *Reservations) Fresh() bool { return !r.state.Load().stale }
 
 // Apply puts version v of the shared state (data, as stored) in force if it is newer than the
 // cached one, and gives the I_T nexuses of this device server the unit attentions and aborts of
-// the changes in between. It returns once they are done: the driver then acknowledges the
-// change to the device server that made it (Publish).
+// the changes in between. It returns once they are done, and those of the versions before that
+// another goroutine is applying: the driver then acknowledges the change to the device server
+// that made it (Publish).
 func (r *Reservations) Apply(data []byte, v uint64) error {
 	r.mu.Lock()
-	evs, err := r.applyLocked(data, v)
+	evs, inForce, err := r.applyLocked(data, v)
 	r.mu.Unlock()
-	r.applyEvents(evs)
+	if inForce {
+		r.applyEvents(evs, nil)
+		r.doneApplying(v)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for r.appliedLocked() < min(v, r.version) {
+		r.applied.Wait()
+	}
 	return err
 }
 
-// applyLocked puts version v in force and returns the events to apply; mu is held.
-func (r *Reservations) applyLocked(data []byte, v uint64) ([]prEvent, error) {
+// applyLocked puts version v in force and returns the events to apply; mu is held. A version it
+// puts in force is applying until the caller, once it applied the events, calls doneApplying.
+func (r *Reservations) applyLocked(data []byte, v uint64) (evs []prEvent, inForce bool, err error) {
 	if v <= r.version {
-		return nil, nil
+		return nil, false, nil
 	}
 	s, events, err := unmarshalShared(data)
 	if err != nil {
-		return nil, fmt.Errorf("persistent reservations: version %d: %w", v, err)
+		return nil, false, fmt.Errorf("persistent reservations: version %d: %w", v, err)
 	}
 	old := r.state.Load()
-	var evs []prEvent
 	complete := len(events) > 0 && events[0].version <= r.version+1
 	for _, e := range events {
 		if e.version > r.version && e.version <= v {
@@ -141,7 +183,8 @@ func (r *Reservations) applyLocked(data []byte, v uint64) ([]prEvent, error) {
 	s.settle()
 	r.state.Store(s)
 	r.version, r.events = v, events
-	return evs, nil
+	r.applying[v] = struct{}{}
+	return evs, true, nil
 }
 
 // diffEffects are the unit attentions of going from state old to s when the changes in
@@ -173,14 +216,15 @@ func (s *prState) hasRegistration(r PRRegistration) bool {
 }
 
 // applyEvents gives the I_T nexuses of the attached logical unit the effects of other device
-// servers' changes.
-func (r *Reservations) applyEvents(evs []prEvent) {
+// servers' changes. c, when not nil, is the command applying them, which no abort waits for
+// (it would wait for itself).
+func (r *Reservations) applyEvents(evs []prEvent, c *Command) {
 	lu := r.lu.Load()
 	if lu == nil {
 		return
 	}
 	for i := range evs {
-		lu.applyPREffects(nil, evs[i].from, &evs[i].eff)
+		lu.applyPREffects(c, evs[i].from, &evs[i].eff)
 	}
 }
 
@@ -201,7 +245,7 @@ type prChange struct {
 // For reservations that are not shared the change is persisted first when APTPL asks for it;
 // shared ones store it as the next version, and when another device server stored one first,
 // apply that one and run f again on it.
-func (r *Reservations) change(from ITNexusID, persist bool, f func(s *prState, eff *prEffects) bool) prChange {
+func (r *Reservations) change(c *Command, from ITNexusID, persist bool, f func(s *prState, eff *prEffects) bool) prChange {
 	r.mu.Lock()
 	if r.store == nil {
 		defer r.mu.Unlock()
@@ -219,7 +263,11 @@ func (r *Reservations) change(from ITNexusID, persist bool, f func(s *prState, e
 		return ch
 	}
 	var learned []prEvent
-	defer func() { r.applyEvents(learned) }() // after the unlock below, which runs first
+	var learnedVersions []uint64
+	defer func() { // after the unlock below, which runs first
+		r.applyEvents(learned, c)
+		r.doneApplying(learnedVersions...)
+	}()
 	defer r.mu.Unlock()
 	for range prMaxCommitAttempts {
 		old := r.state.Load()
@@ -249,9 +297,12 @@ func (r *Reservations) change(from ITNexusID, persist bool, f func(s *prState, e
 		if err != nil {
 			return prChange{err: err}
 		}
-		evs, err := r.applyLocked(data, nv)
+		evs, inForce, err := r.applyLocked(data, nv)
 		if err != nil {
 			return prChange{err: err}
+		}
+		if inForce {
+			learnedVersions = append(learnedVersions, nv)
 		}
 		learned = append(learned, evs...)
 	}

@@ -143,6 +143,9 @@ func TestPRPartitionedGatewayRADOS(t *testing.T) {
 		cmd, _ := json.Marshal(map[string]string{"prefix": "osd blocklist", "blocklistop": "rm", "addr": addrs})
 		_, _ = conns[0].MonCommand(string(cmd))
 	})
+	// The first gateway's next operations carry the map with the entry, which makes the OSD
+	// refuse the cut-off one's from then on.
+	require.NoError(t, conns[0].WaitForLatestOSDMap())
 	cut := time.Now()
 	stale := make(chan time.Time, 1)
 	go func() {

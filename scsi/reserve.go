@@ -41,7 +41,7 @@ func reserveSPC2(lu *LogicalUnit, c *Command) {
 		return
 	}
 	id := c.Nexus.id()
-	ch := lu.pr.change(id, false, func(s *prState, _ *prEffects) bool {
+	ch := lu.pr.change(c, id, false, func(s *prState, _ *prEffects) bool {
 		c.Status, c.SenseLength = StatusGood, 0
 		switch {
 		case len(s.regs) > 0:

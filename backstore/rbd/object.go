@@ -218,6 +218,12 @@ func (o *Object) Close() {
 // InstanceID is the client's global id (client.N's N), as notify replies name watchers.
 func (c *Conn) InstanceID() uint64 { return uint64(C.rados_get_instance_id(c.cluster)) }
 
+// WaitForLatestOSDMap waits until the client has the cluster's newest OSD map (tests: after a
+// blocklist entry, the client's next operations make the OSDs apply it).
+func (c *Conn) WaitForLatestOSDMap() error {
+	return errno(C.rados_wait_for_latest_osdmap(c.cluster))
+}
+
 // Addrs is the client's address as the OSDs see it (for a blocklist entry).
 func (c *Conn) Addrs() (string, error) {
 	var addrs *C.char

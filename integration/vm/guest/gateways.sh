@@ -48,7 +48,7 @@ PID_A='' PID_B=''
 alive() { [ -n "$1" ] && [ -r "/proc/$1/stat" ] && ! grep -qE '^[0-9]+ \(.*\) Z' "/proc/$1/stat" 2>/dev/null; }
 cleanup() {
 	[ -n "${SAMPLER:-}" ] && kill "$SAMPLER" 2>/dev/null
-	[ -n "${WRITER:-}" ] && touch $W/stop
+	[ -n "${WRITER:-}" ] && touch $W/stop && sleep 1
 	[ -n "${MPDEV:-}" ] && multipath -F >/dev/null 2>&1
 	alive "$PID_A" && kill -TERM "$PID_A"
 	alive "$PID_B" && kill -TERM "$PID_B"
@@ -146,9 +146,12 @@ login_to() {
 	done
 	return 1
 }
-pr_keys() { sg_persist -n -i -k "$1" 2>&1 | awk '$1 ~ /^0x/ { print $1 }' | sort | tr '\n' ' ' | sed 's/ $//'; }
+# clear_ua DEV: TEST UNIT READY until no unit attention is pending (PERSISTENT RESERVE IN would
+# report it instead of answering).
+clear_ua() { sg_turs "$1" >/dev/null 2>&1; sg_turs "$1" >/dev/null 2>&1; }
+pr_keys() { clear_ua "$1"; sg_persist -n -i -k "$1" 2>&1 | awk '$1 ~ /^0x/ { print $1 }' | sort | tr '\n' ' ' | sed 's/ $//'; }
 # pr_holder DEV: the reservation's key and type, as "0xa1 5", or nothing.
-pr_holder() { sg_persist -n -i -r "$1" 2>&1 | awk '/Key=/ { sub(/.*Key=/, ""); k = $1 } /type:/ { t = ($0 ~ /registrants only/) ? 5 : "?" } END { if (k != "") print k, t }'; }
+pr_holder() { clear_ua "$1"; sg_persist -n -i -r "$1" 2>&1 | awk '/Key=/ { sub(/.*Key=/, ""); k = $1 } /type:/ { t = ($0 ~ /registrants only/) ? 5 : "?" } END { if (k != "") print k, t }'; }
 # block TAG I: the 4 KiB block I of region R as TAG writes it.
 block() { printf '%-4096s' "$1 block $2" | tr ' ' '.'; }
 lba_bytes() { printf '%02x %02x %02x %02x' $(($1 >> 24 & 255)) $(($1 >> 16 & 255)) $(($1 >> 8 & 255)) $(($1 & 255)); }
@@ -165,37 +168,41 @@ write_region() {
 	done
 }
 read_region() { dd if="$1" iflag=direct bs=4096 skip=$((R / 8)) count=64 2>/dev/null; }
-# node1_writer: node 1 writes block after block of region R through A and B in turn until
-# $W/stop, logging "start end disk block exit sense" per write.
+# node1_writer DEV: node 1 writes block after block of region R through DEV until $W/stop,
+# logging "start end disk block exit sense" per write to $W/n1.log. A write that PREEMPT AND
+# ABORT aborts gets no answer (SAM-5: TAS is 0): sg_raw gives up on it after its 10 s timeout
+# (exit 99, the SRP abort that follows is ib_srp's) and the loop goes on.
 node1_writer() {
-	local i=0 d t0 rc out
+	local i=0 t0 rc out
 	while [ ! -e $W/stop ]; do
-		for d in $N1A $N1B; do
-			block node1 $((i % 64)) >"$W/n1blk"
-			t0=$(uptime_s)
-			# shellcheck disable=SC2046
-			out=$(sg_raw -t 20 -v -s 4096 -i "$W/n1blk" "$d" 2a 00 $(lba_bytes $((R + (i % 64) * 8))) 00 00 08 00 2>&1)
-			rc=$?
-			echo "$t0 $(uptime_s) $d $((i % 64)) $rc $(grep -ioE 'reservation conflict|registrations preempted|commands cleared|task aborted|unavailable' <<<"$out" | head -1 | tr ' ' _)" >>$W/n1.log
-			i=$((i + 1))
-		done
+		block node1 $((i % 64)) >"$W/n1blk.${1##*/}"
+		t0=$(uptime_s)
+		# shellcheck disable=SC2046
+		out=$(sg_raw -t 10 -v -s 4096 -i "$W/n1blk.${1##*/}" "$1" 2a 00 $(lba_bytes $((R + (i % 64) * 8))) 00 00 08 00 2>&1)
+		rc=$?
+		echo "$t0 $(uptime_s) $1 $((i % 64)) $rc $(grep -ioE 'reservation conflict|registrations preempted|commands cleared|task aborted|unavailable' <<<"$out" | head -1 | tr ' ' _)" >>$W/n1.log
+		i=$((i + 1))
 	done
 }
+# started_after T DEV: how many of node 1's writes through DEV started after T.
+started_after() { awk -v t="$1" -v d="$2" '$3 == d && $1 > t { n++ } END { print n + 0 }' $W/n1.log; }
 # report_fence T0 T1 DEV NAME: node 1's writes through DEV (gateway NAME) around a PREEMPT
 # issued at T0 and completed at T1: every write started after T1 must have failed (the unit
-# attention REGISTRATIONS PREEMPTED, then RESERVATION CONFLICT).
+# attention REGISTRATIONS PREEMPTED, then RESERVATION CONFLICT). One in flight across the
+# PREEMPT is aborted and unanswered; the region check says it did not land after T1.
 report_fence() {
 	local r
 	r=$(awk -v t0="$1" -v t1="$2" -v d="$3" '$3 == d {
 			if ($1 < t0) { before++; if ($5 == 0) okb++ }
-			else if ($1 > t1) { after++; if ($5 == 0) oka++; if (tolower($6) ~ /conflict/) conf++; if (tolower($6) ~ /preempted/) ua++ }
-			if ($1 >= t0 && $5 != 0 && first == "") first = $2 - t0 }
-		END { printf "%d %d %d %d %d %d %s", before, okb, after, oka, conf, ua, first == "" ? "none" : sprintf("%.2f", first) }' $W/n1.log)
-	read -r before okb after oka conf ua first <<<"$r"
+			else if ($1 > t1) { after++; if ($5 == 0) oka++; if (tolower($6) ~ /conflict/) conf++; if (tolower($6) ~ /preempted/) ua++
+				if (first == "") first = sprintf("%.2f", $2 - t1) }
+			else { across++; if ($5 == 99) unanswered++ } }
+		END { printf "%d %d %d %d %d %d %d %d %s", before, okb, after, oka, conf, ua, across, unanswered, first == "" ? "none" : first }' $W/n1.log)
+	read -r before okb after oka conf ua across unanswered first <<<"$r"
 	if [ "$okb" -gt 0 ] && [ "$after" -gt 0 ] && [ "$oka" = 0 ] && [ "$conf" -gt 0 ]; then
-		record "node 1 fenced through gateway $4" pass "before the PREEMPT $okb of $before writes GOOD; after it 0 of $after GOOD ($ua REGISTRATIONS PREEMPTED, $conf RESERVATION CONFLICT); first failure $first s after the PREEMPT was issued, which completed in $(awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }') s"
+		record "node 1 fenced through gateway $4" pass "before the PREEMPT $okb of $before writes GOOD; $across in flight across it ($unanswered aborted, unanswered); after it 0 of $after GOOD ($ua REGISTRATIONS PREEMPTED, $conf RESERVATION CONFLICT), the first answered $first s after the PREEMPT completed, which took $(awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }') s"
 	else
-		record "node 1 fenced through gateway $4" fail "before: $okb of $before GOOD; after: $oka of $after GOOD, $conf conflicts, $ua unit attentions"
+		record "node 1 fenced through gateway $4" fail "before: $okb of $before GOOD; across: $across; after: $oka of $after GOOD, $conf conflicts, $ua unit attentions"
 		grep " $3 " $W/n1.log | tail -20
 	fi
 }
@@ -401,15 +408,21 @@ fi
 # the region must hold node 2's data at the end: no write of node 1 landed after the fence.
 R=$((192 << 11)) # LBA of 192 MiB, past fio's regions
 rm -f $W/stop $W/n1.log
-node1_writer &
-WRITER=$!
+node1_writer "$N1A" &
+WRITER="$!"
+node1_writer "$N1B" &
+WRITER="$WRITER $!"
 sleep 3
 TP0=$(uptime_s)
 check "node 2 preempts node 1 through B (-o -A -T 5)" sg_persist -n -o -A -K "$KEY2" -S "$KEY1" -T 5 "$N2B"
 TP1=$(uptime_s)
 check "node 2 writes the region through B" write_region "$N2B" node2
-sleep 3
+# Until node 1 has tried at least 3 more writes through each gateway (the one aborted in
+# flight gets no answer for its 10 s timeout).
+more_tries() { [ "$(started_after "$TP1" "$N1A")" -ge 3 ] && [ "$(started_after "$TP1" "$N1B")" -ge 3 ]; }
+wait_for 60 more_tries
 touch $W/stop
+# shellcheck disable=SC2086 # two pids
 wait $WRITER
 WRITER=
 report_fence "$TP0" "$TP1" "$N1A" A
@@ -429,7 +442,8 @@ fi
 
 if [ "$(arg partition 1)" = 1 ]; then
 	step "gateway A cut off from the cluster (blocklisted at the OSDs) while node 1 preempts node 2 through B"
-	check "node 1 registers again through A and B" eval "sg_persist -n -o -I -S $KEY1 $N1A >/dev/null; sg_persist -n -o -I -S $KEY1 $N1B"
+	for d in $N1A $N1B $N2A $N2B; do clear_ua "$d"; done
+	check "node 1 registers again through A and B" eval "sg_persist -n -o -I -S $KEY1 $N1A && sg_persist -n -o -I -S $KEY1 $N1B"
 	addr=$(sed -n 's/.*persistent reservations shared with the other gateways.*"client": "\([^"]*\)".*/\1/p' $W/A.log | tail -1)
 	[ -n "$addr" ] || fail "no client address of gateway A in its log"
 	TC=$(uptime_s)
@@ -437,13 +451,13 @@ if [ "$(arg partition 1)" = 1 ]; then
 	# Gateway A's lease runs out: what a reservation could conflict with fails there with
 	# NOT READY, TARGET PORT IN UNAVAILABLE STATE (02/04/0C), which dm-multipath takes as a
 	# path failure; I/O goes on through B.
-	stale_on_a() { sg_turs "$N1A" 2>&1 | grep -qi 'unavailable state'; }
+	stale_on_a() { sg_raw -v "$N1A" 00 00 00 00 00 00 2>&1 | grep -qi 'unavailable state'; }
 	if wait_for 30 stale_on_a; then
 		TS=$(uptime_s)
 		record "gateway A fails closed" pass "02/04/0C (target port in unavailable state) through A $(since "$TC") s after it was cut off (pr_lease 5 s)"
 	else
 		TS=
-		record "gateway A fails closed" fail "$(sg_turs "$N1A" 2>&1 | tr '\n' ' ' | head -c 200)"
+		record "gateway A fails closed" fail "$(sg_raw -v "$N1A" 00 00 00 00 00 00 2>&1 | tr '\n' ' ' | head -c 300)"
 	fi
 	TP0=$(uptime_s)
 	check "node 1 preempts node 2 through B while A is cut off" sg_persist -n -o -A -K "$KEY1" -S "$KEY2" -T 5 "$N1B"
