@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -521,4 +522,45 @@ func TestPRTwoGatewaysAllTargetPorts(t *testing.T) {
 	requireGood(t, sendPROut(m(prNexusC2), prNexusC2, prOutReserve, PRTypeExclusiveAccess, prParams(keyC, 0, 0)))
 	checkGood(t, run(m(prNexusC1), prNexusC1, 0, cdb10(0x28, 0, 1, 1), nil, 512))
 	requireConflict(t, run(m(a), a, 0, cdb10(0x28, 0, 1, 1), nil, 512))
+}
+
+// TestPRApplyWaitsForEffects: while the aborts of a version are being applied (a preempted
+// nexus's write still in the backstore), Version does not report it, and a second Apply of
+// it (the notify, while the lease renewal applies it) returns only once they are done: what
+// the device server acknowledges is never ahead of what it did.
+func TestPRApplyWaitsForEffects(t *testing.T) {
+	cl := &memPRCluster{}
+	g1, g2 := cl.newGateway(t), cl.newGateway(t)
+	m1 := newTestMap(t, newTestLU(t, 64, 512, func(cfg *Config) { cfg.Reservations = g1.r }))
+	mem, err := backstore.NewMemory(64*512, 512)
+	require.NoError(t, err)
+	gs := gatestore.New(mem)
+	lu2, m2 := newLUOver(t, gs, func(cfg *Config) { cfg.Reservations = g2.r })
+	clearPowerOnUA(t, m1, prNexusA)
+	clearPowerOnUA(t, m2, prNexusB2)
+	requireGood(t, sendPROut(m1, prNexusA, prOutRegister, 0, prParams(0, keyA, 0)))
+	requireGood(t, sendPROut(m2, prNexusB2, prOutRegister, 0, prParams(0, keyB, 0)))
+	open := gs.Gate(3 * 512)
+	running := start(m2, prNexusB2, 1, TaskSimple, cdb10(0x2A, 0, 3, 1), fill(512, 3), 0)
+	gs.RequireEntered(t, 3*512)
+
+	g2.deaf = true // g2 learns of the PREEMPT AND ABORT below by the Apply calls of the test
+	requireGood(t, sendPROut(m1, prNexusA, prOutPreemptAndAbort, PRTypeExclusiveAccess, prParams(keyA, keyB, 0)))
+	data, v, _ := g2.Load()
+	first, second := make(chan error, 1), make(chan error, 1)
+	go func() { first <- g2.r.Apply(data, v) }()
+	testutil.WaitFor(t, "the abort to wait for the running write", func() bool { return lu2.aborters() == 1 })
+	require.Less(t, g2.r.Version(), v, "the version's aborts are not done")
+	go func() { second <- g2.r.Apply(data, v) }()
+	select {
+	case <-second:
+		t.Fatal("a second Apply returned before the aborts were done")
+	case <-time.After(100 * time.Millisecond):
+	}
+	open()
+	require.NoError(t, <-first)
+	require.NoError(t, <-second)
+	require.Equal(t, v, g2.r.Version())
+	running.wait(t)
+	require.True(t, running.c.Aborted())
 }
