@@ -283,7 +283,9 @@ stress:
 # stress-gateways: two daemons in front of one RBD image (the Ceph cluster in the guest, the
 # e2e-rbd image in /tmp/srptarget-vm-rbd), dm-multipath over both target ports, one daemon
 # killed with SIGKILL and restarted under fio with verify: failover time, verify errors
-# (integration/vm/gateways.sh). Needs root, librbd-dev and librados-dev; about 5 minutes.
+# (integration/vm/gateways.sh), then persistent reservations shared by both: fence_scsi's keys
+# from two nodes, a PREEMPT AND ABORT that fences writes through both gateways, a gateway cut
+# off from the cluster failing closed. Needs root, librbd-dev and librados-dev; about 7 minutes.
 stress-gateways:
 	GO="$(GO)" integration/vm/gateways.sh
 
