@@ -39,6 +39,7 @@ var logPins = []logPin{
 	{script: "devwait.sh", text: "no RDMA device yet: waiting for one"},
 	{script: "devwait.sh", text: "the start failed once an RDMA device appeared"},
 	{script: "rbd-e2e.sh", text: "every backstore flushed and closed"},
+	{script: "gateways.sh", text: "persistent reservations shared with the other gateways"},
 }
 
 func TestGuestScriptsReadLoggedMessages(t *testing.T) {
