@@ -106,6 +106,18 @@ e2e-alua:
 e2e-sbc:
 	GO="$(GO)" integration/vm/sbc.sh
 
+# e2e-devwait: the boot order in the VM (integration/vm/devwait.sh, TestDevWait): serve started
+# before any RDMA module waits, listens once soft-RoCE and its address are up, stops on SIGTERM
+# while it waits, starts on a reload after a start that failed. Needs root; about a minute.
+# blockdel-control: the control for the stress test's device removal (integration/vm/blockdel.sh,
+# TestBlockDel): fio on a scsi_debug disk deleted under I/O, block device against sg. Neither is
+# part of check.
+.PHONY: e2e-devwait blockdel-control
+e2e-devwait:
+	GO="$(GO)" integration/vm/devwait.sh
+blockdel-control:
+	GO="$(GO)" integration/vm/blockdel.sh
+
 # demo: the same VM with configs/demo.yaml: login, lsblk, sg_inq, a short fio run; while it
 # runs status, sessions, luns, stats, reload --dry-run and /metrics; the initiator's counters
 # checked against fio's I/O counts; a reload preview that would lose the RAM disk's data.
@@ -153,6 +165,11 @@ bench-loopback:
 .PHONY: bench-uring
 bench-uring:
 	GO="$(GO)" integration/uring/bench.sh
+# bench-uring-vm: the same comparison in the test VM (tmpfs and ext4 in the guest, one vCPU,
+# rounds alternating; integration/uring/vm-bench.sh, SRPT_VM_DIR and the VM lock as for e2e).
+.PHONY: bench-uring-vm
+bench-uring-vm:
+	GO="$(GO)" integration/uring/vm-bench.sh $(BENCH_ARGS)
 bench-vm: bench-loopback
 
 # fuzz: each fuzz target for FUZZTIME (one at a time, as go test requires).
@@ -283,7 +300,8 @@ stress:
 # stress-gateways: two daemons in front of one RBD image (the Ceph cluster in the guest, the
 # e2e-rbd image in /tmp/srptarget-vm-rbd), dm-multipath over both target ports, one daemon
 # killed with SIGKILL and restarted under fio with verify: failover time, verify errors
-# (integration/vm/gateways.sh), then persistent reservations shared by both: fence_scsi's keys
+# (integration/vm/gateways.sh), the ALUA states shared by both (sg_stpg through one gateway, seen
+# through the other, dm-multipath following), then persistent reservations shared by both: fence_scsi's keys
 # from two nodes, a PREEMPT AND ABORT that fences writes through both gateways, a gateway cut
 # off from the cluster failing closed. Needs root, librbd-dev and librados-dev; about 7 minutes.
 stress-gateways:

@@ -106,11 +106,8 @@ func (s *fdStore) WriteAtomicAt(p []byte, off int64, fua bool) error {
 		return s.opError("atomic write", off, ErrClosed)
 	}
 	defer s.mu.RUnlock()
-	if s.readOnly {
-		return s.opError("atomic write", off, unix.EROFS)
-	}
-	if !checkRange(s.size.Load(), off, int64(len(p))) {
-		return s.rangeError("atomic write", off, int64(len(p)))
+	if err := s.refuseWrite("atomic write", off, int64(len(p))); err != nil {
+		return err
 	}
 	if !s.atomic.fits(off, int64(len(p))) || s.fdFor(p, off) != s.dfd {
 		return s.opError("atomic write", off, unix.EINVAL)

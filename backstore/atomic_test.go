@@ -133,3 +133,48 @@ func TestFileAtomicWrite(t *testing.T) {
 	_, err = unix.Pwritev2(f.dfd, [][]byte{p}, l.MaxBytes+l.MinBytes, 0)
 	require.NoError(t, err)
 }
+
+// TestMemoryOneChunkRead: a read inside one chunk (readOneChunk) returns what was written, or
+// zeroes where nothing was, like a read that crosses chunks (transfer); it waits while its
+// chunk's lock is held exclusively (an atomic write copying), and fails as transfer does on
+// a range past the end or a closed store.
+func TestMemoryOneChunkRead(t *testing.T) {
+	const size = 3 * memChunkSize
+	m, err := NewMemory(size, 512)
+	require.NoError(t, err)
+	shadow := make([]byte, size)
+	for i, w := range []struct{ off, n int64 }{{0, 4096}, {memChunkSize - 1024, 2048}, {2*memChunkSize + 512, 8192}} {
+		p := bytes.Repeat([]byte{byte(i + 1)}, int(w.n))
+		require.NoError(t, m.WriteAt(p, w.off, false))
+		copy(shadow[w.off:], p)
+	}
+	for _, r := range []struct{ off, n int64 }{
+		{0, 4096}, {512, 512}, {4096, 4096}, // written, then never written, in chunk 0
+		{memChunkSize - 4096, 4096},  // the end of chunk 0
+		{memChunkSize - 2048, 4096},  // across chunks 0 and 1: transfer
+		{memChunkSize, memChunkSize}, // the whole of chunk 1
+		{2 * memChunkSize, 16384},    // chunk 2, part written
+		{size - 512, 512},            // the last block
+	} {
+		got := bytes.Repeat([]byte{0xEE}, int(r.n))
+		require.NoError(t, m.ReadAt(got, r.off), "read %d at %d", r.n, r.off)
+		require.Equal(t, shadow[r.off:r.off+r.n], got, "read %d at %d", r.n, r.off)
+	}
+	require.ErrorIs(t, m.ReadAt(make([]byte, 1024), size-512), ErrOutOfRange)
+	require.ErrorIs(t, m.ReadAt(make([]byte, 512), -512), ErrOutOfRange)
+
+	stripe := &m.stripes[0]
+	stripe.Lock()
+	readDone := make(chan error, 1)
+	go func() { readDone <- m.ReadAt(make([]byte, 4096), 0) }()
+	select {
+	case err := <-readDone:
+		t.Fatalf("a read of a chunk whose lock an atomic write holds completed (%v)", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	stripe.Unlock()
+	require.NoError(t, <-readDone)
+
+	require.NoError(t, m.Close())
+	require.ErrorIs(t, m.ReadAt(make([]byte, 4096), 0), ErrClosed)
+}

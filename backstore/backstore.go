@@ -10,7 +10,10 @@
 // ALLOCATION FAILED, EROFS into WRITE PROTECTED.
 package backstore
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Backstore is the storage behind one logical unit. Offsets and lengths are in bytes; callers
 // keep them multiples of LogicalBlockSize. All methods are safe for concurrent use.
@@ -105,4 +108,16 @@ func checkRange(size, off, length int64) bool {
 // in the Linux initiator's block layer).
 func validBlockSize(n uint32) bool {
 	return n >= 512 && n <= 64<<10 && n&(n-1) == 0
+}
+
+// checkBlockSize returns the logical block size n asks for, 512 when 0, or an error that
+// names the store (what) when validBlockSize refuses it.
+func checkBlockSize(what string, n uint32) (uint32, error) {
+	if n == 0 {
+		return 512, nil
+	}
+	if !validBlockSize(n) {
+		return 0, fmt.Errorf("%s: logical block size %d is not a power of two from 512 to 65536", what, n)
+	}
+	return n, nil
 }

@@ -194,39 +194,21 @@ func blockRangeIoctl(fd int, req uintptr, off, length int64) error {
 // device, so Capabilities does not promise zeroes. A device that cannot discard fails it with
 // EOPNOTSUPP.
 func (b *Block) Unmap(off, length int64) error {
-	ok, err := b.prepareRangeOp("unmap", off, length)
-	if !ok {
-		return err
-	}
-	defer b.mu.RUnlock()
-	if length == 0 {
-		return nil
-	}
-	if b.maxDiscard == 0 {
-		return b.opError("unmap", off, unix.EOPNOTSUPP)
-	}
-	if err := blockRangeIoctl(b.dfd, unix.BLKDISCARD, off, length); err != nil {
-		return b.opError("unmap", off, err)
-	}
-	return nil
+	return b.rangeOp("unmap", off, length, func() error {
+		if b.maxDiscard == 0 {
+			return unix.EOPNOTSUPP
+		}
+		return blockRangeIoctl(b.dfd, unix.BLKDISCARD, off, length)
+	})
 }
 
 // WriteZeroes zeroes the range with BLKZEROOUT: the kernel uses the device's WRITE ZEROES or
 // WRITE SAME when it has one and writes zero pages otherwise, and drops the cached pages of
 // the range either way.
 func (b *Block) WriteZeroes(off, length int64) error {
-	ok, err := b.prepareRangeOp("write zeroes", off, length)
-	if !ok {
-		return err
-	}
-	defer b.mu.RUnlock()
-	if length == 0 {
-		return nil
-	}
-	if err := blockRangeIoctl(b.dfd, unix.BLKZEROOUT, off, length); err != nil {
-		return b.opError("write zeroes", off, err)
-	}
-	return nil
+	return b.rangeOp("write zeroes", off, length, func() error {
+		return blockRangeIoctl(b.dfd, unix.BLKZEROOUT, off, length)
+	})
 }
 
 // Refresh asks the device for its size again (a grown LVM volume, a re-read loop device).

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -82,7 +83,7 @@ func conformanceImpls() []impl {
 	}, moreConformanceImpls...)
 }
 
-// moreConformanceImpls are stores that only some builds have (RBD, with the build tag rbd).
+// moreConformanceImpls are stores that need more than this machine (RBD: a cluster, make test-rbd).
 var moreConformanceImpls []impl
 
 const confSize = 6 << 20 // six memory chunks
@@ -403,55 +404,44 @@ func runConformance(t *testing.T, im impl, lbs uint32) {
 		// and zeroes its range over and over while the others do the same.
 		const workers = 6
 		region := int64(confSize / workers)
-		var wg sync.WaitGroup
-		errs := make(chan error, workers)
+		var g errgroup.Group
 		for w := 0; w < workers; w++ {
 			p := unalignedBuf(int(16 * B))
 			if w%2 == 0 {
 				p = alignedBuf(t, int(16*B))
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			g.Go(func() error {
 				base := int64(w)*region + region/2 - 8*B
 				got := make([]byte, len(p))
 				for iter := 0; iter < 40; iter++ {
 					off := base + int64(iter%4)*B
 					fillPattern(p, off, byte(iter))
 					if err := bs.WriteAt(p, off, iter%3 == 0); err != nil {
-						errs <- err
-						return
+						return err
 					}
 					if err := bs.ReadAt(got, off); err != nil {
-						errs <- err
-						return
+						return err
 					}
 					want := p
 					if !im.persists {
 						want = make([]byte, len(p))
 					}
 					if !bytes.Equal(want, got) {
-						errs <- fmt.Errorf("worker %d iteration %d: read back wrong data", w, iter)
-						return
+						return fmt.Errorf("worker %d iteration %d: read back wrong data", w, iter)
 					}
 					if iter%5 == 4 {
 						if err := bs.WriteZeroes(off, 4*B); err != nil {
-							errs <- err
-							return
+							return err
 						}
 						if err := bs.Flush(); err != nil {
-							errs <- err
-							return
+							return err
 						}
 					}
 				}
-			}()
+				return nil
+			})
 		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			require.NoError(t, err)
-		}
+		require.NoError(t, g.Wait())
 	})
 }
 

@@ -99,11 +99,8 @@ func (s *fdStore) WriteAt(p []byte, off int64, fua bool) error {
 		return s.opError("write", off, ErrClosed)
 	}
 	defer s.mu.RUnlock()
-	if s.readOnly {
-		return s.opError("write", off, unix.EROFS)
-	}
-	if !checkRange(s.size.Load(), off, int64(len(p))) {
-		return s.rangeError("write", off, int64(len(p)))
+	if err := s.refuseWrite("write", off, int64(len(p))); err != nil {
+		return err
 	}
 	if err := s.pwriteFull(p, off, fua); err != nil {
 		return s.opError("write", off, err)
@@ -150,21 +147,36 @@ func (s *fdStore) Close() error {
 	return nil
 }
 
-// prepareRangeOp is the common head of Unmap and WriteZeroes: closed, read-only and range
-// checks. A true result must be paired with s.mu.RUnlock.
-func (s *fdStore) prepareRangeOp(op string, off, length int64) (bool, error) {
-	if !s.acquire() {
-		return false, s.opError(op, off, ErrClosed)
-	}
+// refuseWrite says why op, a write of length bytes at off, cannot be made, with the store held
+// open: it is read-only, or the range is not inside it.
+func (s *fdStore) refuseWrite(op string, off, length int64) error {
 	if s.readOnly {
-		s.mu.RUnlock()
-		return false, s.opError(op, off, unix.EROFS)
+		return s.opError(op, off, unix.EROFS)
 	}
 	if !checkRange(s.size.Load(), off, length) {
-		s.mu.RUnlock()
-		return false, s.rangeError(op, off, length)
+		return s.rangeError(op, off, length)
 	}
-	return true, nil
+	return nil
+}
+
+// rangeOp runs do, Unmap's or WriteZeroes' work on length bytes at off, after the closed,
+// read-only and range checks, with the store held open; an empty range does nothing, and do's
+// error is wrapped as op's.
+func (s *fdStore) rangeOp(op string, off, length int64, do func() error) error {
+	if !s.acquire() {
+		return s.opError(op, off, ErrClosed)
+	}
+	defer s.mu.RUnlock()
+	if err := s.refuseWrite(op, off, length); err != nil {
+		return err
+	}
+	if length == 0 {
+		return nil
+	}
+	if err := do(); err != nil {
+		return s.opError(op, off, err)
+	}
+	return nil
 }
 
 // preadFull fills p from off; see transferFull.

@@ -65,12 +65,9 @@ var _ Backstore = (*File)(nil)
 // belong to the process's effective uid and be writable by nobody else, unless
 // opts.AllowSharedFile (*SharedFileError).
 func OpenFile(path string, opts FileOptions) (*File, error) {
-	lbs := opts.LogicalBlockSize
-	if lbs == 0 {
-		lbs = 512
-	}
-	if !validBlockSize(lbs) {
-		return nil, fmt.Errorf("backstore %s: logical block size %d is not a power of two from 512 to 65536", path, lbs)
+	lbs, err := checkBlockSize("backstore "+path, opts.LogicalBlockSize)
+	if err != nil {
+		return nil, err
 	}
 	pbs := opts.PhysicalBlockSize
 	if pbs == 0 {
@@ -84,7 +81,7 @@ func OpenFile(path string, opts FileOptions) (*File, error) {
 	// Lstat, because a symbolic link is refused rather than followed (ErrSymlink); the open
 	// below has O_NOFOLLOW for a link that appears meanwhile.
 	var st unix.Stat_t
-	err := unix.Lstat(path, &st)
+	err = unix.Lstat(path, &st)
 	switch {
 	case err == nil:
 		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
@@ -280,22 +277,13 @@ func checkRegular(path string, mode uint32) error {
 // Unmap punches a hole: the filesystem frees the blocks and the range reads back as zeroes.
 // On a filesystem that cannot punch holes it writes zeroes, to keep the UnmapZeroes promise.
 func (f *File) Unmap(off, length int64) error {
-	ok, err := f.prepareRangeOp("unmap", off, length)
-	if !ok {
+	return f.rangeOp("unmap", off, length, func() error {
+		err := f.fallocate(f.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, length)
+		if errors.Is(err, unix.EOPNOTSUPP) {
+			err = f.writeZeroesByWriting(off, length)
+		}
 		return err
-	}
-	defer f.mu.RUnlock()
-	if length == 0 {
-		return nil
-	}
-	err = f.fallocate(f.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, length)
-	if errors.Is(err, unix.EOPNOTSUPP) {
-		err = f.writeZeroesByWriting(off, length)
-	}
-	if err != nil {
-		return f.opError("unmap", off, err)
-	}
-	return nil
+	})
 }
 
 // WriteZeroes zeroes the range with FALLOC_FL_ZERO_RANGE, which keeps the blocks allocated
@@ -303,25 +291,16 @@ func (f *File) Unmap(off, length int64) error {
 // out of space. Filesystems without it (tmpfs) punch a hole instead, and those without either
 // get zeroes written.
 func (f *File) WriteZeroes(off, length int64) error {
-	ok, err := f.prepareRangeOp("write zeroes", off, length)
-	if !ok {
+	return f.rangeOp("write zeroes", off, length, func() error {
+		err := f.fallocate(f.fd, unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, length)
+		if errors.Is(err, unix.EOPNOTSUPP) {
+			err = f.fallocate(f.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, length)
+		}
+		if errors.Is(err, unix.EOPNOTSUPP) {
+			err = f.writeZeroesByWriting(off, length)
+		}
 		return err
-	}
-	defer f.mu.RUnlock()
-	if length == 0 {
-		return nil
-	}
-	err = f.fallocate(f.fd, unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, length)
-	if errors.Is(err, unix.EOPNOTSUPP) {
-		err = f.fallocate(f.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, length)
-	}
-	if errors.Is(err, unix.EOPNOTSUPP) {
-		err = f.writeZeroesByWriting(off, length)
-	}
-	if err != nil {
-		return f.opError("write zeroes", off, err)
-	}
-	return nil
+	})
 }
 
 // Refresh stats the file again, so that a resize made outside the daemon (truncate, a VM image

@@ -70,14 +70,8 @@ func TestOpenFileOptions(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			f, err := OpenFile(c.path, c.opts)
 			if c.wantErr != "" || c.errIs != nil {
-				require.Error(t, err)
 				require.Nil(t, f)
-				if c.wantErr != "" {
-					require.ErrorContains(t, err, c.wantErr)
-				}
-				if c.errIs != nil {
-					require.ErrorIs(t, err, c.errIs)
-				}
+				requireRefused(t, err, c.wantErr, c.errIs)
 				return
 			}
 			require.NoError(t, err)
@@ -277,8 +271,7 @@ func TestFileZeroingFallbacks(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			f, err := OpenFile(filepath.Join(t.TempDir(), "z.img"), FileOptions{Size: 2 << 20, Create: true})
-			require.NoError(t, err)
+			f, _ := newFile(t, 2<<20)
 			defer f.Close()
 			var modes []uint32
 			f.fallocate = func(fd int, mode uint32, off, length int64) error {
@@ -294,6 +287,7 @@ func TestFileZeroingFallbacks(t *testing.T) {
 
 			// 600 KiB, unaligned to the 256 KiB zero buffer, inside the file.
 			const off, length = 512, 600 << 10
+			var err error
 			if c.op == "zero" {
 				err = f.WriteZeroes(off, length)
 			} else {

@@ -23,6 +23,28 @@ func alignedBuf(t testing.TB, n int) []byte {
 	return b
 }
 
+// newFile creates a file store of size bytes in a directory of the test's own and returns it
+// with its path.
+func newFile(t testing.TB, size int64) (*File, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "lun.img")
+	f, err := OpenFile(path, FileOptions{Size: size, Create: true})
+	require.NoError(t, err)
+	return f, path
+}
+
+// requireRefused requires an error that says msg (unless empty) and is errIs (unless nil).
+func requireRefused(t testing.TB, err error, msg string, errIs error) {
+	t.Helper()
+	require.Error(t, err)
+	if msg != "" {
+		require.ErrorContains(t, err, msg)
+	}
+	if errIs != nil {
+		require.ErrorIs(t, err, errIs)
+	}
+}
+
 // unalignedBuf returns n bytes starting one byte past an allocation: no O_DIRECT alignment
 // can be met.
 func unalignedBuf(n int) []byte {

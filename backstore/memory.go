@@ -119,11 +119,9 @@ var _ Backstore = (*Memory)(nil)
 // NewMemory makes a RAM disk of size bytes (a positive multiple of logicalBlockSize) that
 // reads as zeroes. logicalBlockSize is a power of two from 512 to 65536; 0 means 512.
 func NewMemory(size int64, logicalBlockSize uint32) (*Memory, error) {
-	if logicalBlockSize == 0 {
-		logicalBlockSize = 512
-	}
-	if !validBlockSize(logicalBlockSize) {
-		return nil, fmt.Errorf("backstore memory: logical block size %d is not a power of two from 512 to 65536", logicalBlockSize)
+	logicalBlockSize, err := checkBlockSize("backstore memory", logicalBlockSize)
+	if err != nil {
+		return nil, err
 	}
 	if err := checkMemSize(size, logicalBlockSize); err != nil {
 		return nil, err
@@ -282,7 +280,38 @@ func (m *Memory) unlockStripes(set uint64, shared bool) {
 
 // ReadAt copies out of the chunks; chunks never written read as zeroes.
 func (m *Memory) ReadAt(p []byte, off int64) error {
+	if m.readOneChunk(p, off) {
+		return nil
+	}
 	return m.transfer(memRead, "read", p, off, int64(len(p)))
+}
+
+// readOneChunk is ReadAt for a read that one chunk holds, nearly every read of a data path:
+// what transfer does for it (the table loaded and the range checked under the chunk's stripe
+// lock, held shared while copying, so that an atomic write is seen whole or not at all)
+// without its bit set of stripes and deferred unlock. It reports false, having read nothing,
+// for any other read, and for one that fails (closed, out of range): transfer says why.
+func (m *Memory) readOneChunk(p []byte, off int64) bool {
+	n := int64(len(p))
+	in := off & (memChunkSize - 1)
+	if n == 0 || off < 0 || in+n > memChunkSize {
+		return false
+	}
+	idx := off >> memChunkShift
+	s := &m.stripes[idx%memStripes]
+	s.RLock()
+	t := m.table.Load()
+	if t.closed || !checkRange(t.size, off, n) {
+		s.RUnlock()
+		return false
+	}
+	if c := t.chunk(idx); c == nil {
+		clear(p)
+	} else {
+		copy(p, c[in:])
+	}
+	s.RUnlock()
+	return true
 }
 
 // WriteAt copies into the chunks, allocating those not yet written. fua changes nothing: RAM

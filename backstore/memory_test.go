@@ -2,13 +2,14 @@ package backstore
 
 import (
 	"bytes"
+	"errors"
 	"math"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 )
 
 func TestNewMemoryAndNullArguments(t *testing.T) {
@@ -136,54 +137,40 @@ func TestMemoryResizeUnderLoad(t *testing.T) {
 	const MiB = memChunkSize
 	m, err := NewMemory(4*MiB, 512)
 	require.NoError(t, err)
-	var wg sync.WaitGroup
+	var g errgroup.Group
 	var rounds atomic.Int64
 	stop := make(chan struct{})
-	errs := make(chan error, 4)
 	for w := 0; w < 3; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		g.Go(func() error {
 			off := int64(w)*MiB/2 + MiB/4 // straddles chunk boundaries, below 2 MiB
 			p := make([]byte, 64<<10)
 			got := make([]byte, len(p))
 			for i := 0; ; i++ {
 				select {
 				case <-stop:
-					return
+					return nil
 				default:
 				}
 				fillPattern(p, off, byte(i))
 				if err := m.WriteAt(p, off, false); err != nil {
-					errs <- err
-					return
+					return err
 				}
 				if err := m.ReadAt(got, off); err != nil {
-					errs <- err
-					return
+					return err
 				}
 				if !bytes.Equal(p, got) {
-					errs <- errString("read back data that was not written")
-					return
+					return errors.New("read back data that was not written")
 				}
 				rounds.Add(1)
 			}
-		}()
+		})
 	}
 	for i := 0; i < 200 || rounds.Load() < 300; i++ {
 		require.NoError(t, m.Resize(int64(2+i%5)*MiB))
 	}
 	close(stop)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+	require.NoError(t, g.Wait())
 }
-
-type errString string
-
-func (e errString) Error() string { return string(e) }
 
 func TestNullReadsZeroes(t *testing.T) {
 	n, err := NewNull(1<<20, 512)

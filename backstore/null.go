@@ -18,11 +18,9 @@ var _ Backstore = (*Null)(nil)
 // NewNull makes a null device of size bytes (a positive multiple of logicalBlockSize).
 // logicalBlockSize is a power of two from 512 to 65536; 0 means 512.
 func NewNull(size int64, logicalBlockSize uint32) (*Null, error) {
-	if logicalBlockSize == 0 {
-		logicalBlockSize = 512
-	}
-	if !validBlockSize(logicalBlockSize) {
-		return nil, fmt.Errorf("backstore null: logical block size %d is not a power of two from 512 to 65536", logicalBlockSize)
+	logicalBlockSize, err := checkBlockSize("backstore null", logicalBlockSize)
+	if err != nil {
+		return nil, err
 	}
 	if size <= 0 || size%int64(logicalBlockSize) != 0 {
 		return nil, fmt.Errorf("backstore null: size %d is not a positive multiple of the %d-byte block", size, logicalBlockSize)

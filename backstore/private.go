@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/srptarget/srptarget/lib/fileperm"
 	"golang.org/x/sys/unix"
 )
 
@@ -40,22 +41,14 @@ func (e *SharedFileError) Error() string {
 	}
 	var what, fixes []string
 	if e.UID != e.EUID {
-		what = append(what, fmt.Sprintf("owned by uid %d instead of uid %d that opens it", e.UID, e.EUID))
+		what = append(what, fmt.Sprintf("it is owned by uid %d instead of uid %d that opens it", e.UID, e.EUID))
 		fixes = append(fixes, fmt.Sprintf("`chown %d %s`", e.EUID, e.Path))
 	}
-	if w := perm & 0o022; w != 0 {
-		who := "group and others"
-		switch w {
-		case 0o020:
-			who = "its group"
-		case 0o002:
-			who = "every user"
-		}
-		what = append(what, fmt.Sprintf("mode %04o lets %s write it", perm, who))
-		fixes = append(fixes, fmt.Sprintf("`chmod go-w %s`", e.Path))
+	if w, fix := fileperm.Writable(e.Path, perm); w != "" {
+		what, fixes = append(what, w), append(fixes, fix)
 	}
 	return fmt.Sprintf("backstore %s: %s, so another user can read or change what initiators store on it; fix it with %s, "+
-		"or accept the shared file explicitly", e.Path, strings.Join(what, " and its "), strings.Join(fixes, " and "))
+		"or accept the shared file explicitly", e.Path, strings.Join(what, " and "), strings.Join(fixes, " and "))
 }
 
 // symlinkError describes the refused link at path, with where it points.

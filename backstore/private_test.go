@@ -80,12 +80,12 @@ func TestOpenFileRefusesSharedFiles(t *testing.T) {
 		{name: "world-writable", mode: 0o606, owner: -1,
 			wantErr: []string{"mode 0606 lets every user write it", "`chmod go-w "}},
 		{name: "group- and world-writable, opened read-only", mode: 0o666, owner: -1, readOnly: true,
-			wantErr: []string{"mode 0666 lets group and others write it"}},
+			wantErr: []string{"mode 0666 lets its group and others write it"}},
 		{name: "owned by another user", mode: 0o600, owner: other,
 			wantErr: []string{"owned by uid 65534 instead of uid " + strconv.Itoa(euid) + " that opens it", "`chown " + strconv.Itoa(euid) + " "}},
 		// What a local user plants where a backstore will be created: nobody's, mode 0666.
 		{name: "another user's world-writable file", mode: 0o666, owner: other,
-			wantErr: []string{"owned by uid 65534", "and its mode 0666 lets group and others write it", "`chown ", "` and `chmod go-w "}},
+			wantErr: []string{"owned by uid 65534", "and its mode 0666 lets its group and others write it", "`chown ", "` and `chmod go-w "}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/srptarget/srptarget/internal/uring"
+	"github.com/srptarget/srptarget/lib/uring"
 	"golang.org/x/sys/unix"
 )
 
@@ -56,6 +56,11 @@ type Completion struct {
 // ErrAsyncUnsupported: the kernel refuses io_uring here.
 var ErrAsyncUnsupported = uring.ErrUnsupported
 
+// ProbeAsync reports whether queues work here: nil, or an error wrapping ErrAsyncUnsupported
+// where the kernel or a seccomp filter refuses io_uring. It uses every system call a queue
+// makes once, a read included.
+func ProbeAsync() error { return uring.Probe() }
+
 // ErrQueueFull: as many requests are in flight as the queue holds.
 var ErrQueueFull = errors.New("backstore: queue full")
 
@@ -101,9 +106,18 @@ func NewQueue(depth int, singleIssuer bool) (*Queue, error) {
 // too, unregistered.
 func (q *Queue) RegisterBuffer(mem []byte) error { return q.ring.RegisterBuffer(mem) }
 
+// UnregisterBuffers lets the registered buffer go before it is unmapped (see
+// uring.Ring.UnregisterBuffers): no request into it may be in flight.
+func (q *Queue) UnregisterBuffers() error { return q.ring.UnregisterBuffers() }
+
 // RegisterEventfd has the kernel signal efd on every completion, for a loop that sleeps on
 // other descriptors too.
 func (q *Queue) RegisterEventfd(efd int) error { return q.ring.RegisterEventfd(efd) }
+
+// SignalEventfd turns the registered eventfd's signal on (on) or off, for a loop that wants it
+// only while it sleeps: after turning it on, Reap once more before sleeping, since a request
+// that completed while it was off raised no signal.
+func (q *Queue) SignalEventfd(on bool) { q.ring.SignalEventfd(on) }
 
 // InFlight is the number of requests started and not yet reaped.
 func (q *Queue) InFlight() int { return len(q.reqs) - len(q.free) }

@@ -48,8 +48,7 @@ func TestQueueConformance(t *testing.T) {
 		open func(t *testing.T, size int64) AsyncStore
 	}{
 		{"file", func(t *testing.T, size int64) AsyncStore {
-			f, err := OpenFile(filepath.Join(t.TempDir(), "q.img"), FileOptions{Size: size, Create: true})
-			require.NoError(t, err)
+			f, _ := newFile(t, size)
 			return f
 		}},
 		{"file, direct", func(t *testing.T, size int64) AsyncStore {
@@ -123,9 +122,7 @@ func TestQueueConformance(t *testing.T) {
 
 func TestQueueRefusals(t *testing.T) {
 	q := newQueue(t, 4)
-	path := filepath.Join(t.TempDir(), "r.img")
-	f, err := OpenFile(path, FileOptions{Size: 1 << 20, Create: true})
-	require.NoError(t, err)
+	f, path := newFile(t, 1<<20)
 	buf := alignedBuf(t, 8192)
 
 	require.ErrorIs(t, f.StartRead(q, buf, 1<<20-4096, 1), ErrOutOfRange)
@@ -189,8 +186,7 @@ func TestQueueDirectRefused(t *testing.T) {
 // (which would wait for it in turn: neither would ever go on).
 func TestQueueCloseInFlight(t *testing.T) {
 	q := newQueue(t, 4)
-	f, err := OpenFile(filepath.Join(t.TempDir(), "c.img"), FileOptions{Size: 1 << 20, Create: true})
-	require.NoError(t, err)
+	f, _ := newFile(t, 1<<20)
 	buf := alignedBuf(t, 8192)
 	require.NoError(t, f.StartRead(q, buf[:4096], 0, 1))
 	closed := make(chan error, 1)
@@ -216,9 +212,7 @@ func TestQueueCloseInFlight(t *testing.T) {
 // Flush does on a closed store.
 func TestQueueFlush(t *testing.T) {
 	q := newQueue(t, 4)
-	path := filepath.Join(t.TempDir(), "f.img")
-	f, err := OpenFile(path, FileOptions{Size: 1 << 20, Create: true})
-	require.NoError(t, err)
+	f, path := newFile(t, 1<<20)
 	buf := alignedBuf(t, 4096)
 	fillPattern(buf, 0, 3)
 	require.NoError(t, f.StartWrite(q, buf, 0, false, 1))
@@ -240,8 +234,7 @@ func TestQueueFlush(t *testing.T) {
 // a place in the queue until then, and Wait does not block for it.
 func TestQueueFail(t *testing.T) {
 	q := newQueue(t, 2)
-	f, err := OpenFile(filepath.Join(t.TempDir(), "x.img"), FileOptions{Size: 1 << 20, Create: true})
-	require.NoError(t, err)
+	f, _ := newFile(t, 1<<20)
 	defer f.Close()
 	buf := alignedBuf(t, 4096)
 	require.NoError(t, q.Fail(unix.EIO, 7))

@@ -1,5 +1,3 @@
-//go:build rbd
-
 package backstore
 
 import (
@@ -7,40 +5,10 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/srptarget/srptarget/backstore/rbd"
-)
-
-// RBDOptions name an RBD image and say how to reach its cluster.
-type RBDOptions struct {
-	Pool      string
-	Namespace string // optional RADOS namespace
-	Image     string
-	// ConfFile, MonHost, ClientID, Keyring: see rbd.Options.
-	ConfFile string
-	MonHost  string
-	ClientID string
-	Keyring  string
-	// MountTimeout bounds connecting (DefaultRBDMountTimeout when 0).
-	MountTimeout time.Duration
-	// OSDOpTimeout bounds every request (DefaultRBDOSDOpTimeout when 0): an OSD that stops
-	// answering turns into an ETIMEDOUT error, never a hang.
-	OSDOpTimeout time.Duration
-	ReadOnly     bool
-	// LogicalBlockSize is 512 when 0; an image has no block size of its own.
-	LogicalBlockSize uint32
-	// Extra are more librados options (tests, tuning).
-	Extra map[string]string
-}
-
-// Defaults of the RBD timeouts. librados waits 300 s to connect and forever for an OSD; the
-// Linux initiator gives a command 30 s before it aborts it, so an OSD request must fail before.
-const (
-	DefaultRBDMountTimeout = 10 * time.Second
-	DefaultRBDOSDOpTimeout = 20 * time.Second
 )
 
 // RBD is a Ceph RBD image reached through librbd (package rbd): a disk that several hosts can
@@ -63,27 +31,17 @@ type RBD struct {
 
 var _ Backstore = (*RBD)(nil)
 
-// OpenRBD connects to the cluster and opens the image.
-func OpenRBD(o RBDOptions) (*RBD, error) {
-	if o.LogicalBlockSize == 0 {
-		o.LogicalBlockSize = 512
+// OpenRBD connects to the cluster and opens the image o names, with logical blocks of
+// blockSize bytes (512 when 0: an image has no block size of its own), write-protected when
+// readOnly; more are librados options set last (tests, tuning).
+func OpenRBD(o rbd.Options, blockSize uint32, readOnly bool, more ...rbd.Setting) (*RBD, error) {
+	blockSize, err := checkBlockSize("rbd", blockSize)
+	if err != nil {
+		return nil, err
 	}
-	if !validBlockSize(o.LogicalBlockSize) {
-		return nil, fmt.Errorf("rbd: logical block size %d is not a power of two from 512 to 65536", o.LogicalBlockSize)
-	}
-	if o.MountTimeout == 0 {
-		o.MountTimeout = DefaultRBDMountTimeout
-	}
-	if o.OSDOpTimeout == 0 {
-		o.OSDOpTimeout = DefaultRBDOSDOpTimeout
-	}
-	name := o.Pool + "/"
-	if o.Namespace != "" {
-		name += o.Namespace + "/"
-	}
-	name += o.Image
-	conn, err := rbd.Connect(rbd.Options{ConfFile: o.ConfFile, MonHost: o.MonHost, ClientID: o.ClientID,
-		Keyring: o.Keyring, MountTimeout: o.MountTimeout, OSDOpTimeout: o.OSDOpTimeout, Extra: o.Extra})
+	o = o.WithDefaults()
+	name := o.ImageName()
+	conn, err := rbd.Connect(o, more...)
 	if err != nil {
 		return nil, fmt.Errorf("rbd %s: %w", name, err)
 	}
@@ -92,12 +50,12 @@ func OpenRBD(o RBDOptions) (*RBD, error) {
 		conn.Close()
 		return nil, fmt.Errorf("rbd %s: %w", name, err)
 	}
-	img, err := conn.OpenImage(o.Pool, o.Namespace, o.Image, o.ReadOnly, 0)
+	img, err := conn.OpenImage(o.Pool, o.Namespace, o.Image, readOnly, 0)
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("rbd %s: %w", name, err)
 	}
-	r := &RBD{conn: conn, img: img, name: name, lbs: o.LogicalBlockSize, ro: o.ReadOnly, cache: cache == "true"}
+	r := &RBD{conn: conn, img: img, name: name, lbs: blockSize, ro: readOnly, cache: cache == "true"}
 	if _, err := r.refresh(); err != nil {
 		img.Close()
 		conn.Close()
@@ -124,11 +82,8 @@ func (r *RBD) refresh() (int64, error) {
 func (r *RBD) ReadAt(p []byte, off int64) error {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if r.closed {
-		return fmt.Errorf("rbd %s: read: %w", r.name, ErrClosed)
-	}
-	if !checkRange(r.size.Load(), off, int64(len(p))) {
-		return fmt.Errorf("rbd %s: read of %d bytes at %d: %w", r.name, len(p), off, ErrOutOfRange)
+	if err := r.check("read", off, int64(len(p)), false); err != nil {
+		return err
 	}
 	if len(p) == 0 {
 		return nil
@@ -142,14 +97,8 @@ func (r *RBD) ReadAt(p []byte, off int64) error {
 func (r *RBD) WriteAt(p []byte, off int64, fua bool) error {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if r.closed {
-		return fmt.Errorf("rbd %s: write: %w", r.name, ErrClosed)
-	}
-	if !checkRange(r.size.Load(), off, int64(len(p))) {
-		return fmt.Errorf("rbd %s: write of %d bytes at %d: %w", r.name, len(p), off, ErrOutOfRange)
-	}
-	if r.ro {
-		return fmt.Errorf("rbd %s: write: %w", r.name, unix.EROFS)
+	if err := r.check("write", off, int64(len(p)), true); err != nil {
+		return err
 	}
 	if len(p) == 0 {
 		return nil
@@ -182,17 +131,26 @@ func (r *RBD) Flush() error {
 	return nil
 }
 
-func (r *RBD) rangeOp(what string, off, length int64, op func(off, length int64) error) error {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
+// check says why an operation (what) on length bytes at off cannot be made, with r.mu held:
+// the store is closed, the range is not inside the image, or it writes a read-only image.
+func (r *RBD) check(what string, off, length int64, write bool) error {
 	if r.closed {
 		return fmt.Errorf("rbd %s: %s: %w", r.name, what, ErrClosed)
 	}
 	if !checkRange(r.size.Load(), off, length) {
 		return fmt.Errorf("rbd %s: %s of %d bytes at %d: %w", r.name, what, length, off, ErrOutOfRange)
 	}
-	if r.ro {
+	if write && r.ro {
 		return fmt.Errorf("rbd %s: %s: %w", r.name, what, unix.EROFS)
+	}
+	return nil
+}
+
+func (r *RBD) rangeOp(what string, off, length int64, op func(off, length int64) error) error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if err := r.check(what, off, length, true); err != nil {
+		return err
 	}
 	if length == 0 {
 		return nil
@@ -222,14 +180,8 @@ func (r *RBD) CompareAndWriteMax() int { return rbd.CompareAndWriteMax }
 func (r *RBD) CompareAndWrite(cmp, data []byte, off int64) (int64, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if r.closed {
-		return 0, fmt.Errorf("rbd %s: compare and write: %w", r.name, ErrClosed)
-	}
-	if !checkRange(r.size.Load(), off, int64(len(data))) {
-		return 0, fmt.Errorf("rbd %s: compare and write of %d bytes at %d: %w", r.name, len(data), off, ErrOutOfRange)
-	}
-	if r.ro {
-		return 0, fmt.Errorf("rbd %s: compare and write: %w", r.name, unix.EROFS)
+	if err := r.check("compare and write", off, int64(len(data)), true); err != nil {
+		return 0, err
 	}
 	mismatch, err := r.img.CompareAndWrite(cmp, data, off)
 	switch {

@@ -1,14 +1,7 @@
-//go:build rbd
-
 package backstore
 
 import (
 	"bytes"
-	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -18,47 +11,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/srptarget/srptarget/backstore/rbd"
+	"github.com/srptarget/srptarget/internal/testutil/cephtest"
 )
 
-// The RBD tests need a cluster: `make test-rbd` starts a throw-away one
-// (integration/ceph/cluster.sh) and sets these.
-const (
-	envRBDConf = "SRPT_RBD_CONF" // the cluster's ceph.conf
-	envRBDPool = "SRPT_RBD_POOL" // a pool where tests may create and remove images
-)
-
-// rbdCluster returns the ceph.conf and pool of the test cluster, or skips the test.
-func rbdCluster(t testing.TB) (conf, pool string) {
+// openTestRBD opens image o of the test cluster (cephtest.Image).
+func openTestRBD(t testing.TB, o rbd.Options, lbs uint32, readOnly bool, more ...rbd.Setting) *RBD {
 	t.Helper()
-	conf, pool = os.Getenv(envRBDConf), os.Getenv(envRBDPool)
-	if conf == "" || pool == "" {
-		t.Skipf("no Ceph cluster: %s and %s are not set (make test-rbd starts one)", envRBDConf, envRBDPool)
-	}
-	return conf, pool
-}
-
-var rbdImageSeq atomic.Int64
-
-// rbdTestImage creates an image of size bytes, removed when the test ends, and returns its name.
-func rbdTestImage(t testing.TB, size int64) string {
-	t.Helper()
-	conf, pool := rbdCluster(t)
-	conn, err := rbd.Connect(rbd.Options{ConfFile: conf, MountTimeout: 10 * time.Second, OSDOpTimeout: 10 * time.Second})
-	require.NoError(t, err)
-	name := fmt.Sprintf("test-%d-%d", os.Getpid(), rbdImageSeq.Add(1))
-	require.NoError(t, conn.CreateImage(pool, "", name, uint64(size)))
-	t.Cleanup(func() {
-		require.NoError(t, conn.RemoveImage(pool, "", name))
-		conn.Close()
-	})
-	return name
-}
-
-func openTestRBD(t testing.TB, name string, o RBDOptions) *RBD {
-	t.Helper()
-	conf, pool := rbdCluster(t)
-	o.ConfFile, o.Pool, o.Image = conf, pool, name
-	r, err := OpenRBD(o)
+	r, err := OpenRBD(o, lbs, readOnly, more...)
 	require.NoError(t, err)
 	return r
 }
@@ -69,7 +28,7 @@ func init() {
 	moreConformanceImpls = append(moreConformanceImpls, impl{
 		name: "rbd-cache", persists: true,
 		open: func(t *testing.T, size int64, lbs uint32) Backstore {
-			r := openTestRBD(t, rbdTestImage(t, size), RBDOptions{LogicalBlockSize: lbs, Extra: map[string]string{"rbd_cache": "true"}})
+			r := openTestRBD(t, cephtest.Image(t, "test", uint64(size)), lbs, false, rbd.Setting{Name: "rbd_cache", Value: "true"})
 			require.True(t, r.cache, "rbd_cache=true seen")
 			return r
 		},
@@ -77,18 +36,18 @@ func init() {
 	moreConformanceImpls = append(moreConformanceImpls, impl{
 		name: "rbd", persists: true,
 		open: func(t *testing.T, size int64, lbs uint32) Backstore {
-			r := openTestRBD(t, rbdTestImage(t, size), RBDOptions{LogicalBlockSize: lbs})
+			r := openTestRBD(t, cephtest.Image(t, "test", uint64(size)), lbs, false)
 			require.False(t, r.cache, "the test cluster's ceph.conf sets rbd cache = false")
 			return r
 		},
 		openReadOnly: func(t *testing.T, size int64, lbs uint32) Backstore {
-			name := rbdTestImage(t, size)
-			w := openTestRBD(t, name, RBDOptions{LogicalBlockSize: lbs})
+			img := cephtest.Image(t, "test", uint64(size))
+			w := openTestRBD(t, img, lbs, false)
 			data := make([]byte, size)
 			fillPattern(data, 0, 7)
 			require.NoError(t, w.WriteAt(data, 0, true))
 			require.NoError(t, w.Close())
-			return openTestRBD(t, name, RBDOptions{LogicalBlockSize: lbs, ReadOnly: true})
+			return openTestRBD(t, img, lbs, true)
 		},
 	})
 }
@@ -96,8 +55,8 @@ func init() {
 // TestRBDResizeWatch: a resize by another client reaches OnResize's callback, and Refresh then
 // returns the new size, with no reopening.
 func TestRBDResizeWatch(t *testing.T) {
-	name := rbdTestImage(t, 4<<20)
-	r := openTestRBD(t, name, RBDOptions{})
+	img := cephtest.Image(t, "test", 4<<20)
+	r := openTestRBD(t, img, 0, false)
 	defer r.Close()
 	fired := make(chan struct{}, 1)
 	// As the daemon's callback does: re-read the size (Close must not deadlock with it).
@@ -109,7 +68,7 @@ func TestRBDResizeWatch(t *testing.T) {
 		}
 	}))
 
-	other := openTestRBD(t, name, RBDOptions{})
+	other := openTestRBD(t, img, 0, false)
 	require.NoError(t, other.img.Resize(8<<20))
 	require.NoError(t, other.Close())
 	select {
@@ -133,7 +92,7 @@ func TestRBDResizeWatch(t *testing.T) {
 // TestRBDNoAllocations: a read or a write from registered (non-Go) memory allocates nothing on
 // the Go heap once the store is warm.
 func TestRBDNoAllocations(t *testing.T) {
-	r := openTestRBD(t, rbdTestImage(t, 4<<20), RBDOptions{})
+	r := openTestRBD(t, cephtest.Image(t, "test", 4<<20), 0, false)
 	defer r.Close()
 	p := alignedBuf(t, 4096)
 	fillPattern(p, 0, 1)
@@ -156,9 +115,10 @@ func TestRBDNoAllocations(t *testing.T) {
 // OSD op timeout instead of hanging; after SIGCONT it works again, and every write acknowledged
 // before the stop reads back.
 func TestRBDOSDStopped(t *testing.T) {
-	conf, _ := rbdCluster(t)
-	pid := osdPID(t, conf)
-	r := openTestRBD(t, rbdTestImage(t, 4<<20), RBDOptions{OSDOpTimeout: 3 * time.Second})
+	img := cephtest.Image(t, "test", 4<<20)
+	pid := cephtest.OSDPID(t, img)
+	img.OSDOpTimeout = 3 * time.Second
+	r := openTestRBD(t, img, 0, false)
 	defer r.Close()
 	acked := make([]byte, 64<<10)
 	fillPattern(acked, 0, 9)
@@ -207,21 +167,11 @@ func TestRBDOSDStopped(t *testing.T) {
 	require.Equal(t, p, got[:4096])
 }
 
-// osdPID reads the test cluster's OSD's pid file (cluster.sh keeps it next to ceph.conf).
-func osdPID(t testing.TB, conf string) int {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(conf), "run", "ceph-osd.0.pid"))
-	require.NoError(t, err)
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	require.NoError(t, err)
-	return pid
-}
-
 // BenchmarkRBD: 4 KiB random-offset reads and writes from registered-like memory, as many in
 // flight as -cpu × RunParallel's goroutines; compare with `rbd bench` on the same cluster.
 func BenchmarkRBD(b *testing.B) {
 	const size = 64 << 20
-	r := openTestRBD(b, rbdTestImage(b, size), RBDOptions{})
+	r := openTestRBD(b, cephtest.Image(b, "bench", size), 0, false)
 	defer r.Close()
 	for _, op := range []string{"write", "read"} {
 		b.Run(op+"-4k-qd32", func(b *testing.B) {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/srptarget/srptarget/backstore/rbd"
 	"github.com/srptarget/srptarget/srp"
 )
 
@@ -176,12 +178,22 @@ type Limits struct {
 	IdleTimeout Duration `yaml:"idle_timeout"`
 	// MaxLoginsInProgress bounds the logins handled at once; more are refused at once.
 	MaxLoginsInProgress int `yaml:"max_logins_in_progress"`
+	// PollGroups is the number of poll groups, the goroutines that run the channels' data
+	// path; unset, one per CPU the daemon may use less one.
+	PollGroups int `yaml:"poll_groups"`
+	// SRQDepth is the receive buffers of each poll group's shared receive queue per device;
+	// -1 gives every channel receive buffers of its own.
+	SRQDepth int `yaml:"srq_depth"`
 	// Scheduling is the Linux scheduling policy of the daemon's threads (sched(7)): inherit
 	// (the one it was started with: systemd's CPUSchedulingPolicy=, chrt(1)), normal
 	// (SCHED_OTHER) or batch (SCHED_BATCH: a waking thread does not preempt the running
 	// one). Unset, batch when the daemon may run on one CPU only, else inherit
 	// (SchedulingFor).
 	Scheduling string `yaml:"scheduling"`
+	// BackstoreIO is how file and block LUNs are read and written: auto (io_uring where it
+	// works, else sync), sync (a blocking call per command on a worker goroutine) or io_uring
+	// (refuse to start without it).
+	BackstoreIO string `yaml:"backstore_io"`
 }
 
 // Scheduling policies (Limits.Scheduling).
@@ -252,35 +264,18 @@ type LUN struct {
 	RBD *RBD `yaml:"rbd"`
 }
 
-// RBD is the image and the cluster of an rbd backstore. It holds only comparable values,
+// RBD is the image and the cluster of an rbd backstore (package rbd's Options, whose keys it
+// takes inline) and where its persistent reservations live. It holds only comparable values,
 // so that it can be part of the key that keeps an open image across reloads.
 type RBD struct {
-	// Pool is the RADOS pool of the image (default rbd).
-	Pool string `yaml:"pool"`
-	// Namespace is the RADOS namespace inside the pool (optional).
-	Namespace string `yaml:"namespace"`
-	// Image is the image's name.
-	Image string `yaml:"image"`
-	// CephConf is the ceph.conf to read (default: librados' search path, /etc/ceph/ceph.conf).
-	CephConf string `yaml:"ceph_conf"`
-	// MonHost lists the monitors, overriding ceph_conf's mon_host.
-	MonHost string `yaml:"mon_host"`
-	// ClientID is the cephx user without "client." (default admin).
-	ClientID string `yaml:"client_id"`
-	// Keyring is the path of the user's keyring.
-	Keyring string `yaml:"keyring"`
-	// MountTimeout bounds connecting to the monitors (default 10s).
-	MountTimeout string `yaml:"rados_mount_timeout"`
-	// OSDOpTimeout bounds every request to an OSD (default 20s): a cluster that stops
-	// answering turns into LOGICAL UNIT COMMUNICATION TIME-OUT, never a hung command.
-	OSDOpTimeout string `yaml:"rados_osd_op_timeout"`
+	rbd.Options `yaml:",inline"`
 	// PRStore says where the LUN's persistent reservations live: "rados" (the default), in
 	// a RADOS object beside the image that every gateway serving the image shares, or
 	// "local", in this daemon's memory and state_dir.
 	PRStore string `yaml:"pr_store"`
 	// PRLease is how long a gateway trusts its copy of the shared reservations after it last
 	// found it current (pr_store: rados; default 5s).
-	PRLease string `yaml:"pr_lease"`
+	PRLease Duration `yaml:"pr_lease"`
 }
 
 // Where an rbd LUN's persistent reservations live (RBD.PRStore).
@@ -291,10 +286,7 @@ const (
 
 // Defaults of an rbd backstore.
 const (
-	DefaultRBDPool         = "rbd"
-	DefaultRBDPRLease      = 5 * time.Second
-	DefaultRBDMountTimeout = 10 * time.Second
-	DefaultRBDOSDOpTimeout = 20 * time.Second
+	DefaultRBDPRLease = 5 * time.Second
 )
 
 // ACL grants a set of initiators access to LUNs. An initiator matches when its port
@@ -387,6 +379,20 @@ func (e *Error) Error() string {
 
 // Errors is every problem found in one file.
 type Errors []*Error
+
+// AsErrors is err as a list of configuration errors: the Errors it wraps, or the one Error; nil
+// when it is neither (a file that cannot be read, say).
+func AsErrors(err error) Errors {
+	var errs Errors
+	var one *Error
+	switch {
+	case errors.As(err, &errs):
+		return errs
+	case errors.As(err, &one):
+		return Errors{one}
+	}
+	return nil
+}
 
 func (es Errors) Error() string {
 	var b strings.Builder

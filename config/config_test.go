@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/srptarget/srptarget/backstore/rbd"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
 )
@@ -223,21 +223,7 @@ alua:
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse("t.yaml", []byte(tc.yaml))
-			require.Error(t, err)
-			var errs Errors
-			var one *Error
-			var got []string
-			switch {
-			case errors.As(err, &errs):
-				for _, e := range errs {
-					got = append(got, e.Error())
-				}
-			case errors.As(err, &one):
-				got = []string{one.Error()}
-			default:
-				t.Fatalf("unexpected error type %T: %v", err, err)
-			}
-			require.Equal(t, tc.want, got)
+			require.Equal(t, tc.want, errorLines(t, err))
 		})
 	}
 }
@@ -275,14 +261,12 @@ func TestParseRBD(t *testing.T) {
 	cfg, err := Parse("t.yaml", []byte(head+"    backstore: rbd\n    block_size: 4096\n    rbd: {image: disk0, mon_host: 127.0.0.1, rados_osd_op_timeout: 3s}\n"))
 	require.NoError(t, err)
 	r := cfg.LUNs[0].RBD
-	require.Equal(t, RBD{Pool: "rbd", Image: "disk0", MonHost: "127.0.0.1", MountTimeout: "10s", OSDOpTimeout: "3s", PRStore: "rados", PRLease: "5s"}, *r)
-	mount, osdOp := r.Timeouts()
-	require.Equal(t, DefaultRBDMountTimeout, mount)
-	require.Equal(t, 3*time.Second, osdOp)
+	require.Equal(t, RBD{Options: rbd.Options{Pool: "rbd", Image: "disk0", MonHost: "127.0.0.1", MountTimeout: rbd.DefaultMountTimeout, OSDOpTimeout: 3 * time.Second},
+		PRStore: "rados", PRLease: Duration(5 * time.Second)}, *r)
 	require.Equal(t, "rbd/disk0", r.ImageName())
 	r.Namespace = "ns"
 	require.Equal(t, "rbd/ns/disk0", r.ImageName())
-	if !rbdBuilt {
+	if !rbd.Built {
 		require.Len(t, cfg.warnings, 1)
 		require.Contains(t, cfg.warnings[0].Error(), "built without RBD support")
 	} else {
@@ -300,9 +284,13 @@ func TestParseRBD(t *testing.T) {
 			`t.yaml:5: luns[0].rbd.image: "x@snap": a name has no /, @ or control characters`,
 			"t.yaml:5: luns[0].rbd.keyring: k is a relative path: write the whole path, from /",
 		}},
-		{"timeouts", "    backstore: rbd\n    rbd: {image: i, rados_mount_timeout: 0s, rados_osd_op_timeout: 1h}\n", []string{
-			`t.yaml:5: luns[0].rbd.rados_mount_timeout: "0s" must be a duration between 1s and 1h0m0s, such as 20s`,
-			`t.yaml:5: luns[0].rbd.rados_osd_op_timeout: "1h" must be a duration between 1s and 10m0s, such as 20s`,
+		{"timeouts", "    backstore: rbd\n    rbd: {image: i, rados_mount_timeout: 500ms, rados_osd_op_timeout: 1h, pr_lease: 2m}\n", []string{
+			`t.yaml:5: luns[0].rbd.rados_mount_timeout: 500ms must be between 1s and 1h, such as 20s`,
+			`t.yaml:5: luns[0].rbd.rados_osd_op_timeout: 1h must be between 1s and 10m, such as 20s`,
+			`t.yaml:5: luns[0].rbd.pr_lease: 2m must be between 1s and 1m, such as 20s`,
+		}},
+		{"not a duration", "    backstore: rbd\n    rbd: {image: i, rados_osd_op_timeout: soon}\n", []string{
+			`t.yaml:5: luns[0].rbd.rados_osd_op_timeout: "soon" is not a duration: write a number and a unit (ns, us, ms, s, m, h), such as 30s or 1m30s`,
 		}},
 		{"file keys", "    backstore: rbd\n    size: 1GiB\n    create: true\n    rbd: {image: i}\n", []string{
 			"t.yaml:5: luns[0].size: an RBD image has its own size; remove size (rbd resize changes it, online)",
@@ -311,13 +299,7 @@ func TestParseRBD(t *testing.T) {
 		{"rbd on a memory LUN", "    backstore: memory\n    size: 1MiB\n    rbd: {image: i}\n", []string{"t.yaml:6: luns[0].rbd: rbd applies to backstore: rbd only"}},
 	} {
 		_, err := Parse("t.yaml", []byte(head+tc.lun))
-		var errs Errors
-		require.ErrorAs(t, err, &errs, tc.name)
-		var got []string
-		for _, e := range errs {
-			got = append(got, e.Error())
-		}
-		require.Equal(t, tc.want, got, tc.name)
+		require.Equal(t, tc.want, errorLines(t, err), tc.name)
 	}
 }
 

@@ -59,9 +59,13 @@ func yamlKeys(tt *testing.T, t reflect.Type, into map[string]bool) {
 		if !f.IsExported() {
 			continue
 		}
-		tag := strings.Split(f.Tag.Get("yaml"), ",")[0]
-		require.NotEmpty(tt, tag, "%s.%s has no yaml tag", t.Name(), f.Name)
-		into[tag] = true
+		tag := strings.Split(f.Tag.Get("yaml"), ",")
+		if f.Anonymous && len(tag) == 2 && tag[1] == "inline" {
+			yamlKeys(tt, f.Type, into)
+			continue
+		}
+		require.NotEmpty(tt, tag[0], "%s.%s has no yaml tag", t.Name(), f.Name)
+		into[tag[0]] = true
 		yamlKeys(tt, f.Type, into)
 	}
 }

@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/srptarget/srptarget/scsi"
 )
@@ -41,27 +40,6 @@ func (c *Config) PortGroups() []scsi.PortGroup {
 		gs = append(gs, pg)
 	}
 	return gs
-}
-
-// Timeouts returns rados_mount_timeout and rados_osd_op_timeout as durations.
-func (r *RBD) Timeouts() (mount, osdOp time.Duration) {
-	mount, _ = time.ParseDuration(r.MountTimeout)
-	osdOp, _ = time.ParseDuration(r.OSDOpTimeout)
-	return mount, osdOp
-}
-
-// Lease returns pr_lease as a duration.
-func (r *RBD) Lease() time.Duration {
-	d, _ := time.ParseDuration(r.PRLease)
-	return d
-}
-
-// ImageName is pool/[namespace/]image.
-func (r *RBD) ImageName() string {
-	if r.Namespace != "" {
-		return r.Pool + "/" + r.Namespace + "/" + r.Image
-	}
-	return r.Pool + "/" + r.Image
 }
 
 // Configured reports whether the configuration names the target's identity itself (id_ext or

@@ -29,20 +29,12 @@ func (l *LUN) applyDefaults() {
 		l.BlockSize = DefaultBlockSize
 	}
 	if r := l.RBD; r != nil {
-		if r.Pool == "" {
-			r.Pool = DefaultRBDPool
-		}
-		if r.MountTimeout == "" {
-			r.MountTimeout = DefaultRBDMountTimeout.String()
-		}
-		if r.OSDOpTimeout == "" {
-			r.OSDOpTimeout = DefaultRBDOSDOpTimeout.String()
-		}
+		r.Options = r.Options.WithDefaults()
 		if r.PRStore == "" {
 			r.PRStore = PRStoreRADOS
 		}
-		if r.PRLease == "" {
-			r.PRLease = DefaultRBDPRLease.String()
+		if r.PRLease == 0 {
+			r.PRLease = Duration(DefaultRBDPRLease)
 		}
 	}
 }

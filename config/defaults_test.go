@@ -3,9 +3,11 @@ package config
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/srptarget/srptarget/backstore/rbd"
 	"github.com/srptarget/srptarget/srp"
 )
 
@@ -17,7 +19,7 @@ func TestApplyDefaults(t *testing.T) {
 		LUNs: []LUN{
 			{Backstore: "memory"},
 			{Backstore: "block"},
-			{Backstore: "rbd", RBD: &RBD{Image: "i"}},
+			{Backstore: "rbd", RBD: &RBD{Options: rbd.Options{Image: "i"}}},
 			{Backstore: "null", BlockSize: 4096},
 		},
 	}
@@ -33,10 +35,12 @@ func TestApplyDefaults(t *testing.T) {
 		PollWindow: Duration(srp.DefaultPollWindow), RDMATimeout: Duration(srp.DefaultRDMATimeout),
 		MaxInitiatorBuffer: "25%", MaxSessions: DefaultMaxSessions, MaxChannelsTotal: DefaultMaxChannelsTotal,
 		MaxSessionsPerSource: DefaultMaxSessions / 4, MaxChannelsPerSource: DefaultMaxChannelsTotal / 4,
-		MaxLoginsInProgress: DefaultMaxLoginsInProgress, Scheduling: DefaultScheduling,
+		MaxLoginsInProgress: DefaultMaxLoginsInProgress, Scheduling: DefaultScheduling, BackstoreIO: "auto",
+		PollGroups: srp.DefaultPollGroups(), SRQDepth: srp.DefaultSRQDepth,
 	}, c.Limits)
 	require.Equal(t, []int{512, 0, 512, 4096}, []int{c.LUNs[0].BlockSize, c.LUNs[1].BlockSize, c.LUNs[2].BlockSize, c.LUNs[3].BlockSize})
-	require.Equal(t, RBD{Pool: "rbd", Image: "i", MountTimeout: "10s", OSDOpTimeout: "20s", PRStore: "rados", PRLease: "5s"}, *c.LUNs[2].RBD)
+	require.Equal(t, RBD{Options: rbd.Options{Pool: "rbd", Image: "i", MountTimeout: 10 * time.Second, OSDOpTimeout: 20 * time.Second},
+		PRStore: "rados", PRLease: Duration(5 * time.Second)}, *c.LUNs[2].RBD)
 
 	before := fmt.Sprintf("%+v %+v", *c, *c.LUNs[2].RBD)
 	c.ApplyDefaults()
@@ -55,15 +59,13 @@ func TestValidateChangesNothing(t *testing.T) {
 	c := &Config{
 		Listeners: []Listener{{Address: "0.0.0.0", Port: 5555}},
 		Limits:    Limits{Credits: 1},
-		LUNs:      []LUN{{LUN: &lun, Backstore: "rbd", RBD: &RBD{Image: "i"}}},
+		LUNs:      []LUN{{LUN: &lun, Backstore: "rbd", RBD: &RBD{Options: rbd.Options{Image: "i"}}}},
 		ACLs:      []ACL{{Initiators: []string{"*"}, LUNs: []int{0}}},
 	}
 	before := fmt.Sprintf("%+v %+v", *c, *c.LUNs[0].RBD)
 	err := c.Validate()
 	require.Equal(t, before, fmt.Sprintf("%+v %+v", *c, *c.LUNs[0].RBD), "Validate changed the Config")
-	var errs Errors
-	require.ErrorAs(t, err, &errs)
-	require.Equal(t, []string{": limits.credits: 1 is outside 2..4096"}, errStrings(errs))
+	require.Equal(t, []string{": limits.credits: 1 is outside 2..4096"}, errorLines(t, err))
 
 	c.ApplyDefaults()
 	require.Equal(t, err, c.Validate())

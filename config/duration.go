@@ -14,16 +14,7 @@ type Duration time.Duration
 
 // UnmarshalYAML reads a duration from a scalar.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: a duration is a string such as 30s", n.Line)}}
-	}
-	v, err := ParseDuration(n.Value)
-	if err != nil {
-		// A TypeError lets the decoder go on with the rest of the file (see Size).
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
-	}
-	*d = v
-	return nil
+	return decodeScalar(n, "a duration is a string such as 30s", ParseDuration, d)
 }
 
 // MarshalYAML writes the duration as UnmarshalYAML reads it.

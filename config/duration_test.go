@@ -37,20 +37,10 @@ func TestDuration(t *testing.T) {
 
 func TestDurationInTheFile(t *testing.T) {
 	_, err := Parse("t.yaml", []byte("listeners: [{address: 0.0.0.0, port: 1}]\nlimits:\n  rdma_timeout: soon\n  poll_window: [1]\n"))
-	var errs Errors
-	require.ErrorAs(t, err, &errs)
 	require.Equal(t, []string{
 		`t.yaml:3: limits.rdma_timeout: "soon" is not a duration: write a number and a unit (ns, us, ms, s, m, h), such as 30s or 1m30s`,
 		`t.yaml:4: limits.poll_window: want a duration such as 30s, not a list`,
-	}, errorLines(errs))
-}
-
-func errorLines(errs Errors) []string {
-	out := make([]string, len(errs))
-	for i, e := range errs {
-		out[i] = e.Error()
-	}
-	return out
+	}, errorLines(t, err))
 }
 
 // TestLimitChanges: a reload compares the limits as the engine gets them.

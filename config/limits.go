@@ -140,6 +140,10 @@ var limitSpecs = []limitSpec{
 	},
 	intLimit("max_logins_in_progress", func(l *Limits) *int { return &l.MaxLoginsInProgress }, srp.DefaultMaxLoginsInProgress, 1, 1024,
 		func(e *srp.Limits, v int) { e.MaxLoginsInProgress = v }),
+	intLimit("poll_groups", func(l *Limits) *int { return &l.PollGroups }, srp.DefaultPollGroups(), 1, 1024,
+		func(e *srp.Limits, v int) { e.PollGroups = v }).machineDefault(),
+	intLimit("srq_depth", func(l *Limits) *int { return &l.SRQDepth }, srp.DefaultSRQDepth, -1, 65536,
+		func(e *srp.Limits, v int) { e.SRQDepth = v }),
 	{
 		key:  "scheduling",
 		fill: func(l *Limits) { fillZero(&l.Scheduling, DefaultScheduling) },
@@ -152,6 +156,18 @@ var limitSpecs = []limitSpec{
 		},
 		show:         func(l *Limits) string { return l.Scheduling }, // the daemon's, not the engine's
 		unsummarized: true,
+	},
+	{
+		key:  "backstore_io",
+		fill: func(l *Limits) { fillZero(&l.BackstoreIO, srp.BackstoreIOAuto.String()) },
+		check: func(l *Limits) (string, string) {
+			if _, err := srp.ParseBackstoreIO(l.BackstoreIO); err != nil {
+				return fmt.Sprintf("%q is not a backstore I/O engine: use auto, sync or io_uring", l.BackstoreIO), ""
+			}
+			return "", ""
+		},
+		set:  func(l *Limits, e *srp.Limits) { e.BackstoreIO, _ = srp.ParseBackstoreIO(l.BackstoreIO) },
+		show: func(l *Limits) string { return l.BackstoreIO },
 	},
 }
 
@@ -332,4 +348,10 @@ func limitsSummary(b *strings.Builder, lim *Limits) {
 		line += " " + item
 	}
 	b.WriteString(line + "\n")
+}
+
+// machineDefault keeps s out of Summary: its default depends on the machine.
+func (s limitSpec) machineDefault() limitSpec {
+	s.unsummarized = true
+	return s
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/srptarget/srptarget/lib/fileperm"
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/sys/unix"
 )
@@ -55,27 +56,11 @@ func LoadTrusted(file string) (*Config, error) {
 // mode mode, for a daemon whose effective uid is euid, with the commands that fix it; "" when
 // it accepts the file.
 func fileProblem(file string, uid, mode, euid uint32) string {
-	var what, fixes []string
-	if uid != 0 && uid != euid {
-		what = append(what, fmt.Sprintf("it is owned by uid %d, neither root nor uid %d that srptarget runs as", uid, euid))
-		fixes = append(fixes, "`chown root "+file+"`")
-	}
-	if w := mode & 0o022; w != 0 {
-		who := "its group and others"
-		switch w {
-		case 0o020:
-			who = "its group"
-		case 0o002:
-			who = "every user"
-		}
-		what = append(what, fmt.Sprintf("its mode %04o lets %s write it", mode&0o7777, who))
-		fixes = append(fixes, "`chmod go-w "+file+"`")
-	}
-	if len(what) == 0 {
+	what, fix := fileperm.Problem(file, uid, mode, euid, "root")
+	if what == "" {
 		return ""
 	}
-	return fmt.Sprintf("%s, and whoever can change it can export any file of this host to any initiator; fix it with %s",
-		strings.Join(what, " and "), strings.Join(fixes, " and "))
+	return fmt.Sprintf("%s, and whoever can change it can export any file of this host to any initiator; fix it with %s", what, fix)
 }
 
 // fileWarnings is the check of LoadTrusted as validate makes it. People validate

@@ -46,9 +46,7 @@ func TestParseBackstoreLinksAndSharing(t *testing.T) {
 				require.Empty(t, cfg.Warnings())
 				return
 			}
-			var errs Errors
-			require.ErrorAs(t, err, &errs)
-			require.Equal(t, c.want, errStrings(errs))
+			require.Equal(t, c.want, errorLines(t, err))
 		})
 	}
 }
@@ -80,7 +78,12 @@ func TestFileProblem(t *testing.T) {
 	}
 }
 
-func errStrings(errs Errors) []string {
+// errorLines requires err to be Errors and returns its messages, one a line as validate
+// prints them.
+func errorLines(t testing.TB, err error) []string {
+	t.Helper()
+	errs := AsErrors(err)
+	require.NotNil(t, errs, "an error of type %T: %v", err, err)
 	out := make([]string, len(errs))
 	for i, e := range errs {
 		out[i] = e.Error()
@@ -117,9 +120,7 @@ acls:
     luns: [0, 1, 2, 3]
 `
 	_, err := Parse("c.yaml", []byte(text))
-	var errs Errors
-	require.ErrorAs(t, err, &errs)
-	got := strings.Join(errStrings(errs), "\n")
+	got := strings.Join(errorLines(t, err), "\n")
 	require.Contains(t, got, "is a symbolic link to "+secret)
 	require.Contains(t, got, "missing.img does not exist")
 	require.Contains(t, got, "is not a block device")

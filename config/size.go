@@ -12,16 +12,22 @@ import (
 
 // UnmarshalYAML accepts an integer or a string with a unit.
 func (s *Size) UnmarshalYAML(n *yaml.Node) error {
+	return decodeScalar(n, "a size is a number or a string such as 10GiB", ParseSize, s)
+}
+
+// decodeScalar sets *dst to parse's value of n, a scalar (want says what one looks like). Its
+// errors are yaml.TypeErrors, with n's line: a TypeError lets the decoder go on with the rest
+// of the file (any other error stops it), so that Parse can validate the rest;
+// checkDocument reports it.
+func decodeScalar[T any](n *yaml.Node, want string, parse func(string) (T, error), dst *T) error {
 	if n.Kind != yaml.ScalarNode {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: a size is a number or a string such as 10GiB", n.Line)}}
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %s", n.Line, want)}}
 	}
-	v, err := ParseSize(n.Value)
+	v, err := parse(n.Value)
 	if err != nil {
-		// A TypeError lets the decoder go on with the rest of the file (any other error
-		// stops it), so that Parse can validate the rest; checkDocument reports it.
 		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
 	}
-	*s = v
+	*dst = v
 	return nil
 }
 

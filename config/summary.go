@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -164,13 +163,8 @@ func lunSummary(l *LUN) []string {
 // WriteErrors writes every error of a configuration that failed to load (Load, Parse), one a
 // line, then a count: what `srptarget validate` prints.
 func WriteErrors(w io.Writer, file string, err error) {
-	var errs Errors
-	var one *Error
-	switch {
-	case errors.As(err, &errs):
-	case errors.As(err, &one):
-		errs = Errors{one}
-	default:
+	errs := AsErrors(err)
+	if errs == nil {
 		fmt.Fprintln(w, err)
 		return
 	}

@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/sys/unix"
 
+	"github.com/srptarget/srptarget/backstore/rbd"
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/scsi"
 )
@@ -396,7 +397,7 @@ var totalRAM = func() (int64, error) {
 // validateRBD checks an rbd backstore's settings.
 func (v *validator) validateRBD(l *LUN, i int) {
 	if l.RBD == nil || l.RBD.Image == "" {
-		v.errorf(At("luns", i, "rbd", "image"), "an rbd backstore needs rbd: {image: NAME} (and pool, default %s)", DefaultRBDPool)
+		v.errorf(At("luns", i, "rbd", "image"), "an rbd backstore needs rbd: {image: NAME} (and pool, default %s)", rbd.DefaultPool)
 		if l.RBD == nil {
 			return
 		}
@@ -407,28 +408,28 @@ func (v *validator) validateRBD(l *LUN, i int) {
 			v.errorf(At("luns", i, "rbd", f.key), "%q: a name has no /, @ or control characters", f.val)
 		}
 	}
-	for _, f := range []struct{ key, val string }{{"ceph_conf", r.CephConf}, {"keyring", r.Keyring}} {
+	for _, f := range []struct{ key, val string }{{"ceph_conf", r.ConfFile}, {"keyring", r.Keyring}} {
 		if f.val != "" && !filepath.IsAbs(f.val) {
 			v.errorf(At("luns", i, "rbd", f.key), "%s is a relative path: write the whole path, from /", f.val)
 		}
 	}
-	if r.CephConf != "" && !v.textOnly {
+	if r.ConfFile != "" && !v.textOnly {
 		// A warning: the configuration may be checked on another host than the gateway.
-		if _, err := os.Stat(r.CephConf); err != nil && !errors.Is(err, fs.ErrPermission) {
+		if _, err := os.Stat(r.ConfFile); err != nil && !errors.Is(err, fs.ErrPermission) {
 			v.warnf(At("luns", i, "rbd", "ceph_conf"), "%v: serve cannot connect without it", err)
 		}
 	}
 	for _, f := range []struct {
 		key string
-		val string
+		val time.Duration
 		max time.Duration
 	}{
 		{"rados_mount_timeout", r.MountTimeout, time.Hour},
 		{"rados_osd_op_timeout", r.OSDOpTimeout, 10 * time.Minute},
-		{"pr_lease", r.PRLease, time.Minute},
+		{"pr_lease", time.Duration(r.PRLease), time.Minute},
 	} {
-		if d, err := time.ParseDuration(f.val); err != nil || d < time.Second || d > f.max {
-			v.errorf(At("luns", i, "rbd", f.key), "%q must be a duration between 1s and %v, such as 20s", f.val, f.max)
+		if f.val < time.Second || f.val > f.max {
+			v.errorf(At("luns", i, "rbd", f.key), "%s must be between 1s and %v, such as 20s", Duration(f.val), Duration(f.max))
 		}
 	}
 	if r.PRStore != PRStoreRADOS && r.PRStore != PRStoreLocal {
@@ -446,7 +447,7 @@ func (v *validator) validateRBD(l *LUN, i int) {
 	if l.AllowSharedFile {
 		v.errorf(At("luns", i, "allow_shared_file"), "allow_shared_file applies to file and block backstores only")
 	}
-	if !rbdBuilt {
+	if !rbd.Built {
 		v.warnf(At("luns", i, "backstore"), "this srptarget is built without RBD support: serve refuses this LUN (build with -tags rbd where librbd-dev is installed: make build does)")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -95,7 +96,7 @@ func (c *nodeChecker) check(n *yaml.Node, t reflect.Type, p []any) {
 		if _, err := ParseSize(n.Value); err != nil {
 			c.errorf(n, p, "%v", err)
 		}
-	case t == durationType:
+	case t == durationType || t == reflect.TypeFor[time.Duration]():
 		if !c.wantScalar(n, p, "a duration such as 30s") {
 			return
 		}
@@ -189,15 +190,22 @@ func (c *nodeChecker) checkMapping(n *yaml.Node, t reflect.Type, p []any) {
 	}
 	fields := map[string]reflect.Type{}
 	var names []string
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if !f.IsExported() || name == "" || name == "-" {
-			continue
+	var add func(t reflect.Type)
+	add = func(t reflect.Type) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			switch {
+			case !f.IsExported() || name == "-":
+			case opts == "inline": // an embedded struct's keys are this mapping's (config.RBD)
+				add(f.Type)
+			case name != "":
+				fields[name] = f.Type
+				names = append(names, name)
+			}
 		}
-		fields[name] = f.Type
-		names = append(names, name)
 	}
+	add(t)
 	seen := map[string]int{}
 	var dups []int // the pairs whose key came earlier, dropped for the partial decode
 	defer func() {

@@ -145,12 +145,32 @@ func CheckConnParams(qp QPCaps, rnrRetry, responderResources, initiatorDepth uin
 // CheckAccept checks AcceptParams against the device and the request: private data within
 // MaxAcceptPrivateData, CheckConnParams, and an initiator depth no larger than the initiator's
 // responder resources reqRR (verbs would let that through and stall RDMA READs or fail the
-// initiator's QP transition later; both implementations refuse it at once).
+// initiator's QP transition later; both implementations refuse it at once). A QP accepted with
+// a shared receive queue has none of its own: QP.RecvQueueDepth 0 and no Recv.
 func CheckAccept(p *AcceptParams, reqRR uint8, lim DeviceLimits, maxCQE int) error {
 	if len(p.PrivateData) > MaxAcceptPrivateData {
 		return fmt.Errorf("%d bytes of private data: %w", len(p.PrivateData), ErrPrivateDataTooLong)
 	}
-	if err := CheckConnParams(p.QP, p.RNRRetryCount, p.ResponderResources, p.InitiatorDepth, p.Recv, lim, maxCQE); err != nil {
+	caps := p.QP
+	if p.SRQ != nil && p.CQ == nil {
+		return fmt.Errorf("a QP with a shared receive queue needs a shared CQ: %w", ErrInvalidArgument)
+	}
+	if p.SRQ != nil {
+		// The QP has no receive queue of its own; it is checked as the smallest one a QP can
+		// have, the SRQ's depth was checked when it was made.
+		if caps.RecvQueueDepth != 0 || len(p.Recv) != 0 {
+			return fmt.Errorf("a QP with a shared receive queue has no receive queue of its own (depth %d, %d receives): %w",
+				caps.RecvQueueDepth, len(p.Recv), ErrInvalidArgument)
+		}
+		caps.RecvQueueDepth = 1
+	}
+	if p.SendCQ != nil && p.CQ == nil {
+		return fmt.Errorf("a send CQ without a CQ for the receives: %w", ErrInvalidArgument)
+	}
+	if p.CQ != nil {
+		maxCQE = 0 // the shared CQ's depth is the consumer's to size
+	}
+	if err := CheckConnParams(caps, p.RNRRetryCount, p.ResponderResources, p.InitiatorDepth, p.Recv, lim, maxCQE); err != nil {
 		return err
 	}
 	if p.InitiatorDepth > reqRR {

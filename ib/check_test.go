@@ -22,6 +22,26 @@ func testCaps() QPCaps {
 	return QPCaps{SendQueueDepth: 16, RecvQueueDepth: 16, MaxSendSGE: 4, MaxRecvSGE: 2, MaxInlineData: 64}
 }
 
+// requireErr requires err to be want: no error for nil, else an error that is want.
+func requireErr(t *testing.T, err, want error) {
+	t.Helper()
+	if want == nil {
+		require.NoError(t, err)
+		return
+	}
+	require.ErrorIs(t, err, want)
+}
+
+// requireValid requires no error when ok, else ErrInvalidArgument.
+func requireValid(t *testing.T, err error, ok bool) {
+	t.Helper()
+	if ok {
+		requireErr(t, err, nil)
+	} else {
+		requireErr(t, err, ErrInvalidArgument)
+	}
+}
+
 func TestCheckQPCaps(t *testing.T) {
 	lim := testLimits()
 	tests := []struct {
@@ -47,11 +67,7 @@ func TestCheckQPCaps(t *testing.T) {
 			c := testCaps()
 			tt.mod(&c)
 			err := CheckQPCaps(c, lim, tt.maxCQE)
-			if tt.ok {
-				require.NoError(t, err)
-			} else {
-				require.ErrorIs(t, err, ErrInvalidArgument)
-			}
+			requireValid(t, err, tt.ok)
 		})
 	}
 }
@@ -92,11 +108,7 @@ func TestCheckSendWR(t *testing.T) {
 			l := lim
 			l.InitiatorDepth = tt.depth
 			err := CheckSendWR(&tt.wr, l)
-			if tt.want == nil {
-				require.NoError(t, err)
-			} else {
-				require.ErrorIs(t, err, tt.want)
-			}
+			requireErr(t, err, tt.want)
 		})
 	}
 }
@@ -132,11 +144,7 @@ func TestCheckAccept(t *testing.T) {
 			p := good()
 			tt.mod(&p)
 			err := CheckAccept(&p, 4, testLimits(), 0)
-			if tt.want == nil {
-				require.NoError(t, err)
-			} else {
-				require.ErrorIs(t, err, tt.want)
-			}
+			requireErr(t, err, tt.want)
 		})
 	}
 }
@@ -158,11 +166,7 @@ func TestCheckAccess(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := CheckAccess(tt.access)
-			if tt.ok {
-				require.NoError(t, err)
-			} else {
-				require.ErrorIs(t, err, ErrInvalidArgument)
-			}
+			requireValid(t, err, tt.ok)
 		})
 	}
 }

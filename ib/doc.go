@@ -127,6 +127,18 @@
 // uses Serve while the queue pair is open and the connection offers it, with its other work
 // (backstore completions, timers, wake-ups) delivered through Interrupt.
 //
+// # Shared queues
+//
+// A protection domain that implements SharedQueues makes completion queues (CQ) and shared
+// receive queues (SRQ) that many connections of its device use (AcceptParams.CQ and SRQ): one
+// goroutine polls one CQ for all of them and tells them apart by Completion.QPNum, and their
+// receive buffers are one pool. shared.go states the rules: the ordering is per queue of each
+// QP, an SRQ's receives are never flushed by one QP's error (a closing QP waits for no receive
+// flushes), and a CQ or SRQ outlives the QPs that use it. AcceptParams.OnEvent tells such a
+// consumer which connection has an event to poll. Shared CQs raise their events on a
+// CompChannel of their device, whose Serve parks the consumer's goroutine for all of them (and
+// for other devices' channels) as Waiter.Serve does for one connection.
+//
 // # Events and teardown
 //
 //   - EventEstablished: at most once.

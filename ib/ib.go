@@ -129,8 +129,12 @@ type RecvWR struct {
 type Completion struct {
 	ID      uint64
 	ByteLen uint32 // bytes received (OpRecv only)
-	Status  Status
-	Opcode  Opcode
+	// QPNum is the queue pair the work request belongs to (wc.qp_num), valid whatever the
+	// status, in the completions of a shared CQ (CQ.Poll): what tells its connections apart.
+	// Conn.PollCompletions leaves it 0.
+	QPNum  uint32
+	Status Status
+	Opcode Opcode
 }
 
 // QPCaps sizes a queue pair. Zero values are invalid; see DeviceLimits for the maxima.
@@ -174,6 +178,26 @@ type AcceptParams struct {
 	// Recv is posted to the receive queue before the REP is sent: rdma_accept moves the QP to
 	// RTS, and the initiator may send its first IU before Accept has returned.
 	Recv []RecvWR
+	// CQ, when set, takes the completions of both of the QP's queues instead of a CQ of the
+	// connection's own (SharedQueues): the consumer polls and arms the CQ, and the Conn's
+	// PollCompletions and ArmNotify fail with ErrInvalidArgument. Its Ready then signals
+	// connection events only. SendCQ, when set too, takes the send queue's completions
+	// instead (ibv_qp_init_attr's send_cq and recv_cq), so that a consumer can wait for
+	// receives without being woken by the completions of its sends.
+	CQ     CQ
+	SendCQ CQ
+	// SRQ, when set, is the QP's receive queue (SharedQueues): QP.RecvQueueDepth must be 0,
+	// Recv empty, and CQ set.
+	SRQ SRQ
+	// OnQP, when set, is called with the QP's number once the QP exists and before it can
+	// receive anything, so before any of its completions: a consumer of a shared CQ learns
+	// there which QP number is this connection's before Accept returns.
+	OnQP func(qpn uint32)
+	// OnEvent, when set, is called each time a connection event is queued for PollEvent,
+	// besides the signal of Ready: how a consumer that polls a shared CQ for many connections
+	// learns which one to look at. It runs on the implementation's goroutine, maybe under
+	// its locks: it must not block nor call into the connection.
+	OnEvent func()
 }
 
 // Listener delivers connection requests for one address (RDMA/CM, TCP port space).

@@ -35,9 +35,6 @@ type logPin struct {
 }
 
 var logPins = []logPin{
-	{script: "devwait.sh", text: "no RDMA device has the address of this listener yet"},
-	{script: "devwait.sh", text: "no RDMA device yet: waiting for one"},
-	{script: "devwait.sh", text: "the start failed once an RDMA device appeared"},
 	{script: "rbd-e2e.sh", text: "every backstore flushed and closed"},
 	{script: "gateways.sh", text: "persistent reservations shared with the other gateways"},
 }
@@ -84,13 +81,24 @@ func TestGuestChecksReadLoggedMessages(t *testing.T) {
 	}
 }
 
+// TestGuestChecksReadStatusWords holds the states of srptarget status that the checks compare
+// with (checks.States) to the daemon's source: each must be one of its string literals.
+func TestGuestChecksReadStatusWords(t *testing.T) {
+	literals := daemonStringLiterals(t)
+	require.NotEmpty(t, checks.States)
+	for _, w := range checks.States {
+		require.Contains(t, literals, w, "srptarget status no longer says %q, which the VM checks compare with: change them with it", w)
+	}
+}
+
 // daemonStringLiterals returns the string literals of the daemon's non-test Go source
-// (cmd/srptarget, config and the packages beside them, not the harness's own tools).
+// (cmd/srptarget, internal/daemon, config and the packages beside them, not the harness's own
+// tools).
 func daemonStringLiterals(t *testing.T) []string {
 	t.Helper()
 	var lits []string
 	fset := token.NewFileSet()
-	for _, dir := range []string{"cmd", "config", "srp", "scsi", "backstore", "ib"} {
+	for _, dir := range []string{"cmd", "internal/daemon", "internal/control", "internal/accept", "config", "srp", "scsi", "backstore", "ib"} {
 		err := filepath.WalkDir(filepath.Join("..", dir), func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 				return err

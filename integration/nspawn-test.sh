@@ -116,6 +116,11 @@ out=\$(runuser -u srpt-op -- srptarget sessions 2>&1) && ok "srptarget sessions 
 out=\$(runuser -u srpt-other -- srptarget status 2>&1) && bad "srptarget status answered a user outside the group: \$out" ||
 	{ grep -q 'connect: permission denied' <<<"\$out" && ok "srptarget status refused to a user outside the group" || bad "srpt-other: \$out"; }
 
+out=\$(runuser -u srpt-op -- srptarget status 2>&1)
+grep -q '^backstore I/O: io_uring\$' <<<"\$out" && ok "status: backstore I/O: io_uring (the unit's seccomp filter lets the daemon's probe set up a ring, register a buffer and read through it)" ||
+	bad "status does not say io_uring: \$(grep 'backstore I/O' <<<"\$out")"
+journalctl -u srptarget -o cat --no-pager | grep -q '^backstore I/O.*"engine": "io_uring"' && ok "the journal's start-up line: \$(journalctl -u srptarget -o cat --no-pager | grep -m1 '^backstore I/O')" ||
+	bad "no backstore I/O line with io_uring: \$(journalctl -u srptarget -o cat --no-pager | grep 'backstore I/O')"
 errs=\$(journalctl -u srptarget -p err -o cat --no-pager)
 [ -z "\$errs" ] && ok "no error in the journal after the start" || bad "errors at start: \$errs"
 warn=\$(journalctl -u srptarget -p warning -o cat --no-pager)
@@ -139,6 +144,26 @@ res=\$(systemctl show -p Result --value srptarget) code=\$(systemctl show -p Exe
 [ "\$res/\$code" = success/0 ] && ok "clean stop: Result=\$res, exit status \$code" || bad "stop: Result=\$res ExecMainStatus=\$code"
 journalctl -u srptarget -o cat --no-pager | grep -q '^every backstore flushed and closed' && ok "the journal says every backstore was flushed and closed" || bad "no flush line"
 [ ! -e /run/srptarget ] && ok "/run/srptarget removed at stop" || bad "/run/srptarget left: \$(ls -la /run/srptarget)"
+
+# The drop-in configs/srptarget.service gives to forbid io_uring: auto falls back and says why,
+# io_uring refuses to start and names the key.
+mkdir -p /etc/systemd/system/srptarget.service.d
+printf '[Service]\\nSystemCallFilter=~io_uring_setup io_uring_enter io_uring_register\\n' >/etc/systemd/system/srptarget.service.d/no-io_uring.conf
+systemctl daemon-reload
+check "systemctl start srptarget (io_uring forbidden by a drop-in)" systemctl start srptarget
+out=\$(runuser -u srpt-op -- srptarget status 2>&1)
+grep -q '^backstore I/O: sync (io_uring does not work here: .*operation not permitted' <<<"\$out" && ok "io_uring forbidden: status: \$(grep 'backstore I/O' <<<"\$out")" || bad "io_uring forbidden: status: \$out"
+journalctl -u srptarget -p warning -o cat --no-pager | grep -q '^backstore I/O: blocking calls on worker goroutines' && ok "io_uring forbidden: the journal warns at -p warning" || bad "io_uring forbidden: no warning"
+check "systemctl stop srptarget (io_uring forbidden)" systemctl stop srptarget
+echo 'limits: {backstore_io: io_uring}' >>/etc/srptarget/srptarget.yaml
+systemctl start srptarget 2>/dev/null
+sleep 1
+[ "\$(systemctl is-active srptarget)" != active ] && ok "io_uring forbidden, limits.backstore_io io_uring: the unit does not start" || bad "io_uring forbidden, backstore_io io_uring: \$(systemctl is-active srptarget)"
+journalctl -u srptarget -p err -o cat --no-pager | grep -q 'limits.backstore_io: io_uring does not work here' && ok "journalctl -p err: \$(journalctl -u srptarget -p err -o cat --no-pager | grep -m1 'limits.backstore_io' | cut -c1-120)..." || bad "no limits.backstore_io error: \$(journalctl -u srptarget -p err -o cat --no-pager | tail -5)"
+systemctl reset-failed srptarget
+rm /etc/systemd/system/srptarget.service.d/no-io_uring.conf
+systemctl daemon-reload
+cp /etc/srptarget/good.yaml /etc/srptarget/srptarget.yaml
 
 # Without target.id_ext the identity is the first RDMA device's node GUID: the unit is still
 # active once the first stage passed, says that it waits for a device, and answers.

@@ -1,5 +1,3 @@
-//go:build rbd
-
 package prstore
 
 import (

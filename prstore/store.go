@@ -399,6 +399,19 @@ func (s *Store) Publish(v uint64) error {
 	return nil
 }
 
+// Announce tells the other members of version v without waiting for their acknowledgements
+// or evicting any (scsi's announce: a change that fences nothing). A member that misses the
+// notification learns of v from its next renewal, within Lease/4, or fails closed when its
+// lease ends. Close waits for the notification, at most Lease.
+func (s *Store) Announce(v uint64) {
+	s.background(func() {
+		if _, err := s.obj.Notify(fmt.Appendf(nil, "%d", v), s.opts.Lease); err != nil {
+			s.log.Debug("persistent reservations: notify of a change not waited for failed; the others learn of it from their renewals",
+				zap.Uint64("version", v), zap.Error(err))
+		}
+	})
+}
+
 // applier applies the versions that notifies announce, and acknowledges them.
 func (s *Store) applier() {
 	defer s.done.Done()

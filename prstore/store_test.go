@@ -110,6 +110,27 @@ func TestPublishAcknowledged(t *testing.T) {
 	require.Equal(t, "one", string(data))
 }
 
+// TestAnnounce: Announce returns at once, even with a gateway cut off; a gateway that hears
+// the notification applies the version, and the cut one is not evicted (it learns of the
+// version from its renewals once it reaches the cluster again).
+func TestAnnounce(t *testing.T) {
+	cl := newFakeCluster()
+	a, b, c := newGateway(t, cl, "a", 1), newGateway(t, cl, "b", 2), newGateway(t, cl, "c", 3)
+	c.client.cut.Store(true)
+	ok, err := a.store.Commit(0, []byte("one"))
+	require.NoError(t, err)
+	require.True(t, ok)
+	start := time.Now()
+	a.store.Announce(1)
+	require.Less(t, time.Since(start), testLease/4, "not waited for")
+	testutil.WaitFor(t, "b applied version 1", func() bool { return b.cache.Version() == 1 })
+	c.client.cut.Store(false)
+	testutil.WaitFor(t, "c caught up by its renewals", func() bool { return c.cache.Version() == 1 && c.cache.isFresh() })
+	ms, _, err := a.store.members()
+	require.NoError(t, err)
+	require.Contains(t, ms, "c", "not evicted")
+}
+
 // TestPublishWaitsOutACutGateway: a gateway cut off from the cluster does not acknowledge;
 // the change's Publish returns only after that gateway's lease and drain, and the cut gateway
 // had marked its cache stale before (within its lease). It is evicted, and once it reaches the

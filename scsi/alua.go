@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 )
 
@@ -105,9 +106,11 @@ const (
 
 // ALUA is the asymmetric logical unit access configuration of the device server: the target
 // port groups and their states, shared by every logical unit (one logical unit group) and every
-// target port. TPGS in the standard INQUIRY data is 01b (implicit only): the states change by
-// configuration (SetGroups), not by SET TARGET PORT GROUPS. The transport points each
-// TargetPort at the same ALUA; a nil ALUA means no asymmetric access (TPGS 00b).
+// target port. The states change by configuration (SetGroups), and TPGS in the standard INQUIRY
+// data is 01b (implicit only), except for a logical unit whose reservations are shared with
+// other device servers (a PRStore): there the table also holds the states SET TARGET PORT
+// GROUPS stored for every device server (aluashare.go), and TPGS is 11b. The transport points
+// each TargetPort at the same ALUA; a nil ALUA means no asymmetric access (TPGS 00b).
 //
 // Commands read an immutable snapshot through an atomic pointer: changing the states costs the
 // data path nothing.
@@ -127,9 +130,16 @@ type aluaSnapshot struct {
 	// header format and in the length only format: the same descriptors behind an 8- or a
 	// 4-byte header.
 	rtpgExt, rtpgLen []byte
-	// altered marks the groups whose state the last SetGroups changed (STATUS CODE 02h).
-	altered []bool
+	// status is each group's STATUS CODE (SPC-4 6.37, table 254): why its state last changed.
+	status []byte
 }
+
+// STATUS CODEs of a target port group descriptor (SPC-4 6.37, table 254).
+const (
+	statusNone     = 0x00
+	statusExplicit = 0x01 // altered by SET TARGET PORT GROUPS
+	statusImplicit = 0x02 // altered by an implicit asymmetric access state transition
+)
 
 // lowPortIDs bounds the relative target port identifiers found by array index (aluaSnapshot).
 const lowPortIDs = 64
@@ -158,7 +168,34 @@ func (a *ALUA) SetGroups(groups []PortGroup) (changed bool, err error) {
 	if err := checkGroups(groups); err != nil {
 		return false, err
 	}
-	s := &aluaSnapshot{portGroup: make(map[uint16]int), altered: make([]bool, len(groups))}
+	old := a.snap.Load()
+	status := make([]byte, len(groups))
+	if old != nil {
+		for i, g := range groups {
+			for _, p := range g.Ports {
+				if st, ok := old.portState(p); !ok || st != g.State {
+					changed = true
+					status[i] = statusImplicit
+				}
+			}
+			if j, ok := old.group(g.ID); ok && old.status[j] != statusNone && old.groups[j].State == g.State {
+				status[i] = old.status[j] // still the state the last change made
+			}
+		}
+		for p := range old.portGroup {
+			if !slices.ContainsFunc(groups, func(g PortGroup) bool { return slices.Contains(g.Ports, p) }) {
+				changed = true
+			}
+		}
+	}
+	s := newALUASnapshot(groups, status)
+	a.snap.Store(s)
+	return changed, nil
+}
+
+// newALUASnapshot makes the snapshot of groups (checked) with their STATUS CODEs.
+func newALUASnapshot(groups []PortGroup, status []byte) *aluaSnapshot {
+	s := &aluaSnapshot{portGroup: make(map[uint16]int), status: status}
 	for i, g := range groups {
 		g.Ports = append([]uint16(nil), g.Ports...)
 		s.groups = append(s.groups, g)
@@ -169,31 +206,11 @@ func (a *ALUA) SetGroups(groups []PortGroup) (changed bool, err error) {
 			}
 		}
 	}
-	old := a.snap.Load()
-	if old != nil {
-		for i, g := range s.groups {
-			for _, p := range g.Ports {
-				if st, ok := old.portState(p); !ok || st != g.State {
-					changed = true
-					s.altered[i] = true
-				}
-			}
-			if j, ok := old.group(g.ID); ok && old.altered[j] && old.groups[j].State == g.State {
-				s.altered[i] = true // still the state the last change made
-			}
-		}
-		for p := range old.portGroup {
-			if _, ok := s.portGroup[p]; !ok {
-				changed = true
-			}
-		}
-	}
 	s.rtpgExt = s.buildRTPG()
 	s.rtpgLen = make([]byte, len(s.rtpgExt)-4)
 	binary.BigEndian.PutUint32(s.rtpgLen, uint32(len(s.rtpgLen)-4))
 	copy(s.rtpgLen[4:], s.rtpgExt[rtpgExtendedHeader:])
-	a.snap.Store(s)
-	return changed, nil
+	return s
 }
 
 // Groups returns a copy of the current groups.
@@ -306,9 +323,7 @@ func (s *aluaSnapshot) buildRTPG() []byte {
 		}
 		d[1] = supportedStates
 		binary.BigEndian.PutUint16(d[2:], g.ID)
-		if s.altered[i] {
-			d[5] = 0x02 // STATUS CODE: altered by an implicit asymmetric access state transition
-		}
+		d[5] = s.status[i]
 		d[7] = byte(len(g.Ports)) // TARGET PORT COUNT
 		for j, p := range g.Ports {
 			// Two obsolete bytes, then the RELATIVE TARGET PORT IDENTIFIER.
@@ -346,7 +361,7 @@ func reportTargetPortGroups(lu *LogicalUnit, c *Command) {
 		return
 	}
 	alloc := int(binary.BigEndian.Uint32(c.CDB[6:10]))
-	s := a.snap.Load()
+	s := lu.aluaView(c, a)
 	switch c.CDB[1] >> 5 {
 	case rtpgFormatExtended:
 		c.putDataIn(s.rtpgExt, alloc)
@@ -363,18 +378,6 @@ func (c *Command) alua() *ALUA {
 		return nil
 	}
 	return c.Nexus.Port.ALUA
-}
-
-// accessState returns the access state of the target port the command came through; ok is
-// false without asymmetric access, or for a port no group holds (which the transport's
-// configuration prevents).
-func (c *Command) accessState() (AccessState, bool) {
-	a := c.alua()
-	if a == nil {
-		return 0, false
-	}
-	st, _, ok := a.PortState(c.Nexus.Port.RelativeID)
-	return st, ok
 }
 
 // portGroupID is the TARGET PORT GROUP of the port the command came through, for VPD page 0x83:

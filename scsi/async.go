@@ -91,6 +91,12 @@ var asyncEntries = [256]asyncEntry{
 // data commands may go to Start.
 func (lu *LogicalUnit) Async() bool { return lu.async != nil }
 
+// AsyncFor reports whether the command with cdb has an asynchronous course on the logical unit
+// (Start may take it); for any other a transport calls Execute where it may block.
+func (lu *LogicalUnit) AsyncFor(cdb []byte) bool {
+	return lu.async != nil && len(cdb) > 0 && asyncEntries[cdb[0]] != nil
+}
+
 // Start begins c on the queue q of the goroutine that calls it, which also calls Complete and
 // Submit; the requests of c carry tag. It never blocks. Done: c is complete (it failed a
 // check, or there was nothing to move); Pending: its completion goes to Complete; Blocked:
@@ -142,6 +148,22 @@ func (m *LUNMap) Continue(c *Command) {
 		c.io.op.run(c.lu, c)
 		c.lu.tasks.leave(c)
 	}
+}
+
+// Abandon ends a command that Start returned Blocked without running it (its transport gave it
+// up: the channel closed, task management claimed it): what Start took, the task set
+// included, is let go, and c ends with TASK ABORTED. A command Start never took is left as it
+// is.
+func (m *LUNMap) Abandon(c *Command) {
+	if c.io.op == nil {
+		return
+	}
+	if c.io.entered {
+		c.io.entered = false
+		c.lu.tasks.leave(c)
+	}
+	c.io.op = nil
+	c.taskAborted()
 }
 
 // settle releases what c held when p ends its asynchronous course: Done leaves the task set,

@@ -336,6 +336,22 @@ func TestAsyncBlocked(t *testing.T) {
 	require.Equal(t, Done, s.m.Complete(r1, reapOne(t, small, 5)))
 	require.Equal(t, blocksOf(1, 1), r1.DataIn)
 	require.Nil(t, s.lu.tasks.head)
+
+	// A Blocked command its transport gives up leaves the task set: an ORDERED command
+	// behind it runs.
+	r3 := &Command{Nexus: testNexus, LUN: EncodeLUN(0), Tag: 7, CDB: cdb10(0x2F, 0x02, 2, 1), DataOut: blocksOf(2, 1)}
+	require.Equal(t, Pending, s.m.Start(r1, small, 5))
+	require.Equal(t, Blocked, s.m.Start(r3, small, 7))
+	require.NotNil(t, s.lu.tasks.head)
+	require.Equal(t, Done, s.m.Complete(r1, reapOne(t, small, 5)))
+	s.m.Abandon(r3)
+	require.Equal(t, StatusTaskAborted, r3.Status)
+	require.Nil(t, s.lu.tasks.head, "the abandoned command left the task set")
+	s.m.Abandon(r3) // twice is harmless
+	o := &Command{Nexus: testNexus, LUN: EncodeLUN(0), Tag: 8, Attr: TaskOrdered, CDB: cdb10(0x28, 0, 3, 1), DataIn: make([]byte, asyncBS)}
+	require.Equal(t, Pending, s.m.Start(o, small, 8))
+	require.Equal(t, Done, s.m.Complete(o, reapOne(t, small, 8)))
+	require.Equal(t, StatusGood, o.Status)
 }
 
 // TestAsyncTaskManagement: task management waits for a pending command as it waits for one a

@@ -1,19 +1,14 @@
-//go:build rbd
-
 package scsi
 
 import (
 	"encoding/binary"
-	"fmt"
-	"os"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/backstore"
-	"github.com/srptarget/srptarget/backstore/rbd"
+	"github.com/srptarget/srptarget/internal/testutil/cephtest"
 )
 
 // TestCompareAndWriteAcrossGatewaysRADOS: two device servers, each with its own librbd client
@@ -23,21 +18,12 @@ import (
 // must hold the winner's data. A compare made under each gateway's own range lock would let
 // both win.
 func TestCompareAndWriteAcrossGatewaysRADOS(t *testing.T) {
-	conf, pool := os.Getenv("SRPT_RBD_CONF"), os.Getenv("SRPT_RBD_POOL")
-	if conf == "" || pool == "" {
-		t.Skip("no Ceph cluster: SRPT_RBD_CONF and SRPT_RBD_POOL are not set (make test-rbd starts one)")
-	}
-	conn, err := rbd.Connect(rbd.Options{ConfFile: conf, MountTimeout: 10 * time.Second, OSDOpTimeout: 10 * time.Second})
-	require.NoError(t, err)
-	t.Cleanup(conn.Close)
-	image := fmt.Sprintf("caw-%d", os.Getpid())
-	require.NoError(t, conn.CreateImage(pool, "", image, 1<<20))
-	t.Cleanup(func() { require.NoError(t, conn.RemoveImage(pool, "", image)) }) // after the units close
+	img := cephtest.Image(t, "caw", 1<<20) // removed after the units close
 
 	var maps [2]*LUNMap
 	nexuses := [2]*Nexus{prNexusA1, prNexusB2}
 	for i := range maps {
-		b, err := backstore.OpenRBD(backstore.RBDOptions{Pool: pool, Image: image, ConfFile: conf, OSDOpTimeout: 10 * time.Second})
+		b, err := backstore.OpenRBD(img, 0, false)
 		require.NoError(t, err)
 		var lu *LogicalUnit
 		lu, maps[i] = newLUOver(t, b, nil)

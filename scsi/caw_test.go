@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/srptarget/srptarget/backstore"
 	"github.com/srptarget/srptarget/internal/testutil"
@@ -221,25 +222,20 @@ func TestCompareAndWriteAtomic(t *testing.T) {
 	writeMedium(t, mem, lba*bs, tagged(n, bs, 0))
 	_, m := newLUOver(t, chk, nil)
 
-	var wg sync.WaitGroup
-	errs := make(chan error, workers+1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	var g errgroup.Group
+	g.Go(func() error {
 		for i := 1; i <= writes; i++ {
 			c := run(m, otherNexus, 0, cdb10(0x2A, 0, lba, n), tagged(n, bs, uint64(i)), 0)
 			if c.Status != StatusGood {
-				errs <- fmt.Errorf("WRITE: status %v sense % x", c.Status, c.SenseData())
-				return
+				return fmt.Errorf("WRITE: status %v sense % x", c.Status, c.SenseData())
 			}
 		}
-	}()
+		return nil
+	})
 	nexuses := []*Nexus{testNexus, otherNexus, {InitiatorPort: "third", Port: testPort}}
 	successes := make([]int, workers)
 	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
+		g.Go(func() error {
 			nx := nexuses[w]
 			if w == 2 {
 				run(m, nx, 0, make([]byte, 6), nil, 0) // consume the power-on unit attention
@@ -247,8 +243,7 @@ func TestCompareAndWriteAtomic(t *testing.T) {
 			for i := 0; i < rounds; i++ {
 				rd := run(m, nx, 0, cdb10(0x28, 0, lba, n), nil, n*bs)
 				if rd.Status != StatusGood {
-					errs <- fmt.Errorf("READ: status %v sense % x", rd.Status, rd.SenseData())
-					return
+					return fmt.Errorf("READ: status %v sense % x", rd.Status, rd.SenseData())
 				}
 				tag := cawTag | uint64(w)<<32 | uint64(i)
 				chk.mu.Lock()
@@ -260,17 +255,13 @@ func TestCompareAndWriteAtomic(t *testing.T) {
 					successes[w]++
 				case c.Status == StatusCheckCondition && c.Sense[2]&0x0F == 0x0E && c.Sense[12] == 0x1D:
 				default:
-					errs <- fmt.Errorf("COMPARE AND WRITE: status %v sense % x", c.Status, c.SenseData())
-					return
+					return fmt.Errorf("COMPARE AND WRITE: status %v sense % x", c.Status, c.SenseData())
 				}
 			}
-		}(w)
+			return nil
+		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+	require.NoError(t, g.Wait())
 	chk.mu.Lock()
 	defer chk.mu.Unlock()
 	require.Zero(t, len(chk.violations), "%d violations, the first: %q", len(chk.violations),

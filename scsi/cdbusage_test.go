@@ -63,6 +63,7 @@ func reservedBitsBases(lu *LogicalUnit, other [16]byte) map[string]cdbBase {
 		"REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS": {
 			cdb: []byte{0xA3, 0x0D, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0}, in: 16},
 		"REPORT TARGET PORT GROUPS": {cdb: rtpgCDB(0, 512), in: 512},
+		"SET TARGET PORT GROUPS":    {cdb: stpgCDB(8), out: stpgParams(groupState{1, ActiveOptimized})},
 
 		"READ(6)":               {cdb: []byte{0x08, 0, 0, 1, 1, 0}, in: bs},
 		"READ(10)":              {cdb: cdb10(0x28, 0, 1, 1), in: bs},
@@ -141,7 +142,9 @@ func reservedBitsBases(lu *LogicalUnit, other [16]byte) map[string]cdbBase {
 // bit is marked when it is evaluated, and left out when it is refused or ignored (SPC-4 6.35.3).
 func TestCDBReservedBits(t *testing.T) {
 	_, n, _ := aluaNexuses(t, ActiveOptimized, ActiveOptimized) // REPORT TARGET PORT GROUPS needs ALUA
-	lu, m, rec := newRecordingLU(t, 1024, 512, func(c *Config) { c.ThinProvisioning = true })
+	// SET TARGET PORT GROUPS needs the states shared with another device server.
+	shared := (&memPRCluster{}).newGateway(t).r
+	lu, m, rec := newRecordingLU(t, 1024, 512, func(c *Config) { c.ThinProvisioning = true; c.Reservations = shared })
 	clearPowerOnUA(t, m, n)
 	bases := reservedBitsBases(lu, prInitiator(0x33))
 	var ops []*opInfo

@@ -106,6 +106,8 @@ func FuzzUnmarshalShared(f *testing.F) {
 		abort: []PRRegistration{{Key: 0xB, ITNexusID: ITNexusID{Initiator: prInitiator(0xB2), RelativePort: 2}}}}}}
 	f.Add(marshalShared(s, events))
 	f.Add(marshalShared(&prState{}, nil))
+	f.Add(marshalShared(&prState{alua: []groupState{{1, Standby}, {2, ActiveOptimized}}},
+		[]prEvent{{version: 7, from: ITNexusID{RelativePort: 1}, eff: prEffects{alua: true}}}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, events, err := unmarshalShared(data)
 		if err != nil {

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/srptarget/srptarget/backstore"
 	"github.com/srptarget/srptarget/internal/testutil"
 )
 
@@ -18,20 +17,9 @@ import (
 //     then holds the pattern repeated (with INVERT too: the last pass writes the pattern as
 //     given), within a time bound.
 func FuzzSanitizeOverwriteParams(f *testing.F) {
-	const blocks = 64
-	mem, err := backstore.NewMemory(blocks*512, 512)
-	if err != nil {
-		f.Fatal(err)
-	}
-	lu, err := NewLogicalUnit(Config{Backstore: mem, Serial: "f022a41", WriteCache: true})
-	if err != nil {
-		f.Fatal(err)
-	}
-	m, err := NewLUNMap([]Mapping{{LUN: 0, LU: lu}})
-	if err != nil {
-		f.Fatal(err)
-	}
-	m.Execute(&Command{Nexus: testNexus, LUN: EncodeLUN(0), CDB: make([]byte, 6)}) // unit attention
+	const blocks = fuzzBlocks
+	l := newFuzzLU(f, 512)
+	mem, m := l.mem, l.m
 	f.Add(uint16(5), []byte{0x01, 0, 0, 1, 0xAA})
 	f.Add(uint16(8), []byte{0x83, 0, 0, 4, 1, 2, 3, 4})
 	f.Add(uint16(516), append([]byte{0x1F, 0, 0x02, 0x00}, make([]byte, 512)...))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/srptarget/srptarget/backstore"
 	"github.com/srptarget/srptarget/internal/testutil"
+	"github.com/srptarget/srptarget/internal/testutil/gatestore"
 )
 
 // testNexus and otherNexus are two I_T nexuses through one target port.
@@ -24,7 +25,13 @@ func newTestLU(t testing.TB, blocks int64, blockSize uint32, mod func(*Config)) 
 	t.Helper()
 	bs, err := backstore.NewMemory(blocks*int64(blockSize), blockSize)
 	require.NoError(t, err)
-	cfg := Config{Backstore: bs, Serial: "a1b2c3d4-0001", WriteCache: true}
+	return openLU(t, Config{Backstore: bs, Serial: "a1b2c3d4-0001", WriteCache: true}, mod)
+}
+
+// openLU makes a logical unit of cfg, changed by mod if not nil, and closes it when the test
+// ends.
+func openLU(t testing.TB, cfg Config, mod func(*Config)) *LogicalUnit {
+	t.Helper()
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -32,6 +39,25 @@ func newTestLU(t testing.TB, blocks int64, blockSize uint32, mod func(*Config)) 
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = lu.Close() })
 	return lu
+}
+
+// newMem64 is a memory backstore of 64 blocks of 512 bytes.
+func newMem64(t testing.TB) *backstore.Memory {
+	t.Helper()
+	mem, err := backstore.NewMemory(64*512, 512)
+	require.NoError(t, err)
+	return mem
+}
+
+// newGateLU is newLUOver a gate over blocks of 512 bytes in memory: a test holds a command
+// inside the backstore with the gate.
+func newGateLU(t testing.TB, blocks int64, mod func(*Config)) (*LogicalUnit, *LUNMap, *gatestore.Store) {
+	t.Helper()
+	mem, err := backstore.NewMemory(blocks*512, 512)
+	require.NoError(t, err)
+	g := gatestore.New(mem)
+	lu, m := newLUOver(t, g, mod)
+	return lu, m, g
 }
 
 // newTestMap maps lu at LUN 0.

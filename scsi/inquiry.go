@@ -72,12 +72,16 @@ func standardInquiry(lu *LogicalUnit, c *Command, buf []byte) {
 	buf[4] = standardInquiryLength - 5 // ADDITIONAL LENGTH
 	// Byte 5: SCCS, ACC and PROTECT (no protection information) are zero; 3PC is set for a
 	// logical unit: its copy manager runs EXTENDED COPY (xcopy.go). TPGS is 01b,
-	// implicit asymmetric access only (the states change by configuration, SET TARGET PORT
-	// GROUPS is not supported), when the port has an ALUA configuration: Linux then attaches
-	// scsi_dh_alua, which asks REPORT TARGET PORT GROUPS. Without one it is 00b. Byte 6:
-	// ENCSERV and MULTIP are zero.
+	// implicit asymmetric access only (the states change by configuration), when the port
+	// has an ALUA configuration: Linux then attaches scsi_dh_alua, which asks REPORT TARGET
+	// PORT GROUPS. Where the states are shared with other device servers it is 11b, SET TARGET
+	// PORT GROUPS supported too (aluashare.go). Without ALUA it is 00b. Byte 6: ENCSERV and
+	// MULTIP are zero.
 	if c.alua() != nil {
 		buf[5] = 0x01 << 4
+		if lu.sharedALUA(c) {
+			buf[5] = 0x03 << 4
+		}
 	}
 	if lu != nil {
 		buf[5] |= 0x08 // 3PC

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -468,7 +469,7 @@ func (lu *LogicalUnit) admit(c *Command) *opInfo {
 	// Then the asymmetric access state of the port the command came through (SPC-4
 	// 5.15.2.4): a standby, unavailable or transitioning port runs only the few commands an
 	// initiator needs to find a better path.
-	if st, ok := c.accessState(); ok && !st.allows(op.flags) {
+	if st, ok := lu.accessState(c); ok && !st.allows(op.flags) {
 		r, _ := st.notAccessible()
 		c.fail(r)
 		return nil
@@ -511,9 +512,10 @@ func (c *Command) invalidServiceAction() {
 // unsupported answers a CDB that lookupCommand did not find: an unsupported service action of an
 // operation code that has supported ones, or else an unsupported operation code. An operation
 // code none of whose service actions is supported (MAINTENANCE OUT, SERVICE ACTION OUT(16)) is
-// itself unsupported.
+// itself unsupported: SET TARGET PORT GROUPS is MAINTENANCE OUT's only one, and only where it
+// is offered.
 func (c *Command) unsupported() {
-	if len(commandTable[c.CDB[0]].bySA) > 0 {
+	if slices.ContainsFunc(commandTable[c.CDB[0]].bySA, func(op *opInfo) bool { return c.lu.offers(op, c) }) {
 		c.invalidServiceAction()
 		return
 	}

@@ -32,21 +32,19 @@ func EncodeLUN(n uint16) uint64 {
 // single-level peripheral (bus 0) and flat space addresses; ok is false for anything else,
 // including the well-known LUNs, which the caller handles first.
 func DecodeLUN(raw uint64) (n uint16, ok bool) {
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], raw)
-	for _, x := range b[2:] {
-		if x != 0 {
-			return 0, false
-		}
+	// Bytes 2-7 (the second to fourth levels) must be zero; the first level is bytes 0-1.
+	if raw&(1<<48-1) != 0 {
+		return 0, false
 	}
-	switch b[0] & 0xC0 {
+	first := uint16(raw >> 48)
+	switch first >> 8 & 0xC0 {
 	case lunAddressPeripheral:
-		if b[0] != 0 { // bus identifier must be 0 for a single-level LUN
+		if first>>8 != 0 { // bus identifier must be 0 for a single-level LUN
 			return 0, false
 		}
-		return uint16(b[1]), true
+		return first, true
 	case lunAddressFlat:
-		return uint16(b[0]&0x3F)<<8 | uint16(b[1]), true
+		return first & MaxLUN, true
 	}
 	return 0, false
 }

@@ -49,3 +49,36 @@ func TestDecodeLUN(t *testing.T) {
 		require.Equal(t, tc.n, n, tc.name)
 	}
 }
+
+// TestDecodeLUNEveryFirstLevel checks DecodeLUN against SAM-5's rules spelled out byte by
+// byte, for every first level and with each later byte set.
+func TestDecodeLUNEveryFirstLevel(t *testing.T) {
+	ref := func(raw uint64) (uint16, bool) {
+		var b [8]byte
+		for i := range b {
+			b[i] = byte(raw >> (56 - 8*i))
+		}
+		for _, x := range b[2:] {
+			if x != 0 {
+				return 0, false
+			}
+		}
+		switch {
+		case b[0] == 0: // peripheral device addressing, bus 0
+			return uint16(b[1]), true
+		case b[0]&0xC0 == 0x40: // flat space addressing
+			return uint16(b[0]&0x3F)<<8 | uint16(b[1]), true
+		}
+		return 0, false
+	}
+	for first := uint64(0); first <= 0xFFFF; first++ {
+		for _, tail := range []uint64{0, 1, 0xFF << 8, 1 << 40, 0x80 << 40} {
+			raw := first<<48 | tail
+			n, ok := DecodeLUN(raw)
+			wn, wok := ref(raw)
+			if n != wn || ok != wok {
+				t.Fatalf("DecodeLUN(%#016x) = %d, %v; want %d, %v", raw, n, ok, wn, wok)
+			}
+		}
+	}
+}

@@ -57,19 +57,28 @@ func TestPhysicalBlockSizeReported(t *testing.T) {
 	require.Equal(t, []byte{0x80, 0x00, 0x00, 0x00}, b[32:36], "UGAVALID, UNMAP GRANULARITY ALIGNMENT")
 }
 
+// thin512e makes a thin-provisioned 512e logical unit (512-byte logical blocks in 4 KiB
+// physical ones) of blocks blocks over a recording memory store, filled with the pattern seed
+// selects and the fill's records taken.
+func thin512e(t *testing.T, blocks, seed int) (*backstore.Memory, *recordingStore, *LUNMap, []byte) {
+	t.Helper()
+	mem, err := backstore.NewMemory(int64(blocks)*512, 512)
+	require.NoError(t, err)
+	rec := &recordingStore{Backstore: mem}
+	_, m := newLUOver(t, rec, func(c *Config) { c.ThinProvisioning = true; c.PhysicalBlockSize = 4096 })
+	before := testutil.Pattern(blocks*512, seed)
+	writeMedium(t, mem, 0, before)
+	rec.take()
+	return mem, rec, m, before
+}
+
 // TestUnmapPartialPhysicalBlocks checks UNMAP on a 512e logical unit: each descriptor
 // deallocates the whole physical blocks it covers, and the logical blocks it covers in physical
 // blocks shared with blocks outside it keep their data (SBC-4 5.31: their provisioning state
 // "may remain unchanged").
 func TestUnmapPartialPhysicalBlocks(t *testing.T) {
 	const blocks = 128
-	mem, err := backstore.NewMemory(blocks*512, 512)
-	require.NoError(t, err)
-	rec := &recordingStore{Backstore: mem}
-	_, m := newLUOver(t, rec, func(c *Config) { c.ThinProvisioning = true; c.PhysicalBlockSize = 4096 })
-	before := testutil.Pattern(blocks*512, 9)
-	writeMedium(t, mem, 0, before)
-	rec.take()
+	mem, rec, m, before := thin512e(t, blocks, 9)
 
 	list := unmapList(
 		[2]uint64{3, 20},  // 8..15 whole; 3..7 and 16..22 partial
@@ -97,13 +106,7 @@ func TestUnmapPartialPhysicalBlocks(t *testing.T) {
 // blocks around it keep their data.
 func TestWriteSameUnmapPartialPhysicalBlocks(t *testing.T) {
 	const blocks = 128
-	mem, err := backstore.NewMemory(blocks*512, 512)
-	require.NoError(t, err)
-	rec := &recordingStore{Backstore: mem}
-	_, m := newLUOver(t, rec, func(c *Config) { c.ThinProvisioning = true; c.PhysicalBlockSize = 4096 })
-	before := testutil.Pattern(blocks*512, 4)
-	writeMedium(t, mem, 0, before)
-	rec.take()
+	mem, rec, m, before := thin512e(t, blocks, 4)
 	want := append([]byte(nil), before...)
 
 	for _, tc := range []struct {

@@ -103,12 +103,16 @@ type prState struct {
 	// stale is set while shared reservations cannot be known current (SetFresh): commands
 	// that a reservation could conflict with fail instead (prshare.go).
 	stale bool
+	// alua are the asymmetric access states that SET TARGET PORT GROUPS stored for the
+	// device servers sharing the state, by group, sorted (aluashare.go).
+	alua []groupState
 }
 
 // clone returns a copy of s whose registrations may be changed.
 func (s *prState) clone() *prState {
 	n := *s
 	n.regs = slices.Clone(s.regs)
+	n.alua = slices.Clone(s.alua)
 	return &n
 }
 

@@ -8,9 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/srptarget/srptarget/backstore"
 	"github.com/srptarget/srptarget/internal/testutil"
-	"github.com/srptarget/srptarget/internal/testutil/gatestore"
 )
 
 // Three I_T nexuses through one target port for the reservation tests: A and B register (keys
@@ -577,13 +575,24 @@ func TestPROutParameterErrors(t *testing.T) {
 	requireInvalidCDB(t, sendPROut(m, prNexusA, 0x08, 0, prParams(keyA, 0, 0)), 1, 4)
 }
 
+// requirePreemptedAndAborted opens the gate that holds running, victim's write, and requires
+// the PREEMPT AND ABORT pa to succeed once it has, the write aborted, and the victim to hear
+// COMMANDS CLEARED BY ANOTHER INITIATOR and REGISTRATIONS PREEMPTED through m, then conflict.
+func requirePreemptedAndAborted(t *testing.T, open func(), pa, running *pending, m *LUNMap, victim *Nexus) {
+	t.Helper()
+	open()
+	requireGood(t, pa.wait(t))
+	running.wait(t)
+	require.True(t, running.c.Aborted())
+	requireUA(t, m, victim, ReasonCommandsClearedByAnotherInitiator)
+	requireUA(t, m, victim, ReasonRegistrationsPreempted)
+	requireConflict(t, run(m, victim, 0, cdb10(0x28, 0, 1, 1), nil, 512))
+}
+
 // TestPRPreemptAndAbort: the victim's commands are aborted, it sees COMMANDS CLEARED BY
 // ANOTHER INITIATOR and REGISTRATIONS PREEMPTED, and then conflicts.
 func TestPRPreemptAndAbort(t *testing.T) {
-	mem, err := backstore.NewMemory(64*512, 512)
-	require.NoError(t, err)
-	g := gatestore.New(mem)
-	lu, m := newLUOver(t, g, nil)
+	lu, m, g := newGateLU(t, 64, nil)
 	for _, n := range []*Nexus{prNexusA, prNexusB} {
 		clearPowerOnUA(t, m, n)
 	}
@@ -600,15 +609,8 @@ func TestPRPreemptAndAbort(t *testing.T) {
 	pa := start(m, prNexusA, 3, TaskHeadOfQueue, prOutCDB(prOutPreemptAndAbort, PRTypeExclusiveAccess, 24), prParams(keyA, keyB, 0), 0)
 	testutil.WaitFor(t, "PREEMPT AND ABORT to wait for the running write", func() bool { return lu.aborters() == 1 })
 	requireAborted(t, waiting.wait(t))
-	open()
-	requireGood(t, pa.wait(t))
-	running.wait(t)
-	require.True(t, running.c.Aborted())
-
-	requireUA(t, m, prNexusB, ReasonCommandsClearedByAnotherInitiator)
-	requireUA(t, m, prNexusB, ReasonRegistrationsPreempted)
+	requirePreemptedAndAborted(t, open, pa, running, m, prNexusB)
 	requireUA(t, m, prNexusA, ReasonNone)
-	requireConflict(t, run(m, prNexusB, 0, cdb10(0x28, 0, 1, 1), nil, 512))
 	k, typ := readReservation(t, m, prNexusA)
 	require.Equal(t, uint64(keyA), k)
 	require.Equal(t, byte(PRTypeExclusiveAccess), typ)

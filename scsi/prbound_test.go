@@ -11,9 +11,13 @@ import (
 )
 
 // prOutTimeBound is the longest any PERSISTENT RESERVE OUT may take, whatever its parameter
-// list: the fencing path of a cluster must not wait behind another initiator's list. Commands
-// take microseconds; the margin is for -race on a loaded machine.
-const prOutTimeBound = 100 * time.Millisecond
+// list: the fencing path of a cluster must not wait behind another initiator's list. It
+// separates bounded work from work that grows with the list: a command takes microseconds, the
+// longest list (maxDataOut, 8 MiB, 349,524 TransportIDs) a few milliseconds under -race, and a
+// parse that grew with the square of the list would take minutes. The margin is for -race on a
+// loaded machine, where a goroutine can wait more than 100 ms for a CPU (seen at load 15 on two
+// cores).
+const prOutTimeBound = 500 * time.Millisecond
 
 // maxDataOut is the largest data-out the transport hands over (limits.max_transfer_size's
 // default).

@@ -39,6 +39,9 @@ type prUA struct {
 type prEffects struct {
 	ua    []prUA
 	abort []PRRegistration
+	// alua: SET TARGET PORT GROUPS changed an access state; every I_T nexus but the one it
+	// came through gets ASYMMETRIC ACCESS STATE CHANGED (SPC-4 6.36).
+	alua bool
 }
 
 // uaAllBut queues reason for every registration of s that does not cover the I_T nexus id.
@@ -470,7 +473,7 @@ func (lu *LogicalUnit) knowsPort(c *Command, rel uint16) bool {
 // reservations' lock is released, since aborting waits for running commands, which may be
 // waiting for that lock.
 func (lu *LogicalUnit) applyPREffects(c *Command, id ITNexusID, eff *prEffects) {
-	if len(eff.ua) == 0 && len(eff.abort) == 0 {
+	if len(eff.ua) == 0 && len(eff.abort) == 0 && !eff.alua {
 		return
 	}
 	lu.mu.Lock()
@@ -479,6 +482,9 @@ func (lu *LogicalUnit) applyPREffects(c *Command, id ITNexusID, eff *prEffects) 
 		nid := n.id()
 		if nid == id {
 			continue
+		}
+		if eff.alua {
+			st.ua.add(ReasonAsymmetricAccessStateChanged)
 		}
 		for _, u := range eff.ua {
 			if u.reg.matches(nid) {

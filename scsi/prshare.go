@@ -188,10 +188,10 @@ func (r *Reservations) applyLocked(data []byte, v uint64) (evs []prEvent, inForc
 }
 
 // diffEffects are the unit attentions of going from state old to s when the changes in
-// between are not known: registrations that went were preempted, and the registrants left
-// lose a reservation that changed.
+// between are not known: registrations that went were preempted, the registrants left
+// lose a reservation that changed, and every I_T nexus hears of changed access states.
 func diffEffects(old, s *prState) prEffects {
-	var eff prEffects
+	eff := prEffects{alua: !slices.Equal(old.alua, s.alua)}
 	for _, r := range old.regs {
 		if !s.hasRegistration(r) {
 			eff.ua = append(eff.ua, prUA{r, ReasonRegistrationsPreempted})
@@ -336,6 +336,27 @@ func (r *Reservations) commitLocal(old, s *prState, persist bool) bool {
 	}
 	r.state.Store(s)
 	return true
+}
+
+// prAnnouncer is a PRStore that can tell the other device servers of a version without
+// waiting for their acknowledgements.
+type prAnnouncer interface {
+	Announce(v uint64)
+}
+
+// announce tells the other device servers of the change's version and returns at once, where
+// the store can (prAnnouncer), for a change that fences nothing: the asymmetric access states
+// (aluashare.go). A device server that misses the notification learns the version from its
+// next renewal, or fails closed when its lease ends. Elsewhere it is publish.
+func (r *Reservations) announce(ch prChange) {
+	if ch.version == 0 {
+		return
+	}
+	if a, ok := r.store.(prAnnouncer); ok {
+		a.Announce(ch.version)
+		return
+	}
+	r.publish(ch)
 }
 
 // publish waits until the other device servers have the change's version (PRStore.Publish).

@@ -1,5 +1,3 @@
-//go:build rbd
-
 package scsi
 
 import (
@@ -119,7 +117,8 @@ func TestPRRaceRADOS(t *testing.T) {
 // TestPRPartitionedGatewayRADOS: a device server cut off from the cluster (its client
 // blocklisted at the OSDs, as a partition looks to the cluster) fails what a reservation could
 // conflict with within its lease, before the PREEMPT made through the other device server
-// completes; the PREEMPT completes once the cut-off one's lease and drain have passed.
+// completes; the PREEMPT completes once the cut-off one's lease and drain have passed. Its
+// target port is then unavailable in REPORT TARGET PORT GROUPS through it too.
 func TestPRPartitionedGatewayRADOS(t *testing.T) {
 	pool, conns := radosConns(t)
 	oid := radosOID(t)
@@ -164,4 +163,102 @@ func TestPRPartitionedGatewayRADOS(t *testing.T) {
 	require.True(t, staleAt.Before(done.Add(-radosTestDrain)), "stale before the change completed, by the drain")
 	c := run(m2, prNexusB2, 0, cdb10(0x2A, 0, 1, 1), make([]byte, 512), 0)
 	requireSense(t, c, ReasonLUNotAccessibleTargetPortUnavailable)
+	// Its port's group is reported unavailable through it (it cannot know the shared states),
+	// and it changes no state.
+	_, st := rtpgStates(t, m2, prNexusB2)
+	require.Equal(t, byte(Unavailable), st[1][0])
+	requireSense(t, sendSTPG(m2, prNexusB2, groupState{1, Standby}), ReasonLUNotAccessibleTargetPortUnavailable)
+}
+
+// dyingStore is a device server's PRStore that dies right after a change is stored: kill cuts
+// it off from the cluster as a killed gateway looks to the others (its client blocklisted at
+// the OSDs, its watch gone), and Publish, which a dead process never reaches, tells no one.
+type dyingStore struct {
+	PRStore
+	kill     func()
+	armed    atomic.Bool
+	killedAt time.Time
+	version  uint64
+}
+
+func (d *dyingStore) Commit(old uint64, data []byte) (bool, error) {
+	ok, err := d.PRStore.Commit(old, data)
+	if ok && d.armed.Swap(false) {
+		d.killedAt, d.version = time.Now(), old+1
+		d.kill()
+	}
+	return ok, err
+}
+
+func (d *dyingStore) Publish(v uint64) error {
+	if d.version != 0 && v >= d.version {
+		return nil
+	}
+	return d.PRStore.Publish(v)
+}
+
+// blocklist cuts conn off from the cluster, through other, until the test ends.
+func blocklist(t *testing.T, conn, other *rbd.Conn) {
+	addrs, err := conn.Addrs()
+	require.NoError(t, err)
+	cmd, _ := json.Marshal(map[string]string{"prefix": "osd blocklist", "blocklistop": "add", "addr": addrs})
+	_, err = other.MonCommand(string(cmd))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		cmd, _ := json.Marshal(map[string]string{"prefix": "osd blocklist", "blocklistop": "rm", "addr": addrs})
+		_, _ = other.MonCommand(string(cmd))
+	})
+	require.NoError(t, other.WaitForLatestOSDMap())
+}
+
+// TestPRGatewayKilledMidPreemptRADOS: a device server dies between storing a PREEMPT AND ABORT
+// and telling the others. The change is in force: the other device server learns it by its
+// own renewals (within a quarter of its lease, measured), gives the preempted initiator
+// REGISTRATIONS PREEMPTED and then RESERVATION CONFLICT, and the initiator's PREEMPT retried
+// through it, its first path having died, ends in RESERVATION CONFLICT: the key it preempts is
+// gone.
+func TestPRGatewayKilledMidPreemptRADOS(t *testing.T) {
+	pool, conns := radosConns(t)
+	oid := radosOID(t)
+	var dying *dyingStore
+	r1, _ := radosReservations(t, conns[0], pool, oid, "gw1", func(st PRStore) PRStore {
+		dying = &dyingStore{PRStore: st}
+		return dying
+	})
+	r2, _ := radosReservations(t, conns[1], pool, oid, "gw2", nil)
+	dying.kill = func() { blocklist(t, conns[0], conns[1]) }
+	m1 := newTestMap(t, newTestLU(t, 1000, 512, func(cfg *Config) { cfg.Reservations = r1 }))
+	m2 := newTestMap(t, newTestLU(t, 1000, 512, func(cfg *Config) { cfg.Reservations = r2 }))
+	for _, n := range []*Nexus{prNexusA1, prNexusA2, prNexusB2} {
+		m := m1
+		if n.Port == port2 {
+			m = m2
+		}
+		clearPowerOnUA(t, m, n)
+	}
+	// A registers through both gateways, as fence_scsi does through every path; B holds an
+	// exclusive access reservation through the second.
+	requireGood(t, sendPROut(m2, prNexusB2, prOutRegister, 0, prParams(0, keyB, 0)))
+	requireGood(t, sendPROut(m2, prNexusB2, prOutReserve, PRTypeExclusiveAccess, prParams(keyB, 0, 0)))
+	requireGood(t, sendPROut(m1, prNexusA1, prOutRegister, 0, prParams(0, keyA, 0)))
+	requireGood(t, sendPROut(m2, prNexusA2, prOutRegister, 0, prParams(0, keyA, 0)))
+	write := cdb10(0x2A, 0, 1, 1)
+	checkGood(t, run(m2, prNexusB2, 0, write, make([]byte, 512), 0))
+
+	dying.armed.Store(true)
+	sendPROut(m1, prNexusA1, prOutPreemptAndAbort, PRTypeExclusiveAccess, prParams(keyA, keyB, 0)) // its answer never leaves a killed gateway
+	require.NotZero(t, dying.version, "the PREEMPT was stored")
+	testutil.WaitFor(t, "the other gateway applied the stored PREEMPT", func() bool { return r2.Version() >= dying.version })
+	learned := time.Since(dying.killedAt)
+	t.Logf("the other device server applied the PREEMPT %v after it was stored, without a notification (lease %v, renewed every %v)",
+		learned, radosTestLease, radosTestLease/4)
+	require.Less(t, learned, radosTestLease, "within the lease its last renewal gave")
+	requireSense(t, run(m2, prNexusB2, 0, write, make([]byte, 512), 0), ReasonRegistrationsPreempted)
+	require.Equal(t, StatusReservationConflict, run(m2, prNexusB2, 0, write, make([]byte, 512), 0).Status)
+	require.Equal(t, StatusReservationConflict,
+		sendPROut(m2, prNexusA2, prOutPreemptAndAbort, PRTypeExclusiveAccess, prParams(keyA, keyB, 0)).Status,
+		"the retried PREEMPT: key B is gone")
+	regs, typ, _ := r2.Registrations()
+	require.Len(t, regs, 2)
+	require.Equal(t, uint8(PRTypeExclusiveAccess), typ)
 }

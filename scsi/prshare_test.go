@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/srptarget/srptarget/backstore"
 	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/internal/testutil/gatestore"
 )
@@ -77,6 +76,39 @@ func (cl *memPRCluster) newGateway(t testing.TB) *memPRGateway {
 	cl.gws = append(cl.gws, g)
 	cl.mu.Unlock()
 	return g
+}
+
+// newMap is a map with a logical unit of blocks of 512 bytes in memory at LUN 0 whose device
+// server keeps its reservations through g.
+func (g *memPRGateway) newMap(t testing.TB, blocks int64) *LUNMap {
+	return newTestMap(t, newTestLU(t, blocks, 512, func(cfg *Config) { cfg.Reservations = g.r }))
+}
+
+// abGateways is two gateways in front of one logical unit of 1000 blocks in memory, with A's
+// map (prNexusA, through the first) and B's (prNexusB2, through the second), their power-on
+// unit attentions reported.
+func abGateways(t *testing.T) (g1, g2 *memPRGateway, m1, m2 *LUNMap) {
+	cl := &memPRCluster{}
+	g1, g2 = cl.newGateway(t), cl.newGateway(t)
+	m1, m2 = g1.newMap(t, 1000), g2.newMap(t, 1000)
+	clearPowerOnUA(t, m1, prNexusA)
+	clearPowerOnUA(t, m2, prNexusB2)
+	return g1, g2, m1, m2
+}
+
+// gatedABGateways is abGateways over 64 blocks with the second gateway's backstore behind a
+// gate, and A and B registered (keyA, keyB).
+func gatedABGateways(t *testing.T) (g2 *memPRGateway, m1, m2 *LUNMap, lu2 *LogicalUnit, gs *gatestore.Store) {
+	cl := &memPRCluster{}
+	g1, g2 := cl.newGateway(t), cl.newGateway(t)
+	m1 = g1.newMap(t, 64)
+	gs = gatestore.New(newMem64(t))
+	lu2, m2 = newLUOver(t, gs, func(cfg *Config) { cfg.Reservations = g2.r })
+	clearPowerOnUA(t, m1, prNexusA)
+	clearPowerOnUA(t, m2, prNexusB2)
+	requireGood(t, sendPROut(m1, prNexusA, prOutRegister, 0, prParams(0, keyA, 0)))
+	requireGood(t, sendPROut(m2, prNexusB2, prOutRegister, 0, prParams(0, keyB, 0)))
+	return g2, m1, m2, lu2, gs
 }
 
 // Two device servers' target ports, each describing both in its ALUA groups as gateways do, and
@@ -163,8 +195,7 @@ func twoPRGateways(on string) prTopology {
 		cl := &memPRCluster{}
 		var lms [2]*LUNMap
 		for i := range lms {
-			g := cl.newGateway(t)
-			lms[i] = newTestMap(t, newTestLU(t, 1000, 512, func(cfg *Config) { cfg.Reservations = g.r }))
+			lms[i] = cl.newGateway(t).newMap(t, 1000)
 		}
 		return spreadPRNexuses(t, lms, on, typ)
 	}
@@ -240,12 +271,7 @@ func TestPRTwoGatewaysFullStatus(t *testing.T) {
 // fails what a reservation could conflict with (NOT READY, TARGET PORT IN UNAVAILABLE STATE),
 // answers INQUIRY and REPORT LUNS, and serves again once it is.
 func TestPRTwoGatewaysStale(t *testing.T) {
-	cl := &memPRCluster{}
-	g1, g2 := cl.newGateway(t), cl.newGateway(t)
-	m1 := newTestMap(t, newTestLU(t, 1000, 512, func(cfg *Config) { cfg.Reservations = g1.r }))
-	m2 := newTestMap(t, newTestLU(t, 1000, 512, func(cfg *Config) { cfg.Reservations = g2.r }))
-	clearPowerOnUA(t, m1, prNexusA)
-	clearPowerOnUA(t, m2, prNexusB2)
+	_, g2, m1, m2 := abGateways(t)
 	checkGood(t, run(m2, prNexusB2, 0, cdb10(0x2A, 0, 1, 1), make([]byte, 512), 0))
 
 	g2.r.SetFresh(false)
@@ -268,12 +294,7 @@ func TestPRTwoGatewaysStale(t *testing.T) {
 func TestPRTwoGatewaysMissedChanges(t *testing.T) {
 	for _, missed := range []int{3, prMaxEvents + 5} {
 		t.Run(fmt.Sprint(missed), func(t *testing.T) {
-			cl := &memPRCluster{}
-			g1, g2 := cl.newGateway(t), cl.newGateway(t)
-			m1 := newTestMap(t, newTestLU(t, 1000, 512, func(cfg *Config) { cfg.Reservations = g1.r }))
-			m2 := newTestMap(t, newTestLU(t, 1000, 512, func(cfg *Config) { cfg.Reservations = g2.r }))
-			clearPowerOnUA(t, m1, prNexusA)
-			clearPowerOnUA(t, m2, prNexusB2)
+			g1, g2, m1, m2 := abGateways(t)
 			requireGood(t, sendPROut(m2, prNexusB2, prOutRegister, 0, prParams(0, keyB, 0)))
 			requireGood(t, sendPROut(m1, prNexusA, prOutRegister, 0, prParams(0, keyA, 0)))
 			requireGood(t, sendPROut(m1, prNexusA, prOutReserve, PRTypeWriteExclusiveRegistrantsOnly, prParams(keyA, 0, 0)))
@@ -297,17 +318,7 @@ func TestPRTwoGatewaysMissedChanges(t *testing.T) {
 // preempted nexus's commands on the other before it completes, and the victim hears COMMANDS
 // CLEARED BY ANOTHER INITIATOR and REGISTRATIONS PREEMPTED there.
 func TestPRTwoGatewaysPreemptAndAbort(t *testing.T) {
-	cl := &memPRCluster{}
-	g1, g2 := cl.newGateway(t), cl.newGateway(t)
-	m1 := newTestMap(t, newTestLU(t, 64, 512, func(cfg *Config) { cfg.Reservations = g1.r }))
-	mem, err := backstore.NewMemory(64*512, 512)
-	require.NoError(t, err)
-	gs := gatestore.New(mem)
-	lu2, m2 := newLUOver(t, gs, func(cfg *Config) { cfg.Reservations = g2.r })
-	clearPowerOnUA(t, m1, prNexusA)
-	clearPowerOnUA(t, m2, prNexusB2)
-	requireGood(t, sendPROut(m1, prNexusA, prOutRegister, 0, prParams(0, keyA, 0)))
-	requireGood(t, sendPROut(m2, prNexusB2, prOutRegister, 0, prParams(0, keyB, 0)))
+	_, m1, m2, lu2, gs := gatedABGateways(t)
 	requireGood(t, sendPROut(m2, prNexusB2, prOutReserve, PRTypeWriteExclusiveRegistrantsOnly, prParams(keyB, 0, 0)))
 
 	open := gs.Gate(3 * 512)
@@ -315,13 +326,7 @@ func TestPRTwoGatewaysPreemptAndAbort(t *testing.T) {
 	gs.RequireEntered(t, 3*512)
 	pa := start(m1, prNexusA, 3, TaskSimple, prOutCDB(prOutPreemptAndAbort, PRTypeExclusiveAccess, 24), prParams(keyA, keyB, 0), 0)
 	testutil.WaitFor(t, "PREEMPT AND ABORT to wait for the write on the other device server", func() bool { return lu2.aborters() == 1 })
-	open()
-	requireGood(t, pa.wait(t))
-	running.wait(t)
-	require.True(t, running.c.Aborted())
-	requireUA(t, m2, prNexusB2, ReasonCommandsClearedByAnotherInitiator)
-	requireUA(t, m2, prNexusB2, ReasonRegistrationsPreempted)
-	requireConflict(t, run(m2, prNexusB2, 0, cdb10(0x28, 0, 1, 1), nil, 512))
+	requirePreemptedAndAborted(t, open, pa, running, m2, prNexusB2)
 	requireUA(t, m1, prNexusA, ReasonNone)
 }
 
@@ -529,17 +534,7 @@ func TestPRTwoGatewaysAllTargetPorts(t *testing.T) {
 // it (the notify, while the lease renewal applies it) returns only once they are done: what
 // the device server acknowledges is never ahead of what it did.
 func TestPRApplyWaitsForEffects(t *testing.T) {
-	cl := &memPRCluster{}
-	g1, g2 := cl.newGateway(t), cl.newGateway(t)
-	m1 := newTestMap(t, newTestLU(t, 64, 512, func(cfg *Config) { cfg.Reservations = g1.r }))
-	mem, err := backstore.NewMemory(64*512, 512)
-	require.NoError(t, err)
-	gs := gatestore.New(mem)
-	lu2, m2 := newLUOver(t, gs, func(cfg *Config) { cfg.Reservations = g2.r })
-	clearPowerOnUA(t, m1, prNexusA)
-	clearPowerOnUA(t, m2, prNexusB2)
-	requireGood(t, sendPROut(m1, prNexusA, prOutRegister, 0, prParams(0, keyA, 0)))
-	requireGood(t, sendPROut(m2, prNexusB2, prOutRegister, 0, prParams(0, keyB, 0)))
+	g2, m1, m2, lu2, gs := gatedABGateways(t)
 	open := gs.Gate(3 * 512)
 	running := start(m2, prNexusB2, 1, TaskSimple, cdb10(0x2A, 0, 3, 1), fill(512, 3), 0)
 	gs.RequireEntered(t, 3*512)

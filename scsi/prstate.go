@@ -159,8 +159,10 @@ func fileReg(r PRRegistration) prFileReg {
 // device servers that have yet to apply them.
 type prShared struct {
 	prFile
-	APTPL  bool          `json:"aptpl,omitempty"`
-	SPC2   *prFileNexus  `json:"spc2,omitempty"`
+	APTPL bool         `json:"aptpl,omitempty"`
+	SPC2  *prFileNexus `json:"spc2,omitempty"`
+	// ALUA are the asymmetric access states SET TARGET PORT GROUPS set (aluashare.go).
+	ALUA   []prFileGroup `json:"alua,omitempty"`
 	Events []prFileEvent `json:"events,omitempty"`
 }
 
@@ -185,6 +187,8 @@ type prFileEvent struct {
 	From    prFileNexus `json:"from"`
 	UA      []prFileUA  `json:"ua,omitempty"`
 	Abort   []prFileReg `json:"abort,omitempty"`
+	// ALUA: an access state changed (ASYMMETRIC ACCESS STATE CHANGED but for From).
+	ALUA bool `json:"alua_changed,omitempty"`
 }
 
 type prFileUA struct {
@@ -211,8 +215,9 @@ func marshalShared(s *prState, events []prEvent) []byte {
 		n := fileNexus(*s.spc2)
 		f.SPC2 = &n
 	}
+	f.ALUA = marshalGroupStates(s.alua)
 	for _, e := range events {
-		fe := prFileEvent{Version: e.version, From: fileNexus(e.from)}
+		fe := prFileEvent{Version: e.version, From: fileNexus(e.from), ALUA: e.eff.alua}
 		for _, u := range e.eff.ua {
 			fe.UA = append(fe.UA, prFileUA{fileReg(u.reg), u.reason.String()})
 		}
@@ -249,12 +254,15 @@ func unmarshalShared(data []byte) (*prState, []prEvent, error) {
 		}
 		s.spc2 = &id
 	}
+	if s.alua, err = unmarshalGroupStates(f.ALUA); err != nil {
+		return nil, nil, fmt.Errorf("persistent reservations: %w", err)
+	}
 	if len(f.Events) > prMaxEvents {
 		return nil, nil, fmt.Errorf("persistent reservations: %d events, at most %d", len(f.Events), prMaxEvents)
 	}
 	var events []prEvent
 	for i, fe := range f.Events {
-		e := prEvent{version: fe.Version}
+		e := prEvent{version: fe.Version, eff: prEffects{alua: fe.ALUA}}
 		if i > 0 && e.version != events[i-1].version+1 {
 			return nil, nil, fmt.Errorf("persistent reservations: event %d: version %d after %d", i, e.version, events[i-1].version)
 		}

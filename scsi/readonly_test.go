@@ -5,9 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/srptarget/srptarget/backstore"
 	"github.com/srptarget/srptarget/internal/testutil"
-	"github.com/srptarget/srptarget/internal/testutil/gatestore"
 )
 
 // Tests of what an initiator for which the logical unit is write-protected (a read-only mapping,
@@ -30,6 +28,7 @@ func TestWriteProtectedCommandTable(t *testing.T) {
 		"PERSISTENT RESERVE OUT PREEMPT", "PERSISTENT RESERVE OUT PREEMPT AND ABORT",
 		"PERSISTENT RESERVE OUT REGISTER AND IGNORE EXISTING KEY",
 		"PERSISTENT RESERVE OUT REGISTER AND MOVE", "RESERVE(6)", "RESERVE(10)",
+		"SET TARGET PORT GROUPS",
 	}
 	var got []string
 	for i := range commandTable {
@@ -156,10 +155,7 @@ func TestTaskManagementWriteProtected(t *testing.T) {
 			false, ReasonNone, ReasonBusDeviceResetFunctionOccurred, false},
 	} {
 		t.Run(tc.fn.name+" from a "+tc.name, func(t *testing.T) {
-			mem, err := backstore.NewMemory(64*512, 512)
-			require.NoError(t, err)
-			g := gatestore.New(mem)
-			lu, otherMap := newLUOver(t, g, func(cfg *Config) { cfg.ReadOnly = tc.luReadOnly })
+			lu, otherMap, g := newGateLU(t, 64, func(cfg *Config) { cfg.ReadOnly = tc.luReadOnly })
 			senderMap, err := NewLUNMap([]Mapping{{LUN: 0, LU: lu, ReadOnly: tc.roMapping}})
 			require.NoError(t, err)
 			require.Equal(t, tc.roMapping || tc.luReadOnly, senderMap.Lookup(EncodeLUN(0)).WriteProtected())

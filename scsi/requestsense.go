@@ -22,7 +22,7 @@ func requestSense(lu *LogicalUnit, c *Command) {
 			// A sanitize in progress reports its progress; one that failed says so.
 			reason, info = lu.sanitizeBlocked()
 		}
-		if st, ok := c.accessState(); ok && reason == ReasonNone {
+		if st, ok := lu.accessState(c); ok && reason == ReasonNone {
 			// Through a port that cannot reach the medium, the sense data says why
 			// (SPC-4 5.15.2.4.4 to 5.15.2.4.6); ReasonNone in the active states.
 			reason, _ = st.notAccessible()

@@ -39,7 +39,8 @@ func (e *opEntry) withSA(sa uint16) *opInfo {
 // offers reports whether the logical unit runs op rather than answering INVALID COMMAND
 // OPERATION CODE: UNMAP is in the table but exists only with thin provisioning, WRITE ATOMIC(16)
 // only where the backstore makes atomic writes, REPORT TARGET
-// PORT GROUPS only through a port with asymmetric access (TPGS not 00b, SPC-4 6.37).
+// PORT GROUPS only through a port with asymmetric access (TPGS not 00b, SPC-4 6.37), SET TARGET
+// PORT GROUPS only where the states are shared (TPGS 11b, aluashare.go).
 func (lu *LogicalUnit) offers(op *opInfo, c *Command) bool {
 	switch {
 	case op.opcode == opUnmap:
@@ -50,6 +51,8 @@ func (lu *LogicalUnit) offers(op *opInfo, c *Command) bool {
 		return lu.supportsBlockErase()
 	case op.opcode == opMaintenanceIn && op.serviceAction == saReportTargetPortGroups:
 		return c.alua() != nil
+	case op.opcode == opMaintenanceOut && op.serviceAction == saSetTargetPortGroups:
+		return lu.sharedALUA(c)
 	}
 	return true
 }

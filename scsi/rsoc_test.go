@@ -121,10 +121,10 @@ func TestReportSupportedOpcodesAll(t *testing.T) {
 			descs := parseAllCommands(t, data(c), false)
 
 			// Every command of the table, UNMAP only with thin provisioning, REPORT TARGET
-			// PORT GROUPS only with ALUA (not on testNexus's port), each once, in operation
-			// code then service action order.
+			// PORT GROUPS only with ALUA (not on testNexus's port), SET TARGET PORT GROUPS
+			// only with shared states, each once, in operation code then service action order.
 			want := len(spcCommands) + len(sbcCommands) + len(prCommands) + len(copyCommands) + len(atomicCommands) +
-				len(sanitizeCommands) + len(orWriteCommands) - 1
+				len(sanitizeCommands) + len(orWriteCommands) - 2
 			if !thin {
 				want -= 2 // UNMAP, SANITIZE BLOCK ERASE
 			}

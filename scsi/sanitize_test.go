@@ -10,7 +10,6 @@ import (
 	"github.com/srptarget/srptarget/backstore"
 	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/internal/testutil/faultstore"
-	"github.com/srptarget/srptarget/internal/testutil/gatestore"
 )
 
 // sanitizeCDB is SANITIZE with byte 1 b1 (IMMED, AUSE, service action) and a PARAMETER LIST
@@ -139,7 +138,7 @@ func TestSanitizeBlockErase(t *testing.T) {
 // returns the same as its parameter data with GOOD, and INQUIRY and REPORT LUNS work. Once let
 // go the operation completes and the logical unit is ready again.
 func TestSanitizeInProgress(t *testing.T) {
-	lu, m, g := newGateLU4(t)
+	lu, m, g := newGateLU(t, sanitizeBlocks, nil)
 	open := g.Gate(512 * 512)
 	checkGood(t, sendOverwrite(m, testNexus, 0x80, overwriteList(0x01, []byte{0x5A})))
 	g.RequireEntered(t, 512*512)
@@ -163,22 +162,14 @@ func TestSanitizeInProgress(t *testing.T) {
 	require.Equal(t, fill(512, 0x5A), data(c))
 }
 
-// newGateLU4 is a logical unit of 1024 blocks (four 128 KiB chunks of the sanitize) over a gate
-// store, at LUN 0 of a map.
-func newGateLU4(t *testing.T) (*LogicalUnit, *LUNMap, *gatestore.Store) {
-	t.Helper()
-	mem, err := backstore.NewMemory(1024*512, 512)
-	require.NoError(t, err)
-	g := gatestore.New(mem)
-	lu, m := newLUOver(t, g, nil)
-	return lu, m, g
-}
+// sanitizeBlocks is four 128 KiB chunks of the sanitize.
+const sanitizeBlocks = 1024
 
 // TestSanitizeOutlivesTheCommand: a SANITIZE without IMMED waits for its operation, but ABORT
 // TASK ends the command while the operation goes on (SBC-4 4.32.2), and so does a LOGICAL UNIT
 // RESET: the logical unit stays NOT READY until the operation ends.
 func TestSanitizeOutlivesTheCommand(t *testing.T) {
-	lu, m, g := newGateLU4(t)
+	lu, m, g := newGateLU(t, sanitizeBlocks, nil)
 	open := g.Gate(256 * 512)
 	p := start(m, testNexus, 9, TaskSimple, sanitizeCDB(0x01, 5), overwriteList(0x01, []byte{0x77}), 0)
 	g.RequireEntered(t, 256*512)
@@ -280,7 +271,7 @@ func TestSanitizeCopyTarget(t *testing.T) {
 // TestSanitizeStopsWhenRetired: a reload that retires the logical unit stops its sanitize at the
 // next chunk (a replacement may serve the same backstore), and Retire waits for it.
 func TestSanitizeStopsWhenRetired(t *testing.T) {
-	lu, m, g := newGateLU4(t)
+	lu, m, g := newGateLU(t, sanitizeBlocks, nil)
 	open := g.Gate(256 * 512)
 	checkGood(t, sendOverwrite(m, testNexus, 0x80, overwriteList(0x01, []byte{0x33})))
 	g.RequireEntered(t, 256*512)

@@ -94,13 +94,7 @@ func checkGood(t testing.TB, c *Command) {
 // attention testNexus and otherNexus have consumed.
 func newLUOver(t testing.TB, bs backstore.Backstore, mod func(*Config)) (*LogicalUnit, *LUNMap) {
 	t.Helper()
-	cfg := Config{Backstore: bs, Serial: "a1b2c3d4-0002", WriteCache: true}
-	if mod != nil {
-		mod(&cfg)
-	}
-	lu, err := NewLogicalUnit(cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = lu.Close() })
+	lu := openLU(t, Config{Backstore: bs, Serial: "a1b2c3d4-0002", WriteCache: true}, mod)
 	m := newTestMap(t, lu)
 	clearPowerOnUA(t, m, testNexus)
 	clearPowerOnUA(t, m, otherNexus)

@@ -73,6 +73,12 @@ var spcCommands = []opInfo{
 		hasSA: true, cdbLength: 12, usage: usageReportTMFs, flags: opPRAllowed, run: reportSupportedTMFs},
 	{name: "REPORT TARGET PORT GROUPS", opcode: opMaintenanceIn, serviceAction: saReportTargetPortGroups,
 		hasSA: true, cdbLength: 12, usage: usageReportTPGs, flags: opPRAllowed | opAllowedWhenInaccessible, run: reportTargetPortGroups},
+	// SET TARGET PORT GROUPS runs through a standby or unavailable port (SPC-4 5.15.2.4.4,
+	// 5.15.2.4.5): it is how an application client makes one active again. A reservation
+	// conflicts with it as with a write, and an initiator that may not write may not change
+	// what every other initiator may do either.
+	{name: "SET TARGET PORT GROUPS", opcode: opMaintenanceOut, serviceAction: saSetTargetPortGroups,
+		hasSA: true, cdbLength: 12, usage: usageSetTPGs, flags: opChangesReservations | opAllowedWhenInaccessible, run: setTargetPortGroups},
 }
 
 // Bits of the CONTROL byte (SAM-5 5.2). controlReserved must be zero: LINK (bit 0) and the

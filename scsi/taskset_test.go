@@ -3,26 +3,14 @@ package scsi
 import (
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
-	"github.com/srptarget/srptarget/backstore"
 	"github.com/srptarget/srptarget/internal/testutil"
-	"github.com/srptarget/srptarget/internal/testutil/gatestore"
 )
-
-// newGateLU makes a logical unit of 64 blocks of 512 bytes over a gated memory backstore.
-func newGateLU(t *testing.T) (*LogicalUnit, *LUNMap, *gatestore.Store) {
-	t.Helper()
-	mem, err := backstore.NewMemory(64*512, 512)
-	require.NoError(t, err)
-	g := gatestore.New(mem)
-	lu, m := newLUOver(t, g, nil)
-	return lu, m, g
-}
 
 // pending is a command running in its own goroutine.
 type pending struct {
@@ -90,7 +78,7 @@ func waitTasks(t *testing.T, lu *LogicalUnit, queued, waiting int) {
 // SIMPLE command completed, a SIMPLE command newer than the ORDERED one waits until that one
 // completed, and a HEAD OF QUEUE command runs at once past all of them.
 func TestTaskSetOrdered(t *testing.T) {
-	lu, m, g := newGateLU(t)
+	lu, m, g := newGateLU(t, 64, nil)
 	openA := g.Gate(1 * 512)
 	openB := g.Gate(2 * 512)
 
@@ -139,7 +127,7 @@ func TestTaskSetOrderedAlone(t *testing.T) {
 // TestTaskSetOrderedChain checks two ORDERED commands in a row: the second waits for the first,
 // and a SIMPLE command behind both waits for the second.
 func TestTaskSetOrderedChain(t *testing.T) {
-	lu, m, g := newGateLU(t)
+	lu, m, g := newGateLU(t, 64, nil)
 	open1 := g.Gate(1 * 512)
 	o1 := start(m, testNexus, 1, TaskOrdered, cdb10(0x2A, 0, 1, 1), fill(512, 1), 0)
 	g.RequireEntered(t, 512)
@@ -174,12 +162,9 @@ func TestTaskSetConcurrent(t *testing.T) {
 			run(m, nexuses[2], 0, make([]byte, 6), nil, 0) // its power-on unit attention
 			attrs := []TaskAttribute{TaskSimple, TaskSimple, TaskSimple, TaskSimple, TaskSimple, TaskSimple, TaskOrdered, TaskHeadOfQueue}
 			last := make([][]byte, goroutines)
-			var wg sync.WaitGroup
-			errs := make(chan error, goroutines)
+			var eg errgroup.Group
 			for g := 0; g < goroutines; g++ {
-				wg.Add(1)
-				go func(g int) {
-					defer wg.Done()
+				eg.Go(func() error {
 					r := rand.New(rand.NewPCG(uint64(g), 2))
 					nx := nexuses[g%len(nexuses)]
 					base := uint64(g * region)
@@ -224,8 +209,7 @@ func TestTaskSetConcurrent(t *testing.T) {
 							err = fmt.Errorf("goroutine %d round %d: read back other data", g, i)
 						}
 						if err != nil {
-							errs <- err
-							return
+							return err
 						}
 						if n == region {
 							last[g] = data
@@ -233,13 +217,10 @@ func TestTaskSetConcurrent(t *testing.T) {
 							copy(last[g], data)
 						}
 					}
-				}(g)
+					return nil
+				})
 			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				require.NoError(t, err)
-			}
+			require.NoError(t, eg.Wait())
 			for g := 0; g < goroutines; g++ {
 				if last[g] != nil {
 					require.Equal(t, last[g], readMedium(t, mem, int64(g*region*bs), region*bs), "region %d", g)

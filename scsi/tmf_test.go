@@ -100,7 +100,7 @@ func turFrom(m *LUNMap, n *Nexus) *Command { return run(m, n, 0, make([]byte, 6)
 // TestAbortTaskWaiting checks ABORT TASK of a command that waits in the task set: it leaves at
 // once with TASK ABORTED, never touches the medium, and the function does not wait for anything.
 func TestAbortTaskWaiting(t *testing.T) {
-	lu, m, g := newGateLU(t)
+	lu, m, g := newGateLU(t, 64, nil)
 	a, b, open := runningAndWaiting(t, lu, m, g, testNexus)
 
 	require.Equal(t, TMFComplete, m.AbortTask(testNexus, EncodeLUN(0), 2))
@@ -120,7 +120,7 @@ func TestAbortTaskWaiting(t *testing.T) {
 // the command finished, and the command is marked aborted so that the transport sends nothing.
 // The same tag from another nexus is a different command and is not touched.
 func TestAbortTaskRunning(t *testing.T) {
-	lu, m, g := newGateLU(t)
+	lu, m, g := newGateLU(t, 64, nil)
 	open := g.Gate(3 * 512)
 	a := start(m, testNexus, 7, TaskSimple, cdb10(0x28, 0, 3, 1), nil, 512)
 	g.RequireEntered(t, 3*512)
@@ -141,7 +141,7 @@ func TestAbortTaskRunning(t *testing.T) {
 // the function waits for the running one, and the other nexus's command is untouched and gets no
 // unit attention.
 func TestAbortTaskSet(t *testing.T) {
-	lu, m, g := newGateLU(t)
+	lu, m, g := newGateLU(t, 64, nil)
 	a, b, open := runningAndWaiting(t, lu, m, g, testNexus)
 	c := waitingBehind(t, lu, m, otherNexus)
 
@@ -162,7 +162,7 @@ func TestAbortTaskSet(t *testing.T) {
 // that lost commands get COMMANDS CLEARED BY ANOTHER INITIATOR (TAS is 0); the nexus that sent
 // the function does not.
 func TestClearTaskSet(t *testing.T) {
-	lu, m, g := newGateLU(t)
+	lu, m, g := newGateLU(t, 64, nil)
 	a, b, open := runningAndWaiting(t, lu, m, g, otherNexus)
 	c := waitingBehind(t, lu, m, testNexus)
 
@@ -182,7 +182,7 @@ func TestClearTaskSet(t *testing.T) {
 // running ones, the mode parameters return to their defaults, and every nexus, the sender
 // included, gets BUS DEVICE RESET FUNCTION OCCURRED once.
 func TestLogicalUnitReset(t *testing.T) {
-	lu, m, g := newGateLU(t)
+	lu, m, g := newGateLU(t, 64, nil)
 	require.True(t, lu.writeCacheEnabled())
 	lu.mode.wce.Store(false)
 	lu.mode.dSense.Store(true)
@@ -211,7 +211,7 @@ func TestLogicalUnitReset(t *testing.T) {
 // for the running one, that nexus alone gets I_T NEXUS LOSS OCCURRED, and a nexus the logical
 // unit never saw gets the usual power-on unit attention instead.
 func TestNexusReset(t *testing.T) {
-	lu, m, g := newGateLU(t)
+	lu, m, g := newGateLU(t, 64, nil)
 	open := g.Gate(1 * 512)
 	a := start(m, testNexus, 1, TaskSimple, cdb10(0x2A, 0, 1, 1), fill(512, 1), 0)
 	g.RequireEntered(t, 512)
@@ -248,7 +248,7 @@ func TestNexusReset(t *testing.T) {
 // TestQueryTask checks QUERY TASK: FUNCTION SUCCEEDED while the command is in the task set
 // (running or waiting), FUNCTION COMPLETE when it is not, per nexus.
 func TestQueryTask(t *testing.T) {
-	lu, m, g := newGateLU(t)
+	lu, m, g := newGateLU(t, 64, nil)
 	open := g.Gate(1 * 512)
 	a := start(m, testNexus, 10, TaskSimple, cdb10(0x28, 0, 1, 1), nil, 512)
 	g.RequireEntered(t, 512)

@@ -58,8 +58,7 @@ func (r *recordConn) RemoteAddr() netip.AddrPort                   { return neti
 func TestPostBatches(t *testing.T) {
 	mr := &fakeMR{buf: make([]byte, 1<<16)}
 	rec := &recordConn{}
-	ch := &channel{t: &Target{lim: Limits{}.withDefaults()}, conn: rec, sqFree: 100, timer: time.NewTimer(time.Hour),
-		batch: make([]ib.SendWR, 0, 4), batchSGEs: make([]ib.SGE, 0, 4)}
+	ch := testChannel(rec, 4)
 	ctxs := make([]cmdCtx, 3)
 	chain := func(c int, n int) []ib.SendWR {
 		var wrs []ib.SendWR
@@ -108,14 +107,7 @@ func TestPostBatches(t *testing.T) {
 // them; a channel closed without flushes drops the queued ones.
 func TestRecvRepostBatches(t *testing.T) {
 	newCh := func(rec *recordConn) *channel {
-		ch := &channel{t: &Target{lim: Limits{}.withDefaults()}, conn: rec, sqFree: 100, timer: time.NewTimer(time.Hour),
-			batch: make([]ib.SendWR, 0, 4), batchSGEs: make([]ib.SGE, 0, 4), log: zap.NewNop(), sess: &session{}}
-		ch.nrecv = 4
-		ch.recvWRs = make([]ib.RecvWR, ch.nrecv)
-		for i := range ch.recvWRs {
-			ch.recvWRs[i] = ib.RecvWR{ID: idRecv | uint64(i)}
-		}
-		ch.recvQ = make([]ib.RecvWR, 0, ch.nrecv)
+		ch := testChannel(rec, 4)
 		ch.ctxs = make([]cmdCtx, 1)
 		return ch
 	}
@@ -137,7 +129,7 @@ func TestRecvRepostBatches(t *testing.T) {
 	allocs := testing.AllocsPerRun(100, func() {
 		ch.repost(1)
 		ch.repost(3)
-		ch.recvQ = ch.recvQ[:0]
+		ch.rq.q = ch.rq.q[:0]
 	})
 	require.Zero(t, allocs)
 
@@ -148,7 +140,7 @@ func TestRecvRepostBatches(t *testing.T) {
 	ch.repost(3)
 	ch.flushSends()
 	require.Zero(t, ch.recvPosted)
-	require.Empty(t, ch.recvQ)
+	require.Empty(t, ch.rq.q)
 	require.Equal(t, phaseAbandoned, ch.phase)
 
 	// Closed without flushes: the queued receives are dropped, never posted.
@@ -159,5 +151,18 @@ func TestRecvRepostBatches(t *testing.T) {
 	require.Zero(t, ch.recvPosted)
 	require.Empty(t, rec.recvs)
 	ch.repost(2)
-	require.Empty(t, ch.recvQ, "a closed channel re-posts nothing")
+	require.Empty(t, ch.rq.q, "a closed channel re-posts nothing")
+}
+
+// testChannel is a channel over conn with batches of batch work requests and a receive queue
+// of its own of 4 buffers, outside any target's groups.
+func testChannel(conn ib.Conn, batch int) *channel {
+	ch := &channel{t: &Target{lim: Limits{}.withDefaults()}, conn: conn, log: zap.NewNop(), sess: &session{}}
+	ch.sqFree = 100
+	ch.timer.t = time.NewTimer(time.Hour)
+	ch.batch, ch.batchSGEs, ch.batchMax = make([]ib.SendWR, 0, batch), make([]ib.SGE, 0, batch), batch
+	ch.nrecv = 4
+	ch.rq = &recvRing{}
+	ch.rq.init(&fakeMR{buf: make([]byte, 4*512)}, make([]byte, 4*512), ch.nrecv, 0, 512, 256)
+	return ch
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -37,6 +38,10 @@ type rawInitiator struct {
 	wcs     []ib.Completion
 	fields  iu.CmdFields
 	immOK   bool
+	// blocks4K, when set, makes each READ or WRITE address a random 4 KiB block of the
+	// first blocks4K (rng is the generator's state); else slot s addresses block s.
+	blocks4K uint64
+	rng      uint64
 }
 
 const benchIO = 4096
@@ -107,7 +112,14 @@ func (r *rawInitiator) submit(b *testing.B, s int, op byte, imm bool) {
 	desc := iu.DirectBufFields{VA: r.dataMR.Addr() + uint64(s*benchIO), Key: r.dataMR.RKey(), Len: benchIO}
 	switch op {
 	case 0x28, 0x2A:
-		binary.BigEndian.PutUint32(f.CDB[2:], uint32(s*8))
+		block := uint64(s)
+		if r.blocks4K > 0 {
+			r.rng ^= r.rng << 13 // xorshift64
+			r.rng ^= r.rng >> 7
+			r.rng ^= r.rng << 17
+			block = r.rng % r.blocks4K
+		}
+		binary.BigEndian.PutUint32(f.CDB[2:], uint32(block*benchIO/512))
 		binary.BigEndian.PutUint16(f.CDB[7:], benchIO/512)
 		if op == 0x28 {
 			f.DataIn = iu.DataBufFields{Format: iu.DescDirect, Direct: desc}
@@ -207,9 +219,22 @@ func BenchmarkRoundTrip(b *testing.B) {
 	}
 }
 
+// BenchmarkRoundTripGroupsFillPs is BenchmarkRoundTrip's 4 KiB read at QD 1 in adaptive
+// mode with as many poll groups as Ps (poll_groups >= GOMAXPROCS): the group then parks in
+// the netpoller every few idle passes of its poll window, so that the network is polled. That
+// park must cost no more than a wake-up: a timer would sleep the netpoller's whole
+// millisecond on a P with nothing else to run.
+func BenchmarkRoundTripGroupsFillPs(b *testing.B) {
+	benchRoundTripGroups(b, 0x28, false, 1, srp.CompletionAdaptive, runtime.GOMAXPROCS(0))
+}
+
 func benchRoundTrip(b *testing.B, op byte, imm bool, qd int, mode srp.CompletionMode) {
+	benchRoundTripGroups(b, op, imm, qd, mode, 0)
+}
+
+func benchRoundTripGroups(b *testing.B, op byte, imm bool, qd int, mode srp.CompletionMode, groups int) {
 	h := newHarness(b, harnessOpts{nullLUN: true, logLevel: zapcore.ErrorLevel,
-		limits: srp.Limits{BufferPoolSize: 8 << 20, Completion: mode}})
+		limits: srp.Limits{BufferPoolSize: 8 << 20, Completion: mode, PollGroups: groups}})
 	r := newRawInitiator(b, h, qd)
 	defer r.close()
 	// The first commands meet the POWER ON unit attention.

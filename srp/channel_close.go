@@ -88,9 +88,13 @@ func (ch *channel) close(why string, flushes bool) {
 		if m := ch.sess.lunMap.Load(); m != nil {
 			sess := ch.sess
 			done := sess.startReset()
-			ch.wg.Add(1)
+			// On a goroutine of its own: the reset waits for the commands of the nexus to
+			// leave the logical units, which may need this group to go on. The channel is
+			// torn down only after (drained).
+			ch.resetting.Store(true)
 			go func() {
-				defer ch.wg.Done()
+				defer ch.signal()
+				defer ch.resetting.Store(false)
 				defer close(done)
 				m.NexusReset(sess.nexus)
 			}()
@@ -103,7 +107,7 @@ func (ch *channel) close(why string, flushes bool) {
 
 // drained reports whether a closing channel may be torn down.
 func (ch *channel) drained() bool {
-	if ch.handedOff > 0 {
+	if ch.handedOff > 0 || ch.resetting.Load() {
 		return false
 	}
 	if !ch.flushesExpected() {
@@ -136,9 +140,6 @@ func (ch *channel) forceRelease() {
 
 // teardown releases everything once the channel is drained.
 func (ch *channel) teardown() {
-	close(ch.work)
-	close(ch.tmfWork)
-	ch.wg.Wait()
 	if ch.qpOpen() {
 		if err := ch.conn.Close(); err != nil {
 			ch.log.Warn("closing the queue pair", zap.Error(err))
@@ -152,7 +153,7 @@ func (ch *channel) teardown() {
 			ch.finish(c, false)
 		}
 	}
-	ch.timer.Stop()
+	ch.timer.t.Stop()
 	ch.pool.unregister(ch)
 	ch.noteBufQueue()
 	ch.release()
@@ -160,7 +161,7 @@ func (ch *channel) teardown() {
 	ch.t.stats.channelsClosed.Add(1)
 	ch.log.Info("channel closed", zap.String("reason", ch.closeReason))
 	close(ch.closedCh)
-	ch.t.removeChannel(ch)
+	ch.t.reg.removeChannel(ch)
 }
 
 // onTimer expires buffer waits and the drain deadline.
@@ -190,7 +191,7 @@ func (ch *channel) onTimer() {
 			return
 		}
 	}
-	if !ch.idleAt.IsZero() && !now.Before(ch.idleAt) {
+	if !ch.idle.at.IsZero() && !now.Before(ch.idle.at) {
 		ch.idleCheck(now)
 		if ch.closed() {
 			return
@@ -201,20 +202,20 @@ func (ch *channel) onTimer() {
 	for c := ch.bufQ.front(); c != nil && c.waitSince <= deadline; c = ch.bufQ.front() {
 		ch.popBuf()
 		ch.t.stats.bufferBusy.Add(1)
-		ch.busyCount++
+		ch.logs.busyCount++
 		ch.uncount(c)
 		ch.answerTransport(c, scsi.StatusBusy, scsi.ReasonNone, "")
 	}
 	// Silent BUSY answers hide a starved target: say so, at most once per busyLogEvery, with
 	// the count since the last line.
-	if ch.busyCount > 0 {
-		if ok, _ := ch.busyLog.Allow(time.Duration(clock)); ok {
+	if ch.logs.busyCount > 0 {
+		if ok, _ := ch.logs.busy.Allow(time.Duration(clock)); ok {
 			ch.log.Warn("commands answered BUSY: no data buffer within buffer_wait",
-				zap.Int("commands", ch.busyCount), zap.Duration("buffer_wait", ch.t.lim.BufferWait),
+				zap.Int("commands", ch.logs.busyCount), zap.Duration("buffer_wait", ch.t.lim.BufferWait),
 				zap.Int64("channel_buffer_bytes", ch.bufHeld), zap.Int64("initiator_buffer_bytes", ch.sess.buf.inUse.Load()),
 				zap.Int64("source_buffer_bytes", ch.src.buf.inUse.Load()), zap.Int64("max_initiator_buffer", ch.t.lim.MaxInitiatorBuffer),
 				zap.Int64("pool_in_use", ch.pool.inUse.Load()), zap.Int64("pool_size", ch.pool.size()))
-			ch.busyCount = 0
+			ch.logs.busyCount = 0
 		}
 	}
 	if c := ch.bufQ.front(); c != nil {
@@ -223,20 +224,20 @@ func (ch *channel) onTimer() {
 	if !ch.watch.at.IsZero() {
 		ch.armTimer(ch.watch.at)
 	}
-	if !ch.idleAt.IsZero() {
-		ch.armTimer(ch.idleAt)
+	if !ch.idle.at.IsZero() {
+		ch.armTimer(ch.idle.at)
 	}
 }
 
 // armTimer makes the timer fire at at, unless it is armed to fire earlier (onTimer re-arms it
 // for whatever still needs it).
 func (ch *channel) armTimer(at time.Time) {
-	if ch.timerArmed && !at.Before(ch.timerAt) {
+	if ch.timer.armed && !at.Before(ch.timer.at) {
 		return
 	}
-	ch.timerAt = at
-	ch.timerArmed = true
+	ch.timer.at = at
+	ch.timer.armed = true
 	if ch.fake == nil {
-		ch.timer.Reset(time.Until(at))
+		ch.timer.t.Reset(time.Until(at))
 	}
 }

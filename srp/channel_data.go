@@ -1,6 +1,7 @@
 package srp
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/srptarget/srptarget/scsi"
@@ -39,15 +40,15 @@ func (ch *channel) allocBuffers(c *cmdCtx) bool {
 	if !ch.takeShares(need) {
 		return false
 	}
-	buf, ok := ch.pool.alloc(d.Len())
+	buf, ok := ch.allocBuf(d.Len())
 	if !ok {
 		ch.giveShares(need)
 		return false
 	}
 	if d.External() {
-		tbl, ok := ch.pool.alloc(uint32(d.TableLen() * iu.DirectBufSize))
+		tbl, ok := ch.allocBuf(uint32(d.TableLen() * iu.DirectBufSize))
 		if !ok {
-			ch.pool.release(buf)
+			ch.freeBuf(buf)
 			ch.giveShares(need)
 			return false
 		}
@@ -82,8 +83,8 @@ func (ch *channel) releaseBuffers(c *cmdCtx) {
 	n := c.buf.bytes() + c.table.bytes()
 	ch.bufHeld -= n
 	ch.giveShares(n)
-	ch.pool.release(c.buf)
-	ch.pool.release(c.table)
+	ch.freeBuf(c.buf)
+	ch.freeBuf(c.table)
 	c.buf, c.table = noBuf, noBuf
 }
 
@@ -170,4 +171,13 @@ func (ch *channel) onTableRead(c *cmdCtx) {
 	}
 	c.setStage(stageDataRead)
 	ch.newSQWork(c)
+}
+
+// tableTotal sums the lengths of an external descriptor table.
+func tableTotal(table []byte) uint64 {
+	var sum uint64
+	for i := 0; i+iu.DirectBufSize <= len(table); i += iu.DirectBufSize {
+		sum += uint64(binary.BigEndian.Uint32(table[i+12:]))
+	}
+	return sum
 }

@@ -1,10 +1,10 @@
 package srp
 
-// dispatch hands c to a worker. While a task management function of this channel is in
+// dispatch hands c to a worker of the group (or runs it here: see below). While a task management function of this channel is in
 // progress, commands that arrived after it wait: they must not be caught by it in the logical
 // unit (the initiator sent them later, on the same channel).
 func (ch *channel) dispatch(c *cmdCtx) {
-	if ch.tmfActive > 0 {
+	if ch.tmf.active > 0 {
 		c.setStage(stageWaitTMF)
 		ch.tmfWaitQ.push(c)
 		return
@@ -21,13 +21,16 @@ func (ch *channel) dispatch(c *cmdCtx) {
 		ch.executed(c)
 		return
 	}
+	if ch.g.io.start(c) {
+		return // on the group's io_uring, or done
+	}
 	ch.handedOff++
-	ch.work <- c
+	ch.g.execute(c)
 }
 
 // releaseTMFWaiters dispatches the commands held while task management ran.
 func (ch *channel) releaseTMFWaiters() {
-	for !ch.tmfWaitQ.empty() && ch.tmfActive == 0 {
+	for !ch.tmfWaitQ.empty() && ch.tmf.active == 0 {
 		c := ch.tmfWaitQ.pop()
 		if c.state() != ctxCmd {
 			ch.finishAborted(c)
@@ -37,17 +40,22 @@ func (ch *channel) releaseTMFWaiters() {
 	}
 }
 
-// onDone takes back a context from a worker or the task management goroutine.
+// onDone takes back a context from a worker or a task management goroutine.
 func (ch *channel) onDone(c *cmdCtx) {
 	ch.handedOff--
+	tmf := c.stage == stageTMF
 	ch.executed(c)
+	if tmf {
+		ch.tmf.busy = false
+		ch.runNextTMF()
+	}
 }
 
 // executed moves on a command that has run in its logical unit, or a task management
 // function that has run: to its response, or to its end without one (aborted).
 func (ch *channel) executed(c *cmdCtx) {
 	if c.stage == stageTMF {
-		ch.tmfActive--
+		ch.tmf.active--
 	}
 	if ch.closed() {
 		ch.finish(c, false)
@@ -68,56 +76,6 @@ func (ch *channel) executed(c *cmdCtx) {
 	}
 	c.setStage(stageRespond)
 	ch.newSQWork(c)
-}
-
-// finishAborted ends a command that gets no response: its credit is owed to the initiator
-// and returned with the next response (LIO's srpt_aborted_task).
-func (ch *channel) finishAborted(c *cmdCtx) {
-	ch.t.stats.aborted.Add(1)
-	ch.finish(c, true)
-}
-
-// finish releases c: buffers back to the pool, its receive buffer re-posted (unless closing),
-// and the context back on the free list, then starts an IU parked for want of a context.
-func (ch *channel) finish(c *cmdCtx, owed bool) {
-	ch.releaseBuffers(c)
-	if c.recv >= 0 {
-		if !ch.closed() {
-			ch.repost(c.recv)
-			if owed {
-				ch.ledger.owe()
-			}
-		}
-		c.recv = -1
-	}
-	ch.uncount(c)
-	c.cmd.DataIn, c.cmd.DataOut, c.cmd.CDB = nil, nil, nil
-	c.lunMap = nil
-	if c.luHold != nil {
-		c.luHold.Release()
-		c.luHold = nil
-	}
-	c.statLU = nil
-	c.setStage(stageNone)
-	c.free()
-	ch.free = append(ch.free, c)
-	if len(ch.waitRecv) > 0 && !ch.closed() {
-		p := ch.waitRecv[0]
-		copy(ch.waitRecv, ch.waitRecv[1:])
-		ch.waitRecv = ch.waitRecv[:len(ch.waitRecv)-1]
-		ch.startIU(ch.allocCtx(), p.recv, int(p.n), p.at)
-	}
-}
-
-// uncount ends c's count in ch.commands, if it was counted.
-func (ch *channel) uncount(c *cmdCtx) {
-	if c.real {
-		c.real = false
-		ch.commands--
-		if c.stage == stageSent {
-			ch.answered--
-		}
-	}
 }
 
 // scanAborted finds commands claimed by task management while they waited in a queue and ends

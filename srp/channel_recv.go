@@ -1,7 +1,6 @@
 package srp
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -12,57 +11,10 @@ import (
 	"github.com/srptarget/srptarget/srp/iu"
 )
 
-// poll drains the completion queue and the connection events. It reports whether it found
-// any.
-func (ch *channel) poll() bool {
-	if !ch.qpOpen() {
-		return false
-	}
-	found := false
-	ch.passRecvs = 0
-	for {
-		n, err := ch.conn.PollCompletions(ch.wcs)
-		if err != nil {
-			ch.log.Error("polling completions failed", zap.Error(err))
-			ch.abandon("completion queue failed")
-			return true
-		}
-		if n > 0 && ch.t.cfg.MeasureLatency {
-			ch.pollNow = ch.nanos()
-		}
-		for i := 0; i < n; i++ {
-			ch.onCompletion(&ch.wcs[i])
-		}
-		if n > 0 {
-			found = true
-		}
-		if n < len(ch.wcs) {
-			break
-		}
-	}
-	for {
-		ev, ok := ch.conn.PollEvent()
-		if !ok {
-			break
-		}
-		found = true
-		switch ev {
-		case ib.EventEstablished:
-			ch.log.Debug("connection established")
-		case ib.EventDisconnected:
-			ch.beginClose("initiator disconnected")
-		case ib.EventDeviceRemoved:
-			ch.abandon("RDMA device removed")
-		}
-	}
-	return found
-}
-
 // onCompletion dispatches one completion.
 func (ch *channel) onCompletion(wc *ib.Completion) {
 	switch wc.ID & idKindMask {
 	case idRecv:
-		ch.passRecvs++
 		ch.onRecv(int32(wc.ID&idIndexMask), wc)
 	case idCmd:
 		idx := wc.ID & idIndexMask
@@ -95,12 +47,15 @@ func (ch *channel) onCompletion(wc *ib.Completion) {
 
 // onRecv handles a receive completion: an IU arrived in buffer i (or the receive was flushed).
 func (ch *channel) onRecv(i int32, wc *ib.Completion) {
-	ch.recvPosted--
-	if i < 0 || int(i) >= ch.nrecv {
+	if !ch.rq.shared() {
+		ch.recvPosted--
+	}
+	if i < 0 || int(i) >= ch.rq.depth {
 		ch.log.Error("receive completion for an unknown buffer", zap.Uint64("wr_id", wc.ID))
 		return
 	}
 	if wc.Status != ib.StatusSuccess {
+		ch.dropIU(i)
 		if wc.Status == ib.StatusWRFlushError && ch.closed() {
 			return
 		}
@@ -114,18 +69,35 @@ func (ch *channel) onRecv(i int32, wc *ib.Completion) {
 		return
 	}
 	if ch.closed() {
+		ch.dropIU(i)
+		return
+	}
+	if ch.rq.shared() && ch.rqHeld > ch.credits+spareRecvs {
+		// More IUs than its credits and the SRP_CRED_RSP: on a shared receive queue they
+		// take the buffers of the group's other channels.
+		ch.dropIU(i)
+		ch.protocolError(iu.TLogoutNoReason, fmt.Sprintf("%d IUs held, more than the %d credits granted", ch.rqHeld, ch.credits))
 		return
 	}
 	ch.handleIU(i, int(wc.ByteLen))
 }
 
+// dropIU gives back receive buffer i without handling its IU: a shared one goes back to the
+// group, one of the channel's own stays with the closing queue pair.
+func (ch *channel) dropIU(i int32) {
+	if ch.rq.shared() {
+		ch.repost(i)
+	}
+}
+
 // handleIU dispatches the IU in receive buffer i.
 func (ch *channel) handleIU(i int32, n int) {
 	if n == 0 || n > int(ch.maxIT) {
+		ch.dropIU(i)
 		ch.protocolError(iu.TLogoutInvalidIULength, fmt.Sprintf("IU of %d bytes", n))
 		return
 	}
-	ch.iusIn++
+	ch.idle.iusIn++
 	b := ch.recvBuf(i)[:n]
 	switch op := iu.Opcode(b[0]); op {
 	case iu.OpCmd, iu.OpTskMgmt:
@@ -155,6 +127,7 @@ func (ch *channel) handleIU(i int32, n int) {
 		ch.log.Debug("ignoring unsolicited initiator response", zap.Stringer("opcode", op))
 		ch.repost(i)
 	default:
+		ch.dropIU(i)
 		ch.protocolError(iu.TLogoutInvalidIUType, fmt.Sprintf("invalid IU type %v", op))
 	}
 }
@@ -225,11 +198,13 @@ func (ch *channel) startCmd(c *cmdCtx, b []byte) {
 		ch.answerTransport(c, scsi.StatusBusy, scsi.ReasonNone, "")
 		return
 	}
-	out, in, err := req.DataBuffers(ch.immOff)
-	if err != nil {
+	// In place: a DataBuf is large enough that copies of it show in the instructions per
+	// command.
+	if err := req.ParseDataBuffers(ch.immOff, &c.out, &c.in); err != nil {
 		ch.answerTransport(c, scsi.StatusCheckCondition, scsi.ReasonInvalidFieldInCommandIU, err.Error())
 		return
 	}
+	out, in := &c.out, &c.in
 	if out.Present() && in.Present() {
 		ch.answerTransport(c, scsi.StatusCheckCondition, scsi.ReasonInvalidFieldInCommandIU,
 			"bidirectional commands are not supported")
@@ -241,7 +216,6 @@ func (ch *channel) startCmd(c *cmdCtx, b []byte) {
 			fmt.Sprintf("reserved task attribute %d", req.TaskAttr()))
 		return
 	}
-	c.out, c.in = out, in
 	d := c.dataBuf()
 	if d.Len() > ch.t.lim.MaxTransferLen {
 		ch.answerTransport(c, scsi.StatusCheckCondition, scsi.ReasonInvalidFieldInCommandIU,
@@ -319,48 +293,11 @@ func (ch *channel) answerTransport(c *cmdCtx, status scsi.Status, reason scsi.Re
 // rejectLogBurst per rejectLogEvery (a broken or hostile initiator may send nothing else), and
 // says how many were left out since the last line.
 func (ch *channel) refusalLogAllowed() (ok bool, suppressed int) {
-	return ch.refusedLog.Allow(time.Duration(ch.nanos()))
+	return ch.logs.refused.Allow(time.Duration(ch.nanos()))
 }
 
 // parkedIU is an IU that arrived (at nanotime at) while every context was busy.
 type parkedIU struct {
 	recv, n int32
 	at      int64
-}
-
-// repost queues receive buffer i to be posted again with the pass's others (flushRecvs): one
-// PostRecv per pass instead of one per response. It counts as posted at once: the credit it
-// backs goes out in a response or an SRP_CRED_REQ, and flushSends posts the queued receives
-// before those, so on the wire the buffer is always posted before its credit is granted.
-func (ch *channel) repost(i int32) {
-	if i < 0 || ch.closed() {
-		return
-	}
-	ch.recvQ = append(ch.recvQ, ch.recvWRs[i])
-	ch.recvPosted++
-}
-
-// flushRecvs posts the receive buffers repost queued, with one PostRecv.
-func (ch *channel) flushRecvs() {
-	if len(ch.recvQ) == 0 {
-		return
-	}
-	n, err := ch.conn.PostRecv(ch.recvQ)
-	if err != nil {
-		// The ones not posted will not complete, flushed or otherwise.
-		ch.recvPosted -= len(ch.recvQ) - n
-		ch.recvQ = ch.recvQ[:0]
-		if !errors.Is(err, ib.ErrClosed) && !errors.Is(err, ib.ErrDeviceRemoved) {
-			ch.log.Error("posting receive buffers failed", zap.Int("posted", n), zap.Error(err))
-		}
-		ch.abandon("post receive failed")
-		return
-	}
-	ch.recvQ = ch.recvQ[:0]
-}
-
-// dropRecvs forgets the receives queued and not posted, when no flush completion will come.
-func (ch *channel) dropRecvs() {
-	ch.recvPosted -= len(ch.recvQ)
-	ch.recvQ = ch.recvQ[:0]
 }

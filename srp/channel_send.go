@@ -6,6 +6,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp/iu"
 )
 
@@ -64,7 +65,7 @@ func (ch *channel) advance(c *cmdCtx) bool {
 		if c.table.valid() {
 			table = ch.pool.bytes(c.table)
 		}
-		wrs, _ := appendRDMA(ch.wrs[:0], ch.sges[:0], ib.OpRDMARead, c.out, table, ch.pool.mr,
+		wrs, _ := appendRDMA(ch.wrs[:0], ch.sges[:0], ib.OpRDMARead, &c.out, table, ch.pool.mr,
 			c.buf.offset(), c.out.Len(), idCmd|uint64(c.idx))
 		if len(wrs) == 0 {
 			c.cmd.DataOut = ch.pool.bytes(c.buf)
@@ -87,25 +88,38 @@ func (ch *channel) advance(c *cmdCtx) bool {
 }
 
 // respond posts the response of c (with the RDMA WRITEs of its data-in before it, in one chain),
-// or returns false when the send queue has no room.
+// or returns false when the send queue has no room. The chain is built in place at the end of
+// the batch (batchRoom), not built apart and copied in as post does.
 func (ch *channel) respond(c *cmdCtx) bool {
 	tmf := c.state() == ctxTMF
-	wrs, sges := ch.wrs[:0], ch.sges[:0]
+	rdma := !tmf && c.in.Present() && c.cmd.DataInLength > 0 && !c.xportFail
+	need := 1 // the SEND, after at most one RDMA WRITE per descriptor
+	if rdma {
+		need += c.in.TableLen()
+	}
+	if !ch.batchRoom(need) {
+		ch.finish(c, false)
+		return true
+	}
+	k, ks := len(ch.batch), len(ch.batchSGEs)
 	var written uint32
-	if !tmf && c.in.Present() && c.cmd.DataInLength > 0 && !c.xportFail {
+	if rdma {
 		var table []byte
 		if c.table.valid() {
 			table = ch.pool.bytes(c.table)
 		}
 		written = uint32(min(c.cmd.DataInLength, len(c.cmd.DataIn)))
-		wrs, sges = appendRDMA(wrs, sges, ib.OpRDMAWrite, c.in, table, ch.pool.mr, c.buf.offset(), written, idCmd|uint64(c.idx))
+		ch.batch, ch.batchSGEs = appendRDMA(ch.batch, ch.batchSGEs, ib.OpRDMAWrite, &c.in, table, ch.pool.mr, c.buf.offset(), written, idCmd|uint64(c.idx))
 	}
-	if ch.sqFree < len(wrs)+1 {
+	n := len(ch.batch) - k + 1
+	if ch.sqFree < n {
+		ch.batch, ch.batchSGEs = ch.batch[:k], ch.batchSGEs[:ks]
 		return false
 	}
 	if !tmf && !c.transition(ctxCmd, ctxResponded) {
 		// Task management claimed the command while it waited: no response, and none of
 		// its initiator memory is touched.
+		ch.batch, ch.batchSGEs = ch.batch[:k], ch.batchSGEs[:ks]
 		ch.finishAborted(c)
 		return true
 	}
@@ -113,52 +127,216 @@ func (ch *channel) respond(c *cmdCtx) bool {
 	// exceed the receive buffers posted, less the spare one for an SRP_CRED_RSP.
 	ch.repost(c.recv)
 	c.recv = -1
-	delta, ok := ch.ledger.respond(ch.recvPosted - spareRecvs)
+	delta, ok := ch.ledger.respond(ch.recvLimit())
 	if !ok {
 		ch.t.stats.creditViolations.Add(1)
 		ch.log.Error("internal error: credits granted exceed receive buffers posted",
 			zap.Int64("granted", ch.ledger.granted), zap.Int("posted", ch.recvPosted))
 	}
 	sb := ch.mem[c.sendOff : c.sendOff+uint64(ch.sendStride)]
-	var n int
+	var size int
 	var err error
 	tag := iu.Tag(c.tag.Load())
 	if tmf {
-		n = iu.Rsp(sb).EncodeTskMgmt(tag, delta, c.tm.code)
+		size = iu.Rsp(sb).EncodeTskMgmt(tag, delta, c.tm.code)
 	} else {
-		n, err = encodeCmdRsp(sb, int(ch.maxTI), &c.cmd, tag, delta, c.in.Present(), c.out.Present(), c.xportFail)
+		size, err = encodeCmdRsp(sb, int(ch.maxTI), &c.cmd, tag, delta, c.in.Present(), c.out.Present(), c.xportFail)
 	}
 	if err != nil {
+		ch.batch, ch.batchSGEs = ch.batch[:k], ch.batchSGEs[:ks]
 		ch.log.Error("internal error: encoding SRP_RSP", zap.Error(err))
 		ch.finish(c, false)
 		ch.beginClose("internal error")
 		return true
 	}
-	sges = append(sges, ib.SGE{MR: ch.mr, Offset: c.sendOff, Length: uint32(n)})
-	wrs = append(wrs, ib.SendWR{
+	ch.batchSGEs = append(ch.batchSGEs, ib.SGE{MR: ch.mr, Offset: c.sendOff, Length: uint32(size)})
+	ch.batch = append(ch.batch, ib.SendWR{
 		ID:       idCmd | uint64(c.idx) | idLast,
 		Op:       ib.OpSend,
 		Signaled: true,
-		SGL:      sges[len(sges)-1:],
+		// Inline where the QP allows: the HCA takes the response from the work request
+		// instead of reading it from memory (one PCIe read less per command).
+		Inline: size <= ch.inline,
+		SGL:    ch.batchSGEs[len(ch.batchSGEs)-1:],
 	})
 	c.setStage(stageSent)
 	c.written = written
-	ch.post(c, wrs)
+	ch.sqFree -= n
+	c.batchWRs = n
+	ch.batchPosted()
 	if written > 0 {
 		ch.t.stats.bytesIn.Add(uint64(written))
 	}
 	return true
 }
 
-// post queues one batch of c, whose last work request is signaled, for flushSends. Each work
-// request has one SGE (appendRDMA, respond, advance).
-func (ch *channel) post(c *cmdCtx, wrs []ib.SendWR) {
-	if len(ch.batch)+len(wrs) > cap(ch.batch) {
-		ch.flushSends()
-		if !ch.flushesExpected() {
-			ch.finish(c, false)
-			return
+// appendRDMA appends to wrs one RDMA work request (op: RDMA READ for data-out, RDMA WRITE for
+// data-in) per non-empty remote descriptor of d, moving n bytes between the local buffer at
+// base in mr and the descriptors in order; the last descriptors get less (or nothing) when n is
+// less than their total. Descriptors come from the IU, or from table (the fetched external
+// descriptor table) when d is external. Each work request has one local SGE, appended to sges:
+// the local buffer is contiguous, so one SGE always suffices whatever DeviceLimits.MaxReadSGE
+// is. No work request is signaled; the caller signals the last one of the batch. Nothing is
+// allocated when wrs and sges have room for every descriptor; when sges grows, the SGLs
+// appended before keep pointing into the array they were appended to, whose elements do not
+// change.
+func appendRDMA(wrs []ib.SendWR, sges []ib.SGE, op ib.Opcode, d *iu.DataBuf, table []byte, mr ib.MR, base uint64, n uint32, id uint64) ([]ib.SendWR, []ib.SGE) {
+	if d.Format() == iu.DescDirect {
+		// One descriptor, in the IU: what ib_srp sends for a buffer that one memory
+		// registration covers, most commands.
+		desc := iu.DirectBuf(d.Descriptor())
+		if l := min(desc.Len(), n); l > 0 {
+			sges = append(sges, ib.SGE{MR: mr, Offset: base, Length: l})
+			wrs = append(wrs, ib.SendWR{ID: id, Op: op, SGL: sges[len(sges)-1:], RemoteAddr: desc.VA(), RKey: desc.Key()})
 		}
+		return wrs, sges
+	}
+	cnt := d.TableLen()
+	if table == nil {
+		cnt = d.NumDescriptors()
+	}
+	var off uint64
+	for i := 0; i < cnt && n > 0; i++ {
+		var desc iu.DirectBuf
+		if table != nil {
+			desc = iu.DirectBuf(table[i*iu.DirectBufSize : (i+1)*iu.DirectBufSize])
+		} else {
+			desc = d.DescriptorAt(i)
+		}
+		l := min(desc.Len(), n)
+		if l == 0 {
+			continue
+		}
+		sges = append(sges, ib.SGE{MR: mr, Offset: base + off, Length: l})
+		wrs = append(wrs, ib.SendWR{
+			ID:         id,
+			Op:         op,
+			SGL:        sges[len(sges)-1:],
+			RemoteAddr: desc.VA(),
+			RKey:       desc.Key(),
+		})
+		off += uint64(l)
+		n -= l
+	}
+	return wrs, sges
+}
+
+// encodeCmdRsp writes the SRP_RSP of a finished command into b (at most maxTI bytes) and
+// returns its length. Sense data is truncated to what fits in maxTI. Residuals: for the
+// direction the command moved data in (in or out present), the SCSI layer's TransferLength is
+// compared with the buffer the descriptors gave (scsi.Command.DataInResidual/DataOutResidual):
+// more asked than the buffer holds is an overflow (DIOVER/DOOVER), less is an underflow
+// (DIUNDER/DOUNDER). Commands answered by the transport itself (xportFail) report none.
+func encodeCmdRsp(b []byte, maxTI int, c *scsi.Command, tag iu.Tag, delta uint32, in, out, xportFail bool) (int, error) {
+	var flags iu.RspFlags
+	var doRes, diRes uint32
+	if !xportFail {
+		if in {
+			over, n := c.DataInResidual()
+			flags, diRes = residual(flags, over, n, iu.DIOVER, iu.DIUNDER)
+		}
+		if out {
+			over, n := c.DataOutResidual()
+			flags, doRes = residual(flags, over, n, iu.DOOVER, iu.DOUNDER)
+		}
+	}
+	sense := c.SenseData()
+	if len(sense) == 0 && maxTI >= iu.RspMinSize && len(b) >= iu.RspMinSize {
+		// Nearly every response: no sense data, nothing to check.
+		return iu.Rsp(b).EncodeStatus(tag, delta, uint8(c.Status), flags, doRes, diRes), nil
+	}
+	if room := maxTI - iu.RspMinSize; len(sense) > room {
+		sense = sense[:max(room, 0)]
+	}
+	f := iu.RspFields{
+		ReqLimDelta:   delta,
+		Tag:           tag,
+		Status:        uint8(c.Status),
+		Flags:         flags,
+		DataOutResCnt: doRes,
+		DataInResCnt:  diRes,
+		SenseData:     sense,
+	}
+	return iu.Rsp(b[:min(len(b), maxTI)]).Encode(&f)
+}
+
+// residual adds to flags the OVER flag of a transfer larger than the initiator's buffer, or
+// the UNDER flag of a shorter one, and returns the residual count n that goes with it (0 and
+// no flag when the transfer filled the buffer).
+func residual(flags iu.RspFlags, over bool, n int, overFlag, underFlag iu.RspFlags) (iu.RspFlags, uint32) {
+	switch {
+	case over:
+		return flags | overFlag, uint32(n)
+	case n > 0:
+		return flags | underFlag, uint32(n)
+	}
+	return flags, 0
+}
+
+// finishAborted ends a command that gets no response: its credit is owed to the initiator
+// and returned with the next response (LIO's srpt_aborted_task).
+func (ch *channel) finishAborted(c *cmdCtx) {
+	ch.t.stats.aborted.Add(1)
+	ch.finish(c, true)
+}
+
+// finish releases c: buffers back to the pool, its receive buffer re-posted (unless closing),
+// and the context back on the free list, then starts an IU parked for want of a context.
+func (ch *channel) finish(c *cmdCtx, owed bool) {
+	ch.releaseBuffers(c)
+	if c.recv >= 0 {
+		ch.repost(c.recv) // a closing channel's own buffers stay unposted (repost)
+		if owed && !ch.closed() {
+			ch.ledger.owe()
+		}
+		c.recv = -1
+	}
+	ch.uncount(c)
+	c.cmd.DataIn, c.cmd.DataOut, c.cmd.CDB = nil, nil, nil
+	c.lunMap = nil
+	if c.luHold != nil {
+		c.luHold.Release()
+		c.luHold = nil
+	}
+	c.statLU = nil
+	c.setStage(stageNone)
+	c.free()
+	ch.free = append(ch.free, c)
+	if len(ch.waitRecv) > 0 && !ch.closed() {
+		p := ch.waitRecv[0]
+		copy(ch.waitRecv, ch.waitRecv[1:])
+		ch.waitRecv = ch.waitRecv[:len(ch.waitRecv)-1]
+		ch.startIU(ch.allocCtx(), p.recv, int(p.n), p.at)
+	}
+}
+
+// uncount ends c's count in ch.commands, if it was counted.
+func (ch *channel) uncount(c *cmdCtx) {
+	if c.real {
+		c.real = false
+		ch.commands--
+		if c.stage == stageSent {
+			ch.answered--
+		}
+	}
+}
+
+// batchRoom makes sure n more work requests fit in the batch (batchMax), posting it first when
+// they would not. False when that post failed and the channel no longer posts.
+func (ch *channel) batchRoom(n int) bool {
+	if len(ch.batch)+n <= ch.batchMax {
+		return true
+	}
+	ch.flushSends()
+	return ch.flushesExpected()
+}
+
+// post queues one batch of c, whose last work request is signaled, for flushSends. Each work
+// request has one SGE (appendRDMA, advance).
+func (ch *channel) post(c *cmdCtx, wrs []ib.SendWR) {
+	if !ch.batchRoom(len(wrs)) {
+		ch.finish(c, false)
+		return
 	}
 	for i := range wrs {
 		wr := wrs[i]
@@ -223,7 +401,7 @@ func (ch *channel) responsesPosted(posted []ib.SendWR) {
 			}
 			c.statLU.Stats().Complete(c.class, &c.cmd, uint64(c.written), uint64(len(c.cmd.DataOut)), latency)
 			c.statLU = nil
-			ch.countIO(c, ch.lastClock)
+			ch.countIO(c, ch.pub.lastClock)
 		}
 		if c.luHold != nil {
 			c.luHold.Release()

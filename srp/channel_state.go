@@ -113,24 +113,46 @@ func (s cmdStage) String() string {
 	return fmt.Sprintf("stage(%d)", uint8(s))
 }
 
-// stageMoves lists the stages each stage may move to (bit i: stage i). Any stage may go back
+// stageMoves lists the stages each stage may move to (bit i: stage i). Every stage may go back
 // to stageNone: finish releases a context wherever it is (an abort, a failed work request,
-// closing).
-var stageMoves = [numStages]uint16{
-	stageNone:      1<<stageNeedBuf | 1<<stageRespond | 1<<stageExec | 1<<stageWaitTMF | 1<<stageTMF,
-	stageNeedBuf:   1<<stageTableRead | 1<<stageDataRead | 1<<stageExec | 1<<stageWaitTMF | 1<<stageRespond,
-	stageTableRead: 1<<stageDataRead | 1<<stageExec | 1<<stageWaitTMF | 1<<stageRespond,
-	stageDataRead:  1<<stageExec | 1<<stageWaitTMF,
-	stageWaitTMF:   1 << stageExec,
-	stageExec:      1 << stageRespond,
-	stageTMF:       1 << stageRespond,
-	stageRespond:   1 << stageSent,
-	stageSent:      0,
+// closing). One entry per value of a cmdStage, so that indexing needs no bounds check; the
+// values from numStages on are no stage, and setStageSlow lets them go to stageNone only.
+var stageMoves = [256]uint16{
+	stageNone:      1<<stageNone | 1<<stageNeedBuf | 1<<stageRespond | 1<<stageExec | 1<<stageWaitTMF | 1<<stageTMF,
+	stageNeedBuf:   1<<stageNone | 1<<stageTableRead | 1<<stageDataRead | 1<<stageExec | 1<<stageWaitTMF | 1<<stageRespond,
+	stageTableRead: 1<<stageNone | 1<<stageDataRead | 1<<stageExec | 1<<stageWaitTMF | 1<<stageRespond,
+	stageDataRead:  1<<stageNone | 1<<stageExec | 1<<stageWaitTMF,
+	stageWaitTMF:   1<<stageNone | 1<<stageExec,
+	stageExec:      1<<stageNone | 1<<stageRespond,
+	stageTMF:       1<<stageNone | 1<<stageRespond,
+	stageRespond:   1<<stageNone | 1<<stageSent,
+	stageSent:      1 << stageNone,
 }
 
-// setStage moves c to stage to.
+// setStage moves c to stage to. Small enough to inline, a command changes stage about eight
+// times: moves the table allows that do not touch stageSent take the fast path.
 func (c *cmdCtx) setStage(to cmdStage) {
-	if to != stageNone && (c.stage >= numStages || stageMoves[c.stage]&(1<<to) == 0) {
+	if fastMoves[c.stage]&(1<<to) == 0 {
+		c.setStageSlow(to)
+		return
+	}
+	c.stage = to
+}
+
+// fastMoves are the moves of stageMoves that neither enter nor leave stageSent.
+var fastMoves = func() (m [256]uint16) {
+	for s := range m {
+		if cmdStage(s) != stageSent {
+			m[s] = stageMoves[s] &^ (1 << stageSent)
+		}
+	}
+	return m
+}()
+
+// setStageSlow is setStage for the moves that are refused, go back to stageNone from a stage
+// beyond the table, or enter or leave stageSent (the channel counts the posted responses).
+func (c *cmdCtx) setStageSlow(to cmdStage) {
+	if to != stageNone && stageMoves[c.stage]&(1<<to) == 0 {
 		illegalMove(c.ch, fmt.Sprintf("command stage %v -> %v (context %d)", c.stage, to, c.idx))
 		return
 	}

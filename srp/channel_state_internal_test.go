@@ -68,6 +68,33 @@ func TestStageMoves(t *testing.T) {
 	}
 }
 
+// TestStageMovesEveryPair: setStage (its fast path and its slow one) allows exactly the moves
+// of stageMoves and any move to stageNone, and counts the responses posted as contexts enter
+// and leave stageSent.
+func TestStageMovesEveryPair(t *testing.T) {
+	for from := range cmdStage(numStages + 2) {
+		for to := range cmdStage(numStages + 2) {
+			ch := &channel{log: zap.NewNop()}
+			c := &cmdCtx{ch: ch, stage: from, real: true}
+			if from == stageSent {
+				ch.sent, ch.answered = 1, 1
+			}
+			legal := to == stageNone || (from < numStages && to < numStages && stageMoves[from]&(1<<to) != 0)
+			if !legal {
+				require.Panics(t, func() { c.setStage(to) }, "%v -> %v", from, to)
+				continue
+			}
+			require.NotPanics(t, func() { c.setStage(to) }, "%v -> %v", from, to)
+			require.Equal(t, to, c.stage)
+			wantSent := 0
+			if to == stageSent {
+				wantSent = 1
+			}
+			require.Equal(t, wantSent, ch.sent, "%v -> %v", from, to)
+		}
+	}
+}
+
 // TestCtxQueue: FIFO order, pushFront, and removeIf keeping the order of what stays, with
 // contexts pushed by the callback (finish starting a parked IU) going after them.
 func TestCtxQueue(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"github.com/srptarget/srptarget/ib/memfabric"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp/iu"
+	"github.com/srptarget/srptarget/srp/srptest"
 )
 
 // fakeMR is a registered region for tests that only build work requests.
@@ -28,10 +29,7 @@ func (m *fakeMR) String() string    { return "fakeMR" }
 // dataBufs encodes an SRP_CMD with f's descriptors and parses them back.
 func dataBufs(t *testing.T, f iu.CmdFields) (out, in iu.DataBuf) {
 	t.Helper()
-	n, err := iu.CmdLen(&f)
-	require.NoError(t, err)
-	b := make([]byte, n)
-	_, err = iu.Cmd(b).Encode(&f)
+	b, err := srptest.EncodeCmd(&f)
 	require.NoError(t, err)
 	out, in, err = iu.Cmd(b).DataBuffers(0)
 	require.NoError(t, err)
@@ -107,6 +105,13 @@ func TestAppendRDMA(t *testing.T) {
 			want: []ib.SendWR{wr(ib.OpRDMARead, 0, 1000, 0x1000, 1), wr(ib.OpRDMARead, 1000, 1000, 0x2000, 2), wr(ib.OpRDMARead, 2000, 1000, 0x3000, 3)},
 		},
 		{
+			name: "direct data-in, less data than the buffer",
+			op:   ib.OpRDMAWrite,
+			cmd:  iu.CmdFields{DataIn: iu.DataBufFields{Format: iu.DescDirect, Direct: iu.DirectBufFields{VA: 0x7000, Key: 0x22, Len: 4096}}},
+			base: 4096, n: 512,
+			want: []ib.SendWR{wr(ib.OpRDMAWrite, 4096, 512, 0x7000, 0x22)},
+		},
+		{
 			name: "nothing to move",
 			op:   ib.OpRDMAWrite,
 			cmd:  iu.CmdFields{DataIn: iu.DataBufFields{Format: iu.DescDirect, Direct: iu.DirectBufFields{VA: 0x1000, Key: 0x11, Len: 4096}}},
@@ -120,7 +125,7 @@ func TestAppendRDMA(t *testing.T) {
 			if out.Present() {
 				d = out
 			}
-			wrs, sges := appendRDMA(make([]ib.SendWR, 0, 8), make([]ib.SGE, 0, 8), tc.op, d, tc.table, mr, tc.base, tc.n, id)
+			wrs, sges := appendRDMA(make([]ib.SendWR, 0, 8), make([]ib.SGE, 0, 8), tc.op, &d, tc.table, mr, tc.base, tc.n, id)
 			require.Equal(t, len(tc.want), len(wrs))
 			require.Len(t, sges, len(wrs))
 			for i := range tc.want {
@@ -142,7 +147,7 @@ func TestAppendRDMANoAllocation(t *testing.T) {
 	wrs := make([]ib.SendWR, 0, 256)
 	sges := make([]ib.SGE, 0, 256)
 	allocs := testing.AllocsPerRun(100, func() {
-		w, _ := appendRDMA(wrs[:0], sges[:0], ib.OpRDMARead, out, nil, mr, 0, 255*4096, idCmd)
+		w, _ := appendRDMA(wrs[:0], sges[:0], ib.OpRDMARead, &out, nil, mr, 0, 255*4096, idCmd)
 		if len(w) != 255 {
 			panic("wrong count")
 		}
@@ -330,33 +335,46 @@ func TestChannelSpareReceive(t *testing.T) {
 	require.NoError(t, err)
 	lm, err := scsi.NewLUNMap(nil)
 	require.NoError(t, err)
-	tgt, err := New(Config{TargetPortID: unitPort, Authorizer: AllowAll(lm), Limits: Limits{BufferPoolSize: 8 << 20}})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, tgt.Shutdown(context.Background())) }()
 	for _, tc := range []struct {
-		depth, credits int
+		depth, srq, credits int
 	}{
-		{16384, 128},
-		{64, 63},
+		{16384, -1, 128},
+		{64, -1, 63},
+		{16384, 0, 128}, // the default SRQ holds more than the default credits
+		{16384, 32, 31}, // credits bounded by the SRQ, less the spare receive
 	} {
+		tgt, err := New(Config{TargetPortID: unitPort, Authorizer: AllowAll(lm), Limits: Limits{BufferPoolSize: 8 << 20, SRQDepth: tc.srq}})
+		require.NoError(t, err)
 		lim := goodLimits
 		lim.MaxQueueDepth = tc.depth
 		f := linuxLogin()
 		req := &fakeReq{priv: loginBytes(t, f), respRes: 4, pd: node.PD(), limits: lim}
 		key := nexusKey{f.InitiatorPortID, f.TargetPortID}
-		sess, host, le := tgt.acquireSession(key, netip.MustParseAddr("198.51.100.1"))
+		sess, host, le := tgt.reg.acquireSession(key, netip.MustParseAddr("198.51.100.1"))
 		require.Nil(t, le)
 		ch, ap, err := tgt.prepareChannel(sess, host, req, &f, nil)
 		require.NoError(t, err)
 		require.Equal(t, tc.credits, ch.credits)
-		require.Equal(t, tc.credits+1, ap.QP.RecvQueueDepth)
-		require.Len(t, ap.Recv, tc.credits+1)
 		require.Equal(t, int64(tc.credits), ch.ledger.granted)
-		require.Equal(t, tc.credits+1, ch.recvPosted)
-		last := ap.Recv[len(ap.Recv)-1]
-		require.Equal(t, uint64(idRecv|uint64(tc.credits)), last.ID)
-		require.LessOrEqual(t, last.SGL[0].Offset+uint64(last.SGL[0].Length), ch.ctlOff, "receive buffers end before the send buffers")
-		ch.release()
-		tgt.releaseSession(sess, host)
+		if tc.srq < 0 {
+			require.Nil(t, ap.SRQ)
+			require.Equal(t, tc.credits+1, ap.QP.RecvQueueDepth)
+			require.Len(t, ap.Recv, tc.credits+1)
+			require.Equal(t, tc.credits+1, ch.recvPosted)
+			last := ap.Recv[len(ap.Recv)-1]
+			require.Equal(t, uint64(idRecv|uint64(tc.credits)), last.ID)
+			require.LessOrEqual(t, last.SGL[0].Offset+uint64(last.SGL[0].Length), ch.ctlOff, "receive buffers end before the send buffers")
+		} else {
+			require.NotNil(t, ap.SRQ)
+			require.Zero(t, ap.QP.RecvQueueDepth)
+			require.Empty(t, ap.Recv)
+			require.Zero(t, ch.recvPosted)
+			require.Equal(t, ch.rq.depth-spareRecvs, ch.recvLimit())
+			require.GreaterOrEqual(t, ch.recvLimit(), ch.credits)
+			require.Len(t, ch.mem, (ch.nctx+ctlSendSlots)*ch.sendStride, "no receive buffers of its own")
+		}
+		ch.abortLogin()
+		tgt.reg.releaseSession(sess, host)
+		require.NoError(t, tgt.Shutdown(context.Background()))
 	}
 }

@@ -1,10 +1,8 @@
 package srp
 
 import (
-	"encoding/binary"
 	"sync/atomic"
 
-	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp/iu"
 )
@@ -136,101 +134,9 @@ func scsiAttr(a iu.TaskAttr) (scsi.TaskAttribute, bool) {
 }
 
 // dataBuf returns the direction of c that moves data (SRP_CMDs with both are refused).
-func (c *cmdCtx) dataBuf() iu.DataBuf {
+func (c *cmdCtx) dataBuf() *iu.DataBuf {
 	if c.out.Present() {
-		return c.out
+		return &c.out
 	}
-	return c.in
-}
-
-// appendRDMA appends to wrs one RDMA work request (op: RDMA READ for data-out, RDMA WRITE for
-// data-in) per non-empty remote descriptor of d, moving n bytes between the local buffer at
-// base in mr and the descriptors in order; the last descriptors get less (or nothing) when n is
-// less than their total. Descriptors come from the IU, or from table (the fetched external
-// descriptor table) when d is external. Each work request has one local SGE, appended to sges:
-// the local buffer is contiguous, so one SGE always suffices whatever DeviceLimits.MaxReadSGE
-// is. No work request is signaled; the caller signals the last one of the batch. wrs and sges
-// must have capacity for every descriptor plus one, so that nothing is allocated and the SGL
-// slices stay valid.
-func appendRDMA(wrs []ib.SendWR, sges []ib.SGE, op ib.Opcode, d iu.DataBuf, table []byte, mr ib.MR, base uint64, n uint32, id uint64) ([]ib.SendWR, []ib.SGE) {
-	cnt := d.TableLen()
-	if table == nil {
-		cnt = d.NumDescriptors()
-	}
-	var off uint64
-	for i := 0; i < cnt && n > 0; i++ {
-		var desc iu.DirectBuf
-		if table != nil {
-			desc = iu.DirectBuf(table[i*iu.DirectBufSize : (i+1)*iu.DirectBufSize])
-		} else {
-			desc = d.DescriptorAt(i)
-		}
-		l := min(desc.Len(), n)
-		if l == 0 {
-			continue
-		}
-		sges = append(sges, ib.SGE{MR: mr, Offset: base + off, Length: l})
-		wrs = append(wrs, ib.SendWR{
-			ID:         id,
-			Op:         op,
-			SGL:        sges[len(sges)-1:],
-			RemoteAddr: desc.VA(),
-			RKey:       desc.Key(),
-		})
-		off += uint64(l)
-		n -= l
-	}
-	return wrs, sges
-}
-
-// tableTotal sums the lengths of an external descriptor table.
-func tableTotal(table []byte) uint64 {
-	var sum uint64
-	for i := 0; i+iu.DirectBufSize <= len(table); i += iu.DirectBufSize {
-		sum += uint64(binary.BigEndian.Uint32(table[i+12:]))
-	}
-	return sum
-}
-
-// encodeCmdRsp writes the SRP_RSP of a finished command into b (at most maxTI bytes) and
-// returns its length. Sense data is truncated to what fits in maxTI. Residuals: for the
-// direction the command moved data in (in or out present), the SCSI layer's TransferLength is
-// compared with the buffer the descriptors gave (scsi.Command.DataInResidual/DataOutResidual):
-// more asked than the buffer holds is an overflow (DIOVER/DOOVER), less is an underflow
-// (DIUNDER/DOUNDER). Commands answered by the transport itself (xportFail) report none.
-func encodeCmdRsp(b []byte, maxTI int, c *scsi.Command, tag iu.Tag, delta uint32, in, out, xportFail bool) (int, error) {
-	f := iu.RspFields{
-		ReqLimDelta: delta,
-		Tag:         tag,
-		Status:      uint8(c.Status),
-	}
-	if sense := c.SenseData(); len(sense) > 0 {
-		if room := maxTI - iu.RspMinSize; len(sense) > room {
-			sense = sense[:room]
-		}
-		f.SenseData = sense
-	}
-	if !xportFail {
-		if in {
-			switch over, n := c.DataInResidual(); {
-			case over:
-				f.Flags |= iu.DIOVER
-				f.DataInResCnt = uint32(n)
-			case n > 0:
-				f.Flags |= iu.DIUNDER
-				f.DataInResCnt = uint32(n)
-			}
-		}
-		if out {
-			switch over, n := c.DataOutResidual(); {
-			case over:
-				f.Flags |= iu.DOOVER
-				f.DataOutResCnt = uint32(n)
-			case n > 0:
-				f.Flags |= iu.DOUNDER
-				f.DataOutResCnt = uint32(n)
-			}
-		}
-	}
-	return iu.Rsp(b[:min(len(b), maxTI)]).Encode(&f)
+	return &c.in
 }

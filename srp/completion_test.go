@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/srp"
@@ -15,23 +16,27 @@ import (
 )
 
 // TestCompletionModes moves data at queue depth 16 on two channels in every completion mode,
-// on a RAM LUN (commands run on the channel goroutine) and a file LUN (on workers), with the
-// channel goroutine sleeping in the connection's Serve (ib.Waiter) and on its Ready. In the
-// event and adaptive modes the channel arms the fabric's completion queue itself
-// (ib.NotifyArmer): a lost wake-up would hang a command until the test's deadline.
+// on a RAM LUN (commands run on the group goroutine) and a file LUN (on workers), with the
+// channels' IUs in a shared receive queue or in receive queues of their own, and both channels
+// in one poll group or in two. In the event and adaptive modes the group arms its completion
+// queues itself: a lost wake-up would hang a command until the test's deadline.
 func TestCompletionModes(t *testing.T) {
 	for _, mode := range []srp.CompletionMode{srp.CompletionEvent, srp.CompletionAdaptive, srp.CompletionPoll} {
-		for _, c := range []struct{ file, ready bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		for _, c := range []struct {
+			file   bool
+			srq    int
+			groups int
+		}{{false, 0, 1}, {true, 0, 1}, {false, -1, 2}, {true, -1, 2}, {true, 0, 2}} {
 			file := c.file
-			t.Run(fmt.Sprintf("%v/file=%v/ready=%v", mode, file, c.ready), func(t *testing.T) {
-				h := newHarness(t, harnessOpts{fileLUN: file, readyWait: c.ready,
-					limits: srp.Limits{Completion: mode, PollWindow: 200 * time.Microsecond}})
+			t.Run(fmt.Sprintf("%v/file=%v/srq=%v/groups=%d", mode, file, c.srq == 0, c.groups), func(t *testing.T) {
+				h := newHarness(t, harnessOpts{fileLUN: file,
+					limits: srp.Limits{Completion: mode, PollWindow: 200 * time.Microsecond, SRQDepth: c.srq, PollGroups: c.groups}})
 				chs := h.loginMulti(h.cfg(), 2)
 				for _, ch := range chs {
 					clearUA(t, ch, 0)
 				}
 				const size = 8192
-				var g group
+				var g errgroup.Group
 				for w := 0; w < 16; w++ {
 					ch := chs[w%2]
 					g.Go(func() error {

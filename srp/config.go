@@ -48,6 +48,11 @@ const (
 	// (docs/benchmarks.md), so that a queue-depth-1 stream is served without a wake-up, and short enough that a channel
 	// whose I/O has stopped sleeps again almost at once.
 	DefaultPollWindow = 2 * time.Millisecond
+	// DefaultSRQDepth is the depth of a poll group's shared receive queue on a device: four
+	// channels' worth of the default credits (about 4.3 MiB of buffers with the default
+	// max_it_iu_len), where receive queues of their own cost every channel 129 buffers.
+	// SPDK's default is 4096 per poll group and device, SCST's srpt's 4095 per device.
+	DefaultSRQDepth = 512
 	// DefaultRDMATimeout is how long a channel's work requests may make no progress before
 	// the channel is closed: long enough for a congested fabric or a busy initiator, short
 	// enough that one initiator that stops taking its responses cannot hold the target's
@@ -112,8 +117,9 @@ type Limits struct {
 	BufferWait time.Duration
 	// SendQueueDepth is the send queue depth of each channel.
 	SendQueueDepth int
-	// WorkersPerChannel bounds the SCSI commands of one channel executing at once; the default
-	// is Credits, so that every command the initiator may have outstanding can run.
+	// WorkersPerChannel bounds the workers of a poll group (the goroutines that run commands
+	// of logical units that block), per channel of the group, started as needed; the default
+	// is Credits, so that every command an initiator may have outstanding can run.
 	WorkersPerChannel int
 	// DisableImmediateData refuses SRP-2 immediate data at login.
 	DisableImmediateData bool
@@ -129,9 +135,9 @@ type Limits struct {
 	// memory, which nothing there needs. The pool's rkey is never sent to the initiator
 	// either way.
 	RemoteWriteForReadSinks bool
-	// Completion is how a channel with nothing to do waits for its next completion.
+	// Completion is how a poll group with nothing to do waits for its next completion.
 	Completion CompletionMode
-	// PollWindow is how long a channel in CompletionAdaptive keeps polling after its last
+	// PollWindow is how long a poll group in CompletionAdaptive keeps polling after its last
 	// work before it sleeps.
 	PollWindow time.Duration
 	// RDMATimeout is how long a channel with work requests outstanding may see none of them
@@ -174,6 +180,27 @@ type Limits struct {
 	// MaxLoginsInProgress bounds the connection requests being answered at once; a request
 	// beyond it is refused at once with INSUFFICIENT RESOURCES.
 	MaxLoginsInProgress int
+	// BackstoreIO is how file and block logical units are read and written: BackstoreIOAuto
+	// (the zero value), BackstoreIOSync or BackstoreIOURing.
+	BackstoreIO BackstoreIO
+	// PollGroups is the number of poll groups: goroutines that each run the data path of the
+	// channels assigned to them (group.go). Default: one per CPU the process may use (the
+	// smaller of GOMAXPROCS and the CPUs), less one left for the network poller, timers and
+	// the control path, and at least one.
+	PollGroups int
+	// SRQDepth is the receive buffers of the shared receive queue of each poll group on each
+	// device, which its channels' IUs land in instead of receive queues of their own; each
+	// channel's credits are bounded by it. -1 gives every channel its own receive queue, as
+	// does a device without shared receive queues. Default DefaultSRQDepth.
+	SRQDepth int
+}
+
+// DefaultPollGroups is the number of poll groups unless configured: one per CPU the process
+// may use, less one, at least one. The one left is for Go's network poller: a group that
+// polls keeps its P, and the netpoller runs on an idle P (on a busy one only every 10 ms,
+// from sysmon), so groups on every P would make RDMA/CM events and the control socket wait.
+func DefaultPollGroups() int {
+	return max(min(runtime.GOMAXPROCS(0), runtime.NumCPU())-1, 1)
 }
 
 // DefaultCompletion is how channels wait for completions unless configured (see
@@ -194,24 +221,22 @@ func CompletionFor(ncpu int) CompletionMode {
 	return CompletionAdaptive
 }
 
-// CompletionMode is how a channel waits for completions when it has nothing to do. The
-// completion queue raises an event only when armed; an event wakes the channel's goroutine,
-// parked in the netpoller (ib.Waiter's Serve; a connection without it wakes a goroutine of
-// its own, which wakes the channel's: two wake-ups). Polling avoids the wake-up at the cost
-// of CPU time spent spinning.
+// CompletionMode is how a poll group waits for completions when none of its channels has
+// anything to do. Its completion queues raise an event only when armed; an event wakes the
+// group's goroutine. Polling avoids the wake-up at the cost of CPU time spent spinning.
 type CompletionMode uint8
 
 const (
 	// CompletionDefault means DefaultCompletion.
 	CompletionDefault CompletionMode = iota
-	// CompletionEvent arms the completion queue and sleeps as soon as the channel has nothing
+	// CompletionEvent arms the completion queues and sleeps as soon as the group has nothing
 	// to do.
 	CompletionEvent
 	// CompletionAdaptive keeps polling for PollWindow after the last work, then arms and
-	// sleeps: with a window longer than the initiator's round trip, a stream of I/O (queue
-	// depth 1 included) is served without wake-ups; a channel idle for a window costs nothing.
+	// sleeps: with a window longer than the initiators' round trip, a stream of I/O (queue
+	// depth 1 included) is served without wake-ups; a group idle for a window costs nothing.
 	CompletionAdaptive
-	// CompletionPoll never sleeps while the channel is open: one CPU per channel, busy.
+	// CompletionPoll never sleeps while the group has channels: one CPU per group, busy.
 	CompletionPoll
 )
 
@@ -242,65 +267,10 @@ func ParseCompletionMode(s string) (CompletionMode, error) {
 
 // withDefaults returns l with zero fields replaced by their defaults.
 func (l Limits) withDefaults() Limits {
-	if l.MaxITIULen == 0 {
-		l.MaxITIULen = DefaultMaxITIULen
-	}
-	if l.MaxTIIULen == 0 {
-		l.MaxTIIULen = DefaultMaxTIIULen
-	}
-	if l.Credits == 0 {
-		l.Credits = DefaultCredits
-	}
-	if l.MaxChannels == 0 {
-		l.MaxChannels = DefaultMaxChannels
-	}
-	if l.MaxTransferLen == 0 {
-		l.MaxTransferLen = DefaultMaxTransferLen
-	}
-	if l.MaxDescriptors == 0 {
-		l.MaxDescriptors = DefaultMaxDescriptors
-	}
-	if l.BufferPoolSize == 0 {
-		l.BufferPoolSize = DefaultBufferPoolSize
-	}
-	if l.BufferWait == 0 {
-		l.BufferWait = DefaultBufferWait
-	}
-	if l.SendQueueDepth == 0 {
-		l.SendQueueDepth = DefaultSendQueueDepth
-	}
-	if l.WorkersPerChannel == 0 {
-		l.WorkersPerChannel = l.Credits
-	}
-	if l.DrainTimeout == 0 {
-		l.DrainTimeout = DefaultDrainTimeout
-	}
-	if l.Completion == CompletionDefault {
-		l.Completion = DefaultCompletion
-	}
-	if l.PollWindow == 0 {
-		l.PollWindow = DefaultPollWindow
-	}
-	if l.RDMATimeout == 0 {
-		l.RDMATimeout = DefaultRDMATimeout
-	}
-	if l.MaxInitiatorBuffer == 0 {
-		l.MaxInitiatorBuffer = l.BufferPoolSize / DefaultShare
-	}
-	if l.MaxSessions == 0 {
-		l.MaxSessions = DefaultMaxSessions
-	}
-	if l.MaxChannelsTotal == 0 {
-		l.MaxChannelsTotal = DefaultMaxChannelsTotal
-	}
-	if l.MaxLoginsInProgress == 0 {
-		l.MaxLoginsInProgress = DefaultMaxLoginsInProgress
-	}
-	if l.MaxSessionsPerSource == 0 {
-		l.MaxSessionsPerSource = max(1, l.MaxSessions/DefaultShare)
-	}
-	if l.MaxChannelsPerSource == 0 {
-		l.MaxChannelsPerSource = max(1, l.MaxChannelsTotal/DefaultShare)
+	for _, k := range limitKnobs {
+		if k.fill != nil {
+			k.fill(&l)
+		}
 	}
 	return l
 }
@@ -309,51 +279,117 @@ func (l Limits) withDefaults() Limits {
 // needs to stay correct and within memory; an operator's ranges, narrower, are the
 // configuration's (config/limits.go).
 func (l Limits) validate() error {
-	switch {
-	case l.MaxITIULen < iu.CmdMinSize+iu.IndirectBufHeaderSize+iu.DirectBufSize || l.MaxITIULen > 1<<20:
-		return fmt.Errorf("max IT IU length %d outside [%d, %d]", l.MaxITIULen, iu.CmdMinSize+iu.IndirectBufHeaderSize+iu.DirectBufSize, 1<<20)
-	case l.MaxTIIULen < MinTIIULen || l.MaxTIIULen > 1<<16:
-		return fmt.Errorf("max TI IU length %d outside [%d, %d]", l.MaxTIIULen, MinTIIULen, 1<<16)
-	case l.Credits < 2 || l.Credits > 1<<15:
-		return fmt.Errorf("credits %d outside [2, %d]", l.Credits, 1<<15)
-	case l.MaxChannels < 1:
-		return fmt.Errorf("max channels %d is less than 1", l.MaxChannels)
-	case l.MaxTransferLen < poolMinBlock || l.MaxTransferLen > maxTransferLimit:
-		return fmt.Errorf("max transfer length %d outside [%d, %d]", l.MaxTransferLen, poolMinBlock, maxTransferLimit)
-	case l.MaxDescriptors < 1 || l.MaxDescriptors > 1<<16:
-		return fmt.Errorf("max descriptors %d outside [1, %d]", l.MaxDescriptors, 1<<16)
-	case l.BufferPoolSize < int64(l.MaxTransferLen):
-		return fmt.Errorf("buffer pool size %d is smaller than the max transfer length %d", l.BufferPoolSize, l.MaxTransferLen)
-	case l.BufferWait < 0:
-		return fmt.Errorf("buffer wait %v is negative", l.BufferWait)
-	case l.SendQueueDepth < 16:
-		return fmt.Errorf("send queue depth %d is less than 16", l.SendQueueDepth)
-	case l.WorkersPerChannel < 1:
-		return fmt.Errorf("workers per channel %d is less than 1", l.WorkersPerChannel)
-	case l.DrainTimeout < 0:
-		return fmt.Errorf("drain timeout %v is negative", l.DrainTimeout)
-	case l.Completion > CompletionPoll:
-		return fmt.Errorf("completion mode %v unknown", l.Completion)
-	case l.PollWindow < 0 || l.PollWindow > time.Second:
-		return fmt.Errorf("poll window %v outside [0, 1s]", l.PollWindow)
-	case l.RDMATimeout < time.Millisecond:
-		return fmt.Errorf("RDMA timeout %v is less than 1ms", l.RDMATimeout)
-	case l.MaxInitiatorBuffer < poolMinBlock:
-		return fmt.Errorf("max initiator buffer %d is less than %d", l.MaxInitiatorBuffer, poolMinBlock)
-	case l.MaxSessionsPerSource < 1:
-		return fmt.Errorf("max sessions per source %d is less than 1", l.MaxSessionsPerSource)
-	case l.MaxChannelsPerSource < 1:
-		return fmt.Errorf("max channels per source %d is less than 1", l.MaxChannelsPerSource)
-	case l.IdleTimeout < 0:
-		return fmt.Errorf("idle timeout %v is negative", l.IdleTimeout)
-	case l.MaxSessions < 1:
-		return fmt.Errorf("max sessions %d is less than 1", l.MaxSessions)
-	case l.MaxChannelsTotal < 1:
-		return fmt.Errorf("max channels total %d is less than 1", l.MaxChannelsTotal)
-	case l.MaxLoginsInProgress < 1:
-		return fmt.Errorf("max logins in progress %d is less than 1", l.MaxLoginsInProgress)
+	for _, k := range limitKnobs {
+		if err := k.check(&l); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// limitKnob is one field of Limits: its default, filled in where the field is zero (none:
+// zero stands), and the range the engine needs.
+type limitKnob struct {
+	fill  func(*Limits)
+	check func(*Limits) error
+}
+
+// limitKnobs are the fields of Limits, one row each. A default that depends on another field
+// (workers on credits, the shares on the totals) comes after it.
+var limitKnobs = []limitKnob{
+	knob(func(l *Limits) *uint32 { return &l.MaxITIULen }, is[uint32](DefaultMaxITIULen),
+		between[uint32]("max IT IU length", iu.CmdMinSize+iu.IndirectBufHeaderSize+iu.DirectBufSize, 1<<20)),
+	knob(func(l *Limits) *uint32 { return &l.MaxTIIULen }, is[uint32](DefaultMaxTIIULen), between[uint32]("max TI IU length", MinTIIULen, 1<<16)),
+	knob(func(l *Limits) *int { return &l.Credits }, is(DefaultCredits), between("credits", 2, 1<<15)),
+	knob(func(l *Limits) *int { return &l.MaxChannels }, is(DefaultMaxChannels), atLeast("max channels", 1)),
+	knob(func(l *Limits) *uint32 { return &l.MaxTransferLen }, is[uint32](DefaultMaxTransferLen),
+		between[uint32]("max transfer length", poolMinBlock, maxTransferLimit)),
+	knob(func(l *Limits) *int { return &l.MaxDescriptors }, is(DefaultMaxDescriptors), between("max descriptors", 1, 1<<16)),
+	knob(func(l *Limits) *int64 { return &l.BufferPoolSize }, is[int64](DefaultBufferPoolSize), func(l *Limits, v int64) error {
+		if v < int64(l.MaxTransferLen) {
+			return fmt.Errorf("buffer pool size %d is smaller than the max transfer length %d", v, l.MaxTransferLen)
+		}
+		return nil
+	}),
+	knob(func(l *Limits) *time.Duration { return &l.BufferWait }, is(DefaultBufferWait), notNegative[time.Duration]("buffer wait")),
+	knob(func(l *Limits) *int { return &l.SendQueueDepth }, is(DefaultSendQueueDepth), atLeast("send queue depth", 16)),
+	knob(func(l *Limits) *int { return &l.WorkersPerChannel }, func(l *Limits) int { return l.Credits }, atLeast("workers per channel", 1)),
+	knob(func(l *Limits) *time.Duration { return &l.DrainTimeout }, is(DefaultDrainTimeout), notNegative[time.Duration]("drain timeout")),
+	knob(func(l *Limits) *CompletionMode { return &l.Completion }, is(DefaultCompletion), func(_ *Limits, v CompletionMode) error {
+		if v > CompletionPoll {
+			return fmt.Errorf("completion mode %v unknown", v)
+		}
+		return nil
+	}),
+	knob(func(l *Limits) *BackstoreIO { return &l.BackstoreIO }, nil, func(_ *Limits, v BackstoreIO) error {
+		if v > BackstoreIOURing {
+			return fmt.Errorf("backstore I/O %v unknown", v)
+		}
+		return nil
+	}),
+	knob(func(l *Limits) *time.Duration { return &l.PollWindow }, is(DefaultPollWindow), func(_ *Limits, v time.Duration) error {
+		if v < 0 || v > time.Second {
+			return fmt.Errorf("poll window %v outside [0, 1s]", v)
+		}
+		return nil
+	}),
+	knob(func(l *Limits) *time.Duration { return &l.RDMATimeout }, is(DefaultRDMATimeout), atLeast("RDMA timeout", time.Millisecond)),
+	knob(func(l *Limits) *int64 { return &l.MaxInitiatorBuffer }, func(l *Limits) int64 { return l.BufferPoolSize / DefaultShare },
+		atLeast[int64]("max initiator buffer", poolMinBlock)),
+	knob(func(l *Limits) *int { return &l.MaxSessions }, is(DefaultMaxSessions), atLeast("max sessions", 1)),
+	knob(func(l *Limits) *int { return &l.MaxChannelsTotal }, is(DefaultMaxChannelsTotal), atLeast("max channels total", 1)),
+	knob(func(l *Limits) *int { return &l.MaxSessionsPerSource }, func(l *Limits) int { return max(1, l.MaxSessions/DefaultShare) },
+		atLeast("max sessions per source", 1)),
+	knob(func(l *Limits) *int { return &l.MaxChannelsPerSource }, func(l *Limits) int { return max(1, l.MaxChannelsTotal/DefaultShare) },
+		atLeast("max channels per source", 1)),
+	knob(func(l *Limits) *time.Duration { return &l.IdleTimeout }, nil, notNegative[time.Duration]("idle timeout")),
+	knob(func(l *Limits) *int { return &l.MaxLoginsInProgress }, is(DefaultMaxLoginsInProgress), atLeast("max logins in progress", 1)),
+	knob(func(l *Limits) *int { return &l.PollGroups }, func(*Limits) int { return DefaultPollGroups() }, between("poll groups", 1, 1024)),
+	knob(func(l *Limits) *int { return &l.SRQDepth }, is(DefaultSRQDepth), between("shared receive queue depth", -1, 1<<20)),
+}
+
+// knob is the row of the field that field points to: def gives its default (nil: none), check
+// its range.
+func knob[T ~int | ~uint8 | ~uint32 | ~int64](field func(*Limits) *T, def func(*Limits) T, check func(*Limits, T) error) limitKnob {
+	k := limitKnob{check: func(l *Limits) error { return check(l, *field(l)) }}
+	if def != nil {
+		k.fill = func(l *Limits) {
+			if p := field(l); *p == 0 {
+				*p = def(l)
+			}
+		}
+	}
+	return k
+}
+
+// is is a default that depends on no other field.
+func is[T any](v T) func(*Limits) T { return func(*Limits) T { return v } }
+
+func between[T ~int | ~uint32](name string, lo, hi T) func(*Limits, T) error {
+	return func(_ *Limits, v T) error {
+		if v < lo || v > hi {
+			return fmt.Errorf("%s %d outside [%d, %d]", name, v, lo, hi)
+		}
+		return nil
+	}
+}
+
+func atLeast[T ~int | ~int64](name string, lo T) func(*Limits, T) error {
+	return func(_ *Limits, v T) error {
+		if v < lo {
+			return fmt.Errorf("%s %v is less than %v", name, v, lo)
+		}
+		return nil
+	}
+}
+
+func notNegative[T ~int64](name string) func(*Limits, T) error {
+	return func(_ *Limits, v T) error {
+		if v < 0 {
+			return fmt.Errorf("%s %v is negative", name, v)
+		}
+		return nil
+	}
 }
 
 // Authorizer decides which initiators may log in and what they see. It is consulted for every

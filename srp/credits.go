@@ -64,7 +64,7 @@ func (ch *channel) maybeCredReq() {
 		ch.credReqOut || ch.ctlBusy[ctlCredReq] || ch.sqFree < 1 {
 		return
 	}
-	delta := ch.ledger.credit(ch.recvPosted - spareRecvs)
+	delta := ch.ledger.credit(ch.recvLimit())
 	if delta == 0 {
 		return
 	}

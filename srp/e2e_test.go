@@ -5,11 +5,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
@@ -46,7 +46,7 @@ func TestDataIntegrity(t *testing.T) {
 			clearUA(t, chs[0], 0)
 			const qd, ops, region = 64, 6, 128 // blocks per worker region
 			layouts := []srptest.Layout{nil, srptest.Direct{}, srptest.Indirect{N: 3}, srptest.Indirect{N: 12}}
-			var g group
+			var g errgroup.Group
 			for ci, ch := range chs {
 				require.Equal(t, 64, ch.CanQueue())
 				for w := 0; w < qd; w++ {
@@ -161,10 +161,7 @@ func TestImmediateDataWrites(t *testing.T) {
 		rsp, err := ch.Do(ctxT(t), &srptest.Request{CDB: srptest.CDBWrite10(uint32(i*64), uint16(n/testBlockSize)), DataOut: data, Layout: srptest.Immediate{}})
 		require.NoError(t, err)
 		require.NoError(t, rsp.Err())
-		rsp, err = ch.Read10(ctxT(t), 0, uint32(i*64), uint16(n/testBlockSize), testBlockSize)
-		require.NoError(t, err)
-		require.NoError(t, rsp.Err())
-		require.Equal(t, data, rsp.DataIn)
+		require.Equal(t, data, mustRead(t, ch, 0, uint32(i*64), uint16(n/testBlockSize)))
 	}
 	require.Equal(t, uint64(total), h.tgt.Stats().BytesOut-before)
 	// A write whose data does not match its CDB is refused whole (DOUNDER residual reported).
@@ -203,10 +200,7 @@ func TestResiduals(t *testing.T) {
 // cmdIU encodes an SRP_CMD for SendRaw.
 func cmdIU(t *testing.T, f iu.CmdFields) []byte {
 	t.Helper()
-	n, err := iu.CmdLen(&f)
-	require.NoError(t, err)
-	b := make([]byte, n)
-	_, err = iu.Cmd(b).Encode(&f)
+	b, err := srptest.EncodeCmd(&f)
 	require.NoError(t, err)
 	return b
 }
@@ -294,9 +288,7 @@ func TestMalformedCommands(t *testing.T) {
 	}
 	// The channels still work and the credits are all back.
 	for _, c := range []*srptest.Channel{ch, noImm} {
-		rsp, err := c.Read10(ctxT(t), 0, 0, 1, testBlockSize)
-		require.NoError(t, err)
-		require.NoError(t, rsp.Err())
+		mustRead(t, c, 0, 0, 1)
 		require.Equal(t, int64(128), c.Credits())
 	}
 	require.Equal(t, uint64(len(cases)), h.tgt.Stats().TransportErrors)
@@ -340,9 +332,7 @@ func TestProtocolViolations(t *testing.T) {
 				require.Equal(t, tc.reason, f.Reason)
 			}
 			h.waitStats("channel closed", func(s srp.Stats) bool { return s.ChannelsOpen == 1 })
-			rsp, err := other.Read10(ctxT(t), 0, 0, 8, testBlockSize)
-			require.NoError(t, err)
-			require.NoError(t, rsp.Err())
+			mustRead(t, other, 0, 0, 8)
 		})
 	}
 
@@ -388,18 +378,10 @@ func TestRemoteAccessErrors(t *testing.T) {
 				Direct: iu.DirectBufFields{VA: 0x10000, Key: 0xdeadbeef, Len: 4096}}})
 		}},
 		{"range beyond the region", func(ch *srptest.Channel) []byte {
-			mr, err := ch.Node().PD().RegisterMemory(make([]byte, 2048), ib.AccessRemoteRead)
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = mr.Deregister() })
-			return cmdIU(t, iu.CmdFields{Tag: 2, CDB: write10, DataOut: iu.DataBufFields{Format: iu.DescDirect,
-				Direct: iu.DirectBufFields{VA: mr.Addr(), Key: mr.RKey(), Len: 4096}}})
+			return cmdIU(t, iu.CmdFields{Tag: 2, CDB: write10, DataOut: readOnlyBuf(t, ch, 2048, 4096)})
 		}},
 		{"data-in into read-only memory", func(ch *srptest.Channel) []byte {
-			mr, err := ch.Node().PD().RegisterMemory(make([]byte, 4096), ib.AccessRemoteRead)
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = mr.Deregister() })
-			return cmdIU(t, iu.CmdFields{Tag: 3, CDB: read10, DataIn: iu.DataBufFields{Format: iu.DescDirect,
-				Direct: iu.DirectBufFields{VA: mr.Addr(), Key: mr.RKey(), Len: 4096}}})
+			return cmdIU(t, iu.CmdFields{Tag: 3, CDB: read10, DataIn: readOnlyBuf(t, ch, 4096, 4096)})
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -412,9 +394,7 @@ func TestRemoteAccessErrors(t *testing.T) {
 				t.Fatal("channel not closed")
 			}
 			h.waitStats("channel closed", func(s srp.Stats) bool { return s.ChannelsOpen == 1 })
-			rsp, err := good.Read10(ctxT(t), 0, 0, 8, testBlockSize)
-			require.NoError(t, err)
-			require.NoError(t, rsp.Err())
+			mustRead(t, good, 0, 0, 8)
 		})
 	}
 	require.Equal(t, uint64(3), h.tgt.Stats().RDMAErrors)
@@ -457,16 +437,24 @@ func TestAbortTaskInLogicalUnit(t *testing.T) {
 	h.waitIdle()
 }
 
-// TestAbortTaskWaitingForBuffer aborts a command that waits for a data buffer: it never
-// reached the logical unit and is ended by the transport.
-func TestAbortTaskWaitingForBuffer(t *testing.T) {
-	h := newHarness(t, harnessOpts{gate: true, limits: srp.Limits{BufferPoolSize: 8 << 20, MaxTransferLen: 8 << 20}})
+// poolHeldByOneRead starts a harness whose 8 MiB buffer pool (BufferWait wait) is held by one
+// read of 8 MiB, held in the backstore, and returns it with the channel and that read.
+func poolHeldByOneRead(t *testing.T, wait time.Duration) (*harness, *srptest.Channel, *srptest.Pending) {
+	t.Helper()
+	h := newHarness(t, harnessOpts{gate: true, limits: srp.Limits{BufferPoolSize: 8 << 20, MaxTransferLen: 8 << 20, BufferWait: wait}})
 	ch := h.login(h.cfg())
 	clearUA(t, ch, 0)
 	h.gate.hold()
 	big, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 16384), DataInLen: 8 << 20})
 	require.NoError(t, err)
 	testutil.WaitFor(t, "the big read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
+	return h, ch, big
+}
+
+// TestAbortTaskWaitingForBuffer aborts a command that waits for a data buffer: it never
+// reached the logical unit and is ended by the transport.
+func TestAbortTaskWaitingForBuffer(t *testing.T) {
+	h, ch, big := poolHeldByOneRead(t, 0)
 	small, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096})
 	require.NoError(t, err)
 	h.waitStats("a buffer wait", func(s srp.Stats) bool { return s.BufferWaits == 1 })
@@ -487,13 +475,7 @@ func TestAbortTaskWaitingForBuffer(t *testing.T) {
 
 // TestBufferWaitBusy: a command that cannot get a buffer within BufferWait is answered BUSY.
 func TestBufferWaitBusy(t *testing.T) {
-	h := newHarness(t, harnessOpts{gate: true, limits: srp.Limits{BufferPoolSize: 8 << 20, MaxTransferLen: 8 << 20, BufferWait: 50 * time.Millisecond}})
-	ch := h.login(h.cfg())
-	clearUA(t, ch, 0)
-	h.gate.hold()
-	big, err := ch.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 16384), DataInLen: 8 << 20})
-	require.NoError(t, err)
-	testutil.WaitFor(t, "the big read in the backstore", func() bool { return h.gate.entered.Load() == 1 })
+	h, ch, big := poolHeldByOneRead(t, 50*time.Millisecond)
 	start := time.Now()
 	rsp, err := ch.Do(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096})
 	require.NoError(t, err)
@@ -505,9 +487,7 @@ func TestBufferWaitBusy(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), h.tgt.Stats().BufferBusy)
 	// Once the buffer is back, the same command succeeds.
-	rsp, err = ch.Read10(ctxT(t), 0, 0, 8, testBlockSize)
-	require.NoError(t, err)
-	require.NoError(t, rsp.Err())
+	mustRead(t, ch, 0, 0, 8)
 }
 
 // TestLUNResetAcrossChannels: LOGICAL UNIT RESET on channel 0 aborts the LUN's commands on
@@ -595,9 +575,7 @@ func TestTaskManagementFunctions(t *testing.T) {
 	// An unsupported function leaves a command in the logical unit alone: it completes with
 	// its data.
 	data := testutil.Pattern(4096, 9)
-	rsp, err = ch.Write10(ctxT(t), 0, 0, data, testBlockSize)
-	require.NoError(t, err)
-	require.NoError(t, rsp.Err())
+	mustWrite(t, ch, 0, 0, data)
 	p := h.holdReads(t, ch, 0)[0]
 	for _, fn := range []iu.TskMgmtFunc{0x10, 0x80} {
 		code, err := ch.TaskMgmt(ctxT(t), fn, 0, p.Tag())
@@ -688,9 +666,7 @@ func TestShutdownDrains(t *testing.T) {
 	ch := h.login(h.cfg())
 	clearUA(t, ch, 0)
 	data := testutil.Pattern(4096, 5)
-	rsp, err := ch.Write10(ctxT(t), 0, 0, data, testBlockSize)
-	require.NoError(t, err)
-	require.NoError(t, rsp.Err())
+	mustWrite(t, ch, 0, 0, data)
 	held := h.holdReads(t, ch, 0, 0, 0, 0) // four reads of the data just written
 	done := make(chan error, 1)
 	go func() { done <- h.tgt.Shutdown(ctxT(t)) }()
@@ -699,7 +675,7 @@ func TestShutdownDrains(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no SRP_T_LOGOUT")
 	}
-	rsp, err = ch.Read10(ctxT(t), 0, 0, 8, testBlockSize)
+	rsp, err := ch.Read10(ctxT(t), 0, 0, 8, testBlockSize)
 	require.NoError(t, err)
 	require.Equal(t, uint8(scsi.StatusBusy), rsp.Status)
 	h.gate.release()
@@ -789,71 +765,37 @@ func TestDeviceRemoved(t *testing.T) {
 // TestConcurrentLoginsAndIO logs several sessions in and out while others do I/O.
 func TestConcurrentLoginsAndIO(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
-	var wg sync.WaitGroup
-	errs := make(chan error, 16)
+	var g errgroup.Group
 	for s := 0; s < 4; s++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		g.Go(func() error {
 			for round := 0; round < 3; round++ {
 				cfg := h.cfg()
 				cfg.InitiatorPortID = iu.PortID{14: byte(s), 15: byte(round)}
 				ctx := ctxT(t)
 				chs, err := srptest.LoginMulti(ctx, h.fab, cfg, 2)
 				if err != nil {
-					errs <- err
-					return
+					return err
 				}
 				for i := 0; i < 10; i++ {
 					ch := chs[i%2]
 					rsp, err := ch.Read10(ctx, 0, uint32(i*8), 8, testBlockSize)
 					if err != nil {
-						errs <- err
-						return
+						return err
 					}
 					if rsp.Status != 0 && rsp.Status != 2 {
-						errs <- fmt.Errorf("status %#x", rsp.Status)
+						return fmt.Errorf("status %#x", rsp.Status)
 					}
 				}
 				for _, ch := range chs {
 					_ = ch.Close()
 				}
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+	require.NoError(t, g.Wait())
 	h.waitStats("all channels closed", func(s srp.Stats) bool { return s.ChannelsOpen == 0 })
 	require.Equal(t, uint64(24), h.tgt.Stats().LoginsAccepted)
-}
-
-// group runs functions concurrently and returns the first error.
-type group struct {
-	wg  sync.WaitGroup
-	mu  sync.Mutex
-	err error
-}
-
-func (g *group) Go(f func() error) {
-	g.wg.Add(1)
-	go func() {
-		defer g.wg.Done()
-		if err := f(); err != nil {
-			g.mu.Lock()
-			if g.err == nil {
-				g.err = err
-			}
-			g.mu.Unlock()
-		}
-	}()
-}
-
-func (g *group) Wait() error {
-	g.wg.Wait()
-	return g.err
 }
 
 // TestFirstCommandBeforeEstablished: on real fabrics the initiator's first SEND can arrive
@@ -863,12 +805,8 @@ func TestFirstCommandBeforeEstablished(t *testing.T) {
 	ch := h.login(h.cfg())
 	clearUA(t, ch, 0)
 	data := testutil.Pattern(4096, 3)
-	rsp, err := ch.Write10(ctxT(t), 0, 0, data, testBlockSize)
-	require.NoError(t, err)
-	require.NoError(t, rsp.Err())
-	rsp, err = ch.Read10(ctxT(t), 0, 0, 8, testBlockSize)
-	require.NoError(t, err)
-	require.Equal(t, data, rsp.DataIn)
+	mustWrite(t, ch, 0, 0, data)
+	require.Equal(t, data, mustRead(t, ch, 0, 0, 8))
 }
 
 // TestSmallSendQueue: with a 16-deep send queue, commands wait for send-queue slots (their
@@ -877,7 +815,7 @@ func TestSmallSendQueue(t *testing.T) {
 	h := newHarness(t, harnessOpts{limits: srp.Limits{SendQueueDepth: 16}})
 	ch := h.login(h.cfg())
 	clearUA(t, ch, 0)
-	var g group
+	var g errgroup.Group
 	for w := 0; w < 32; w++ {
 		g.Go(func() error {
 			ctx := ctxT(t)
@@ -927,7 +865,7 @@ func TestPoolContention(t *testing.T) {
 	b := h.login(cfg)
 	clearUA(t, b, 0)
 	const size = 4 << 20
-	var g group
+	var g errgroup.Group
 	for ci, ch := range []*srptest.Channel{a, b} {
 		for w := 0; w < 4; w++ {
 			g.Go(func() error {
@@ -961,4 +899,14 @@ func TestPoolContention(t *testing.T) {
 	require.Zero(t, st.BufferBusy)
 	require.Equal(t, int64(8<<20), st.PoolHighMark)
 	h.waitIdle()
+}
+
+// readOnlyBuf registers size bytes of the initiator's memory for remote reads only and
+// returns a direct descriptor of length bytes over them.
+func readOnlyBuf(t *testing.T, ch *srptest.Channel, size, length int) iu.DataBufFields {
+	t.Helper()
+	mr, err := ch.Node().PD().RegisterMemory(make([]byte, size), ib.AccessRemoteRead)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = mr.Deregister() })
+	return iu.DataBufFields{Format: iu.DescDirect, Direct: iu.DirectBufFields{VA: mr.Addr(), Key: mr.RKey(), Len: uint32(length)}}
 }

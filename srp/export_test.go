@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/srp/iu"
 )
 
@@ -20,9 +22,9 @@ func (t *Target) PoolsIdle() bool { return t.poolsIdle() }
 
 // SessionCount is the number of I_T nexuses the target remembers, with or without channels.
 func (t *Target) SessionCount() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.sessions)
+	t.reg.mu.Lock()
+	defer t.reg.mu.Unlock()
+	return len(t.reg.sessions)
 }
 
 // Scripted is a channel driven by a test instead of its goroutines (Target.ScriptChannels):
@@ -36,52 +38,69 @@ type Scripted struct {
 	tmf     *cmdCtx
 	claimed []claimedCmd
 	code    iu.TskMgmtRspCode
+	evented bool // Woken took a completion event: the next Step arms again
 }
 
-// WaitOnReady makes the channels t accepts from now on wait on their connection's Ready even
-// when it offers ib.Waiter (Serve). Call it before the first login.
-func (t *Target) WaitOnReady() { t.readyWait = true }
-
-// ScriptChannels makes t hand every channel it accepts from now on to the returned channel
-// instead of starting its goroutines. Call it before the first login.
+// ScriptChannels makes t hand every channel it accepts from now on to the returned channel,
+// each in a poll group of its own that runs no goroutine: the test drives the group's loop
+// (Step). Call it before the first login.
 func (t *Target) ScriptChannels() <-chan *Scripted {
 	out := make(chan *Scripted, 16)
+	t.scriptGroups = true
 	t.startHook = func(ch *channel) {
 		s := &Scripted{ch: ch, clock: manualClock{now: time.Now()}}
 		ch.fake = &s.clock
+		ch.g.clock = &s.clock
 		out <- s
 	}
 	return out
 }
 
-// Step runs the channel until it has nothing more to do without waiting: passes of its loop,
-// the contexts the script's workers gave back, and the task management function's end once
-// its claimed commands are released. It reports whether the channel is drained (torn down
-// by Finish).
+// Step runs the channel's group until it has nothing more to do without waiting: the group's
+// loop, as its goroutine runs it, whose sleep ends the step, unless the task management
+// function the script runs can end (its claimed commands are released). It reports whether
+// the channel is drained and torn down.
 func (s *Scripted) Step() (over bool) {
-	for range 1000 {
+	g := s.ch.g
+	drain(g.wake)
+	if s.evented || takeEvents(g) {
+		s.evented = false
+		g.wait.armed = false // its event is taken: the group arms again before it sleeps
+	}
+	g.loop(func() bool {
+		if s.ch.resetting.Load() {
+			// The nexus reset of its close runs on a goroutine of its own, which signals
+			// the channel when it is done: a step waits for it, as the channel's teardown
+			// does.
+			for s.ch.resetting.Load() {
+				time.Sleep(time.Millisecond)
+			}
+			return false
+		}
 		if s.tmf != nil && s.claimedReleased() {
 			s.tmf.tm.code = s.code
 			c := s.tmf
 			s.tmf, s.claimed = nil, nil
-			s.ch.handBack(c)
-		}
-		_, over = s.ch.pass()
-		if over {
-			return true
-		}
-		if s.ch.takeReady() {
-			continue
-		}
-		// As run (in event mode): arm before sleeping, and go round once more after arming.
-		if s.ch.qpOpen() && s.ch.arm() {
-			continue
-		}
-		if s.tmf == nil || !s.claimedReleased() {
+			g.handBack(c)
 			return false
 		}
+		if takeEvents(g) {
+			// Raised while the group was awake: its Serve would run it again at once.
+			g.wait.armed = false
+			return false
+		}
+		return true
+	})
+	return s.ch.phase == phaseClosed
+}
+
+func drain(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
-	panic("srp: scripted channel never settled")
 }
 
 func (s *Scripted) claimedReleased() bool {
@@ -97,42 +116,44 @@ func (s *Scripted) claimedReleased() bool {
 // or a closing channel's is not executed), and gives it back; it returns its tag, false if
 // none was waiting.
 func (s *Scripted) Exec() (tag uint64, ok bool) {
-	select {
-	case c := <-s.ch.work:
-		if c.state() == ctxCmd && !s.ch.closing.Load() {
-			c.lunMap.Execute(&c.cmd)
-		}
-		tag = c.tag.Load()
-		s.ch.handBack(c)
-		return tag, true
-	default:
+	g := s.ch.g
+	if len(g.scriptWork) == 0 {
 		return 0, false
 	}
+	c := g.scriptWork[0]
+	g.scriptWork = g.scriptWork[1:]
+	if c.state() == ctxCmd && !s.ch.closing.Load() {
+		c.lunMap.Execute(&c.cmd)
+	}
+	tag = c.tag.Load()
+	g.handBack(c)
+	return tag, true
 }
 
-// TMF starts the oldest task management function handed to the task management goroutine:
-// it claims the commands it covers and calls the logical units; Step ends it once they are
+// TMF starts the oldest task management function handed to a task management goroutine: it
+// claims the commands it covers and calls the logical units; Step ends it once they are
 // released. It returns how many commands it claimed, false if none was waiting.
 func (s *Scripted) TMF() (claimed int, ok bool) {
 	if s.tmf != nil {
 		panic("srp: scripted TMF: one task management function at a time")
 	}
-	select {
-	case c := <-s.ch.tmfWork:
-		s.tmf = c
-		s.claimed, s.code = s.ch.beginTMF(&c.tm)
-		return len(s.claimed), true
-	default:
+	g := s.ch.g
+	if len(g.scriptTMF) == 0 {
 		return 0, false
 	}
+	c := g.scriptTMF[0]
+	g.scriptTMF = g.scriptTMF[1:]
+	s.tmf = c
+	s.claimed, s.code = s.ch.beginTMF(&c.tm)
+	return len(s.claimed), true
 }
 
 // Advance moves the channel's clock by d and fires its timer if it is due.
 func (s *Scripted) Advance(d time.Duration) {
 	s.clock.now = s.clock.now.Add(d)
 	ch := s.ch
-	if ch.timerArmed && !ch.timerAt.After(s.clock.now) {
-		ch.timerArmed = false
+	if ch.timer.armed && !ch.timer.at.After(s.clock.now) {
+		ch.timer.armed = false
 		ch.onTimer()
 	}
 }
@@ -146,18 +167,44 @@ func (s *Scripted) Stop(graceful bool, why string) {
 	s.ch.requestStop(mode, why, iu.TLogoutNoReason)
 }
 
-// Woken reports whether the connection's Ready holds a signal: what would wake the channel
-// from its sleep. Step takes it.
-func (s *Scripted) Woken() bool { return len(s.ch.conn.Ready()) > 0 }
+// Woken reports whether something would wake the channel's group from its sleep since its
+// last step: a signal of one of its armed completion queues, or of its inbox.
+func (s *Scripted) Woken() bool {
+	g := s.ch.g
+	if takeEvents(g) {
+		s.evented = true // for the next Step
+	}
+	return s.evented || len(g.wake) > 0
+}
+
+// takeEvents takes the events raised on the group's completion channels without waiting (an
+// Interrupt ends the park of the Serve that takes them) and reports whether there were any.
+func takeEvents(g *pollGroup) bool {
+	got := false
+	for _, c := range g.chans {
+		c.Interrupt()
+		calls := 0
+		_ = c.Serve(nil, func(fired []ib.CQ) bool {
+			calls++
+			got = got || len(fired) > 0
+			return calls == 2
+		})
+	}
+	return got
+}
 
 // State describes the channel: its phase, counters, queues, and every context in use.
 func (s *Scripted) State() string {
 	ch := s.ch
 	var b strings.Builder
 	fmt.Fprintf(&b, "phase %v, commands %d, contexts in use %d, handed off %d, task management %d\n",
-		ch.phase, ch.commands, ch.ctxInUse(), ch.handedOff, ch.tmfActive)
-	fmt.Fprintf(&b, "credits granted %d, owed %d, receives posted %d, send batches %d, send-queue free %d/%d\n",
-		ch.ledger.granted, ch.ledger.pending, ch.recvPosted, ch.sendBatches, ch.sqFree, ch.sqDepth)
+		ch.phase, ch.commands, ch.ctxInUse(), ch.handedOff, ch.tmf.active)
+	recvs := fmt.Sprintf("receives posted %d", ch.recvPosted)
+	if ch.rq.shared() {
+		recvs = fmt.Sprintf("shared receives held %d", ch.rqHeld)
+	}
+	fmt.Fprintf(&b, "credits granted %d, owed %d, %s, send batches %d, send-queue free %d/%d\n",
+		ch.ledger.granted, ch.ledger.pending, recvs, ch.sendBatches, ch.sqFree, ch.sqDepth)
 	for _, q := range []struct {
 		name string
 		q    *ctxQueue
@@ -206,7 +253,6 @@ func FinishScripted(ss ...*Scripted) {
 				s.TMF()
 			}
 			if s.Step() {
-				s.ch.teardown()
 				left = slices.Delete(left, i, i+1)
 				i--
 			}
@@ -223,4 +269,42 @@ func FinishScripted(ss ...*Scripted) {
 		b.WriteString(s.State())
 	}
 	panic("srp: scripted channels never drained:\n" + b.String())
+}
+
+// HoldBackstoreIO makes t's poll groups stop reaping their io_uring (hold) or reap again:
+// commands with a request in flight stay pending in their logical units meanwhile, as on a
+// slow disk.
+func (t *Target) HoldBackstoreIO(hold bool) {
+	for _, g := range t.groups {
+		g.io.holdReap.Store(hold)
+		if !hold {
+			g.notify()
+		}
+	}
+}
+
+// BackstoreIOCounts returns the commands t's poll groups started on their io_uring, and
+// those with a request in flight now.
+func (t *Target) BackstoreIOCounts() (started uint64, inFlight int) {
+	for _, g := range t.groups {
+		started += g.io.started.Load()
+		inFlight += int(g.io.inFlight.Load())
+	}
+	return started, inFlight
+}
+
+// SetGroupIODepth makes the poll groups' io_uring made from now on hold n requests and
+// commands; the returned function restores the depth.
+func SetGroupIODepth(n int) (restore func()) {
+	old := groupIODepth
+	groupIODepth = n
+	return func() { groupIODepth = old }
+}
+
+// FailGroupIOQueue makes the poll groups' io_uring fail to be made with err from now on; the
+// returned function undoes it.
+func FailGroupIOQueue(err error) (restore func()) {
+	old := newGroupQueue
+	newGroupQueue = func(int, bool) (*backstore.Queue, error) { return nil, err }
+	return func() { newGroupQueue = old }
 }

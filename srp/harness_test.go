@@ -62,7 +62,6 @@ type harnessOpts struct {
 	lunSize   int64
 	auth      srp.Authorizer // nil: every initiator sees all LUNs
 	noServe   bool
-	readyWait bool // channels wait on Ready, not in the connection's Serve
 	logLevel  zapcore.Level
 	targetPID *iu.PortID
 	gate      bool // LUN 0's backstore can be held (h.gate)
@@ -70,6 +69,8 @@ type harnessOpts struct {
 	// targetPort and morePorts are srp.Config.TargetPort and MorePorts.
 	targetPort *scsi.TargetPort
 	morePorts  []srp.Port
+	// lun0, when set, is LUN 0's backstore (a benchmark's file).
+	lun0 backstore.Backstore
 }
 
 // gateStore is the harness's view of a gatestore.Store, in the words the tests of this package
@@ -110,6 +111,8 @@ func newHarness(t testing.TB, opts harnessOpts) *harness {
 	for i := 0; i < opts.luns; i++ {
 		var bs backstore.Backstore
 		switch {
+		case i == 0 && opts.lun0 != nil:
+			bs = opts.lun0
 		case i == 0 && opts.fileLUN:
 			f, err := backstore.OpenFile(filepath.Join(t.TempDir(), "lun0.img"),
 				backstore.FileOptions{Size: opts.lunSize, Create: true, LogicalBlockSize: testBlockSize})
@@ -159,9 +162,6 @@ func newHarness(t testing.TB, opts harnessOpts) *harness {
 		MorePorts:      opts.morePorts,
 	})
 	require.NoError(t, err)
-	if opts.readyWait {
-		h.tgt.WaitOnReady()
-	}
 	h.ln, err = h.node.Listen(testPort)
 	require.NoError(t, err)
 	h.addr = h.ln.Addr()
@@ -295,6 +295,23 @@ func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// mustWrite writes data at lba of lun through ch and requires GOOD.
+func mustWrite(t *testing.T, ch *srptest.Channel, lun uint16, lba uint32, data []byte) {
+	t.Helper()
+	rsp, err := ch.Write10(ctxT(t), lun, lba, data, testBlockSize)
+	require.NoError(t, err)
+	require.NoError(t, rsp.Err())
+}
+
+// mustRead reads blocks at lba of lun through ch, requires GOOD and returns the data.
+func mustRead(t *testing.T, ch *srptest.Channel, lun uint16, lba uint32, blocks uint16) []byte {
+	t.Helper()
+	rsp, err := ch.Read10(ctxT(t), lun, lba, blocks, testBlockSize)
+	require.NoError(t, err)
+	require.NoError(t, rsp.Err())
+	return rsp.DataIn
 }
 
 // senseOf returns key/asc/ascq of a response, failing if it has no sense.

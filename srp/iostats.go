@@ -124,27 +124,6 @@ type SessionIOInfo struct {
 	IO     []LUNIOStats
 }
 
-// SessionIO lists the I/O counters of every session the target knows, those whose initiator
-// logged out included (a session is kept until it is forgotten: Config.SessionForgotten).
-func (t *Target) SessionIO() []SessionIOInfo {
-	ss := t.sessionList()
-	out := make([]SessionIOInfo, 0, len(ss))
-	for _, s := range ss {
-		out = append(out, s.ioInfo())
-	}
-	slices.SortFunc(out, func(a, b SessionIOInfo) int {
-		if c := slices.Compare(a.InitiatorPortID[:], b.InitiatorPortID[:]); c != 0 {
-			return c
-		}
-		return slices.Compare(a.TargetPortID[:], b.TargetPortID[:])
-	})
-	return out
-}
-
-func (s *session) ioInfo() SessionIOInfo {
-	return SessionIOInfo{InitiatorPortID: s.key.initiator, TargetPortID: s.key.target, LUNMap: s.lunMap.Load(), IO: s.io.Load().snapshot()}
-}
-
 // countIO adds a command whose response was just posted to its session's counters of its LUN.
 // now is the channel's latest clock reading (Unix nanoseconds; 0: none yet), so that no
 // clock is read per command.

@@ -1,15 +1,12 @@
 package srp_test
 
 import (
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/srptarget/srptarget/backstore"
 	"github.com/srptarget/srptarget/internal/testutil"
-	"github.com/srptarget/srptarget/internal/testutil/faultstore"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp"
 )
@@ -19,19 +16,7 @@ import (
 // their own counts, which stay after the initiator logs out; a LUN a reload takes away keeps
 // its counts.
 func TestSessionIOStats(t *testing.T) {
-	mem, err := backstore.NewMemory(testLUNSize, testBlockSize)
-	require.NoError(t, err)
-	faulty := faultstore.New(mem)
-	const badLBA = 1000
-	faulty.Inject(faultstore.OpRead, badLBA*testBlockSize, testBlockSize, syscall.EIO)
-	lu0, err := scsi.NewLogicalUnit(scsi.Config{Backstore: faulty, Serial: "io0"})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = lu0.Close() })
-	lu1, err := scsi.NewLogicalUnit(scsi.Config{Backstore: mustMemory(t), Serial: "io1"})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = lu1.Close() })
-	both, err := scsi.NewLUNMap([]scsi.Mapping{{LUN: 0, LU: lu0}, {LUN: 1, LU: lu1}})
-	require.NoError(t, err)
+	lu0, _, both := faultyAndIdleLUs(t, "io0", "io1")
 
 	h := newHarness(t, harnessOpts{auth: srp.AllowAll(both)})
 	acfg := h.cfg()
@@ -48,22 +33,16 @@ func TestSessionIOStats(t *testing.T) {
 
 	const blocks = 8
 	for i := range 3 {
-		rsp, err := a.Write10(ctx, 0, uint32(i*blocks), testutil.Pattern(blocks*testBlockSize, i), testBlockSize)
-		require.NoError(t, err)
-		require.NoError(t, rsp.Err())
+		mustWrite(t, a, 0, uint32(i*blocks), testutil.Pattern(blocks*testBlockSize, i))
 	}
 	for i := range 5 {
-		rsp, err := a.Read10(ctx, 1, uint32(i*blocks), blocks, testBlockSize)
-		require.NoError(t, err)
-		require.NoError(t, rsp.Err())
+		mustRead(t, a, 1, uint32(i*blocks), blocks)
 	}
 	rsp, err := a.Read10(ctx, 0, badLBA, 1, testBlockSize) // MEDIUM ERROR
 	require.NoError(t, err)
 	require.Error(t, rsp.Err())
 	for range 2 {
-		rsp, err := b.Read10(ctx, 1, 0, 2*blocks, testBlockSize)
-		require.NoError(t, err)
-		require.NoError(t, rsp.Err())
+		mustRead(t, b, 1, 0, 2*blocks)
 	}
 
 	// clearUA's TEST UNIT READYs count too: the unit attention (CHECK CONDITION), then GOOD.

@@ -28,11 +28,9 @@ func TestIWARPReadSinks(t *testing.T) {
 		ch := h.login(h.cfg())
 		clearUA(t, ch, 0)
 		data := testutil.Pattern(4096, 1)
-		rsp, err := ch.Write10(ctxT(t), 0, 0, data, testBlockSize) // immediate data
-		require.NoError(t, err)
-		require.NoError(t, rsp.Err())
+		mustWrite(t, ch, 0, 0, data) // immediate data
 
-		_, err = ch.Do(ctxT(t), &srptest.Request{CDB: srptest.CDBWrite10(8, 8), DataOut: data, Layout: srptest.Direct{}})
+		_, err := ch.Do(ctxT(t), &srptest.Request{CDB: srptest.CDBWrite10(8, 8), DataOut: data, Layout: srptest.Direct{}})
 		require.ErrorIs(t, err, srptest.ErrDisconnected)
 		h.waitStats("the channel closed", func(s srp.Stats) bool { return s.ChannelsOpen == 0 })
 		e, ok := h.logged("work request failed: closing the channel")

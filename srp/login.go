@@ -3,11 +3,13 @@ package srp
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp/iu"
 )
 
@@ -81,18 +83,15 @@ func grantImmediate(f *iu.LoginReqFields, lim *Limits) uint16 {
 	return f.ImmDataOffset
 }
 
-// listenerFamily returns l's address family (ib.FamilyListener), or 0 when l does not say.
-// The family decides the layout of the SRP_LOGIN_REQ (include/scsi/srp.h): an IP-family
-// listener receives the 56-byte struct srp_login_req_rdma (RDMA/CM's own header took 36 of the
-// IB CM REQ's 92 bytes; LIO converts every RDMA/CM login from this form), an AF_IB listener
-// the raw REQ private data, the 64-byte struct srp_login_req first (ib_srp's
-// dgid=...,service_id=0x013fPPPP). Not the length of the private data, which is ambiguous
-// where the transport delivers the sender's length (iWARP) or pads it.
-func listenerFamily(l ib.Listener) ib.Family {
-	if fl, ok := l.(ib.FamilyListener); ok {
-		return fl.Family()
+// loginFormName names the login layout of family fam for logs.
+func loginFormName(fam ib.Family) string {
+	switch fam {
+	case ib.FamilyIP:
+		return "RDMA/CM (56 bytes, IP address)"
+	case ib.FamilyIB:
+		return "IB CM (64 bytes, AF_IB)"
 	}
-	return 0
+	return "by length (address family unknown)"
 }
 
 // parseLogin decodes the SRP_LOGIN_REQ of req, which arrived on a listener of family fam; a
@@ -108,28 +107,62 @@ func parseLogin(req ib.ConnRequest, fam ib.Family) (iu.LoginReqFields, error) {
 	return iu.ParseLoginReq(b)
 }
 
-// loginFormName names the login layout of family fam for logs.
-func loginFormName(fam ib.Family) string {
-	switch fam {
-	case ib.FamilyIP:
-		return "RDMA/CM (56 bytes, IP address)"
-	case ib.FamilyIB:
-		return "IB CM (64 bytes, AF_IB)"
+// login answers one connection request that arrived on a listener of family fam (0:
+// unknown): the request is checked and authorized, joins its I_T nexus (a session) and
+// becomes a channel of it, or is refused with an SRP_LOGIN_REJ that says why.
+func (t *Target) login(req ib.ConnRequest, fam ib.Family) {
+	a, ok := t.authorizeLogin(req, fam)
+	if !ok {
+		return
 	}
-	return "by length (address family unknown)"
+	key := nexusKey{initiator: a.f.InitiatorPortID, target: a.f.TargetPortID}
+	sess, host, why := t.reg.acquireSession(key, a.hostAddr())
+	if why != nil {
+		t.reject(req, a.f.Tag, iu.LoginRejInsufficientResources, a.log, why.detail, why.hint)
+		return
+	}
+	defer t.reg.releaseSession(sess, host)
+	sess.loginMu.Lock()
+	defer sess.loginMu.Unlock()
+	sess.waitReset()
+	result, le := t.joinNexus(sess, a)
+	if le != nil {
+		t.reject(req, a.f.Tag, le.reason, a.log, le.detail, le.hint)
+		return
+	}
+	t.openChannel(sess, host, key, a, result)
 }
 
-// login answers one connection request that arrived on a listener of family fam (0:
-// unknown).
-func (t *Target) login(req ib.ConnRequest, fam ib.Family) {
-	src := req.RemoteAddr()
+// loginAttempt is a connection request on its way to a channel: the login it carries, the
+// logger that names its initiator, and what the access control lists granted it.
+type loginAttempt struct {
+	req   ib.ConnRequest
+	fam   ib.Family
+	f     iu.LoginReqFields
+	log   *zap.Logger
+	ibSrc *ib.IBAddr  // the initiator's address on an AF_IB listener, else nil
+	auth  *authHolder // the authorizer that granted m
+	m     *scsi.LUNMap
+}
+
+// hostAddr is the address the host's share is kept by: its IP address, or its GID over AF_IB.
+func (a *loginAttempt) hostAddr() netip.Addr {
+	if a.ibSrc != nil {
+		return a.ibSrc.GID
+	}
+	return a.req.RemoteAddr().Addr()
+}
+
+// authorizeLogin parses and checks the SRP_LOGIN_REQ of req and asks the Authorizer for its
+// LUN map; it rejects the login and reports false when any of that fails.
+func (t *Target) authorizeLogin(req ib.ConnRequest, fam ib.Family) (*loginAttempt, bool) {
 	log := t.log.With(srcField(req, fam))
 	f, err := parseLogin(req, fam)
 	if err != nil {
 		t.reject(req, 0, iu.LoginRejUnableEstablishChannel, log,
 			fmt.Sprintf("malformed SRP_LOGIN_REQ (%d bytes of private data, login form %s): %v", len(req.PrivateData()), loginFormName(fam), err),
 			"the peer is not an SRP initiator, or sends a login format this target does not know")
-		return
+		return nil, false
 	}
 	log = log.With(zap.Stringer("initiator", f.InitiatorPortID), zap.Uint64("login_tag", uint64(f.Tag)))
 	want := t.cfg.TargetPortID
@@ -139,24 +172,22 @@ func (t *Target) login(req ib.ConnRequest, fam ib.Family) {
 	}
 	if le := checkLogin(&f, want, &t.lim); le != nil {
 		t.reject(req, f.Tag, le.reason, log, le.detail, le.hint)
-		return
+		return nil, false
 	}
 	if req.ResponderResources() == 0 {
 		t.reject(req, f.Tag, iu.LoginRejInsufficientResources, log,
 			"initiator offers no responder resources: the target could not RDMA READ data-out (SCSI WRITE)",
 			"the initiator must allow RDMA READs (ib_srp offers 4)")
-		return
+		return nil, false
 	}
-	auth := t.auth.Load()
-	a := auth.a
-	if a == nil {
+	a := &loginAttempt{req: req, fam: fam, f: f, log: log, ibSrc: ibSource(req, fam), auth: t.auth.Load()}
+	if a.auth.a == nil {
 		t.rejectByACL(req, f.Tag, iu.LoginRejChannelLimitReached, log, "no access control list is configured",
 			"configure the initiators allowed to log in")
-		return
+		return nil, false
 	}
-	ibSrc := ibSource(req, fam)
-	m, err := authorizeFrom(a, f.InitiatorPortID, f.TargetPortID, src, ibSrc)
-	if err != nil || m == nil {
+	a.m, err = authorizeFrom(a.auth.a, f.InitiatorPortID, f.TargetPortID, req.RemoteAddr(), a.ibSrc)
+	if err != nil || a.m == nil {
 		reason := iu.LoginRejChannelLimitReached
 		detail := "initiator refused by the access control list"
 		var re *LoginRefusedError
@@ -167,65 +198,59 @@ func (t *Target) login(req ib.ConnRequest, fam ib.Family) {
 		}
 		t.rejectByACL(req, f.Tag, reason, log, detail,
 			fmt.Sprintf("add initiator port %v (or %s) to an ACL of the configuration", f.InitiatorPortID, sourceName(req, fam)))
-		return
+		return nil, false
 	}
+	return a, true
+}
 
-	key := nexusKey{initiator: f.InitiatorPortID, target: f.TargetPortID}
-	hostAddr := src.Addr() // the host's share is kept by its address, or its GID over AF_IB
-	if ibSrc != nil {
-		hostAddr = ibSrc.GID
+// joinNexus applies the login's MULTI-CHANNEL ACTION to sess, whose login lock is held: a
+// channel joins the nexus's others, or replaces them (terminateChannels). It says which, or
+// why the channel cannot join.
+func (t *Target) joinNexus(sess *session, a *loginAttempt) (iu.LoginRspFlags, *loginError) {
+	if a.f.ReqFlags.MultiChanAction() != iu.MultiChanMulti {
+		if t.terminateChannels(sess, a.log) {
+			return iu.LoginRspMultiChanTerminated, nil
+		}
+		return 0, nil
 	}
-	sess, host, le := t.acquireSession(key, hostAddr)
-	if le != nil {
-		t.reject(req, f.Tag, le.reason, log, le.detail, le.hint)
-		return
+	n := sess.channelCount()
+	if n >= t.lim.MaxChannels {
+		return 0, &loginError{reason: iu.LoginRejChannelLimitReached,
+			detail: fmt.Sprintf("the I_T nexus already has %d channels (max_channels %d)", n, t.lim.MaxChannels),
+			hint:   fmt.Sprintf("raise limits.max_channels or set ch_count=%d or lower on the initiator", t.lim.MaxChannels)}
 	}
-	defer t.releaseSession(sess, host)
-	sess.loginMu.Lock()
-	defer sess.loginMu.Unlock()
-	sess.waitReset()
+	if cur := sess.lunMap.Load(); n > 0 && cur != a.m && !sameMappings(cur, a.m) {
+		// Access is decided per channel, as LIO and SCST decide it: a channel that joins the
+		// nexus must not change the LUNs its other channels see. Initiator port identifiers
+		// are not authenticated, so this is what keeps a login from another address with the
+		// same identifier from taking over the nexus's LUNs.
+		return 0, &loginError{reason: iu.LoginRejUnableAssociateChannel,
+			detail: fmt.Sprintf("the access control list grants this login (from %v) %d LUNs, other than the %d LUNs of the nexus's %d channels",
+				a.req.RemoteAddr().Addr(), len(a.m.Mappings()), len(cur.Mappings()), n),
+			hint: "make every address this initiator port logs in from match the same ACL, or give each host its own initiator port id"}
+	}
+	if n > 0 {
+		return iu.LoginRspMultiChanMaintained, nil
+	}
+	return 0, nil
+}
 
-	var result iu.LoginRspFlags
-	switch f.ReqFlags.MultiChanAction() {
-	case iu.MultiChanMulti:
-		n := sess.channelCount()
-		if n >= t.lim.MaxChannels {
-			t.reject(req, f.Tag, iu.LoginRejChannelLimitReached, log,
-				fmt.Sprintf("the I_T nexus already has %d channels (max_channels %d)", n, t.lim.MaxChannels),
-				fmt.Sprintf("raise limits.max_channels or set ch_count=%d or lower on the initiator", t.lim.MaxChannels))
-			return
-		}
-		if cur := sess.lunMap.Load(); n > 0 && cur != m && !sameMappings(cur, m) {
-			// Access is decided per channel, as LIO and SCST decide it: a channel that
-			// joins the nexus must not change the LUNs its other channels see. Initiator
-			// port identifiers are not authenticated, so this is what keeps a login from
-			// another address with the same identifier from taking over the nexus's LUNs.
-			t.reject(req, f.Tag, iu.LoginRejUnableAssociateChannel, log,
-				fmt.Sprintf("the access control list grants this login (from %v) %d LUNs, other than the %d LUNs of the nexus's %d channels",
-					src.Addr(), len(m.Mappings()), len(cur.Mappings()), n),
-				"make every address this initiator port logs in from match the same ACL, or give each host its own initiator port id")
-			return
-		}
-		if n > 0 {
-			result = iu.LoginRspMultiChanMaintained
-		}
-	default:
-		if t.terminateChannels(sess, log) {
-			result = iu.LoginRspMultiChanTerminated
-		}
-	}
-
-	if le := t.reserveChannel(host, key); le != nil {
-		t.reject(req, f.Tag, le.reason, log, le.detail, le.hint)
+// openChannel makes the channel of a login that joined sess (result: what became of the
+// nexus's other channels), counted against the limits and host's share, accepts the
+// connection with the SRP_LOGIN_RSP and starts the channel.
+func (t *Target) openChannel(sess *session, host *source, key nexusKey, a *loginAttempt, result iu.LoginRspFlags) {
+	req, f, log := a.req, &a.f, a.log
+	if why := t.reg.reserveChannel(host, key); why != nil {
+		t.reject(req, f.Tag, iu.LoginRejInsufficientResources, log, why.detail, why.hint)
 		return
 	}
 	reserved := true
 	defer func() {
 		if reserved {
-			t.unreserveChannel(host, key)
+			t.reg.unreserveChannel(host, key)
 		}
 	}()
-	ch, ap, err := t.prepareChannel(sess, host, req, &f, ibSrc)
+	ch, ap, err := t.prepareChannel(sess, host, req, f, a.ibSrc)
 	if err != nil {
 		t.reject(req, f.Tag, iu.LoginRejInsufficientResources, log, err.Error(),
 			"check the memory available for registration (ulimit -l) and the device limits")
@@ -245,16 +270,16 @@ func (t *Target) login(req ib.ConnRequest, fam ib.Family) {
 		RspFlags:    flags,
 	})
 	ap.PrivateData = rsp[:]
-	if !t.addChannel(ch) {
-		ch.release()
+	if !t.reg.addChannel(ch) {
+		ch.abortLogin()
 		t.reject(req, f.Tag, iu.LoginRejInsufficientResources, log, "target is shutting down", "wait for the target to restart")
 		return
 	}
 	reserved = false
 	conn, err := req.Accept(ap)
 	if err != nil {
-		ch.release()
-		t.removeChannel(ch)
+		ch.abortLogin()
+		t.reg.removeChannel(ch)
 		if errors.Is(err, ib.ErrAnswered) {
 			log.Warn("accepting the login failed", zap.Error(err))
 			return
@@ -266,10 +291,10 @@ func (t *Target) login(req ib.ConnRequest, fam ib.Family) {
 	// The session keeps its LUN map while the initiator is away, and SetAuthorizer skips
 	// sessions without a channel: a reload that changed what this initiator sees is noticed
 	// here, against the map of its previous login.
-	sess.switchMap(m, "login after a configuration change")
+	sess.switchMap(a.m, "login after a configuration change")
 	ch.accepted(conn)
-	nch := sess.add(ch, src)
-	if cur := t.auth.Load(); cur != auth {
+	nch := sess.add(ch, req.RemoteAddr())
+	if cur := t.auth.Load(); cur != a.auth {
 		// SetAuthorizer ran after Authorize above but may have found the session without
 		// this channel: apply the new authorizer now that the channel is counted.
 		sess.reauthorize(cur.a)
@@ -278,7 +303,7 @@ func (t *Target) login(req ib.ConnRequest, fam ib.Family) {
 	t.stats.channelsOpen.Add(1)
 	ch.start(conn)
 	ch.log.Info("login accepted",
-		zap.String("login_form", loginFormName(fam)),
+		zap.String("login_form", loginFormName(a.fam)),
 		zap.Stringer("multichannel", multiChanName(f.ReqFlags.MultiChanAction(), result)),
 		zap.Int("channels", nch),
 		zap.Uint32("req_it_iu_len", f.ReqITIULen),
@@ -289,7 +314,7 @@ func (t *Target) login(req ib.ConnRequest, fam ib.Family) {
 		zap.Uint16("immediate_data_offset", ch.immOff),
 		zap.Int("send_queue_depth", ch.sqDepth),
 		zap.Int("max_descriptors", ch.maxDesc),
-		zap.Int("luns", len(m.Mappings())))
+		zap.Int("luns", len(a.m.Mappings())))
 }
 
 // terminateChannels ends the channels of sess for a login with MULTI-CHANNEL ACTION single
@@ -322,7 +347,7 @@ func (t *Target) terminateChannels(sess *session, log *zap.Logger) bool {
 }
 
 // prepareChannel sizes and allocates a channel for req from host (from ibSrc when it arrived on
-// an AF_IB listener); the caller accepts.
+// an AF_IB listener) in the poll group with the fewest channels; the caller accepts.
 func (t *Target) prepareChannel(sess *session, host *source, req ib.ConnRequest, f *iu.LoginReqFields, ibSrc *ib.IBAddr) (*channel, ib.AcceptParams, error) {
 	lim := req.Limits()
 	p := channelParams{
@@ -330,6 +355,7 @@ func (t *Target) prepareChannel(sess *session, host *source, req ib.ConnRequest,
 		credits: min(t.lim.Credits, lim.MaxQueueDepth-spareRecvs),
 		sqDepth: min(t.lim.SendQueueDepth, lim.MaxQueueDepth),
 		immOff:  grantImmediate(f, &t.lim),
+		inline:  min(lim.MaxInlineData, int(t.lim.MaxTIIULen)),
 		ibSrc:   ibSrc,
 	}
 	if p.credits < 2 || p.sqDepth < 2 || lim.MaxSendSGE < 1 || lim.MaxRecvSGE < 1 || lim.MaxReadSGE < 1 {
@@ -338,12 +364,25 @@ func (t *Target) prepareChannel(sess *session, host *source, req ib.ConnRequest,
 	p.maxDesc = min(t.lim.MaxDescriptors, p.sqDepth-1)
 	p.initiatorDepth = uint8(min(int(req.ResponderResources()), lim.MaxRDAtomic, 255))
 	p.respRes = uint8(min(int(req.InitiatorDepth()), lim.MaxRDAtomic, 255))
-	pool, err := t.pool(req.PD())
+	pool, err := t.pools.get(req.PD())
 	if err != nil {
 		return nil, ib.AcceptParams{}, err
 	}
-	ch, err := newChannel(t, sess, host, pool, req.PD(), p, req.RemoteAddr())
+	g := t.groupFor()
+	q, err := g.reserve(req.PD(), pool, p.sqDepth, p.credits+spareRecvs, p.immOff)
 	if err != nil {
+		return nil, ib.AcceptParams{}, err
+	}
+	if q.srq != nil {
+		// Credits bounded by what the shared receive queue holds (recvLimit).
+		p.credits = min(p.credits, q.srq.depth-spareRecvs)
+	}
+	ch, err := newChannel(t, sess, host, pool, req.PD(), g, q, p, req.RemoteAddr())
+	if err != nil {
+		g.mu.Lock()
+		g.unreserveLocked(q)
+		g.mu.Unlock()
+		g.load.Add(-1)
 		return nil, ib.AcceptParams{}, err
 	}
 	ap := ib.AcceptParams{
@@ -352,13 +391,28 @@ func (t *Target) prepareChannel(sess *session, host *source, req ib.ConnRequest,
 			RecvQueueDepth: ch.nrecv,
 			MaxSendSGE:     1,
 			MaxRecvSGE:     1,
+			MaxInlineData:  ch.inline,
 		},
 		RNRRetryCount:      ib.InfiniteRNRRetry,
 		ResponderResources: p.respRes,
 		InitiatorDepth:     p.initiatorDepth,
-		Recv:               ch.recvWRs,
+		CQ:                 q.recv.cq,
+		SendCQ:             q.send.cq,
+		OnQP:               func(qpn uint32) { g.registerQP(ch, qpn) },
+		OnEvent:            ch.onEvent,
+	}
+	if q.srq != nil {
+		ap.SRQ = q.srq.srq
+	} else {
+		ap.Recv = ch.rq.wrs
 	}
 	return ch, ap, nil
+}
+
+// abortLogin releases a channel prepared for a login that was not accepted after all.
+func (ch *channel) abortLogin() {
+	ch.release()
+	ch.g.start(ch) // with no connection: the group forgets it
 }
 
 // reject answers req with an SRP_LOGIN_REJ and logs why and what to change.

@@ -247,13 +247,8 @@ func TestLoginImmediateDataGrant(t *testing.T) {
 			clearUA(t, ch, 0)
 			// Writes work either way (immediate data or RDMA READ) and read back.
 			data := testutil.Pattern(4096, int(tc.offset))
-			rsp, err := ch.Write10(ctxT(t), 0, 100, data, testBlockSize)
-			require.NoError(t, err)
-			require.NoError(t, rsp.Err())
-			rsp, err = ch.Read10(ctxT(t), 0, 100, 8, testBlockSize)
-			require.NoError(t, err)
-			require.NoError(t, rsp.Err())
-			require.Equal(t, data, rsp.DataIn)
+			mustWrite(t, ch, 0, 100, data)
+			require.Equal(t, data, mustRead(t, ch, 0, 100, 8))
 		})
 	}
 }

@@ -20,19 +20,7 @@ import (
 // (scsi.LogicalUnit.Stats): commands and latencies by class, bytes each way, and CHECK
 // CONDITIONs by sense key, after known I/O; a logical unit nobody used stays at zero.
 func TestLogicalUnitStats(t *testing.T) {
-	mem, err := backstore.NewMemory(testLUNSize, testBlockSize)
-	require.NoError(t, err)
-	faulty := faultstore.New(mem)
-	const badLBA = 1000
-	faulty.Inject(faultstore.OpRead, badLBA*testBlockSize, testBlockSize, syscall.EIO)
-	lu, err := scsi.NewLogicalUnit(scsi.Config{Backstore: faulty, Serial: "stats0001"})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = lu.Close() })
-	idle, err := scsi.NewLogicalUnit(scsi.Config{Backstore: mustMemory(t), Serial: "stats0002"})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = idle.Close() })
-	m, err := scsi.NewLUNMap([]scsi.Mapping{{LUN: 0, LU: lu}, {LUN: 1, LU: idle}})
-	require.NoError(t, err)
+	lu, idle, m := faultyAndIdleLUs(t, "stats0001", "stats0002")
 
 	h := newHarness(t, harnessOpts{auth: srp.AllowAll(m), latency: true})
 	ch := h.login(h.cfg())
@@ -43,14 +31,10 @@ func TestLogicalUnitStats(t *testing.T) {
 
 	const writes, reads, blocks = 5, 7, 8
 	for i := 0; i < writes; i++ {
-		rsp, err := ch.Write10(ctx, 0, uint32(i*blocks), testutil.Pattern(blocks*testBlockSize, i), testBlockSize)
-		require.NoError(t, err)
-		require.NoError(t, rsp.Err())
+		mustWrite(t, ch, 0, uint32(i*blocks), testutil.Pattern(blocks*testBlockSize, i))
 	}
 	for i := 0; i < reads; i++ {
-		rsp, err := ch.Read10(ctx, 0, uint32(i*blocks), blocks, testBlockSize)
-		require.NoError(t, err)
-		require.NoError(t, rsp.Err())
+		mustRead(t, ch, 0, uint32(i*blocks), blocks)
 	}
 	// MEDIUM ERROR (a read), ILLEGAL REQUEST (an unsupported operation code: "other").
 	rsp, err := ch.Read10(ctx, 0, badLBA, 1, testBlockSize)
@@ -107,6 +91,27 @@ func mustMemory(t *testing.T) backstore.Backstore {
 	return m
 }
 
+// badLBA is the block that faultyAndIdleLUs' first logical unit fails to read (MEDIUM ERROR).
+const badLBA = 1000
+
+// faultyAndIdleLUs makes two memory logical units, serials serial0 and serial1, mapped at LUNs
+// 0 and 1; reading block badLBA of LUN 0 fails with EIO.
+func faultyAndIdleLUs(t *testing.T, serial0, serial1 string) (lu0, lu1 *scsi.LogicalUnit, m *scsi.LUNMap) {
+	t.Helper()
+	faulty := faultstore.New(mustMemory(t))
+	faulty.Inject(faultstore.OpRead, badLBA*testBlockSize, testBlockSize, syscall.EIO)
+	var err error
+	lu0, err = scsi.NewLogicalUnit(scsi.Config{Backstore: faulty, Serial: serial0})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lu0.Close() })
+	lu1, err = scsi.NewLogicalUnit(scsi.Config{Backstore: mustMemory(t), Serial: serial1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lu1.Close() })
+	m, err = scsi.NewLUNMap([]scsi.Mapping{{LUN: 0, LU: lu0}, {LUN: 1, LU: lu1}})
+	require.NoError(t, err)
+	return lu0, lu1, m
+}
+
 // TestLogicalUnitStatsWithoutLatency: without Config.MeasureLatency the commands are still
 // counted, with no clock read (latency 0).
 func TestLogicalUnitStatsWithoutLatency(t *testing.T) {
@@ -117,9 +122,7 @@ func TestLogicalUnitStatsWithoutLatency(t *testing.T) {
 	testutil.WaitFor(t, "the unit attention's command to end", func() bool { return lu.StatsSnapshot().InFlight == 0 })
 	before := lu.StatsSnapshot()
 	for i := range 3 {
-		rsp, err := ch.Read10(ctxT(t), 0, uint32(i*8), 8, testBlockSize)
-		require.NoError(t, err)
-		require.NoError(t, rsp.Err())
+		mustRead(t, ch, 0, uint32(i*8), 8)
 	}
 	testutil.WaitFor(t, "the reads counted", func() bool {
 		return lu.StatsSnapshot().Commands[scsi.OpRead]-before.Commands[scsi.OpRead] == 3

@@ -26,19 +26,15 @@ import (
 // with BUSY. Waiting first rather than answering TASK SET FULL at once keeps large transfers
 // flowing under load without the Linux midlayer lowering the queue depth.
 type bufPool struct {
-	slab     *ib.Slab
-	mr       ib.MR
-	mem      []byte
-	maxOrder int // the largest block is poolMinBlock << maxOrder
+	slab *ib.Slab
+	mr   ib.MR
+	mem  []byte
 
 	mu       sync.Mutex
-	heads    []int32 // per order: first free block (unit index), -1 if none
-	next     []int32 // per unit, for a free block's head unit: next free block of its order
-	prev     []int32
-	order    []int8 // per unit, for a block's head unit: its order
-	free     []bool // per unit, for a block's head unit: whether it is free
+	blocks   buddies // the largest block is poolMinBlock << blocks.maxOrder
 	waiters  []waker
 	inUse    atomic.Int64 // bytes handed out
+	cached   atomic.Int64 // bytes free in the poll groups' caches (bufCache)
 	highMark atomic.Int64
 	waiting  atomic.Int32 // channels with commands waiting for a buffer
 
@@ -110,24 +106,11 @@ func poolGeometry(size int64, maxBuf uint32) (int64, int, error) {
 
 // newBufPoolOver builds the allocator over mem, whose length poolGeometry gave, all free.
 func newBufPoolOver(mem []byte, maxOrder int) *bufPool {
-	units := int64(len(mem)) / poolMinBlock
-	p := &bufPool{
-		closing:  make(chan struct{}),
-		mem:      mem,
-		maxOrder: maxOrder,
-		heads:    make([]int32, maxOrder+1),
-		next:     make([]int32, units),
-		prev:     make([]int32, units),
-		order:    make([]int8, units),
-		free:     make([]bool, units),
+	return &bufPool{
+		closing: make(chan struct{}),
+		mem:     mem,
+		blocks:  newBuddies(int64(len(mem))/poolMinBlock, maxOrder),
 	}
-	for i := range p.heads {
-		p.heads[i] = -1
-	}
-	for u := int32(units) - int32(1)<<maxOrder; u >= 0; u -= int32(1) << maxOrder {
-		p.push(u, maxOrder)
-	}
-	return p
 }
 
 // close deregisters and unmaps the pool, once. Every buffer must have been freed and every
@@ -151,7 +134,7 @@ func (p *bufPool) close() error {
 func (p *bufPool) unused() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.waiters) == 0 && p.inUse.Load() == 0
+	return len(p.waiters) == 0 && p.inUse.Load() == 0 && p.cached.Load() == 0
 }
 
 // poolBuf is one allocated block.
@@ -189,7 +172,7 @@ func (p *bufPool) orderFor(n uint32) int {
 		units = 1
 	}
 	o := bits.Len64(units - 1)
-	if o > p.maxOrder {
+	if o > p.blocks.maxOrder {
 		return -1
 	}
 	return o
@@ -212,31 +195,23 @@ func (p *bufPool) alloc(n uint32) (poolBuf, bool) {
 		return noBuf, false
 	}
 	p.mu.Lock()
-	o := want
-	for o <= p.maxOrder && p.heads[o] < 0 {
-		o++
-	}
-	if o > p.maxOrder {
-		p.mu.Unlock()
+	u, ok := p.blocks.take(want)
+	p.mu.Unlock()
+	if !ok {
 		return noBuf, false
 	}
-	u := p.heads[o]
-	p.unlink(u, o)
-	for o > want {
-		o--
-		p.push(u+int32(1)<<o, o)
-	}
-	p.order[u] = int8(want)
-	p.free[u] = false
-	p.mu.Unlock()
-	used := p.inUse.Add(int64(poolMinBlock) << want)
+	p.noteInUse(p.inUse.Add(int64(poolMinBlock) << want))
+	return poolBuf{unit: u, order: int8(want), n: n}, true
+}
+
+// noteInUse raises the high mark to used bytes.
+func (p *bufPool) noteInUse(used int64) {
 	for {
 		hm := p.highMark.Load()
 		if used <= hm || p.highMark.CompareAndSwap(hm, used) {
-			break
+			return
 		}
 	}
-	return poolBuf{unit: u, order: int8(want), n: n}, true
 }
 
 // release returns b to the pool, merging it with its free buddies, and wakes the channels
@@ -247,17 +222,7 @@ func (p *bufPool) release(b poolBuf) {
 	}
 	p.inUse.Add(-(int64(poolMinBlock) << b.order))
 	p.mu.Lock()
-	u, o := b.unit, int(b.order)
-	for o < p.maxOrder {
-		buddy := u ^ int32(1)<<o
-		if !p.free[buddy] || int(p.order[buddy]) != o {
-			break
-		}
-		p.unlink(buddy, o)
-		u = min(u, buddy)
-		o++
-	}
-	p.push(u, o)
+	p.blocks.give(b.unit, int(b.order))
 	if p.waiting.Load() > 0 {
 		p.wakeLocked()
 	}
@@ -281,31 +246,6 @@ func (p *bufPool) wakeLocked() {
 // waker is what the pool wakes when buffers come back: a channel.
 type waker interface{ signal() }
 
-// push makes the block at unit u of order o free. p.mu held (or pool not yet shared).
-func (p *bufPool) push(u int32, o int) {
-	p.order[u] = int8(o)
-	p.free[u] = true
-	p.prev[u] = -1
-	p.next[u] = p.heads[o]
-	if h := p.heads[o]; h >= 0 {
-		p.prev[h] = u
-	}
-	p.heads[o] = u
-}
-
-// unlink takes the free block at unit u of order o off its free list. p.mu held.
-func (p *bufPool) unlink(u int32, o int) {
-	if pr := p.prev[u]; pr >= 0 {
-		p.next[pr] = p.next[u]
-	} else {
-		p.heads[o] = p.next[u]
-	}
-	if nx := p.next[u]; nx >= 0 {
-		p.prev[nx] = p.prev[u]
-	}
-	p.free[u] = false
-}
-
 // register adds a channel's wake-up channel, signalled when a buffer is freed while some
 // channel waits.
 func (p *bufPool) register(w waker) {
@@ -326,14 +266,111 @@ func (p *bufPool) unregister(w waker) {
 func (p *bufPool) freeBytes() int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.blocks.freeUnits() * poolMinBlock
+}
+
+// size is the pool's total memory.
+func (p *bufPool) size() int64 { return int64(len(p.mem)) }
+
+// buddies is a binary buddy allocator over units of poolMinBlock: free blocks of 2^k units up
+// to 2^maxOrder, split on take and merged with their free buddy on give. Its metadata is a few
+// arrays sized once, so neither touches the Go heap. Its owner's lock guards it.
+type buddies struct {
+	maxOrder int
+	heads    []int32 // per order: first free block (unit index), -1 if none
+	next     []int32 // per unit, for a free block's head unit: next free block of its order
+	prev     []int32
+	order    []int8 // per unit, for a block's head unit: its order
+	free     []bool // per unit, for a block's head unit: whether it is free
+}
+
+// newBuddies makes the allocator of units units (a whole number of the largest blocks), all
+// free.
+func newBuddies(units int64, maxOrder int) buddies {
+	b := buddies{
+		maxOrder: maxOrder,
+		heads:    make([]int32, maxOrder+1),
+		next:     make([]int32, units),
+		prev:     make([]int32, units),
+		order:    make([]int8, units),
+		free:     make([]bool, units),
+	}
+	for i := range b.heads {
+		b.heads[i] = -1
+	}
+	for u := int32(units) - int32(1)<<maxOrder; u >= 0; u -= int32(1) << maxOrder {
+		b.push(u, maxOrder)
+	}
+	return b
+}
+
+// take returns the first unit of a free block of order want, split from a larger one if
+// need be, or false when none is free.
+func (b *buddies) take(want int) (int32, bool) {
+	o := want
+	for o <= b.maxOrder && b.heads[o] < 0 {
+		o++
+	}
+	if o > b.maxOrder {
+		return -1, false
+	}
+	u := b.heads[o]
+	b.unlink(u, o)
+	for o > want {
+		o--
+		b.push(u+int32(1)<<o, o)
+	}
+	b.order[u] = int8(want)
+	b.free[u] = false
+	return u, true
+}
+
+// give frees the block at unit u of order o, merged with its buddies while they are free.
+func (b *buddies) give(u int32, o int) {
+	for o < b.maxOrder {
+		buddy := u ^ int32(1)<<o
+		if !b.free[buddy] || int(b.order[buddy]) != o {
+			break
+		}
+		b.unlink(buddy, o)
+		u = min(u, buddy)
+		o++
+	}
+	b.push(u, o)
+}
+
+// freeUnits counts the free units.
+func (b *buddies) freeUnits() int64 {
 	var n int64
-	for o, h := range p.heads {
-		for u := h; u >= 0; u = p.next[u] {
-			n += int64(poolMinBlock) << o
+	for o, h := range b.heads {
+		for u := h; u >= 0; u = b.next[u] {
+			n += int64(1) << o
 		}
 	}
 	return n
 }
 
-// size is the pool's total memory.
-func (p *bufPool) size() int64 { return int64(len(p.mem)) }
+// push makes the block at unit u of order o free. Its owner's lock held (or the allocator not yet shared).
+func (b *buddies) push(u int32, o int) {
+	b.order[u] = int8(o)
+	b.free[u] = true
+	b.prev[u] = -1
+	b.next[u] = b.heads[o]
+	if h := b.heads[o]; h >= 0 {
+		b.prev[h] = u
+	}
+	b.heads[o] = u
+}
+
+// unlink takes the free block at unit u of order o off its free list. Its owner's lock held.
+func (b *buddies) unlink(u int32, o int) {
+	if pr := b.prev[u]; pr >= 0 {
+		b.next[pr] = b.next[u]
+	} else {
+		b.heads[o] = b.next[u]
+	}
+	if nx := b.next[u]; nx >= 0 {
+		b.prev[nx] = b.prev[u]
+	}
+	b.free[u] = false
+}

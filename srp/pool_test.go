@@ -28,7 +28,7 @@ func TestPoolSizing(t *testing.T) {
 		p, err := newBufPoolMem(tc.size, tc.maxBuf)
 		require.NoError(t, err)
 		require.Equal(t, tc.wantSize, p.size())
-		require.Equal(t, tc.maxOrder, p.maxOrder)
+		require.Equal(t, tc.maxOrder, p.blocks.maxOrder)
 		require.Equal(t, tc.wantSize, p.freeBytes())
 	}
 }

@@ -89,9 +89,7 @@ func TestReadOnlyTaskManagement(t *testing.T) {
 			h := newHarness(t, harnessOpts{gate: true})
 			rw, ro := readOnlyPair(t, h)
 			data := testutil.Pattern(4096, 11)
-			rsp, err := rw.Write10(ctxT(t), 0, 0, data, testBlockSize)
-			require.NoError(t, err)
-			require.NoError(t, rsp.Err())
+			mustWrite(t, rw, 0, 0, data)
 			readRW := func() *srptest.Pending {
 				t.Helper()
 				p, err := rw.Submit(ctxT(t), &srptest.Request{CDB: srptest.CDBRead10(0, 8), DataInLen: 4096})

@@ -158,11 +158,9 @@ func TestReloadUAOnNextCommand(t *testing.T) {
 		k, asc, ascq := senseOf(t, rsp)
 		require.Equal(t, want, []uint8{k, asc, ascq})
 	}
-	rsp, err := again.Read10(ctxT(t), 0, 0, 1, testBlockSize)
-	require.NoError(t, err)
-	require.NoError(t, rsp.Err())
+	mustRead(t, again, 0, 0, 1)
 	// LUN 1 is new to this nexus: its logical unit reports its power-on condition first.
-	rsp, err = again.TestUnitReady(ctxT(t), 1)
+	rsp, err := again.TestUnitReady(ctxT(t), 1)
 	require.NoError(t, err)
 	k, asc, _ := senseOf(t, rsp)
 	require.Equal(t, []uint8{0x06, 0x29}, []uint8{k, asc})

@@ -32,7 +32,7 @@ func newRemovablePool(t *testing.T, addr string) (*Target, *removablePD, *bufPoo
 	tgt, err := New(Config{Limits: Limits{BufferPoolSize: 1 << 20, MaxTransferLen: 64 << 10}})
 	require.NoError(t, err)
 	pd := &removablePD{ProtectionDomain: node.PD(), gone: make(chan struct{})}
-	p, err := tgt.pool(pd)
+	p, err := tgt.pools.get(pd)
 	require.NoError(t, err)
 	return tgt, pd, p
 }
@@ -59,7 +59,7 @@ func shutdownTarget(t *testing.T, tgt *Target) {
 // buffers are back, not before.
 func TestRetirePoolOfRemovedDevice(t *testing.T) {
 	tgt, pd, p := newRemovablePool(t, "192.0.2.9")
-	same, err := tgt.pool(pd)
+	same, err := tgt.pools.get(pd)
 	require.NoError(t, err)
 	require.Same(t, p, same)
 
@@ -71,9 +71,9 @@ func TestRetirePoolOfRemovedDevice(t *testing.T) {
 
 	close(pd.gone)
 	require.Eventually(t, func() bool {
-		tgt.mu.Lock()
-		defer tgt.mu.Unlock()
-		return tgt.pools[pd] == nil
+		tgt.pools.mu.Lock()
+		defer tgt.pools.mu.Unlock()
+		return tgt.pools.pools[pd] == nil
 	}, 5*time.Second, time.Millisecond, "the removed device's pool leaves the target")
 	require.Never(t, func() bool { return poolClosed(p) }, 300*time.Millisecond, 10*time.Millisecond, "not unmapped while a buffer is out and a channel uses it")
 

@@ -14,6 +14,7 @@ import (
 	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/srp"
 	"github.com/srptarget/srptarget/srp/iu"
+	"github.com/srptarget/srptarget/srp/srptest"
 )
 
 // TestChannelScripts runs the scripts in testdata/channel: sequences of events (an IU from
@@ -235,10 +236,7 @@ func (si *scriptInit) iu(t *testing.T, line string) []byte {
 		} else {
 			f.DataIn = desc
 		}
-		size, err := iu.CmdLen(&f)
-		require.NoError(t, err)
-		b := make([]byte, size)
-		_, err = iu.Cmd(b).Encode(&f)
+		b, err := srptest.EncodeCmd(&f)
 		require.NoError(t, err)
 		return b
 	case "abort-task", "lun-reset":

@@ -159,10 +159,20 @@ func TestSecSessionsForgotten(t *testing.T) {
 	for i := range 1000 {
 		cycle(maxSessions + i)
 	}
-	after := heap()
 	require.LessOrEqual(t, h.tgt.SessionCount(), maxSessions)
+	// The last channel's poll group releases its device queues (SRQ buffers, CQs) and workers
+	// after its pass, on its own goroutine: what a teardown still holds for a moment is not a
+	// leak, so the bound is checked until it holds (a leak never lets it). 4 MiB: 4 KiB per
+	// login, and less than one device's queues on memfabric (two 64 Ki-entry CQs, 8 MiB), which
+	// a stale slot in a group's lists kept reachable with the dead channel.
+	const bound = 4 << 20
+	after := heap()
+	for deadline := time.Now().Add(10 * time.Second); int64(after)-int64(before) >= bound && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		after = heap()
+	}
 	t.Logf("heap before %d, after %d bytes", before, after)
-	require.Less(t, int64(after)-int64(before), int64(10<<20), "1000 logins kept %d bytes", int64(after)-int64(before))
+	require.Less(t, int64(after)-int64(before), int64(bound), "1000 logins kept %d bytes", int64(after)-int64(before))
 }
 
 // TestSecSpoofedLoginCannotSwapLUNs: a MULTI login from another address with the victim's

@@ -23,7 +23,6 @@ type nexusKey struct {
 // CHANGED) reach the initiator when it comes back. It is forgotten only when a new nexus needs
 // room (Limits.MaxSessions): then the one without channels for the longest goes.
 type session struct {
-	t      *Target
 	key    nexusKey
 	nexus  *scsi.Nexus
 	log    *zap.Logger
@@ -33,28 +32,25 @@ type session struct {
 	io atomic.Pointer[sessionIO]
 	// buf is the data buffers the nexus's channels hold together (Limits.MaxInitiatorBuffer).
 	buf bufShare
+	// forgotten is Config.SessionForgotten.
+	forgotten func(SessionIOInfo)
 
 	// loginMu serialises logins of this nexus (a SINGLE login tears down the others).
 	loginMu sync.Mutex
+	nexusChannels
 
-	mu       sync.Mutex
-	channels []*channel // live channels, in login order
-	src      netip.AddrPort
-	// resetting is closed when the nexus reset that followed the loss of the last channel is
-	// done; a login waits for it, so that a reset meant for the old channels' commands cannot
-	// abort the new ones.
-	resetting chan struct{}
-	// idleSince is when the session last had no channel (its creation, or the loss of its
-	// last channel): the oldest idle session is forgotten first.
-	idleSince time.Time
-
-	// logins counts login handlers using the session (guarded by Target.mu): a session is
+	// logins counts login handlers using the session (guarded by registry.mu): a session is
 	// forgotten only when none is.
 	logins int
 }
 
+// ioInfo is the session's I/O counters, for SessionIO and Config.SessionForgotten.
+func (s *session) ioInfo() SessionIOInfo {
+	return SessionIOInfo{InitiatorPortID: s.key.initiator, TargetPortID: s.key.target, LUNMap: s.lunMap.Load(), IO: s.io.Load().snapshot()}
+}
+
 // evictable reports whether the session may be forgotten (no channel, no login using it and
-// no nexus reset in progress) and since when it has had no channel. Target.mu held.
+// no nexus reset in progress) and since when it has had no channel. registry.mu held.
 func (s *session) evictable() (idleSince time.Time, ok bool) {
 	if s.logins > 0 {
 		return time.Time{}, false
@@ -81,91 +77,21 @@ func (s *session) forget() {
 		m.ForgetNexus(s.nexus)
 	}
 	s.log.Info("forgot an I_T nexus without channels to make room for a new one (max_sessions)")
-	if f := s.t.cfg.SessionForgotten; f != nil {
-		f(s.ioInfo())
+	if s.forgotten != nil {
+		s.forgotten(s.ioInfo())
 	}
 }
 
-// startReset records a nexus reset in progress and returns the channel to close when done.
-func (s *session) startReset() chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	done := make(chan struct{})
-	s.resetting = done
-	return done
-}
-
-// waitReset waits for a nexus reset in progress.
-func (s *session) waitReset() {
-	s.mu.Lock()
-	done := s.resetting
-	s.mu.Unlock()
-	if done != nil {
-		<-done
-	}
-}
-
-func newSession(t *Target, key nexusKey) *session {
+// newSession makes the session of key, on the SCSI target port of key's target port
+// identifier; forgotten (Config.SessionForgotten) hears of it when the target forgets it.
+func newSession(key nexusKey, port *scsi.TargetPort, log *zap.Logger, forgotten func(SessionIOInfo)) *session {
 	return &session{
-		t:         t,
-		key:       key,
-		nexus:     &scsi.Nexus{InitiatorPort: key.initiator.String(), InitiatorID: key.initiator, Port: t.ports[key.target]},
-		log:       t.log.With(zap.Stringer("initiator", key.initiator)),
-		idleSince: time.Now(),
+		key:           key,
+		nexus:         &scsi.Nexus{InitiatorPort: key.initiator.String(), InitiatorID: key.initiator, Port: port},
+		log:           log.With(zap.Stringer("initiator", key.initiator)),
+		forgotten:     forgotten,
+		nexusChannels: nexusChannels{idleSince: time.Now()},
 	}
-}
-
-// channelList returns a snapshot of the live channels.
-func (s *session) channelList() []*channel {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]*channel(nil), s.channels...)
-}
-
-func (s *session) channelCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.channels)
-}
-
-// add registers a live channel.
-func (s *session) add(ch *channel, src netip.AddrPort) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.channels = append(s.channels, ch)
-	s.src = src
-	return len(s.channels)
-}
-
-// detachAll removes every channel from the session (a SINGLE login replaces them) and returns
-// them; their closing will not count as the loss of the nexus.
-func (s *session) detachAll() []*channel {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	chs := s.channels
-	s.channels = nil
-	s.idleSince = time.Now()
-	for _, ch := range chs {
-		ch.detached.Store(true)
-	}
-	return chs
-}
-
-// remove takes a closing channel out of the session and reports whether it was the last one
-// (the nexus is lost). A detached channel was already removed and never is the last.
-func (s *session) remove(ch *channel) (last bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if i := slices.Index(s.channels, ch); i >= 0 {
-		// slices.Delete clears the vacated slot: a closed channel (and its connection)
-		// must not stay reachable from the session's array.
-		s.channels = slices.Delete(s.channels, i, i+1)
-		if len(s.channels) == 0 {
-			s.idleSince = time.Now()
-			return true
-		}
-	}
-	return false
 }
 
 // reauthorize applies a new Authorizer to a live session, channel by channel, as LIO and SCST
@@ -223,6 +149,93 @@ func (s *session) switchMap(m *scsi.LUNMap, why string) {
 	m.EstablishUA(s.nexus, scsi.ReasonReportedLUNsDataHasChanged)
 	s.log.Info("LUN map changed: REPORTED LUNS DATA HAS CHANGED pending",
 		zap.String("by", why), zap.Int("luns_before", len(old.Mappings())), zap.Int("luns", len(m.Mappings())))
+}
+
+// nexusChannels are the live channels of a nexus, and whether it is being reset after the loss
+// of the last one.
+type nexusChannels struct {
+	mu       sync.Mutex
+	channels []*channel // live channels, in login order
+	src      netip.AddrPort
+	// resetting is closed when the nexus reset that followed the loss of the last channel is
+	// done; a login waits for it, so that a reset meant for the old channels' commands cannot
+	// abort the new ones.
+	resetting chan struct{}
+	// idleSince is when the session last had no channel (its creation, or the loss of its
+	// last channel): the oldest idle session is forgotten first.
+	idleSince time.Time
+}
+
+// channelList returns a snapshot of the live channels.
+func (n *nexusChannels) channelList() []*channel {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]*channel(nil), n.channels...)
+}
+
+func (n *nexusChannels) channelCount() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.channels)
+}
+
+// add registers a live channel.
+func (n *nexusChannels) add(ch *channel, src netip.AddrPort) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.channels = append(n.channels, ch)
+	n.src = src
+	return len(n.channels)
+}
+
+// detachAll removes every channel from the session (a SINGLE login replaces them) and returns
+// them; their closing will not count as the loss of the nexus.
+func (n *nexusChannels) detachAll() []*channel {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	chs := n.channels
+	n.channels = nil
+	n.idleSince = time.Now()
+	for _, ch := range chs {
+		ch.detached.Store(true)
+	}
+	return chs
+}
+
+// remove takes a closing channel out of the session and reports whether it was the last one
+// (the nexus is lost). A detached channel was already removed and never is the last.
+func (n *nexusChannels) remove(ch *channel) (last bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if i := slices.Index(n.channels, ch); i >= 0 {
+		// slices.Delete clears the vacated slot: a closed channel (and its connection)
+		// must not stay reachable from the session's array.
+		n.channels = slices.Delete(n.channels, i, i+1)
+		if len(n.channels) == 0 {
+			n.idleSince = time.Now()
+			return true
+		}
+	}
+	return false
+}
+
+// startReset records a nexus reset in progress and returns the channel to close when done.
+func (n *nexusChannels) startReset() chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	done := make(chan struct{})
+	n.resetting = done
+	return done
+}
+
+// waitReset waits for a nexus reset in progress.
+func (n *nexusChannels) waitReset() {
+	n.mu.Lock()
+	done := n.resetting
+	n.mu.Unlock()
+	if done != nil {
+		<-done
+	}
 }
 
 // sameMappings reports whether two LUN maps show the same logical units at the same LUNs with

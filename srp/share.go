@@ -1,8 +1,6 @@
 package srp
 
 import (
-	"fmt"
-	"net/netip"
 	"sync/atomic"
 )
 
@@ -38,58 +36,3 @@ func (s *bufShare) take(n, limit int64) bool {
 
 // give returns n bytes taken.
 func (s *bufShare) give(n int64) { s.inUse.Add(-n) }
-
-// source is one initiator host, by source address (its GID for a login on an AF_IB listener,
-// written as an IPv6 address): the logins and channels it has, and the
-// data buffers they hold. Target.mu guards everything but buf.
-type source struct {
-	addr netip.Addr
-	// nexuses counts, per I_T nexus, the logins in progress and the channels reserved or
-	// live from this address: a nexus counts against Limits.MaxSessionsPerSource while it
-	// has either.
-	nexuses  map[nexusKey]int
-	channels int // channels reserved or live
-	buf      bufShare
-}
-
-// sourceLocked returns the record of addr, making it. t.mu held.
-func (t *Target) sourceLocked(addr netip.Addr) *source {
-	src := t.sources[addr]
-	if src == nil {
-		src = &source{addr: addr, nexuses: make(map[nexusKey]int)}
-		t.sources[addr] = src
-	}
-	return src
-}
-
-// unrefLocked drops one reference of key (a login or a channel) and the channel count when
-// channel is true, and forgets the source once nothing from it is left. t.mu held.
-func (t *Target) unrefLocked(src *source, key nexusKey, channel bool) {
-	if channel {
-		src.channels--
-	}
-	if src.nexuses[key]--; src.nexuses[key] <= 0 {
-		delete(src.nexuses, key)
-	}
-	if len(src.nexuses) == 0 && src.channels == 0 && t.sources[src.addr] == src {
-		delete(t.sources, src.addr)
-	}
-}
-
-// shareRefusal is why a login was refused for the share of its source address, for the
-// SRP_LOGIN_REJ's log line.
-type shareRefusal struct{ detail, hint string }
-
-func sessionsRefusal(addr netip.Addr, n, limit int) *shareRefusal {
-	return &shareRefusal{
-		detail: fmt.Sprintf("%d I_T nexuses have logins or channels from this source address %v (max_sessions_per_source %d)", n, addr, limit),
-		hint:   "log out nexuses this host no longer uses, or raise limits.max_sessions_per_source",
-	}
-}
-
-func channelsRefusal(addr netip.Addr, n, limit int) *shareRefusal {
-	return &shareRefusal{
-		detail: fmt.Sprintf("%d channels are open from this source address %v (max_channels_per_source %d)", n, addr, limit),
-		hint:   "lower ch_count on the initiator, or raise limits.max_channels_per_source",
-	}
-}

@@ -4,9 +4,9 @@ import (
 	"context"
 	"net/netip"
 	"slices"
-	"sync/atomic"
 	"time"
 
+	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp/iu"
 )
@@ -39,6 +39,9 @@ func (s *SessionInfo) Total() IOStats {
 type ChannelInfo struct {
 	ID     uint64
 	Remote netip.AddrPort
+	// RemoteIB is the initiator's InfiniBand address for a login through an AF_IB listener;
+	// Remote then holds only its GID (an InfiniBand peer has no port).
+	RemoteIB *ib.IBAddr
 	// QPNum is the queue pair number, 0 when the connection does not expose it
 	// (ib.QPNumberer).
 	QPNum uint32
@@ -54,7 +57,7 @@ type ChannelInfo struct {
 // Sessions lists the sessions that have at least one channel.
 func (t *Target) Sessions() []SessionInfo {
 	var out []SessionInfo
-	for _, s := range t.sessionList() {
+	for _, s := range t.reg.sessionList() {
 		s.mu.Lock()
 		n, remote := len(s.channels), s.src
 		chs := make([]ChannelInfo, 0, n)
@@ -62,11 +65,12 @@ func (t *Target) Sessions() []SessionInfo {
 			chs = append(chs, ChannelInfo{
 				ID:          ch.id,
 				Remote:      ch.remote,
-				QPNum:       ch.qpn,
+				RemoteIB:    ch.ibSrc,
+				QPNum:       ch.pub.qpn,
 				Credits:     ch.credits,
-				CreditsHeld: ch.pubGranted.Load(),
-				InFlight:    int(ch.pubActive.Load()),
-				LoginTime:   ch.loginAt,
+				CreditsHeld: ch.pub.granted.Load(),
+				InFlight:    int(ch.pub.active.Load()),
+				LoginTime:   ch.pub.loginAt,
 			})
 		}
 		s.mu.Unlock()
@@ -84,12 +88,10 @@ func (t *Target) Sessions() []SessionInfo {
 // PoolUse returns the bytes of data buffers in use and the size of the buffer pools, summed
 // over the RDMA devices that have one.
 func (t *Target) PoolUse() (inUse, size int64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, p := range t.pools {
+	t.pools.each(func(p *bufPool) {
 		inUse += p.inUse.Load()
 		size += p.size()
-	}
+	})
 	return inUse, size
 }
 
@@ -147,22 +149,21 @@ type Stats struct {
 	SendWRs   uint64
 }
 
-type counters struct {
-	loginsAccepted, loginsRejected atomic.Uint64
-	rejects                        [7]atomic.Uint64
-	rejectedByACL                  atomic.Uint64
-	channelsOpen                   atomic.Int64
-	channelsClosed                 atomic.Uint64
-	commands, taskMgmt, aborted    atomic.Uint64
-	taskMgmtByFunc                 [len(TaskMgmtFuncs) + 1]atomic.Uint64
-	bytesIn, bytesOut              atomic.Uint64
-	transportErrors                atomic.Uint64
-	protocolErrors, rdmaErrors     atomic.Uint64
-	bufferWaits, bufferBusy        atomic.Uint64
-	creditViolations               atomic.Uint64
-	rdmaStalls, idleClosed         atomic.Uint64
-	credReqs                       atomic.Uint64
-	sendPosts, sendWRs             atomic.Uint64
+// SessionIO lists the I/O counters of every session the target knows, those whose initiator
+// logged out included (a session is kept until it is forgotten: Config.SessionForgotten).
+func (t *Target) SessionIO() []SessionIOInfo {
+	ss := t.reg.sessionList()
+	out := make([]SessionIOInfo, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, s.ioInfo())
+	}
+	slices.SortFunc(out, func(a, b SessionIOInfo) int {
+		if c := slices.Compare(a.InitiatorPortID[:], b.InitiatorPortID[:]); c != 0 {
+			return c
+		}
+		return slices.Compare(a.TargetPortID[:], b.TargetPortID[:])
+	})
+	return out
 }
 
 // Stats returns a snapshot of the counters.
@@ -197,27 +198,24 @@ func (t *Target) Stats() Stats {
 	for i := range s.TaskMgmtByFunc {
 		s.TaskMgmtByFunc[i] = c.taskMgmtByFunc[i].Load()
 	}
-	t.mu.Lock()
-	for _, p := range t.pools {
+	t.pools.each(func(p *bufPool) {
 		s.PoolInUse += p.inUse.Load()
 		s.PoolHighMark += p.highMark.Load()
 		s.PoolSize += p.size()
-	}
-	t.mu.Unlock()
+	})
 	return s
 }
 
 // poolsIdle reports whether every buffer of every device pool is back (for tests and for
 // checking a quiescent target).
 func (t *Target) poolsIdle() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, p := range t.pools {
-		if p.inUse.Load() != 0 || p.freeBytes() != p.size() {
-			return false
+	idle := true
+	t.pools.each(func(p *bufPool) {
+		if p.inUse.Load() != 0 || p.freeBytes()+p.cached.Load() != p.size() {
+			idle = false
 		}
-	}
-	return true
+	})
+	return idle
 }
 
 // waitIdle is used by tests through export_test.go.

@@ -78,22 +78,43 @@ func (ch *channel) startTMF(c *cmdCtx, b []byte) {
 	ch.t.stats.taskMgmtByFunc[taskMgmtIndex(c.tm.fn)].Add(1)
 	c.setStage(stageTMF)
 	ch.handedOff++
-	ch.tmfActive++
-	ch.tmfWork <- c
+	ch.tmf.active++
+	ch.tmf.queue.push(c)
+	ch.runNextTMF()
 }
 
-// tmfLoop runs task management functions one at a time, in arrival order.
-func (ch *channel) tmfLoop() {
-	defer ch.wg.Done()
-	for c := range ch.tmfWork {
-		if !ch.closing.Load() {
-			c.tm.code = ch.runTMF(&c.tm)
-			ch.log.Info("task management function done", zap.Stringer("function", c.tm.fn),
-				zap.Uint64("lun", c.tm.lun), zap.Uint64("task_tag", uint64(c.tm.taskTag)),
-				zap.Uint8("response", uint8(c.tm.code)))
-		}
-		ch.handBack(c)
+// tmfRunner runs the channel's task management functions one at a time, in arrival order,
+// each on a goroutine of its own: a function blocks until the commands it aborts have
+// stopped, which needs the group goroutine to go on.
+type tmfRunner struct {
+	active int      // functions of the channel in progress, queued or running
+	queue  ctxQueue // waiting for the one that runs
+	busy   bool     // one runs
+}
+
+// runNextTMF starts the oldest queued function unless one runs.
+func (ch *channel) runNextTMF() {
+	if ch.tmf.busy || ch.tmf.queue.empty() {
+		return
 	}
+	c := ch.tmf.queue.pop()
+	ch.tmf.busy = true
+	if ch.g.script {
+		ch.g.scriptTMF = append(ch.g.scriptTMF, c)
+		return
+	}
+	go ch.tmfRun(c)
+}
+
+// tmfRun performs one task management function and gives it back to the group.
+func (ch *channel) tmfRun(c *cmdCtx) {
+	if !ch.closing.Load() {
+		c.tm.code = ch.runTMF(&c.tm)
+		ch.log.Info("task management function done", zap.Stringer("function", c.tm.fn),
+			zap.Uint64("lun", c.tm.lun), zap.Uint64("task_tag", uint64(c.tm.taskTag)),
+			zap.Uint8("response", uint8(c.tm.code)))
+	}
+	ch.g.handBack(c)
 }
 
 // runTMF performs one task management function and returns the SRP response code. It returns
@@ -159,7 +180,7 @@ func (ch *channel) beginTMF(tm *tmReq) (claimed []claimedCmd, code iu.TskMgmtRsp
 		if mp.WriteProtected() {
 			chs = s.channelList()
 		} else {
-			for _, other := range ch.t.sessionList() {
+			for _, other := range ch.t.reg.sessionList() {
 				chs = append(chs, other.channelList()...)
 			}
 		}

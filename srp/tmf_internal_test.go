@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp/iu"
@@ -16,7 +17,8 @@ import (
 // at once for a new IU, whose start discards the release signal as stale. The function must
 // still see the second command released.
 func TestWaitClaimedContextReused(t *testing.T) {
-	ch := &channel{t: &Target{lim: Limits{}.withDefaults()}, sess: &session{nexus: &scsi.Nexus{}}, wake: make(chan struct{}, 1)}
+	tgt := &Target{lim: Limits{}.withDefaults(), log: zap.NewNop()}
+	ch := &channel{t: tgt, sess: &session{nexus: &scsi.Nexus{}}, g: newPollGroup(tgt, 0)}
 	ch.ctxs = make([]cmdCtx, 2)
 	for i := range ch.ctxs {
 		c := &ch.ctxs[i]

@@ -69,7 +69,7 @@ func (ch *channel) batchPosted() {
 		return
 	}
 	now := ch.now()
-	ch.lastClock = now.UnixNano()
+	ch.pub.lastClock = now.UnixNano()
 	ch.watch.head, ch.watch.size = 0, 0
 	ch.watch.push(now, ch.watch.posted)
 	ch.watch.at = now.Add(ch.watchPeriod())
@@ -82,7 +82,7 @@ func (ch *channel) batchPosted() {
 // the data buffers of its commands. Disconnecting moves the queue pair to the error state;
 // the flushed work requests give the buffers back, and the commands end without a response.
 func (ch *channel) watchdog(now time.Time) {
-	ch.lastClock = now.UnixNano()
+	ch.pub.lastClock = now.UnixNano()
 	if ch.sendBatches == 0 {
 		ch.watch.at = time.Time{}
 		return
@@ -92,7 +92,7 @@ func (ch *channel) watchdog(now time.Time) {
 	if stalled() && ch.qpOpen() {
 		// An idle channel reaps its responses' completions only when it wakes up
 		// (sendsAwaited): take those that came before calling it a stall.
-		ch.poll()
+		ch.reap()
 		if ch.closed() || ch.sendBatches == 0 {
 			ch.watch.at = time.Time{}
 			return
@@ -119,8 +119,8 @@ func (ch *channel) startIdleWatch() {
 	if ch.t.lim.IdleTimeout <= 0 {
 		return
 	}
-	ch.idleAt = ch.now().Add(ch.t.lim.IdleTimeout / 4)
-	ch.armTimer(ch.idleAt)
+	ch.idle.at = ch.now().Add(ch.t.lim.IdleTimeout / 4)
+	ch.armTimer(ch.idle.at)
 }
 
 // idleCheck closes the channel once it has received nothing and held nothing (no context in
@@ -129,26 +129,26 @@ func (ch *channel) startIdleWatch() {
 // most a quarter of the timeout late. The initiator is told why (SRP_T_LOGOUT, inactive RDMA
 // channel) before the disconnect.
 func (ch *channel) idleCheck(now time.Time) {
-	ch.idleAt = now.Add(ch.t.lim.IdleTimeout / 4)
+	ch.idle.at = now.Add(ch.t.lim.IdleTimeout / 4)
 	if ch.sendBatches > 0 && ch.qpOpen() {
-		ch.poll() // the completions of the last responses, which an idle channel leaves unreaped
+		ch.reap() // the completions of the last responses, which an idle channel leaves unreaped
 		if ch.closed() {
 			return
 		}
 	}
 	holds := ch.ctxInUse() > 0 || ch.bufHeld > 0 || ch.sendBatches > 0 || len(ch.waitRecv) > 0
-	if holds || ch.iusIn != ch.idleSeen || ch.phase != phaseLive {
-		ch.idleSeen, ch.idleFrom = ch.iusIn, time.Time{}
+	if holds || ch.idle.iusIn != ch.idle.seen || ch.phase != phaseLive {
+		ch.idle.seen, ch.idle.from = ch.idle.iusIn, time.Time{}
 		return
 	}
-	if ch.idleFrom.IsZero() {
+	if ch.idle.from.IsZero() {
 		// Idle since at least the previous check: counted from this one, the timeout ends
 		// at most a check late.
-		ch.idleFrom = now.Add(-ch.t.lim.IdleTimeout / 4)
+		ch.idle.from = now.Add(-ch.t.lim.IdleTimeout / 4)
 	}
-	if idle := now.Sub(ch.idleFrom); idle >= ch.t.lim.IdleTimeout {
+	if idle := now.Sub(ch.idle.from); idle >= ch.t.lim.IdleTimeout {
 		ch.t.stats.idleClosed.Add(1)
-		ch.idleAt = time.Time{}
+		ch.idle.at = time.Time{}
 		ch.sendTLogout(iu.TLogoutInactive)
 		ch.beginClose("idle for " + idle.Round(time.Millisecond).String() + " (limits.idle_timeout): nothing received, nothing held")
 	}

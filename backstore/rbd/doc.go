@@ -1,7 +1,8 @@
 // Package rbd is the thin cgo layer over librbd and librados that the RBD backstore
-// (backstore.RBD) stands on. It is compiled only with the build tag rbd, which needs librbd-dev
-// and librados-dev (Debian) at build time and librbd1 and librados2 at run time; without the tag
-// the package is empty, so that the daemon builds on hosts without Ceph.
+// (backstore.RBD) stands on, and the one place of the build tag rbd: with it, the package links
+// librbd and librados, which need librbd-dev and librados-dev (Debian) at build time and librbd1
+// and librados2 at run time; without it, Connect fails with ErrNotBuilt (stub.go), so that
+// everything above builds and vets the same on hosts without Ceph.
 //
 // I/O is asynchronous inside librbd and synchronous for the caller: Image.Read and friends
 // submit one librbd aio request and wait for its completion on a channel. No OS thread or

@@ -1,4 +1,4 @@
-//go:build rbd
+//go:build rbd && cgo
 
 package rbd
 
@@ -100,20 +100,10 @@ static int srpt_watch(rados_ioctx_t io, const char *oid, uint64_t *cookie, uint3
 	return rados_watch3(io, oid, cookie, srpt_watch_cb, srpt_watch_err, timeout, q);
 }
 
-// srpt_omap_read compares keys with values (a failed comparison fails the read with
-// -ECANCELED) and reads the values of other keys, returning an iterator over those found.
-static int srpt_omap_read(rados_ioctx_t io, const char *oid,
-		char **ck, size_t *ckl, char **cv, size_t *cvl, int ncmp,
-		char **gk, size_t *gkl, int nget, rados_omap_iter_t *iter) {
-	rados_read_op_t op = rados_create_read_op();
-	int cmpval[64], getval = 0;
-	if (ncmp > 64)
-		return -E2BIG;
-	for (int i = 0; i < ncmp; i++)
-		rados_read_op_omap_cmp2(op, ck[i], LIBRADOS_CMPXATTR_OP_EQ, cv[i], ckl[i], cvl[i], &cmpval[i]);
-	*iter = NULL;
-	if (nget > 0)
-		rados_read_op_omap_get_vals_by_keys2(op, (char const *const *)gk, nget, gkl, iter, &getval);
+// srpt_read_op_run runs and releases a read op that reads omap values through *iter, and
+// returns *val, the op's own result, which librados sets while it runs; on failure the
+// iterator is ended and the error returned.
+static int srpt_read_op_run(rados_read_op_t op, rados_ioctx_t io, const char *oid, rados_omap_iter_t *iter, int *val) {
 	int r = rados_read_op_operate(op, io, oid, 0);
 	rados_release_read_op(op);
 	if (r < 0) {
@@ -123,7 +113,24 @@ static int srpt_omap_read(rados_ioctx_t io, const char *oid,
 		}
 		return r;
 	}
-	return getval;
+	return *val;
+}
+
+// srpt_omap_read compares keys with values (a failed comparison fails the read with
+// -ECANCELED) and reads the values of other keys, returning an iterator over those found.
+static int srpt_omap_read(rados_ioctx_t io, const char *oid,
+		char **ck, size_t *ckl, char **cv, size_t *cvl, int ncmp,
+		char **gk, size_t *gkl, int nget, rados_omap_iter_t *iter) {
+	int cmpval[64], getval = 0;
+	if (ncmp > 64)
+		return -E2BIG;
+	rados_read_op_t op = rados_create_read_op();
+	for (int i = 0; i < ncmp; i++)
+		rados_read_op_omap_cmp2(op, ck[i], LIBRADOS_CMPXATTR_OP_EQ, cv[i], ckl[i], cvl[i], &cmpval[i]);
+	*iter = NULL;
+	if (nget > 0)
+		rados_read_op_omap_get_vals_by_keys2(op, (char const *const *)gk, nget, gkl, iter, &getval);
+	return srpt_read_op_run(op, io, oid, iter, &getval);
 }
 
 // srpt_omap_list reads up to max keys starting with prefix, and their values.
@@ -133,16 +140,7 @@ static int srpt_omap_list(rados_ioctx_t io, const char *oid, const char *prefix,
 	int val = 0;
 	*iter = NULL;
 	rados_read_op_omap_get_vals2(op, "", prefix, max, iter, &more, &val);
-	int r = rados_read_op_operate(op, io, oid, 0);
-	rados_release_read_op(op);
-	if (r < 0) {
-		if (*iter) {
-			rados_omap_get_end(*iter);
-			*iter = NULL;
-		}
-		return r;
-	}
-	return val;
+	return srpt_read_op_run(op, io, oid, iter, &val);
 }
 
 static int srpt_omap_write(rados_ioctx_t io, const char *oid, int create,

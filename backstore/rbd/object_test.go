@@ -1,4 +1,4 @@
-//go:build rbd
+//go:build rbd && cgo
 
 package rbd
 

@@ -1,4 +1,4 @@
-//go:build rbd
+//go:build rbd && cgo
 
 package rbd
 
@@ -101,26 +101,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Options say how to reach the cluster. Everything left empty keeps librados' own default
-// (which reads $CEPH_CONF or /etc/ceph/ceph.conf only when ConfFile is empty and MonHost too).
-type Options struct {
-	// ConfFile is a ceph.conf to read; empty reads the default search path unless MonHost is set.
-	ConfFile string
-	// MonHost lists the monitors ("127.0.0.1" or "[v2:10.0.0.1:3300]"), overriding ConfFile's.
-	MonHost string
-	// ClientID is the cephx user without "client." ("admin" when empty).
-	ClientID string
-	// Keyring is the path of the client's keyring.
-	Keyring string
-	// MountTimeout bounds connecting to the monitors; librados waits 300 s by default.
-	MountTimeout time.Duration
-	// OSDOpTimeout bounds each request to an OSD and each monitor request: a request that an
-	// OSD does not answer in time completes with ETIMEDOUT. librados waits forever by default.
-	OSDOpTimeout time.Duration
-	// Extra are more configuration options (name → value) set after the above.
-	Extra map[string]string
-}
-
 // Conn is a connection to a cluster (a librados client with its own threads).
 type Conn struct {
 	cluster C.rados_t
@@ -150,8 +130,12 @@ func seconds(d time.Duration) string {
 	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
 }
 
-// Connect makes a librados client with o and connects it.
-func Connect(o Options) (*Conn, error) {
+// Built: this binary links librbd and librados (the build tag rbd, with cgo).
+const Built = true
+
+// Connect makes a librados client with o and connects it; more are set last.
+func Connect(o Options, more ...Setting) (*Conn, error) {
+	o = o.WithDefaults()
 	c := &Conn{}
 	var id *C.char
 	if o.ClientID != "" {
@@ -202,8 +186,8 @@ func Connect(o Options) (*Conn, error) {
 			return fail(err)
 		}
 	}
-	for k, v := range o.Extra {
-		if err := c.confSet(k, v); err != nil {
+	for _, kv := range more {
+		if err := c.confSet(kv.Name, kv.Value); err != nil {
 			return fail(err)
 		}
 	}
@@ -278,22 +262,22 @@ func (c *Conn) ioctx(pool, ns string) (C.rados_ioctx_t, error) {
 
 // CreateImage makes an image of size bytes with the default features (tests use it).
 func (c *Conn) CreateImage(pool, ns, name string, size uint64) error {
-	io, err := c.ioctx(pool, ns)
-	if err != nil {
-		return err
-	}
-	defer C.rados_ioctx_destroy(io)
-	n := cstr(name)
-	defer C.free(unsafe.Pointer(n))
-	var order C.int
-	if err := errno(C.rbd_create(io, n, C.uint64_t(size), &order)); err != nil {
-		return fmt.Errorf("rbd_create %s/%s: %w", pool, name, err)
-	}
-	return nil
+	return c.imageOp("rbd_create", pool, ns, name, func(io C.rados_ioctx_t, n *C.char) C.int {
+		var order C.int
+		return C.rbd_create(io, n, C.uint64_t(size), &order)
+	})
 }
 
 // RemoveImage deletes an image (tests use it).
 func (c *Conn) RemoveImage(pool, ns, name string) error {
+	return c.imageOp("rbd_remove", pool, ns, name, func(io C.rados_ioctx_t, n *C.char) C.int {
+		return C.rbd_remove(io, n)
+	})
+}
+
+// imageOp calls op, librbd's function what, with an I/O context of pool (and namespace ns)
+// and the image's name.
+func (c *Conn) imageOp(what, pool, ns, name string, op func(io C.rados_ioctx_t, name *C.char) C.int) error {
 	io, err := c.ioctx(pool, ns)
 	if err != nil {
 		return err
@@ -301,18 +285,14 @@ func (c *Conn) RemoveImage(pool, ns, name string) error {
 	defer C.rados_ioctx_destroy(io)
 	n := cstr(name)
 	defer C.free(unsafe.Pointer(n))
-	if err := errno(C.rbd_remove(io, n)); err != nil {
-		return fmt.Errorf("rbd_remove %s/%s: %w", pool, name, err)
+	if err := errno(op(io, n)); err != nil {
+		return fmt.Errorf("%s %s/%s: %w", what, pool, name, err)
 	}
 	return nil
 }
 
 // pollBatch is how many completions one rbd_poll_io_events call collects (srpt_rbd_poll's array).
 const pollBatch = 64
-
-// DefaultDepth is the number of requests an image has in flight at most when OpenImage is
-// given 0; more callers wait for a free slot.
-const DefaultDepth = 256
 
 // slot is one request in flight: its submitter waits on done for librbd's return value.
 type slot struct {
@@ -442,10 +422,6 @@ func (im *Image) submit(op C.int, off, length uint64, p []byte) (int64, error) {
 	return ret, nil
 }
 
-// ErrShortRead is returned when librbd read fewer bytes than asked (a read clipped at the end
-// of an image that shrank).
-var ErrShortRead = errors.New("rbd: short read")
-
 // Read fills p from off.
 func (im *Image) Read(p []byte, off int64) error {
 	n, err := im.submit(C.srpt_op_read, uint64(off), uint64(len(p)), p)
@@ -481,13 +457,6 @@ func (im *Image) Flush() error {
 	_, err := im.submit(C.srpt_op_flush, 0, 0, nil)
 	return err
 }
-
-// CompareAndWriteMax is the most CompareAndWrite compares at once: librbd's compare-and-write
-// works on one 512-byte sector (EINVAL for more, or across a sector boundary).
-const CompareAndWriteMax = 512
-
-// ErrMiscompare is CompareAndWrite's error when the image does not hold cmp.
-var ErrMiscompare = errors.New("rbd: compare and write: miscompare")
 
 // CompareAndWrite writes data at off when the image holds cmp there (of the same length), as
 // one operation on the OSD: no other client's write can come between the compare and the

@@ -11,19 +11,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/srptarget/srptarget/config"
+	"github.com/srptarget/srptarget/internal/control"
+	"github.com/srptarget/srptarget/internal/daemon"
 )
-
-// loadConfig loads file with load (config.Load, or config.Check for validate's warnings) for
-// a command that reads the configuration itself: on errors it prints them all (what validate
-// prints) and fails with exit status 1.
-func loadConfig(cmd *cobra.Command, file string, load func(string) (*config.Config, error)) (*config.Config, error) {
-	cfg, err := load(file)
-	if err != nil {
-		config.WriteErrors(cmd.ErrOrStderr(), file, err)
-		return nil, exitCodeError{1}
-	}
-	return cfg, nil
-}
 
 func newValidateCommand(deps loginLineDeps) *cobra.Command {
 	var configFile string
@@ -59,10 +49,10 @@ daemon's user, the daemon plans the text alone, opening and looking at nothing i
 			if _, err := io.WriteString(cmd.OutOrStdout(), cfg.Summary()); err != nil {
 				return err
 			}
-			for _, w := range shippedSandbox(unitDropInDir).check(cfg) {
+			for _, w := range daemon.ShippedSandbox(daemon.UnitDropInDir).Check(cfg) {
 				fmt.Fprintf(cmd.OutOrStdout(), "warning: %s\n", w.Error())
 			}
-			for _, w := range ibPortWarnings(cfg, deps.devices) {
+			for _, w := range daemon.IBPortWarnings(cfg, deps.devices) {
 				fmt.Fprintf(cmd.OutOrStdout(), "warning: %s\n", w)
 			}
 			if !diff {
@@ -78,7 +68,7 @@ daemon's user, the daemon plans the text alone, opening and looking at nothing i
 			}
 			if len(res.Errors) > 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "the running daemon would refuse it: %d %s\n", len(res.Errors), plural(len(res.Errors), "error"))
-				return exitCodeError{1}
+				return exitCodeError{Code: 1}
 			}
 			return nil
 		},
@@ -92,19 +82,15 @@ daemon's user, the daemon plans the text alone, opening and looking at nothing i
 }
 
 // validateDiff asks the running daemon for a dry run of configFile's text.
-func validateDiff(cmd *cobra.Command, configFile string, ctl *controlFlags) (*reloadResult, error) {
+func validateDiff(cmd *cobra.Command, configFile string, ctl *controlFlags) (*control.ReloadResult, error) {
 	data, err := os.ReadFile(configFile)
 	if err != nil {
 		return nil, err
 	}
-	var res reloadResult
-	req := controlRequest{Command: "reload", DryRun: true, ConfigYAML: string(data), ConfigName: configFile}
-	quiet := *ctl
-	quiet.asJSON = false
-	if _, err := quiet.call(cmd, req, &res); err != nil {
-		return nil, err
-	}
-	return &res, nil
+	c, ctx, cancel := ctl.client(cmd)
+	defer cancel()
+	res, _, err := c.PlanReload(ctx, configFile, data)
+	return res, err
 }
 
 // validateJSON is validate --json: the result, whatever it is, on standard output; exit
@@ -113,7 +99,7 @@ func validateJSON(cmd *cobra.Command, configFile string, diff bool, ctl *control
 	cfg, err := config.Check(configFile)
 	var sandbox []*config.Error
 	if err == nil {
-		sandbox = shippedSandbox(unitDropInDir).check(cfg)
+		sandbox = daemon.ShippedSandbox(daemon.UnitDropInDir).Check(cfg)
 	}
 	res := newValidateResult(configFile, cfg, err, sandbox)
 	if err == nil && diff {
@@ -125,15 +111,9 @@ func validateJSON(cmd *cobra.Command, configFile string, diff bool, ctl *control
 		return err
 	}
 	if !res.Valid || res.Reload != nil && len(res.Reload.Errors) > 0 {
-		return exitCodeError{1}
+		return exitCodeError{Code: 1}
 	}
 	return nil
-}
-
-// loginLineDeps are the seams of login-line and devices.
-type loginLineDeps struct {
-	devices    devicesFunc
-	interfaces interfacesFunc
 }
 
 func newLoginLineCommand(deps loginLineDeps) *cobra.Command {
@@ -144,18 +124,14 @@ func newLoginLineCommand(deps loginLineDeps) *cobra.Command {
 		Short: "Print the ib_srp add_target line(s) an initiator uses to log in",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(cmd, configFile, config.Load)
-			if err != nil {
-				return err
-			}
-			id, err := resolveIdentity(cfg.Target, deps.devices)
+			cfg, id, err := loadIdentity(cmd, configFile, config.Load, deps.devices)
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				return printJSONResult(cmd.OutOrStdout(), newLoginLineResult(cfg, id, deps.interfaces, deps.devices))
+				return printJSONResult(cmd.OutOrStdout(), daemon.LoginLines(cfg, id, deps.interfaces, deps.devices))
 			}
-			_, err = io.WriteString(cmd.OutOrStdout(), loginLineText(cfg, id, deps.interfaces, deps.devices))
+			_, err = io.WriteString(cmd.OutOrStdout(), daemon.LoginLineText(cfg, id, deps.interfaces, deps.devices))
 			return err
 		},
 	}
@@ -165,15 +141,10 @@ func newLoginLineCommand(deps loginLineDeps) *cobra.Command {
 	return cmd
 }
 
-// formatGUID writes a GUID as ibv_devinfo does: 0002:c903:00a0:b0c1.
-func formatGUID(g uint64) string {
-	return fmt.Sprintf("%04x:%04x:%04x:%04x", g>>48, g>>32&0xFFFF, g>>16&0xFFFF, g&0xFFFF)
-}
-
 // devicesText is the output of `srptarget devices`.
-func devicesText(devs []rdmaDevice) string {
+func devicesText(devs []daemon.Device) string {
 	devs = slices.Clone(devs)
-	slices.SortFunc(devs, func(a, b rdmaDevice) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(devs, func(a, b daemon.Device) int { return strings.Compare(a.Name, b.Name) })
 	first := ""
 	for _, d := range devs {
 		if d.NodeGUID != 0 {
@@ -183,7 +154,7 @@ func devicesText(devs []rdmaDevice) string {
 	}
 	var b strings.Builder
 	for _, d := range devs {
-		fmt.Fprintf(&b, "%s: node GUID %s", d.Name, formatGUID(d.NodeGUID))
+		fmt.Fprintf(&b, "%s: node GUID %s", d.Name, daemon.FormatGUID(d.NodeGUID))
 		if d.Name == first {
 			fmt.Fprintf(&b, " (the default target identity: id_ext=ioc_guid=%016x)", d.NodeGUID)
 		}
@@ -193,7 +164,7 @@ func devicesText(devs []rdmaDevice) string {
 			if p.ActiveMTU != 0 {
 				fmt.Fprintf(&b, ", MTU %d", p.ActiveMTU)
 			}
-			if p.LinkLayer == linkLayerIB {
+			if p.LinkLayer == daemon.LinkLayerIB {
 				fmt.Fprintf(&b, ", LID %d, P_Key %04x, IsDeviceManagementSupported %s", p.LID, p.PKey, yesNo(p.IsDM))
 			}
 			b.WriteByte('\n')
@@ -228,11 +199,9 @@ func newDevicesCommand(deps loginLineDeps) *cobra.Command {
 			}
 			if asJSON {
 				devs = slices.Clone(devs)
-				slices.SortFunc(devs, func(a, b rdmaDevice) int { return strings.Compare(a.Name, b.Name) })
-				return printJSONResult(cmd.OutOrStdout(), devs)
+				slices.SortFunc(devs, func(a, b daemon.Device) int { return strings.Compare(a.Name, b.Name) })
 			}
-			_, err = io.WriteString(cmd.OutOrStdout(), devicesText(devs))
-			return err
+			return printResult(cmd, asJSON, devs, func() string { return devicesText(devs) })
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the devices as JSON ({\"version\", \"ok\", \"result\"}: name, node GUID, ports with state, link layer, MTU and GIDs)")

@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/srptarget/srptarget/config"
-	"github.com/srptarget/srptarget/srp"
+	"github.com/srptarget/srptarget/internal/daemon"
 	"github.com/srptarget/srptarget/srp/iu"
 )
 
@@ -41,30 +41,19 @@ func writeFile(t *testing.T, name, content string) string {
 }
 
 var noDeps = loginLineDeps{
-	devices:    func() ([]rdmaDevice, error) { return nil, errNoRDMA },
-	interfaces: func() ([]hostAddr, error) { return nil, nil },
+	devices:    func() ([]daemon.Device, error) { return nil, daemon.ErrNoRDMA },
+	interfaces: func() ([]daemon.HostAddr, error) { return nil, nil },
 }
 
 func TestValidateWarnsAboutUnreachableLUNs(t *testing.T) {
 	file := writeFile(t, "w.yaml", "listeners: [{address: \"::\", port: 5555}]\nluns:\n  - {lun: 0, backstore: null, size: 1MiB}\n  - {lun: 5, backstore: memory, size: 1MiB, read_only: true}\nacls:\n  - {initiators: [\"*\"], luns: [0]}\n")
 	out, _, err := run(t, noDeps, "validate", "--config", file)
 	require.NoError(t, err)
-	require.Equal(t, file+`: OK
-target: id_ext and ioc_guid from the node GUID of the first RDMA device (at start-up)
-listeners (1):
-  [::]:5555
-limits: max_it_iu_len 8276, credits 128, max_channels 16, max_transfer_size 8MiB,
-        send_queue_depth 4096, buffer_pool_size 64MiB, immediate_data true, poll_window 2ms,
-        rdma_timeout 30s, max_initiator_buffer 16MiB (25%), max_sessions 256,
-        max_channels_total 512, max_sessions_per_source 64, max_channels_per_source 128,
-        idle_timeout off, max_logins_in_progress 32
-LUNs (2):
-  LUN 0: null, 1MiB, 512-byte blocks
-  LUN 5: memory, 1MiB, 512-byte blocks, read-only
-ACLs (1):
-  acls[0]: initiators * -> LUNs 0
-warning: LUN 5 is in no ACL: no initiator sees it
-`, out)
+	// The summary's own lines are config's to test (TestSummary): validate prints it as it is.
+	cfg, err := config.Check(file)
+	require.NoError(t, err)
+	require.Equal(t, cfg.Summary(), out)
+	require.True(t, strings.HasSuffix(out, "ACLs (1):\n  acls[0]: initiators * -> LUNs 0\nwarning: LUN 5 is in no ACL: no initiator sees it\n"), out)
 
 	file = writeFile(t, "n.yaml", "listeners: [{address: 0.0.0.0, port: 5555}]\nluns: [{lun: 0, backstore: null, size: 1MiB}]\n")
 	out, _, err = run(t, noDeps, "validate", "--config", file)
@@ -89,7 +78,7 @@ acls:
     luns: [0, 9]
 `)
 	out, errOut, err := run(t, noDeps, "validate", "--config", file)
-	require.Equal(t, exitCodeError{1}, err)
+	require.Equal(t, exitCodeError{Code: 1}, err)
 	require.Empty(t, out)
 	require.Equal(t, file+`:7: luns[0].size: 1000 is not a multiple of the block size 512
 `+file+`:10: luns[1].path: /dev/null is not a block device
@@ -100,11 +89,11 @@ acls:
 
 	file = writeFile(t, "syntax.yaml", "listeners: [\n")
 	_, errOut, err = run(t, noDeps, "validate", "--config", file)
-	require.Equal(t, exitCodeError{1}, err)
+	require.Equal(t, exitCodeError{Code: 1}, err)
 	require.Equal(t, file+":1: did not find expected node content\n"+file+": 1 error\n", errOut)
 
 	_, errOut, err = run(t, noDeps, "validate", "--config", filepath.Join(t.TempDir(), "missing.yaml"))
-	require.Equal(t, exitCodeError{1}, err)
+	require.Equal(t, exitCodeError{Code: 1}, err)
 	require.Contains(t, errOut, "missing.yaml: no such file or directory")
 
 }
@@ -122,13 +111,13 @@ listeners:
 func TestLoginLinePrintsAddTargetLines(t *testing.T) {
 	file := writeFile(t, "l.yaml", loginLineConfig)
 	deps := loginLineDeps{
-		devices: func() ([]rdmaDevice, error) { t.Fatal("the identity is configured"); return nil, nil },
-		interfaces: func() ([]hostAddr, error) {
-			return []hostAddr{
-				{"eth0", netip.MustParseAddr("192.168.1.10")},
-				{"eth0", netip.MustParseAddr("fe80::1")},
-				{"ib0", netip.MustParseAddr("10.0.0.1")},
-				{"ib0", netip.MustParseAddr("fd00::1")},
+		devices: func() ([]daemon.Device, error) { t.Fatal("the identity is configured"); return nil, nil },
+		interfaces: func() ([]daemon.HostAddr, error) {
+			return []daemon.HostAddr{
+				{Iface: "eth0", Addr: netip.MustParseAddr("192.168.1.10")},
+				{Iface: "eth0", Addr: netip.MustParseAddr("fe80::1")},
+				{Iface: "ib0", Addr: netip.MustParseAddr("10.0.0.1")},
+				{Iface: "ib0", Addr: netip.MustParseAddr("fd00::1")},
 			}, nil
 		},
 	}
@@ -159,10 +148,10 @@ func TestLoginLinePrintsAddTargetLines(t *testing.T) {
 func TestLoginLineIdentityFromDevice(t *testing.T) {
 	file := writeFile(t, "l.yaml", "listeners: [{address: 0.0.0.0, port: 5555}]\n")
 	deps := loginLineDeps{
-		devices: func() ([]rdmaDevice, error) {
-			return []rdmaDevice{{Name: "rxe1", NodeGUID: 0x22}, {Name: "mlx5_0"}, {Name: "rxe0", NodeGUID: 0x000000fffe000001}}, nil
+		devices: func() ([]daemon.Device, error) {
+			return []daemon.Device{{Name: "rxe1", NodeGUID: 0x22}, {Name: "mlx5_0"}, {Name: "rxe0", NodeGUID: 0x000000fffe000001}}, nil
 		},
-		interfaces: func() ([]hostAddr, error) { return nil, errors.New("netlink refused") },
+		interfaces: func() ([]daemon.HostAddr, error) { return nil, errors.New("netlink refused") },
 	}
 	out, _, err := run(t, deps, "login-line", "--config", file)
 	require.NoError(t, err)
@@ -174,47 +163,20 @@ echo "id_ext=000000fffe000001,ioc_guid=000000fffe000001,dest=<address>:5555" > /
 `, out)
 
 	_, _, err = run(t, noDeps, "login-line", "--config", file)
-	require.EqualError(t, err, "target identity: reading the node GUID of the first RDMA device: "+errNoRDMA.Error()+"; or set target.id_ext and target.ioc_guid in the configuration")
-}
-
-func TestResolveIdentity(t *testing.T) {
-	devs := func() ([]rdmaDevice, error) {
-		return []rdmaDevice{{Name: "b", NodeGUID: 2}, {Name: "a", NodeGUID: 1}}, nil
-	}
-	tests := []struct {
-		name string
-		cfg  config.Target
-		want identity
-	}{
-		{"both", config.Target{IDExt: "0x0000000000000001", IOCGUID: "0000:0000:0000:0002"}, identity{1, 2, "configuration"}},
-		{"id_ext only", config.Target{IDExt: "00000000000000ab"}, identity{0xab, 0xab, "configuration"}},
-		{"ioc_guid only", config.Target{IOCGUID: "00000000000000cd"}, identity{0xcd, 0xcd, "configuration"}},
-		{"first device by name", config.Target{}, identity{1, 1, "node GUID of a"}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			id, err := resolveIdentity(tc.cfg, devs)
-			require.NoError(t, err)
-			require.Equal(t, tc.want, id)
-		})
-	}
-	id := identity{idExt: 0x0002c90300a0b0c1, iocGUID: 0x1122334455667788}
-	require.Equal(t, iu.PortID{0x00, 0x02, 0xc9, 0x03, 0x00, 0xa0, 0xb0, 0xc1, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88}, id.portID())
-	_, err := resolveIdentity(config.Target{}, func() ([]rdmaDevice, error) { return []rdmaDevice{{Name: "x"}}, nil })
-	require.EqualError(t, err, "target identity: no RDMA device with a node GUID to take it from: set target.id_ext and target.ioc_guid in the configuration")
+	require.EqualError(t, err, "target identity: reading the node GUID of the first RDMA device: "+daemon.ErrNoRDMA.Error()+"; or set target.id_ext and target.ioc_guid in the configuration")
 }
 
 func TestDevicesCommand(t *testing.T) {
-	deps := loginLineDeps{devices: func() ([]rdmaDevice, error) {
-		return []rdmaDevice{
-			{Name: "rxe0", NodeGUID: 0x000000fffe000001, Ports: []rdmaPort{{
+	deps := loginLineDeps{devices: func() ([]daemon.Device, error) {
+		return []daemon.Device{
+			{Name: "rxe0", NodeGUID: 0x000000fffe000001, Ports: []daemon.Port{{
 				Num: 1, State: "ACTIVE", LinkLayer: "Ethernet", ActiveMTU: 1024,
-				GIDs: []rdmaGID{
+				GIDs: []daemon.GID{
 					{Index: 0, GID: netip.MustParseAddr("fe80::200:ff:fe00:1"), Type: "RoCE v2", Netdev: "dummy0"},
 					{Index: 1, GID: netip.MustParseAddr("::ffff:169.254.50.1"), Type: "RoCE v2", Netdev: "dummy0"},
 				},
 			}}},
-			{Name: "mlx5_0", NodeGUID: 0x0002c90300a0b0c1, Ports: []rdmaPort{{Num: 1, State: "DOWN", LinkLayer: "InfiniBand"}}},
+			{Name: "mlx5_0", NodeGUID: 0x0002c90300a0b0c1, Ports: []daemon.Port{{Num: 1, State: "DOWN", LinkLayer: "InfiniBand"}}},
 		}, nil
 	}}
 	out, _, err := run(t, deps, "devices")
@@ -227,72 +189,10 @@ rxe0: node GUID 0000:00ff:fe00:0001
     gid 1: 169.254.50.1 (RoCE v2, dummy0)
 `, out)
 
-	_, _, err = run(t, loginLineDeps{devices: func() ([]rdmaDevice, error) { return nil, nil }}, "devices")
+	_, _, err = run(t, loginLineDeps{devices: func() ([]daemon.Device, error) { return nil, nil }}, "devices")
 	require.Equal(t, errNoDevices, err)
 	_, _, err = run(t, noDeps, "devices")
-	require.Equal(t, errNoRDMA, err)
-}
-
-func TestACLAuthorizerFirstMatchWins(t *testing.T) {
-	cfg, err := config.Parse("a.yaml", []byte(`listeners: [{address: 0.0.0.0, port: 1}]
-luns:
-  - {lun: 0, backstore: null, size: 1MiB}
-  - {lun: 1, backstore: null, size: 1MiB}
-acls:
-  - initiators: ["0x00000000000000000000000000000001"]
-    luns: [0]
-  - sources: ["10.0.0.0/8", "fd00::/8"]
-    initiators: ["0x0000000000000000000000000000000?"]
-    luns: [1]
-    read_only: true
-  - initiators: ["*"]
-    sources: ["192.0.2.0/24"]
-    luns: [0, 1]
-`))
-	require.NoError(t, err)
-	d := newDaemon(daemonOptions{})
-	p := &plan{cfg: cfg, luns: map[int]*lunState{}, opened: map[storeKey]*sharedStore{}}
-	for i := range cfg.LUNs {
-		require.Nil(t, d.planLUN(p, i))
-	}
-	luns := p.luns
-	a, cerr := buildAuthorizer(cfg, luns)
-	require.Nil(t, cerr)
-	ip := func(s string) netip.AddrPort { return netip.AddrPortFrom(netip.MustParseAddr(s), 1) }
-	tests := []struct {
-		id   iu.PortID
-		src  netip.AddrPort
-		want int
-	}{
-		{portID(1), ip("10.1.2.3"), 0},           // first ACL by initiator, though the second matches too
-		{portID(2), ip("172.16.0.1"), 1},         // second ACL by initiator pattern
-		{portID(0x20), ip("10.1.2.3"), 1},        // second ACL by source
-		{portID(0x20), ip("::ffff:10.1.2.3"), 1}, // an IPv4-mapped source is its IPv4 address
-		{portID(0x20), ip("fd00::1%eth0"), 1},    // the zone does not matter
-		{portID(0x20), ip("172.16.0.1"), 2},      // "*"
-		{portID(0x20), netip.AddrPort{}, 2},      // no source address
-		{iu.PortID{0xff}, ip("198.51.100.1"), 2}, // "*" again
-	}
-	for _, tc := range tests {
-		m, err := a.Authorize(tc.id, testPortID, tc.src)
-		require.NoError(t, err)
-		require.Same(t, a.acls[tc.want].lunMap, m, "%v from %v", tc.id, tc.src)
-	}
-	require.Len(t, a.acls[1].lunMap.Mappings(), 1)
-	require.True(t, a.acls[1].lunMap.Mappings()[0].ReadOnly)
-
-	none := &aclAuthorizer{luns: []int{0, 1}}
-	_, err = none.Authorize(portID(7), testPortID, ip("203.0.113.1"))
-	var re *srp.LoginRefusedError
-	require.ErrorAs(t, err, &re)
-	require.Equal(t, iu.LoginRejChannelLimitReached, re.Reason)
-	require.Equal(t, `initiator 0x00000000000000000000000000000007 from 203.0.113.1 is refused: the configuration has no ACLs; `+
-		`to let it in, add to acls: {initiators: ["0x00000000000000000000000000000007"], luns: [0, 1]} (or sources: ["203.0.113.1"] instead of initiators)`, re.Detail)
-
-	for _, st := range luns {
-		require.NoError(t, st.lu.Close())
-	}
-	d.closers.Wait()
+	require.Equal(t, daemon.ErrNoRDMA, err)
 }
 
 func TestNewLogger(t *testing.T) {
@@ -337,7 +237,7 @@ func TestDefaultConfigFile(t *testing.T) {
 	serve := newServeCommandWith(func(f serveFlags) error { got = f; return nil })
 	serve.SetArgs(nil)
 	require.NoError(t, serve.Execute())
-	require.Equal(t, "/etc/srptarget/srptarget.yaml", got.configFile)
+	require.Equal(t, "/etc/srptarget/srptarget.yaml", got.ConfigFile)
 
 	root := newRootCommandWith(noDeps)
 	for _, name := range []string{"serve", "validate", "login-line"} {
@@ -364,7 +264,7 @@ alua:
     - {id: 1, state: active/optimized, ports: [1]}
     - {id: 2, state: standby, ports: [2]}
 `)
-	deps := loginLineDeps{devices: func() ([]rdmaDevice, error) { t.Fatal("the identity is configured"); return nil, nil }}
+	deps := loginLineDeps{devices: func() ([]daemon.Device, error) { t.Fatal("the identity is configured"); return nil, nil }}
 	out, _, err := run(t, deps, "login-line", "--config", file)
 	require.NoError(t, err)
 	const sys = `" > /sys/class/infiniband_srp/srp-<dev>-<port>/add_target`
@@ -453,9 +353,9 @@ func TestValidateSandboxWarnings(t *testing.T) {
 	dir := t.TempDir()
 	dropIns := filepath.Join(dir, "srptarget.service.d")
 	require.NoError(t, os.MkdirAll(dropIns, 0o755))
-	old := unitDropInDir
-	unitDropInDir = dropIns
-	t.Cleanup(func() { unitDropInDir = old })
+	old := daemon.UnitDropInDir
+	daemon.UnitDropInDir = dropIns
+	t.Cleanup(func() { daemon.UnitDropInDir = old })
 	cfg := &config.Config{StateDir: "/srv/state", LUNs: []config.LUN{
 		{Backstore: "file", Path: "/srv/luns/a.img"},
 		{Backstore: "file", Path: "/home/x.img"},
@@ -465,7 +365,7 @@ func TestValidateSandboxWarnings(t *testing.T) {
 	}}
 	msgs := func() []string {
 		var out []string
-		for _, w := range shippedSandbox(dropIns).check(cfg) {
+		for _, w := range daemon.ShippedSandbox(dropIns).Check(cfg) {
 			out = append(out, strings.TrimPrefix(w.Error(), ": "))
 		}
 		return out

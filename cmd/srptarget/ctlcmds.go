@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,73 +13,17 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/srptarget/srptarget/config"
+	"github.com/srptarget/srptarget/internal/control"
+	"github.com/srptarget/srptarget/internal/daemon"
 )
 
-// controlTimeout bounds one command's exchange with the daemon. A reload opens backstores,
-// which may take a while on a busy host.
-const controlTimeout = 2 * time.Minute
-
-// controlFlags are the flags every command that talks to the daemon has.
-type controlFlags struct {
-	path   string
-	asJSON bool
-}
-
-func (f *controlFlags) add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.path, "control", DefaultControlSocket, "the daemon's control socket (serve --control)")
-	cmd.Flags().BoolVar(&f.asJSON, "json", false, "print the daemon's answer as JSON ({\"version\", \"ok\", \"result\"})")
-	controlSocketFlag(cmd)
-}
-
-// call asks the daemon and decodes the result into v; with --json it prints the answer as
-// the daemon gave it instead of leaving v to the text form, and returns printed true.
-func (f *controlFlags) call(cmd *cobra.Command, req controlRequest, v any) (printed bool, err error) {
-	ctx, cancel := context.WithTimeout(cmd.Context(), controlTimeout)
-	defer cancel()
-	res, err := controlCall(ctx, f.path, req)
-	if err != nil {
-		return false, err
+// printSelected prints the entries whose key is among names, all of them without names: with
+// --json in the envelope of the control socket's answers, otherwise as text.
+func printSelected[T any](cmd *cobra.Command, f *controlFlags, entries []T, names []string, key func(T) string, text func([]T) string) error {
+	if len(names) > 0 {
+		entries = slices.DeleteFunc(entries, func(e T) bool { return !slices.Contains(names, key(e)) })
 	}
-	if err := json.Unmarshal(res, v); err != nil {
-		return false, fmt.Errorf("control socket %s: malformed %s answer: %w", f.path, req.Command, err)
-	}
-	if f.asJSON {
-		return true, printJSONAnswer(cmd.OutOrStdout(), res)
-	}
-	return false, nil
-}
-
-// printJSONResult prints v in the envelope of the control socket's answers, indented: what
-// --json prints for commands that answer without the daemon too.
-func printJSONResult(w io.Writer, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return printJSONAnswer(w, b)
-}
-
-// printJSONAnswer prints a result as the control socket answers it, indented.
-func printJSONAnswer(w io.Writer, result json.RawMessage) error {
-	b, err := json.MarshalIndent(controlResponse{Version: controlVersion, OK: true, Result: result}, "", "  ")
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
-}
-
-// newControlCommands are the commands that talk to a running daemon.
-func newControlCommands() []*cobra.Command {
-	return []*cobra.Command{
-		newStatusCommand(),
-		newSessionsCommand(),
-		newLUNsCommand(),
-		newStatsCommand(),
-		newReloadCommand(),
-		newACLCheckCommand(),
-		newLogLevelCommand(),
-	}
+	return printResult(cmd, f.asJSON, entries, func() string { return text(entries) })
 }
 
 func newStatusCommand() *cobra.Command {
@@ -99,18 +40,17 @@ yet (every listener waits for an RDMA device); 3 when no daemon answers on the c
 socket; 1 for any other failure. A monitoring check can use it as it is.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var st statusInfo
-			done, err := f.call(cmd, controlRequest{Command: "status"}, &st)
+			c, ctx, cancel := f.client(cmd)
+			defer cancel()
+			st, raw, err := c.Status(ctx)
 			if err != nil {
 				return err
 			}
-			if !done {
-				if _, err := io.WriteString(cmd.OutOrStdout(), statusText(&st)); err != nil {
-					return err
-				}
+			if err := f.print(cmd, raw, func() string { return statusText(st) }); err != nil {
+				return err
 			}
 			if st.State != "serving" {
-				return exitCodeError{exitNotServing}
+				return exitCodeError{Code: exitNotServing}
 			}
 			return nil
 		},
@@ -119,11 +59,18 @@ socket; 1 for any other failure. A monitoring check can use it as it is.`,
 	return cmd
 }
 
-func statusText(st *statusInfo) string {
+func statusText(st *control.StatusInfo) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "srptarget %s, pid %d, up %v (since %s)\n", st.Version, st.PID,
 		time.Duration(st.UptimeSeconds)*time.Second, st.Started.Format(time.RFC3339))
 	fmt.Fprintf(&b, "config: %s\n", st.Config)
+	if st.BackstoreIO != "" {
+		fmt.Fprintf(&b, "backstore I/O: %s", st.BackstoreIO)
+		if st.BackstoreIONote != "" {
+			fmt.Fprintf(&b, " (%s)", st.BackstoreIONote)
+		}
+		b.WriteString("\n")
+	}
 	if st.State != "" && st.State != "serving" {
 		fmt.Fprintf(&b, "state: %s\n", st.State)
 	}
@@ -144,13 +91,13 @@ func statusText(st *statusInfo) string {
 		fmt.Fprintf(&b, "  %s: %s\n", l.Address, l.State)
 	}
 	fmt.Fprintf(&b, "RDMA devices: %s\n", statusDevicesText(st))
-	fmt.Fprintf(&b, "buffer pool: %s in use of %s\n", humanBytes(st.BufferPoolInUse), humanBytes(st.BufferPoolSize))
+	fmt.Fprintf(&b, "buffer pool: %s in use of %s\n", daemon.HumanBytes(st.BufferPoolInUse), daemon.HumanBytes(st.BufferPoolSize))
 	fmt.Fprintf(&b, "sessions: %d, channels: %d, commands in flight: %d\n", st.Sessions, st.Channels, st.CommandsInFlight)
 	return b.String()
 }
 
 // statusDevicesText is the RDMA devices line of status.
-func statusDevicesText(st *statusInfo) string {
+func statusDevicesText(st *control.StatusInfo) string {
 	switch {
 	case st.DevicesError != "":
 		return "unknown (" + st.DevicesError + ")"
@@ -170,20 +117,13 @@ LUNs and their channels (QP numbers, credits, commands in flight). With initiato
 identifiers (0x and 32 hex digits, completed from the daemon's sessions), only those.`,
 		ValidArgsFunction: initiatorCompletion(&f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var ss []sessionInfo
-			quiet := f
-			quiet.asJSON = false
-			if _, err := quiet.call(cmd, controlRequest{Command: "sessions"}, &ss); err != nil {
+			c, ctx, cancel := f.client(cmd)
+			defer cancel()
+			ss, _, err := c.Sessions(ctx)
+			if err != nil {
 				return err
 			}
-			if len(args) > 0 {
-				ss = slices.DeleteFunc(ss, func(s sessionInfo) bool { return !slices.Contains(args, s.Initiator) })
-			}
-			if f.asJSON {
-				return printJSONResult(cmd.OutOrStdout(), ss)
-			}
-			_, err := io.WriteString(cmd.OutOrStdout(), sessionsText(ss))
-			return err
+			return printSelected(cmd, &f, ss, args, func(s control.SessionInfo) string { return s.Initiator }, sessionsText)
 		},
 	}
 	f.add(cmd)
@@ -191,7 +131,7 @@ identifiers (0x and 32 hex digits, completed from the daemon's sessions), only t
 }
 
 // lunList formats LUNs as "0, 1 (read-only)".
-func lunList(ls []lunRef) string {
+func lunList(ls []control.LUNRef) string {
 	if len(ls) == 0 {
 		return "none"
 	}
@@ -205,7 +145,7 @@ func lunList(ls []lunRef) string {
 	return strings.Join(parts, ", ")
 }
 
-func aclText(a *aclRef) string {
+func aclText(a *control.ACLRef) string {
 	if a == nil {
 		return "no ACL of the running configuration"
 	}
@@ -215,7 +155,7 @@ func aclText(a *aclRef) string {
 	return fmt.Sprintf("acls[%d] (%s)", a.Index, a.Description)
 }
 
-func sessionsText(ss []sessionInfo) string {
+func sessionsText(ss []control.SessionInfo) string {
 	if len(ss) == 0 {
 		return "no sessions\n"
 	}
@@ -228,7 +168,7 @@ func sessionsText(ss []sessionInfo) string {
 		fmt.Fprintf(&b, "  I/O: %s\n", ioText(s.IO, now))
 		for _, l := range s.LUNIO {
 			if l.Commands > 0 {
-				fmt.Fprintf(&b, "    LUN %d: %s\n", l.LUN, ioText(l.ioCounts, now))
+				fmt.Fprintf(&b, "    LUN %d: %s\n", l.LUN, ioText(l.IOCounts, now))
 			}
 		}
 		for _, c := range s.Channels {
@@ -257,27 +197,20 @@ only those.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var ls []lunInfo
-			quiet := f
-			quiet.asJSON = false
-			if _, err := quiet.call(cmd, controlRequest{Command: "luns"}, &ls); err != nil {
+			c, ctx, cancel := f.client(cmd)
+			defer cancel()
+			ls, _, err := c.LUNs(ctx)
+			if err != nil {
 				return err
 			}
-			if len(args) > 0 {
-				ls = slices.DeleteFunc(ls, func(l lunInfo) bool { return !slices.Contains(args, strconv.Itoa(l.LUN)) })
-			}
-			if f.asJSON {
-				return printJSONResult(cmd.OutOrStdout(), ls)
-			}
-			_, err := io.WriteString(cmd.OutOrStdout(), lunsText(ls))
-			return err
+			return printSelected(cmd, &f, ls, args, func(l control.LUNInfo) string { return strconv.Itoa(l.LUN) }, lunsText)
 		},
 	}
 	f.add(cmd)
 	return cmd
 }
 
-func lunsText(ls []lunInfo) string {
+func lunsText(ls []control.LUNInfo) string {
 	if len(ls) == 0 {
 		return "no LUNs\n"
 	}
@@ -302,7 +235,7 @@ func lunsText(ls []lunInfo) string {
 		if serial == "" {
 			serial = "from the first RDMA device's node GUID (none yet)"
 		}
-		fmt.Fprintf(&b, "LUN %d: %s, %s, %d-byte blocks, serial %s", l.LUN, store, humanBytes(int64(l.Size)), l.BlockSize, serial)
+		fmt.Fprintf(&b, "LUN %d: %s, %s, %d-byte blocks, serial %s", l.LUN, store, daemon.HumanBytes(int64(l.Size)), l.BlockSize, serial)
 		if len(flags) > 0 {
 			fmt.Fprintf(&b, ", %s", strings.Join(flags, ", "))
 		}
@@ -314,7 +247,7 @@ func lunsText(ls []lunInfo) string {
 		}
 		fmt.Fprintf(&b, "  I/O: %s\n", ioText(l.IO, now))
 		for _, i := range l.Initiators {
-			fmt.Fprintf(&b, "    %s (%s): %s\n", i.Initiator, i.ACL, ioText(i.ioCounts, now))
+			fmt.Fprintf(&b, "    %s (%s): %s\n", i.Initiator, i.ACL, ioText(i.IOCounts, now))
 		}
 		if r := l.Reservations; r != nil {
 			shared := ""
@@ -324,13 +257,20 @@ func lunsText(ls []lunInfo) string {
 					shared = fmt.Sprintf(", shared through RADOS (version %d, NOT known current: commands fail until it is)", r.Version)
 				}
 			}
-			fmt.Fprintf(&b, "  persistent reservation: %s, generation %d%s\n", prTypeName(r.Type), r.Generation, shared)
+			fmt.Fprintf(&b, "  persistent reservation: %s, generation %d%s\n", daemon.PRTypeName(r.Type), r.Generation, shared)
 			for _, g := range r.Registrations {
 				holder := ""
 				if g.Holder && r.Type != 0 {
 					holder = ", holder"
 				}
 				fmt.Fprintf(&b, "    key %s: %s via port %d%s\n", g.Key, g.Initiator, g.RelativePort, holder)
+			}
+			if len(r.ALUA) > 0 {
+				var gs []string
+				for _, g := range r.ALUA {
+					gs = append(gs, fmt.Sprintf("group %d %s", g.Group, g.State))
+				}
+				fmt.Fprintf(&b, "  ALUA states set by SET TARGET PORT GROUPS, for every gateway: %s\n", strings.Join(gs, ", "))
 			}
 		}
 	}
@@ -344,202 +284,17 @@ func newStatsCommand() *cobra.Command {
 		Short: "Print the target's counters: logins, channels, commands, bytes, errors, buffer use",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var es []statEntry
-			if done, err := f.call(cmd, controlRequest{Command: "stats"}, &es); done || err != nil {
-				return err
-			}
-			_, err := io.WriteString(cmd.OutOrStdout(), statsText(es))
-			return err
-		},
-	}
-	f.add(cmd)
-	return cmd
-}
-
-func newReloadCommand() *cobra.Command {
-	var f controlFlags
-	var dryRun, yes bool
-	cmd := &cobra.Command{
-		Use:   "reload",
-		Short: "Ask the daemon to reload its configuration file (as SIGHUP) and print the outcome",
-		Long: `Ask the daemon to reload its configuration file, as SIGHUP does, and print what changed.
-Exit status 0: the new configuration runs. Exit status 1: the reload was refused, the running
-configuration is unchanged, and every error is printed with its file and line.
-
---dry-run plans the reload and applies nothing: it prints the LUNs that would be added,
-changed and retired, each changed setting of a LUN or an ACL (size: 16MiB -> 32MiB), the
-memory LUNs whose data would be lost (resized or removed: a memory LUN that gets new memory
-starts empty), the listeners added and removed, and the logged-in initiators that would
-lose or gain LUNs or be disconnected. New backstores are opened to check them, then closed,
-without holding up the daemon's other commands; a missing file with create: true is not
-created.
-
-On a terminal, a reload that would disconnect an initiator, take LUNs away from one or lose
-a memory LUN's data shows that preview first and asks before it applies anything; --yes
-(or --force) applies without asking, and declining exits 1 with nothing applied. Without a
-terminal (systemctl reload, scripts) it applies as SIGHUP does.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !dryRun && !yes && inputIsTerminal(cmd.InOrStdin()) {
-				if ok, err := confirmReload(cmd, &f); !ok || err != nil {
-					return err
-				}
-			}
-			var res reloadResult
-			done, err := f.call(cmd, controlRequest{Command: "reload", DryRun: dryRun}, &res)
+			c, ctx, cancel := f.client(cmd)
+			defer cancel()
+			es, raw, err := c.Stats(ctx)
 			if err != nil {
 				return err
 			}
-			if !done {
-				_, _ = io.WriteString(cmd.OutOrStdout(), reloadText(&res))
-				for _, e := range res.Errors {
-					fmt.Fprintln(cmd.ErrOrStderr(), e)
-				}
-				if len(res.Errors) > 0 {
-					verb := "reload refused"
-					if res.DryRun {
-						verb = "the reload would be refused"
-					}
-					fmt.Fprintf(cmd.ErrOrStderr(), "%s: %d %s; the running configuration is unchanged\n", verb, len(res.Errors), plural(len(res.Errors), "error"))
-				}
-			}
-			if len(res.Errors) > 0 {
-				return exitCodeError{1}
-			}
-			return nil
+			return f.print(cmd, raw, func() string { return statsText(es) })
 		},
 	}
 	f.add(cmd)
-	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what the reload would change, and apply nothing")
-	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "apply without asking on a terminal, even when initiators would be disconnected or data lost")
-	cmd.Flags().BoolVar(&yes, "force", false, "the same as --yes")
 	return cmd
-}
-
-// terminalInput is an input that knows whether it is a terminal (the tests' stand-in for one).
-type terminalInput interface{ IsTerminal() bool }
-
-// inputIsTerminal reports whether the command reads from a terminal: someone who can answer.
-func inputIsTerminal(r io.Reader) bool {
-	switch in := r.(type) {
-	case terminalInput:
-		return in.IsTerminal()
-	case *os.File:
-		return isTerminal(in.Fd())
-	}
-	return false
-}
-
-// confirmReload asks the daemon for a dry run of the reload and, when applying it would be
-// disruptive (reloadResult.disruptive), shows it and asks. It reports whether to go on: true
-// also when nothing needs asking, or when the dry run is refused (the reload then says why).
-func confirmReload(cmd *cobra.Command, f *controlFlags) (bool, error) {
-	var preview reloadResult
-	quiet := *f
-	quiet.asJSON = false
-	if _, err := quiet.call(cmd, controlRequest{Command: "reload", DryRun: true}, &preview); err != nil {
-		return false, err
-	}
-	if len(preview.Errors) > 0 || !preview.disruptive() {
-		return true, nil
-	}
-	text := strings.Replace(reloadText(&preview), "dry run: nothing applied; the reload would change:", "the reload would change:", 1)
-	fmt.Fprint(cmd.ErrOrStderr(), text)
-	fmt.Fprint(cmd.ErrOrStderr(), "This reload disconnects initiators, takes LUNs away or loses data. Apply it? [y/N] ")
-	line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
-	switch strings.ToLower(strings.TrimSpace(line)) {
-	case "y", "yes":
-		return true, nil
-	}
-	fmt.Fprintln(cmd.ErrOrStderr(), "nothing applied (srptarget reload --yes applies without asking)")
-	return false, exitCodeError{exitFailed}
-}
-
-func plural(n int, word string) string {
-	if n == 1 {
-		return word
-	}
-	return word + "s"
-}
-
-func intsText(ns []int) string {
-	if len(ns) == 0 {
-		return "none"
-	}
-	return strings.Trim(config.FlowList(ns), "[]")
-}
-
-func reloadText(r *reloadResult) string {
-	var b strings.Builder
-	switch {
-	case len(r.Errors) > 0:
-		return ""
-	case r.Waiting:
-		b.WriteString("the configuration is valid; the daemon waits for an RDMA device and starts with it when one appears\n")
-		b.WriteString(pathsNotCheckedText(r))
-		return b.String()
-	case r.DryRun:
-		b.WriteString("dry run: nothing applied; the reload would change:\n")
-	default:
-		b.WriteString("reload applied:\n")
-	}
-	b.WriteString(pathsNotCheckedText(r))
-	for _, w := range r.Warnings {
-		fmt.Fprintf(&b, "warning: %s\n", w)
-	}
-	for _, w := range r.DataLoss {
-		fmt.Fprintf(&b, "warning: data lost: %s\n", w)
-	}
-	fmt.Fprintf(&b, "  LUNs added: %s\n", intsText(r.LUNsAdded))
-	fmt.Fprintf(&b, "  LUNs changed: %s\n", intsText(r.LUNsChanged))
-	fmt.Fprintf(&b, "  LUNs retired: %s\n", intsText(r.LUNsRemoved))
-	fmt.Fprintf(&b, "  LUNs unchanged: %s\n", intsText(r.LUNsUnchanged))
-	settingsText(&b, r)
-	listeners := func(as []string) string {
-		if len(as) == 0 {
-			return "none"
-		}
-		return strings.Join(as, ", ")
-	}
-	fmt.Fprintf(&b, "  listeners added: %s\n", listeners(r.ListenersAdded))
-	fmt.Fprintf(&b, "  listeners removed: %s\n", listeners(r.ListenersRemoved))
-	if len(r.PortGroupsChanged) == 0 {
-		b.WriteString("  target port groups: unchanged\n")
-	}
-	for _, g := range r.PortGroupsChanged {
-		fmt.Fprintf(&b, "  target port %s\n", g)
-	}
-	if len(r.Sessions) == 0 {
-		b.WriteString("  sessions: none affected\n")
-	}
-	for _, s := range r.Sessions {
-		var what []string
-		if s.Disconnected {
-			what = append(what, "disconnected (no ACL admits it)")
-		} else if s.ChannelsDisconnected > 0 {
-			what = append(what, fmt.Sprintf("%d %s disconnected (their sources are granted other LUNs)", s.ChannelsDisconnected, plural(s.ChannelsDisconnected, "channel")))
-		}
-		if len(s.LosesLUNs) > 0 {
-			what = append(what, "loses LUNs "+intsText(s.LosesLUNs))
-		}
-		if len(s.ChangedLUNs) > 0 {
-			what = append(what, "LUNs "+intsText(s.ChangedLUNs)+" replaced by changed ones")
-		}
-		if len(s.GainsLUNs) > 0 {
-			what = append(what, "gains LUNs "+intsText(s.GainsLUNs))
-		}
-		fmt.Fprintf(&b, "  initiator %s: %s\n", s.Initiator, strings.Join(what, ", "))
-	}
-	return b.String()
-}
-
-// pathsNotCheckedText says that a dry run of a configuration sent to the daemon looked at its
-// text only.
-func pathsNotCheckedText(r *reloadResult) string {
-	if !r.PathsNotChecked {
-		return ""
-	}
-	return "paths not checked: the daemon opens no backstore and looks at no path of a configuration sent by a user other than root or its own; validate checked them as you\n"
 }
 
 func newACLCheckCommand() *cobra.Command {
@@ -554,17 +309,15 @@ would see. The running daemon is asked; when no daemon answers on the control so
 1 when no ACL admits the initiator.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req := controlRequest{Command: "acl-check", Initiator: initiator, Source: source}
-			var res *aclCheckResult
-			ctx, cancel := context.WithTimeout(cmd.Context(), controlTimeout)
+			c, ctx, cancel := f.client(cmd)
 			defer cancel()
-			raw, err := controlCall(ctx, f.path, req)
-			var dialErr *controlDialError
+			res, raw, err := c.ACLCheck(ctx, initiator, source)
+			var dialErr *control.DialError
 			switch {
 			case errors.As(err, &dialErr) && configFile != "":
-				if res, err = aclCheckFile(configFile, initiator, source); err != nil {
+				if res, err = daemon.ACLCheckFile(configFile, initiator, source); err != nil {
 					config.WriteErrors(cmd.ErrOrStderr(), configFile, err)
-					return exitCodeError{1}
+					return exitCodeError{Code: 1}
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "no daemon answers on %s: answering from %s\n", f.path, configFile)
 				if raw, err = json.Marshal(res); err != nil {
@@ -572,11 +325,6 @@ would see. The running daemon is asked; when no daemon answers on the control so
 				}
 			case err != nil:
 				return err
-			default:
-				res = &aclCheckResult{}
-				if err := json.Unmarshal(raw, res); err != nil {
-					return fmt.Errorf("control socket %s: malformed acl-check answer: %w", f.path, err)
-				}
 			}
 			if f.asJSON {
 				if err := printJSONAnswer(cmd.OutOrStdout(), raw); err != nil {
@@ -586,7 +334,7 @@ would see. The running daemon is asked; when no daemon answers on the control so
 				return err
 			}
 			if res.ACL == nil {
-				return exitCodeError{1}
+				return exitCodeError{Code: 1}
 			}
 			return nil
 		},
@@ -601,7 +349,7 @@ would see. The running daemon is asked; when no daemon answers on the control so
 	return cmd
 }
 
-func aclCheckText(r *aclCheckResult, path string) string {
+func aclCheckText(r *control.ACLCheckResult, path string) string {
 	var b strings.Builder
 	if r.From == "daemon" {
 		fmt.Fprintf(&b, "answered by the daemon on %s (the running configuration)\n", path)
@@ -618,5 +366,56 @@ func aclCheckText(r *aclCheckResult, path string) string {
 	}
 	fmt.Fprintf(&b, "%s: admitted by %s\n", who, aclText(r.ACL))
 	fmt.Fprintf(&b, "LUNs: %s\n", lunList(r.LUNs))
+	return b.String()
+}
+
+// ioText is a line of counters for people: "16316 commands, 63.8 MiB read, ...".
+func ioText(c control.IOCounts, now time.Time) string {
+	last := "never active"
+	if c.LastActive != nil {
+		last = fmt.Sprintf("last active %s (%s ago)", c.LastActive.Format(time.RFC3339), now.Sub(*c.LastActive).Round(time.Second))
+	}
+	return fmt.Sprintf("%d %s, %s read, %s written, %d %s, %s", c.Commands, plural(int(c.Commands), "command"), daemon.HumanBytes(int64(c.ReadBytes)),
+		daemon.HumanBytes(int64(c.WrittenBytes)), c.Errors, plural(int(c.Errors), "error"), last)
+}
+
+// statsText is stats for people: the target's counters in one column, then a line per
+// session.
+func statsText(es []control.StatEntry) string {
+	var b strings.Builder
+	width := 0
+	for _, e := range es {
+		if e.Initiator == "" {
+			width = max(width, len(e.Name))
+		}
+	}
+	type session struct {
+		who, acl string
+		v        map[string]int64
+	}
+	var sessions []*session
+	for _, e := range es {
+		if e.Initiator == "" {
+			fmt.Fprintf(&b, "%-*s %d\n", width, e.Name, e.Value)
+			continue
+		}
+		if len(sessions) == 0 || sessions[len(sessions)-1].who != e.Initiator {
+			sessions = append(sessions, &session{who: e.Initiator, acl: e.ACL, v: map[string]int64{}})
+		}
+		sessions[len(sessions)-1].v[e.Name] = e.Value
+	}
+	if len(sessions) > 0 {
+		b.WriteString("per initiator (bytes read: sent to it; written: received from it):\n")
+	}
+	now := time.Now()
+	for _, s := range sessions {
+		c := control.IOCounts{Commands: uint64(s.v["initiator_commands"]), ReadBytes: uint64(s.v["initiator_read_bytes"]),
+			WrittenBytes: uint64(s.v["initiator_written_bytes"]), Errors: uint64(s.v["initiator_errors"])}
+		if t := s.v["initiator_last_active"]; t != 0 {
+			at := time.Unix(t, 0).UTC()
+			c.LastActive = &at
+		}
+		fmt.Fprintf(&b, "  %s (%s): %s\n", s.who, s.acl, ioText(c, now))
+	}
 	return b.String()
 }

@@ -8,6 +8,9 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/srptarget/srptarget/internal/control"
+	"github.com/srptarget/srptarget/internal/daemon"
+	"github.com/srptarget/srptarget/internal/daemon/daemontest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -24,14 +27,14 @@ func decodeAnswer(t *testing.T, out string, v any) {
 	dec := json.NewDecoder(strings.NewReader(out))
 	dec.DisallowUnknownFields()
 	require.NoError(t, dec.Decode(&rsp), out)
-	require.Equal(t, controlVersion, rsp.Version)
+	require.Equal(t, control.Version, rsp.Version)
 	require.True(t, rsp.OK)
 	require.NoError(t, json.Unmarshal(rsp.Result, v), out)
 }
 
 // e2eDisruptive changes LUN 0 (memory) from 16 MiB to 32 MiB and removes the ACL of the
 // read-only initiator's sources.
-var e2eDisruptive = strings.Replace(strings.Replace(e2eConfig, "    size: 16MiB\n", "    size: 32MiB\n", 1), `  - sources: ["198.51.100.0/24"]
+var e2eDisruptive = strings.Replace(strings.Replace(daemontest.E2EConfig, "    size: 16MiB\n", "    size: 32MiB\n", 1), `  - sources: ["198.51.100.0/24"]
     luns: [0, 1]
     read_only: true
 `, "", 1)
@@ -40,23 +43,23 @@ var e2eDisruptive = strings.Replace(strings.Replace(e2eConfig, "    size: 16MiB\
 // memory LUN's data is lost, and who is disconnected; the JSON has every list as a list,
 // refused or not.
 func TestReloadPreviewKeyByKey(t *testing.T) {
-	e := newControlEnv(t, e2eConfig)
+	e := newControlEnv(t, daemontest.E2EConfig)
 	e.start()
-	e.mustLogin(rwInitiator, "", 5555)
-	e.mustLogin(roInitiator, "198.51.100.7", 5555)
-	e.writeConfig(e2eDisruptive)
+	e.MustLogin(daemontest.RWInitiator, "", 5555)
+	e.MustLogin(daemontest.ROInitiator, "198.51.100.7", 5555)
+	e.WriteConfig(e2eDisruptive)
 
-	var res reloadResult
+	var res control.ReloadResult
 	e.ctlJSON(&res, "reload", "--dry-run")
-	require.Equal(t, []lunChange{{LUN: 0, Fields: []fieldChange{{Key: "size", From: "16MiB", To: "32MiB"}}, DataLost: true}}, res.LUNChanges)
+	require.Equal(t, []control.LUNChange{{LUN: 0, Fields: []control.FieldChange{{Key: "size", From: "16MiB", To: "32MiB"}}, DataLost: true}}, res.LUNChanges)
 	require.Equal(t, []string{"LUN 0: the memory LUN gets new memory (size changed): its 16MiB of data are lost, the new LUN starts empty"}, res.DataLoss)
-	require.Equal(t, []aclChange{{ACL: "acls[1]", Change: "removed", Fields: []fieldChange{
+	require.Equal(t, []control.ACLChange{{ACL: "acls[1]", Change: "removed", Fields: []control.FieldChange{
 		{Key: "sources", From: "[198.51.100.0/24]", To: "[]"},
 		{Key: "luns", From: "[0, 1]", To: "[]"},
 		{Key: "read_only", From: "true", To: "false"},
 	}}}, res.ACLChanges)
 	require.Equal(t, []int{0}, res.LUNsChanged)
-	require.True(t, res.disruptive())
+	require.True(t, res.Disruptive())
 
 	out, errOut, err := e.ctl("reload", "--dry-run")
 	require.NoError(t, err, errOut)
@@ -64,14 +67,14 @@ func TestReloadPreviewKeyByKey(t *testing.T) {
 		"warning: data lost: LUN 0: the memory LUN gets new memory (size changed): its 16MiB of data are lost, the new LUN starts empty\n",
 		"  LUN 0:\n    size: 16MiB -> 32MiB\n",
 		"  acls[1] removed: sources [198.51.100.0/24], luns [0, 1], read_only true\n",
-		"  initiator " + roInitiator.String() + ": disconnected (no ACL admits it), loses LUNs 0, 1\n",
-		"  initiator " + rwInitiator.String() + ": LUNs 0 replaced by changed ones\n",
+		"  initiator " + daemontest.ROInitiator.String() + ": disconnected (no ACL admits it), loses LUNs 0, 1\n",
+		"  initiator " + daemontest.RWInitiator.String() + ": LUNs 0 replaced by changed ones\n",
 	} {
 		require.Contains(t, out, want)
 	}
 
 	// A refused reload: every list is [] in the JSON, none null.
-	e.writeConfig(e2eBadConfig)
+	e.WriteConfig(daemontest.E2EBadConfig)
 	out, _, err = e.ctl("reload", "--dry-run", "--json")
 	require.Equal(t, exitFailed, exitStatus(err))
 	var raw map[string]json.RawMessage
@@ -80,7 +83,7 @@ func TestReloadPreviewKeyByKey(t *testing.T) {
 		"listeners_removed", "sessions", "port_groups_changed", "lun_changes", "acl_changes", "data_loss"} {
 		require.Equal(t, "[]", string(raw[k]), k)
 	}
-	require.NoError(t, e.stop(syscall.SIGTERM))
+	require.NoError(t, e.Stop(syscall.SIGTERM))
 }
 
 // fakeTerminal is input that says it is a terminal.
@@ -90,13 +93,13 @@ func (fakeTerminal) IsTerminal() bool { return true }
 
 // ctlIn runs a command against e's control socket with in as its input.
 func (e *env) ctlIn(in io.Reader, args ...string) (string, string, error) {
-	e.t.Helper()
+	e.T.Helper()
 	var out, errOut strings.Builder
 	root := newRootCommandWith(noDeps)
 	root.SetIn(in)
 	root.SetOut(&out)
 	root.SetErr(&errOut)
-	root.SetArgs(append(args, "--control", e.opts.controlPath))
+	root.SetArgs(append(args, "--control", e.opts.ControlPath))
 	err := root.Execute()
 	return out.String(), errOut.String(), err
 }
@@ -106,9 +109,9 @@ func (e *env) ctlIn(in io.Reader, args ...string) (string, string, error) {
 // --force do not ask, and neither does a reload without a terminal (systemctl reload) or one
 // that disrupts nothing.
 func TestReloadAsksOnTerminal(t *testing.T) {
-	e := newControlEnv(t, e2eConfig)
+	e := newControlEnv(t, daemontest.E2EConfig)
 	e.start()
-	e.mustLogin(roInitiator, "198.51.100.7", 5555)
+	e.MustLogin(daemontest.ROInitiator, "198.51.100.7", 5555)
 	applied := func() int64 { return e.stats()["reloads_applied"] }
 
 	// Nothing disruptive: no question even on a terminal.
@@ -118,15 +121,15 @@ func TestReloadAsksOnTerminal(t *testing.T) {
 	require.NotContains(t, errOut, "Apply it?")
 	require.EqualValues(t, 1, applied())
 
-	e.writeConfig(e2eDisruptive)
+	e.WriteConfig(e2eDisruptive)
 	out, errOut, err = e.ctlIn(fakeTerminal{strings.NewReader("n\n")}, "reload")
 	require.Equal(t, exitFailed, exitStatus(err))
 	require.Empty(t, out)
-	require.Contains(t, errOut, "initiator "+roInitiator.String()+": disconnected (no ACL admits it)")
+	require.Contains(t, errOut, "initiator "+daemontest.ROInitiator.String()+": disconnected (no ACL admits it)")
 	require.Contains(t, errOut, "warning: data lost: LUN 0")
 	require.Contains(t, errOut, "Apply it? [y/N] nothing applied (srptarget reload --yes applies without asking)\n")
 	require.EqualValues(t, 1, applied(), "declined: nothing applied")
-	var ss []sessionInfo
+	var ss []control.SessionInfo
 	e.ctlJSON(&ss, "sessions")
 	require.Len(t, ss, 1)
 
@@ -145,24 +148,24 @@ func TestReloadAsksOnTerminal(t *testing.T) {
 	}, 5e9, 1e7, "the read-only initiator is disconnected")
 
 	for _, args := range [][]string{{"reload", "--yes"}, {"reload", "--force"}, {"reload", "-y"}} {
-		e.writeConfig(e2eConfig) // LUN 0 changes back: its data is lost again
+		e.WriteConfig(daemontest.E2EConfig) // LUN 0 changes back: its data is lost again
 		_, errOut, err = e.ctlIn(strings.NewReader(""), "reload")
 		require.NoError(t, err, errOut)
-		e.writeConfig(e2eDisruptive)
+		e.WriteConfig(e2eDisruptive)
 		_, errOut, err = e.ctlIn(fakeTerminal{strings.NewReader("")}, args...)
 		require.NoError(t, err, "%v: %s", args, errOut)
 		require.NotContains(t, errOut, "Apply it?", args)
 	}
 	// Without a terminal it applies as SIGHUP does.
-	e.writeConfig(e2eConfig)
+	e.WriteConfig(daemontest.E2EConfig)
 	_, errOut, err = e.ctlIn(strings.NewReader(""), "reload")
 	require.NoError(t, err, errOut)
-	e.writeConfig(e2eDisruptive)
+	e.WriteConfig(e2eDisruptive)
 	out, errOut, err = e.ctlIn(strings.NewReader(""), "reload")
 	require.NoError(t, err, errOut)
 	require.Contains(t, out, "reload applied:")
 	require.NotContains(t, errOut, "Apply it?")
-	require.NoError(t, e.stop(syscall.SIGTERM))
+	require.NoError(t, e.Stop(syscall.SIGTERM))
 }
 
 // TestUsageExitStatus: mistakes in the command line exit 2, whatever the command.
@@ -195,7 +198,7 @@ func TestUsageExitStatus(t *testing.T) {
 // TestValidateJSON: validate --json prints the result, errors and warnings with file, line
 // and key, and exits 1 for a file with errors.
 func TestValidateJSON(t *testing.T) {
-	good := writeFile(t, "good.yaml", strings.ReplaceAll(e2eConfig, "DIR", t.TempDir()))
+	good := writeFile(t, "good.yaml", strings.ReplaceAll(daemontest.E2EConfig, "DIR", t.TempDir()))
 	out, errOut, err := run(t, noDeps, "validate", "--config", good, "--json")
 	require.NoError(t, err, errOut)
 	var res validateResult
@@ -233,7 +236,7 @@ func TestValidateJSON(t *testing.T) {
 func TestVersionJSON(t *testing.T) {
 	out, _, err := run(t, noDeps, "version", "--json")
 	require.NoError(t, err)
-	var b buildInfo
+	var b control.BuildInfo
 	decodeAnswer(t, out, &b)
 	require.Equal(t, build, b)
 }
@@ -242,9 +245,9 @@ func TestVersionJSON(t *testing.T) {
 // from the running daemon, log levels, and configuration files as YAML files; sessions and
 // luns take those values to show only them.
 func TestCompletionOfValues(t *testing.T) {
-	e := newControlEnv(t, e2eConfig)
+	e := newControlEnv(t, daemontest.E2EConfig)
 	e.start()
-	e.mustLogin(rwInitiator, "", 5555)
+	e.MustLogin(daemontest.RWInitiator, "", 5555)
 	complete := func(args ...string) []string {
 		t.Helper()
 		out, errOut, err := run(t, noDeps, append([]string{"__complete"}, args...)...)
@@ -252,21 +255,21 @@ func TestCompletionOfValues(t *testing.T) {
 		return strings.Split(strings.TrimSpace(out), "\n")
 	}
 	noFiles := ":4" // cobra.ShellCompDirectiveNoFileComp
-	require.Equal(t, []string{"0\tmemory", "1\tfile " + e.dir + "/lun1.img", noFiles},
-		complete("luns", "--control", e.opts.controlPath, ""))
-	require.Equal(t, []string{"1\tfile " + e.dir + "/lun1.img", noFiles},
-		complete("luns", "--control", e.opts.controlPath, "0", ""), "a LUN given is not offered again")
-	var ss []sessionInfo
+	require.Equal(t, []string{"0\tmemory", "1\tfile " + e.Dir + "/lun1.img", noFiles},
+		complete("luns", "--control", e.opts.ControlPath, ""))
+	require.Equal(t, []string{"1\tfile " + e.Dir + "/lun1.img", noFiles},
+		complete("luns", "--control", e.opts.ControlPath, "0", ""), "a LUN given is not offered again")
+	var ss []control.SessionInfo
 	e.ctlJSON(&ss, "sessions")
 	require.Len(t, ss, 1)
-	initiator := rwInitiator.String() + "\tfrom " + ss[0].Sources[0]
-	require.Equal(t, []string{initiator, noFiles}, complete("acl-check", "--control", e.opts.controlPath, "--initiator", ""))
-	require.Equal(t, []string{initiator, noFiles}, complete("sessions", "--control", e.opts.controlPath, ""))
+	initiator := daemontest.RWInitiator.String() + "\tfrom " + ss[0].Sources[0]
+	require.Equal(t, []string{initiator, noFiles}, complete("acl-check", "--control", e.opts.ControlPath, "--initiator", ""))
+	require.Equal(t, []string{initiator, noFiles}, complete("sessions", "--control", e.opts.ControlPath, ""))
 	require.Equal(t, []string{"debug", "info", "warn", "error", noFiles}, complete("log-level", ""))
 	require.Equal(t, []string{"yaml", "yml", ":8"}, complete("validate", "--config", ""), "YAML files (ShellCompDirectiveFilterFileExt)")
 	require.Equal(t, []string{noFiles}, complete("luns", "--control", "/nonexistent/control.sock", ""), "no daemon: nothing")
 
-	var ls []lunInfo
+	var ls []control.LUNInfo
 	out, errOut, err := e.ctl("luns", "1", "--json")
 	require.NoError(t, err, errOut)
 	decodeAnswer(t, out, &ls)
@@ -278,24 +281,24 @@ func TestCompletionOfValues(t *testing.T) {
 	require.NotContains(t, out, "LUN 1")
 	_, _, err = e.ctl("luns", "zero")
 	require.Equal(t, exitUsage, exitStatus(err))
-	out, _, err = e.ctl("sessions", roInitiator.String(), "--json")
+	out, _, err = e.ctl("sessions", daemontest.ROInitiator.String(), "--json")
 	require.NoError(t, err)
 	decodeAnswer(t, out, &ss)
 	require.Empty(t, ss)
 	require.Contains(t, out, `"result": []`)
-	require.NoError(t, e.stop(syscall.SIGTERM))
+	require.NoError(t, e.Stop(syscall.SIGTERM))
 }
 
 // TestDevicesAndLoginLineJSON: devices --json and login-line --json, with the node GUID as a
 // string and one entry per target port and listener.
 func TestDevicesAndLoginLineJSON(t *testing.T) {
-	deps := loginLineDeps{devices: func() ([]rdmaDevice, error) {
-		return []rdmaDevice{
-			{Name: "rxe0", NodeGUID: 0x000000fffe000001, Ports: []rdmaPort{{
+	deps := loginLineDeps{devices: func() ([]daemon.Device, error) {
+		return []daemon.Device{
+			{Name: "rxe0", NodeGUID: 0x000000fffe000001, Ports: []daemon.Port{{
 				Num: 1, State: "ACTIVE", LinkLayer: "Ethernet", ActiveMTU: 1024,
-				GIDs: []rdmaGID{{Index: 1, GID: netip.MustParseAddr("::ffff:169.254.50.1"), Type: "RoCE v2", Netdev: "dummy0"}},
+				GIDs: []daemon.GID{{Index: 1, GID: netip.MustParseAddr("::ffff:169.254.50.1"), Type: "RoCE v2", Netdev: "dummy0"}},
 			}}},
-			{Name: "mlx5_0", NodeGUID: 0x0002c90300a0b0c1, Ports: []rdmaPort{{Num: 1, State: "DOWN", LinkLayer: "InfiniBand"}}},
+			{Name: "mlx5_0", NodeGUID: 0x0002c90300a0b0c1, Ports: []daemon.Port{{Num: 1, State: "DOWN", LinkLayer: "InfiniBand"}}},
 		}, nil
 	}, interfaces: noDeps.interfaces}
 	out, _, err := run(t, deps, "devices", "--json")
@@ -308,7 +311,7 @@ func TestDevicesAndLoginLineJSON(t *testing.T) {
 	port := devs[1]["ports"].([]any)[0].(map[string]any)
 	require.Equal(t, map[string]any{"port": 1.0, "state": "ACTIVE", "link_layer": "Ethernet", "active_mtu": 1024.0,
 		"gids": []any{map[string]any{"index": 1.0, "gid": "::ffff:169.254.50.1", "type": "RoCE v2", "netdev": "dummy0"}}}, port)
-	_, _, err = run(t, loginLineDeps{devices: func() ([]rdmaDevice, error) { return nil, nil }}, "devices", "--json")
+	_, _, err = run(t, loginLineDeps{devices: func() ([]daemon.Device, error) { return nil, nil }}, "devices", "--json")
 	require.Equal(t, exitFailed, exitStatus(err))
 
 	file := writeFile(t, "l.yaml", `target:
@@ -318,13 +321,13 @@ listeners: [{address: 192.168.1.10, port: 5555}, {address: "fe80::1%eth0", port:
 `)
 	out, errOut, err := run(t, deps, "login-line", "--config", file, "--json")
 	require.NoError(t, err, errOut)
-	var ll loginLineResult
+	var ll daemon.LoginLineResult
 	decodeAnswer(t, out, &ll)
 	require.Equal(t, "0002c90300a0b0c1", ll.IDExt)
 	require.Equal(t, "configuration", ll.From)
 	require.Len(t, ll.Logins, 4, "two listeners times two target ports")
 	const sys = `" > /sys/class/infiniband_srp/srp-<dev>-<port>/add_target`
-	require.Equal(t, loginLine{IDExt: "0002c90300a0b0c1", IOCGUID: "0002c90300a0b0c1", RelativePort: 1, Listener: "192.168.1.10:5555",
+	require.Equal(t, daemon.LoginLine{IDExt: "0002c90300a0b0c1", IOCGUID: "0002c90300a0b0c1", RelativePort: 1, Listener: "192.168.1.10:5555",
 		Dest: "192.168.1.10:5555", Command: `echo "id_ext=0002c90300a0b0c1,ioc_guid=0002c90300a0b0c1,dest=192.168.1.10:5555` + sys}, ll.Logins[0])
 	require.Equal(t, "[fe80::1%<if>]:5555", ll.Logins[1].Dest)
 	require.Contains(t, ll.Logins[1].Note, "replace <if>")
@@ -335,9 +338,9 @@ listeners: [{address: 192.168.1.10, port: 5555}, {address: "fe80::1%eth0", port:
 // TestControlCommandsJSONAndExitStatus: every command that asks the daemon prints the
 // versioned envelope with --json, exits as documented, and exits 3 when no daemon answers.
 func TestControlCommandsJSONAndExitStatus(t *testing.T) {
-	e := newControlEnv(t, e2eConfig)
+	e := newControlEnv(t, daemontest.E2EConfig)
 	e.start()
-	e.mustLogin(rwInitiator, "", 5555)
+	e.MustLogin(daemontest.RWInitiator, "", 5555)
 	for _, tc := range []struct {
 		args []string
 		exit int
@@ -350,8 +353,8 @@ func TestControlCommandsJSONAndExitStatus(t *testing.T) {
 		{[]string{"stats"}, exitOK, "["},
 		{[]string{"reload", "--dry-run"}, exitOK, "lun_changes"},
 		{[]string{"reload"}, exitOK, "applied"},
-		{[]string{"acl-check", "--initiator", rwInitiator.String()}, exitOK, "acl"},
-		{[]string{"acl-check", "--initiator", strangerInitiator.String()}, exitFailed, "refusal"},
+		{[]string{"acl-check", "--initiator", daemontest.RWInitiator.String()}, exitOK, "acl"},
+		{[]string{"acl-check", "--initiator", daemontest.StrangerInitiator.String()}, exitFailed, "refusal"},
 		{[]string{"log-level"}, exitOK, "level"},
 	} {
 		out, errOut, err := e.ctl(append(tc.args, "--json")...)
@@ -365,15 +368,15 @@ func TestControlCommandsJSONAndExitStatus(t *testing.T) {
 			require.NoError(t, json.Unmarshal(result, &m), "%v", tc.args)
 			require.Contains(t, m, tc.result, "%v", tc.args)
 		}
-		_, _, err = run(t, noDeps, append(tc.args, "--json", "--control", e.dir+"/none.sock")...)
+		_, _, err = run(t, noDeps, append(tc.args, "--json", "--control", e.Dir+"/none.sock")...)
 		require.Equal(t, exitUnreachable, exitStatus(err), "%v without a daemon", tc.args)
 	}
-	e.writeConfig(e2eBadConfig)
+	e.WriteConfig(daemontest.E2EBadConfig)
 	out, _, err := e.ctl("reload", "--json")
 	require.Equal(t, exitFailed, exitStatus(err), "a refused reload")
-	var res reloadResult
+	var res control.ReloadResult
 	decodeAnswer(t, out, &res)
 	require.NotEmpty(t, res.Errors)
 	require.False(t, res.Applied)
-	require.NoError(t, e.stop(syscall.SIGTERM))
+	require.NoError(t, e.Stop(syscall.SIGTERM))
 }

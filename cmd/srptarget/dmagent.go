@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"os/signal"
-	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -18,69 +17,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/srptarget/srptarget/config"
-	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/dm"
 	"github.com/srptarget/srptarget/ib/umad"
+	"github.com/srptarget/srptarget/internal/daemon"
 )
-
-// dmAgentFor builds what the agent advertises for cfg: one I/O controller per ioc_guid of the
-// target's ports, each with a service per (target port with that ioc_guid, ib listener): the
-// name SRP.T10:<id_ext> and the listener's service ID 0x00000000013fPPPP, which srp_daemon
-// turns into one add_target line each. The profile carries the limits an initiator may use.
-func dmAgentFor(cfg *config.Config, id identity) (*dm.Agent, error) {
-	var sids []uint64
-	for _, lc := range cfg.Listeners {
-		if lc.IsIB() {
-			sids = append(sids, ib.IBServiceID(lc.Port))
-		}
-	}
-	if len(sids) == 0 {
-		return nil, errors.New("the configuration has no ib listener: the Device Management agent advertises the service IDs of ib listeners (kind: ib), and RDMA/CM logins (dest=) need no discovery")
-	}
-	ids := []identity{id}
-	for _, p := range cfg.Target.Ports {
-		ids = append(ids, portIdentity(p, id))
-	}
-	a := &dm.Agent{Profile: dm.Profile{
-		SendQueueDepth: uint16(min(cfg.Limits.Credits, 0xffff)),
-		SendSize:       uint32(cfg.Limits.MaxIUSize),
-		RDMASize:       uint32(cfg.Limits.MaxTransferSize),
-		IDString:       "srptarget",
-	}}
-	for _, pid := range ids {
-		i := slices.IndexFunc(a.IOCs, func(c dm.IOC) bool { return c.GUID == pid.iocGUID })
-		if i < 0 {
-			a.IOCs = append(a.IOCs, dm.IOC{GUID: pid.iocGUID})
-			i = len(a.IOCs) - 1
-		}
-		for _, sid := range sids {
-			a.IOCs[i].Services = append(a.IOCs[i].Services, dm.Service{IDExt: pid.idExt, ServiceID: sid})
-		}
-	}
-	return a, a.Check()
-}
-
-// dmPorts picks the InfiniBand ports the agent answers on: those the ib listeners name, or
-// every InfiniBand port when one of them names none.
-func dmPorts(cfg *config.Config, ports []umad.PortInfo) []umad.PortInfo {
-	named := map[string]bool{}
-	all := false
-	for _, lc := range cfg.Listeners {
-		if lc.IsIB() {
-			all = all || len(lc.IBPorts) == 0
-			for _, p := range lc.IBPorts {
-				named[p] = true
-			}
-		}
-	}
-	var out []umad.PortInfo
-	for _, p := range ports {
-		if p.InfiniBand() && (all || named[p.Name()]) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
 
 // dmRecvWait bounds each wait for a MAD, so that the agent notices SIGTERM.
 const dmRecvWait = 500 * time.Millisecond
@@ -135,15 +75,11 @@ at start-up) they never ask, however correct the answers. srptarget ib-discover 
 			if err != nil {
 				return err
 			}
-			cfg, err := loadConfig(cmd, configFile, config.LoadTrusted)
+			cfg, id, err := loadIdentity(cmd, configFile, config.LoadTrusted, deps.devices)
 			if err != nil {
 				return err
 			}
-			id, err := resolveIdentity(cfg.Target, deps.devices)
-			if err != nil {
-				return err
-			}
-			agent, err := dmAgentFor(cfg, id)
+			agent, err := daemon.DMAgentFor(cfg, id)
 			if err != nil {
 				return err
 			}
@@ -151,7 +87,7 @@ at start-up) they never ask, however correct the answers. srptarget ib-discover 
 			if err != nil {
 				return err
 			}
-			ports := dmPorts(cfg, all)
+			ports := daemon.DMPorts(cfg, all)
 			if len(ports) == 0 {
 				return fmt.Errorf("no InfiniBand port of the ib listeners has a umad device (%d umad ports on this host)", len(all))
 			}

@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"github.com/spf13/cobra"
+	"github.com/srptarget/srptarget/internal/control"
+	"github.com/srptarget/srptarget/internal/daemon"
 )
 
 // The exit statuses of srptarget's commands, for scripts and monitoring (README.md,
@@ -28,6 +30,10 @@ const (
 	exitNotServing = 4
 )
 
+// exitCodeError makes main exit with its code without printing anything more (serve's
+// failures are logged; the commands print theirs).
+type exitCodeError = daemon.ExitError
+
 // usageError is a mistake in the command line: exit status 2.
 type usageError struct{ err error }
 
@@ -38,12 +44,12 @@ func (e usageError) Unwrap() error { return e.err }
 func exitStatus(err error) int {
 	var ec exitCodeError
 	var usage usageError
-	var dial *controlDialError
+	var dial *control.DialError
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.As(err, &ec):
-		return ec.code
+		return ec.Code
 	case errors.As(err, &usage):
 		return exitUsage
 	case errors.As(err, &dial):

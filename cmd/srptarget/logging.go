@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/srptarget/srptarget/internal/control"
 	"go.uber.org/zap"
 	"go.uber.org/zap/buffer"
 	"go.uber.org/zap/zapcore"
@@ -32,7 +33,7 @@ const (
 var logFormats = []string{logAuto, logConsole, logJSON, logJournal}
 
 // logLevels are the values of --log-level.
-var logLevels = []string{"debug", "info", "warn", "error"}
+var logLevels = control.LogLevels
 
 // newLogger builds the daemon's logger (see newLoggerLevel).
 func newLogger(w io.Writer, format, level string) (*zap.Logger, error) {
@@ -89,9 +90,9 @@ func newLoggerLevel(w io.Writer, format, level string) (*zap.Logger, zap.AtomicL
 
 // parseLogLevel reads a --log-level (or log-level command) value.
 func parseLogLevel(level string) (zap.AtomicLevel, error) {
-	l, err := zapcore.ParseLevel(level)
-	if err != nil || l < zapcore.DebugLevel || l > zapcore.ErrorLevel {
-		return zap.NewAtomicLevel(), fmt.Errorf("--log-level %q: want %s", level, orList(logLevels))
+	l, err := control.ParseLogLevel(level)
+	if err != nil {
+		return zap.NewAtomicLevel(), err
 	}
 	return zap.NewAtomicLevelAt(l), nil
 }

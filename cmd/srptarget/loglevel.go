@@ -1,57 +1,10 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"io"
 
 	"github.com/spf13/cobra"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 )
-
-// logLevelResult is the answer of log-level: the level the daemon logs at now and, after a
-// change, the one before.
-type logLevelResult struct {
-	Level    string `json:"level"`
-	Previous string `json:"previous,omitempty"`
-}
-
-// logLevel answers log-level: with level empty it says which level the daemon logs at;
-// otherwise it logs at level from now on. Only the logger's level changes: sessions,
-// channels and commands go on untouched. The change is logged with who asked, where it is
-// seen: after the change when the new level shows info lines, before it otherwise.
-func (s *controlServer) logLevel(level string, p peer) (*logLevelResult, error) {
-	al := s.opts.level
-	if al == nil {
-		if level == "" {
-			// A logger without an adjustable level (tests): the lowest level it logs.
-			return &logLevelResult{Level: zapcore.LevelOf(s.log.Core()).String()}, nil
-		}
-		return nil, errors.New("this daemon's log level cannot be changed")
-	}
-	if level == "" {
-		return &logLevelResult{Level: al.Level().String()}, nil
-	}
-	next, err := parseLogLevel(level)
-	if err != nil {
-		return nil, err
-	}
-	prev := al.Level()
-	to := next.Level()
-	logChange := func() {
-		s.log.Info("log level changed on the control socket", append(p.fields(),
-			zap.Stringer("from", prev), zap.Stringer("to", to))...)
-	}
-	if to > zapcore.InfoLevel {
-		logChange()
-	}
-	al.SetLevel(to)
-	if to <= zapcore.InfoLevel {
-		logChange()
-	}
-	return &logLevelResult{Level: to.String(), Previous: prev.String()}, nil
-}
 
 func newLogLevelCommand() *cobra.Command {
 	var f controlFlags
@@ -68,23 +21,25 @@ changing it, the access a reload needs (root, the daemon's user, --control-group
 		Args:      cobra.MaximumNArgs(1),
 		ValidArgs: logLevels,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req := controlRequest{Command: "log-level"}
+			level := ""
 			if len(args) == 1 {
 				if _, err := parseLogLevel(args[0]); err != nil {
 					return usageError{fmt.Errorf("log level %q: want %s", args[0], orList(logLevels))}
 				}
-				req.Level = args[0]
+				level = args[0]
 			}
-			var res logLevelResult
-			if done, err := f.call(cmd, req, &res); done || err != nil {
+			c, ctx, cancel := f.client(cmd)
+			defer cancel()
+			res, raw, err := c.LogLevel(ctx, level)
+			if err != nil {
 				return err
 			}
-			text := fmt.Sprintf("log level: %s\n", res.Level)
-			if res.Previous != "" {
-				text = fmt.Sprintf("log level: %s (was %s)\n", res.Level, res.Previous)
-			}
-			_, err := io.WriteString(cmd.OutOrStdout(), text)
-			return err
+			return f.print(cmd, raw, func() string {
+				if res.Previous != "" {
+					return fmt.Sprintf("log level: %s (was %s)\n", res.Level, res.Previous)
+				}
+				return fmt.Sprintf("log level: %s\n", res.Level)
+			})
 		},
 	}
 	f.add(cmd)

@@ -10,6 +10,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/srptarget/srptarget/internal/control"
+	"github.com/srptarget/srptarget/internal/daemon/daemontest"
 	"github.com/srptarget/srptarget/srp/srptest"
 )
 
@@ -17,17 +19,17 @@ import (
 // initiator is logged in; its session goes on, and what the new level shows is logged from
 // then on. Without a level it answers which it is; a wrong level is a usage error (exit 2).
 func TestLogLevelAtRunTime(t *testing.T) {
-	e := newControlEnv(t, e2eConfig)
+	e := newControlEnv(t, daemontest.E2EConfig)
 	level := zap.NewAtomicLevelAt(zapcore.InfoLevel)
 	core, logs := observer.New(level)
-	e.opts.log, e.logs, e.opts.level = zap.New(core), logs, &level
+	e.opts.Log, e.Logs, e.opts.Level = zap.New(core), logs, &level
 	e.start()
 
 	established := "connection established"
 	tur := &srptest.Request{LUN: 0, CDB: srptest.CDBTestUnitReady()}
-	first := e.mustLogin(rwInitiator, "", 5555)
-	do(t, first, tur) // the unit attention of the login
-	require.Zero(t, e.count(established), "no debug line at info")
+	first := e.MustLogin(daemontest.RWInitiator, "", 5555)
+	daemontest.Do(t, first, tur) // the unit attention of the login
+	require.Zero(t, e.Count(established), "no debug line at info")
 
 	out, errOut, err := e.ctl("log-level")
 	require.NoError(t, err, errOut)
@@ -36,42 +38,33 @@ func TestLogLevelAtRunTime(t *testing.T) {
 	out, errOut, err = e.ctl("log-level", "debug")
 	require.NoError(t, err, errOut)
 	require.Equal(t, "log level: debug (was info)\n", out)
-	require.Equal(t, 1, e.count("log level changed on the control socket", "from", "info", "to", "debug"), e.logText())
+	require.Equal(t, 1, e.Count("log level changed on the control socket", "from", "info", "to", "debug"), e.LogText())
 
-	require.Equal(t, uint8(0), do(t, first, tur).Status, "the session logged in before the change goes on")
-	var ss []sessionInfo
+	require.Equal(t, uint8(0), daemontest.Do(t, first, tur).Status, "the session logged in before the change goes on")
+	var ss []control.SessionInfo
 	e.ctlJSON(&ss, "sessions")
 	require.Len(t, ss, 1)
-	e.mustLogin(roInitiator, "198.51.100.7", 5555) // another initiator
-	require.Eventually(t, func() bool { return e.count(established) == 1 }, 5e9, 1e6, "debug lines once at debug")
-	require.Equal(t, uint8(0), do(t, first, tur).Status)
+	e.MustLogin(daemontest.ROInitiator, "198.51.100.7", 5555) // another initiator
+	require.Eventually(t, func() bool { return e.Count(established) == 1 }, 5e9, 1e6, "debug lines once at debug")
+	require.Equal(t, uint8(0), daemontest.Do(t, first, tur).Status)
 
 	// --json: the answer as the socket gives it.
 	out, errOut, err = e.ctl("log-level", "error", "--json")
 	require.NoError(t, err, errOut)
 	var rsp2 struct {
-		Version int            `json:"version"`
-		OK      bool           `json:"ok"`
-		Result  logLevelResult `json:"result"`
+		Version int                    `json:"version"`
+		OK      bool                   `json:"ok"`
+		Result  control.LogLevelResult `json:"result"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &rsp2), out)
-	require.Equal(t, logLevelResult{Level: "error", Previous: "debug"}, rsp2.Result)
-	require.Equal(t, 1, e.count("log level changed on the control socket", "from", "debug", "to", "error"),
+	require.Equal(t, control.LogLevelResult{Level: "error", Previous: "debug"}, rsp2.Result)
+	require.Equal(t, 1, e.Count("log level changed on the control socket", "from", "debug", "to", "error"),
 		"a change to a level that hides info is logged before it")
-	require.False(t, e.opts.log.Core().Enabled(zapcore.WarnLevel))
+	require.False(t, e.opts.Log.Core().Enabled(zapcore.WarnLevel))
 
 	_, _, err = e.ctl("log-level", "verbose")
 	require.Equal(t, exitUsage, exitStatus(err))
 	_, _, err = e.ctl("log-level", "info", "warn")
 	require.Equal(t, exitUsage, exitStatus(err))
-	require.NoError(t, e.stop(syscall.SIGTERM))
-}
-
-// TestLogLevelNeedsWriteAccess: reading the level is a read; changing it needs what a reload
-// needs.
-func TestLogLevelNeedsWriteAccess(t *testing.T) {
-	require.Equal(t, accessRead, needs(controlRequest{Command: "log-level"}))
-	require.Equal(t, accessAll, needs(controlRequest{Command: "log-level", Level: "debug"}))
-	require.Equal(t, accessAll, needs(controlRequest{Command: "reload", DryRun: true}))
-	require.Equal(t, accessRead, needs(controlRequest{Command: "sessions"}))
+	require.NoError(t, e.Stop(syscall.SIGTERM))
 }

@@ -4,10 +4,11 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/srptarget/srptarget/internal/daemon"
 )
 
 func main() {
@@ -30,7 +31,7 @@ func main() {
 }
 
 func newRootCommand() *cobra.Command {
-	return newRootCommandWith(loginLineDeps{devices: rdmaDevices, interfaces: hostAddrs})
+	return newRootCommandWith(loginLineDeps{devices: daemon.RDMADevices, interfaces: daemon.HostAddrs})
 }
 
 // newRootCommandWith builds the command tree with the given RDMA and network seams (tests
@@ -76,13 +77,22 @@ when built with the rbd tag, which links librbd and librados). srptarget --versi
 the same; srptarget status shows the running daemon's.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if asJSON {
-				return printJSONResult(cmd.OutOrStdout(), build)
-			}
-			_, err := io.WriteString(cmd.OutOrStdout(), versionText(build))
-			return err
+			return printResult(cmd, asJSON, build, func() string { return versionText(build) })
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the version as JSON ({\"version\", \"ok\", \"result\"}, the result as status --json's build object)")
 	return cmd
+}
+
+// newControlCommands are the commands that talk to a running daemon.
+func newControlCommands() []*cobra.Command {
+	return []*cobra.Command{
+		newStatusCommand(),
+		newSessionsCommand(),
+		newLUNsCommand(),
+		newStatsCommand(),
+		newReloadCommand(),
+		newACLCheckCommand(),
+		newLogLevelCommand(),
+	}
 }

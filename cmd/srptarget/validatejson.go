@@ -1,14 +1,12 @@
 package main
 
 import (
-	"cmp"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 
 	"github.com/srptarget/srptarget/config"
+	"github.com/srptarget/srptarget/internal/control"
 )
 
 // configIssue is one error or warning of a configuration file, for validate --json: where it
@@ -31,13 +29,8 @@ func configIssues(errs []*config.Error) []configIssue {
 // configErrorList is every error of a configuration that failed to load; an error that is
 // not a configuration error (the file cannot be read) is one without a line.
 func configErrorList(file string, err error) []*config.Error {
-	var errs config.Errors
-	var one *config.Error
-	switch {
-	case errors.As(err, &errs):
+	if errs := config.AsErrors(err); errs != nil {
 		return errs
-	case errors.As(err, &one):
-		return []*config.Error{one}
 	}
 	return []*config.Error{{File: file, Msg: err.Error()}}
 }
@@ -56,7 +49,7 @@ type validateResult struct {
 	LUNs      []validateLUN   `json:"luns"`
 	ACLs      []validateACL   `json:"acls"`
 	// Reload is the running daemon's dry run of this file (--diff).
-	Reload *reloadResult `json:"reload,omitempty"`
+	Reload *control.ReloadResult `json:"reload,omitempty"`
 }
 
 type validateTarget struct {
@@ -125,66 +118,4 @@ func nonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
-}
-
-// loginLineResult is what login-line --json prints: the target's identity and, for each
-// target port and listener, the add_target line an initiator writes.
-type loginLineResult struct {
-	IDExt   string      `json:"id_ext"`
-	IOCGUID string      `json:"ioc_guid"`
-	From    string      `json:"from"`
-	Logins  []loginLine `json:"logins"`
-}
-
-type loginLine struct {
-	IDExt        string `json:"id_ext"`
-	IOCGUID      string `json:"ioc_guid"`
-	RelativePort uint16 `json:"relative_port"`
-	// Listener is the listener's address and port, or for an ib listener "ib:PORT".
-	Listener string `json:"listener"`
-	// Dest is the dest= value of an address listener; <address>, <if> are for the operator
-	// to fill in (Note).
-	Dest string `json:"dest,omitempty"`
-	// DGID, PKey and ServiceID are those of an ib listener's line; "<gid>" when this host
-	// has no port to name (Note).
-	DGID      string `json:"dgid,omitempty"`
-	PKey      string `json:"pkey,omitempty"`
-	ServiceID string `json:"service_id,omitempty"`
-	Note      string `json:"note,omitempty"`
-	Command   string `json:"command"`
-}
-
-func newLoginLineResult(cfg *config.Config, id identity, ifaces interfacesFunc, devices devicesFunc) *loginLineResult {
-	r := &loginLineResult{IDExt: fmt.Sprintf("%016x", id.idExt), IOCGUID: fmt.Sprintf("%016x", id.iocGUID), From: id.from, Logins: []loginLine{}}
-	lines := addTargetLines(cfg, id, ifaces)
-	ibLines := ibTargetLines(cfg, devices)
-	add := func(pid identity, rel uint16) {
-		base := loginLine{IDExt: fmt.Sprintf("%016x", pid.idExt), IOCGUID: fmt.Sprintf("%016x", pid.iocGUID), RelativePort: rel}
-		for _, l := range lines {
-			ll := base
-			ll.Listener, ll.Dest, ll.Note, ll.Command = l.listener.String(), l.dest, l.note, l.command(pid)
-			r.Logins = append(r.Logins, ll)
-		}
-		for _, t := range ibLines {
-			ll := base
-			ll.Listener, ll.DGID, ll.Note, ll.Command = fmt.Sprintf("ib:%d", t.port), t.dgid, t.note, t.command(pid)
-			ll.PKey, ll.ServiceID = fmt.Sprintf("%04x", t.pkey), fmt.Sprintf("%016x", t.serviceID)
-			r.Logins = append(r.Logins, ll)
-		}
-	}
-	add(id, cmp.Or(cfg.Target.RelativePortID, 1))
-	for _, p := range cfg.Target.Ports {
-		add(portIdentity(p, id), p.RelativePortID)
-	}
-	return r
-}
-
-// MarshalJSON gives the node GUID as ibv_devinfo prints it (0002:c903:00a0:b0c1): a 64-bit
-// number does not survive a JSON reader that holds numbers as doubles.
-func (d rdmaDevice) MarshalJSON() ([]byte, error) {
-	type plain rdmaDevice
-	return json.Marshal(struct {
-		plain
-		NodeGUID string `json:"node_guid"`
-	}{plain(d), formatGUID(d.NodeGUID)})
 }

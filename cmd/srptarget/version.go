@@ -4,8 +4,12 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/srptarget/srptarget/backstore/rbd"
+	"github.com/srptarget/srptarget/internal/control"
 )
 
 // release is the version of srptarget: a release bumps it, with its entry in CHANGELOG.md.
@@ -22,32 +26,14 @@ var (
 	buildModified string
 )
 
-// buildInfo says what a binary is: srptarget version, status, the log's first line, the man
-// pages and the srptarget_build_info metric show it.
-type buildInfo struct {
-	// Version is the release, then the commit's first 12 hex digits when known, then
-	// ".modified" when the tree had uncommitted changes: 0.1.0+7960dc2c1a0b.modified
-	// (SemVer 2.0's build metadata).
-	Version    string `json:"version"`
-	Release    string `json:"release"`
-	Commit     string `json:"commit,omitempty"`
-	CommitTime string `json:"commit_time,omitempty"`
-	Modified   bool   `json:"modified"`
-	GoVersion  string `json:"go_version"`
-	Platform   string `json:"platform"`
-	// Backstores are the backstore kinds this binary serves: rbd only when built with the
-	// rbd tag, which links librbd and librados (and Ceph's libraries with them).
-	Backstores []string `json:"backstores"`
-}
-
-// build is this binary's buildInfo.
+// build is this binary's control.BuildInfo.
 var build = readBuildInfo()
 
 // version is build.Version.
 var version = build.Version
 
-func readBuildInfo() buildInfo {
-	b := buildInfo{
+func readBuildInfo() control.BuildInfo {
+	b := control.BuildInfo{
 		Release:   release,
 		Commit:    buildCommit,
 		Modified:  buildModified == "true",
@@ -74,7 +60,7 @@ func readBuildInfo() buildInfo {
 	}
 	b.Version = formatVersion(release, b.Commit, b.Modified)
 	b.Backstores = []string{"file", "block", "memory", "null"}
-	if rbdBuilt {
+	if rbd.Built {
 		b.Backstores = append(b.Backstores, "rbd")
 	}
 	return b
@@ -93,7 +79,7 @@ func formatVersion(release, commit string, modified bool) string {
 }
 
 // versionText is what srptarget version and srptarget --version print.
-func versionText(b buildInfo) string {
+func versionText(b control.BuildInfo) string {
 	var s strings.Builder
 	fmt.Fprintf(&s, "srptarget %s\n", b.Version)
 	switch {
@@ -111,7 +97,7 @@ func versionText(b buildInfo) string {
 	}
 	fmt.Fprintf(&s, "built with %s for %s\n", b.GoVersion, b.Platform)
 	fmt.Fprintf(&s, "backstores: %s", strings.Join(b.Backstores, ", "))
-	if b.hasRBD() {
+	if hasRBD(b) {
 		s.WriteString(" (rbd links librbd and librados)")
 	} else {
 		s.WriteString(" (no rbd: built without the rbd tag, links no Ceph library)")
@@ -120,11 +106,5 @@ func versionText(b buildInfo) string {
 	return s.String()
 }
 
-func (b buildInfo) hasRBD() bool {
-	for _, k := range b.Backstores {
-		if k == "rbd" {
-			return true
-		}
-	}
-	return false
-}
+// hasRBD reports whether b serves rbd LUNs.
+func hasRBD(b control.BuildInfo) bool { return slices.Contains(b.Backstores, "rbd") }

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/srptarget/srptarget/backstore/rbd"
+	"github.com/srptarget/srptarget/internal/control"
 	"github.com/stretchr/testify/require"
 )
 
@@ -27,7 +29,7 @@ func TestFormatVersion(t *testing.T) {
 }
 
 func TestVersionText(t *testing.T) {
-	b := buildInfo{Version: "0.1.0+7960dc218355.modified", Release: "0.1.0", Commit: "7960dc2183552d00a50b581c30acf74c5bc35fe7",
+	b := control.BuildInfo{Version: "0.1.0+7960dc218355.modified", Release: "0.1.0", Commit: "7960dc2183552d00a50b581c30acf74c5bc35fe7",
 		CommitTime: "2026-12-06T18:44:00+01:00", Modified: true, GoVersion: "go1.26.8", Platform: "linux/amd64",
 		Backstores: []string{"file", "block", "memory", "null", "rbd"}}
 	require.Equal(t, `srptarget 0.1.0+7960dc218355.modified
@@ -35,7 +37,7 @@ commit: 7960dc2183552d00a50b581c30acf74c5bc35fe7 (2026-12-06T17:44:00Z), with un
 built with go1.26.8 for linux/amd64
 backstores: file, block, memory, null, rbd (rbd links librbd and librados)
 `, versionText(b))
-	b = buildInfo{Version: "0.1.0", Release: "0.1.0", GoVersion: "go1.26.8", Platform: "linux/amd64", Backstores: []string{"file", "block", "memory", "null"}}
+	b = control.BuildInfo{Version: "0.1.0", Release: "0.1.0", GoVersion: "go1.26.8", Platform: "linux/amd64", Backstores: []string{"file", "block", "memory", "null"}}
 	require.Equal(t, `srptarget 0.1.0
 commit: unknown (built outside a git checkout without make build)
 built with go1.26.8 for linux/amd64
@@ -54,7 +56,7 @@ func TestVersionCommand(t *testing.T) {
 	require.Equal(t, versionText(build), out)
 	require.Regexp(t, `^srptarget `+release+`(\+[0-9a-f]{1,12}(\.modified)?)?\n`, out)
 	require.Contains(t, out, runtime.Version())
-	require.Equal(t, rbdBuilt, build.hasRBD())
+	require.Equal(t, rbd.Built, hasRBD(build))
 }
 
 // The man pages name the version in their footer.
@@ -69,7 +71,7 @@ func TestGenManVersion(t *testing.T) {
 
 // status --json carries the build.
 func TestStatusBuild(t *testing.T) {
-	b, err := json.Marshal(statusInfo{Version: version, Build: build})
+	b, err := json.Marshal(control.StatusInfo{Version: version, Build: build})
 	require.NoError(t, err)
 	require.Contains(t, string(b), `"build":{"version":"`+version+`","release":"`+release+`"`)
 }

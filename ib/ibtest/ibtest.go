@@ -1,7 +1,7 @@
 // Package ibtest is the conformance suite of package ib's contract: what the SRP engine relies
 // on from a connection, checked the same way against every implementation. ib/memfabric runs
-// it in go test; ib/verbs runs it on soft-RoCE in the VM harness (integration/vm/guest/
-// verbs-test.sh). A rule the engine depends on belongs here, so that the in-memory fabric
+// it in go test; ib/verbs runs it on soft-RoCE in the VM harness (TestVerbs of
+// integration/vm/guest/checks). A rule the engine depends on belongs here, so that the in-memory fabric
 // cannot drift from what hardware does: a fabric-specific test stays with its fabric.
 package ibtest
 

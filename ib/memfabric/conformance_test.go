@@ -2,6 +2,7 @@ package memfabric
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,7 +16,43 @@ type suiteFabric struct{ async bool }
 
 func (s suiteFabric) Connect(t *testing.T, caps func(ib.DeviceLimits) ib.QPCaps) *ibtest.Pair {
 	t.Helper()
-	e := newEnv(t, Options{Async: s.async})
+	return s.connect(t, newEnv(t, Options{Async: s.async}), caps, nil)
+}
+
+// sharedSuite runs the shared-queue cases: every connection of a test to one target node.
+type sharedSuite struct {
+	suiteFabric
+	mu   sync.Mutex
+	envs map[*testing.T]*env
+}
+
+func (s *sharedSuite) env(t *testing.T) *env {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.envs[t]
+	if e == nil {
+		e = newEnv(t, Options{Async: s.async})
+		s.envs[t] = e
+		t.Cleanup(func() {
+			s.mu.Lock()
+			delete(s.envs, t)
+			s.mu.Unlock()
+		})
+	}
+	return e
+}
+
+func (s *sharedSuite) TargetQueues(t *testing.T) ib.SharedQueues {
+	return s.env(t).target.PD().(ib.SharedQueues)
+}
+
+func (s *sharedSuite) ConnectShared(t *testing.T, caps func(ib.DeviceLimits) ib.QPCaps, share func(*ib.AcceptParams)) *ibtest.Pair {
+	t.Helper()
+	return s.connect(t, s.env(t), caps, share)
+}
+
+func (s suiteFabric) connect(t *testing.T, e *env, caps func(ib.DeviceLimits) ib.QPCaps, share func(*ib.AcceptParams)) *ibtest.Pair {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	cp := srpConnect()
@@ -24,6 +61,9 @@ func (s suiteFabric) Connect(t *testing.T, caps func(ib.DeviceLimits) ib.QPCaps)
 	req := e.next(t)
 	ap := srpAccept()
 	ap.QP = caps(req.Limits())
+	if share != nil {
+		share(&ap)
+	}
 	tc, err := req.Accept(ap)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, tc.Close()) })
@@ -40,6 +80,9 @@ func (suiteFabric) Memory(_ *testing.T, n int) []byte { return make([]byte, n) }
 
 func TestConformance(t *testing.T) {
 	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) { ibtest.Run(t, suiteFabric{async: m.async}) })
+		t.Run(m.name, func(t *testing.T) {
+			ibtest.Run(t, suiteFabric{async: m.async})
+			ibtest.RunShared(t, &sharedSuite{suiteFabric: suiteFabric{async: m.async}, envs: map[*testing.T]*env{}})
+		})
 	}
 }

@@ -97,71 +97,6 @@ func (p *pair) stopIfDead() bool {
 	return true
 }
 
-type qpState uint8
-
-const (
-	qpReady qpState = iota // RTS
-	qpError
-)
-
-type blockKind uint8
-
-const (
-	blockNone  blockKind = iota
-	blockRNR             // head SEND found no receive posted at the peer
-	blockRetry           // peer does not answer
-)
-
-type sendSlot struct {
-	wr        ib.SendWR // wr.SGL aliases sges
-	sges      []ib.SGE
-	inline    []byte
-	inlineLen int
-}
-
-// slotRing is the slots of a work queue: [head, tail) hold posted work requests, each until
-// its completion is polled. The queues below split the range where they stand.
-type slotRing[T any] struct {
-	slots      []T
-	head, tail uint64
-}
-
-func newSlotRing[T any](depth int) slotRing[T] { return slotRing[T]{slots: make([]T, depth)} }
-
-func (q *slotRing[T]) slot(i uint64) *T { return &q.slots[i%uint64(len(q.slots))] }
-func (q *slotRing[T]) full() bool       { return q.tail-q.head == uint64(len(q.slots)) }
-
-// sendQueue: [head, exec) executed and waiting for their slots to be retired by a polled
-// completion; [exec, tail) waiting to execute.
-type sendQueue struct {
-	slotRing[sendSlot]
-	exec uint64
-}
-
-type recvSlot struct {
-	id   uint64
-	sges []ib.SGE
-}
-
-// recvQueue: [head, next) consumed and waiting for their completion to be polled;
-// [next, tail) posted and free to receive.
-type recvQueue struct {
-	slotRing[recvSlot]
-	next uint64
-}
-
-type cqEntry struct {
-	c   ib.Completion
-	sq  bool   // from the send queue (else the receive queue)
-	idx uint64 // the slot it retires when polled
-}
-
-// compQueue holds at most one entry per occupied queue slot, so sized SQ+RQ it cannot overrun.
-type compQueue struct {
-	ring       []cqEntry
-	head, tail uint64
-}
-
 // Conn is one end of a connection: an RC QP with its own CQ and event queue. It implements
 // ib.Conn; the initiator side also has PrivateData and Vanish.
 type Conn struct {
@@ -195,6 +130,15 @@ type Conn struct {
 	consumerArms bool
 	armedRecv    bool
 	armedSend    bool
+	// Shared queues (AcceptParams.CQ, SRQ, OnEvent), set before the connection is visible to
+	// another goroutine. sqRetired and rqRetired are the queue heads polling the shared CQ
+	// retired, under its mu (sharedCQ.retired brings them over).
+	scq                  *sharedCQ // receives, and sends unless sendCQ
+	sendCQ               *sharedCQ
+	srq                  *srq
+	srqSGEs              []ib.SGE // the SGEs of the SRQ receive a SEND lands in
+	onEvent              func()
+	sqRetired, rqRetired uint64
 
 	blk        blockKind
 	blkIdx     uint64
@@ -303,6 +247,15 @@ func (c *Conn) signal() {
 }
 
 func (c *Conn) push(e cqEntry) {
+	if c.scq != nil {
+		e.c.QPNum = c.qpn
+		if e.sq && c.sendCQ != nil {
+			c.sendCQ.add(c, e)
+		} else {
+			c.scq.add(c, e)
+		}
+		return
+	}
 	if c.cq.tail-c.cq.head == uint64(len(c.cq.ring)) {
 		panic("memfabric: completion queue overrun (broken slot accounting)")
 	}
@@ -325,6 +278,9 @@ func (c *Conn) push(e cqEntry) {
 func (c *Conn) ArmNotify(sends bool) error {
 	c.p.mu.Lock()
 	defer c.p.mu.Unlock()
+	if c.scq != nil {
+		return fmt.Errorf("memfabric: arm %v: its completions go to a shared CQ: %w", c, ib.ErrInvalidArgument)
+	}
 	c.consumerArms = true
 	c.armedRecv = true
 	c.armedSend = sends
@@ -334,6 +290,9 @@ func (c *Conn) ArmNotify(sends bool) error {
 func (c *Conn) pushEvent(e ib.Event) {
 	c.events = append(c.events, e)
 	c.signal()
+	if c.onEvent != nil {
+		c.onEvent()
+	}
 }
 
 func (c *Conn) usable(what string) error {
@@ -364,6 +323,9 @@ func (c *Conn) PostSend(wrs []ib.SendWR) (int, error) {
 		return 0, err
 	}
 	lim := c.sendLimits()
+	if c.scq != nil {
+		c.retired()
+	}
 	n := 0
 	var err error
 	for i := range wrs {
@@ -410,6 +372,12 @@ func (c *Conn) PostRecv(wrs []ib.RecvWR) (int, error) {
 	if err := c.usable("post receive"); err != nil {
 		return 0, err
 	}
+	if c.srq != nil {
+		return 0, fmt.Errorf("memfabric: post receive on %v: its receive queue is an SRQ: %w", c, ib.ErrInvalidArgument)
+	}
+	if c.scq != nil {
+		c.retired()
+	}
 	n := 0
 	var err error
 	for i := range wrs {
@@ -451,11 +419,16 @@ func (c *Conn) PollCompletions(wcs []ib.Completion) (int, error) {
 	if c.closed {
 		return 0, fmt.Errorf("memfabric: poll on %v: %w", c, ib.ErrClosed)
 	}
+	if c.scq != nil {
+		return 0, fmt.Errorf("memfabric: poll on %v: its completions go to a shared CQ: %w", c, ib.ErrInvalidArgument)
+	}
 	n := 0
 	for n < len(wcs) && c.cq.head < c.cq.tail {
 		e := &c.cq.ring[c.cq.head%uint64(len(c.cq.ring))]
 		wcs[n] = e.c
-		if e.sq {
+		if e.srq != nil {
+			e.srq.retire()
+		} else if e.sq {
 			c.sq.head = max(c.sq.head, e.idx+1)
 		} else {
 			c.rq.head = max(c.rq.head, e.idx+1)
@@ -531,6 +504,7 @@ func (c *Conn) closeConn(dreq bool) {
 		c.sendDisconnect()
 	}
 	c.closed = true
+	c.leaveShared()
 	c.unblock()
 	c.signal()
 	if peer := c.peer(); peer != nil {

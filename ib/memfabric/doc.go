@@ -36,8 +36,16 @@
 //     SEND waiting for a receive, inside the peer's PostRecv or a timer), which is
 //     deterministic. Options.Async executes them later on a goroutine per connection, which
 //     exposes consumers that touch buffers before their completions.
+//   - Shared queues (ib.SharedQueues on Node.PD): a shared CQ queues the completions of every
+//     QP accepted with it in the order they happen and overruns when full (Poll then fails);
+//     an SRQ's receives are taken oldest first by whichever QP receives a SEND, hold their
+//     slot until polled, are never flushed by a QP's error, and wake SENDs waiting in RNR.
+//     Completions of a closed QP stay in its shared CQ and are polled later. An armed CQ's
+//     next completion queues one event on its completion channel, which its Serve (or the
+//     Serve of the channel whose also lists it) takes. Options.Shared
+//     sets the limits (MaxSRQWR -1: a device without SRQs).
 //   - Not modelled: RDMA READ depth limits (reads complete as they execute, the depth only
-//     gates whether reads are allowed), packet loss, MTU segmentation, shared receive queues,
+//     gates whether reads are allowed), packet loss, MTU segmentation, SRQ limit events,
 //     atomics, immediate data, memory windows.
 //
 // Every goroutine and timer stops on Conn.Close (both ends) or Fabric.Close.

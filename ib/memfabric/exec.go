@@ -59,8 +59,11 @@ func (c *Conn) progress() {
 		var st ib.Status
 		switch s.wr.Op {
 		case ib.OpSend:
-			if peer.rq.next == peer.rq.tail {
+			if !peer.recvPosted() {
 				// Receiver not ready: the peer NAKs and we retry rnrRetry times.
+				if peer.srq != nil && !peer.srq.blocked(peer) {
+					continue // a receive was posted meanwhile
+				}
 				if c.rnrRetry >= ib.InfiniteRNRRetry {
 					c.block(blockRNR, 0, true)
 					return
@@ -90,6 +93,26 @@ func (c *Conn) progress() {
 	c.unblock()
 }
 
+// recvPosted reports whether a SEND to c finds a receive: in its receive queue or its SRQ.
+func (c *Conn) recvPosted() bool {
+	if c.srq != nil {
+		return !c.srq.empty()
+	}
+	return c.rq.next != c.rq.tail
+}
+
+// takeRecv consumes the receive a SEND lands in (recvPosted said there is one).
+func (c *Conn) takeRecv() (uint64, recvSlot) {
+	if c.srq != nil {
+		r, _ := c.srq.take(c.srqSGEs)
+		c.srqSGEs = r.sges
+		return 0, r
+	}
+	idx := c.rq.next
+	c.rq.next++
+	return idx, *c.rq.slot(idx)
+}
+
 // gather resolves the local SGEs of the head work request into c.src.
 func (c *Conn) gather(s *sendSlot, write bool) bool {
 	c.src = c.src[:0]
@@ -115,15 +138,13 @@ func (c *Conn) execSend(s *sendSlot, peer *Conn) ib.Status {
 	for _, b := range c.src {
 		total += len(b)
 	}
-	ridx := peer.rq.next
-	r := peer.rq.slot(ridx)
-	peer.rq.next++
+	ridx, r := peer.takeRecv()
 	capacity := 0
 	for _, g := range r.sges {
 		capacity += int(g.Length)
 	}
 	if total > capacity {
-		peer.push(cqEntry{c: ib.Completion{ID: r.id, Status: ib.StatusLocalLengthError}, idx: ridx})
+		peer.push(cqEntry{c: ib.Completion{ID: r.id, Status: ib.StatusLocalLengthError}, idx: ridx, srq: peer.srq})
 		peer.enterError()
 		return ib.StatusRemoteInvalidRequest
 	}
@@ -132,7 +153,7 @@ func (c *Conn) execSend(s *sendSlot, peer *Conn) ib.Status {
 	for need, i := total, 0; need > 0; i++ {
 		b, ok := peer.node.pd.local(r.sges[i], true)
 		if !ok {
-			peer.push(cqEntry{c: ib.Completion{ID: r.id, Status: ib.StatusLocalProtectionError}, idx: ridx})
+			peer.push(cqEntry{c: ib.Completion{ID: r.id, Status: ib.StatusLocalProtectionError}, idx: ridx, srq: peer.srq})
 			peer.enterError()
 			return ib.StatusRemoteOperationError
 		}
@@ -140,7 +161,7 @@ func (c *Conn) execSend(s *sendSlot, peer *Conn) ib.Status {
 		need -= min(need, len(b))
 	}
 	scatter(peer.dst, c.src)
-	peer.push(cqEntry{c: ib.Completion{ID: r.id, Status: ib.StatusSuccess, Opcode: ib.OpRecv, ByteLen: uint32(total)}, idx: ridx})
+	peer.push(cqEntry{c: ib.Completion{ID: r.id, Status: ib.StatusSuccess, Opcode: ib.OpRecv, ByteLen: uint32(total)}, idx: ridx, srq: peer.srq})
 	if peer.estPending {
 		peer.estPending = false
 		peer.pushEvent(ib.EventEstablished)

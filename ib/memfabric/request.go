@@ -216,6 +216,10 @@ func (r *connReq) Accept(ap ib.AcceptParams) (ib.Conn, error) {
 		r.answered()
 		return nil, fmt.Errorf("memfabric: accept %v: %w", r, err)
 	}
+	if err := r.ln.node.useShared(t, &ap); err != nil {
+		r.ln.node.forget(t)
+		return nil, fmt.Errorf("memfabric: accept %v: %w", r, err)
+	}
 	canceled := r.state == reqCanceled
 	r.answered()
 

@@ -57,12 +57,12 @@ func TestFillSendChain(t *testing.T) {
 	}
 	b.linkSend(len(wrs))
 	want := []sendWRView{
-		{WRID: 80, Opcode: cWR.rdmaWrite, RemoteAddr: 0xabc000, RKey: 0x55, Next: 1,
+		{WRID: 160, Opcode: cWR.rdmaWrite, RemoteAddr: 0xabc000, RKey: 0x55, Next: 1,
 			SGL: []sgeView{{0x10000, 512, 0x1111}, {0x10400, 512, 0x1111}, {0x20008, 4, 0x2222}}},
-		{WRID: 82, Opcode: cWR.rdmaWrite, RemoteAddr: 0xabd000, RKey: 0x56, Next: 2},
-		{WRID: 84, Opcode: cWR.send, Flags: cWR.signaled | cWR.inline, Next: 3,
+		{WRID: 164, Opcode: cWR.rdmaWrite, RemoteAddr: 0xabd000, RKey: 0x56, Next: 2},
+		{WRID: 168, Opcode: cWR.send, Flags: cWR.signaled | cWR.inline, Next: 3,
 			SGL: []sgeView{{0x20040, 36, 0x2222}}},
-		{WRID: 86, Opcode: cWR.rdmaRead, Flags: cWR.signaled, RemoteAddr: 0xfff0, RKey: 0x99, Next: -1,
+		{WRID: 172, Opcode: cWR.rdmaRead, Flags: cWR.signaled, RemoteAddr: 0xfff0, RKey: 0x99, Next: -1,
 			SGL: []sgeView{{0x10fa0, 96, 0x1111}}},
 	}
 	for i := range want {
@@ -73,7 +73,7 @@ func TestFillSendChain(t *testing.T) {
 	short := ib.SendWR{ID: 11, Op: ib.OpSend, SGL: []ib.SGE{{MR: data, Offset: 2, Length: 3}}}
 	require.NoError(t, b.fillSend(0, &short, encodeWRID(queueSend, 44), d))
 	b.linkSend(1)
-	require.Equal(t, sendWRView{WRID: 88, Opcode: cWR.send, Next: -1, SGL: []sgeView{{0x10002, 3, 0x1111}}}, b.sendView(0))
+	require.Equal(t, sendWRView{WRID: 176, Opcode: cWR.send, Next: -1, SGL: []sgeView{{0x10002, 3, 0x1111}}}, b.sendView(0))
 }
 
 func TestFillRegionChecks(t *testing.T) {
@@ -109,8 +109,8 @@ func TestFillRecvChain(t *testing.T) {
 	}
 	b.linkRecv(3)
 	require.Equal(t, recvWRView{WRID: 1, Next: 1, SGL: []sgeView{{0x40000, 4096, 0x77}}}, b.recvView(0))
-	require.Equal(t, recvWRView{WRID: 3, Next: 2, SGL: []sgeView{{0x40064, 36, 0x77}, {0x400c8, 8, 0x77}}}, b.recvView(1))
-	require.Equal(t, recvWRView{WRID: 5, Next: -1}, b.recvView(2))
+	require.Equal(t, recvWRView{WRID: 5, Next: 2, SGL: []sgeView{{0x40064, 36, 0x77}, {0x400c8, 8, 0x77}}}, b.recvView(1))
+	require.Equal(t, recvWRView{WRID: 9, Next: -1}, b.recvView(2))
 }
 
 // The data path must not allocate: filling a chain is plain stores into C memory.

@@ -21,6 +21,20 @@ type suiteFabric struct{ addr netip.Addr }
 
 func (f suiteFabric) Connect(t *testing.T, caps func(ib.DeviceLimits) ib.QPCaps) *ibtest.Pair {
 	t.Helper()
+	return f.ConnectShared(t, caps, nil)
+}
+
+// TargetQueues is the shared-queue maker of the address's device (every connection of the
+// suite reaches it).
+func (f suiteFabric) TargetQueues(t *testing.T) ib.SharedQueues {
+	pd, ok := listen(t, f.addr).PD()
+	require.True(t, ok, "listener on %v knows no device", f.addr)
+	return pd.(ib.SharedQueues)
+}
+
+// ConnectShared implements ibtest.SharedFabric.
+func (f suiteFabric) ConnectShared(t *testing.T, caps func(ib.DeviceLimits) ib.QPCaps, share func(*ib.AcceptParams)) *ibtest.Pair {
+	t.Helper()
 	ln := listen(t, f.addr)
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
@@ -34,8 +48,12 @@ func (f suiteFabric) Connect(t *testing.T, caps func(ib.DeviceLimits) ib.QPCaps)
 		ch <- dialed{c: c, err: err}
 	}()
 	r := next(t, ln)
-	tc, err := r.Accept(ib.AcceptParams{PrivateData: testutil.Pattern(52, 2), QP: caps(r.Limits()),
-		RNRRetryCount: 7, ResponderResources: 4, InitiatorDepth: 4})
+	ap := ib.AcceptParams{PrivateData: testutil.Pattern(52, 2), QP: caps(r.Limits()),
+		RNRRetryCount: 7, ResponderResources: 4, InitiatorDepth: 4}
+	if share != nil {
+		share(&ap)
+	}
+	tc, err := r.Accept(ap)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, tc.Close()) })
 	d := <-ch
@@ -63,5 +81,8 @@ func (suiteFabric) Memory(t *testing.T, n int) []byte {
 
 // TestConformance runs the suite per address (IPv4, IPv6, IPv6 link-local in the VM).
 func TestConformance(t *testing.T) {
-	forEachAddr(t, func(t *testing.T, a netip.Addr) { ibtest.Run(t, suiteFabric{addr: a}) })
+	forEachAddr(t, func(t *testing.T, a netip.Addr) {
+		ibtest.Run(t, suiteFabric{addr: a})
+		ibtest.RunShared(t, suiteFabric{addr: a})
+	})
 }

@@ -8,14 +8,12 @@ package verbs
 import "C"
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/srptarget/srptarget/ib"
 )
@@ -79,22 +77,24 @@ type Conn struct {
 	wantSends    atomic.Bool
 
 	// mu serialises the data path and teardown: every use of qp, cq and bufs holds it.
-	mu         sync.Mutex
-	closed     bool // Close was called
-	released   bool // QP, CQ, channel and id are gone (Close, or device removal)
-	removed    bool
-	discCalled bool
-	bufs       *wrBufs
-	q          queues
+	mu    sync.Mutex
+	phase connPhase // lifecycle.go
+	bufs  *wrBufs
+	q     queues
 
-	evMu        sync.Mutex
-	events      [4]ib.Event
-	evHead      int
-	evTail      int
-	established bool
-	disc        bool
-	removedEv   bool
-	connEv      chan cmEvent // while Route.Connect waits for the answer
+	evMu   sync.Mutex
+	events [4]ib.Event
+	evHead int
+	evTail int
+	queued eventPhase   // the last connection event queued (lifecycle.go)
+	connEv chan cmEvent // while Route.Connect waits for the answer
+
+	// Shared queues (ib.AcceptParams): set before the Conn is returned. With shq the QP has
+	// no CQ or completion channel of its own, and Ready signals connection events only.
+	shq     *sharedCQ // receives, and sends unless sendq
+	sendq   *sharedCQ
+	srq     *sharedRQ
+	onEvent func()
 }
 
 var (
@@ -103,67 +103,12 @@ var (
 	_ ib.Waiter      = (*Conn)(nil)
 )
 
-// cq is one of a connection's completion queues.
-type cq struct {
-	cq *C.struct_ibv_cq
-	// armed: armed and its event not yet read. Stored before ibv_req_notify_cq (the event
-	// may be read before the call returns) and cleared by waitCQ before it signals.
-	armed   atomic.Bool
-	unacked int // events read and not yet acknowledged; waitCQ's until waitDone
-}
-
-// create makes the CQ of n entries on the completion channel and arms it.
-func (q *cq) create(ctx *C.struct_ibv_context, n int, ch *C.struct_ibv_comp_channel, what string) error {
-	p, cerr := C.ibv_create_cq(ctx, C.int(n), nil, ch, 0)
-	if p == nil {
-		return fmt.Errorf("ibv_create_cq(%d) for the %s queue: %w", n, what, errnoOr(cerr, errnoENOMEM))
-	}
-	q.cq = p
-	if e := q.arm(); e != 0 {
-		return fmt.Errorf("ibv_req_notify_cq on the %s queue: %w", what, e)
-	}
-	return nil
-}
-
-// event counts an event read from the completion channel, acknowledging them in batches.
-func (q *cq) event() {
-	q.unacked++
-	if q.unacked == cqAckBatch {
-		C.ibv_ack_cq_events(q.cq, C.uint(q.unacked))
-		q.unacked = 0
-	}
-}
-
-// arm arms the CQ unless it is armed with its event unread.
-func (q *cq) arm() syscall.Errno {
-	if q.armed.Load() {
-		return 0
-	}
-	q.armed.Store(true)
-	if e := C.srpt_req_notify_cq(q.cq); e != 0 {
-		q.armed.Store(false)
-		return syscall.Errno(e)
-	}
-	return 0
-}
-
-// destroy acknowledges what is left and destroys the CQ (after waitCQ ended).
-func (q *cq) destroy() {
-	if q.cq == nil {
-		return
-	}
-	if q.unacked > 0 {
-		C.ibv_ack_cq_events(q.cq, C.uint(q.unacked))
-	}
-	C.ibv_destroy_cq(q.cq)
-}
-
 // newConn builds the verbs side of a connection on dev for the CM id: completion channel and
 // CQs (armed, with the goroutine that waits on the channel), the RC QP in INIT, and the C
 // memory for posting. It takes its own references on dev and loop. On failure it releases
 // what it made; the id stays the caller's.
 func newConn(dev *devCtx, loop *cmLoop, id *C.struct_rdma_cm_id, key uint64, caps ib.QPCaps,
-	local, remote netip.AddrPort) (*Conn, error) {
+	local, remote netip.AddrPort, sh sharedQueues) (*Conn, error) {
 	if err := dev.acquire(); err != nil {
 		return nil, err
 	}
@@ -181,11 +126,17 @@ func newConn(dev *devCtx, loop *cmLoop, id *C.struct_rdma_cm_id, key uint64, cap
 		remote: remote,
 		ready:  make(chan struct{}, 1),
 		q:      newQueues(caps),
+		shq:    sh.cq,
+		sendq:  sh.sendCQ,
+		srq:    sh.srq,
 	}
 	var err error
 	if c.bufs, err = newWRBufs(caps); err != nil {
 		c.teardown(false)
 		return nil, err
+	}
+	if sh.cq != nil {
+		return c.newSharedQP(id)
 	}
 	ch, cerr := C.ibv_create_comp_channel(dev.ctx)
 	if ch == nil {
@@ -211,25 +162,35 @@ func newConn(dev *devCtx, loop *cmLoop, id *C.struct_rdma_cm_id, key uint64, cap
 	c.cqFile, c.cqRC = f, rc
 	c.waitDone = make(chan struct{})
 	c.serveFn = c.serveRead
-	qp, cerr := C.srpt_create_qp(dev.pd, c.scq.cq, c.rcq.cq, C.uint32_t(caps.SendQueueDepth), C.uint32_t(caps.RecvQueueDepth),
+	if err := c.createQP(id, c.scq.cq, c.rcq.cq, nil); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// createQP creates the RC QP on the given CQs (and SRQ, or nil), moves it to INIT and joins the
+// device. On failure it tears the connection down.
+func (c *Conn) createQP(id *C.struct_rdma_cm_id, scq, rcq *C.struct_ibv_cq, srq *C.struct_ibv_srq) error {
+	dev, caps := c.dev, c.caps
+	qp, cerr := C.srpt_create_qp(dev.pd, scq, rcq, srq, C.uint32_t(caps.SendQueueDepth), C.uint32_t(caps.RecvQueueDepth),
 		C.uint32_t(caps.MaxSendSGE), C.uint32_t(caps.MaxRecvSGE), C.uint32_t(caps.MaxInlineData))
 	if qp == nil {
 		c.teardown(false)
-		return nil, fmt.Errorf("ibv_create_qp(%+v): %w", caps, errnoOr(cerr, errnoEINVAL))
+		return fmt.Errorf("ibv_create_qp(%+v): %w", caps, errnoOr(cerr, errnoEINVAL))
 	}
 	c.qp = qp
 	c.qpn = uint32(C.srpt_qp_num(qp))
 	dev.addQP(c.qpn, c)
 	if e := C.srpt_qp_init(id, qp); e != 0 {
 		c.teardown(false)
-		return nil, fmt.Errorf("QP to INIT: %w", syscall.Errno(e))
+		return fmt.Errorf("QP to INIT: %w", syscall.Errno(e))
 	}
 	if err := dev.join(c); err != nil {
 		c.teardown(false)
-		return nil, err
+		return err
 	}
 	c.ownsID = true
-	return c, nil
+	return nil
 }
 
 func (c *Conn) String() string { return fmt.Sprintf("conn %v -> %v", c.local, c.remote) }
@@ -240,257 +201,17 @@ func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
 // RemoteAddr implements ib.Conn.
 func (c *Conn) RemoteAddr() netip.AddrPort { return c.remote }
 
-// Ready implements ib.Conn. The first call starts the goroutine that reads the completion
-// channel for it (waitCQ), unless Serve runs.
-func (c *Conn) Ready() <-chan struct{} {
-	if !c.readyMode.Load() {
-		c.startWaitCQ()
-	}
-	return c.ready
-}
-
-// startWaitCQ starts waitCQ, once, unless the connection is released or Serve runs.
-func (c *Conn) startWaitCQ() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.readyMode.Load() || c.serving || c.released {
-		return
-	}
-	c.readyMode.Store(true)
-	go c.waitCQ(c.cqRC)
-}
-
 // PrivateData is the private data of the REP that accepted this initiator-side connection
 // (the SRP_LOGIN_RSP), nil on the target side. Over InfiniBand and RoCE the CM pads it with
 // zeros to 196 bytes. The slice must not be modified.
 func (c *Conn) PrivateData() []byte { return c.privateData }
 
-// signal signals Ready, and interrupts Serve.
-func (c *Conn) signal() {
-	select {
-	case c.ready <- struct{}{}:
-	default:
-	}
-	if c.waitMode.Load() {
-		c.Interrupt()
-	}
-}
-
-// waitCQ waits, parked in the netpoller, for completion events. Per event it re-arms the CQ
-// that raised it (unless the consumer arms, ArmNotify) and then signals Ready: a completion
-// that arrives after the re-arm raises a new event, and one that arrived before it is seen by
-// the consumer's drain, which starts after the signal. So no wake-up is lost without polling
-// the CQ here. When the consumer arms, the CQ's armed is cleared before the signal, so that an
-// ArmNotify that still saw it set is followed by a wake-up, after which the consumer arms for
-// real; an event of the send CQ the consumer did not ask for (ArmNotify(false)) signals
-// nothing.
-//
-// It makes one RawConn.Read for its whole life: the function reads events (readEventsLocked,
-// as Serve does) and returns false to park. Read forgets the descriptor's readiness only when it is called, so an event that
-// arrives while the function runs wakes the next park, and the function may park without the
-// read() that finds the channel empty (EAGAIN) when no event can be pending: a CQ raises one
-// event per ibv_req_notify_cq, and each CQ's has been read since it was last armed. That is
-// one system call less per event when the consumer arms.
-func (c *Conn) waitCQ(rc syscall.RawConn) {
-	defer close(c.waitDone)
-	read := func(uintptr) bool {
-		c.mu.Lock()
-		got := c.readEventsLocked()
-		c.mu.Unlock()
-		if got {
-			c.signal()
-		}
-		return false
-	}
-	// Returns when teardown closes the File.
-	_ = rc.Read(read)
-}
-
-// cqEvent handles an event of the send queue's CQ (sends) or the receive queue's, read by
-// waitCQ or Serve, and reports whether it wakes the consumer.
-func (c *Conn) cqEvent(sends bool) bool {
-	q := &c.rcq
-	if sends {
-		q = &c.scq
-	}
-	q.event()
-	if !c.consumerArms.Load() {
-		C.srpt_req_notify_cq(q.cq)
-		return true
-	}
-	// Cleared before wantSends is read; ArmNotify stores wantSends before it reads armed.
-	q.armed.Store(false)
-	return !sends || c.wantSends.Load()
-}
-
-// Serve implements ib.Waiter: the calling goroutine parks in the netpoller on the completion
-// channel, as waitCQ does, and reads the events itself, which saves a goroutine switch and a
-// channel operation per wake-up. The consumer's step runs inside RawConn.Read's read
-// function, so that one Read lasts from one Interrupt to the next: Read forgets the
-// descriptor's readiness when it starts (internal/poll's prepareRead), and only a Read that
-// stays open can park without first trying a read() that finds the channel empty. Interrupt
-// moves the file's read deadline into the past, which ends the Read (internal/poll's
-// pollDesc); the next round clears it.
-//
-// A step may close the connection: teardown then leaves the completion channel's file to
-// Serve, which closes it after the Read (closing it inside would wait for the Read to end).
-func (c *Conn) Serve(step func(ready bool) bool) error {
-	c.mu.Lock()
-	switch {
-	case c.readyMode.Load():
-		c.mu.Unlock()
-		return errorf("serve %v: Ready is in use: a consumer waits with one or the other", c)
-	case c.released:
-		c.mu.Unlock()
-		return c.waitErr()
-	}
-	c.serving = true
-	c.waitMode.Store(true)
-	c.mu.Unlock()
-
-	c.serveStep = step
-	err := c.serveLoop()
-	c.serveStep = nil
-
-	c.mu.Lock()
-	c.serving = false
-	c.waitMode.Store(false)
-	closeFile := c.fileToServe
-	c.mu.Unlock()
-	if closeFile {
-		c.cqFile.Close()
-	}
-	return err
-}
-
-// serveLoop runs Reads until the step is done or the connection is released.
-func (c *Conn) serveLoop() error {
-	for {
-		// The deadline is cleared before intr is taken: an Interrupt whose flag this round
-		// takes may still move the deadline after the clear (one spurious round); one whose
-		// flag it does not take moves it after the clear, and ends the Read.
-		if c.waitDirty {
-			c.waitDirty = false
-			_ = c.cqFile.SetReadDeadline(time.Time{})
-		}
-		c.intr.Swap(false) // the step this round starts with looks at everything
-		c.serveFresh, c.serveDone, c.serveOver = true, false, false
-		err := c.cqRC.Read(c.serveFn)
-		switch {
-		case c.serveDone:
-			return nil
-		case c.serveOver:
-			return c.waitErr()
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			c.waitDirty = true
-		case err != nil:
-			return c.waitErr()
-		}
-	}
-}
-
-// serveRead is Serve's read function (RawConn.Read). It reads the events that are there,
-// then runs the step unless that was a spurious edge; it ends the Read when the step is
-// done or the connection released, and parks otherwise.
-func (c *Conn) serveRead(uintptr) bool {
-	c.mu.Lock()
-	if c.released {
-		c.mu.Unlock()
-		c.serveOver = true
-		return true
-	}
-	got := c.readEventsLocked()
-	c.mu.Unlock()
-	if !got && !c.serveFresh {
-		// The edge of an event read before, or an event of the send queue's CQ the
-		// consumer did not ask for: park again.
-		return false
-	}
-	c.serveFresh = false
-	if c.serveStep(got) {
-		c.serveDone = true
-		return true
-	}
-	return false
-}
-
-// readEventsLocked reads completion events until the channel is empty or no CQ can have
-// raised another (each raises one per arm), under c.mu (teardown destroys the channel), and
-// reports whether one wakes the consumer.
-func (c *Conn) readEventsLocked() (got bool) {
-	for {
-		e := C.srpt_cq_event(c.ch, c.scq.cq)
-		if e <= 0 {
-			// Empty. An error is not expected: the step polls anyway, and the next
-			// event's edge comes back here.
-			return got
-		}
-		if c.cqEvent(e == C.SRPT_CQ_EVENT_SEND) {
-			got = true
-		}
-		if !c.rcq.armed.Load() && !c.scq.armed.Load() {
-			return got
-		}
-	}
-}
-
-// waitErr is the error of Serve on a released connection.
-func (c *Conn) waitErr() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.removed {
-		return errorf("serve %v: %w", c, ib.ErrDeviceRemoved)
-	}
-	return errorf("serve %v: %w", c, ib.ErrClosed)
-}
-
-// Interrupt implements ib.Waiter.
-func (c *Conn) Interrupt() {
-	if !c.intr.Swap(true) {
-		// Any time in the past ends the park; an error means the file is closed, which
-		// ends it too.
-		_ = c.cqFile.SetReadDeadline(pastDeadline)
-	}
-}
-
-// pastDeadline is a read deadline that has passed.
-var pastDeadline = time.Unix(1, 0)
-
-// ArmNotify implements ib.NotifyArmer: the next receive completion raises an event (and
-// Ready), and so does the next send completion if sends. It costs an ibv_req_notify_cq per
-// CQ whose last event has been read since it was armed.
-func (c *Conn) ArmNotify(sends bool) error {
-	c.consumerArms.Store(true)
-	c.wantSends.Store(sends)
-	if c.rcq.armed.Load() && (!sends || c.scq.armed.Load()) {
-		return nil
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err := c.usableLocked("arm completion notification"); err != nil {
-		return err
-	}
-	if c.released {
-		return nil
-	}
-	if e := c.rcq.arm(); e != 0 {
-		return errorf("arm completion notification on %v: receive queue: ibv_req_notify_cq: %w", c, e)
-	}
-	if !sends {
-		return nil
-	}
-	if e := c.scq.arm(); e != 0 {
-		return errorf("arm completion notification on %v: send queue: ibv_req_notify_cq: %w", c, e)
-	}
-	return nil
-}
-
 // usableLocked reports why the data path cannot be used, under c.mu.
 func (c *Conn) usableLocked(what string) error {
 	switch {
-	case c.closed:
+	case c.phase.closed():
 		return errorf("%s on %v: %w", what, c, ib.ErrClosed)
-	case c.removed || c.released:
+	case c.phase.released():
 		return errorf("%s on %v: %w", what, c, ib.ErrDeviceRemoved)
 	}
 	return nil
@@ -511,11 +232,15 @@ func (c *Conn) PostSend(wrs []ib.SendWR) (int, error) {
 		MaxInline:      c.caps.MaxInlineData,
 		InitiatorDepth: c.rdDepth,
 	}
-	return c.postChains(&sendChain, len(wrs),
+	n, err := c.postChains(&sendChain, len(wrs),
 		func(i int) uint64 { return wrs[i].ID },
 		func(i int) error { return ib.CheckSendWR(&wrs[i], lim) },
 		func(i, k int, wrid uint64) error { return c.bufs.fillSend(k, &wrs[i], wrid, c.dev) },
 		func(k int) C.int { return C.srpt_post_send(c.qp, &c.bufs.swr[0], C.int(k), c.bufs.bad) })
+	if s := c.sendShared(); s != nil && n > 0 {
+		s.sendOut.Add(int64(n)) // before the unlock: its completions are retired under mu
+	}
+	return n, err
 }
 
 // PostRecv implements ib.Conn like PostSend, with one ibv_post_recv per chain.
@@ -524,6 +249,9 @@ func (c *Conn) PostRecv(wrs []ib.RecvWR) (int, error) {
 	defer c.mu.Unlock()
 	if err := c.usableLocked("post receive"); err != nil {
 		return 0, err
+	}
+	if c.srq != nil {
+		return 0, errorf("post receive on %v: its receive queue is an SRQ: %w", c, ib.ErrInvalidArgument)
 	}
 	return c.postChains(&recvChain, len(wrs),
 		func(i int) uint64 { return wrs[i].ID },
@@ -602,10 +330,13 @@ func (c *Conn) postChains(cq *chainQueue, n int, id func(i int) uint64, check fu
 func (c *Conn) PollCompletions(wcs []ib.Completion) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.phase.closed() {
 		return 0, errorf("poll on %v: %w", c, ib.ErrClosed)
 	}
-	if c.released {
+	if c.shq != nil {
+		return 0, errorf("poll on %v: its completions go to a shared CQ: %w", c, ib.ErrInvalidArgument)
+	}
+	if c.phase.released() {
 		return 0, nil
 	}
 	n := 0
@@ -653,25 +384,14 @@ func (c *Conn) pushLocked(e ib.Event) {
 	c.events[c.evTail%len(c.events)] = e
 	c.evTail++
 	c.signal()
-}
-
-func (c *Conn) establishedEvent() {
-	c.evMu.Lock()
-	defer c.evMu.Unlock()
-	if !c.established && !c.disc && !c.removedEv {
-		c.established = true
-		c.pushLocked(ib.EventEstablished)
+	if c.onEvent != nil {
+		c.onEvent()
 	}
 }
 
-func (c *Conn) disconnectedEvent() {
-	c.evMu.Lock()
-	defer c.evMu.Unlock()
-	if !c.disc && !c.removedEv {
-		c.disc = true
-		c.pushLocked(ib.EventDisconnected)
-	}
-}
+func (c *Conn) establishedEvent() { c.queueEvent(evEstablished) }
+
+func (c *Conn) disconnectedEvent() { c.queueEvent(evDisconnected) }
 
 // cmEvent receives the connection's RDMA/CM events from the loop.
 func (c *Conn) cmEvent(ev *cmEvent) {
@@ -703,7 +423,7 @@ func (c *Conn) cmEvent(ev *cmEvent) {
 func (c *Conn) commEstablished() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.released && c.ownsID {
+	if !c.phase.released() && c.ownsID {
 		C.rdma_notify(c.id, C.IBV_EVENT_COMM_EST)
 	}
 }
@@ -720,10 +440,7 @@ func (c *Conn) deviceRemoved() {
 		default:
 		}
 	}
-	if !c.removedEv {
-		c.removedEv = true
-		c.pushLocked(ib.EventDeviceRemoved)
-	}
+	c.queueEventLocked(evRemoved)
 	c.evMu.Unlock()
 	c.teardown(true)
 }
@@ -741,13 +458,13 @@ func (c *Conn) Disconnect() error {
 	if e := C.srpt_qp_err(c.qp); e != 0 {
 		return errorf("disconnect %v: QP to ERR: %w", c, syscall.Errno(e))
 	}
-	if c.discCalled {
+	if c.phase == connDisconnecting {
 		return nil
 	}
-	c.discCalled = true
+	c.setPhase(connDisconnecting)
 	r := C.rdma_disconnect(c.id)
 	c.evMu.Lock()
-	est := c.established
+	est := c.queued != evNone
 	c.evMu.Unlock()
 	if r != 0 || !est {
 		c.disconnectedEvent()
@@ -759,34 +476,34 @@ func (c *Conn) Disconnect() error {
 // QP, CM id, CQ and completion channel are destroyed, in that order, after the goroutine
 // waiting on the channel has stopped.
 func (c *Conn) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil
+	if c.teardown(false) {
+		c.signal()
 	}
-	c.closed = true
-	c.mu.Unlock()
-	c.teardown(false)
-	c.signal()
 	return nil
 }
 
-// teardown releases everything the connection holds, once. removed: the device is gone, so
-// no DREQ is sent.
-func (c *Conn) teardown(removed bool) {
+// teardown releases everything the connection holds, once, because of Close or (removed) of
+// the device's removal, in which case no DREQ is sent. It reports whether the phase moved.
+func (c *Conn) teardown(removed bool) bool {
 	c.mu.Lock()
-	if c.released {
+	switch {
+	case c.phase == connRemoved && !removed:
+		c.setPhase(connRemovedClosed) // closed after the removal released everything
 		c.mu.Unlock()
-		return
+		return true
+	case c.phase.released():
+		c.mu.Unlock()
+		return false
+	case removed:
+		c.setPhase(connRemoved)
+	default:
+		if c.qp != nil && c.ownsID && c.phase == connOpen {
+			C.srpt_qp_err(c.qp)
+			C.rdma_disconnect(c.id)
+		}
+		c.setPhase(connClosed)
 	}
-	c.released = true
-	c.removed = c.removed || removed
 	c.fileToServe = c.serving
-	if !removed && c.qp != nil && c.ownsID && !c.discCalled {
-		c.discCalled = true
-		C.srpt_qp_err(c.qp)
-		C.rdma_disconnect(c.id)
-	}
 	c.mu.Unlock()
 	// From here on nothing else touches the resources: the data path sees released, the CM
 	// events find no handler, COMM_EST finds no QP.
@@ -808,6 +525,7 @@ func (c *Conn) teardown(removed bool) {
 		c.dev.delQP(c.qpn)
 		C.ibv_destroy_qp(c.qp)
 	}
+	c.leaveShared()
 	if c.ownsID {
 		C.rdma_destroy_id(c.id)
 	}
@@ -821,6 +539,7 @@ func (c *Conn) teardown(removed bool) {
 	c.dev.release()
 	c.loop.release()
 	c.signal()
+	return true
 }
 
 var _ ib.QPNumberer = (*Conn)(nil)

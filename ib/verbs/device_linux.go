@@ -46,6 +46,7 @@ type devCtx struct {
 	pd     *C.struct_ibv_pd
 	limits ib.DeviceLimits
 	maxCQE int
+	shared ib.SharedLimits
 
 	async     *os.File
 	asyncDone chan struct{}
@@ -155,6 +156,8 @@ func openDev(device *C.struct_ibv_device, id *C.struct_rdma_cm_id) (*devCtx, err
 		MaxRDAtomic:   int(min(attr.max_qp_rd_atom, attr.max_qp_init_rd_atom)),
 	}
 	d.maxCQE = int(attr.max_cqe)
+	d.shared = ib.SharedLimits{MaxCQE: d.maxCQE, CompVectors: max(int(attr.num_comp_vectors), 1),
+		MaxSRQWR: int(attr.max_srq_wr), MaxSRQSGE: int(attr.max_srq_sge)}
 	f, rc, perr := pollable(int(ctx.async_fd), d.name+" async events")
 	if perr != nil {
 		C.ibv_dealloc_pd(pd)

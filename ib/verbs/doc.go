@@ -27,6 +27,23 @@
 // no read of the completion channel, no goroutine hand-off per burst of completions), and it
 // arms the send CQ only when it waits for a send completion.
 //
+// # Shared queues
+//
+// The protection domain of a device implements ib.SharedQueues. NewCompChannel makes an
+// ibv_comp_channel whose descriptor is in the netpoller; NewCQ makes a CQ on one, on the
+// completion vector asked for (modulo the context's num_comp_vectors), armed only by CQ.Arm.
+// The consumer's goroutine waits for all the CQs of a channel, and of other devices' channels
+// joined through an epoll set, in CompChannel.Serve, which reads their events itself (as
+// Conn.Serve does for a connection's own CQs). CQ.PollPair polls two CQs in one cgo call, the
+// second only while a send is outstanding on it (sendOut). NewSRQ makes an ibv_create_srq of the depth asked for. A QP
+// accepted with them (ib.AcceptParams.CQ, SendCQ, SRQ) has no CQ or completion channel of its
+// own. CQ.Poll maps each completion back by its QP number: to the QP's queue accounting, or,
+// for a receive of an SRQ (whose wr_id names the SRQ and the slot, srqTag), to the SRQ's
+// slots, which are freed in any order; a completion of a QP no longer attached is dropped
+// unless it gives back an SRQ buffer. A CQ and an SRQ hold a reference on the device, are
+// members of it (its removal releases them once their QPs are gone) and refuse Close
+// (ErrInvalidArgument, verbs' EBUSY) while a QP uses them.
+//
 // # Data path
 //
 // Each connection preallocates, in C memory, an ibv_send_wr per send slot and an ibv_recv_wr
@@ -87,6 +104,6 @@
 //     region it found is a protection error).
 //
 // Both deviations are asserted by the conformance suite (ib/ibtest, TestConformance), which
-// runs here per address in the VM (integration/vm/guest/verbs-test.sh) and over ib/memfabric
-// in go test, so that a change on either side shows up.
+// runs here per address in the VM (TestVerbs of integration/vm/guest/checks) and over
+// ib/memfabric in go test, so that a change on either side shows up.
 package verbs

@@ -487,6 +487,10 @@ func (r *connRequest) Accept(p ib.AcceptParams) (ib.Conn, error) {
 	if err := ib.CheckAccept(&p, r.rr, r.dev.limits, r.dev.maxCQE); err != nil {
 		return nil, errorf("accept %v: %w", r, err)
 	}
+	sh, err := sharedOf(&p, r.dev)
+	if err != nil {
+		return nil, errorf("accept %v: %w", r, err)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.answerable(); err != nil {
@@ -496,12 +500,16 @@ func (r *connRequest) Accept(p ib.AcceptParams) (ib.Conn, error) {
 	// The connection takes over the id and key; the request drops its references.
 	id := r.id
 	r.id = nil
-	c, err := newConn(r.dev, r.loop, id, r.key, p.QP, r.local, r.remote)
+	c, err := newConn(r.dev, r.loop, id, r.key, p.QP, r.local, r.remote, sh)
 	if err != nil {
 		C.srpt_reject(id, nil, 0)
 		C.rdma_destroy_id(id)
 		r.releaseLocked()
 		return nil, errorf("accept %v: %w", r, err)
+	}
+	c.onEvent = p.OnEvent
+	if p.OnQP != nil {
+		p.OnQP(c.qpn) // in INIT: it receives once in RTR, below
 	}
 	c.loop.register(c.key, c)
 	r.releaseLocked()
@@ -511,8 +519,10 @@ func (r *connRequest) Accept(p ib.AcceptParams) (ib.Conn, error) {
 		c.teardown(false)
 		return nil, errorf("accept %v: %w", r, err)
 	}
-	if n, err := c.PostRecv(p.Recv); err != nil {
-		return fail(fmt.Errorf("receive %d: %w", n, err))
+	if len(p.Recv) > 0 {
+		if n, err := c.PostRecv(p.Recv); err != nil {
+			return fail(fmt.Errorf("receive %d: %w", n, err))
+		}
 	}
 	if e := C.srpt_qp_rtr_rts(id, c.qp, C.uint8_t(p.ResponderResources), C.uint8_t(p.InitiatorDepth)); e != 0 {
 		return fail(fmt.Errorf("QP to RTR/RTS: %w", syscall.Errno(e)))

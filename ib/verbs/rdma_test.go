@@ -22,8 +22,8 @@ import (
 )
 
 // The tests in this file need an RDMA device with an IP address (soft-RoCE in the VM harness:
-// integration/vm/guest/verbs-test.sh). Both ends run in this process and connect through the
-// device. SRPT_VERBS_ADDRS lists the addresses to run against (space separated; an IPv6
+// TestVerbs of integration/vm/guest/checks). Both ends run in this process and connect through
+// the device. SRPT_VERBS_ADDRS lists the addresses to run against (space separated; an IPv6
 // link-local address with its zone); without it, the IP addresses among the GIDs of active
 // ports are used.
 

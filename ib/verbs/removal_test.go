@@ -132,7 +132,7 @@ func TestDeviceRemoval(t *testing.T) {
 	go func() {
 		served <- tgt.Serve(func(bool) bool {
 			tgt.mu.Lock()
-			released := tgt.released
+			released := tgt.phase.released()
 			tgt.mu.Unlock()
 			steps <- released
 			return false

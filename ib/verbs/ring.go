@@ -23,9 +23,19 @@ const (
 	queueRecv = 1
 )
 
-func encodeWRID(queue, seq uint64) uint64 { return seq<<1 | queue }
+// Bit 1 is always clear: a shared receive queue's wr_ids set it (srqTag).
+func encodeWRID(queue, seq uint64) uint64 { return seq<<2 | queue }
 
-func decodeWRID(w uint64) (queue, seq uint64) { return w & 1, w >> 1 }
+func decodeWRID(w uint64) (queue, seq uint64) { return w & 1, w >> 2 }
+
+// SRQ receive wr_ids: srqTag in the low two bits (encodeWRID's queue bit is queueRecv, and bit
+// 1 tells it from a QP's own sequence numbers, which are even in the send queue and odd with
+// bit 1 set or not in the receive queue: so a QP with an SRQ never posts receives of its own),
+// the SRQ's number in bits 40 and up, the slot in between.
+const (
+	srqTag   = 3
+	srqShift = 40
+)
 
 // ring is one queue's outstanding work requests: sequence numbers [head, tail).
 type ring struct {

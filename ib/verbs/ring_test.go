@@ -9,12 +9,15 @@ import (
 )
 
 func TestWRID(t *testing.T) {
-	for _, tt := range []struct{ queue, seq uint64 }{{queueSend, 0}, {queueRecv, 0}, {queueSend, 12345}, {queueRecv, 1<<63 - 1}} {
+	for _, tt := range []struct{ queue, seq uint64 }{{queueSend, 0}, {queueRecv, 0}, {queueSend, 12345}, {queueRecv, 1<<62 - 1}} {
 		q, s := decodeWRID(encodeWRID(tt.queue, tt.seq))
 		require.Equal(t, tt.queue, q)
 		require.Equal(t, tt.seq, s)
 	}
-	require.Equal(t, uint64(0xb), encodeWRID(queueRecv, 5))
+	require.Equal(t, uint64(0x15), encodeWRID(queueRecv, 5))
+	for seq := range uint64(8) {
+		require.NotEqual(t, uint64(srqTag), encodeWRID(queueRecv, seq)&3, "a QP's own wr_id never reads as an SRQ's")
+	}
 }
 
 // TestSlotAccounting follows package ib's slot rules: unsignaled send work requests keep their

@@ -196,7 +196,7 @@ func (r *Route) Connect(ctx context.Context, privateData []byte, p ConnectParams
 	case id == nil:
 		return nil, errorf("connect %v: route already used: %w", r.remote, ib.ErrClosed)
 	}
-	c, err := newConn(r.dev, r.loop, id, r.key, p.QP, r.local, r.remote)
+	c, err := newConn(r.dev, r.loop, id, r.key, p.QP, r.local, r.remote, sharedQueues{})
 	if err != nil {
 		C.rdma_destroy_id(id)
 		r.release()

@@ -304,14 +304,15 @@ int srpt_release_cma(struct ibv_device *dev, struct srpt_cma_ref *ref)
 }
 
 struct ibv_qp *srpt_create_qp(struct ibv_pd *pd, struct ibv_cq *send_cq, struct ibv_cq *recv_cq,
-			      uint32_t sq, uint32_t rq, uint32_t send_sge, uint32_t recv_sge,
-			      uint32_t inline_data)
+			      struct ibv_srq *srq, uint32_t sq, uint32_t rq, uint32_t send_sge,
+			      uint32_t recv_sge, uint32_t inline_data)
 {
 	struct ibv_qp_init_attr a;
 
 	memset(&a, 0, sizeof(a));
 	a.send_cq = send_cq;
 	a.recv_cq = recv_cq;
+	a.srq = srq;
 	a.qp_type = IBV_QPT_RC;
 	a.sq_sig_all = 0;
 	a.cap.max_send_wr = sq;
@@ -441,6 +442,36 @@ int srpt_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wrs, int n, int *bad)
 	return ret;
 }
 
+// srpt_create_srq makes a shared receive queue of max_wr receives of max_sge SGEs.
+struct ibv_srq *srpt_create_srq(struct ibv_pd *pd, uint32_t max_wr, uint32_t max_sge)
+{
+	struct ibv_srq_init_attr a;
+
+	memset(&a, 0, sizeof(a));
+	a.attr.max_wr = max_wr;
+	a.attr.max_sge = max_sge;
+	errno = 0;
+	return ibv_create_srq(pd, &a);
+}
+
+int srpt_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wrs, int n, int *bad)
+{
+	struct ibv_recv_wr *bad_wr = NULL;
+	int ret;
+
+	srpt_link_recv(wrs, n);
+	ret = ibv_post_srq_recv(srq, wrs, &bad_wr);
+	if (ret)
+		*bad = bad_wr ? (int)(bad_wr - wrs) : 0;
+	return ret;
+}
+
+// srpt_poll_cq is ibv_poll_cq, a static inline function cgo cannot call.
+int srpt_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wcs)
+{
+	return ibv_poll_cq(cq, n, wcs);
+}
+
 // srpt_poll_cqs takes up to n completions, the send CQ's first and then the receive CQ's, in
 // one call from Go instead of two. It returns how many it took, or -(k + 1) if a poll failed
 // after k completions were taken (they are in wcs all the same).
@@ -454,6 +485,24 @@ int srpt_poll_cqs(struct ibv_cq *scq, struct ibv_cq *rcq, int n, struct ibv_wc *
 	if (s == n)
 		return s;
 	r = ibv_poll_cq(rcq, n - s, wcs + s);
+	if (r < 0)
+		return -(s + 1);
+	return s + r;
+}
+
+// srpt_poll_cq_pair takes up to n completions of a and then, when poll_b, of b, in one call
+// from Go instead of two. It returns how many it took, or -(k + 1) if a poll failed after k
+// completions were taken (they are in wcs all the same).
+int srpt_poll_cq_pair(struct ibv_cq *a, struct ibv_cq *b, int poll_b, int n, struct ibv_wc *wcs)
+{
+	int s, r;
+
+	s = ibv_poll_cq(a, n, wcs);
+	if (s < 0)
+		return -1;
+	if (s == n || !poll_b || b == a)
+		return s;
+	r = ibv_poll_cq(b, n - s, wcs + s);
 	if (r < 0)
 		return -(s + 1);
 	return s + r;
@@ -481,6 +530,19 @@ int srpt_cq_event(struct ibv_comp_channel *ch, struct ibv_cq *scq)
 		return e == EAGAIN ? 0 : -e;
 	}
 	return cq == scq ? SRPT_CQ_EVENT_SEND : SRPT_CQ_EVENT_RECV;
+}
+
+// srpt_next_cq_event reads one completion event of ch and returns the CQ that raised it, or
+// NULL if the channel is empty (EAGAIN) or the read failed. The CQ is the return value, so
+// that Go passes no pointer to its own memory (which would escape to the heap).
+struct ibv_cq *srpt_next_cq_event(struct ibv_comp_channel *ch)
+{
+	struct ibv_cq *cq;
+	void *ctx;
+
+	if (ibv_get_cq_event(ch, &cq, &ctx))
+		return NULL;
+	return cq;
 }
 
 int srpt_get_async_event(struct ibv_context *ctx, struct srpt_async_event *out)
@@ -528,6 +590,9 @@ int srpt_query_device(struct ibv_context *ctx, struct srpt_device_attr *out)
 	out->max_qp_rd_atom = a.max_qp_rd_atom;
 	out->max_qp_init_rd_atom = a.max_qp_init_rd_atom;
 	out->phys_port_cnt = a.phys_port_cnt;
+	out->max_srq_wr = a.max_srq_wr;
+	out->max_srq_sge = a.max_srq_sge;
+	out->num_comp_vectors = ctx->num_comp_vectors;
 	return 0;
 }
 
@@ -543,7 +608,7 @@ int srpt_probe_inline(struct ibv_context *ctx, struct ibv_pd *pd, int max)
 	if (!cq)
 		return 0;
 	for (n = max; n > 0; n /= 2) {
-		qp = srpt_create_qp(pd, cq, cq, 1, 1, 1, 1, n);
+		qp = srpt_create_qp(pd, cq, cq, NULL, 1, 1, 1, 1, n);
 		if (qp) {
 			ibv_destroy_qp(qp);
 			break;

@@ -64,8 +64,11 @@ int srpt_cma_ref(struct rdma_cm_id *id, struct srpt_cma_ref *out);
 int srpt_release_cma(struct ibv_device *dev, struct srpt_cma_ref *ref);
 
 struct ibv_qp *srpt_create_qp(struct ibv_pd *pd, struct ibv_cq *send_cq, struct ibv_cq *recv_cq,
-			      uint32_t sq, uint32_t rq, uint32_t send_sge, uint32_t recv_sge,
-			      uint32_t inline_data);
+			      struct ibv_srq *srq, uint32_t sq, uint32_t rq, uint32_t send_sge,
+			      uint32_t recv_sge, uint32_t inline_data);
+struct ibv_srq *srpt_create_srq(struct ibv_pd *pd, uint32_t max_wr, uint32_t max_sge);
+int srpt_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wrs, int n, int *bad);
+int srpt_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wcs);
 int srpt_qp_init(struct rdma_cm_id *id, struct ibv_qp *qp);
 int srpt_qp_rtr_rts(struct rdma_cm_id *id, struct ibv_qp *qp, uint8_t resp_res, uint8_t init_depth);
 int srpt_qp_err(struct ibv_qp *qp);
@@ -79,6 +82,8 @@ int srpt_poll_cqs(struct ibv_cq *scq, struct ibv_cq *rcq, int n, struct ibv_wc *
 int srpt_req_notify_cq(struct ibv_cq *cq);
 enum { SRPT_CQ_EVENT_RECV = 1, SRPT_CQ_EVENT_SEND = 2 };
 int srpt_cq_event(struct ibv_comp_channel *ch, struct ibv_cq *scq);
+struct ibv_cq *srpt_next_cq_event(struct ibv_comp_channel *ch);
+int srpt_poll_cq_pair(struct ibv_cq *a, struct ibv_cq *b, int poll_b, int n, struct ibv_wc *wcs);
 
 struct srpt_async_event {
 	int type;
@@ -95,6 +100,9 @@ struct srpt_device_attr {
 	int max_qp_rd_atom;
 	int max_qp_init_rd_atom;
 	int phys_port_cnt;
+	int max_srq_wr;
+	int max_srq_sge;
+	int num_comp_vectors;
 };
 int srpt_query_device(struct ibv_context *ctx, struct srpt_device_attr *out);
 int srpt_probe_inline(struct ibv_context *ctx, struct ibv_pd *pd, int max);

@@ -6,7 +6,9 @@
 #   integration/ceph/cluster.sh stop DIR    # stops what start started and removes DIR
 #   integration/ceph/cluster.sh run CMD...  # start in a temporary directory, run CMD with
 #                                           # CEPH_CONF, SRPT_RBD_CONF and SRPT_RBD_POOL set,
-#                                           # then stop (also on failure or interrupt)
+#                                           # then stop (also on failure or interrupt);
+#                                           # one run at a time per host (flock on
+#                                           # $CEPH_CLUSTER_LOCK, /tmp/srpt-ceph.lock)
 #
 # No manager: pool creation, `rbd pool init`, rbd and librbd work without one, but `ceph pg
 # stat` and the PG part of `ceph -s` would hang, so readiness is judged with rbd itself. Every
@@ -39,13 +41,13 @@ start() {
 	export CEPH_CONF=$d/ceph.conf
 	monmaptool --create --fsid "$fsid" --addv a "$mon" "$d/monmap" >/dev/null
 	ceph-mon --mkfs -i a --monmap "$d/monmap" >"$d/log/mon-mkfs.out" 2>&1
-	ceph-mon -i a >>"$d/log/mon-start.out" 2>&1
+	ceph-mon -i a >>"$d/log/mon-start.out" 2>&1 9>&-
 	timeout 60 ceph -s --connect-timeout 30 >/dev/null
 	local uuid id
 	uuid=$(uuidgen)
 	id=$(timeout 30 ceph osd new "$uuid" --connect-timeout 30)
 	ceph-osd -i "$id" --mkfs --osd-uuid "$uuid" >"$d/log/osd-mkfs.out" 2>&1
-	ceph-osd -i "$id" >>"$d/log/osd-start.out" 2>&1
+	ceph-osd -i "$id" >>"$d/log/osd-start.out" 2>&1 9>&-
 	timeout 30 ceph osd pool create "$POOL" 8 --connect-timeout 30 >/dev/null 2>&1
 	timeout 120 rbd pool init "$POOL"
 	log "up in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s in $d (pool $POOL)"
@@ -87,6 +89,11 @@ start) start "${2:?usage: cluster.sh start DIR}" ;;
 stop) stop "${2:?usage: cluster.sh stop DIR}" ;;
 run)
 	shift
+	# Every cluster's monitor listens on MON_ADDR's fixed ports: two at once on one host would
+	# answer each other's clients (a test would stop its own OSD and write through the other
+	# cluster's). One at a time, then; the daemons do not inherit the lock (9>&-).
+	exec 9>"${CEPH_CLUSTER_LOCK:-/tmp/srpt-ceph.lock}"
+	flock 9
 	dir=$(mktemp -d /tmp/srpt-ceph.XXXXXX)
 	trap 'stop "$dir"' EXIT
 	trap 'exit 130' INT TERM

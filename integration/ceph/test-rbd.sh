@@ -3,7 +3,9 @@
 # conformance suite and the RBD tests (resize watch, no allocations per I/O, the OSD stopped
 # with SIGSTOP), the daemon end to end over the in-memory fabric with an RBD LUN, the shared
 # persistent reservations (RADOS omap, watch and notify; two gateways' caches through the
-# state machine table and a race checked against a model, a gateway blocklisted at the OSDs;
+# state machine table and a race checked against a model, a gateway blocklisted at the OSDs,
+# one killed between storing a PREEMPT and telling the other; SET TARGET PORT GROUPS through one
+# gateway seen through the other;
 # two daemons over the in-memory fabric sharing an image's reservations), then a short
 # benchmark of the backstore beside `rbd bench` on the same cluster and image size.
 # RBD_BENCH=0 skips the benchmark, RBD_TESTS=0 the tests.
@@ -21,7 +23,7 @@ if [ "${RBD_TESTS:-1}" != 0 ]; then
 	# -p 1: one package at a time. The one OSD of this cluster, in RAM on a machine that
 	# runs the backstore's conformance suite meanwhile, was seen to take more than 5 s for
 	# an omap write, which the shared reservations' tests would take for a cut-off gateway.
-	"$GO" test -tags rbd -race -count=1 -p 1 -run 'RBD|RADOS|Conformance/rbd|TestObject|TwoGateways|CompareAndWriteLimits' ./backstore/ ./backstore/rbd/ ./scsi/ ./cmd/srptarget/
+	"$GO" test -tags rbd -race -count=1 -p 1 -run 'RBD|RADOS|Conformance/rbd|TestObject|TwoGateways|CompareAndWriteLimits' ./backstore/ ./backstore/rbd/ ./scsi/ ./internal/daemon/
 fi
 
 [ "${RBD_BENCH:-1}" = 0 ] && exit 0

@@ -4,7 +4,7 @@
 # fires on the series that should raise it, with its labels and text, and not on a healthy
 # target), and every PromQL query of the Grafana dashboard parses (as recording rules written
 # by integration/monitoring/dashrules). That every series and label they name is one the
-# daemon exports is the Go tests' part (cmd/srptarget/monitoring_test.go).
+# daemon exports is the Go tests' part (internal/daemon/monitoring_test.go).
 #
 # promtool comes from Debian's prometheus package. Installing that package would also install
 # and start a Prometheus server, so when promtool is not on PATH, the package is fetched with

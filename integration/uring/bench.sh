@@ -5,8 +5,12 @@
 # benchmark (BenchmarkQueueRandRead4K, the queue driven by one loop), fio
 # (BenchmarkFioRandRead4K runs it) and today's worker path (BenchmarkReadAtRandRead4K: 32
 # goroutines, each a blocking pread at a time) take turns, pinned to the same CPU, on the
-# same file; each reports IOPS and the CPU time (user + system, the whole process with the
-# kernel's io_uring workers) per I/O. Prints the medians and Queue / fio per case. Needs root (mounts) and fio (installed with apt-get when missing).
+# same file, and so does the whole engine with a file LUN on that file
+# (BenchmarkFileLUNRandRead4K in package srp: initiator, memfabric, target, the poll group's
+# io_uring or the sync engine's workers); each reports IOPS and the CPU time (user + system,
+# the whole process with the kernel's io_uring workers) per I/O. Prints the medians, Queue /
+# fio and engine / fio per case. Needs root (mounts) and fio (installed with apt-get when
+# missing).
 #
 #   integration/uring/bench.sh            # SRPT_URING_CPU=1 SRPT_URING_ROUNDS=5 SRPT_URING_IOS=1000000
 set -euo pipefail
@@ -37,7 +41,7 @@ mkfs.ext4 -q -F "$work/ext4.img"
 mount -o loop "$work/ext4.img" "$work/ext4"
 cp "$work/tmpfs/f" "$work/ext4/f"
 sync
-(cd "$REPO" && "$GO" test -c -o "$work/backstore.test" ./backstore)
+(cd "$REPO" && "$GO" test -c -o "$work/backstore.test" ./backstore && "$GO" test -c -o "$work/srp.test" ./srp)
 
 # No VM of the harness runs meanwhile (they take this lock shared, benches exclusively).
 exec 8>"${SRPT_BENCH_LOCK:-/tmp/srpt-vm-run.lock}"
@@ -48,9 +52,14 @@ out=$work/results.txt
 for round in $(seq "$ROUNDS"); do
 	for fs in tmpfs ext4; do
 		for direct in 0 1; do
-			for bench in Queue Fio ReadAt; do
+			for bench in Queue Fio ReadAt Engine EngineSync; do
+				case $bench in
+				Engine) test=srp.test pattern='^BenchmarkFileLUNRandRead4K$/^io_uring$' ;;
+				EngineSync) test=srp.test pattern='^BenchmarkFileLUNRandRead4K$/^sync$' ;;
+				*) test=backstore.test pattern="^Benchmark${bench}RandRead4K\$" ;;
+				esac
 				SRPT_URING_FILE=$work/$fs/f SRPT_URING_DIRECT=$direct taskset -c "$CPU" \
-					"$work/backstore.test" -test.run '^$' -test.bench "^Benchmark${bench}RandRead4K\$" -test.benchtime "${IOS}x" |
+					"$work/$test" -test.run '^$' -test.bench "$pattern" -test.benchtime "${IOS}x" |
 					awk -v fs="$fs" -v d="$direct" -v b="$bench" '/^Benchmark/ {
 						for (i = 1; i <= NF; i++) { if ($i == "IOPS") iops = $(i - 1); if ($i == "cpu-ns/op") cpu = $(i - 1) }
 						print fs, d, b, iops, cpu }' >>"$out"
@@ -60,26 +69,6 @@ for round in $(seq "$ROUNDS"); do
 done
 echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 # medians per case, and Queue / fio
-sort -k1,1 -k2,2 -k3,3 "$out" | awk '
-	function med(a, n,   i, j, t) {
-		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-	}
-	{ k = $1 " " $2 " " $3; n[k]++; io[k, n[k]] = $4; cp[k, n[k]] = $5; keys[k] = 1 }
-	END {
-		printf "| file system | O_DIRECT | Queue IOPS | fio IOPS | Queue / fio | Queue CPU ns/I/O | fio CPU ns/I/O | Queue / fio | workers, pread: IOPS | CPU ns/I/O |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
-		split("tmpfs ext4", fss, " ")
-		for (f = 1; f <= 2; f++) for (d = 0; d <= 1; d++) {
-			q = fss[f] " " d " Queue"; o = fss[f] " " d " Fio"
-			if (!(q in keys) || !(o in keys)) continue
-			for (i = 1; i <= n[q]; i++) { a[i] = io[q, i]; c[i] = cp[q, i] }
-			qi = med(a, n[q]); qc = med(c, n[q])
-			for (i = 1; i <= n[o]; i++) { a[i] = io[o, i]; c[i] = cp[o, i] }
-			oi = med(a, n[o]); oc = med(c, n[o])
-			p = fss[f] " " d " ReadAt"; pi = pc = 0
-			if (p in keys) { for (i = 1; i <= n[p]; i++) { a[i] = io[p, i]; c[i] = cp[p, i] }; pi = med(a, n[p]); pc = med(c, n[p]) }
-			printf "| %s | %s | %.0f | %.0f | %.2f | %.0f | %.0f | %.2f | %.0f | %.0f |\n", fss[f], d ? "yes" : "no", qi, oi, qi / oi, qc, oc, qc / oc, pi, pc
-		}
-	}'
+sort -k1,1 -k2,2 -k3,3 "$out" | awk -f "$HERE/summary.awk"
 echo "($ROUNDS rounds of $IOS reads each, medians; raw: one line per run below)"
 cat "$out"

@@ -118,7 +118,7 @@ if [ -n "${SRPT_2HOST_VARIANT_BIN:-}" ]; then
 	[ -x "$SRPT_2HOST_VARIANT_BIN" ] || die "SRPT_2HOST_VARIANT_BIN=$SRPT_2HOST_VARIANT_BIN is not an executable"
 	cp "$SRPT_2HOST_VARIANT_BIN" "$OUT/srptarget-variant"
 	target_files+=" $OUT/srptarget-variant:/usr/local/bin/srptarget-variant"
-	target_args=(variant_bin=/usr/local/bin/srptarget-variant)
+	target_args+=(variant_bin=/usr/local/bin/srptarget-variant)
 	echo "variant binary: $SRPT_2HOST_VARIANT_BIN ($(sha256sum "$SRPT_2HOST_VARIANT_BIN" | cut -c1-16))" >>"$OUT/setup.txt"
 fi
 # Host CPUs per VM (SRPT_2HOST_TARGET_CPUS, SRPT_2HOST_INIT_CPUS: taskset lists): unset, the

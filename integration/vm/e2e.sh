@@ -19,11 +19,11 @@
 #                      to bin/, logs to logs/
 #   SRPT_VM_TIMEOUT    seconds for the VM run (default 600)
 #   SRPT_E2E_SELFTEST  auto (default): if the e2e run fails, run the harness
-#                      self-test (LIO ib_srpt, no srptarget) to tell a broken
+#                      self-test (TestSelfTest: LIO ib_srpt, no srptarget) to tell a broken
 #                      harness from a daemon failure; 1: always run it first;
 #                      0: never
 #   SRPT_E2E_VERBS     1 (default): then run the tests of package ib/verbs (the cgo
-#                      RDMA layer) on soft-RoCE in a second VM (guest/verbs-test.sh,
+#                      RDMA layer) on soft-RoCE in a second VM (TestVerbs,
 #                      about 80 s); 0: skip them
 #   other SRPT_VM_* variables as in run-vm.sh and build-image.sh
 #
@@ -67,8 +67,8 @@ export SRPT_VM_TIMEOUT=${SRPT_VM_TIMEOUT:-600}
 selftest() {
 	log "harness self-test (LIO ib_srpt, no srptarget)"
 	local rc=0
-	SRPT_VM_FILES="" SRPT_VM_LOG="$VMDIR/logs/e2e-selftest-$stamp.log" SRPT_VM_TIMEOUT=300 \
-		"$HERE/run-vm.sh" "$HERE/guest/selftest.sh" fio_runtime=3 ipv6_login=0 || rc=$?
+	SRPT_VM_FILES="$CHECKS_FILES" SRPT_VM_LOG="$VMDIR/logs/e2e-selftest-$stamp.log" SRPT_VM_TIMEOUT=300 \
+		"$HERE/run-vm.sh" "$HERE/guest/checks.sh" test=SelfTest fio_runtime=3 ipv6_login=0 || rc=$?
 	return $rc
 }
 
@@ -100,16 +100,17 @@ echo "e2e: daemon log $DAEMON_LOG"
 # ------------------------------------------------------------------ the ib/verbs tests
 # The cgo package's own tests (ib/verbs: post-time checks, round trips over IPv4, IPv6 and
 # link-local addresses, device removal under live resources) need a real RDMA device, so they
-# run here, in a VM of their own (guest/verbs-test.sh; about 80 s), and count as e2e checks.
+# run here, in a VM of their own (TestVerbs of the guest checks; about 80 s), and count as e2e
+# checks.
 verbs_rc=0
 if [ "$VERBS" = 1 ]; then
 	VBIN=$VMDIR/bin/verbs.test
 	VLOG=$VMDIR/logs/e2e-verbs-$stamp.log
 	log "go test -c -o $VBIN ./ib/verbs"
 	(cd "$REPO" && "$GO" test -c -o "$VBIN" ./ib/verbs) || die "building the ib/verbs tests failed" 3
-	log "VM run: guest/verbs-test.sh"
-	SRPT_VM_FILES="$VBIN:/usr/local/bin/verbs.test" SRPT_VM_LOG="$VLOG" \
-		"$HERE/run-vm.sh" "$HERE/guest/verbs-test.sh" || verbs_rc=$?
+	log "VM run: TestVerbs"
+	SRPT_VM_FILES="$VBIN:/usr/local/bin/verbs.test $CHECKS_FILES" SRPT_VM_LOG="$VLOG" \
+		"$HERE/run-vm.sh" "$HERE/guest/checks.sh" test=Verbs || verbs_rc=$?
 	host_summary "e2e: ib/verbs tests on soft-RoCE" "${VLOG%.log}.results" "$verbs_rc"
 	echo "e2e: verbs log  $VLOG"
 	if [ "$verbs_rc" = 0 ] && { [ "$FAILED" -gt 0 ] || [ "$PASSED" = 0 ]; }; then verbs_rc=1; fi

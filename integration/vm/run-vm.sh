@@ -153,9 +153,11 @@ unix-server:*:* | unix-client:*:*)
 	;;
 *) die "SRPT_VM_NIC must be none, unix-server:PATH:MAC or unix-client:PATH:MAC" ;;
 esac
-# oops=panic + panic=-1 + -no-reboot: a kernel oops ends the run at once
-# instead of leaving a hung guest. log_buf_len: room for debug output.
-APPEND="console=ttyS0,115200 panic=-1 oops=panic mitigations=off nokaslr log_buf_len=4M ${SRPT_VM_APPEND:-}"
+# oops=panic, softlockup_panic=1 + panic=-1 + -no-reboot: a kernel oops or a CPU stuck in
+# the kernel for 20 s ends the run at once instead of leaving a hung guest until the
+# timeout; panic_print=0x20 then replays the whole kernel log on the console, with the
+# stack traces the checks' console log level hides. log_buf_len: room for debug output.
+APPEND="console=ttyS0,115200 panic=-1 oops=panic softlockup_panic=1 panic_print=0x20 mitigations=off nokaslr log_buf_len=4M ${SRPT_VM_APPEND:-}"
 # shellcheck disable=SC2054 # the commas belong to qemu options
 QEMU=(qemu-system-x86_64
 	-machine q35 -accel tcg,thread=multi -cpu "${SRPT_VM_CPU:-qemu64}"

@@ -12,8 +12,8 @@ import (
 // then visit every direct descriptor (to post RDMA READs / WRITEs) or the immediate data.
 func walkCmd(b []byte, immOff uint16) (sum uint64, err error) {
 	c := iu.Cmd(b)
-	out, in, err := c.DataBuffers(immOff)
-	if err != nil {
+	var out, in iu.DataBuf
+	if err := c.ParseDataBuffers(immOff, &out, &in); err != nil {
 		return 0, err
 	}
 	sum += uint64(c.Tag()) + c.LUN() + uint64(c.CDB()[0])

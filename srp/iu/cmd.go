@@ -152,60 +152,78 @@ func (b Cmd) CDB() []byte { return b[cmdCDB : cmdAddData+b.AddCDBLen()] }
 //
 // The IU length must be the received byte count exactly, not the receive buffer size.
 func (b Cmd) DataBuffers(immDataOffset uint16) (out, in DataBuf, err error) {
-	if err = b.Validate(); err != nil {
-		return DataBuf{}, DataBuf{}, err
+	err = b.ParseDataBuffers(immDataOffset, &out, &in)
+	return out, in, err
+}
+
+// ParseDataBuffers is DataBuffers writing the two directions into *out and *in, where the
+// data path keeps them, instead of returning copies. On error both are zero.
+func (b Cmd) ParseDataBuffers(immDataOffset uint16, out, in *DataBuf) error {
+	*out, *in = DataBuf{}, DataBuf{}
+	if err := b.Validate(); err != nil {
+		return err
 	}
 	off := cmdAddData + b.AddCDBLen()
 	if b.DataInFmt() == DescImm {
-		return DataBuf{}, DataBuf{}, fmt.Errorf("srp: SRP_CMD tag %#x: immediate data-in: %w", b.Tag(), ErrUnsupportedFormat)
+		return fmt.Errorf("srp: SRP_CMD tag %#x: immediate data-in: %w", b.Tag(), ErrUnsupportedFormat)
 	}
-	if out, off, err = b.dataBuf(off, b.DataOutFmt(), b.DataOutDescCnt(), "data-out"); err != nil {
-		return DataBuf{}, DataBuf{}, err
+	off, err := b.dataBuf(out, off, b.DataOutFmt(), b.DataOutDescCnt(), "data-out")
+	if err == nil {
+		off, err = b.dataBuf(in, off, b.DataInFmt(), b.DataInDescCnt(), "data-in")
 	}
-	if in, off, err = b.dataBuf(off, b.DataInFmt(), b.DataInDescCnt(), "data-in"); err != nil {
-		return DataBuf{}, DataBuf{}, err
+	if err == nil {
+		err = b.checkEnd(out, off, immDataOffset)
 	}
+	if err != nil {
+		*out, *in = DataBuf{}, DataBuf{}
+	}
+	return err
+}
+
+// checkEnd checks that the descriptors, ending at byte off, fill the IU, or are followed by
+// immediate data at immDataOffset that does, and locates that data in out.
+func (b Cmd) checkEnd(out *DataBuf, off int, immDataOffset uint16) error {
 	if out.format != DescImm {
 		if off != len(b) {
-			return DataBuf{}, DataBuf{}, fmt.Errorf("srp: SRP_CMD tag %#x: descriptors end at byte %d of a %d-byte IU: %w",
+			return fmt.Errorf("srp: SRP_CMD tag %#x: descriptors end at byte %d of a %d-byte IU: %w",
 				b.Tag(), off, len(b), ErrInconsistent)
 		}
-		return out, in, nil
+		return nil
 	}
 	if immDataOffset == 0 {
-		return DataBuf{}, DataBuf{}, fmt.Errorf("srp: SRP_CMD tag %#x: immediate data was not negotiated: %w",
+		return fmt.Errorf("srp: SRP_CMD tag %#x: immediate data was not negotiated: %w",
 			b.Tag(), ErrUnsupportedFormat)
 	}
 	if off > int(immDataOffset) {
-		return DataBuf{}, DataBuf{}, fmt.Errorf("srp: SRP_CMD tag %#x: descriptors end at byte %d, after the immediate data offset %d: %w",
+		return fmt.Errorf("srp: SRP_CMD tag %#x: descriptors end at byte %d, after the immediate data offset %d: %w",
 			b.Tag(), off, immDataOffset, ErrInconsistent)
 	}
 	// 64-bit sum: a 32-bit length of 0xFFFFFFFF must not wrap (the 2025 LIO fix).
 	end := uint64(immDataOffset) + uint64(ImmBuf(out.desc).Len())
 	if end != uint64(len(b)) {
-		return DataBuf{}, DataBuf{}, fmt.Errorf("srp: SRP_CMD tag %#x: %d bytes of immediate data at offset %d in a %d-byte IU: %w",
+		return fmt.Errorf("srp: SRP_CMD tag %#x: %d bytes of immediate data at offset %d in a %d-byte IU: %w",
 			b.Tag(), ImmBuf(out.desc).Len(), immDataOffset, len(b), ErrInconsistent)
 	}
 	out.data = b[immDataOffset:end]
 	out.immOff = immDataOffset
-	return out, in, nil
+	return nil
 }
 
-// dataBuf checks the descriptor of one direction at b[off:] and returns it with the offset of
-// the next descriptor.
-func (b Cmd) dataBuf(off int, format DescFmt, cnt uint8, dir string) (DataBuf, int, error) {
-	d := DataBuf{format: format, cnt: cnt}
+// dataBuf checks the descriptor of one direction at b[off:], sets d (zero on entry) to it and
+// returns the offset of the next descriptor.
+func (b Cmd) dataBuf(d *DataBuf, off int, format DescFmt, cnt uint8, dir string) (int, error) {
+	d.format, d.cnt = format, cnt
 	var size int
 	switch format {
 	case DescNone:
 		if cnt != 0 {
-			return DataBuf{}, 0, fmt.Errorf("srp: SRP_CMD tag %#x: %s descriptor count %d without a %s descriptor: %w",
+			return 0, fmt.Errorf("srp: SRP_CMD tag %#x: %s descriptor count %d without a %s descriptor: %w",
 				b.Tag(), dir, cnt, dir, ErrInconsistent)
 		}
-		return d, off, nil
+		return off, nil
 	case DescDirect, DescImm:
 		if cnt > 1 {
-			return DataBuf{}, 0, fmt.Errorf("srp: SRP_CMD tag %#x: %s descriptor count %d for a single %v descriptor: %w",
+			return 0, fmt.Errorf("srp: SRP_CMD tag %#x: %s descriptor count %d for a single %v descriptor: %w",
 				b.Tag(), dir, cnt, format, ErrInconsistent)
 		}
 		size = DirectBufSize
@@ -217,19 +235,19 @@ func (b Cmd) dataBuf(off int, format DescFmt, cnt uint8, dir string) (DataBuf, i
 	case DescIndirect:
 		size = IndirectBufHeaderSize + int(cnt)*DirectBufSize
 	default:
-		return DataBuf{}, 0, fmt.Errorf("srp: SRP_CMD tag %#x: %s %v: %w", b.Tag(), dir, format, ErrUnsupportedFormat)
+		return 0, fmt.Errorf("srp: SRP_CMD tag %#x: %s %v: %w", b.Tag(), dir, format, ErrUnsupportedFormat)
 	}
 	if off+size > len(b) {
-		return DataBuf{}, 0, fmt.Errorf("srp: SRP_CMD tag %#x: %d-byte %s %v descriptor at byte %d of a %d-byte IU: %w",
+		return 0, fmt.Errorf("srp: SRP_CMD tag %#x: %d-byte %s %v descriptor at byte %d of a %d-byte IU: %w",
 			b.Tag(), size, dir, format, off, len(b), ErrShort)
 	}
 	d.desc = b[off : off+size]
 	if format == DescIndirect {
 		if err := d.checkIndirect(b.Tag(), dir); err != nil {
-			return DataBuf{}, 0, err
+			return 0, err
 		}
 	}
-	return d, off + size, nil
+	return off + size, nil
 }
 
 // checkIndirect checks an indirect descriptor whose partial list is d.desc[20:] and sets

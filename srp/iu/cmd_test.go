@@ -265,6 +265,7 @@ func cmdCases() []cmdCase {
 }
 
 func TestCmdLayoutAndDataBuffers(t *testing.T) {
+	var po, pi iu.DataBuf
 	for _, tc := range cmdCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			n, err := iu.CmdLen(&tc.f)
@@ -281,6 +282,11 @@ func TestCmdLayoutAndDataBuffers(t *testing.T) {
 			out, in, err := c.DataBuffers(tc.immOff)
 			require.NoError(t, err)
 			tc.check(t, out, in)
+			// In place, over what another command left (every case has been parsed
+			// into po, pi by the time the last one runs).
+			require.NoError(t, c.ParseDataBuffers(tc.immOff, &po, &pi))
+			require.Equal(t, out, po)
+			require.Equal(t, in, pi)
 
 			require.Equal(t, iu.UCSOLNT, c.SolNot())
 			require.Equal(t, testTag, c.Tag())
@@ -360,6 +366,13 @@ func TestCmdDataBuffersRejects(t *testing.T) {
 			require.Equal(t, iu.DataBuf{}, in)
 			_, err = iu.Cmd(tc.b).Fields(tc.immOff)
 			require.ErrorIs(t, err, tc.want)
+			// In place: what a reused command context held before is gone.
+			valid := byName[direct].want
+			require.NoError(t, iu.Cmd(valid).ParseDataBuffers(0, &out, &in))
+			require.True(t, out.Present())
+			require.ErrorIs(t, iu.Cmd(tc.b).ParseDataBuffers(tc.immOff, &out, &in), tc.want)
+			require.Equal(t, iu.DataBuf{}, out)
+			require.Equal(t, iu.DataBuf{}, in)
 		})
 	}
 }

@@ -202,15 +202,41 @@ func FuzzRsp(f *testing.F) {
 	})
 }
 
+// FuzzRspEncodeStatus: EncodeStatus writes what Encode writes for the same fields without
+// response or sense data.
+func FuzzRspEncodeStatus(f *testing.F) {
+	f.Add(uint64(1), uint32(1), uint8(0), uint8(0), uint32(0), uint32(0))
+	f.Add(uint64(1<<63), uint32(0xFFFFFFFF), uint8(2), uint8(0xFF), uint32(7), uint32(0xFFFFFFFF))
+	f.Fuzz(func(t *testing.T, tag uint64, delta uint32, status, flags uint8, doRes, diRes uint32) {
+		want := make([]byte, iu.RspMinSize)
+		_, err := iu.Rsp(want).Encode(&iu.RspFields{ReqLimDelta: delta, Tag: iu.Tag(tag), Status: status,
+			Flags: iu.RspFlags(flags), DataOutResCnt: doRes, DataInResCnt: diRes})
+		require.NoError(t, err)
+		got := bytes.Repeat([]byte{0xFF}, iu.RspMinSize)
+		require.Equal(t, iu.RspMinSize, iu.Rsp(got).EncodeStatus(iu.Tag(tag), delta, status, iu.RspFlags(flags), doRes, diRes))
+		require.Equal(t, want, got)
+	})
+}
+
 func FuzzCmd(f *testing.F) {
 	for _, tc := range cmdCases() {
 		f.Add(tc.want, tc.immOff)
 	}
 	f.Add(cat(cmdHeader(0x02, 0, 3, 0), dd(1, 2, 47), be32(0), make([]byte, 48)), uint16(0))
 	f.Add(cat(cmdHeader(0x30, 0, 0, 0), []byte{0xFF, 0xFF, 0xFF, 0xFF}, make([]byte, 16)), uint16(68))
+	// What a reused command context holds before ParseDataBuffers overwrites it.
+	var prevOut, prevIn iu.DataBuf
+	if err := iu.Cmd(cmdCases()[0].want).ParseDataBuffers(cmdCases()[0].immOff, &prevOut, &prevIn); err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, b []byte, immOff uint16) {
 		c := iu.Cmd(b)
 		out, in, err := c.DataBuffers(immOff)
+		po, pi := prevOut, prevIn
+		perr := c.ParseDataBuffers(immOff, &po, &pi)
+		require.Equal(t, err, perr)
+		require.Equal(t, out, po)
+		require.Equal(t, in, pi)
 		if err != nil {
 			require.Equal(t, iu.DataBuf{}, out)
 			require.Equal(t, iu.DataBuf{}, in)

@@ -489,6 +489,40 @@ func TestRspEncodeTskMgmt(t *testing.T) {
 	require.Panics(t, func() { iu.Rsp(ffBuf(iu.TskMgmtRspSize-1)).EncodeTskMgmt(1, 1, iu.TskMgmtSuccess) })
 }
 
+func TestRspEncodeStatusMatchesEncode(t *testing.T) {
+	// EncodeStatus is Encode without response and sense data, in whole-word stores: the same
+	// bytes for every status, flag set and residual, whatever the buffer held before, and
+	// nothing written past the 36 bytes.
+	for _, tc := range []struct {
+		name         string
+		tag          iu.Tag
+		delta        uint32
+		status       uint8
+		flags        iu.RspFlags
+		doRes, diRes uint32
+	}{
+		{"GOOD", 0x0102030405060708, 1, 0, 0, 0, 0},
+		{"BUSY, all delta bits", 0xFFFFFFFFFFFFFFFF, 0xFFFFFFFF, 0x08, 0, 0, 0},
+		{"data-in underflow", 7, 3, 0, iu.DIUNDER, 0, 0x1000},
+		{"data-out overflow", 9, 1, 0, iu.DOOVER, 0xFFFFFFFF, 0},
+		{"both residuals", 1 << 63, 2, 0x02, iu.DOUNDER | iu.DIOVER, 0x01020304, 0xA0B0C0D0},
+		{"RSPVALID and SNSVALID asked for", 5, 1, 0, iu.RSPVALID | iu.SNSVALID | iu.DIUNDER, 0, 512},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := ffBuf(iu.RspMinSize + 8)
+			n, err := iu.Rsp(want).Encode(&iu.RspFields{ReqLimDelta: tc.delta, Tag: tc.tag, Status: tc.status,
+				Flags: tc.flags, DataOutResCnt: tc.doRes, DataInResCnt: tc.diRes})
+			require.NoError(t, err)
+			require.Equal(t, iu.RspMinSize, n)
+			got := ffBuf(iu.RspMinSize + 8)
+			require.Equal(t, iu.RspMinSize, iu.Rsp(got).EncodeStatus(tc.tag, tc.delta, tc.status, tc.flags, tc.doRes, tc.diRes))
+			require.Equal(t, want, got)
+			require.NoError(t, iu.Rsp(got[:n]).Validate())
+		})
+	}
+	require.Panics(t, func() { iu.Rsp(ffBuf(iu.RspMinSize-1)).EncodeStatus(1, 1, 0, 0, 0, 0) })
+}
+
 func TestRspFlagValues(t *testing.T) {
 	// SRP_RSP_FLAG_* from include/scsi/srp.h.
 	require.Equal(t, []iu.RspFlags{0x01, 0x02, 0x04, 0x08, 0x10, 0x20},

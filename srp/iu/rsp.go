@@ -170,6 +170,26 @@ func (b Rsp) Encode(f *RspFields) (int, error) {
 	return b.encode(f, n), nil
 }
 
+// EncodeStatus writes an SRP_RSP without response data or sense data (a command that ended
+// with GOOD, BUSY, TASK SET FULL, ... or CHECK CONDITION without sense), which is what Encode
+// writes for such fields, in five stores instead of a field at a time: this is the response to
+// nearly every command. flags carries the residual flags (RSPVALID and SNSVALID are cleared);
+// doRes and diRes are the residual counts. It returns RspMinSize, and panics if b is shorter,
+// as encoding/binary's Put functions do.
+func (b Rsp) EncodeStatus(tag Tag, delta uint32, status uint8, flags RspFlags, doRes, diRes uint32) int {
+	_ = b[RspMinSize-1] // the one bounds check
+	flags &^= RSPVALID | SNSVALID
+	// Bytes 0-7: OPCODE, SOLNOT 0, reserved, REQUEST LIMIT DELTA.
+	binary.BigEndian.PutUint64(b[rspOpcode:], uint64(OpRsp)<<56|uint64(delta))
+	binary.BigEndian.PutUint64(b[rspTag:], uint64(tag))
+	// Bytes 16-23: reserved, FLAGS, STATUS, DATA-OUT RESIDUAL COUNT.
+	binary.BigEndian.PutUint64(b[rspReserved2:], uint64(flags)<<40|uint64(status)<<32|uint64(doRes))
+	// Bytes 24-35: DATA-IN RESIDUAL COUNT, SENSE DATA LIST LENGTH 0, RESPONSE DATA LIST LENGTH 0.
+	binary.BigEndian.PutUint64(b[rspDataInRes:], uint64(diRes)<<32)
+	binary.BigEndian.PutUint32(b[rspRespLen:], 0)
+	return RspMinSize
+}
+
 // TskMgmtRspSize is the length of the SRP_RSP that answers an SRP_TSK_MGMT: the fixed part
 // and the 4 bytes of response data carrying the TskMgmtRspCode, no sense data.
 const TskMgmtRspSize = RspMinSize + TskMgmtRspDataSize

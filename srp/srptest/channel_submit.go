@@ -270,6 +270,19 @@ func (c *Channel) ResetLUN(ctx context.Context, lun uint16) (uint8, error) {
 	return c.TaskMgmt(ctx, iu.TskLUNReset, lun, LUNResetTaskTag)
 }
 
+// EncodeCmd is f as an SRP_CMD IU of its own length, for SendRaw.
+func EncodeCmd(f *iu.CmdFields) ([]byte, error) {
+	n, err := iu.CmdLen(f)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, n)
+	if _, err := iu.Cmd(b).Encode(f); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
 // SendRaw sends iu as it is in one SEND, for robustness tests (malformed IUs, unknown opcodes,
 // IUs the target did not grant room for). Any response is left to NextUnsolicited. The IU
 // consumes a credit unless it is an initiator response (opcode 0x40-0x7F, like SRP_CRED_RSP

@@ -35,6 +35,27 @@ func setup(t *testing.T, opts memfabric.Options, tune func(ft *fakeTarget)) (*me
 	return fab, ft
 }
 
+// mustLogin logs in with cfg and closes the channel when the test ends (before the target
+// setup made).
+func mustLogin(t *testing.T, fab *memfabric.Fabric, cfg Config) *Channel {
+	t.Helper()
+	ch, err := Login(testCtx(t), fab, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { ch.Close() })
+	return ch
+}
+
+// goodOf returns a check of a command's outcome: good(ch.Read10(...)) requires the command sent
+// and answered GOOD, and returns the response.
+func goodOf(t *testing.T) func(*Response, error) *Response {
+	return func(rsp *Response, err error) *Response {
+		t.Helper()
+		require.NoError(t, err)
+		require.NoError(t, rsp.Err())
+		return rsp
+	}
+}
+
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
@@ -99,9 +120,7 @@ func TestLoginDoLogout(t *testing.T) {
 func TestLayoutsRoundTrip(t *testing.T) {
 	fab, ft := setup(t, memfabric.Options{}, nil)
 	ctx := testCtx(t)
-	ch, err := Login(ctx, fab, Config{Addr: ft.addr, TargetPortID: testTargetPort, AllowExtSG: true})
-	require.NoError(t, err)
-	defer ch.Close()
+	ch := mustLogin(t, fab, Config{Addr: ft.addr, TargetPortID: testTargetPort, AllowExtSG: true})
 
 	for i, tc := range []struct {
 		layout  Layout
@@ -140,9 +159,7 @@ func TestLayoutsRoundTrip(t *testing.T) {
 func TestSCSIHelpers(t *testing.T) {
 	fab, ft := setup(t, memfabric.Options{}, nil)
 	ctx := testCtx(t)
-	ch, err := Login(ctx, fab, Config{Addr: ft.addr, TargetPortID: testTargetPort})
-	require.NoError(t, err)
-	defer ch.Close()
+	ch := mustLogin(t, fab, Config{Addr: ft.addr, TargetPortID: testTargetPort})
 
 	rsp, err := ch.TestUnitReady(ctx, 0)
 	require.NoError(t, err)
@@ -164,18 +181,11 @@ func TestSCSIHelpers(t *testing.T) {
 	require.Equal(t, uint32(512), bs)
 
 	data := testutil.Pattern(1024, 9)
-	rsp, err = ch.Write10(ctx, 0, 3, data, 512)
-	require.NoError(t, err)
-	require.NoError(t, rsp.Err())
-	rsp, err = ch.Read10(ctx, 0, 3, 2, 512)
-	require.NoError(t, err)
-	require.Equal(t, data, rsp.DataIn)
-	rsp, err = ch.Write16(ctx, 0, 2000, data, 512)
-	require.NoError(t, err)
-	require.NoError(t, rsp.Err())
-	rsp, err = ch.Read16(ctx, 0, 2000, 2, 512)
-	require.NoError(t, err)
-	require.Equal(t, data, rsp.DataIn)
+	good := goodOf(t)
+	good(ch.Write10(ctx, 0, 3, data, 512))
+	require.Equal(t, data, good(ch.Read10(ctx, 0, 3, 2, 512)).DataIn)
+	good(ch.Write16(ctx, 0, 2000, data, 512))
+	require.Equal(t, data, good(ch.Read16(ctx, 0, 2000, 2, 512)).DataIn)
 
 	// Out of range: CHECK CONDITION, ILLEGAL REQUEST, LBA OUT OF RANGE, sense as sent.
 	rsp, err = ch.Read16(ctx, 0, 2047, 2, 512)
@@ -275,9 +285,7 @@ func TestIBCMFormNeedsAFIB(t *testing.T) {
 func TestIBCMLogin(t *testing.T) {
 	fab, ft := setup(t, memfabric.Options{}, func(ft *fakeTarget) { ft.listenIB = true })
 	ctx := testCtx(t)
-	ch, err := Login(ctx, fab, Config{Addr: ft.addr, LoginForm: LoginFormIBCM, TargetPortID: testTargetPort, LoginTag: 0x77})
-	require.NoError(t, err)
-	defer ch.Close()
+	ch := mustLogin(t, fab, Config{Addr: ft.addr, LoginForm: LoginFormIBCM, TargetPortID: testTargetPort, LoginTag: 0x77})
 	require.Equal(t, memfabric.PortSpaceIB, ch.Config().PortSpace)
 	ft.mu.Lock()
 	priv := ft.privs[0]
@@ -300,9 +308,7 @@ func TestIBCMLogin(t *testing.T) {
 
 func TestSmallITIULenWarns(t *testing.T) {
 	fab, ft := setup(t, memfabric.Options{}, func(ft *fakeTarget) { ft.maxITIULen = 2116 })
-	ch, err := Login(testCtx(t), fab, Config{Addr: ft.addr})
-	require.NoError(t, err)
-	defer ch.Close()
+	ch := mustLogin(t, fab, Config{Addr: ft.addr})
 	errs := ch.ProtocolErrors()
 	require.Len(t, errs, 1)
 	require.ErrorIs(t, errs[0], ErrProtocol)

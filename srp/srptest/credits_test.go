@@ -3,11 +3,11 @@ package srptest
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/srptarget/srptarget/ib/memfabric"
 	"github.com/srptarget/srptarget/internal/testutil"
@@ -32,17 +32,20 @@ func findOpcode(ius [][]byte, op iu.Opcode) [][]byte {
 	return out
 }
 
+// stingyTarget is a fake target that grants credits at login and never any more.
+func stingyTarget(t *testing.T, credits uint32) (*memfabric.Fabric, *fakeTarget) {
+	return setup(t, memfabric.Options{}, func(ft *fakeTarget) {
+		ft.credits = credits
+		ft.rspDelta = func(*fakeChan) uint32 { return 0 }
+	})
+}
+
 // Credits follow ib_srp exactly: -1 per SRP_CMD / SRP_TSK_MGMT, + every REQUEST LIMIT DELTA;
 // commands wait while one credit is left, task management takes it and fails without it.
 func TestCreditAccounting(t *testing.T) {
-	fab, ft := setup(t, memfabric.Options{}, func(ft *fakeTarget) {
-		ft.credits = 3
-		ft.rspDelta = func(*fakeChan) uint32 { return 0 }
-	})
+	fab, ft := stingyTarget(t, 3)
 	ctx := testCtx(t)
-	ch, err := Login(ctx, fab, Config{Addr: ft.addr})
-	require.NoError(t, err)
-	defer ch.Close()
+	ch := mustLogin(t, fab, Config{Addr: ft.addr})
 	require.Equal(t, 2, ch.CanQueue(), "min(3 - 1, 64 - 2)")
 	fc := ft.channel(0)
 
@@ -139,9 +142,7 @@ func TestCreditAccounting(t *testing.T) {
 func TestCanQueueLimit(t *testing.T) {
 	fab, ft := setup(t, memfabric.Options{}, func(ft *fakeTarget) { ft.onCmd = hold })
 	ctx := testCtx(t)
-	ch, err := Login(ctx, fab, Config{Addr: ft.addr, QueueDepth: 6})
-	require.NoError(t, err)
-	defer ch.Close()
+	ch := mustLogin(t, fab, Config{Addr: ft.addr, QueueDepth: 6})
 	require.Equal(t, 4, ch.CanQueue(), "min(32 - 1, 6 - 2)")
 	var pend []*Pending
 	for range 4 {
@@ -155,7 +156,7 @@ func TestCanQueueLimit(t *testing.T) {
 	}
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
-	_, err = ch.Submit(short, &Request{CDB: CDBTestUnitReady()})
+	_, err := ch.Submit(short, &Request{CDB: CDBTestUnitReady()})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Equal(t, int64(28), ch.Credits(), "the refused command took nothing")
 	require.Equal(t, uint64(0), ch.Stats().ZeroReqLim, "waiting for a tag is not waiting for credit")
@@ -172,9 +173,7 @@ func TestAbort(t *testing.T) {
 		}
 	})
 	ctx := testCtx(t)
-	ch, err := Login(ctx, fab, Config{Addr: ft.addr})
-	require.NoError(t, err)
-	defer ch.Close()
+	ch := mustLogin(t, fab, Config{Addr: ft.addr})
 	fc := ft.channel(0)
 
 	p, err := ch.Submit(ctx, &Request{LUN: 2, CDB: CDBRead10(0, 1), DataInLen: 512})
@@ -328,16 +327,11 @@ func TestConcurrentDo(t *testing.T) {
 		t.Run(map[bool]string{false: "sync", true: "async"}[async], func(t *testing.T) {
 			fab, ft := setup(t, memfabric.Options{Async: async}, func(ft *fakeTarget) { ft.credits = 6 })
 			ctx := testCtx(t)
-			ch, err := Login(ctx, fab, Config{Addr: ft.addr})
-			require.NoError(t, err)
-			defer ch.Close()
+			ch := mustLogin(t, fab, Config{Addr: ft.addr})
 			layouts := []Layout{nil, Direct{}, Indirect{N: 3}, Immediate{}}
-			var wg sync.WaitGroup
-			errs := make(chan error, 16)
+			var eg errgroup.Group
 			for g := range 16 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+				eg.Go(func() error {
 					for i := range 20 {
 						lba := uint64(g*64 + i)
 						data := testutil.Pattern(512, g*20+i)
@@ -352,17 +346,13 @@ func TestConcurrentDo(t *testing.T) {
 							err = errors.New("data mismatch")
 						}
 						if err != nil {
-							errs <- err
-							return
+							return err
 						}
 					}
-				}()
+					return nil
+				})
 			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				require.NoError(t, err)
-			}
+			require.NoError(t, eg.Wait())
 			require.Equal(t, int64(6), ch.Credits())
 			require.Zero(t, ch.Outstanding())
 			// can_queue = credits - 1: the tags run out before the reserve credit is touched.

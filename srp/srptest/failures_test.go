@@ -125,9 +125,7 @@ func TestLateRDMAFails(t *testing.T) {
 		}
 	})
 	ctx := testCtx(t)
-	ch, err := Login(ctx, fab, Config{Addr: ft.addr})
-	require.NoError(t, err)
-	defer ch.Close()
+	ch := mustLogin(t, fab, Config{Addr: ft.addr})
 	fc := ft.channel(0)
 	rsp, err := ch.Read10(ctx, 0, 0, 1, 512)
 	require.NoError(t, err)
@@ -239,15 +237,10 @@ func TestDeviceRemoved(t *testing.T) {
 }
 
 func TestCreditWaitContext(t *testing.T) {
-	fab, ft := setup(t, memfabric.Options{}, func(ft *fakeTarget) {
-		ft.credits = 2
-		ft.rspDelta = func(*fakeChan) uint32 { return 0 }
-	})
+	fab, ft := stingyTarget(t, 2)
 	ctx := testCtx(t)
-	ch, err := Login(ctx, fab, Config{Addr: ft.addr})
-	require.NoError(t, err)
-	defer ch.Close()
-	_, err = ch.TestUnitReady(ctx, 0)
+	ch := mustLogin(t, fab, Config{Addr: ft.addr})
+	_, err := ch.TestUnitReady(ctx, 0)
 	require.NoError(t, err)
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()

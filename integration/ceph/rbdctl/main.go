@@ -1,8 +1,6 @@
-//go:build rbd
-
 // Command rbdctl does the few cluster chores of the RBD tests where the ceph tool (Python) is
 // not at hand, as in the test VM: it speaks to the cluster through librados and librbd (package
-// backstore/rbd), configured by $CEPH_CONF.
+// backstore/rbd), configured by $CEPH_CONF. Built without the build tag rbd, it only says so.
 //
 //	rbdctl mon '{"prefix": "osd new", "uuid": "..."}'   # a monitor command; prints its output
 //	rbdctl pool-create NAME                             # a pool, tagged for rbd

@@ -325,13 +325,7 @@ func (r *FuncReport) Write(w io.Writer) error {
 			}
 		}
 		fmt.Fprintln(w)
-		fmt.Fprint(w, "  system calls per I/O:")
-		for _, s := range sortedByValue(t.Syscalls) {
-			if t.Syscalls[s] >= 0.005 {
-				fmt.Fprintf(w, " %s %.3f,", s, t.Syscalls[s])
-			}
-		}
-		fmt.Fprintln(w)
+		writeSyscalls(w, "  system calls per I/O:", t.Syscalls)
 		for i, f := range sortedFuncs(t.Funcs) {
 			if i == r.Top {
 				break
@@ -394,14 +388,20 @@ func (r *FuncReport) WriteDiff(w io.Writer) error {
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprint(w, "srptarget's system calls per I/O:")
-	for _, s := range sortedByValue(srpt.Syscalls) {
-		if srpt.Syscalls[s] >= 0.005 {
-			fmt.Fprintf(w, " %s %.3f,", s, srpt.Syscalls[s])
+	writeSyscalls(w, "srptarget's system calls per I/O:", srpt.Syscalls)
+	return nil
+}
+
+// writeSyscalls writes a line of the system calls per I/O of perIO, most first, from 0.005
+// up: title, then "name rate," for each.
+func writeSyscalls(w io.Writer, title string, perIO map[string]float64) {
+	fmt.Fprint(w, title)
+	for _, s := range sortedByValue(perIO) {
+		if perIO[s] >= 0.005 {
+			fmt.Fprintf(w, " %s %.3f,", s, perIO[s])
 		}
 	}
 	fmt.Fprintln(w)
-	return nil
 }
 
 // keyed turns a map by name into one by funcKey, for sortedFuncs.

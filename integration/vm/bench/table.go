@@ -118,13 +118,13 @@ func (s Summary) WriteTable(w io.Writer) {
 	fmt.Fprintln(w)
 	if s.TargetHost {
 		groups := []figureCols{
-			{"guest-cpu-us-per-io", "target host CPU µs/I/O", false, true},
-			{"daemon-cpu-us-per-io", "daemon CPU µs/I/O", true, false},
-			{"guest-idle-pct", "target host idle %", false, false},
+			{key: "guest-cpu-us-per-io", title: "target host CPU µs/I/O", long: true},
+			{key: "daemon-cpu-us-per-io", title: "daemon CPU µs/I/O", srpt: true},
+			{key: "guest-idle-pct", title: "target host idle %"},
 		}
 		host := s.hasFigure("host-busy-pct")
 		if host {
-			groups = append(groups, figureCols{"host-busy-pct", "bench host busy %", false, false})
+			groups = append(groups, figureCols{key: "host-busy-pct", title: "bench host busy %"})
 		}
 		s.writeFigureTable(w, groups)
 		fmt.Fprintln(w)
@@ -139,9 +139,9 @@ func (s Summary) WriteTable(w io.Writer) {
 		}
 	} else {
 		s.writeFigureTable(w, []figureCols{
-			{"guest-cpu-us-per-io", "guest CPU µs/I/O", false, true},
-			{"daemon-cpu-us-per-io", "daemon CPU µs/I/O", true, false},
-			{"guest-idle-pct", "guest idle %", false, false},
+			{key: "guest-cpu-us-per-io", title: "guest CPU µs/I/O", long: true},
+			{key: "daemon-cpu-us-per-io", title: "daemon CPU µs/I/O", srpt: true},
+			{key: "guest-idle-pct", title: "guest idle %"},
 		})
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "CPU per I/O: busy guest CPU time (both vCPUs: fio, ib_srp, rxe, the target) over the I/Os of")
@@ -156,11 +156,11 @@ func (s Summary) WriteTable(w io.Writer) {
 	fmt.Fprintln(w)
 	if s.TargetHost {
 		s.writeFigureTable(w, []figureCols{
-			{"ctxt-per-io", "target host context switches/I/O", false, true},
-			{"daemon-vcs-per-io", "daemon wake-ups/I/O", true, false},
-			{"daemon-ivcs-per-io", "daemon preemptions/I/O", true, false},
-			{"daemon-reads-per-io", "daemon read()/I/O", true, false},
-			{"daemon-writes-per-io", "daemon write()/I/O", true, false},
+			{key: "ctxt-per-io", title: "target host context switches/I/O", long: true},
+			{key: "daemon-vcs-per-io", title: "daemon wake-ups/I/O", srpt: true},
+			{key: "daemon-ivcs-per-io", title: "daemon preemptions/I/O", srpt: true},
+			{key: "daemon-reads-per-io", title: "daemon read()/I/O", srpt: true},
+			{key: "daemon-writes-per-io", title: "daemon write()/I/O", srpt: true},
 		})
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "Target host: context switches of its vCPU (/proc/stat ctxt) per I/O. Daemon, all threads: wake-ups")
@@ -171,10 +171,10 @@ func (s Summary) WriteTable(w io.Writer) {
 		return
 	}
 	s.writeFigureTable(w, []figureCols{
-		{"ctxt-per-io", "context switches/I/O", false, true},
-		{"ipi-per-io", "IPIs/I/O", false, true},
-		{"daemon-reads-per-io", "daemon read()/I/O", true, false},
-		{"daemon-writes-per-io", "daemon write()/I/O", true, false},
+		{key: "ctxt-per-io", title: "context switches/I/O", long: true},
+		{key: "ipi-per-io", title: "IPIs/I/O", long: true},
+		{key: "daemon-reads-per-io", title: "daemon read()/I/O", srpt: true},
+		{key: "daemon-writes-per-io", title: "daemon write()/I/O", srpt: true},
 	})
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Guest-wide context switches and IPIs (rescheduling, function call, TLB shootdown) per I/O; the")
@@ -189,71 +189,14 @@ func (s Summary) writeInsnTable(w io.Writer) {
 	if !s.hasFigure("insn-per-io") {
 		return
 	}
-	type group struct {
-		key, title string
-		scale      float64
-		ratio      bool
-	}
-	groups := []group{
-		{"insn-per-io", "instructions/I/O (k)", 1e-3, true},
-		{"insn-kernel-per-io", "kernel (k)", 1e-3, false},
-		{"insn-user-per-io", "user (k)", 1e-3, false},
-		{"syscalls-per-io", "system calls/I/O", 1, false},
-		{"ctxt-per-io", "context switches/I/O", 1, false},
-	}
-	var head []string
-	for gi, g := range groups {
-		for i, t := range s.Targets {
-			name := t.Short
-			if gi == 0 {
-				name = t.Label
-			}
-			if i == 0 {
-				name = g.title + ": " + name
-			}
-			head = append(head, name)
-		}
-		if g.ratio {
-			for _, t := range s.srptTargets() {
-				head = append(head, t.Short+" / LIO")
-			}
-		}
-	}
 	fmt.Fprintln(w)
-	writeHeader(w, []string{"job", "ch_count"}, head)
-	seen := map[string]bool{}
-	for _, m := range Metrics {
-		if seen[m.Job] {
-			continue
-		}
-		seen[m.Job] = true
-		for _, ch := range s.ChCounts {
-			row := []string{m.Job, strconv.Itoa(ch)}
-			has := false
-			for _, g := range groups {
-				for _, t := range s.Targets {
-					if st, ok := s.cell(m.Job+"/"+g.key, ch, t.Key); ok {
-						row = append(row, fmtNum(st.Median*g.scale))
-						has = true
-					} else {
-						row = append(row, "-")
-					}
-				}
-				if g.ratio {
-					for _, t := range s.srptTargets() {
-						r := fmtRatio(s.Ratio(m.Job+"/"+g.key, ch, t.Key))
-						if p := s.PairedRatios(m.Job+"/"+g.key, ch, t.Key); len(p) > 1 {
-							r += fmt.Sprintf(" (%s-%s)", fmtRatio(p[0]), fmtRatio(p[len(p)-1]))
-						}
-						row = append(row, r)
-					}
-				}
-			}
-			if has {
-				writeRow(w, row)
-			}
-		}
-	}
+	s.writeFigureTable(w, []figureCols{
+		{key: "insn-per-io", title: "instructions/I/O (k)", scale: 1e-3, ratio: true, long: true},
+		{key: "insn-kernel-per-io", title: "kernel (k)", scale: 1e-3},
+		{key: "insn-user-per-io", title: "user (k)", scale: 1e-3},
+		{key: "syscalls-per-io", title: "system calls/I/O"},
+		{key: "ctxt-per-io", title: "context switches/I/O"},
+	})
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Guest instructions the target VM executed per I/O (counted by the qemu plugin integration/vm/insn/insn.c),")
 	fmt.Fprintln(w, "kernel and user apart, from the job's start to its end, the ramp included, divided by the I/Os the")
@@ -338,6 +281,10 @@ type figureCols struct {
 	title string // heads the group's first column: "title: LIO"
 	srpt  bool   // srptarget's targets only (a figure of the daemon)
 	long  bool   // srptarget's columns titled "srptarget memory", not "memory"
+	// scale multiplies the medians (1 when 0); ratio adds a column per srptarget target with
+	// its ratio to LIO and the range of the paired rounds' ratios.
+	scale float64
+	ratio bool
 }
 
 func (s Summary) hasFigure(key string) bool {
@@ -353,12 +300,20 @@ func (s Summary) hasFigure(key string) bool {
 // columns (the medians per target) per figure.
 func (s Summary) writeFigureTable(w io.Writer, groups []figureCols) {
 	var head []string
-	type col struct{ key, target string }
+	type col struct {
+		key, target string
+		scale       float64
+		ratio       bool // the target's ratio to LIO, not its median
+	}
 	var cols []col
 	for _, g := range groups {
 		ts := s.Targets
 		if g.srpt {
 			ts = s.srptTargets()
+		}
+		scale := g.scale
+		if scale == 0 {
+			scale = 1
 		}
 		for i, t := range ts {
 			name := t.Short
@@ -369,7 +324,13 @@ func (s Summary) writeFigureTable(w io.Writer, groups []figureCols) {
 				name = g.title + ": " + name
 			}
 			head = append(head, name)
-			cols = append(cols, col{g.key, t.Key})
+			cols = append(cols, col{g.key, t.Key, scale, false})
+		}
+		if g.ratio {
+			for _, t := range s.srptTargets() {
+				head = append(head, t.Short+" / LIO")
+				cols = append(cols, col{g.key, t.Key, 1, true})
+			}
 		}
 	}
 	writeHeader(w, []string{"job", "ch_count"}, head)
@@ -383,8 +344,15 @@ func (s Summary) writeFigureTable(w io.Writer, groups []figureCols) {
 			row := []string{m.Job, strconv.Itoa(ch)}
 			has := false
 			for _, c := range cols {
-				if st, ok := s.cell(m.Job+"/"+c.key, ch, c.target); ok {
-					row = append(row, fmtNum(st.Median))
+				metric := m.Job + "/" + c.key
+				if c.ratio {
+					r := fmtRatio(s.Ratio(metric, ch, c.target))
+					if p := s.PairedRatios(metric, ch, c.target); len(p) > 1 {
+						r += fmt.Sprintf(" (%s-%s)", fmtRatio(p[0]), fmtRatio(p[len(p)-1]))
+					}
+					row = append(row, r)
+				} else if st, ok := s.cell(metric, ch, c.target); ok {
+					row = append(row, fmtNum(st.Median*c.scale))
 					has = true
 				} else {
 					row = append(row, "-")

@@ -13,7 +13,11 @@
 # ALUA priorities; the failover time (the longest stall of the map's completions after the
 # kill, from /sys/block/dm-N/stat sampled every 0.1 s); I/O on B while A is down and on A
 # again after; fio exit 0 with 0 verify errors; data written and fsync'd before the kill reads
-# back. Then persistent reservations, shared by the two gateways through a RADOS object
+# back. Then the ALUA states, shared by the two gateways with the reservations: sg_stpg
+# through one gateway makes its group active/optimized; the other gateway's I_T nexus gets
+# ASYMMETRIC ACCESS STATE CHANGED, REPORT TARGET PORT GROUPS through both gives the same
+# states, the kernel's ALUA handler and dm-multipath follow; and back through the other.
+# Then persistent reservations, shared by the two gateways through a RADOS object
 # (pr_store: rados): two cluster nodes (initiator_ext 1 and 2), each logged in to both
 # gateways, register their keys through every path and node 1 reserves, as fence_scsi does;
 # both gateways show the same keys and reservation, READ FULL STATUS both gateways' ports;
@@ -207,6 +211,13 @@ report_fence() {
 	fi
 }
 
+# rtpg_states DISK: the groups' states as REPORT TARGET PORT GROUPS through /dev/DISK gives them, in
+# group order ("00 01": group 1 active/optimized, group 2 active/non-optimized).
+rtpg_states() { sg_rtpg "/dev/$1" 2>/dev/null | sed -n 's/.*asymmetric access state : 0x\([0-9a-f]*\).*/\1/p' | tr '\n' ' ' | sed 's/ $//'; }
+access_state() { cat "/sys/block/$1/device/access_state" 2>/dev/null; }
+hctl() { basename "$(readlink -f "/sys/block/$1/device")"; }
+# mp_prio DEV: the priority of DEV's path group in multipath -ll.
+mp_prio() { multipath -ll 2>/dev/null | awk -v d=" $1 " '/prio=/ { match($0, /prio=[0-9]+/); p = substr($0, RSTART + 5, RLENGTH - 5) } index($0, d) { print p; exit }'; }
 [ -x "$BIN" ] || fail "no $BIN"
 
 step "ceph cluster in the guest, image rbd/gw0 (default features: exclusive-lock)"
@@ -326,13 +337,26 @@ fi
 run multipath -r -v2 2>&1 | tail -5
 multipath -ll 2>&1 | tee $W/mp3.txt
 a2=$(disk_ios "$DA") b2=$(disk_ios "$DB")
-back_on_a() { [ $(($(disk_ios "$DA") - a2)) -ge 32 ]; }
-if kill -0 $FIOPID 2>/dev/null && wait_for 60 back_on_a; then
-	record "I/O back on A" pass "$DA +$(($(disk_ios "$DA") - a2)) I/Os, $DB +$(($(disk_ios "$DB") - b2)) after the map reload"
-elif ! kill -0 $FIOPID 2>/dev/null; then
-	record "I/O back on A" fail "fio had ended before A was back: raise fio_size"
+# The ALUA states are explicit and shared: when dm-multipath failed over to B's
+# active/non-optimized group, Linux's ALUA handler sent SET TARGET PORT GROUPS through B to make
+# it active/optimized, and A's group became active/non-optimized for both gateways. So the I/O
+# stays on B after A's return (the ALUA step below moves it back with sg_stpg); had the kernel
+# not asked, A's group would still be active/optimized and the I/O would fail back to A.
+STATES_AFTER=$(rtpg_states "$DA")
+echo "SRPTVM: states after A's return, through A: $STATES_AFTER, through B: $(rtpg_states "$DB"); $(dmesg_since "$n0" | grep -oE 'alua: port group 0[12] state [A-Z]' | tail -4 | tr '\n' ' ')"
+if [ "$STATES_AFTER" = "01 00" ]; then
+	IO_ON=$DB IO_NAME="stays on B (made active/optimized by the kernel's SET TARGET PORT GROUPS at the failover, A's group active/non-optimized, through both gateways)"
 else
-	record "I/O back on A" fail "$DA +$(($(disk_ios "$DA") - a2)) I/Os in 60 s after the map reload"
+	IO_ON=$DA IO_NAME="back on A"
+fi
+io_on0=$(disk_ios "$IO_ON")
+io_moved() { [ $(($(disk_ios "$IO_ON") - io_on0)) -ge 32 ]; }
+if kill -0 $FIOPID 2>/dev/null && wait_for 60 io_moved; then
+	record "I/O after A's return" pass "$IO_NAME: $DA +$(($(disk_ios "$DA") - a2)) I/Os, $DB +$(($(disk_ios "$DB") - b2)) after the map reload"
+elif ! kill -0 $FIOPID 2>/dev/null; then
+	record "I/O after A's return" fail "fio had ended before A was back: raise fio_size"
+else
+	record "I/O after A's return" fail "$IO_NAME: $IO_ON +$(($(disk_ios "$IO_ON") - io_on0)) I/Os in 60 s after the map reload ($DA +$(($(disk_ios "$DA") - a2)), $DB +$(($(disk_ios "$DB") - b2)))"
 fi
 wait_for 600 eval "! kill -0 $FIOPID" || record "fio main" fail "still running 600 s on"
 wait $FIOPID
@@ -371,6 +395,69 @@ else
 fi
 echo "SRPTVM: ib_srp lines since the logins:"
 dmesg_since "$n0" | grep -iE 'srp|alua|multipath|device-mapper' | tail -40
+
+# stpg_switch TO FROM NAME_TO NAME_FROM WANT: sg_stpg --optimized through gateway NAME_TO's
+# path TO (its group active/optimized, the one that was active/optimized takes TO's old
+# state); the change must reach the other gateway's I_T nexus FROM as ASYMMETRIC ACCESS STATE
+# CHANGED (the kernel logs it for FROM's device when a command through FROM meets it), both
+# gateways must then report WANT, the kernel's ALUA handler must see the new states, and
+# dm-multipath must move the map's I/O to TO.
+stpg_switch() {
+	local to=$1 from=$2 nto=$3 nfrom=$4 want=$5 mark t0 sa sb ua uato io_to io_from
+	clear_ua "/dev/$to"
+	clear_ua "/dev/$from"
+	mark=$(dmesg_mark)
+	t0=$(uptime_s)
+	check "ALUA: sg_stpg --optimized through gateway $nto" sg_stpg -v --optimized "/dev/$to"
+	echo "SRPTVM: sg_stpg took $(since "$t0") s; access_state before the unit attention: $from $(access_state "$from"), $to $(access_state "$to")"
+	sg_turs -v "/dev/$from" 2>&1 | head -5
+	ua=$(dmesg_since "$mark" | grep -c "$(hctl "$from"): .*Asymmetric access state changed" || true)
+	uato=$(dmesg_since "$mark" | grep -c "$(hctl "$to"): .*Asymmetric access state changed" || true)
+	if [ "$ua" -ge 1 ] && [ "$uato" = 0 ]; then
+		record "ALUA: unit attention through gateway $nfrom" pass "ASYMMETRIC ACCESS STATE CHANGED on $from ($(hctl "$from"), gateway $nfrom), none on $to (the I_T nexus SET TARGET PORT GROUPS came through)"
+	else
+		record "ALUA: unit attention through gateway $nfrom" fail "$ua on $from, $uato on $to: $(dmesg_since "$mark" | grep -iE 'alua|asymmetric' | tr '\n' ' ' | head -c 400)"
+	fi
+	sa=$(rtpg_states "$from") sb=$(rtpg_states "$to")
+	sg_rtpg -d "/dev/$from"
+	if [ "$sa" = "$want" ] && [ "$sb" = "$want" ] && [ "$(sg_rtpg "/dev/$from" 2>&1)" = "$(sg_rtpg "/dev/$to" 2>&1)" ]; then
+		record "ALUA: the same states through both gateways" pass "REPORT TARGET PORT GROUPS through $from (gateway $nfrom) and $to (gateway $nto): $sa, byte for byte the same"
+	else
+		record "ALUA: the same states through both gateways" fail "through $from '$sa', through $to '$sb', want '$want'"
+	fi
+	kstates() { [ "$(access_state "$to")" = active/optimized ] && [ "$(access_state "$from")" = active/non-optimized ]; }
+	if wait_for 20 kstates; then
+		record "ALUA: the kernel's handler follows" pass "access_state $to active/optimized, $from active/non-optimized; $(dmesg_since "$mark" | grep -oE 'alua: port group 0[12] state [A-Z]' | sort -u | tr '\n' ' ')"
+	else
+		record "ALUA: the kernel's handler follows" fail "access_state $to '$(access_state "$to")', $from '$(access_state "$from")'"
+	fi
+	run multipath -r -v2 2>&1 | tail -3
+	multipath -ll 2>&1 | tee "$W/mp-$nto.txt"
+	io_to=$(disk_ios "$to") io_from=$(disk_ios "$from")
+	run dd if=/dev/urandom of="$MPDEV" bs=64k count=64 seek=$((224 * 16)) oflag=direct 2>&1 | tail -1
+	io_to=$(($(disk_ios "$to") - io_to)) io_from=$(($(disk_ios "$from") - io_from))
+	if [ "$(mp_prio "$to")" = 50 ] && [ "$(mp_prio "$from")" = 10 ] && [ "$io_to" -ge 64 ] && [ "$io_from" -lt 8 ]; then
+		record "ALUA: dm-multipath follows" pass "after the map reload $to (gateway $nto) prio 50, $from prio 10; 64 writes of 64 KiB through the map: $to +$io_to I/Os, $from +$io_from"
+	else
+		record "ALUA: dm-multipath follows" fail "prio $to '$(mp_prio "$to")', $from '$(mp_prio "$from")'; $to +$io_to I/Os, $from +$io_from"
+	fi
+}
+
+step "ALUA states shared by the gateways: SET TARGET PORT GROUPS through one, seen through the other"
+tpgs=$(sg_inq "/dev/$DA" 2>/dev/null | grep -o 'TPGS=[0-9]' | head -1)
+tpgsb=$(sg_inq "/dev/$DB" 2>/dev/null | grep -o 'TPGS=[0-9]' | head -1)
+if [ "$tpgs" = TPGS=3 ] && [ "$tpgsb" = TPGS=3 ] && [ "$(rtpg_states "$DA")" = "$(rtpg_states "$DB")" ]; then
+	record "ALUA: implicit and explicit" pass "$tpgs through A and B; groups 1 and 2 $(rtpg_states "$DB") through both"
+else
+	record "ALUA: implicit and explicit" fail "$tpgs, $tpgsb; through A '$(rtpg_states "$DA")', through B '$(rtpg_states "$DB")'"
+fi
+if [ "$(rtpg_states "$DA")" = "01 00" ]; then
+	stpg_switch "$DA" "$DB" A B "00 01" # fail back to A
+	stpg_switch "$DB" "$DA" B A "01 00"
+else
+	stpg_switch "$DB" "$DA" B A "01 00"
+	stpg_switch "$DA" "$DB" A B "00 01"
+fi
 
 step "persistent reservations through both gateways: fence_scsi's keys, node 2 preempts node 1"
 run multipath -F

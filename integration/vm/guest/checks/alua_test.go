@@ -25,10 +25,7 @@ import (
 //
 // Arguments (k=v): bin=/usr/local/bin/srptarget.
 func TestALUA(t *testing.T) {
-	l, err := NewLab()
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := NewLab(t)
 	a := &alua{lab: l, bin: l.Arg("bin", "/usr/local/bin/srptarget")}
 	for _, step := range []func(*testing.T){a.setup, a.paths, a.multipath, a.swap, a.unavailable, a.stop} {
 		step(t)

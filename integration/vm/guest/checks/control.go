@@ -16,19 +16,40 @@ import (
 
 // The daemon's answers on its control socket, as `srptarget COMMAND --json` prints them
 // ({"version", "ok", "result"}): the fields the checks read, under the names the daemon gives
-// them (cmd/srptarget/control_info.go).
+// them (internal/daemon/control_info.go).
 
 // Status is `srptarget status`.
 type Status struct {
-	State     string `json:"state"`
-	PID       int    `json:"pid"`
-	IDExt     string `json:"id_ext"`
-	Listeners []struct {
-		Address string `json:"address"`
-		State   string `json:"state"`
-	} `json:"listeners"`
-	Sessions int `json:"sessions"`
-	Channels int `json:"channels"`
+	State     string     `json:"state"`
+	PID       int        `json:"pid"`
+	IDExt     string     `json:"id_ext"`
+	Listeners []Listener `json:"listeners"`
+	Sessions  int        `json:"sessions"`
+	Channels  int        `json:"channels"`
+	// BackstoreIO is how file and block LUNs are read and written (io_uring or sync), and
+	// BackstoreIONote why sync, when it is.
+	BackstoreIO     string `json:"backstore_io"`
+	BackstoreIONote string `json:"backstore_io_note"`
+}
+
+// The states srptarget status reports that the checks compare with (the daemon's words;
+// integration/logpins_test.go holds them to its source, as the log messages).
+const (
+	// StateWaitingDevice is the daemon's state while serve waits for an RDMA device (or its
+	// start failed when one appeared).
+	StateWaitingDevice = "waiting for an RDMA device"
+	// ListenerWaitingAddress is a listener's state while no RDMA device has its address.
+	ListenerWaitingAddress = "waiting for an RDMA device with this address"
+)
+
+// States are the status words the checks compare with, for integration/logpins_test.go.
+var States = []string{StateWaitingDevice, ListenerWaitingAddress}
+
+// Listener is one listener of `srptarget status`: its address (IP:port) and state
+// ("listening", "failed", or why it waits).
+type Listener struct {
+	Address string `json:"address"`
+	State   string `json:"state"`
 }
 
 // Session is one initiator of `srptarget sessions`.

@@ -23,6 +23,8 @@ type Daemon struct {
 	LogPath string // its output
 	PID     int
 	Started time.Duration // Uptime when it was started
+	// Ended is the Uptime when its exit was seen, 0 while it runs.
+	Ended time.Duration
 
 	cmd    *exec.Cmd
 	done   chan struct{}
@@ -85,6 +87,7 @@ func (l *Lab) Start(o DaemonOptions) (*Daemon, error) {
 			d.signal = ws.Signal()
 		}
 		f.Close()
+		d.Ended = Uptime()
 		close(d.done)
 	}()
 	return d, nil

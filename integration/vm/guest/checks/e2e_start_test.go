@@ -103,7 +103,7 @@ func (s *e2e) checkBinary(c *C) {
 	c.Pass("%d bytes, %s, needs %s", fi.Size(), version[0], strings.Join(needs, " "))
 }
 
-// checkSysmon: Go's sysmon is kept awake (cmd/srptarget/sysmon.go): the daemon executed itself
+// checkSysmon: Go's sysmon is kept awake (internal/daemon/sysmon.go): the daemon executed itself
 // again, same PID, with schedtrace in GODEBUG; idle, its threads then wake about 100 times a
 // second.
 func (s *e2e) checkSysmon(c *C) {

@@ -86,10 +86,7 @@ type e2e struct {
 }
 
 func newE2E(t *testing.T) *e2e {
-	l, err := NewLab()
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := NewLab(t)
 	return &e2e{lab: l, bin: l.Arg("bin", "/usr/local/bin/srptarget"), port: l.ArgInt("port", 5555), frwrRetry: -1}
 }
 

@@ -25,8 +25,18 @@ type Lab struct {
 }
 
 // NewLab reads the run's arguments from /lab/args (SRPTVM_ARGS names another file) and
-// appends results to $SRPTVM_RESULTS (default /run/srptvm/results, as /init reads it).
-func NewLab() (*Lab, error) {
+// appends results to $SRPTVM_RESULTS (default /run/srptvm/results, as /init reads it); t
+// fails when it cannot.
+func NewLab(t testing.TB) *Lab {
+	t.Helper()
+	l, err := newLab()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func newLab() (*Lab, error) {
 	l := &Lab{out: os.Stdout, results: os.Getenv("SRPTVM_RESULTS")}
 	if l.results == "" {
 		l.results = "/run/srptvm/results"

@@ -38,13 +38,18 @@ const (
 	MsgListenerFailed Msg = "listener failed"
 	// MsgRDMAStalled is the stall watchdog's line for a channel it closes, naming the initiator.
 	MsgRDMAStalled Msg = "RDMA stalled: "
+	// MsgStartFailedLate is logged when serve, having waited for an RDMA device, could not
+	// start once one appeared (after the configuration errors that say why); it then waits for
+	// a reload.
+	MsgStartFailedLate Msg = "the start failed once an RDMA device appeared"
 	// MsgBusy counts the commands a channel answered BUSY, per channel, at most every 10 s.
 	MsgBusy Msg = "commands answered BUSY"
 )
 
 // Messages are the Msg constants, for integration/logpins_test.go.
 var Messages = []Msg{MsgLoginRejected, MsgListenerWaits, MsgRetiredWithCommands, MsgRetiredAfterCommands,
-	MsgConfigError, MsgReloadFailed, MsgDeviceRemoved, MsgChannelClosed, MsgListenerFailed, MsgRDMAStalled, MsgBusy}
+	MsgConfigError, MsgReloadFailed, MsgDeviceRemoved, MsgChannelClosed, MsgListenerFailed, MsgRDMAStalled, MsgBusy,
+	MsgStartFailedLate}
 
 // LogLine is one line of the daemon's console log: "time\tLEVEL\tmessage\t{fields}".
 type LogLine struct {

@@ -142,3 +142,54 @@ func TestOneLine(t *testing.T) {
 	require.Equal(t, "a/b c", oneLine("a|b\nc"))
 	require.Len(t, oneLine(strings.Repeat("x", 1000)), 400)
 }
+
+func TestParseSense(t *testing.T) {
+	const head = "    SCSI Status: Check Condition\n\n Sense Information:\nFixed format, current; Sense key: Illegal Request\n" +
+		"Additional sense: Invalid field in cdb\n  Sense Key Specific: Error in Command: byte 1 bit 4\n" +
+		" Raw sense data (in hex), sb_len=18, embedded_len=18\n"
+	for _, tc := range []struct {
+		name, out string
+		want      string
+		field     int
+	}{
+		{"fixed, bytes only", head + "        70 00 05 00 00 00 00 0a  00 00 00 00 24 00 00 cc\n        00 01\n", "05/24/00, CDB byte 1 bit 4", 1},
+		{"fixed, offsets", head + " 00     70 00 05 00 00 00 00 0a  00 00 00 00 24 00 00 cc\n 10     00 01\n", "05/24/00, CDB byte 1 bit 4", 1},
+		{"fixed, no bit pointer", strings.Replace(head, "sb_len=18, embedded_len=18", "sb_len=18", 1) +
+			"        70 00 05 00 00 00 00 0a  00 00 00 00 24 00 00 c0\n        00 0a\n", "05/24/00, CDB byte 10", 10},
+		{"sanitize in progress", " Raw sense data (in hex), sb_len=18, embedded_len=18\n" +
+			"        70 00 02 00 00 00 00 0a  00 00 00 00 04 1b 00 80\n        05 00\n", "02/04/1B, progress 1.95%", 1280},
+		{"descriptor", " Raw sense data (in hex), sb_len=16, embedded_len=16\n" +
+			"        72 05 20 00 00 00 00 08  02 06 00 00 cf 00 02 00\n", "05/20/00, CDB byte 2 bit 7", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, ok := ParseSense(tc.out)
+			require.True(t, ok)
+			require.Equal(t, tc.want, s.String())
+			require.Equal(t, tc.field, s.Field)
+		})
+	}
+	_, ok := ParseSense("    SCSI Status: Good\n")
+	require.False(t, ok, "no sense data")
+	_, ok = ParseSense(" Raw sense data (in hex), sb_len=2\n        ab cd\n")
+	require.False(t, ok, "too short to decode")
+}
+
+func TestProgress(t *testing.T) {
+	p, ok := Progress("Decode parameter data as sense data:\n Progress indication: 2.08% done\n")
+	require.True(t, ok)
+	require.InDelta(t, 2.08, p, 1e-9)
+	_, ok = Progress("No progress indication found")
+	require.False(t, ok)
+}
+
+func TestParseCU(t *testing.T) {
+	out := "Suite: WriteSame16\n  Test: Simple ...passed\n  Test: UnmapUnaligned ...    [SKIPPED] LBPPB < 2. Skipping test\n" +
+		"  Test: InvalidDataOutSize ...    [SKIPPED] LBPPB < 2. Skipping test\n\nRun Summary:    Type  Total    Ran Passed Failed Inactive\n" +
+		"              suites      1      1    n/a      0        0\n               tests     10     10     10      0        0\n" +
+		"             asserts    300    300    300      0      n/a\n"
+	s, ok := ParseCU(out)
+	require.True(t, ok)
+	require.Equal(t, CUSummary{Ran: 10, Passed: 10, Failed: 0, Skipped: 2}, s)
+	_, ok = ParseCU("Segmentation fault\n")
+	require.False(t, ok)
+}

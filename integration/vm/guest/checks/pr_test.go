@@ -88,10 +88,7 @@ type pr struct {
 }
 
 func newPR(t *testing.T) *pr {
-	l, err := NewLab()
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := NewLab(t)
 	return &pr{lab: l, bin: l.Arg("bin", "/usr/local/bin/srptarget"), port: l.ArgInt("port", 5555)}
 }
 

@@ -188,3 +188,152 @@ func ParseRTPG(out string) map[string]PortGroup {
 	}
 	return groups
 }
+
+// Sense is the sense data of a command that ended in CHECK CONDITION, decoded from the bytes
+// sg_raw -v prints ("Raw sense data (in hex), sb_len=N, embedded_len=M" and the bytes),
+// fixed (70h, 71h) or descriptor (72h, 73h) format (SPC-4 4.5).
+type Sense struct {
+	Key, ASC, ASCQ byte
+	// SKSV says the sense-key specific field is valid; for ILLEGAL REQUEST, CD says the field
+	// pointer is into the CDB, Field is the byte it points at and Bit the bit (BPV set), else -1;
+	// for NOT READY, Field is the PROGRESS INDICATION (of 65536).
+	SKSV      bool
+	CD        bool
+	Field     int
+	Bit       int
+	Raw       []byte
+	Formatted string // "05/24/00", the key, ASC and ASCQ in hex
+}
+
+var senseHead = regexp.MustCompile(`Raw sense data \(in hex\), sb_len=(\d+)(?:, embedded_len=(\d+))?`)
+
+// ParseSense reads the raw sense data sg_raw -v (or another sg3_utils tool at -v) printed; ok
+// is false when it printed none.
+func ParseSense(out string) (s Sense, ok bool) {
+	lines := strings.Split(out, "\n")
+	for i, line := range lines {
+		m := senseHead.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		want, _ := strconv.Atoi(m[1])
+		if m[2] != "" {
+			want, _ = strconv.Atoi(m[2])
+		}
+		var rows [][]byte
+		total := 0
+		for _, l := range lines[i+1:] {
+			f := strings.Fields(l)
+			if len(f) == 0 {
+				break
+			}
+			var row []byte
+			for _, x := range f {
+				b, err := strconv.ParseUint(x, 16, 8)
+				if err != nil || len(x) != 2 {
+					row = nil
+					break
+				}
+				row = append(row, byte(b))
+			}
+			if row == nil {
+				break
+			}
+			rows = append(rows, row)
+			total += len(row)
+		}
+		// sg3_utils' hex dumps may begin each row with its offset: one byte more per row.
+		offsets := total == want+len(rows) && total != want
+		for _, r := range rows {
+			if offsets {
+				r = r[1:]
+			}
+			s.Raw = append(s.Raw, r...)
+		}
+		return decodeSense(s.Raw)
+	}
+	return s, false
+}
+
+// decodeSense decodes sense data bytes (SPC-4 4.5.2, 4.5.3).
+func decodeSense(b []byte) (Sense, bool) {
+	s := Sense{Raw: b, Field: -1, Bit: -1}
+	var sks []byte
+	switch {
+	case len(b) >= 14 && (b[0]&0x7f == 0x70 || b[0]&0x7f == 0x71):
+		s.Key, s.ASC, s.ASCQ = b[2]&0x0f, b[12], b[13]
+		if len(b) >= 18 {
+			sks = b[15:18]
+		}
+	case len(b) >= 4 && (b[0]&0x7f == 0x72 || b[0]&0x7f == 0x73):
+		s.Key, s.ASC, s.ASCQ = b[1]&0x0f, b[2], b[3]
+		for d := b[min(8, len(b)):]; len(d) >= 2 && len(d) >= 2+int(d[1]); d = d[2+int(d[1]):] {
+			if d[0] == 0x02 && d[1] >= 6 { // sense key specific descriptor
+				sks = d[4:7]
+			}
+		}
+	default:
+		return s, false
+	}
+	if len(sks) == 3 && sks[0]&0x80 != 0 {
+		s.SKSV = true
+		s.CD = sks[0]&0x40 != 0
+		s.Field = int(sks[1])<<8 | int(sks[2])
+		if sks[0]&0x08 != 0 {
+			s.Bit = int(sks[0] & 0x07)
+		}
+	}
+	s.Formatted = fmt.Sprintf("%02X/%02X/%02X", s.Key, s.ASC, s.ASCQ)
+	return s, true
+}
+
+// String is the key, ASC and ASCQ, and the field pointer when there is one.
+func (s Sense) String() string {
+	if !s.SKSV {
+		return s.Formatted
+	}
+	if s.Key == 0x02 || s.Key == 0x00 { // NOT READY, NO SENSE: the field is PROGRESS INDICATION
+		return fmt.Sprintf("%s, progress %.2f%%", s.Formatted, float64(s.Field)*100/65536)
+	}
+	where := "parameter data"
+	if s.CD {
+		where = "CDB"
+	}
+	if s.Bit >= 0 {
+		return fmt.Sprintf("%s, %s byte %d bit %d", s.Formatted, where, s.Field, s.Bit)
+	}
+	return fmt.Sprintf("%s, %s byte %d", s.Formatted, where, s.Field)
+}
+
+var progress = regexp.MustCompile(`Progress indication: *([0-9.]+)%`)
+
+// Progress is the percentage sg_requests --progress reports; ok false when it reports none (the
+// operation has ended).
+func Progress(out string) (pct float64, ok bool) {
+	m := progress.FindStringSubmatch(out)
+	if m == nil {
+		return 0, false
+	}
+	pct, err := strconv.ParseFloat(m[1], 64)
+	return pct, err == nil
+}
+
+// CUSummary is the counts of an iscsi-test-cu run (CUnit's "tests" row of the run summary).
+type CUSummary struct {
+	Ran, Passed, Failed, Skipped int
+}
+
+var cuTests = regexp.MustCompile(`(?m)^\s*tests\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)`)
+
+// ParseCU reads iscsi-test-cu's output; ok is false without a run summary.
+func ParseCU(out string) (s CUSummary, ok bool) {
+	m := cuTests.FindStringSubmatch(out)
+	if m == nil {
+		return s, false
+	}
+	s.Ran, _ = strconv.Atoi(m[2])
+	s.Passed, _ = strconv.Atoi(m[3])
+	s.Failed, _ = strconv.Atoi(m[4])
+	s.Skipped = strings.Count(out, "[SKIPPED]")
+	return s, true
+}

@@ -82,7 +82,7 @@ func (s *stress) removal(t *testing.T, h string) (killed bool) {
 	// Through the SCSI generic device, not the block device: once the initiator's disk is
 	// deleted the block layer sets its capacity to 0, so a direct read of it returns 0 bytes and
 	// fio verifies the stale contents of its buffer, reporting "bad header" for data no target
-	// sent (guest/blockdel-control.sh shows it on a scsi_debug disk); through /dev/sgN those
+	// sent (TestBlockDel shows it on a scsi_debug disk); through /dev/sgN those
 	// commands fail with an error instead, so a verify error is wrong data.
 	sgs, _ := os.ReadDir("/sys/block/" + filepath.Base(dev) + "/device/scsi_generic")
 	sg := "/dev/"

@@ -54,19 +54,6 @@ func TestCrashes(t *testing.T) {
 	require.Equal(t, []string{"2:panic: runtime error: index out of range", "3:x\tFATAL\tcannot serve\t{}"}, got)
 }
 
-func TestParseRQTrace(t *testing.T) {
-	trace := `# tracer: nop
-             fio-1234    [001] .....   123.456789: block_rq_issue: 8,0 WS 4194304 () 2048 + 8192 [fio]
-             fio-1234    [001] .....   123.456790: block_rq_issue: 8,0 WS 4194304 () 10240 + 8192 [fio]
-             fio-1234    [001] .....   123.456791: block_rq_issue: 8,0 R 4096 () 0 + 8 [fio]
-     kworker/0:1-12      [000] .....   123.456792: block_rq_issue: 8,0 W 1048576 () 20480 + 2048 [kworker/0:1]
-`
-	n := ParseRQTrace(trace)
-	require.Equal(t, map[int]int{4096: 2, 1024: 1}, n)
-	require.Equal(t, "1024 KiB x1, 4096 KiB x2", RQHist(n))
-	require.Equal(t, "none traced", RQHist(nil))
-}
-
 func TestBoundsAndResources(t *testing.T) {
 	b := Bounds{Threads: 4, RSSKiB: 32 << 10}
 	before := Resources{Threads: 10, FDs: 20, RSSKiB: 100 << 10}

@@ -254,7 +254,7 @@ func (s *stress) rejectsScenario(t *testing.T) {
 
 // checkRejects: every login refused, no SCSI host made, and the daemon's log of the refusals
 // rate-limited: per source address at most 5 lines per 10 s, the next saying how many it left
-// out (similar_lines_suppressed; internal/loglimit): every refusal here comes from one
+// out (similar_lines_suppressed; lib/loglimit): every refusal here comes from one
 // address, so a few lines per 10 s, not one per login.
 func (s *stress) checkRejects(c *C, refused, accepted, hosts0, dmark int, secs float64, errs []string) {
 	lines := s.d.LogLines(MsgLoginRejected, dmark)

@@ -93,10 +93,7 @@ type stress struct {
 }
 
 func newStress(t *testing.T) *stress {
-	l, err := NewLab()
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := NewLab(t)
 	s := &stress{lab: l, bin: l.Arg("bin", "/usr/local/bin/srptarget"), config: stressConfig,
 		port: l.ArgInt("port", 5555), port2: l.ArgInt("port2", 5556), quick: l.Arg("quick", "0") == "1", t0: Uptime()}
 	def := func(quick, full int) int {

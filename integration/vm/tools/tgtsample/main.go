@@ -188,13 +188,7 @@ func (s *sampler) switches(dir string) (vol, invol uint64, ok bool) {
 
 // statLine returns /proc/stat's "cpu" line's numbers, comma-separated, and its ctxt.
 func statLine(b []byte) (cpu, ctxt string) {
-	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
+	for line := range bytes.Lines(b) {
 		switch {
 		case bytes.HasPrefix(line, []byte("cpu ")):
 			cpu = string(bytes.Join(bytes.Fields(line[4:]), []byte(",")))
@@ -221,13 +215,7 @@ func procTimes(b []byte) (utime, stime string, ok bool) {
 
 // field returns the rest of the line of b that starts with key, "" when none does.
 func field(b []byte, key string) string {
-	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
+	for line := range bytes.Lines(b) {
 		if v, ok := bytes.CutPrefix(line, []byte(key)); ok {
 			return string(bytes.TrimSpace(v))
 		}
