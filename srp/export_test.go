@@ -68,11 +68,17 @@ func (s *Scripted) Step() (over bool) {
 		g.wait.armed = false // its event is taken: the group arms again before it sleeps
 	}
 	g.loop(func() bool {
-		if s.ch.resetting.Load() {
-			// The nexus reset of its close runs on a goroutine of its own, which signals
-			// the channel when it is done: a step waits for it, as the channel's teardown
-			// does.
-			for s.ch.resetting.Load() {
+		if s.ch.resetting.Load() || s.ch.phase != phaseClosed && s.ch.closed() && s.ch.drained() {
+			// The nexus reset of its close runs on a goroutine of its own, which clears
+			// resetting and then signals the channel: a step waits for the signal, as the
+			// channel's teardown does. A closing channel found drained here was not
+			// serviced since, so that signal is still on its way. The loop sleeps only
+			// with g.any clear, and the signal's notify sets it.
+			deadline := time.Now().Add(10 * time.Second)
+			for s.ch.resetting.Load() || !g.any.Load() {
+				if time.Now().After(deadline) {
+					panic("srp: the nexus reset of a closing channel never signalled it")
+				}
 				time.Sleep(time.Millisecond)
 			}
 			return false
