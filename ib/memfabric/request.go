@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/srptarget/srptarget/ib"
 )
 
@@ -251,4 +253,56 @@ func (r *connReq) Accept(ap ib.AcceptParams) (ib.Conn, error) {
 		r.reply <- nil
 	}
 	return t, nil
+}
+
+// Listen listens on the node's address and port in the RDMA/CM TCP port space, as an id of
+// an IP family.
+func (n *Node) Listen(port uint16) (ib.Listener, error) {
+	return n.listen(ib.FamilyIP, PortSpaceTCP, port)
+}
+
+// ListenPortSpace listens as an id of an IP family on the node's address and port in port
+// space ps. The same port can be listened on in each port space. Over an IP-family listener
+// RDMA/CM strips its header in every port space: an IB-space listener of this kind gets the
+// 56 bytes an IP-family sender gave, and rejects what an IB-family sender sends (see Connect).
+func (n *Node) ListenPortSpace(ps PortSpace, port uint16) (ib.Listener, error) {
+	return n.listen(ib.FamilyIP, ps, port)
+}
+
+// ListenIB listens as an AF_IB id in the IB port space, on service ID 0x00000000013FPPPP (PPPP
+// the port) at the node's GID: what an SRP target does to receive ib_srp's native IB CM
+// logins. Its requests carry the raw 92 bytes of REQ private data and implement
+// ib.IBAddresser; the listener implements ib.FamilyListener (ib.FamilyIB).
+func (n *Node) ListenIB(port uint16) (ib.Listener, error) {
+	return n.listen(ib.FamilyIB, PortSpaceIB, port)
+}
+
+func (n *Node) listen(fam ib.Family, ps PortSpace, port uint16) (ib.Listener, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	addr := netip.AddrPortFrom(n.addr, port)
+	if fam == ib.FamilyIB {
+		addr = netip.AddrPortFrom(n.GID(), port)
+	}
+	key := listenKey{ps, port}
+	switch {
+	case !ps.valid():
+		return nil, fmt.Errorf("memfabric: listen %v in %v: %w", addr, ps, ib.ErrInvalidArgument)
+	case n.removed:
+		return nil, fmt.Errorf("memfabric: listen %v: %w", addr, ib.ErrDeviceRemoved)
+	case n.closed:
+		return nil, fmt.Errorf("memfabric: listen %v: %w", addr, ib.ErrClosed)
+	case n.listeners[key] != nil:
+		return nil, fmt.Errorf("memfabric: listen %v in %v: %w", addr, ps, unix.EADDRINUSE)
+	}
+	l := &listener{
+		node: n,
+		addr: addr,
+		fam:  fam,
+		ps:   ps,
+		reqs: make(chan *connReq, n.f.opts.Backlog),
+		done: make(chan struct{}),
+	}
+	n.listeners[key] = l
+	return l, nil
 }

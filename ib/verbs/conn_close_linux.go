@@ -7,9 +7,7 @@ package verbs
 */
 import "C"
 
-import (
-	"syscall"
-)
+import "syscall"
 
 // A connection's end: Disconnect (the DREQ; what is posted flushes), Close, and the teardown
 // both Close and the device's removal come to, which releases what the connection holds once.

@@ -7,9 +7,7 @@ package verbs
 */
 import "C"
 
-import (
-	"github.com/srptarget/srptarget/ib"
-)
+import "github.com/srptarget/srptarget/ib"
 
 // A connection's events: the RDMA/CM events the loop hands it, the device's removal, and the
 // queue PollEvent reads (in the order eventMoves allows, lifecycle.go).
