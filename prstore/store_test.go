@@ -63,9 +63,12 @@ func (c *testCache) lastStale() time.Time {
 	return c.stale[len(c.stale)-1]
 }
 
+// The tests' lease and drain: short, so that waiting them out is quick, and long against a
+// loaded machine's scheduling delays, which the store's safety bounds (stale within the lease,
+// acknowledged within half of it) must absorb like any other delay.
 const (
-	testLease = 400 * time.Millisecond
-	testDrain = 200 * time.Millisecond
+	testLease = time.Second
+	testDrain = 500 * time.Millisecond
 )
 
 type gateway struct {
