@@ -1,7 +1,6 @@
 package srp
 
 import (
-	"net/netip"
 	"testing"
 	"time"
 
@@ -9,16 +8,17 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/ib/ibtest"
 )
 
 // recordConn is an ib.Conn that records the chains posted to its send queue, the IDs of each
 // PostRecv's work requests, and the order of the two kinds of post ("recv", "send").
 type recordConn struct {
+	ibtest.NopConn
 	posts    [][]ib.SendWR
 	recvs    [][]uint64
 	order    []string
 	recvFail error
-	ready    chan struct{}
 }
 
 func (r *recordConn) PostRecv(wrs []ib.RecvWR) (int, error) {
@@ -44,13 +44,6 @@ func (r *recordConn) PostSend(wrs []ib.SendWR) (int, error) {
 	r.posts = append(r.posts, chain)
 	return len(wrs), nil
 }
-func (r *recordConn) PollCompletions([]ib.Completion) (int, error) { return 0, nil }
-func (r *recordConn) PollEvent() (ib.Event, bool)                  { return 0, false }
-func (r *recordConn) Ready() <-chan struct{}                       { return r.ready }
-func (r *recordConn) Disconnect() error                            { return nil }
-func (r *recordConn) Close() error                                 { return nil }
-func (r *recordConn) LocalAddr() netip.AddrPort                    { return netip.AddrPort{} }
-func (r *recordConn) RemoteAddr() netip.AddrPort                   { return netip.AddrPort{} }
 
 // TestPostBatches: the chains of several commands queued in one pass go out in one PostSend,
 // in order, each work request with its own scatter/gather entry; a chain that does not fit in

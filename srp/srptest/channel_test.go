@@ -383,11 +383,11 @@ func TestResponseBeforeDREQ(t *testing.T) {
 	n, err := iu.Rsp(rsp).Encode(&iu.RspFields{Tag: fuzzTag, ReqLimDelta: 1})
 	require.NoError(t, err)
 	dc := &dreqConn{stubConn: *sc, c: c, rsp: rsp[:n]}
-	dc.ready = make(chan struct{}, 1)
+	dc.ReadyC = make(chan struct{}, 1)
 	c.conn = dc
 	c.stop, c.pollDone = make(chan struct{}), make(chan struct{})
 	go c.poll()
-	dc.ready <- struct{}{}
+	dc.ReadyC <- struct{}{}
 	select {
 	case <-r.done:
 	case <-time.After(5 * time.Second):

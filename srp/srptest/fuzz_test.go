@@ -2,23 +2,22 @@ package srptest
 
 import (
 	"encoding/binary"
-	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/srptarget/srptarget/ib"
+	"github.com/srptarget/srptarget/ib/ibtest"
 	"github.com/srptarget/srptarget/srp/iu"
 )
 
-// stubConn accepts every post and never completes anything: enough to drive the channel's IU
-// handling directly.
+// stubConn accepts every post and never completes anything (ibtest.NopConn), keeping a copy
+// of what the channel sends.
 type stubConn struct {
-	ready chan struct{}
+	ibtest.NopConn
 	sends [][]byte
 }
 
-func (s *stubConn) PostRecv(w []ib.RecvWR) (int, error) { return len(w), nil }
 func (s *stubConn) PostSend(w []ib.SendWR) (int, error) {
 	for _, wr := range w {
 		g := wr.SGL[0]
@@ -26,14 +25,7 @@ func (s *stubConn) PostSend(w []ib.SendWR) (int, error) {
 	}
 	return len(w), nil
 }
-func (s *stubConn) PollCompletions([]ib.Completion) (int, error) { return 0, nil }
-func (s *stubConn) PollEvent() (ib.Event, bool)                  { return 0, false }
-func (s *stubConn) Ready() <-chan struct{}                       { return s.ready }
-func (s *stubConn) Disconnect() error                            { return nil }
-func (s *stubConn) Close() error                                 { return nil }
-func (s *stubConn) LocalAddr() netip.AddrPort                    { return netip.AddrPort{} }
-func (s *stubConn) RemoteAddr() netip.AddrPort                   { return netip.AddrPort{} }
-func (s *stubConn) Vanish()                                      {}
+func (s *stubConn) Vanish() {}
 
 const fuzzTag = iu.Tag(0x0102030405060708)
 
@@ -42,7 +34,7 @@ const fuzzTag = iu.Tag(0x0102030405060708)
 func newStubChannel(t testing.TB) (*Channel, *stubConn, *request) {
 	cfg, err := Config{Addr: testAddr}.withDefaults()
 	require.NoError(t, err)
-	sc := &stubConn{ready: make(chan struct{})}
+	sc := &stubConn{NopConn: ibtest.NopConn{ReadyC: make(chan struct{})}}
 	rsp := make([]byte, iu.LoginRspSize)
 	iu.LoginRsp(rsp).Encode(&iu.LoginRspFields{ReqLimDelta: 32, MaxITIULen: 8276, MaxTIIULen: 8260,
 		RspFlags: iu.LoginRspImmedSupp})
