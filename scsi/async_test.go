@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -109,13 +110,8 @@ func repeat(p Progress, n int) []Progress {
 	return s
 }
 
-func course(parts ...[]Progress) []Progress {
-	var s []Progress
-	for _, p := range parts {
-		s = append(s, p...)
-	}
-	return s
-}
+// course is the expected course of a command, its parts in order.
+func course(parts ...[]Progress) []Progress { return slices.Concat(parts...) }
 
 var (
 	pd      = []Progress{Pending, Done}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -255,10 +256,4 @@ func TestParseLoginFamily(t *testing.T) {
 	}
 }
 
-func cat(bs ...[]byte) []byte {
-	var out []byte
-	for _, b := range bs {
-		out = append(out, b...)
-	}
-	return out
-}
+func cat(bs ...[]byte) []byte { return slices.Concat(bs...) }

@@ -2,6 +2,7 @@ package srptest
 
 import (
 	"encoding/binary"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -51,13 +52,7 @@ func descBytes(k int, n uint32) []byte {
 	return b
 }
 
-func cat(parts ...[]byte) []byte {
-	var b []byte
-	for _, p := range parts {
-		b = append(b, p...)
-	}
-	return b
-}
+func cat(parts ...[]byte) []byte { return slices.Concat(parts...) }
 
 var defaultNeg = negotiated{immGranted: true, immOffset: 68, maxITIULen: 8260, cmdSGEntries: 12}
 
