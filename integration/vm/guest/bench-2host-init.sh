@@ -101,18 +101,13 @@ login_retry() {
 	[ $i = 0 ] || echo "SRPTVM: $1 login after $i retries, $(since "$t0") s"
 }
 
-prefill() {
-	fio --name=prefill --filename="$1" --direct=1 --ioengine=libaio --rw=write --bs=1M \
-		--iodepth=8 --size="${SIZE_MIB}M" --eta=never --output-format=terse --terse-version=3 >/tmp/bench/prefill.txt 2>&1
-}
-
 step "prefill: both memory disks written once"
 ch0=${CH_COUNTS%% *}
 for tp in srptarget:$SRPT_PORT LIO:$LIO_PORT ${VARIANT:+variant:$((SRPT_PORT + 1))}; do
 	login_retry "${tp%:*}" "${tp#*:}" "$ch0" || fail "login to ${tp%:*} at $BENCH_DEST:${tp#*:}"
 	d=$(srp_disks | head -1)
 	t=$(uptime_s)
-	prefill "/dev/$d" || fail "prefill of ${tp%:*}'s /dev/$d: $(tail -3 /tmp/bench/prefill.txt)"
+	bench_prefill "/dev/$d" || fail "prefill of ${tp%:*}'s /dev/$d: $(tail -3 /tmp/bench/prefill.txt)"
 	record "prefill ${tp%:*}" pass "/dev/$d, ${SIZE_MIB} MiB in $(since "$t") s"
 	srp_logout >/dev/null || fail "logout from ${tp%:*}"
 done

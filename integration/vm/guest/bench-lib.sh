@@ -15,6 +15,8 @@
 #                                  sets BENCH_HOST (sysfs scsi_host dir)
 #   bench_proc_counters PID        /proc/stat's cpu line and ctxt, PID's CPU time and
 #                                  system calls, into B_CPU B_CTXT B_DPROC B_DIO
+#   bench_prefill DEV              write DEV's first SIZE_MIB MiB once (fio's output in
+#                                  /tmp/bench/prefill.txt)
 #   bench_write_snap_script        /tmp/bench/snap.sh, which fio runs around each job
 #   bench_fio_job ...              one fio run, one BENCH line appended to $BENCH_RAW
 #   bench_record_runs SECONDS      the "bench" check: every fio run done, no transport errors
@@ -91,6 +93,13 @@ lio_setup_ramdisk() {
 		mkdir "$tpg/acls/$RXE_IP4/lun_0" &&
 		ln -s "$tpg/lun/lun_0" "$tpg/acls/$RXE_IP4/lun_0/lun_0" &&
 		echo 1 >"$tpg/enable"
+}
+
+# bench_prefill DEV: write the disk once (SIZE_MIB MiB, 1 MiB sequential writes), so that
+# reads find allocated memory on every target; fio's output goes to /tmp/bench/prefill.txt.
+bench_prefill() {
+	fio --name=prefill --filename="$1" --direct=1 --ioengine=libaio --rw=write --bs=1M \
+		--iodepth=8 --size="${SIZE_MIB}M" --eta=never --output-format=terse --terse-version=3 >/tmp/bench/prefill.txt 2>&1
 }
 
 bench_count_disks() { srp_disks | grep -c .; }

@@ -164,13 +164,6 @@ run_jobs() {
 	return $nfail
 }
 
-# prefill DEV: write the whole disk once (1 MiB sequential writes), so that reads find
-# allocated memory on every target.
-prefill() {
-	fio --name=prefill --filename="$1" --direct=1 --ioengine=libaio --rw=write --bs=1M \
-		--iodepth=8 --size="${SIZE_MIB}M" --eta=never --output-format=terse --terse-version=3 >/tmp/bench/prefill.txt 2>&1
-}
-
 # ------------------------------------------------------------------ preconditions
 step "srptarget binary"
 [ -e "$BIN" ] || fail "$BIN is absent: integration/vm/bench.sh passes it in"
@@ -252,14 +245,14 @@ for i in "${!D_NAME[@]}"; do
 	bench_login "$RXE_GUID" "${D_PORT[$i]}" "$ch0" 2 || fail "login to $(dlabel "$i")"
 	d=$(srp_disk_for_lun 0) || fail "$(dlabel "$i"): no disk with LUN 0"
 	t=$(uptime_s)
-	prefill "/dev/$d" || fail "prefill of $(dlabel "$i")'s /dev/$d: $(tail -3 /tmp/bench/prefill.txt)"
+	bench_prefill "/dev/$d" || fail "prefill of $(dlabel "$i")'s /dev/$d: $(tail -3 /tmp/bench/prefill.txt)"
 	record "prefill $(dlabel "$i")" pass "/dev/$d (LUN 0, memory), ${SIZE_MIB} MiB in $(since "$t") s"
 	srp_logout >/dev/null || fail "logout from $(dlabel "$i")"
 done
 bench_login "$LIO_GUID" "$LIO_PORT" "$ch0" 1 || fail "login to LIO"
 d=$(srp_disks | head -1)
 t=$(uptime_s)
-prefill "/dev/$d" || fail "prefill of LIO's /dev/$d: $(tail -3 /tmp/bench/prefill.txt)"
+bench_prefill "/dev/$d" || fail "prefill of LIO's /dev/$d: $(tail -3 /tmp/bench/prefill.txt)"
 record "prefill LIO" pass "/dev/$d (rd_mcp), ${SIZE_MIB} MiB in $(since "$t") s"
 srp_logout >/dev/null || fail "logout from LIO"
 
