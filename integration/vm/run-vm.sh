@@ -4,8 +4,8 @@
 #
 #   integration/vm/run-vm.sh GUEST_SCRIPT [k=v ...]
 #
-# GUEST_SCRIPT becomes /lab/test.sh in the guest, guest/lib.sh /lab/lib.sh and
-# guest/init /init; the k=v arguments are written to /lab/args for the script
+# GUEST_SCRIPT becomes /lab/test.sh in the guest, guest/lib.sh /lab/lib.sh,
+# guest/multipath.conf /lab/multipath.conf and guest/init /init; the k=v arguments are written to /lab/args for the script
 # (lib.sh: `arg NAME DEFAULT`). These go in a second cpio archive appended to
 # the base image from build-image.sh, so the image needs no rebuild when a
 # guest script changes.
@@ -97,6 +97,7 @@ trap cleanup EXIT
 mkdir -p "$ov/lab"
 install -m 0755 "$SCRIPT" "$ov/lab/test.sh"
 install -m 0644 "$HERE/guest/lib.sh" "$ov/lab/lib.sh"
+install -m 0644 "$HERE/guest/multipath.conf" "$ov/lab/multipath.conf"
 install -m 0755 "$HERE/guest/init" "$ov/init"
 {
 	printf '%s\n' "$@"

@@ -326,10 +326,10 @@ srp_disk_of() {
 # disk_ios sdX|dm-N: completed reads + writes (fields 1 and 5 of /sys/block/DEV/stat).
 disk_ios() { awk '{ print $1 + $5 }' "/sys/block/$1/stat"; }
 
-# mpath_setup OUT DISK...: dm-multipath over the DISKs, grouped by ALUA priority, without
-# udev or multipathd (the VM has neither): libdevmapper makes the /dev/mapper nodes itself
-# (DM_DISABLE_UDEV), and multipath reads the WWID from sysfs (VPD page 0x83) when
-# uid_attribute is empty. The hardware handler is the one the kernel attached
+# mpath_setup OUT DISK...: dm-multipath over the DISKs, grouped by ALUA priority
+# (/lab/multipath.conf, which the Go checks use too), without udev or multipathd (the VM has
+# neither): libdevmapper makes the /dev/mapper nodes itself (DM_DISABLE_UDEV), and multipath
+# reads the WWID from sysfs (VPD page 0x83) when uid_attribute is empty. The hardware handler is the one the kernel attached
 # (retain_attached_hw_handler, the default). Writes `multipath -ll` to OUT and sets MPNAME
 # (the first map's name, empty without one) and MPDEV (/dev/mapper/MPNAME); the caller
 # checks the map.
@@ -337,18 +337,7 @@ mpath_setup() {
 	local out=$1 d
 	shift
 	mkdir -p /etc/multipath
-	cat >/etc/multipath.conf <<'MP'
-defaults {
-	user_friendly_names yes
-	find_multipaths off
-	uid_attribute ""
-	path_grouping_policy group_by_prio
-	prio alua
-	path_checker tur
-	failback immediate
-	no_path_retry fail
-}
-MP
+	cp /lab/multipath.conf /etc/multipath.conf
 	export DM_DISABLE_UDEV=1
 	# multipath lists only block devices udev has initialized (libudev's
 	# match_is_initialized): a device is when udev's database has an entry for it, which

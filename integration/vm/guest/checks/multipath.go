@@ -7,19 +7,9 @@ import (
 	"strings"
 )
 
-// multipathConf groups the paths by ALUA priority; the WWID comes from sysfs (VPD page 0x83)
-// as uid_attribute is empty, there being no udev.
-const multipathConf = `defaults {
-	user_friendly_names yes
-	find_multipaths off
-	uid_attribute ""
-	path_grouping_policy group_by_prio
-	prio alua
-	path_checker tur
-	failback immediate
-	no_path_retry fail
-}
-`
+// multipathConf groups the paths by ALUA priority, the WWID read from sysfs: the file
+// guest/multipath.conf, which run-vm.sh puts in every guest (lib.sh's mpath_setup uses it too).
+const multipathConf = "/lab/multipath.conf"
 
 var mapLine = regexp.MustCompile(`(?m)^(\S+) .* dm-[0-9]+ `)
 
@@ -33,7 +23,11 @@ func (l *Lab) Multipath(disks ...string) (ll, name string, err error) {
 	if err := os.MkdirAll("/etc/multipath", 0o755); err != nil {
 		return "", "", err
 	}
-	if err := os.WriteFile("/etc/multipath.conf", []byte(multipathConf), 0o644); err != nil {
+	conf, err := os.ReadFile(multipathConf)
+	if err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile("/etc/multipath.conf", conf, 0o644); err != nil {
 		return "", "", err
 	}
 	os.Setenv("DM_DISABLE_UDEV", "1")
