@@ -140,6 +140,25 @@ func (r *rawInitiator) submit(b *testing.B, s int, op byte, imm bool) {
 	}
 }
 
+// received says whether wc is a receive completion (false: a send's); a failed completion
+// fails the benchmark.
+func received(b *testing.B, wc *ib.Completion) bool {
+	if wc.Status != ib.StatusSuccess {
+		b.Fatalf("initiator completion %#x: %v", wc.ID, wc.Status)
+	}
+	return wc.Opcode == ib.OpRecv
+}
+
+// rspIn returns the SRP_RSP that the receive completion wc delivered into its slot of rx
+// (slots of size bytes); another IU fails the benchmark.
+func rspIn(b *testing.B, wc *ib.Completion, rx []byte, size int) iu.Rsp {
+	msg := iu.Rsp(rx[int(wc.ID)*size : int(wc.ID)*size+int(wc.ByteLen)])
+	if iu.Opcode(msg[0]) != iu.OpRsp {
+		b.Fatalf("unexpected %v", iu.Opcode(msg[0]))
+	}
+	return msg
+}
+
 // run keeps qd commands in flight until n have completed and returns how many were not GOOD.
 func (r *rawInitiator) run(b *testing.B, n int, op byte, imm bool) (bad int) {
 	submitted, done := 0, 0
@@ -155,16 +174,10 @@ func (r *rawInitiator) run(b *testing.B, n int, op byte, imm bool) (bad int) {
 			}
 			for i := 0; i < k; i++ {
 				wc := &r.wcs[i]
-				if wc.Status != ib.StatusSuccess {
-					b.Fatalf("initiator completion %#x: %v", wc.ID, wc.Status)
-				}
-				if wc.Opcode != ib.OpRecv {
+				if !received(b, wc) {
 					continue
 				}
-				msg := iu.Rsp(r.rx[int(wc.ID)*r.rxSize : int(wc.ID)*r.rxSize+int(wc.ByteLen)])
-				if iu.Opcode(msg[0]) != iu.OpRsp {
-					b.Fatalf("unexpected %v", iu.Opcode(msg[0]))
-				}
+				msg := rspIn(b, wc, r.rx, r.rxSize)
 				if msg.Status() != 0 {
 					bad++
 				}

@@ -225,17 +225,11 @@ func (d *scaleDriver) run(b *testing.B, n int, op byte) {
 		}
 		for i := 0; i < k; i++ {
 			wc := &d.wcs[i]
-			if wc.Status != ib.StatusSuccess {
-				b.Fatalf("initiator completion %#x: %v", wc.ID, wc.Status)
-			}
-			if wc.Opcode != ib.OpRecv {
+			if !received(b, wc) {
 				continue
 			}
 			c := d.byQPN[wc.QPNum]
-			msg := iu.Rsp(c.rx[int(wc.ID)*scaleRx : int(wc.ID)*scaleRx+int(wc.ByteLen)])
-			if iu.Opcode(msg[0]) != iu.OpRsp {
-				b.Fatalf("unexpected %v", iu.Opcode(msg[0]))
-			}
+			msg := rspIn(b, wc, c.rx, scaleRx)
 			if op != 0x00 && msg.Status() != 0 {
 				b.Fatalf("status %#x", msg.Status())
 			}
