@@ -78,6 +78,27 @@ func postRecv(t *testing.T, c ib.Conn, wrs ...ib.RecvWR) {
 	require.Equal(t, len(wrs), n)
 }
 
+// Establish completes a connection that a fabric's Connect or ConnectShared started: it
+// accepts req with ap (changed by share first, when not nil), takes the initiator's side from
+// dialed (which waits for the initiator's Connect to return), closes both at the end of the
+// test, and waits for EventEstablished on both.
+func Establish(t *testing.T, req ib.ConnRequest, ap ib.AcceptParams, share func(*ib.AcceptParams),
+	dialed func() (ib.Conn, error)) (tc, ic ib.Conn) {
+	t.Helper()
+	if share != nil {
+		share(&ap)
+	}
+	tc, err := req.Accept(ap)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, tc.Close()) })
+	ic, err = dialed()
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, ic.Close()) })
+	WaitEvent(t, tc, ib.EventEstablished)
+	WaitEvent(t, ic, ib.EventEstablished)
+	return tc, ic
+}
+
 // Poll returns exactly n completions of c, waiting on Ready between drains, and fails the test
 // after WaitLimit. Fabric-specific tests use it too.
 func Poll(t *testing.T, c ib.Conn, n int) []ib.Completion {

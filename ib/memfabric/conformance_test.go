@@ -5,8 +5,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/ibtest"
 )
@@ -61,18 +59,11 @@ func (s suiteFabric) connect(t *testing.T, e *env, caps func(ib.DeviceLimits) ib
 	req := e.next(t)
 	ap := srpAccept()
 	ap.QP = caps(req.Limits())
-	if share != nil {
-		share(&ap)
-	}
-	tc, err := req.Accept(ap)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, tc.Close()) })
-	r := <-ch
-	require.NoError(t, r.err)
-	t.Cleanup(func() { require.NoError(t, r.c.Close()) })
-	requireEvent(t, tc, ib.EventEstablished)
-	requireEvent(t, r.c, ib.EventEstablished)
-	return &ibtest.Pair{T: tc, I: r.c, TPD: e.target.PD(), IPD: e.initiator.PD(), Limits: req.Limits()}
+	tc, ic := ibtest.Establish(t, req, ap, share, func() (ib.Conn, error) {
+		r := <-ch
+		return r.c, r.err
+	})
+	return &ibtest.Pair{T: tc, I: ic, TPD: e.target.PD(), IPD: e.initiator.PD(), Limits: req.Limits()}
 }
 
 // Memory is Go heap memory: the fabric takes any.

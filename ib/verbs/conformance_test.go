@@ -50,22 +50,15 @@ func (f suiteFabric) ConnectShared(t *testing.T, caps func(ib.DeviceLimits) ib.Q
 	r := next(t, ln)
 	ap := ib.AcceptParams{PrivateData: testutil.Pattern(52, 2), QP: caps(r.Limits()),
 		RNRRetryCount: 7, ResponderResources: 4, InitiatorDepth: 4}
-	if share != nil {
-		share(&ap)
-	}
-	tc, err := r.Accept(ap)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, tc.Close()) })
-	d := <-ch
-	require.NoError(t, d.err)
-	t.Cleanup(func() { require.NoError(t, d.c.Close()) })
-	ibtest.WaitEvent(t, d.c, ib.EventEstablished)
-	ibtest.WaitEvent(t, tc, ib.EventEstablished)
+	tc, ic := ibtest.Establish(t, r, ap, share, func() (ib.Conn, error) {
+		d := <-ch
+		return d.c, d.err
+	})
 	// The soft-RoCE deviations the suite knows (see ibtest.Pair), asserted so that a change
 	// shows up (kernel 6.1, rdma-core 44 in the VM).
 	rxe := strings.HasPrefix(tc.(*Conn).dev.name, "rxe")
 	return &ibtest.Pair{
-		T: tc, I: d.c, TPD: r.PD(), IPD: rt.PD(), Limits: r.Limits(),
+		T: tc, I: ic, TPD: r.PD(), IPD: rt.PD(), Limits: r.Limits(),
 		RecvInErrorNotFlushed:     rxe,
 		StaleLKeyQPOperationError: rxe,
 	}
