@@ -103,7 +103,7 @@ func (a *alua) setup(t *testing.T) {
 		if a.d, err = l.StartDaemon(a.bin, 1, "/tmp/srptarget-logs", "--config", aluaConfig); err != nil {
 			c.Abort("%v", err)
 		}
-		if !WaitFor(30*time.Second, func() bool { return a.d.Listening(aluaPort) }) {
+		if !WaitFor(30*time.Second, func() bool { return a.d.Serving(aluaPort) }) {
 			c.Abort("srptarget does not listen on %d%s", aluaPort, a.d.Gone())
 		}
 		c.Pass("port %d, target ports %s (relative 1) and %s (relative 2)", aluaPort, aluaIDA, aluaIDB)

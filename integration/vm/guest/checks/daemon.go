@@ -106,6 +106,18 @@ func (d *Daemon) Alive() bool {
 // Listening says whether it runs and an RDMA/CM id listens on port.
 func (d *Daemon) Listening(port int) bool { return d.Alive() && CMListening(port) }
 
+// Serving says whether it listens on port and has started: srptarget status says "serving".
+// The listener is bound while the start-up still builds the logical units, and until it ends
+// the control socket answers from the configuration file (LUNs without their restored
+// reservations, no sessions), so a check that asks the daemon waits for this, not Listening.
+func (d *Daemon) Serving(port int) bool {
+	if !d.Listening(port) {
+		return false
+	}
+	st, err := d.Status()
+	return err == nil && st.State == "serving"
+}
+
 // WaitExit waits up to timeout for the process to end and returns its exit status.
 func (d *Daemon) WaitExit(timeout time.Duration) (code int, ok bool) {
 	select {

@@ -153,7 +153,7 @@ func (s *e2e) startDaemon(c *C) (string, error) {
 	}
 	s.d = d
 	timeout := time.Duration(s.lab.ArgInt("listen_timeout", 30)) * time.Second
-	if WaitFor(timeout, func() bool { return d.Listening(s.port) }) {
+	if WaitFor(timeout, func() bool { return d.Serving(s.port) }) {
 		return fmt.Sprintf("RDMA/CM port %d after %s s (pid %d)", s.port, Since(d.Started), d.PID), nil
 	}
 	s.lab.Run("rdma", "resource", "show", "cm_id")

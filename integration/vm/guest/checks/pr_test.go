@@ -100,7 +100,7 @@ func (p *pr) start() error {
 	}
 	p.d = d
 	p.daemons = append(p.daemons, d)
-	if !WaitFor(30*time.Second, func() bool { return d.Listening(p.port) }) {
+	if !WaitFor(30*time.Second, func() bool { return d.Serving(p.port) }) {
 		return fmt.Errorf("srptarget is not listening%s", d.Gone())
 	}
 	return nil

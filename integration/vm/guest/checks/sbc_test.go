@@ -99,7 +99,7 @@ func (s *sbc) need(c *C) {
 		c.Abort("srptarget serve: %v", err)
 	}
 	s.d = d
-	if !WaitFor(30*time.Second, func() bool { return d.Listening(s.port) }) {
+	if !WaitFor(30*time.Second, func() bool { return d.Serving(s.port) }) {
 		c.Abort("srptarget is not listening%s", d.Gone())
 	}
 	// cmd_sg_entries=255 and max_sect=4096: SG_IO through /dev/sg maps its buffer into as many
