@@ -247,7 +247,7 @@ func (g *pollGroup) takeInbox() bool {
 	}
 	g.mu.Unlock()
 	for _, r := range g.takeQPs {
-		r.dev.byQPN[r.qpn] = r.ch
+		r.dev.setQPN(r.qpn, r.ch)
 		r.ch.queues.qpn = r.qpn
 	}
 	for _, ch := range g.takeNew {
@@ -424,9 +424,9 @@ func (g *pollGroup) pollCQ(q *groupCQ) bool {
 // gives back the shared receive buffer it carries, if it does.
 func (g *pollGroup) dispatch(q *groupCQ, wc *ib.Completion) {
 	d := q.dev
-	ch := d.byQPN[wc.QPNum]
+	ch := d.channelOf(wc.QPNum)
 	if ch == nil && g.takeInbox() {
-		ch = d.byQPN[wc.QPNum] // registered (OnQP) after the last look
+		ch = d.channelOf(wc.QPNum) // registered (OnQP) after the last look
 	}
 	shared := wc.ID&idKindMask == idRecv && wc.ID&idShared != 0
 	if shared {

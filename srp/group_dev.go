@@ -27,7 +27,35 @@ type groupDev struct {
 	srq   *recvRing // nil: no SRQ on this device (or limits.srq_depth 0)
 	cache *bufCache // the group's cache of the device's data buffers
 	byQPN map[uint32]*channel
-	chans int // channels on it (g.mu)
+	// last is the entry of byQPN found last (nil: none): completions come in runs of one
+	// queue pair, and the map lookup costs more than the rest of dispatch.
+	last    *channel
+	lastQPN uint32
+	chans   int // channels on it (g.mu)
+}
+
+// channelOf returns the channel of QP number qpn, or nil (group goroutine).
+func (d *groupDev) channelOf(qpn uint32) *channel {
+	if d.last != nil && d.lastQPN == qpn {
+		return d.last
+	}
+	ch := d.byQPN[qpn]
+	if ch != nil {
+		d.last, d.lastQPN = ch, qpn
+	}
+	return ch
+}
+
+// setQPN makes ch the channel of QP number qpn (group goroutine).
+func (d *groupDev) setQPN(qpn uint32, ch *channel) {
+	d.byQPN[qpn] = ch
+	d.last = nil
+}
+
+// dropQPN forgets the channel of QP number qpn (group goroutine).
+func (d *groupDev) dropQPN(qpn uint32) {
+	delete(d.byQPN, qpn)
+	d.last = nil
 }
 
 // groupCQ is one completion queue with the entries not yet reserved.
@@ -163,7 +191,7 @@ func (g *pollGroup) teardown(ch *channel) {
 func (g *pollGroup) forget(ch *channel) {
 	d := ch.dev
 	if q := ch.queues; q != nil && q.qpn != 0 && d.byQPN[q.qpn] == ch {
-		delete(d.byQPN, q.qpn)
+		d.dropQPN(q.qpn)
 	}
 	for _, wc := range ch.early {
 		if wc.ID&idKindMask == idRecv && wc.ID&idShared != 0 {
