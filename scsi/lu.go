@@ -405,8 +405,15 @@ func (lu *LogicalUnit) Execute(c *Command) {
 	lu.enterAndRun(c, op)
 }
 
-// enterAndRun waits in the task set until c may run, runs it and leaves.
+// enterAndRun waits in the task set until c may run, runs it and leaves. A SIMPLE READ or WRITE
+// of a logical unit that never blocks runs untracked when the task set allows it: it ends in
+// microseconds, so task management can wait for it to end instead of finding it.
 func (lu *LogicalUnit) enterAndRun(c *Command, op *opInfo) {
+	if c.Attr == TaskSimple && op.flags&opUntracked != 0 && lu.nonBlocking && !c.aborted.Load() && lu.tasks.enterUntracked() {
+		op.run(lu, c)
+		lu.tasks.leaveUntracked()
+		return
+	}
 	if !lu.tasks.enter(c) {
 		c.taskAborted()
 		return

@@ -50,6 +50,10 @@ const (
 	// blocks (NonBlocking): EXTENDED COPY reaches other logical units' backstores and copies up
 	// to 256 MiB, SANITIZE waits for its operation. LogicalUnit.NonBlockingFor says no for them.
 	opMayBlock
+	// opUntracked marks READ and WRITE (6, 10, 12, 16), which never wait for anything a task
+	// management function holds: a SIMPLE one on a logical unit that never blocks may run
+	// outside the task set's list (taskSet.enterUntracked).
+	opUntracked
 )
 
 // opAllowedWhenInaccessible marks the commands every access state runs.

@@ -1,6 +1,9 @@
 package scsi
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // taskSet orders the commands of one logical unit by their task attributes (SAM-5 8.6) and lets
 // task management find them. There is one task set per logical unit shared by all nexuses (the
@@ -13,6 +16,12 @@ import "sync"
 // Commands link into an intrusive list in arrival order (HEAD OF QUEUE at the front), so entering
 // and leaving allocate nothing. When no ORDERED command is queued, which is the usual case,
 // leaving wakes nobody and costs a list unlink.
+//
+// Commands that cannot wait long (LogicalUnit.enterAndRun says which) may run untracked
+// instead, outside the list and without the lock: an atomic add each way. Whatever must see
+// every command first closes that path and waits for the count to drop to zero
+// (quiesceLocked): task management, which then finds the untracked commands ended rather than
+// running, and an ORDERED command, which must wait for every older command anyway.
 type taskSet struct {
 	mu         *sync.Mutex // the logical unit's lock
 	head, tail *Command
@@ -20,12 +29,72 @@ type taskSet struct {
 	waiting    int // commands in the list not yet running
 	aborters   int // task management functions waiting for running commands to finish
 	done       sync.Cond
+	// untracked counts, in its low 32 bits, the commands running untracked, and above them
+	// what keeps new ones from that path (ORDERED commands in the list, quiesceLocked
+	// calls): one word, so that a command's add tells it whether the path was open.
+	untracked atomic.Uint64
 }
+
+const (
+	untrackedCmd    uint64 = 1
+	untrackedCloser uint64 = 1 << 32
+)
+
+// closeUntracked and openUntracked add and remove one reason to keep commands from the
+// untracked path; runningUntracked reports how many still run there.
+func (ts *taskSet) closeUntracked()          { ts.untracked.Add(untrackedCloser) }
+func (ts *taskSet) openUntracked()           { ts.untracked.Add(^(untrackedCloser - 1)) }
+func (ts *taskSet) runningUntracked() uint32 { return uint32(ts.untracked.Load()) }
 
 func (ts *taskSet) init(mu *sync.Mutex) {
 	ts.mu = mu
 	ts.done.L = mu
 }
+
+// enterUntracked lets a command run outside the list when nothing closes that path;
+// leaveUntracked ends it. False: the command must enter.
+func (ts *taskSet) enterUntracked() bool {
+	if ts.untracked.Add(untrackedCmd) < untrackedCloser {
+		return true
+	}
+	ts.leaveUntracked()
+	return false
+}
+
+// leaveUntracked ends an untracked command.
+func (ts *taskSet) leaveUntracked() {
+	if v := ts.untracked.Add(^(untrackedCmd - 1)); uint32(v) == 0 && v != 0 {
+		ts.untrackedGone() // the last one out of a closed path
+	}
+}
+
+// untrackedGone wakes what waits for the untracked commands to end (quiesceLocked, an
+// ORDERED command) once the last one has.
+func (ts *taskSet) untrackedGone() {
+	ts.mu.Lock()
+	if ts.waiting > 0 {
+		ts.startRunnableLocked()
+	}
+	if ts.aborters > 0 {
+		ts.done.Broadcast()
+	}
+	ts.mu.Unlock()
+}
+
+// quiesceLocked closes the untracked path and waits until no command runs untracked: from
+// then on every command is in the list. ts.mu held (released while it waits); reopen undoes
+// it.
+func (ts *taskSet) quiesceLocked() {
+	ts.closeUntracked()
+	for ts.runningUntracked() != 0 {
+		ts.aborters++
+		ts.done.Wait()
+		ts.aborters--
+	}
+}
+
+// reopen undoes a quiesceLocked.
+func (ts *taskSet) reopen() { ts.openUntracked() }
 
 // enter adds c to the set and waits until its attribute lets it run. It returns false when a
 // task management function aborted c while it waited; c is then no longer in the set.
@@ -42,7 +111,8 @@ func (ts *taskSet) enter(c *Command) bool {
 		c.running = true
 	case TaskOrdered:
 		ts.ordered++
-		c.running = ts.head == nil
+		ts.closeUntracked()
+		c.running = ts.head == nil && ts.runningUntracked() == 0
 		ts.pushBack(c)
 	default:
 		c.running = ts.ordered == 0
@@ -75,7 +145,9 @@ func (ts *taskSet) tryEnter(c *Command) (entered, aborted bool) {
 	case TaskHeadOfQueue:
 		ts.pushFront(c)
 	case TaskOrdered:
-		if ts.head != nil {
+		ts.closeUntracked()
+		if ts.head != nil || ts.runningUntracked() != 0 {
+			ts.openUntracked()
 			return false, false
 		}
 		ts.ordered++
@@ -118,6 +190,7 @@ func (ts *taskSet) removeLocked(c *Command) {
 	c.prev, c.next, c.queued = nil, nil, false
 	if c.Attr == TaskOrdered {
 		ts.ordered--
+		ts.openUntracked()
 	}
 	if !c.running {
 		ts.waiting--
@@ -135,7 +208,7 @@ func (ts *taskSet) startRunnableLocked() {
 			if t.aborted.Load() {
 				continue // being removed by abortLocked: never started, and holds nobody back
 			}
-			if (t.Attr == TaskOrdered && !olderAny) || (t.Attr != TaskOrdered && !olderOrdered) {
+			if (t.Attr == TaskOrdered && !olderAny && ts.runningUntracked() == 0) || (t.Attr != TaskOrdered && !olderOrdered) {
 				t.running = true
 				ts.waiting--
 				t.wake <- struct{}{}
@@ -170,8 +243,11 @@ func (ts *taskSet) pushFront(c *Command) {
 
 // abortLocked aborts every command for which match is true: waiting ones leave the set at once
 // (their enter returns false), running ones are marked and waited for, so that when it returns
-// none of them touches its buffers any more. It returns how many commands it aborted.
+// none of them touches its buffers any more (untracked commands end first: quiesceLocked). It
+// returns how many commands it aborted.
 func (ts *taskSet) abortLocked(match func(*Command) bool) int {
+	ts.quiesceLocked()
+	defer ts.reopen()
 	// Mark every match before removing any: removing a waiting command can make the commands
 	// behind it runnable, and those that this function aborts too must not start.
 	n := 0
@@ -206,8 +282,11 @@ func (ts *taskSet) abortLocked(match func(*Command) bool) int {
 	}
 }
 
-// findLocked returns the command of nexus n with tag, or nil.
+// findLocked returns the command of nexus n with tag, or nil. An untracked command is found
+// ended (quiesceLocked).
 func (ts *taskSet) findLocked(n *Nexus, tag uint64) *Command {
+	ts.quiesceLocked()
+	defer ts.reopen()
 	for t := ts.head; t != nil; t = t.next {
 		if t.Nexus == n && t.Tag == tag {
 			return t

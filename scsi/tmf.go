@@ -84,6 +84,8 @@ func (lu *LogicalUnit) QueryTask(n *Nexus, tag uint64) TMFResponse {
 
 // clearAllLocked aborts every command; nexuses other than n that lost one get reason.
 func (lu *LogicalUnit) clearAllLocked(n *Nexus, reason Reason) {
+	lu.tasks.quiesceLocked()
+	defer lu.tasks.reopen()
 	for t := lu.tasks.head; t != nil; t = t.next {
 		if t.Nexus != n {
 			lu.nexusLocked(t.Nexus).ua.add(reason)
