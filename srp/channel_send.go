@@ -104,12 +104,22 @@ func (ch *channel) respond(c *cmdCtx) bool {
 	k, ks := len(ch.batch), len(ch.batchSGEs)
 	var written uint32
 	if rdma {
-		var table []byte
-		if c.table.valid() {
-			table = ch.pool.bytes(c.table)
-		}
 		written = uint32(min(c.cmd.DataInLength, len(c.cmd.DataIn)))
-		ch.batch, ch.batchSGEs = appendRDMA(ch.batch, ch.batchSGEs, ib.OpRDMAWrite, &c.in, table, ch.pool.mr, c.buf.offset(), written, idCmd|uint64(c.idx))
+		if c.in.Format() == iu.DescDirect {
+			// appendRDMA's first case, without its call (most commands).
+			desc := iu.DirectBuf(c.in.Descriptor())
+			if l := min(desc.Len(), written); l > 0 {
+				ch.batchSGEs = append(ch.batchSGEs, ib.SGE{MR: ch.pool.mr, Offset: c.buf.offset(), Length: l})
+				ch.batch = append(ch.batch, ib.SendWR{ID: idCmd | uint64(c.idx), Op: ib.OpRDMAWrite,
+					SGL: ch.batchSGEs[len(ch.batchSGEs)-1:], RemoteAddr: desc.VA(), RKey: desc.Key()})
+			}
+		} else {
+			var table []byte
+			if c.table.valid() {
+				table = ch.pool.bytes(c.table)
+			}
+			ch.batch, ch.batchSGEs = appendRDMA(ch.batch, ch.batchSGEs, ib.OpRDMAWrite, &c.in, table, ch.pool.mr, c.buf.offset(), written, idCmd|uint64(c.idx))
+		}
 	}
 	n := len(ch.batch) - k + 1
 	if ch.sqFree < n {
