@@ -169,7 +169,7 @@ func (ch *channel) respond(c *cmdCtx) bool {
 		Inline: size <= ch.inline,
 		SGL:    ch.batchSGEs[len(ch.batchSGEs)-1:],
 	})
-	c.setStage(stageSent)
+	c.setStageSent()
 	c.written = written
 	ch.sqFree -= n
 	c.batchWRs = n
@@ -309,7 +309,7 @@ func (ch *channel) finish(c *cmdCtx, owed bool) {
 		c.luHold = nil
 	}
 	c.statLU = nil
-	c.setStage(stageNone)
+	c.setStageNone()
 	c.free()
 	ch.free = append(ch.free, c)
 	if len(ch.waitRecv) > 0 && !ch.closed() {

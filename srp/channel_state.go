@@ -139,6 +139,29 @@ func (c *cmdCtx) setStage(to cmdStage) {
 	c.stage = to
 }
 
+// setStageSent is setStage(stageSent), inline for the one legal move there, from
+// stageRespond.
+func (c *cmdCtx) setStageSent() {
+	if c.stage != stageRespond {
+		c.setStageSlow(stageSent)
+		return
+	}
+	ch := c.ch
+	c.stage = stageSent
+	ch.sent++
+	if c.real {
+		ch.answered++
+	}
+}
+
+// setStageNone is setStage(stageNone), which every stage may take, inline.
+func (c *cmdCtx) setStageNone() {
+	if c.stage == stageSent {
+		c.ch.sent--
+	}
+	c.stage = stageNone
+}
+
 // fastMoves are the moves of stageMoves that neither enter nor leave stageSent.
 var fastMoves = func() (m [256]uint16) {
 	for s := range m {
