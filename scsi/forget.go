@@ -19,6 +19,9 @@ func (lu *LogicalUnit) ForgetNexus(n *Nexus) {
 		}
 	}
 	lu.nexuses.Store(&m)
+	if first := lu.firstNexus.Load(); first != nil && first.n == n {
+		lu.firstNexus.Store(nil)
+	}
 }
 
 // ForgetNexus forgets nexus n on every logical unit of the map (LogicalUnit.ForgetNexus).

@@ -131,7 +131,12 @@ type LogicalUnit struct {
 	// nexuses maps each I_T nexus seen to its state. The map is copied on write (a new nexus
 	// is rare) so that the per-command lookup takes no lock.
 	nexuses atomic.Pointer[map[*Nexus]*nexusState]
-	tasks   taskSet
+	// firstNexus is the state of one nexus of nexuses, set by the first lookup that finds it
+	// empty and cleared when that nexus is forgotten: the nexus of a logical unit that one
+	// initiator uses is found without the map lookup, and a second one never writes it, so
+	// that initiators on other CPUs do not take the line from each other.
+	firstNexus atomic.Pointer[nexusState]
+	tasks      taskSet
 
 	ranges rangeLock // LBA ranges of writes in progress, for COMPARE AND WRITE (rangelock.go)
 
@@ -192,6 +197,7 @@ func (lu *LogicalUnit) NonBlockingFor(cdb []byte) bool {
 
 // nexusState is what the logical unit remembers of one I_T nexus.
 type nexusState struct {
+	n  *Nexus
 	ua uaSet // pending unit attentions
 }
 
@@ -331,7 +337,14 @@ func (lu *LogicalUnit) WriteCacheEnabled() bool { return lu.writeCacheEnabled() 
 // nexus returns the state of nexus n, creating it (with the unit attention POWER ON, RESET, OR
 // BUS DEVICE RESET OCCURRED pending) on first access.
 func (lu *LogicalUnit) nexus(n *Nexus) *nexusState {
+	first := lu.firstNexus.Load()
+	if first != nil && first.n == n {
+		return first
+	}
 	if s := (*lu.nexuses.Load())[n]; s != nil {
+		if first == nil {
+			lu.firstNexus.CompareAndSwap(nil, s)
+		}
 		return s
 	}
 	lu.mu.Lock()
@@ -345,7 +358,7 @@ func (lu *LogicalUnit) nexusLocked(n *Nexus) *nexusState {
 	if s := old[n]; s != nil {
 		return s
 	}
-	s := &nexusState{}
+	s := &nexusState{n: n}
 	s.ua.add(ReasonPowerOnResetOrBusDeviceReset)
 	m := make(map[*Nexus]*nexusState, len(old)+1)
 	for k, v := range old {
