@@ -93,6 +93,14 @@ func (m *LUNMap) Execute(c *Command) {
 	executeWithoutLU(m, c)
 }
 
+// ExecuteMapped is Execute for a transport that looked c's LUN up in m itself: mp is what
+// Lookup returned for it, not nil.
+func (m *LUNMap) ExecuteMapped(mp *Mapping, c *Command) {
+	c.lunMap = m
+	c.readOnly = mp.ReadOnly
+	mp.LU.Execute(c)
+}
+
 // EstablishUA makes reason pending for nexus n on every logical unit of the map (for example
 // REPORTED LUNS DATA HAS CHANGED after a reload changed the map).
 func (m *LUNMap) EstablishUA(n *Nexus, reason Reason) {

@@ -10,13 +10,17 @@ func (ch *channel) dispatch(c *cmdCtx) {
 		return
 	}
 	c.setStage(stageExec)
-	if lu := c.lu.Load(); lu == nil || lu.NonBlockingFor(c.cmd.CDB) {
+	if mp := c.mapping; mp == nil || mp.LU.NonBlockingFor(c.cmd.CDB) {
 		// RAM and null logical units never wait for I/O: running the command here saves two
 		// goroutine hand-offs. A command can still wait in the logical unit (for an older
 		// ORDERED command, or the LBA range of a COMPARE AND WRITE), but only for commands
 		// already executing on other goroutines, which finish without this one.
 		if c.state() == ctxCmd && !ch.closed() {
-			c.lunMap.Execute(&c.cmd)
+			if mp != nil {
+				c.lunMap.ExecuteMapped(mp, &c.cmd)
+			} else {
+				c.lunMap.Execute(&c.cmd)
+			}
 		}
 		ch.executed(c)
 		return

@@ -149,7 +149,7 @@ func (ch *channel) startIU(c *cmdCtx, i int32, n int, at int64) {
 	c.real, c.xportFail = false, false
 	c.buf, c.table = noBuf, noBuf
 	c.batchWRs = 0
-	c.lunMap = nil
+	c.lunMap, c.mapping = nil, nil
 	c.discardAbortSignal()
 	b := ch.recvBuf(i)[:n]
 	if n < 16 {
@@ -179,8 +179,12 @@ func (ch *channel) startCmd(c *cmdCtx, b []byte) {
 	c.cmd.Tag = uint64(tag)
 	c.cmd.LUN = lun
 	c.cmd.DataIn, c.cmd.DataOut = nil, nil
-	m, lu, ok := ch.holdLU(lun)
-	c.lunMap = m
+	m, mp, ok := ch.holdLU(lun)
+	var lu *scsi.LogicalUnit
+	if mp != nil {
+		lu = mp.LU
+	}
+	c.lunMap, c.mapping = m, mp
 	if ok {
 		c.luHold = lu
 	}
@@ -250,19 +254,19 @@ func (ch *channel) startCmd(c *cmdCtx, b []byte) {
 // is made again in that map. Only a map that still hands out a retiring unit (a login that
 // raced the reload) gives it without a hold; the command then fails on the closed backstore with
 // LOGICAL UNIT COMMUNICATION FAILURE.
-func (ch *channel) holdLU(lun uint64) (m *scsi.LUNMap, lu *scsi.LogicalUnit, ok bool) {
+func (ch *channel) holdLU(lun uint64) (m *scsi.LUNMap, mp *scsi.Mapping, ok bool) {
 	var tried *scsi.LUNMap
 	for {
 		m = ch.sess.lunMap.Load()
-		mp := m.Lookup(lun)
+		mp = m.Lookup(lun)
 		if mp == nil {
 			return m, nil, false
 		}
 		if mp.LU.Hold() {
-			return m, mp.LU, true
+			return m, mp, true
 		}
 		if m == tried {
-			return m, mp.LU, false
+			return m, mp, false
 		}
 		tried = m
 	}

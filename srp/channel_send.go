@@ -303,7 +303,7 @@ func (ch *channel) finish(c *cmdCtx, owed bool) {
 	}
 	ch.uncount(c)
 	c.cmd.DataIn, c.cmd.DataOut, c.cmd.CDB = nil, nil, nil
-	c.lunMap = nil
+	c.lunMap, c.mapping = nil, nil
 	if c.luHold != nil {
 		c.luHold.Release()
 		c.luHold = nil

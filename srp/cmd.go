@@ -49,6 +49,7 @@ type cmdCtx struct {
 	real      bool    // a command the target works on (not answered by the transport)
 	xportFail bool    // answered by the transport: no residuals
 	lunMap    *scsi.LUNMap
+	mapping   *scsi.Mapping     // lunMap's mapping of the command's LUN, nil when none
 	luHold    *scsi.LogicalUnit // the logical unit this command holds (Hold), released when its response is posted or in finish
 	cmd       scsi.Command
 	tm        tmReq
