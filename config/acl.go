@@ -1,6 +1,7 @@
 package config
 
 import (
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,4 +74,58 @@ func sourceCovered(sources []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// aclName is what an ACL's name may be: it is a metric label value and a word in the log.
+var aclName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// validateACLs checks acls: names, who each admits, and that the LUNs each lists are defined
+// (luns maps the LUN numbers to their index under luns).
+func (v *validator) validateACLs(c *Config, luns map[int]int) {
+	names := map[string]int{}
+	for i, a := range c.ACLs {
+		if a.Name != "" {
+			if !aclName.MatchString(a.Name) {
+				v.errorf(At("acls", i, "name"), "%q: use letters, digits, '.', '_' and '-' (at most 64, starting with a letter or digit)", a.Name)
+			} else if j, dup := names[a.Name]; dup {
+				v.errorf(At("acls", i, "name"), "%q is the name of acls[%d] too: names are unique", a.Name, j)
+			}
+			names[a.Name] = i
+		}
+		if len(a.Initiators) == 0 && len(a.Sources) == 0 {
+			v.errorf(At("acls", i), "an ACL needs initiators or sources (use initiators: [\"*\"] for everyone)")
+		}
+		for j, pat := range a.Initiators {
+			if err := CheckInitiatorPattern(pat); err != nil {
+				v.errorf(At("acls", i, "initiators", j), "%v", err)
+			}
+		}
+		for j, s := range a.Sources {
+			src, err := ParseSource(s)
+			switch {
+			case err != nil:
+				v.errorf(At("acls", i, "sources", j), "%v", err)
+			case src.IsIB() && !c.HasIBListener():
+				v.warnf(At("acls", i, "sources", j), "%s matches only logins through an ib listener, and there is none", s)
+			case !src.IsIB() && !c.HasAddressListener():
+				v.warnf(At("acls", i, "sources", j), "%s matches only logins through an address listener, and there is none (InfiniBand sources are gid:GID or pkey:HEX)", s)
+			}
+		}
+		if len(a.LUNs) == 0 {
+			v.errorf(At("acls", i, "luns"), "no LUNs listed")
+		}
+		if j, why := shadowedBy(c.ACLs, i); j >= 0 {
+			v.warnf(At("acls", i), "never used: acls[%d] comes first and %s, and the first matching ACL wins", j, why)
+		}
+		seen := map[int]bool{}
+		for j, n := range a.LUNs {
+			if _, ok := luns[n]; !ok {
+				v.errorf(At("acls", i, "luns", j), "LUN %d is not defined under luns", n)
+			}
+			if seen[n] {
+				v.errorf(At("acls", i, "luns", j), "LUN %d listed twice", n)
+			}
+			seen[n] = true
+		}
+	}
 }
