@@ -174,22 +174,10 @@ func (c *Channel) handleIULocked(msg []byte) {
 		c.rspLocked(msg)
 	case iu.OpCredReq:
 		c.stats.CredReqs++
-		c.addDeltaLocked(msg)
-		if err := iu.CredReq(msg).Validate(); err != nil {
-			c.protoErrorLocked(err)
-		} else {
-			c.answerLocked(iu.OpCredRsp, iu.CredReq(msg).Tag())
-		}
-		c.unsolicitedLocked(msg)
+		c.targetReqLocked(msg, iu.CredReq(msg), iu.OpCredRsp)
 	case iu.OpAerReq:
 		c.stats.AerReqs++
-		c.addDeltaLocked(msg)
-		if err := iu.AerReq(msg).Validate(); err != nil {
-			c.protoErrorLocked(err)
-		} else {
-			c.answerLocked(iu.OpAerRsp, iu.AerReq(msg).Tag())
-		}
-		c.unsolicitedLocked(msg)
+		c.targetReqLocked(msg, iu.AerReq(msg), iu.OpAerRsp)
 	case iu.OpTLogout:
 		c.stats.TLogouts++
 		f, err := iu.Parse[iu.TLogout](msg)
@@ -208,6 +196,22 @@ func (c *Channel) handleIULocked(msg []byte) {
 		c.protoErrorLocked(fmt.Errorf("unexpected %v from the target", op))
 		c.unsolicitedLocked(msg)
 	}
+}
+
+// targetReqLocked handles a target's SRP_CRED_REQ or SRP_AER_REQ (req, the view of msg): its
+// REQUEST LIMIT DELTA counts, and a valid one is answered with rspOp under its tag, as ib_srp's
+// srp_process_cred_req and srp_process_aer_req both do through srp_response_common.
+func (c *Channel) targetReqLocked(msg []byte, req interface {
+	Validate() error
+	Tag() iu.Tag
+}, rspOp iu.Opcode) {
+	c.addDeltaLocked(msg)
+	if err := req.Validate(); err != nil {
+		c.protoErrorLocked(err)
+	} else {
+		c.answerLocked(rspOp, req.Tag())
+	}
+	c.unsolicitedLocked(msg)
 }
 
 // addDeltaLocked adds the REQUEST LIMIT DELTA (bytes 4-7 of SRP_RSP, SRP_CRED_REQ and
