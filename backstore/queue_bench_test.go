@@ -19,6 +19,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/srptarget/srptarget/internal/testutil"
 )
 
 // The random-read benchmarks against fio (integration/uring/bench.sh runs them on tmpfs and on
@@ -50,13 +52,6 @@ func benchFile(b *testing.B) (string, int64, bool) {
 	require.NoError(b, err)
 	require.GreaterOrEqual(b, st.Size(), int64(64<<20), "%s is smaller than 64 MiB", path)
 	return path, st.Size() / benchBlock * benchBlock, direct
-}
-
-// cpuTime returns the process's user + system time.
-func cpuTime(b *testing.B) time.Duration {
-	var ru unix.Rusage
-	require.NoError(b, unix.Getrusage(unix.RUSAGE_SELF, &ru))
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkQueueRandRead4K keeps 32 reads in flight: each pass waits for a completion (one
@@ -97,7 +92,7 @@ func BenchmarkQueueRandRead4K(b *testing.B) {
 		}
 	}
 	b.ResetTimer()
-	cpu0, t0 := cpuTime(b), time.Now()
+	cpu0, t0 := testutil.CPUTime(b), time.Now()
 	for slot := uint64(0); slot < benchDepth && started < b.N; slot++ {
 		start(slot)
 	}
@@ -108,7 +103,7 @@ func BenchmarkQueueRandRead4K(b *testing.B) {
 			}
 		}
 	}
-	elapsed, cpu := time.Since(t0), cpuTime(b)-cpu0
+	elapsed, cpu := time.Since(t0), testutil.CPUTime(b)-cpu0
 	b.StopTimer()
 	require.NoError(b, failed)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "IOPS")
@@ -183,7 +178,7 @@ func BenchmarkReadAtRandRead4K(b *testing.B) {
 	var wg sync.WaitGroup
 	errs := make(chan error, benchDepth)
 	b.ResetTimer()
-	cpu0, t0 := cpuTime(b), time.Now()
+	cpu0, t0 := testutil.CPUTime(b), time.Now()
 	for w := 0; w < benchDepth; w++ {
 		wg.Add(1)
 		go func(w uint64) {
@@ -199,7 +194,7 @@ func BenchmarkReadAtRandRead4K(b *testing.B) {
 		}(uint64(w))
 	}
 	wg.Wait()
-	elapsed, cpu := time.Since(t0), cpuTime(b)-cpu0
+	elapsed, cpu := time.Since(t0), testutil.CPUTime(b)-cpu0
 	b.StopTimer()
 	close(errs)
 	require.NoError(b, <-errs)

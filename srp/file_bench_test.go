@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/srptarget/srptarget/backstore"
+	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/srp"
 )
 
@@ -61,13 +62,13 @@ func benchFileLUN(b *testing.B, engine srp.BackstoreIO) {
 	started0, _ := h.tgt.BackstoreIOCounts()
 	b.ReportAllocs()
 	b.SetBytes(benchIO)
-	cpu0 := cpuTime()
+	cpu0 := testutil.CPUTime(b)
 	b.ResetTimer()
 	if bad := r.run(b, b.N, 0x28, false); bad != 0 {
 		b.Fatalf("%d reads failed", bad)
 	}
 	b.StopTimer()
-	cpu := cpuTime() - cpu0
+	cpu := testutil.CPUTime(b) - cpu0
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "IOPS")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 	started, _ := h.tgt.BackstoreIOCounts()

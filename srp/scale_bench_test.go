@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/ib/memfabric"
+	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/srp"
 	"github.com/srptarget/srptarget/srp/iu"
 	"github.com/srptarget/srptarget/srp/srptest"
@@ -141,20 +141,13 @@ func benchChannels(b *testing.B, n, active, inflight int) {
 	d.run(b, max(32*n, 4096), 0x28)
 	b.ReportAllocs()
 	b.SetBytes(benchIO)
-	cpu0 := cpuTime()
+	cpu0 := testutil.CPUTime(b)
 	b.ResetTimer()
 	d.run(b, b.N, 0x28)
 	b.StopTimer()
 	// The process's CPU time, initiator's and fabric's included: ns/op is wall time, on
 	// GOMAXPROCS Ps.
-	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
-}
-
-// cpuTime is the process's user and system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64(testutil.CPUTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
 }
 
 // scaleDriver keeps commands in flight over its connections.

@@ -5,6 +5,8 @@ package testutil
 import (
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Pattern returns n bytes of a pseudo-random sequence (xorshift32) that seed selects: blocks
@@ -19,6 +21,16 @@ func Pattern(n, seed int) []byte {
 		b[i] = byte(x)
 	}
 	return b
+}
+
+// CPUTime is the process's user and system CPU time (getrusage RUSAGE_SELF), which benchmarks
+// divide by b.N for a cpu-ns/op metric.
+func CPUTime(tb testing.TB) time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatalf("getrusage: %v", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // WaitFor polls cond until it holds, failing the test after 10 seconds. Tests use it to wait
