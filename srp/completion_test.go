@@ -1,7 +1,6 @@
 package srp_test
 
 import (
-	"bytes"
 	"fmt"
 	"runtime"
 	"testing"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/srptarget/srptarget/internal/testutil"
 	"github.com/srptarget/srptarget/srp"
-	"github.com/srptarget/srptarget/srp/srptest"
 )
 
 // TestCompletionModes moves data at queue depth 16 on two channels in every completion mode,
@@ -43,23 +41,8 @@ func TestCompletionModes(t *testing.T) {
 						ctx := ctxT(t)
 						for i := 0; i < 8; i++ {
 							lba := uint32((w*8 + i) * size / testBlockSize)
-							data := testutil.Pattern(size, w*100+i)
-							rsp, err := ch.Do(ctx, &srptest.Request{CDB: srptest.CDBWrite10(lba, size/testBlockSize), DataOut: data})
-							if err == nil {
-								err = rsp.Err()
-							}
-							if err != nil {
-								return fmt.Errorf("write lba %d: %w", lba, err)
-							}
-							rsp, err = ch.Do(ctx, &srptest.Request{CDB: srptest.CDBRead10(lba, size/testBlockSize), DataInLen: size})
-							if err == nil {
-								err = rsp.Err()
-							}
-							if err != nil {
-								return fmt.Errorf("read lba %d: %w", lba, err)
-							}
-							if !bytes.Equal(rsp.DataIn, data) {
-								return fmt.Errorf("lba %d: data differs", lba)
+							if err := writeReadBack(ctx, ch, lba, testutil.Pattern(size, w*100+i), nil); err != nil {
+								return err
 							}
 						}
 						return nil

@@ -61,23 +61,8 @@ func TestDataIntegrity(t *testing.T) {
 							if ind, ok := layout.(srptest.Indirect); ok && ind.N > blocks*testBlockSize {
 								layout = srptest.Direct{}
 							}
-							data := testutil.Pattern(blocks*testBlockSize, seed)
-							rsp, err := ch.Do(ctx, &srptest.Request{CDB: srptest.CDBWrite10(lba, uint16(blocks)), DataOut: data, Layout: layout})
-							if err != nil {
+							if err := writeReadBack(ctx, ch, lba, testutil.Pattern(blocks*testBlockSize, seed), layout); err != nil {
 								return err
-							}
-							if err := rsp.Err(); err != nil {
-								return fmt.Errorf("write lba %d: %w", lba, err)
-							}
-							rsp, err = ch.Do(ctx, &srptest.Request{CDB: srptest.CDBRead10(lba, uint16(blocks)), DataInLen: len(data), Layout: layout})
-							if err != nil {
-								return err
-							}
-							if err := rsp.Err(); err != nil {
-								return fmt.Errorf("read lba %d: %w", lba, err)
-							}
-							if string(rsp.DataIn) != string(data) {
-								return fmt.Errorf("lba %d, %d blocks, layout %T: data read back differs", lba, blocks, layout)
 							}
 						}
 						return nil
@@ -821,20 +806,8 @@ func TestSmallSendQueue(t *testing.T) {
 			ctx := ctxT(t)
 			for i := 0; i < 4; i++ {
 				lba := uint32((w*4 + i) * 16)
-				data := testutil.Pattern(16*testBlockSize, w*4+i)
-				rsp, err := ch.Do(ctx, &srptest.Request{CDB: srptest.CDBWrite10(lba, 16), DataOut: data, Layout: srptest.Indirect{N: 12}})
-				if err != nil {
+				if err := writeReadBack(ctx, ch, lba, testutil.Pattern(16*testBlockSize, w*4+i), srptest.Indirect{N: 12}); err != nil {
 					return err
-				}
-				if err := rsp.Err(); err != nil {
-					return err
-				}
-				rsp, err = ch.Do(ctx, &srptest.Request{CDB: srptest.CDBRead10(lba, 16), DataInLen: len(data), Layout: srptest.Indirect{N: 12}})
-				if err != nil {
-					return err
-				}
-				if string(rsp.DataIn) != string(data) {
-					return fmt.Errorf("lba %d: data differs", lba)
 				}
 			}
 			return nil
@@ -871,25 +844,7 @@ func TestPoolContention(t *testing.T) {
 			g.Go(func() error {
 				ctx := ctxT(t)
 				lba := uint32((ci*4 + w) * size / testBlockSize)
-				data := testutil.Pattern(size, ci*4+w)
-				rsp, err := ch.Do(ctx, &srptest.Request{CDB: srptest.CDBWrite10(lba, size/testBlockSize), DataOut: data})
-				if err != nil {
-					return err
-				}
-				if err := rsp.Err(); err != nil {
-					return err
-				}
-				rsp, err = ch.Do(ctx, &srptest.Request{CDB: srptest.CDBRead10(lba, size/testBlockSize), DataInLen: size})
-				if err != nil {
-					return err
-				}
-				if err := rsp.Err(); err != nil {
-					return err
-				}
-				if string(rsp.DataIn) != string(data) {
-					return fmt.Errorf("lba %d: data differs", lba)
-				}
-				return nil
+				return writeReadBack(ctx, ch, lba, testutil.Pattern(size, ci*4+w), nil)
 			})
 		}
 	}

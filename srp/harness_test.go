@@ -1,6 +1,7 @@
 package srp_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
@@ -289,6 +290,31 @@ func (h *harness) logged(msg string) (observer.LoggedEntry, bool) {
 		return observer.LoggedEntry{}, false
 	}
 	return entries[0], true
+}
+
+// writeReadBack writes data at lba of LUN 0 through ch, described by layout (nil: as ib_srp
+// does), reads it back the same way and compares: the step of the tests that drive I/O from
+// several goroutines, which return an error instead of failing the test.
+func writeReadBack(ctx context.Context, ch *srptest.Channel, lba uint32, data []byte, layout srptest.Layout) error {
+	blocks := uint16(len(data) / testBlockSize)
+	rsp, err := ch.Do(ctx, &srptest.Request{CDB: srptest.CDBWrite10(lba, blocks), DataOut: data, Layout: layout})
+	if err == nil {
+		err = rsp.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("write lba %d: %w", lba, err)
+	}
+	rsp, err = ch.Do(ctx, &srptest.Request{CDB: srptest.CDBRead10(lba, blocks), DataInLen: len(data), Layout: layout})
+	if err == nil {
+		err = rsp.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("read lba %d: %w", lba, err)
+	}
+	if !bytes.Equal(rsp.DataIn, data) {
+		return fmt.Errorf("lba %d, %d blocks, layout %T: the data read back differs", lba, blocks, layout)
+	}
+	return nil
 }
 
 func ctxT(t *testing.T) context.Context {
