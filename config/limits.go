@@ -21,86 +21,17 @@ var limitSpecs = []limitSpec{
 		func(e *srp.Limits, v int) { e.Credits = v }),
 	intLimit("max_channels", func(l *Limits) *int { return &l.MaxChannels }, srp.DefaultMaxChannels, 1, 256,
 		func(e *srp.Limits, v int) { e.MaxChannels = v }),
-	{
-		key:  "max_transfer_size",
-		fill: func(l *Limits) { fillZero(&l.MaxTransferSize, srp.DefaultMaxTransferLen) },
-		check: func(l *Limits) (string, string) {
-			if v := l.MaxTransferSize; v < 4096 || v > 64<<20 || v%4096 != 0 {
-				return fmt.Sprintf("%v must be a multiple of 4KiB between 4KiB and 64MiB", v), ""
-			}
-			return "", ""
-		},
-		set:  func(l *Limits, e *srp.Limits) { e.MaxTransferLen = uint32(l.MaxTransferSize) },
-		show: func(l *Limits) string { return l.MaxTransferSize.String() },
-	},
+	maxTransferSizeRow(),
 	intLimit("send_queue_depth", func(l *Limits) *int { return &l.SendQueueDepth }, srp.DefaultSendQueueDepth, 16, 65536,
 		func(e *srp.Limits, v int) { e.SendQueueDepth = v }),
-	{
-		key:  "buffer_pool_size",
-		fill: func(l *Limits) { fillZero(&l.BufferPoolSize, max(srp.DefaultBufferPoolSize, l.MaxTransferSize)) },
-		check: func(l *Limits) (string, string) {
-			if l.BufferPoolSize < l.MaxTransferSize || l.BufferPoolSize > 64<<30 {
-				return fmt.Sprintf("%v must be at least max_transfer_size (%v) and at most 64GiB", l.BufferPoolSize, l.MaxTransferSize), ""
-			}
-			if ram, err := totalRAM(); err == nil && int64(l.BufferPoolSize) > ram {
-				// The pool is pinned (registered for RDMA, see mlock(2)) on each device: it
-				// cannot be swapped out, so one larger than RAM can never be registered.
-				return fmt.Sprintf("%v is more than this machine's RAM (%v): the pool is locked in RAM for RDMA, once per device", l.BufferPoolSize, Size(ram)), ""
-			}
-			return "", ""
-		},
-		set:  func(l *Limits, e *srp.Limits) { e.BufferPoolSize = int64(l.BufferPoolSize) },
-		show: func(l *Limits) string { return l.BufferPoolSize.String() },
-	},
-	{
-		key: "immediate_data",
-		fill: func(l *Limits) {
-			if l.ImmediateData == nil {
-				yes := true
-				l.ImmediateData = &yes
-			}
-		},
-		check: func(*Limits) (string, string) { return "", "" },
-		set:   func(l *Limits, e *srp.Limits) { e.DisableImmediateData = !*l.ImmediateData },
-		show:  func(l *Limits) string { return fmt.Sprint(*l.ImmediateData) },
-	},
-	{
-		key:  "completion",
-		fill: func(l *Limits) { fillZero(&l.Completion, srp.DefaultCompletion.String()) },
-		check: func(l *Limits) (string, string) {
-			if _, err := srp.ParseCompletionMode(l.Completion); err != nil {
-				return fmt.Sprintf("%q is not a completion mode: use event, adaptive or poll", l.Completion), ""
-			}
-			return "", ""
-		},
-		set:          func(l *Limits, e *srp.Limits) { e.Completion, _ = srp.ParseCompletionMode(l.Completion) },
-		show:         func(l *Limits) string { return l.Completion },
-		unsummarized: true,
-	},
+	bufferPoolSizeRow(),
+	immediateDataRow(),
+	completionRow(),
 	durationLimit("poll_window", func(l *Limits) *Duration { return &l.PollWindow }, srp.DefaultPollWindow, time.Microsecond, time.Second,
 		"such as 50us", func(e *srp.Limits, v time.Duration) { e.PollWindow = v }),
 	durationLimit("rdma_timeout", func(l *Limits) *Duration { return &l.RDMATimeout }, srp.DefaultRDMATimeout, 100*time.Millisecond, time.Hour,
 		"such as 30s", func(e *srp.Limits, v time.Duration) { e.RDMATimeout = v }),
-	{
-		key:  "max_initiator_buffer",
-		fill: func(l *Limits) { fillZero(&l.MaxInitiatorBuffer, DefaultMaxInitiatorBuffer) },
-		check: func(l *Limits) (string, string) {
-			if _, err := parseShare(l.MaxInitiatorBuffer, int64(l.BufferPoolSize)); err != nil {
-				return err.Error(), ""
-			}
-			return "", ""
-		},
-		set: func(l *Limits, e *srp.Limits) {
-			e.MaxInitiatorBuffer, _ = parseShare(l.MaxInitiatorBuffer, int64(l.BufferPoolSize))
-		},
-		show: func(l *Limits) string {
-			n, _ := parseShare(l.MaxInitiatorBuffer, int64(l.BufferPoolSize))
-			if strings.HasSuffix(l.MaxInitiatorBuffer, "%") {
-				return fmt.Sprintf("%v (%s)", Size(n), l.MaxInitiatorBuffer)
-			}
-			return Size(n).String()
-		},
-	},
+	maxInitiatorBufferRow(),
 	intLimit("max_sessions", func(l *Limits) *int { return &l.MaxSessions }, srp.DefaultMaxSessions, 1, 65536,
 		func(e *srp.Limits, v int) { e.MaxSessions = v }),
 	intLimit("max_channels_total", func(l *Limits) *int { return &l.MaxChannelsTotal }, srp.DefaultMaxChannelsTotal, 1, 65536,
@@ -121,54 +52,15 @@ var limitSpecs = []limitSpec{
 			}
 			return "", ""
 		}),
-	{
-		key:  "idle_timeout",
-		fill: func(*Limits) {}, // 0, off
-		check: func(l *Limits) (string, string) {
-			if d := time.Duration(l.IdleTimeout); d != 0 && (d < time.Second || d > 24*time.Hour) {
-				return fmt.Sprintf("%q must be 0 (off) or a duration between 1s and 24h, such as 10m", l.IdleTimeout), ""
-			}
-			return "", ""
-		},
-		set: func(l *Limits, e *srp.Limits) { e.IdleTimeout = time.Duration(l.IdleTimeout) },
-		show: func(l *Limits) string {
-			if l.IdleTimeout == 0 {
-				return "off"
-			}
-			return l.IdleTimeout.String()
-		},
-	},
+	idleTimeoutRow(),
 	intLimit("max_logins_in_progress", func(l *Limits) *int { return &l.MaxLoginsInProgress }, srp.DefaultMaxLoginsInProgress, 1, 1024,
 		func(e *srp.Limits, v int) { e.MaxLoginsInProgress = v }),
 	intLimit("poll_groups", func(l *Limits) *int { return &l.PollGroups }, srp.DefaultPollGroups(), 1, 1024,
 		func(e *srp.Limits, v int) { e.PollGroups = v }).machineDefault(),
 	intLimit("srq_depth", func(l *Limits) *int { return &l.SRQDepth }, srp.DefaultSRQDepth, -1, 65536,
 		func(e *srp.Limits, v int) { e.SRQDepth = v }),
-	{
-		key:  "scheduling",
-		fill: func(l *Limits) { fillZero(&l.Scheduling, DefaultScheduling) },
-		check: func(l *Limits) (string, string) {
-			switch l.Scheduling {
-			case SchedulingInherit, SchedulingNormal, SchedulingBatch:
-				return "", ""
-			}
-			return fmt.Sprintf("%q is not a scheduling policy: use inherit, normal or batch", l.Scheduling), ""
-		},
-		show:         func(l *Limits) string { return l.Scheduling }, // the daemon's, not the engine's
-		unsummarized: true,
-	},
-	{
-		key:  "backstore_io",
-		fill: func(l *Limits) { fillZero(&l.BackstoreIO, srp.BackstoreIOAuto.String()) },
-		check: func(l *Limits) (string, string) {
-			if _, err := srp.ParseBackstoreIO(l.BackstoreIO); err != nil {
-				return fmt.Sprintf("%q is not a backstore I/O engine: use auto, sync or io_uring", l.BackstoreIO), ""
-			}
-			return "", ""
-		},
-		set:  func(l *Limits, e *srp.Limits) { e.BackstoreIO, _ = srp.ParseBackstoreIO(l.BackstoreIO) },
-		show: func(l *Limits) string { return l.BackstoreIO },
-	},
+	schedulingRow(),
+	backstoreIORow(),
 }
 
 // limitSpec is one key of limits.
