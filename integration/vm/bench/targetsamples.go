@@ -13,7 +13,9 @@ import (
 // integration/vm/bench-2host.sh from guest/bench-2host-target.sh's TGTCPU lines):
 //
 //	TGTCPU up=U cpu=a,b,.. ctxt=N dproc=utime,stime dio=syscr,syscw dcs=voluntary,involuntary
+//	       [vdproc=.. vdio=.. vdcs=..]
 //
+// (vd: the same counters of the variant daemon, target srpt-mem-NAME, when there is one.)
 // U is on the initiator's uptime scale (the host shifted it), so that it compares with the
 // up0 and up1 of the initiator's BENCH lines.
 type TargetSample struct {
@@ -26,6 +28,15 @@ type TargetSample struct {
 	// is false on lines of older target scripts.
 	CS    [2]uint64
 	HasCS bool
+	// V holds the variant daemon's counters (vdproc, vdio, vdcs); HasV: the line has them.
+	V    variantSample
+	HasV bool
+}
+
+// variantSample is the variant daemon's counters of a TGTCPU line.
+type variantSample struct {
+	Daemon, IO, CS [2]uint64
+	HasCS          bool
 }
 
 // ParseTargetSample decodes one TGTCPU line.
@@ -69,6 +80,14 @@ func parseSample(line, tag string) (TargetSample, error) {
 		case "dcs":
 			s.CS, err = parsePair(v)
 			s.HasCS = true
+		case "vdproc":
+			s.V.Daemon, err = parsePair(v)
+			s.HasV = true
+		case "vdio":
+			s.V.IO, err = parsePair(v)
+		case "vdcs":
+			s.V.CS, err = parsePair(v)
+			s.V.HasCS = true
 		}
 		if err != nil {
 			return s, fmt.Errorf("%s: %w", k, err)
@@ -144,12 +163,17 @@ func sampleSpan(samples []TargetSample, start, end float64) (a, b int) {
 // computed over (s); a run with less gets no CPU figures.
 const minTargetWindow = 1.0
 
+// variantPrefix begins the target name of the two-host bench's variant daemon's runs
+// (bench-2host-init.sh: srpt-mem-NAME).
+const variantPrefix = "srpt-mem-"
+
 // ApplyTargetSamples replaces the CPU counters of each run (the initiator's, taken by fio's
 // exec_prerun and exec_postrun) with the target host's: the first and the last sample inside
 // the run's measured part (from up0 + ramp to up1), whose span becomes the run's IOWindow.
 // The target host's context switches replace the initiator's (no IPI counts: HasIPI false).
 // The daemon's counters go to srptarget's runs only (LIO runs in the kernel: 0,0, as in the
-// one-VM bench). Runs without two samples minTargetWindow apart lose their CPU counters;
+// one-VM bench), the variant daemon's (vdproc, ...) to the variant's runs (srpt-mem-NAME); a
+// variant run whose samples lack them gets none. Runs without two samples minTargetWindow apart lose their CPU counters;
 // their number is returned. samples must be in time order.
 func ApplyTargetSamples(runs []Run, samples []TargetSample, p Params) (missing int) {
 	for i := range runs {
@@ -167,7 +191,17 @@ func ApplyTargetSamples(runs []Run, samples []TargetSample, p Params) (missing i
 		r.Up0, r.Up1 = s0.Up, s1.Up
 		r.IOWindow = s1.Up - s0.Up
 		r.Ctxt0, r.Ctxt1, r.HasSched = s0.Ctxt, s1.Ctxt, true
-		if r.Target != refTarget {
+		if strings.HasPrefix(r.Target, variantPrefix) {
+			if !s0.HasV || !s1.HasV {
+				continue
+			}
+			r.Daemon0, r.Daemon1 = s0.V.Daemon, s1.V.Daemon
+			r.DaemonIO0, r.DaemonIO1 = s0.V.IO, s1.V.IO
+			r.HasDaemonIO = true
+			if s0.V.HasCS && s1.V.HasCS {
+				r.DaemonCS0, r.DaemonCS1, r.HasDaemonCS = s0.V.CS, s1.V.CS, true
+			}
+		} else if r.Target != refTarget {
 			r.Daemon0, r.Daemon1 = s0.Daemon, s1.Daemon
 			r.DaemonIO0, r.DaemonIO1 = s0.IO, s1.IO
 			r.HasDaemonIO = true

@@ -30,9 +30,14 @@ func TestParseTargetSample(t *testing.T) {
 	require.Equal(t, uint64(120), s.Ctxt)
 	require.True(t, s.HasCS)
 	require.Equal(t, [2]uint64{80, 40}, s.CS)
+	require.False(t, s.HasV)
 	s, err = ParseTargetSample("TGTCPU up=1 cpu=1,2,3,4 ctxt=5 dproc=1,2 dio=3,4")
 	require.NoError(t, err)
 	require.False(t, s.HasCS, "a line of an older target script")
+	s, err = ParseTargetSample(sampleLine(12.5, 300, 100, 40) + " vdproc=7,8 vdio=9,10 vdcs=11,12")
+	require.NoError(t, err)
+	require.True(t, s.HasV)
+	require.Equal(t, variantSample{Daemon: [2]uint64{7, 8}, IO: [2]uint64{9, 10}, CS: [2]uint64{11, 12}, HasCS: true}, s.V)
 	_, err = ParseTargetSample("TGTCPU up=1")
 	require.ErrorContains(t, err, "no up= or cpu=")
 	_, err = ParseTargetSample("SRPTVM-SYNC uptime 3")
@@ -56,9 +61,13 @@ func TestApplyTargetSamples(t *testing.T) {
 	lio.Target = "lio"
 	late := srpt
 	late.Up0, late.Up1 = 19.6, 26
-	runs := []Run{srpt, lio, late}
+	variant := srpt
+	variant.Target = "srpt-mem-base"
+	runs := []Run{srpt, lio, late, variant}
 	p := Params{Runtime: 5, Ramp: 1, TargetHost: true}
 	require.Equal(t, 1, ApplyTargetSamples(runs, samples, p))
+	require.False(t, runs[3].HasDaemonIO, "the variant's runs: not the first daemon's counters")
+	require.InDelta(t, 0.8/1024*1e6, Derive(runs[3], p).GuestCPUPerIO, 1e-6)
 
 	// measured part 4.2-9.3: samples 4.5 to 9.0, 4.5 s
 	require.Equal(t, 4.5, runs[0].IOWindow)
@@ -85,6 +94,21 @@ func TestApplyTargetSamples(t *testing.T) {
 	d = Derive(runs[2], p)
 	require.True(t, math.IsNaN(d.GuestCPUPerIO))
 	require.Equal(t, 1024.0, runs[2].IOPS, "the fio figures stay")
+
+	// with the variant daemon's counters (10 utime ticks, 14 read() calls and 6 sleeps per
+	// second): they go to its runs, and the first daemon's to srpt-mem's
+	for i := range samples {
+		samples[i].V = variantSample{Daemon: [2]uint64{uint64(10 * samples[i].Up), 0},
+			IO: [2]uint64{uint64(14 * samples[i].Up), 0}, CS: [2]uint64{uint64(6 * samples[i].Up), 0}, HasCS: true}
+		samples[i].HasV = true
+	}
+	runs = []Run{srpt, variant}
+	require.Zero(t, ApplyTargetSamples(runs, samples, p))
+	d = Derive(runs[1], p)
+	require.InDelta(t, 0.1/1024*1e6, d.DaemonCPUPerIO, 1e-6)
+	require.InDelta(t, 14/1024.0, d.DaemonReadsPerIO, 1e-9)
+	require.InDelta(t, 6/1024.0, d.DaemonVolPerIO, 1e-9)
+	require.InDelta(t, 0.5/1024*1e6, Derive(runs[0], p).DaemonCPUPerIO, 1e-6)
 }
 
 func TestRunTargetSamples(t *testing.T) {

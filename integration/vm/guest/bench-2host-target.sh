@@ -6,8 +6,8 @@
 #
 # Then, until the host stops the VM, tools/tgtsample samples every 0.5 s the CPU counters the
 # target's CPU per I/O is computed from, as "TGTCPU up=UPTIME cpu=... ctxt=N dproc=utime,stime
-# dio=syscr,syscw dcs=vol,invol" lines (its doc comment; a voluntary context switch is a sleep,
-# hence one wake-up) into /tmp/target-samples.txt, and prints "SRPTVM-SYNC uptime U" every
+# dio=syscr,syscw dcs=vol,invol" lines, with vdproc, vdio and vdcs for the variant daemon (its
+# doc comment; a voluntary context switch is a sleep, hence one wake-up) into /tmp/target-samples.txt, and prints "SRPTVM-SYNC uptime U" every
 # 10 s, with which the host maps guest uptime to its own clock (bench-2host.sh). The
 # initiator fetches the samples at the end (the control server's "samples": gzip, base64, on
 # the console as the file target-samples.gz): printed as they come, on the serial console,
@@ -330,7 +330,7 @@ step "target ready"
 # counts with the target's.
 # sampler_sched=idle runs it under SCHED_IDLE instead (no target ever waits for it, but on a
 # saturated CPU it gets none, and the samples come seconds apart).
-sampler=(/lab/tgtsample -pid "$DPID" -interval 500ms -batch 20 -out /tmp/target-samples.txt)
+sampler=(/lab/tgtsample -pid "$DPID" ${VPID:+-vpid "$VPID"} -interval 500ms -batch 20 -out /tmp/target-samples.txt)
 if [ "$SAMPLER_SCHED" = idle ]; then
 	exec chrt -i 0 "${sampler[@]}"
 fi

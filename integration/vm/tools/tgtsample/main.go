@@ -7,7 +7,8 @@
 // cpu is the "cpu" line of /proc/stat and ctxt its context switches (proc(5)); dproc and dio
 // are the daemon's (fields 14 and 15 of /proc/PID/stat, syscr and syscw of /proc/PID/io), dcs
 // its voluntary and involuntary context switches summed over its threads
-// (/proc/PID/task/*/status). Each batch starts with "SRPTVM-SYNC uptime U", printed at once:
+// (/proc/PID/task/*/status); with -vpid the same three of the variant daemon follow as vdproc,
+// vdio and vdcs. Each batch starts with "SRPTVM-SYNC uptime U", printed at once:
 // the host maps the guest's uptime to its own clock with it (bench-2host.sh). With -out FILE
 // the samples go to FILE instead, one write per sample, and only the SYNC lines to standard
 // output (the console): under TCG the serial console costs the guest kernel thousands of
@@ -21,7 +22,7 @@
 // is generated anew on every read from its start), starts no process, and runs on one OS
 // thread.
 //
-//	tgtsample -pid PID [-interval 500ms] [-batch 20] [-out FILE]
+//	tgtsample -pid PID [-vpid PID] [-interval 500ms] [-batch 20] [-out FILE]
 package main
 
 import (
@@ -38,6 +39,7 @@ import (
 
 func main() {
 	pid := flag.Int("pid", 0, "the daemon's process ID (0: no daemon counters)")
+	vpid := flag.Int("vpid", 0, "the variant daemon's process ID (0: none), its counters as vdproc, vdio and vdcs")
 	interval := flag.Duration("interval", 500*time.Millisecond, "time between samples")
 	batch := flag.Int("batch", 20, "samples per SYNC line")
 	outPath := flag.String("out", "", "write the samples to this file (default: standard output, in batches)")
@@ -53,7 +55,7 @@ func main() {
 		}
 		file = f
 	}
-	s := &sampler{proc: "/proc", pid: *pid, buf: make([]byte, 64<<10)}
+	s := &sampler{proc: "/proc", pid: *pid, vpid: *vpid, buf: make([]byte, 64<<10)}
 	var out bytes.Buffer
 	n := 0
 	tick := time.NewTicker(*interval)
@@ -84,6 +86,7 @@ func main() {
 type sampler struct {
 	proc  string
 	pid   int
+	vpid  int // the variant daemon (bench-2host-target.sh's variant=), 0: none
 	buf   []byte
 	files map[string]*os.File // open, by path
 	seen  map[string]bool     // the paths read in this sample
@@ -146,24 +149,32 @@ func (s *sampler) sample(out *bytes.Buffer) {
 		return
 	}
 	fmt.Fprintf(out, "TGTCPU up=%s cpu=%s ctxt=%s", up, cpu, ctxt)
-	if s.pid > 0 {
-		base := s.proc + "/" + strconv.Itoa(s.pid)
-		if ut, st, ok := procTimes(s.read(base + "/stat")); ok {
-			fmt.Fprintf(out, " dproc=%s,%s", ut, st)
-		} else {
-			fmt.Fprint(out, " dproc=0,0")
-		}
-		iob := s.read(base + "/io")
-		r, w := field(iob, "syscr: "), field(iob, "syscw: ")
-		if r == "" || w == "" {
-			r, w = "0", "0"
-		}
-		fmt.Fprintf(out, " dio=%s,%s", r, w)
-		if vol, invol, ok := s.switches(base + "/task"); ok {
-			fmt.Fprintf(out, " dcs=%d,%d", vol, invol)
-		}
-	}
+	s.daemon(out, "d", s.pid)
+	s.daemon(out, "vd", s.vpid)
 	out.WriteByte('\n')
+}
+
+// daemon appends the counters of process pid (none when pid is 0) with the key prefix pre:
+// its CPU times (dproc), read and write system calls (dio) and context switches (dcs).
+func (s *sampler) daemon(out *bytes.Buffer, pre string, pid int) {
+	if pid <= 0 {
+		return
+	}
+	base := s.proc + "/" + strconv.Itoa(pid)
+	if ut, st, ok := procTimes(s.read(base + "/stat")); ok {
+		fmt.Fprintf(out, " %sproc=%s,%s", pre, ut, st)
+	} else {
+		fmt.Fprintf(out, " %sproc=0,0", pre)
+	}
+	iob := s.read(base + "/io")
+	r, w := field(iob, "syscr: "), field(iob, "syscw: ")
+	if r == "" || w == "" {
+		r, w = "0", "0"
+	}
+	fmt.Fprintf(out, " %sio=%s,%s", pre, r, w)
+	if vol, invol, ok := s.switches(base + "/task"); ok {
+		fmt.Fprintf(out, " %scs=%d,%d", pre, vol, invol)
+	}
 }
 
 // switches sums the voluntary and involuntary context switches of every thread under dir.

@@ -46,9 +46,15 @@ func TestSample(t *testing.T) {
 	s.sample(&out)
 	require.Equal(t, "TGTCPU up=1234.56 cpu=10,0,20,300,4,0,5,0,0,0 ctxt=4567 dproc=0,0 dio=0,0\n", out.String())
 
+	// a variant daemon beside it: its counters under the prefix vd
+	out.Reset()
+	s.pid, s.vpid = 7, 42
+	s.sample(&out)
+	require.Equal(t, "TGTCPU up=1234.56 cpu=10,0,20,300,4,0,5,0,0,0 ctxt=4567 dproc=0,0 dio=0,0 vdproc=17,23 vdio=301,402 vdcs=10,2\n", out.String())
+
 	// no daemon
 	out.Reset()
-	s.pid = 0
+	s.pid, s.vpid = 0, 0
 	s.sample(&out)
 	require.Equal(t, "TGTCPU up=1234.56 cpu=10,0,20,300,4,0,5,0,0,0 ctxt=4567\n", out.String())
 
