@@ -180,13 +180,29 @@ func (e *Env) Login(id iu.PortID, src string, port uint16) (*srptest.Channel, er
 }
 
 // MustLogin logs in as Login does, requires the login to succeed, and closes the channel when
-// the test ends.
+// the test ends. It returns once the target counts the channel in its session (it logs "login
+// accepted" then): the initiator learns of the login a little earlier, when the target accepts
+// the connection, and a test that asks for the sessions, or previews a reload, right away could
+// otherwise miss it.
 func (e *Env) MustLogin(id iu.PortID, src string, port uint16) *srptest.Channel {
 	e.T.Helper()
+	before := e.loginsAccepted(id)
 	ch, err := e.Login(id, src, port)
 	require.NoError(e.T, err)
 	e.T.Cleanup(func() { ch.Close() })
+	testutil.WaitFor(e.T, "the target to count the login of "+id.String(), func() bool { return e.loginsAccepted(id) > before })
 	return ch
+}
+
+// loginsAccepted counts the target's "login accepted" lines for initiator id.
+func (e *Env) loginsAccepted(id iu.PortID) int {
+	n := 0
+	for _, l := range e.Logs.FilterMessage("login accepted").All() {
+		if fmt.Sprint(l.ContextMap()["initiator"]) == id.String() {
+			n++
+		}
+	}
+	return n
 }
 
 // Start runs serve on a goroutine of its own (its error goes to Served) and waits until the
