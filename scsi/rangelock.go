@@ -3,6 +3,7 @@ package scsi
 import (
 	"math/bits"
 	"sync"
+	"sync/atomic"
 )
 
 // rangeLockSlots bounds the LBA ranges held or waited for at once on one logical unit. A command
@@ -24,7 +25,9 @@ const rangeLockSlots = 512
 //
 // Ranges live in a fixed array of slots with a bitmap of the used ones: taking and releasing a
 // range allocates nothing. While no exclusive range is held or wanted, which is the normal case,
-// a shared request does not even look at the others.
+// a shared request does not even look at the others; one that will not hold its range long
+// (lockShort) is then only counted, with one atomic add each way, and an exclusive request
+// waits for every range so counted, overlapping or not.
 type rangeLock struct {
 	once sync.Once
 	mu   sync.Mutex
@@ -34,6 +37,51 @@ type rangeLock struct {
 	slots     [rangeLockSlots]lockedRange
 	exclusive int // exclusive ranges, held or pending
 	waiters   int // goroutines in cond.Wait
+	// short counts, in its low 32 bits, the shared ranges taken by lockShort without a slot,
+	// and above them the exclusive ranges, held or pending (rl.exclusive again, in the word
+	// that a shared request's add reads back).
+	short atomic.Uint64
+}
+
+const (
+	shortShared    uint64 = 1
+	shortExclusive uint64 = 1 << 32
+	// shortSlot is the slot lockShort returns for a range it only counted.
+	shortSlot = -1
+)
+
+// lockShort is lock(lba, n, false) for a range that is held briefly (a write to a backstore
+// that never blocks): while no exclusive range is held or wanted it only counts the range.
+func (rl *rangeLock) lockShort(lba, n uint64) int {
+	if rl.short.Add(shortShared) < shortExclusive {
+		return shortSlot
+	}
+	rl.unlockShort()
+	return rl.lock(lba, n, false)
+}
+
+// unlockShort releases a range lockShort counted; the last one out while an exclusive request
+// waits wakes it.
+func (rl *rangeLock) unlockShort() {
+	if v := rl.short.Add(^(shortShared - 1)); uint32(v) == 0 && v != 0 {
+		rl.mu.Lock()
+		if rl.waiters > 0 {
+			rl.cond.Broadcast()
+		}
+		rl.mu.Unlock()
+	}
+}
+
+// addExclusiveLocked counts an exclusive range, held or pending, and dropExclusiveLocked
+// uncounts it; rl.mu held.
+func (rl *rangeLock) addExclusiveLocked() {
+	rl.exclusive++
+	rl.short.Add(shortExclusive)
+}
+
+func (rl *rangeLock) dropExclusiveLocked() {
+	rl.exclusive--
+	rl.short.Add(^(shortExclusive - 1))
 }
 
 // lockedRange is one slot: the blocks [start, end), whether they are taken exclusive, and whether
@@ -58,7 +106,7 @@ func (rl *rangeLock) lock(lba, n uint64, exclusive bool) int {
 			if slot >= 0 {
 				rl.slots[slot] = lockedRange{start: lba, end: lba + n, exclusive: exclusive, pending: true}
 				if exclusive {
-					rl.exclusive++
+					rl.addExclusiveLocked()
 				}
 			}
 		}
@@ -89,22 +137,29 @@ func (rl *rangeLock) tryLock(lba, n uint64, exclusive bool) int {
 		return slot
 	}
 	rl.slots[slot].pending = true
+	if exclusive {
+		rl.addExclusiveLocked()
+	}
 	if rl.conflictLocked(slot) {
+		if exclusive {
+			rl.dropExclusiveLocked()
+		}
 		rl.used[slot/64] &^= 1 << (slot % 64)
 		return -1
 	}
 	rl.slots[slot].pending = false
-	if exclusive {
-		rl.exclusive++
-	}
 	return slot
 }
 
 // unlock releases the range of slot and wakes the requests that wait.
 func (rl *rangeLock) unlock(slot int) {
+	if slot == shortSlot {
+		rl.unlockShort()
+		return
+	}
 	rl.mu.Lock()
 	if rl.slots[slot].exclusive {
-		rl.exclusive--
+		rl.dropExclusiveLocked()
 	}
 	rl.used[slot/64] &^= 1 << (slot % 64)
 	if rl.waiters > 0 {
@@ -126,11 +181,15 @@ func (rl *rangeLock) claimLocked() int {
 }
 
 // conflictLocked reports whether the pending request in slot must wait: a shared request for an
-// overlapping exclusive range (held or pending), an exclusive one for any overlapping held range.
+// overlapping exclusive range (held or pending), an exclusive one for any overlapping held range
+// and for any range lockShort counted.
 func (rl *rangeLock) conflictLocked(slot int) bool {
 	me := &rl.slots[slot]
 	if !me.exclusive && rl.exclusive == 0 {
 		return false
+	}
+	if me.exclusive && uint32(rl.short.Load()) != 0 {
+		return true
 	}
 	for i, w := range rl.used {
 		for w != 0 {

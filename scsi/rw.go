@@ -145,7 +145,12 @@ func (lu *LogicalUnit) writeBlocks(c *Command, lba uint64, n uint32, fua bool, l
 	if !lu.writePrep(c, lba, n, lengthOff) {
 		return
 	}
-	slot := lu.ranges.lock(lba, uint64(n), false)
+	var slot int
+	if lu.nonBlocking {
+		slot = lu.ranges.lockShort(lba, uint64(n))
+	} else {
+		slot = lu.ranges.lock(lba, uint64(n), false)
+	}
 	err := lu.bs.WriteAt(c.DataOut, lu.byteOffset(lba), lu.writeFUA(fua))
 	lu.ranges.unlock(slot)
 	lu.writeDone(c, lba, err)
