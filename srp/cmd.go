@@ -104,6 +104,9 @@ func (c *cmdCtx) free() {
 // A task management function may still be about to wait for that generation: waitClaimed
 // checks the state word, so the dropped signal only costs it a retry tick.
 func (c *cmdCtx) discardAbortSignal() {
+	if len(c.abortDone) == 0 {
+		return // nearly always: without the runtime's non-blocking receive
+	}
 	select {
 	case <-c.abortDone:
 	default:
