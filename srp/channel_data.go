@@ -84,7 +84,9 @@ func (ch *channel) releaseBuffers(c *cmdCtx) {
 	ch.bufHeld -= n
 	ch.giveShares(n)
 	ch.freeBuf(c.buf)
-	ch.freeBuf(c.table)
+	if c.table.valid() { // an external descriptor table: rare
+		ch.freeBuf(c.table)
+	}
 	c.buf, c.table = noBuf, noBuf
 }
 
