@@ -125,7 +125,9 @@ func (h *Histogram) Observe(ns int64) {
 		i++
 	}
 	h.buckets[i].Add(1)
-	h.sum.Add(uint64(ns))
+	if ns > 0 { // 0 when the transport does not measure latency
+		h.sum.Add(uint64(ns))
+	}
 }
 
 // HistogramSnapshot is a histogram read at one time. Buckets[i] counts the observations of
