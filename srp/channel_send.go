@@ -61,6 +61,9 @@ func (ch *channel) advance(c *cmdCtx) bool {
 			ch.finishAborted(c)
 			return true
 		}
+		if c.out.Format() == iu.DescDirect {
+			return ch.readDirect(c)
+		}
 		var table []byte
 		if c.table.valid() {
 			table = ch.pool.bytes(c.table)
@@ -84,6 +87,31 @@ func (ch *channel) advance(c *cmdCtx) bool {
 	}
 	ch.log.Error("internal error: send-queue work in an unexpected stage", zap.Stringer("stage", c.stage))
 	ch.finish(c, false)
+	return true
+}
+
+// readDirect is advance's stageDataRead for data-out in one direct descriptor (most
+// commands): the RDMA READ is built in the batch itself, not by appendRDMA and copied by post.
+func (ch *channel) readDirect(c *cmdCtx) bool {
+	desc := iu.DirectBuf(c.out.Descriptor())
+	if desc.Len() == 0 {
+		c.cmd.DataOut = ch.pool.bytes(c.buf)
+		ch.dispatch(c)
+		return true
+	}
+	if ch.sqFree < 1 {
+		return false
+	}
+	if !ch.batchRoom(1) {
+		ch.finish(c, false)
+		return true
+	}
+	ch.batchSGEs = append(ch.batchSGEs, ib.SGE{MR: ch.pool.mr, Offset: c.buf.offset(), Length: desc.Len()})
+	ch.batch = append(ch.batch, ib.SendWR{ID: idCmd | uint64(c.idx) | idLast, Op: ib.OpRDMARead, Signaled: true,
+		SGL: ch.batchSGEs[len(ch.batchSGEs)-1:], RemoteAddr: desc.VA(), RKey: desc.Key()})
+	ch.sqFree--
+	c.batchWRs = 1
+	ch.batchPosted()
 	return true
 }
 
