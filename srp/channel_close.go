@@ -8,7 +8,6 @@ import (
 
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/scsi"
-	"github.com/srptarget/srptarget/srp/iu"
 )
 
 // checkStop acts on a stop request from another goroutine.
@@ -28,25 +27,6 @@ func (ch *channel) checkStop() {
 	ch.sendTLogout(req.logout)
 	ch.beginClose(req.why)
 }
-
-// protocolError closes the channel after an initiator violated the protocol.
-func (ch *channel) protocolError(reason iu.TLogoutReason, what string) {
-	ch.t.stats.protocolErrors.Add(1)
-	ch.log.Warn("protocol violation: logging the initiator out and closing the channel",
-		zap.String("what", what), zap.Stringer("t_logout_reason", reason))
-	ch.sendTLogout(reason)
-	ch.beginClose("protocol violation: " + what)
-}
-
-// beginClose disconnects the channel; run then drains it (every posted work request comes
-// back, flushed) and tears it down.
-func (ch *channel) beginClose(why string) { ch.close(why, true) }
-
-// abandon closes the channel knowing that no flush completion will come (the device was
-// removed, a post or the completion queue failed): the queue pair is closed at once
-// (forceRelease) and the contexts released without waiting for their work requests. A
-// closing channel becomes abandoned.
-func (ch *channel) abandon(why string) { ch.close(why, false) }
 
 func (ch *channel) close(why string, flushes bool) {
 	if ch.closed() {
@@ -226,18 +206,5 @@ func (ch *channel) onTimer() {
 	}
 	if !ch.idle.at.IsZero() {
 		ch.armTimer(ch.idle.at)
-	}
-}
-
-// armTimer makes the timer fire at at, unless it is armed to fire earlier (onTimer re-arms it
-// for whatever still needs it).
-func (ch *channel) armTimer(at time.Time) {
-	if ch.timer.armed && !at.Before(ch.timer.at) {
-		return
-	}
-	ch.timer.at = at
-	ch.timer.armed = true
-	if ch.fake == nil {
-		ch.timer.t.Reset(time.Until(at))
 	}
 }

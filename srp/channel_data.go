@@ -2,28 +2,9 @@ package srp
 
 import (
 	"encoding/binary"
-	"fmt"
 
-	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp/iu"
 )
-
-// getBuffers gets the data buffer (and the scratch buffer of an external table), waiting in
-// the channel's FIFO when the pool is exhausted.
-func (ch *channel) getBuffers(c *cmdCtx) {
-	c.setStage(stageNeedBuf)
-	if ch.bufQ.empty() && ch.allocBuffers(c) {
-		ch.startData(c)
-		return
-	}
-	ch.t.stats.bufferWaits.Add(1)
-	c.waitSince = ch.nanos()
-	ch.bufQ.push(c)
-	ch.noteBufQueue()
-	ch.armTimer(ch.now().Add(ch.t.lim.BufferWait))
-	// A buffer freed between the failed attempt and waiting.Add went unnoticed: retry once.
-	ch.retryBufWaiters()
-}
 
 // allocBuffers allocates c's buffers, all or none, within the initiator's shares of the
 // buffers (Limits.MaxInitiatorBuffer), its session's and its source address's, whatever the
@@ -90,45 +71,6 @@ func (ch *channel) releaseBuffers(c *cmdCtx) {
 	c.buf, c.table = noBuf, noBuf
 }
 
-// startData moves a command that has its buffers on to its first data stage.
-func (ch *channel) startData(c *cmdCtx) {
-	d := c.dataBuf()
-	switch {
-	case d.External():
-		// The rest of the descriptors are in initiator memory: fetch them first, for
-		// data-out to read the data, for data-in to know where to write it.
-		c.setStage(stageTableRead)
-		ch.newSQWork(c)
-	case c.in.Present():
-		c.cmd.DataIn = ch.pool.bytes(c.buf)
-		ch.dispatch(c)
-	default:
-		c.setStage(stageDataRead)
-		ch.newSQWork(c)
-	}
-}
-
-// retryBufWaiters gives freed buffers to waiting commands, in order.
-//
-// A command leaves the wait list only once its buffers are allocated: popping the last waiter
-// withdraws the channel from the pool's waiting count, and a buffer another channel freed
-// after a failed attempt then would signal no one, leaving the command to sleep until
-// BufferWait answers it BUSY.
-func (ch *channel) retryBufWaiters() {
-	for c := ch.bufQ.front(); c != nil; c = ch.bufQ.front() {
-		if c.state() != ctxCmd {
-			ch.popBuf()
-			ch.finishAborted(c)
-			continue
-		}
-		if !ch.allocBuffers(c) {
-			return
-		}
-		ch.popBuf()
-		ch.startData(c)
-	}
-}
-
 func (ch *channel) popBuf() {
 	ch.bufQ.pop()
 	ch.noteBufQueue()
@@ -151,30 +93,6 @@ func (ch *channel) noteBufQueue() {
 	}
 }
 
-// onTableRead checks a fetched external descriptor table and fetches the data.
-func (ch *channel) onTableRead(c *cmdCtx) {
-	if c.state() != ctxCmd || ch.closed() {
-		ch.finishAborted(c)
-		return
-	}
-	table := ch.pool.bytes(c.table)
-	d := c.dataBuf()
-	if sum := tableTotal(table); sum != uint64(d.Len()) {
-		ch.releaseBuffers(c)
-		ch.uncount(c)
-		ch.answerTransport(c, scsi.StatusCheckCondition, scsi.ReasonInvalidFieldInCommandIU,
-			fmt.Sprintf("external descriptor table adds up to %d bytes, TOTAL LENGTH is %d", sum, d.Len()))
-		return
-	}
-	if c.in.Present() {
-		c.cmd.DataIn = ch.pool.bytes(c.buf)
-		ch.dispatch(c)
-		return
-	}
-	c.setStage(stageDataRead)
-	ch.newSQWork(c)
-}
-
 // tableTotal sums the lengths of an external descriptor table.
 func tableTotal(table []byte) uint64 {
 	var sum uint64
@@ -182,4 +100,21 @@ func tableTotal(table []byte) uint64 {
 		sum += uint64(binary.BigEndian.Uint32(table[i+12:]))
 	}
 	return sum
+}
+
+// allocBuf allocates a data buffer, through the group's cache when the channel has one.
+func (ch *channel) allocBuf(n uint32) (poolBuf, bool) {
+	if ch.dev != nil && ch.dev.cache != nil {
+		return ch.dev.cache.alloc(n)
+	}
+	return ch.pool.alloc(n)
+}
+
+// freeBuf gives a data buffer back, through the group's cache when the channel has one.
+func (ch *channel) freeBuf(b poolBuf) {
+	if ch.dev != nil && ch.dev.cache != nil {
+		ch.dev.cache.release(b)
+		return
+	}
+	ch.pool.release(b)
 }

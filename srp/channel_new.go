@@ -87,31 +87,6 @@ func newChannel(t *Target, sess *session, host *source, pool *bufPool, pd ib.Pro
 	return ch, nil
 }
 
-// release frees the channel's memory; the queue pair must be closed (or never created).
-func (ch *channel) release() {
-	if err := ch.mr.Deregister(); err != nil {
-		ch.log.Warn("deregistering channel memory", zap.Error(err))
-	}
-	if err := ch.slab.Close(); err != nil {
-		ch.log.Warn("unmapping channel memory", zap.Error(err))
-	}
-}
-
-func roundUp(n, a int) int { return (n + a - 1) / a * a }
-
-// recvBuf returns receive buffer i (the bytes the IU lands in).
-func (ch *channel) recvBuf(i int32) []byte { return ch.rq.buf(i) }
-
-// accepted records, before the channel is added to its session (where Target.Sessions reads
-// it), when its login was accepted and its queue pair number.
-func (ch *channel) accepted(conn ib.Conn) {
-	ch.pub.loginAt = time.Now()
-	if q, ok := conn.(ib.QPNumberer); ok {
-		ch.pub.qpn = q.QPNum()
-	}
-	ch.publish()
-}
-
 // start hands the channel, on its accepted connection, to its poll group. A target with a
 // startHook (scripted tests) hands it to the test too, which drives the group's steps.
 func (ch *channel) start(conn ib.Conn) {
@@ -125,30 +100,3 @@ func (ch *channel) start(conn ib.Conn) {
 		ch.t.startHook(ch)
 	}
 }
-
-// manualClock is the clock of scripted tests: it moves only when the script says.
-type manualClock struct{ now time.Time }
-
-// now is the channel's wall clock: the real one, or a script's.
-func (ch *channel) now() time.Time {
-	if ch.fake != nil {
-		return ch.fake.now
-	}
-	return time.Now()
-}
-
-// nanos is the channel's monotonic clock in nanoseconds (nanotime, or a script's).
-func (ch *channel) nanos() int64 {
-	if ch.fake != nil {
-		return int64(ch.fake.now.Sub(clockBase))
-	}
-	return nanotime()
-}
-
-// ctxInUse is the number of contexts not on the free list.
-func (ch *channel) ctxInUse() int { return len(ch.ctxs) - len(ch.free) }
-
-// nanotime is a monotonic clock in nanoseconds.
-func nanotime() int64 { return int64(time.Since(clockBase)) }
-
-var clockBase = time.Now()

@@ -4,11 +4,10 @@ import (
 	"fmt"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/srptarget/srptarget/ib"
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp/iu"
+	"go.uber.org/zap"
 )
 
 // onCompletion dispatches one completion.
@@ -130,6 +129,21 @@ func (ch *channel) handleIU(i int32, n int) {
 		ch.dropIU(i)
 		ch.protocolError(iu.TLogoutInvalidIUType, fmt.Sprintf("invalid IU type %v", op))
 	}
+}
+
+// onCredRsp handles the initiator's SRP_CRED_RSP (it takes no credit).
+func (ch *channel) onCredRsp(b []byte) {
+	if err := iu.CredRsp(b).Validate(); err != nil {
+		ch.log.Warn("malformed SRP_CRED_RSP ignored", zap.Error(err))
+		return
+	}
+	tag := iu.CredRsp(b).Tag()
+	if !ch.credReqOut || tag != ch.credReqTag {
+		ch.log.Warn("SRP_CRED_RSP answers no outstanding SRP_CRED_REQ: ignored",
+			zap.Uint64("tag", uint64(tag)), zap.Bool("outstanding", ch.credReqOut), zap.Uint64("expected", uint64(ch.credReqTag)))
+		return
+	}
+	ch.credReqOut = false
 }
 
 func (ch *channel) allocCtx() *cmdCtx {
@@ -272,6 +286,13 @@ func (ch *channel) holdLU(lun uint64) (m *scsi.LUNMap, mp *scsi.Mapping, ok bool
 	}
 }
 
+// refusalLogAllowed rate-limits the log lines of refused commands per channel, as
+// rejectLogBurst per rejectLogEvery (a broken or hostile initiator may send nothing else), and
+// says how many were left out since the last line.
+func (ch *channel) refusalLogAllowed() (ok bool, suppressed int) {
+	return ch.logs.refused.Allow(time.Duration(ch.nanos()))
+}
+
 // answerTransport answers a command without running it: BUSY, or CHECK CONDITION with reason.
 func (ch *channel) answerTransport(c *cmdCtx, status scsi.Status, reason scsi.Reason, why string) {
 	c.xportFail = true
@@ -293,15 +314,217 @@ func (ch *channel) answerTransport(c *cmdCtx, status scsi.Status, reason scsi.Re
 	ch.newSQWork(c)
 }
 
-// refusalLogAllowed rate-limits the log lines of refused commands per channel, as
-// rejectLogBurst per rejectLogEvery (a broken or hostile initiator may send nothing else), and
-// says how many were left out since the last line.
-func (ch *channel) refusalLogAllowed() (ok bool, suppressed int) {
-	return ch.logs.refused.Allow(time.Duration(ch.nanos()))
+// protocolError closes the channel after an initiator violated the protocol.
+func (ch *channel) protocolError(reason iu.TLogoutReason, what string) {
+	ch.t.stats.protocolErrors.Add(1)
+	ch.log.Warn("protocol violation: logging the initiator out and closing the channel",
+		zap.String("what", what), zap.Stringer("t_logout_reason", reason))
+	ch.sendTLogout(reason)
+	ch.beginClose("protocol violation: " + what)
 }
 
-// parkedIU is an IU that arrived (at nanotime at) while every context was busy.
-type parkedIU struct {
-	recv, n int32
-	at      int64
+// getBuffers gets the data buffer (and the scratch buffer of an external table), waiting in
+// the channel's FIFO when the pool is exhausted.
+func (ch *channel) getBuffers(c *cmdCtx) {
+	c.setStage(stageNeedBuf)
+	if ch.bufQ.empty() && ch.allocBuffers(c) {
+		ch.startData(c)
+		return
+	}
+	ch.t.stats.bufferWaits.Add(1)
+	c.waitSince = ch.nanos()
+	ch.bufQ.push(c)
+	ch.noteBufQueue()
+	ch.armTimer(ch.now().Add(ch.t.lim.BufferWait))
+	// A buffer freed between the failed attempt and waiting.Add went unnoticed: retry once.
+	ch.retryBufWaiters()
+}
+
+// startData moves a command that has its buffers on to its first data stage.
+func (ch *channel) startData(c *cmdCtx) {
+	d := c.dataBuf()
+	switch {
+	case d.External():
+		// The rest of the descriptors are in initiator memory: fetch them first, for
+		// data-out to read the data, for data-in to know where to write it.
+		c.setStage(stageTableRead)
+		ch.newSQWork(c)
+	case c.in.Present():
+		c.cmd.DataIn = ch.pool.bytes(c.buf)
+		ch.dispatch(c)
+	default:
+		c.setStage(stageDataRead)
+		ch.newSQWork(c)
+	}
+}
+
+// onTableRead checks a fetched external descriptor table and fetches the data.
+func (ch *channel) onTableRead(c *cmdCtx) {
+	if c.state() != ctxCmd || ch.closed() {
+		ch.finishAborted(c)
+		return
+	}
+	table := ch.pool.bytes(c.table)
+	d := c.dataBuf()
+	if sum := tableTotal(table); sum != uint64(d.Len()) {
+		ch.releaseBuffers(c)
+		ch.uncount(c)
+		ch.answerTransport(c, scsi.StatusCheckCondition, scsi.ReasonInvalidFieldInCommandIU,
+			fmt.Sprintf("external descriptor table adds up to %d bytes, TOTAL LENGTH is %d", sum, d.Len()))
+		return
+	}
+	if c.in.Present() {
+		c.cmd.DataIn = ch.pool.bytes(c.buf)
+		ch.dispatch(c)
+		return
+	}
+	c.setStage(stageDataRead)
+	ch.newSQWork(c)
+}
+
+// retryBufWaiters gives freed buffers to waiting commands, in order.
+//
+// A command leaves the wait list only once its buffers are allocated: popping the last waiter
+// withdraws the channel from the pool's waiting count, and a buffer another channel freed
+// after a failed attempt then would signal no one, leaving the command to sleep until
+// BufferWait answers it BUSY.
+func (ch *channel) retryBufWaiters() {
+	for c := ch.bufQ.front(); c != nil; c = ch.bufQ.front() {
+		if c.state() != ctxCmd {
+			ch.popBuf()
+			ch.finishAborted(c)
+			continue
+		}
+		if !ch.allocBuffers(c) {
+			return
+		}
+		ch.popBuf()
+		ch.startData(c)
+	}
+}
+
+// dispatch hands c to a worker of the group (or runs it here: see below). While a task management function of this channel is in
+// progress, commands that arrived after it wait: they must not be caught by it in the logical
+// unit (the initiator sent them later, on the same channel).
+func (ch *channel) dispatch(c *cmdCtx) {
+	if ch.tmf.active > 0 {
+		c.setStage(stageWaitTMF)
+		ch.tmfWaitQ.push(c)
+		return
+	}
+	c.setStage(stageExec)
+	if mp := c.mapping; mp == nil || mp.LU.NonBlockingFor(c.cmd.CDB) {
+		// RAM and null logical units never wait for I/O: running the command here saves two
+		// goroutine hand-offs. A command can still wait in the logical unit (for an older
+		// ORDERED command, or the LBA range of a COMPARE AND WRITE), but only for commands
+		// already executing on other goroutines, which finish without this one.
+		if c.state() == ctxCmd && !ch.closed() {
+			if mp != nil {
+				c.lunMap.ExecuteMapped(mp, &c.cmd)
+			} else {
+				c.lunMap.Execute(&c.cmd)
+			}
+		}
+		ch.executed(c)
+		return
+	}
+	if ch.g.io.start(c) {
+		return // on the group's io_uring, or done
+	}
+	ch.handedOff++
+	ch.g.execute(c)
+}
+
+// executed moves on a command that has run in its logical unit, or a task management
+// function that has run: to its response, or to its end without one (aborted).
+func (ch *channel) executed(c *cmdCtx) {
+	if c.stage == stageTMF {
+		ch.tmf.active--
+	}
+	if ch.closed() {
+		ch.finish(c, false)
+		return
+	}
+	if c.stage == stageTMF {
+		c.setStage(stageRespond)
+		ch.newSQWork(c)
+		ch.releaseTMFWaiters()
+		return
+	}
+	if c.cmd.Aborted() {
+		c.transition(ctxCmd, ctxAbortedLocal)
+	}
+	if c.state() != ctxCmd {
+		ch.finishAborted(c)
+		return
+	}
+	c.setStage(stageRespond)
+	ch.newSQWork(c)
+}
+
+// onDone takes back a context from a worker or a task management goroutine.
+func (ch *channel) onDone(c *cmdCtx) {
+	ch.handedOff--
+	tmf := c.stage == stageTMF
+	ch.executed(c)
+	if tmf {
+		ch.tmf.busy = false
+		ch.runNextTMF()
+	}
+}
+
+// scanAborted finds commands claimed by task management while they waited in a queue and ends
+// them.
+func (ch *channel) scanAborted() {
+	notCmd := func(c *cmdCtx) bool { return c.state() != ctxCmd }
+	ch.bufQ.removeIf(notCmd, ch.finishAborted)
+	ch.noteBufQueue()
+	// A command waiting to post its response (ctxResponded comes only after) or its RDMA:
+	// claimed by task management, or aborted by the logical unit.
+	ch.sqQ.removeIf(func(c *cmdCtx) bool {
+		st := c.state()
+		return st == ctxAbortedTMF || st == ctxAbortedLocal
+	}, ch.finishAborted)
+	ch.tmfWaitQ.removeIf(notCmd, ch.finishAborted)
+	ch.serviceSQ()
+}
+
+// releaseTMFWaiters dispatches the commands held while task management ran.
+func (ch *channel) releaseTMFWaiters() {
+	for !ch.tmfWaitQ.empty() && ch.tmf.active == 0 {
+		c := ch.tmfWaitQ.pop()
+		if c.state() != ctxCmd {
+			ch.finishAborted(c)
+			continue
+		}
+		ch.dispatch(c)
+	}
+}
+
+// startTMF queues an SRP_TSK_MGMT for the task management goroutine.
+func (ch *channel) startTMF(c *cmdCtx, b []byte) {
+	ch.t.stats.taskMgmt.Add(1)
+	req := iu.TskMgmt(b)
+	tag := iu.Tag(0)
+	if len(b) >= 16 {
+		tag = req.Tag()
+	}
+	seq := ch.t.seq.Add(1)
+	c.activate(ctxTMF, seq, tag, 0, nil)
+	c.tm = tmReq{seq: seq}
+	if err := req.Validate(); err != nil {
+		ch.t.stats.taskMgmtByFunc[len(TaskMgmtFuncs)].Add(1)
+		ch.log.Warn("malformed SRP_TSK_MGMT", zap.Uint64("tag", uint64(tag)), zap.Error(err))
+		c.tm.code = iu.TskMgmtReqInvalid
+		c.setStage(stageRespond)
+		ch.newSQWork(c)
+		return
+	}
+	c.tm.fn, c.tm.lun, c.tm.taskTag = req.Func(), req.LUN(), req.TaskTag()
+	ch.t.stats.taskMgmtByFunc[taskMgmtIndex(c.tm.fn)].Add(1)
+	c.setStage(stageTMF)
+	ch.handedOff++
+	ch.tmf.active++
+	ch.tmf.queue.push(c)
+	ch.runNextTMF()
 }

@@ -525,37 +525,67 @@ func (ch *channel) rdmaError(what string, c *cmdCtx, st ib.Status) {
 	ch.beginClose("work request failed: " + st.String())
 }
 
-// ctlBuf returns the send buffer of target-initiated IU slot.
-func (ch *channel) ctlBuf(slot int) (off uint64, b []byte) {
-	off = ch.ctlOff + uint64(slot*ch.sendStride)
-	return off, ch.mem[off : off+uint64(ch.sendStride)]
-}
+// beginClose disconnects the channel; run then drains it (every posted work request comes
+// back, flushed) and tears it down.
+func (ch *channel) beginClose(why string) { ch.close(why, true) }
 
-// postCtl sends the n-byte IU in control slot slot; false if it could not be posted.
-func (ch *channel) postCtl(slot int, n int) bool {
-	ch.flushSends() // in order after the responses already queued
-	if !ch.flushesExpected() {
-		return false
-	}
-	off, _ := ch.ctlBuf(slot)
-	sges := append(ch.sges[:0], ib.SGE{MR: ch.mr, Offset: off, Length: uint32(n)})
-	wrs := append(ch.wrs[:0], ib.SendWR{ID: idCtl | idLast | uint64(slot), Op: ib.OpSend, Signaled: true, SGL: sges})
-	if _, err := ch.conn.PostSend(wrs); err != nil {
-		ch.log.Debug("posting a target request failed", zap.Int("slot", slot), zap.Error(err))
-		return false
-	}
-	ch.ctlBusy[slot] = true
-	ch.sqFree--
-	ch.batchPosted()
-	return true
-}
+// abandon closes the channel knowing that no flush completion will come (the device was
+// removed, a post or the completion queue failed): the queue pair is closed at once
+// (forceRelease) and the contexts released without waiting for their work requests. A
+// closing channel becomes abandoned.
+func (ch *channel) abandon(why string) { ch.close(why, false) }
 
-// sendTLogout sends SRP_T_LOGOUT (best effort: ib_srp only logs it).
-func (ch *channel) sendTLogout(reason iu.TLogoutReason) {
-	if ch.ctlBusy[ctlTLogout] || ch.sqFree < 1 || ch.closed() {
+// flushRecvs posts the receive buffers repost queued, with one PostRecv. A failure to post to
+// the channel's own queue abandons the channel; the group's SRQ logs and carries on.
+func (ch *channel) flushRecvs() {
+	lost, err := ch.rq.flush(ch.conn)
+	if err == nil {
 		return
 	}
-	_, b := ch.ctlBuf(ctlTLogout)
-	n := iu.TLogout(b).Encode(&iu.TLogoutFields{Reason: reason})
-	ch.postCtl(ctlTLogout, n)
+	quiet := errors.Is(err, ib.ErrClosed) || errors.Is(err, ib.ErrDeviceRemoved)
+	if ch.rq.shared() {
+		if !quiet {
+			ch.log.Error("posting shared receive buffers failed", zap.Int("lost", lost), zap.Error(err))
+		}
+		return
+	}
+	// The ones not posted will not complete, flushed or otherwise.
+	ch.recvPosted -= lost
+	if !quiet {
+		ch.log.Error("posting receive buffers failed", zap.Int("lost", lost), zap.Error(err))
+	}
+	ch.abandon("post receive failed")
+}
+
+// countIO adds a command whose response was just posted to its session's counters of its LUN.
+// now is the channel's latest clock reading (Unix nanoseconds; 0: none yet), so that no
+// clock is read per command.
+func (ch *channel) countIO(c *cmdCtx, now int64) {
+	io := ch.sess.io.Load()
+	if io == nil {
+		return
+	}
+	n, ok := scsi.DecodeLUN(c.cmd.LUN)
+	if !ok {
+		return
+	}
+	ctr := io.lookup(n)
+	if ctr == nil {
+		return
+	}
+	ctr.commands.Add(1)
+	if c.cmd.Status == scsi.StatusCheckCondition {
+		ctr.errors.Add(1)
+	}
+	if c.written > 0 {
+		ctr.readBytes.Add(uint64(c.written))
+	}
+	if n := len(c.cmd.DataOut); n > 0 {
+		ctr.writtenBytes.Add(uint64(n))
+	}
+	// Written only when it moves: the channels of a busy session do not all write one word
+	// per command.
+	if now != 0 && ctr.lastActive.Load() < now {
+		ctr.lastActive.Store(now)
+	}
 }

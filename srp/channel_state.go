@@ -2,8 +2,6 @@ package srp
 
 import (
 	"fmt"
-
-	"go.uber.org/zap"
 )
 
 // chPhase is where a channel is in its life. It only moves forward, and only through
@@ -50,41 +48,10 @@ var phaseMoves = [...]uint8{
 	phaseClosed:    0,
 }
 
-// setPhase moves the channel to phase p. The workers and the task management goroutine read
-// whether the channel is closing (closingNow) without a lock.
-func (ch *channel) setPhase(p chPhase) {
-	if phaseMoves[ch.phase]&(1<<p) == 0 {
-		illegalMove(ch, fmt.Sprintf("channel phase %v -> %v", ch.phase, p))
-		return
-	}
-	ch.phase = p
-	if p >= phaseClosing {
-		ch.closing.Store(true)
-	}
-}
-
-// closed reports whether the channel is closing: it takes no new work and its queue pair is
-// (being) disconnected.
-func (ch *channel) closed() bool { return ch.phase >= phaseClosing }
-
-// flushesExpected reports whether every posted work request will still come back as a
-// completion: false once the channel is abandoned.
-func (ch *channel) flushesExpected() bool { return ch.phase < phaseAbandoned }
-
-// qpOpen reports whether the queue pair is still open (completions and events to poll).
-func (ch *channel) qpOpen() bool { return ch.phase < phaseQPClosed }
-
 // strictMoves makes an illegal phase or stage move panic; the package's tests set it, so
 // that a move the tables do not allow fails the test that made it. In production the move is
 // refused and logged: the channel goes on as well as it can.
 var strictMoves = false
-
-func illegalMove(ch *channel, what string) {
-	if strictMoves {
-		panic("srp: illegal " + what)
-	}
-	ch.log.Error("internal error: illegal move refused", zap.String("move", what))
-}
 
 // cmdStage is where a context is in its life; only the channel goroutine reads and writes it
 // (a worker owns the context while it is in stageExec or stageTMF). It moves only through
@@ -129,39 +96,6 @@ var stageMoves = [256]uint16{
 	stageSent:      1 << stageNone,
 }
 
-// setStage moves c to stage to. Small enough to inline, a command changes stage about eight
-// times: moves the table allows that do not touch stageSent take the fast path.
-func (c *cmdCtx) setStage(to cmdStage) {
-	if fastMoves[c.stage]&(1<<to) == 0 {
-		c.setStageSlow(to)
-		return
-	}
-	c.stage = to
-}
-
-// setStageSent is setStage(stageSent), inline for the one legal move there, from
-// stageRespond.
-func (c *cmdCtx) setStageSent() {
-	if c.stage != stageRespond {
-		c.setStageSlow(stageSent)
-		return
-	}
-	ch := c.ch
-	c.stage = stageSent
-	ch.sent++
-	if c.real {
-		ch.answered++
-	}
-}
-
-// setStageNone is setStage(stageNone), which every stage may take, inline.
-func (c *cmdCtx) setStageNone() {
-	if c.stage == stageSent {
-		c.ch.sent--
-	}
-	c.stage = stageNone
-}
-
 // fastMoves are the moves of stageMoves that neither enter nor leave stageSent.
 var fastMoves = func() (m [256]uint16) {
 	for s := range m {
@@ -171,93 +105,3 @@ var fastMoves = func() (m [256]uint16) {
 	}
 	return m
 }()
-
-// setStageSlow is setStage for the moves that are refused, go back to stageNone from a stage
-// beyond the table, or enter or leave stageSent (the channel counts the posted responses).
-func (c *cmdCtx) setStageSlow(to cmdStage) {
-	if to != stageNone && stageMoves[c.stage]&(1<<to) == 0 {
-		illegalMove(c.ch, fmt.Sprintf("command stage %v -> %v (context %d)", c.stage, to, c.idx))
-		return
-	}
-	if c.stage == stageSent {
-		c.ch.sent--
-	}
-	if to == stageSent {
-		c.ch.sent++
-		if c.real {
-			c.ch.answered++
-		}
-	}
-	c.stage = to
-}
-
-// ctxQueue is a FIFO of contexts linked through cmdCtx.next: the commands waiting for a data
-// buffer, for send-queue slots, or for the channel's task management to finish. A context is
-// in at most one queue at a time.
-type ctxQueue struct {
-	head, tail *cmdCtx
-}
-
-func (q *ctxQueue) empty() bool    { return q.head == nil }
-func (q *ctxQueue) front() *cmdCtx { return q.head }
-
-// push appends c.
-func (q *ctxQueue) push(c *cmdCtx) {
-	c.next = nil
-	if q.tail == nil {
-		q.head = c
-	} else {
-		q.tail.next = c
-	}
-	q.tail = c
-}
-
-// pushFront puts c back at the head (it could not advance after all).
-func (q *ctxQueue) pushFront(c *cmdCtx) {
-	c.next = q.head
-	q.head = c
-	if q.tail == nil {
-		q.tail = c
-	}
-}
-
-// pop removes and returns the head, nil when empty.
-func (q *ctxQueue) pop() *cmdCtx {
-	c := q.head
-	if c == nil {
-		return nil
-	}
-	q.head = c.next
-	if q.head == nil {
-		q.tail = nil
-	}
-	c.next = nil
-	return c
-}
-
-// removeIf takes out, in order, every context for which drop is true and hands each to then.
-// then may push onto any queue, this one too (finish can start a parked IU that waits for a
-// buffer): what it pushes goes after the contexts kept.
-func (q *ctxQueue) removeIf(drop func(*cmdCtx) bool, then func(*cmdCtx)) {
-	c := q.head
-	*q = ctxQueue{}
-	var keep ctxQueue
-	for c != nil {
-		next := c.next
-		c.next = nil
-		if drop(c) {
-			then(c)
-		} else {
-			keep.push(c)
-		}
-		c = next
-	}
-	if keep.head == nil {
-		return
-	}
-	keep.tail.next = q.head
-	if q.tail != nil {
-		keep.tail = q.tail
-	}
-	*q = keep
-}

@@ -1,10 +1,11 @@
 package srp
 
 import (
-	"sync/atomic"
+	"fmt"
 
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp/iu"
+	"go.uber.org/zap"
 )
 
 // Command context states. The state lives in the low byte of cmdCtx.sg, with a generation
@@ -22,57 +23,6 @@ const (
 
 func sgState(v uint64) uint64           { return v & 0xFF }
 func sgNext(v uint64, st uint64) uint64 { return v&^0xFF | st }
-
-// cmdCtx is the preallocated state of one IU (SRP_CMD or SRP_TSK_MGMT) from its receive to
-// its response's send completion. A channel has 2 × credits of them: a response's context is
-// busy until its SEND completes, and the initiator may already have sent the next IU into the
-// receive buffer the response gave back.
-type cmdCtx struct {
-	ch  *channel
-	idx uint32
-
-	// Read by task management on other goroutines.
-	sg        atomic.Uint64 // generation << 8 | state
-	seq       atomic.Uint64 // arrival order (Target.seq), so that task management spares later IUs
-	tag       atomic.Uint64
-	lun       atomic.Uint64
-	lu        atomic.Pointer[scsi.LogicalUnit]
-	abortDone chan struct{} // signalled when a ctxAbortedTMF context is released
-
-	// Owned by the channel goroutine (and the worker while stageExec / stageTMF).
-	stage     cmdStage
-	recv      int32 // receive buffer holding the IU, -1 when none
-	out, in   iu.DataBuf
-	buf       poolBuf // data buffer
-	table     poolBuf // external descriptor table
-	batchWRs  int     // work requests of the batch in flight (0: none)
-	real      bool    // a command the target works on (not answered by the transport)
-	xportFail bool    // answered by the transport: no residuals
-	lunMap    *scsi.LUNMap
-	mapping   *scsi.Mapping     // lunMap's mapping of the command's LUN, nil when none
-	luHold    *scsi.LogicalUnit // the logical unit this command holds (Hold), released when its response is posted or in finish
-	cmd       scsi.Command
-	tm        tmReq
-	next      *cmdCtx // wait lists
-	waitSince int64   // monotonic nanoseconds, buffer waits
-	sendOff   uint64  // send buffer offset in the channel's region
-	// Per-logical-unit statistics (scsi.LUStats): the unit the command counts against (nil:
-	// none, or not an SRP_CMD), when its IU arrived (channel.pollNow), its operation class,
-	// and the data-in bytes its response carried.
-	statLU  *scsi.LogicalUnit
-	arrived int64
-	class   scsi.OpClass
-	written uint32
-}
-
-// tmReq is a task management request and its outcome.
-type tmReq struct {
-	seq     uint64 // arrival number: commands that arrived later are not affected
-	fn      iu.TskMgmtFunc
-	lun     uint64
-	taskTag iu.Tag
-	code    iu.TskMgmtRspCode
-}
 
 // state returns the current state.
 func (c *cmdCtx) state() uint64 { return sgState(c.sg.Load()) }
@@ -143,4 +93,127 @@ func (c *cmdCtx) dataBuf() *iu.DataBuf {
 		return &c.out
 	}
 	return &c.in
+}
+
+func illegalMove(ch *channel, what string) {
+	if strictMoves {
+		panic("srp: illegal " + what)
+	}
+	ch.log.Error("internal error: illegal move refused", zap.String("move", what))
+}
+
+// setStage moves c to stage to. Small enough to inline, a command changes stage about eight
+// times: moves the table allows that do not touch stageSent take the fast path.
+func (c *cmdCtx) setStage(to cmdStage) {
+	if fastMoves[c.stage]&(1<<to) == 0 {
+		c.setStageSlow(to)
+		return
+	}
+	c.stage = to
+}
+
+// setStageSent is setStage(stageSent), inline for the one legal move there, from
+// stageRespond.
+func (c *cmdCtx) setStageSent() {
+	if c.stage != stageRespond {
+		c.setStageSlow(stageSent)
+		return
+	}
+	ch := c.ch
+	c.stage = stageSent
+	ch.sent++
+	if c.real {
+		ch.answered++
+	}
+}
+
+// setStageNone is setStage(stageNone), which every stage may take, inline.
+func (c *cmdCtx) setStageNone() {
+	if c.stage == stageSent {
+		c.ch.sent--
+	}
+	c.stage = stageNone
+}
+
+// setStageSlow is setStage for the moves that are refused, go back to stageNone from a stage
+// beyond the table, or enter or leave stageSent (the channel counts the posted responses).
+func (c *cmdCtx) setStageSlow(to cmdStage) {
+	if to != stageNone && stageMoves[c.stage]&(1<<to) == 0 {
+		illegalMove(c.ch, fmt.Sprintf("command stage %v -> %v (context %d)", c.stage, to, c.idx))
+		return
+	}
+	if c.stage == stageSent {
+		c.ch.sent--
+	}
+	if to == stageSent {
+		c.ch.sent++
+		if c.real {
+			c.ch.answered++
+		}
+	}
+	c.stage = to
+}
+
+func (q *ctxQueue) empty() bool    { return q.head == nil }
+func (q *ctxQueue) front() *cmdCtx { return q.head }
+
+// push appends c.
+func (q *ctxQueue) push(c *cmdCtx) {
+	c.next = nil
+	if q.tail == nil {
+		q.head = c
+	} else {
+		q.tail.next = c
+	}
+	q.tail = c
+}
+
+// pushFront puts c back at the head (it could not advance after all).
+func (q *ctxQueue) pushFront(c *cmdCtx) {
+	c.next = q.head
+	q.head = c
+	if q.tail == nil {
+		q.tail = c
+	}
+}
+
+// pop removes and returns the head, nil when empty.
+func (q *ctxQueue) pop() *cmdCtx {
+	c := q.head
+	if c == nil {
+		return nil
+	}
+	q.head = c.next
+	if q.head == nil {
+		q.tail = nil
+	}
+	c.next = nil
+	return c
+}
+
+// removeIf takes out, in order, every context for which drop is true and hands each to then.
+// then may push onto any queue, this one too (finish can start a parked IU that waits for a
+// buffer): what it pushes goes after the contexts kept.
+func (q *ctxQueue) removeIf(drop func(*cmdCtx) bool, then func(*cmdCtx)) {
+	c := q.head
+	*q = ctxQueue{}
+	var keep ctxQueue
+	for c != nil {
+		next := c.next
+		c.next = nil
+		if drop(c) {
+			then(c)
+		} else {
+			keep.push(c)
+		}
+		c = next
+	}
+	if keep.head == nil {
+		return
+	}
+	keep.tail.next = q.head
+	if q.tail != nil {
+		keep.tail = q.tail
+	}
+	*q = keep
 }

@@ -1,11 +1,5 @@
 package srp
 
-import (
-	"go.uber.org/zap"
-
-	"github.com/srptarget/srptarget/srp/iu"
-)
-
 // creditLedger is the channel's request limit bookkeeping (SRP r16a REQUEST LIMIT DELTA). The
 // initiator spends one credit per SRP_CMD and SRP_TSK_MGMT; every SRP_RSP gives back its
 // REQUEST LIMIT DELTA. The target answers each request with a delta of 1 plus the credits of
@@ -48,50 +42,4 @@ func (l *creditLedger) credit(posted int) uint32 {
 	l.pending -= uint32(d)
 	l.granted += d
 	return uint32(d)
-}
-
-// maybeCredReq returns owed credits to an idle channel. Credits of requests that ended
-// without a response (commands aborted by task management, possibly sent on another channel)
-// normally ride on the channel's next SRP_RSP; a channel with nothing outstanding sends no
-// response, and an initiator left with one credit (kept for task management) could send no
-// command to get one. So when no request of the channel is in progress and credits are owed,
-// they go back in an SRP_CRED_REQ. One is outstanding at a time (ib_srp has one send buffer
-// for its answer); the next waits for the SRP_CRED_RSP, meanwhile owed credits ride on
-// responses again. Credits granted stay within the receive buffers posted less the spare one
-// that takes the SRP_CRED_RSP.
-func (ch *channel) maybeCredReq() {
-	if ch.ledger.pending == 0 || ch.ctxInUse() > 0 || ch.phase != phaseLive ||
-		ch.credReqOut || ch.ctlBusy[ctlCredReq] || ch.sqFree < 1 {
-		return
-	}
-	delta := ch.ledger.credit(ch.recvLimit())
-	if delta == 0 {
-		return
-	}
-	ch.credReqTag++
-	_, b := ch.ctlBuf(ctlCredReq)
-	n := iu.CredReq(b).Encode(&iu.CredReqFields{ReqLimDelta: delta, Tag: ch.credReqTag})
-	// Counted before the SEND: the initiator may see it before PostSend returns.
-	ch.t.stats.credReqs.Add(1)
-	ch.credReqOut = true
-	if !ch.postCtl(ctlCredReq, n) {
-		ch.abandon("post failed")
-		return
-	}
-	ch.log.Debug("returned owed credits with SRP_CRED_REQ", zap.Uint32("delta", delta), zap.Uint64("tag", uint64(ch.credReqTag)))
-}
-
-// onCredRsp handles the initiator's SRP_CRED_RSP (it takes no credit).
-func (ch *channel) onCredRsp(b []byte) {
-	if err := iu.CredRsp(b).Validate(); err != nil {
-		ch.log.Warn("malformed SRP_CRED_RSP ignored", zap.Error(err))
-		return
-	}
-	tag := iu.CredRsp(b).Tag()
-	if !ch.credReqOut || tag != ch.credReqTag {
-		ch.log.Warn("SRP_CRED_RSP answers no outstanding SRP_CRED_REQ: ignored",
-			zap.Uint64("tag", uint64(tag)), zap.Bool("outstanding", ch.credReqOut), zap.Uint64("expected", uint64(ch.credReqTag)))
-		return
-	}
-	ch.credReqOut = false
 }

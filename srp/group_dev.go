@@ -9,31 +9,6 @@ import (
 	"github.com/srptarget/srptarget/ib"
 )
 
-// groupDev is what a poll group has on one RDMA device (ib.SharedQueues): completion queues
-// for the send queues of its channels there and for their receives, and the shared receive
-// queue with its buffers (SPDK's per-poll-group poller: one CQ and one SRQ per device). A CQ
-// must hold every completion that can be outstanding on it, so each channel reserves its queue
-// depths in them at login; a CQ that is full gets a sibling (as the kernel's CQ pool does).
-//
-// The login goroutine makes and sizes them under the group's mutex; the group goroutine polls
-// the CQs and owns the SRQ's posting, the QP numbers and everything else.
-type groupDev struct {
-	g     *pollGroup
-	pd    ib.ProtectionDomain
-	sq    ib.SharedQueues
-	ch    ib.CompChannel // where its CQs raise their events
-	send  []*groupCQ     // guarded by g.mu; the group goroutine polls a copy (pollGroup.cqs)
-	recv  []*groupCQ
-	srq   *recvRing // nil: no SRQ on this device (or limits.srq_depth 0)
-	cache *bufCache // the group's cache of the device's data buffers
-	byQPN map[uint32]*channel
-	// last is the entry of byQPN found last (nil: none): completions come in runs of one
-	// queue pair, and the map lookup costs more than the rest of dispatch.
-	last    *channel
-	lastQPN uint32
-	chans   int // channels on it (g.mu)
-}
-
 // channelOf returns the channel of QP number qpn, or nil (group goroutine).
 func (d *groupDev) channelOf(qpn uint32) *channel {
 	if d.last != nil && d.lastQPN == qpn {
@@ -56,14 +31,6 @@ func (d *groupDev) setQPN(qpn uint32, ch *channel) {
 func (d *groupDev) dropQPN(qpn uint32) {
 	delete(d.byQPN, qpn)
 	d.last = nil
-}
-
-// groupCQ is one completion queue with the entries not yet reserved.
-type groupCQ struct {
-	dev   *groupDev
-	cq    ib.CQ
-	room  int
-	recvs bool // receive completions (else send-queue ones)
 }
 
 // cqChunk is the size of the completion queues a group makes when none has room (the
@@ -272,16 +239,6 @@ func (g *pollGroup) unreserveLocked(q *channelQueues) {
 	q.send.room += q.sqDepth
 	q.recv.room += q.nrecv
 	q.dev.chans--
-}
-
-// channelQueues are a channel's places in its group's queues on its device.
-type channelQueues struct {
-	dev        *groupDev
-	send, recv *groupCQ
-	srq        *recvRing // nil: the channel has a receive queue of its own
-	sqDepth    int
-	nrecv      int
-	qpn        uint32 // the QP's number, once known (registerQP); group goroutine
 }
 
 // registerQP records, from the login goroutine inside Accept (ib.AcceptParams.OnQP), that

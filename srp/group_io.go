@@ -3,45 +3,12 @@ package srp
 import (
 	"errors"
 	"os"
-	"sync/atomic"
-	"unsafe"
 
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/srptarget/srptarget/backstore"
 	"github.com/srptarget/srptarget/scsi"
 )
-
-// groupIO is a poll group's io_uring (Limits.BackstoreIO io_uring): the reads, writes and
-// flushes of its channels' commands on file and block logical units start in the pass that
-// dispatches them (scsi.LUNMap.Start), reach the kernel in one system call at the end of the
-// pass (submit), and are reaped in a later pass (reap), which moves each command on
-// (scsi.LUNMap.Complete) to its response. No goroutine blocks per command: a command that
-// would have to wait (scsi.Blocked: behind an ORDERED command, for a range COMPARE AND WRITE
-// holds, for room in the ring) goes to a worker as every command of a blocking logical unit
-// does with the sync engine.
-//
-// While the group sleeps with requests in flight, the ring signals an eventfd that a
-// goroutine waits on in the netpoller, and that goroutine wakes the group; while the group is
-// awake the signal is off (Queue.SignalEventfd), so that a busy group pays nothing for it.
-type groupIO struct {
-	g *pollGroup
-	q *backstore.Queue // made on first use; nil with the sync engine or when it could not be
-	// off: the sync engine, or the ring could not be made: commands go to workers.
-	off bool
-	// cmds holds by tag the command whose request is in flight; free the unused tags.
-	cmds       []*cmdCtx
-	free       []uint32
-	inFlight   atomic.Int32  // commands with a request in flight
-	started    atomic.Uint64 // commands Start took (tests, and the group's share of the work)
-	bufs       ringBuffers
-	wake       ringWake
-	onComplete func(backstore.Completion)
-	// holdReap, set by a test, keeps reap from reaping: commands stay pending in their
-	// logical units as long as a slow disk would keep them.
-	holdReap atomic.Bool
-}
 
 // groupIODepth is the requests a group's ring holds in flight, and the commands: more than
 // its channels have outstanding in the usual case (a few channels' credits); a command that
@@ -183,88 +150,3 @@ func (io *groupIO) close() {
 	io.wake.close()
 	io.q = nil
 }
-
-// ringBuffers is the buffer pool registered with a group's ring (Queue.RegisterBuffer), nil for
-// none: one pool can be, the first one a command's buffer came from. failed: the kernel
-// refused, requests pin their buffers.
-type ringBuffers struct {
-	pool   *bufPool
-	failed bool
-}
-
-// register registers pool with q, unless one is: reads and writes in it then
-// skip the pinning of their pages. A registered pool that is closing (its device was removed:
-// every buffer of it is back, so no request into it is in flight) is unregistered first, before
-// any request starts: its memory is about to be unmapped, and a pool mapped later at the same
-// addresses would otherwise be read and written through the old pages the ring holds.
-func (r *ringBuffers) register(q *backstore.Queue, pool *bufPool, log *zap.Logger) {
-	if r.pool != nil {
-		select {
-		case <-r.pool.closing:
-		default:
-			return
-		}
-		r.pool = nil
-		if err := q.UnregisterBuffers(); err != nil {
-			log.Warn("unregistering a removed device's buffer pool from the io_uring failed: its pages stay pinned", zap.Error(err))
-		}
-	}
-	if r.failed || pool == nil || len(pool.mem) == 0 {
-		return
-	}
-	if err := q.RegisterBuffer(pool.mem); err != nil {
-		r.failed = true
-		log.Debug("registering the buffer pool with the io_uring failed: requests pin their buffers", zap.Error(err),
-			zap.Uintptr("pool", uintptr(unsafe.Pointer(unsafe.SliceData(pool.mem)))))
-		return
-	}
-	r.pool = pool
-}
-
-// ringWake is the eventfd a group's ring signals while the group sleeps with requests in
-// flight, and the goroutine that waits on it in the netpoller and wakes the group. The signal
-// is off while the group is awake, so that a busy group pays nothing for it.
-type ringWake struct {
-	efd   *os.File
-	armed bool // the signal is on: the group sleeps or is about to
-}
-
-// listen registers an eventfd with q and starts the goroutine that calls wake when it is
-// signalled; the signal starts off.
-func (w *ringWake) listen(q *backstore.Queue, wake func()) error {
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return err
-	}
-	if err := q.RegisterEventfd(fd); err != nil {
-		unix.Close(fd)
-		return err
-	}
-	q.SignalEventfd(false)
-	// Non-blocking: the read parks its goroutine in the netpoller, not a thread.
-	w.efd = os.NewFile(uintptr(fd), "io_uring eventfd")
-	go func(f *os.File) {
-		var b [8]byte
-		for {
-			if _, err := f.Read(b[:]); err != nil {
-				return // closed (close)
-			}
-			wake()
-		}
-	}(w.efd)
-	return nil
-}
-
-func (w *ringWake) arm(q *backstore.Queue) {
-	w.armed = true
-	q.SignalEventfd(true)
-}
-
-func (w *ringWake) disarm(q *backstore.Queue) {
-	if w.armed {
-		w.armed = false
-		q.SignalEventfd(false)
-	}
-}
-
-func (w *ringWake) close() { w.efd.Close() }

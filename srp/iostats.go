@@ -123,36 +123,3 @@ type SessionIOInfo struct {
 	LUNMap *scsi.LUNMap
 	IO     []LUNIOStats
 }
-
-// countIO adds a command whose response was just posted to its session's counters of its LUN.
-// now is the channel's latest clock reading (Unix nanoseconds; 0: none yet), so that no
-// clock is read per command.
-func (ch *channel) countIO(c *cmdCtx, now int64) {
-	io := ch.sess.io.Load()
-	if io == nil {
-		return
-	}
-	n, ok := scsi.DecodeLUN(c.cmd.LUN)
-	if !ok {
-		return
-	}
-	ctr := io.lookup(n)
-	if ctr == nil {
-		return
-	}
-	ctr.commands.Add(1)
-	if c.cmd.Status == scsi.StatusCheckCondition {
-		ctr.errors.Add(1)
-	}
-	if c.written > 0 {
-		ctr.readBytes.Add(uint64(c.written))
-	}
-	if n := len(c.cmd.DataOut); n > 0 {
-		ctr.writtenBytes.Add(uint64(n))
-	}
-	// Written only when it moves: the channels of a busy session do not all write one word
-	// per command.
-	if now != 0 && ctr.lastActive.Load() < now {
-		ctr.lastActive.Store(now)
-	}
-}

@@ -87,20 +87,3 @@ func (c *bufCache) empty() bool {
 	}
 	return true
 }
-
-// allocBuf allocates a data buffer, through the group's cache when the channel has one.
-func (ch *channel) allocBuf(n uint32) (poolBuf, bool) {
-	if ch.dev != nil && ch.dev.cache != nil {
-		return ch.dev.cache.alloc(n)
-	}
-	return ch.pool.alloc(n)
-}
-
-// freeBuf gives a data buffer back, through the group's cache when the channel has one.
-func (ch *channel) freeBuf(b poolBuf) {
-	if ch.dev != nil && ch.dev.cache != nil {
-		ch.dev.cache.release(b)
-		return
-	}
-	ch.pool.release(b)
-}

@@ -3,30 +3,8 @@ package srp
 import (
 	"fmt"
 	"net/netip"
-	"sync"
 	"time"
 )
-
-// registry is what the target has admitted: its sessions (one per I_T nexus, kept while the
-// target lives unless one must make room for another), its channels, and each source
-// address's share of them (share.go), each counted against its Limits.
-type registry struct {
-	lim        *Limits
-	newSession func(nexusKey) *session
-
-	mu     sync.Mutex
-	closed bool // Shutdown: no channel is added any more
-	// sessions are the I_T nexuses; channels the live channels of all of them.
-	sessions map[nexusKey]*session
-	channels map[*channel]struct{}
-	// sources are the source addresses with logins or channels: each host's share of the
-	// sessions, channels and buffers (share.go).
-	sources sourceTable
-	// chReserved counts channels of logins in progress that passed the MaxChannelsTotal check
-	// and are not in channels yet.
-	chReserved int
-	live       sync.WaitGroup // channels added and not yet removed
-}
 
 // init readies r for New's target.
 func (r *registry) init(lim *Limits, newSession func(nexusKey) *session) {
@@ -183,9 +161,6 @@ func (r *registry) removeChannel(ch *channel) {
 	r.live.Done()
 }
 
-// sourceTable is the source addresses with logins or channels. registry.mu guards it.
-type sourceTable map[netip.Addr]*source
-
 // get returns the record of addr, making it.
 func (t sourceTable) get(addr netip.Addr) *source {
 	src := t[addr]
@@ -208,19 +183,6 @@ func (t sourceTable) unref(src *source, key nexusKey, channel bool) {
 	if len(src.nexuses) == 0 && src.channels == 0 && t[src.addr] == src {
 		delete(t, src.addr)
 	}
-}
-
-// source is one initiator host, by source address (its GID for a login on an AF_IB listener,
-// written as an IPv6 address): the logins and channels it has, and the
-// data buffers they hold. registry.mu guards everything but buf.
-type source struct {
-	addr netip.Addr
-	// nexuses counts, per I_T nexus, the logins in progress and the channels reserved or
-	// live from this address: a nexus counts against Limits.MaxSessionsPerSource while it
-	// has either.
-	nexuses  map[nexusKey]int
-	channels int // channels reserved or live
-	buf      bufShare
 }
 
 // limitRefusal is why a login was refused for a limit of the target or a share of its source

@@ -3,8 +3,6 @@ package srp
 import (
 	"net/netip"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -12,37 +10,6 @@ import (
 	"github.com/srptarget/srptarget/scsi"
 	"github.com/srptarget/srptarget/srp/iu"
 )
-
-// nexusKey identifies an I_T nexus: (initiator port identifier, target port identifier).
-type nexusKey struct {
-	initiator, target iu.PortID
-}
-
-// session is one I_T nexus. It outlives its channels: the scsi.Nexus pointer must stay the same
-// across relogins so that unit attentions (I_T NEXUS LOSS OCCURRED, REPORTED LUNS DATA HAS
-// CHANGED) reach the initiator when it comes back. It is forgotten only when a new nexus needs
-// room (Limits.MaxSessions): then the one without channels for the longest goes.
-type session struct {
-	key    nexusKey
-	nexus  *scsi.Nexus
-	log    *zap.Logger
-	lunMap atomic.Pointer[scsi.LUNMap]
-	// io is the session's I/O counters per LUN (iostats.go), with an entry for every LUN
-	// lunMap has had.
-	io atomic.Pointer[sessionIO]
-	// buf is the data buffers the nexus's channels hold together (Limits.MaxInitiatorBuffer).
-	buf bufShare
-	// forgotten is Config.SessionForgotten.
-	forgotten func(SessionIOInfo)
-
-	// loginMu serialises logins of this nexus (a SINGLE login tears down the others).
-	loginMu sync.Mutex
-	nexusChannels
-
-	// logins counts login handlers using the session (guarded by registry.mu): a session is
-	// forgotten only when none is.
-	logins int
-}
 
 // ioInfo is the session's I/O counters, for SessionIO and Config.SessionForgotten.
 func (s *session) ioInfo() SessionIOInfo {
@@ -149,21 +116,6 @@ func (s *session) switchMap(m *scsi.LUNMap, why string) {
 	m.EstablishUA(s.nexus, scsi.ReasonReportedLUNsDataHasChanged)
 	s.log.Info("LUN map changed: REPORTED LUNS DATA HAS CHANGED pending",
 		zap.String("by", why), zap.Int("luns_before", len(old.Mappings())), zap.Int("luns", len(m.Mappings())))
-}
-
-// nexusChannels are the live channels of a nexus, and whether it is being reset after the loss
-// of the last one.
-type nexusChannels struct {
-	mu       sync.Mutex
-	channels []*channel // live channels, in login order
-	src      netip.AddrPort
-	// resetting is closed when the nexus reset that followed the loss of the last channel is
-	// done; a login waits for it, so that a reset meant for the old channels' commands cannot
-	// abort the new ones.
-	resetting chan struct{}
-	// idleSince is when the session last had no channel (its creation, or the loss of its
-	// last channel): the oldest idle session is forgotten first.
-	idleSince time.Time
 }
 
 // channelList returns a snapshot of the live channels.

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync"
-	"sync/atomic"
 
 	"go.uber.org/zap"
 
@@ -63,78 +61,6 @@ import (
 
 // ErrTargetClosed is returned by Serve after Shutdown.
 var ErrTargetClosed = errors.New("srp: target shut down")
-
-// Target is the SRP target engine: it accepts logins on ib.Listeners, runs one goroutine per
-// RDMA channel that moves IUs and data, and hands SCSI commands to the LUN map the Authorizer
-// chose for the initiator.
-//
-// Object model (as LIO's): Target → session (one per I_T nexus: initiator port identifier +
-// target port identifier, with its scsi.Nexus, kept for the life of the target so that unit
-// attentions survive relogins) → channel (one RC queue pair; several per session with
-// multichannel logins) → command contexts (preallocated per channel).
-type Target struct {
-	io  backstoreIOState // how file and block LUNs are read and written (backstoreio.go)
-	cfg Config
-	lim Limits
-	log *zap.Logger
-	// ports maps each target port identifier the target accepts logins for to its SCSI
-	// target port (Config.TargetPort and Config.MorePorts).
-	ports  map[iu.PortID]*scsi.TargetPort
-	auth   atomic.Pointer[authHolder]
-	stats  counters
-	chanID atomic.Uint64
-	// seq numbers every SRP_CMD and SRP_TSK_MGMT in arrival order across channels, so that a
-	// task management function affects only the commands that arrived before it.
-	seq atomic.Uint64
-
-	// loginSlots holds a token per login being handled (Limits.MaxLoginsInProgress).
-	loginSlots chan struct{}
-	// logLimit keeps floods of refused logins from flooding the log.
-	logLimit *loglimit.Keyed
-
-	// reg is the sessions and channels the target has admitted (registry.go).
-	reg registry
-	// pools are the data-buffer pools of the RDMA devices (pools.go).
-	pools devicePools
-
-	mu        sync.Mutex
-	shutting  bool
-	listeners map[ib.Listener]struct{}
-	logins    sync.WaitGroup // login handlers in progress
-	serving   sync.WaitGroup // Serve loops
-	// groups run the channels' data path (group.go), each on its goroutine; groupsFillPs:
-	// there are as many as Ps (GOMAXPROCS), none left for the network poller (spin).
-	groups       []*pollGroup
-	groupsFillPs bool
-
-	// startHook, when set (scripted tests only), receives each accepted channel instead of
-	// its goroutines being started: the test drives it step by step.
-	startHook func(*channel)
-	// scriptGroups, when set (scripted tests only), gives each channel a poll group of its
-	// own that runs no goroutine (the test runs its loop).
-	scriptGroups bool
-}
-
-// counters are the target's event counters, which Stats reports.
-type counters struct {
-	loginsAccepted, loginsRejected atomic.Uint64
-	rejects                        [7]atomic.Uint64
-	rejectedByACL                  atomic.Uint64
-	channelsOpen                   atomic.Int64
-	channelsClosed                 atomic.Uint64
-	commands, taskMgmt, aborted    atomic.Uint64
-	taskMgmtByFunc                 [len(TaskMgmtFuncs) + 1]atomic.Uint64
-	bytesIn, bytesOut              atomic.Uint64
-	transportErrors                atomic.Uint64
-	protocolErrors, rdmaErrors     atomic.Uint64
-	bufferWaits, bufferBusy        atomic.Uint64
-	creditViolations               atomic.Uint64
-	rdmaStalls, idleClosed         atomic.Uint64
-	credReqs                       atomic.Uint64
-	sendPosts, sendWRs             atomic.Uint64
-}
-
-type authHolder struct{ a Authorizer }
 
 // New makes a target. It starts nothing: call Serve for each listener.
 func New(cfg Config) (*Target, error) {

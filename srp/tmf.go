@@ -35,63 +35,6 @@ import (
 // claim can enter the logical unit after the first abort looked for it.
 const tmfRetry = 20 * time.Millisecond
 
-// TaskManagementFunctions are the task management functions SRP carries (SRP r16a table 16): a
-// logical unit served over SRP reports these in REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS
-// (scsi.Config.TaskManagement). CLEAR ACA is carried but not supported by the logical unit.
-const TaskManagementFunctions = scsi.TMFAbortTask | scsi.TMFAbortTaskSet | scsi.TMFClearTaskSet |
-	scsi.TMFLogicalUnitRst | scsi.TMFClearACA
-
-// TaskMgmtFuncs are the task management functions Stats.TaskMgmtByFunc counts one by one: those
-// SRP r16a defines (table 16).
-var TaskMgmtFuncs = [...]iu.TskMgmtFunc{iu.TskAbortTask, iu.TskAbortTaskSet, iu.TskClearTaskSet, iu.TskLUNReset, iu.TskClearACA}
-
-// taskMgmtIndex is fn's index in TaskMgmtFuncs, or len(TaskMgmtFuncs) for another function.
-func taskMgmtIndex(fn iu.TskMgmtFunc) int {
-	for i, f := range TaskMgmtFuncs {
-		if f == fn {
-			return i
-		}
-	}
-	return len(TaskMgmtFuncs)
-}
-
-// startTMF queues an SRP_TSK_MGMT for the task management goroutine.
-func (ch *channel) startTMF(c *cmdCtx, b []byte) {
-	ch.t.stats.taskMgmt.Add(1)
-	req := iu.TskMgmt(b)
-	tag := iu.Tag(0)
-	if len(b) >= 16 {
-		tag = req.Tag()
-	}
-	seq := ch.t.seq.Add(1)
-	c.activate(ctxTMF, seq, tag, 0, nil)
-	c.tm = tmReq{seq: seq}
-	if err := req.Validate(); err != nil {
-		ch.t.stats.taskMgmtByFunc[len(TaskMgmtFuncs)].Add(1)
-		ch.log.Warn("malformed SRP_TSK_MGMT", zap.Uint64("tag", uint64(tag)), zap.Error(err))
-		c.tm.code = iu.TskMgmtReqInvalid
-		c.setStage(stageRespond)
-		ch.newSQWork(c)
-		return
-	}
-	c.tm.fn, c.tm.lun, c.tm.taskTag = req.Func(), req.LUN(), req.TaskTag()
-	ch.t.stats.taskMgmtByFunc[taskMgmtIndex(c.tm.fn)].Add(1)
-	c.setStage(stageTMF)
-	ch.handedOff++
-	ch.tmf.active++
-	ch.tmf.queue.push(c)
-	ch.runNextTMF()
-}
-
-// tmfRunner runs the channel's task management functions one at a time, in arrival order,
-// each on a goroutine of its own: a function blocks until the commands it aborts have
-// stopped, which needs the group goroutine to go on.
-type tmfRunner struct {
-	active int      // functions of the channel in progress, queued or running
-	queue  ctxQueue // waiting for the one that runs
-	busy   bool     // one runs
-}
-
 // runNextTMF starts the oldest queued function unless one runs.
 func (ch *channel) runNextTMF() {
 	if ch.tmf.busy || ch.tmf.queue.empty() {

@@ -8,74 +8,6 @@ import (
 	"github.com/srptarget/srptarget/srp/iu"
 )
 
-// stallWatch is the state of the stall watchdog, which closes a channel whose oldest
-// outstanding work request is older than Limits.RDMATimeout. It knows that age without a
-// clock read per post: each check (every RDMATimeout/watchSteps while work is outstanding)
-// records a mark, the number of batches posted by then. Send-queue work completes in the
-// order it was posted on a reliable connection, so when fewer batches have completed than a
-// mark taken RDMATimeout ago counted, a batch posted before that mark is still outstanding:
-// the channel is stalled. Whether anything completed meanwhile does not matter: an initiator
-// that trickles receive buffers lets a response through now and then, but the work queued
-// behind keeps ageing. The stall is noticed at most RDMATimeout/watchSteps late.
-type stallWatch struct {
-	posted uint64    // send-queue batches posted; completed = posted - sendBatches
-	at     time.Time // the next check; zero: not armed (nothing outstanding)
-	// marks is a ring of the checks' marks, oldest first, none older than needed.
-	marks      [watchSteps + 2]watchMark
-	head, size int
-}
-
-// watchMark says that posted batches had been posted by at.
-type watchMark struct {
-	at     time.Time
-	posted uint64
-}
-
-// watchSteps is the number of checks per RDMATimeout.
-const watchSteps = 8
-
-func (w *stallWatch) push(at time.Time, posted uint64) {
-	if w.size == len(w.marks) {
-		w.head = (w.head + 1) % len(w.marks)
-		w.size--
-	}
-	w.marks[(w.head+w.size)%len(w.marks)] = watchMark{at, posted}
-	w.size++
-}
-
-// oldest returns the newest mark taken at or before cutoff, dropping the marks before it
-// (it is the strongest evidence a later check can have), or ok false if there is none.
-func (w *stallWatch) oldest(cutoff time.Time) (m watchMark, ok bool) {
-	for w.size > 1 && !w.marks[(w.head+1)%len(w.marks)].at.After(cutoff) {
-		w.head = (w.head + 1) % len(w.marks)
-		w.size--
-	}
-	if w.size == 0 || w.marks[w.head].at.After(cutoff) {
-		return watchMark{}, false
-	}
-	return w.marks[w.head], true
-}
-
-// watchPeriod is how often the watchdog looks at a channel with work outstanding.
-func (ch *channel) watchPeriod() time.Duration { return ch.t.lim.RDMATimeout / watchSteps }
-
-// batchPosted counts a batch of work requests queued for the send queue, and starts the
-// watchdog if it is not running: a busy channel reads the clock once per watchPeriod, not per
-// post.
-func (ch *channel) batchPosted() {
-	ch.sendBatches++
-	ch.watch.posted++
-	if !ch.watch.at.IsZero() {
-		return
-	}
-	now := ch.now()
-	ch.pub.lastClock = now.UnixNano()
-	ch.watch.head, ch.watch.size = 0, 0
-	ch.watch.push(now, ch.watch.posted)
-	ch.watch.at = now.Add(ch.watchPeriod())
-	ch.armTimer(ch.watch.at)
-}
-
 // watchdog closes the channel when a work request has been outstanding for
 // Limits.RDMATimeout (stallWatch). An initiator that posts no receive buffers leaves the
 // response SENDs in RNR retry for ever (ib_srp asks for infinite RNR retries), and with them
@@ -151,5 +83,13 @@ func (ch *channel) idleCheck(now time.Time) {
 		ch.idle.at = time.Time{}
 		ch.sendTLogout(iu.TLogoutInactive)
 		ch.beginClose("idle for " + idle.Round(time.Millisecond).String() + " (limits.idle_timeout): nothing received, nothing held")
+	}
+}
+
+// reap polls the group's completion queues, so that the channel's completions that have come
+// are taken: the stall watchdog and the idle check look at the channel only after.
+func (ch *channel) reap() {
+	for _, q := range ch.g.cqs {
+		ch.g.pollCQ(q)
 	}
 }
