@@ -1,6 +1,7 @@
 package scsi
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -58,6 +59,15 @@ func newGateLU(t testing.TB, blocks int64, mod func(*Config)) (*LogicalUnit, *LU
 	g := gatestore.New(mem)
 	lu, m := newLUOver(t, g, mod)
 	return lu, m, g
+}
+
+// forBlockSizes runs f, as a subtest named by the size, at each logical block size the block
+// command tests cover: 512 and 4096 bytes.
+func forBlockSizes(t *testing.T, f func(t *testing.T, bs int)) {
+	t.Helper()
+	for _, bs := range []int{512, 4096} {
+		t.Run(fmt.Sprint(bs), func(t *testing.T) { f(t, bs) })
+	}
 }
 
 // newTestMap maps lu at LUN 0.

@@ -1,7 +1,6 @@
 package scsi
 
 import (
-	"fmt"
 	"syscall"
 	"testing"
 
@@ -131,26 +130,24 @@ func TestIOErrorsFlush(t *testing.T) {
 // TestIOErrorsVerify checks that VERIFY and WRITE AND VERIFY name the bad block itself in
 // INFORMATION, also when it lies deep inside a range read in large chunks.
 func TestIOErrorsVerify(t *testing.T) {
-	for _, bs := range []int{512, 4096} {
-		t.Run(fmt.Sprint(bs), func(t *testing.T) {
-			_, m, f, mem := newFaultyLU(t, 400, uint32(bs), nil)
-			data := testutil.Pattern(300*bs, 4)
-			writeMedium(t, mem, 0, data)
-			f.Inject(faultstore.OpRead, 123*int64(bs), int64(bs), syscall.EIO)
+	forBlockSizes(t, func(t *testing.T, bs int) {
+		_, m, f, mem := newFaultyLU(t, 400, uint32(bs), nil)
+		data := testutil.Pattern(300*bs, 4)
+		writeMedium(t, mem, 0, data)
+		f.Inject(faultstore.OpRead, 123*int64(bs), int64(bs), syscall.EIO)
 
-			checkSense(t, exec(m, cdb10(0x2F, 0x00, 0, 300), nil, 0), readErrorAt(123))
-			checkSense(t, exec(m, cdb16(0x8F, 0x02, 100, 200), data[100*bs:], 0), readErrorAt(123))
-			checkSense(t, exec(m, cdb10(0x2F, 0x06, 120, 10), data[:bs], 0), readErrorAt(123))
-			checkGood(t, exec(m, cdb10(0x2F, 0x00, 124, 176), nil, 0))
+		checkSense(t, exec(m, cdb10(0x2F, 0x00, 0, 300), nil, 0), readErrorAt(123))
+		checkSense(t, exec(m, cdb16(0x8F, 0x02, 100, 200), data[100*bs:], 0), readErrorAt(123))
+		checkSense(t, exec(m, cdb10(0x2F, 0x06, 120, 10), data[:bs], 0), readErrorAt(123))
+		checkGood(t, exec(m, cdb10(0x2F, 0x00, 124, 176), nil, 0))
 
-			// WRITE AND VERIFY: the write lands, the read-back fails.
-			blk := fill(3*bs, 0x31)
-			checkSense(t, exec(m, cdb10(0x2E, 0x02, 122, 3), blk, 0), readErrorAt(123))
-			require.Equal(t, blk, readMedium(t, mem, 122*int64(bs), 3*bs))
-			f.Inject(faultstore.OpWrite, 200*int64(bs), int64(bs), syscall.EIO)
-			checkSense(t, exec(m, cdb16(0x8E, 0x00, 199, 2), fill(2*bs, 1), 0), writeErrorAt(199))
-		})
-	}
+		// WRITE AND VERIFY: the write lands, the read-back fails.
+		blk := fill(3*bs, 0x31)
+		checkSense(t, exec(m, cdb10(0x2E, 0x02, 122, 3), blk, 0), readErrorAt(123))
+		require.Equal(t, blk, readMedium(t, mem, 122*int64(bs), 3*bs))
+		f.Inject(faultstore.OpWrite, 200*int64(bs), int64(bs), syscall.EIO)
+		checkSense(t, exec(m, cdb16(0x8E, 0x00, 199, 2), fill(2*bs, 1), 0), writeErrorAt(199))
+	})
 }
 
 // TestIOErrorsUnmapWriteSame checks failures of the backstore's Unmap, WriteZeroes and of the

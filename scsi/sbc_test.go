@@ -412,57 +412,55 @@ func TestWriteCommandsWriteProtected(t *testing.T) {
 // TestVerify covers VERIFY(10/16) with BYTCHK 00b (medium check), 01b (compare the range with
 // the data-out buffer) and 11b (one block compared with every block).
 func TestVerify(t *testing.T) {
-	for _, bs := range []int{512, 4096} {
-		t.Run("", func(t *testing.T) {
-			_, m, mem := newMemLU(t, 600, uint32(bs), nil)
-			data := testutil.Pattern(300*bs, 3) // longer than one scratch buffer at 4096
-			writeMedium(t, mem, int64(10*bs), data)
-			rep := fill(bs, 0x5A)
-			for i := 0; i < 5; i++ {
-				writeMedium(t, mem, int64((400+i)*bs), rep)
-			}
+	forBlockSizes(t, func(t *testing.T, bs int) {
+		_, m, mem := newMemLU(t, 600, uint32(bs), nil)
+		data := testutil.Pattern(300*bs, 3) // longer than one scratch buffer at 4096
+		writeMedium(t, mem, int64(10*bs), data)
+		rep := fill(bs, 0x5A)
+		for i := 0; i < 5; i++ {
+			writeMedium(t, mem, int64((400+i)*bs), rep)
+		}
 
-			// BYTCHK 0: the range reads; nothing is transferred.
-			c := exec(m, cdb10(0x2F, 0x00, 10, 300), nil, 0)
+		// BYTCHK 0: the range reads; nothing is transferred.
+		c := exec(m, cdb10(0x2F, 0x00, 10, 300), nil, 0)
+		checkGood(t, c)
+		require.Zero(t, c.TransferLength)
+		c = exec(m, cdb16(0x8F, 0x10, 0, 600), nil, 0) // DPO, whole medium
+		checkGood(t, c)
+
+		// BYTCHK 1: equal data is GOOD; a difference reports its offset.
+		c = exec(m, cdb10(0x2F, 0x02, 10, 300), data, 0)
+		checkGood(t, c)
+		require.Equal(t, 300*bs, c.TransferLength)
+		bad := append([]byte(nil), data...)
+		off := 200*bs + 77 // in the second scratch chunk at 4096
+		bad[off] ^= 0xFF
+		c = exec(m, cdb16(0x8F, 0x02, 10, 300), bad, 0)
+		checkSense(t, c, miscompareAt(uint64(off)))
+
+		// BYTCHK 3: one block against every block of the range.
+		c = exec(m, cdb10(0x2F, 0x06, 400, 5), rep, 0)
+		checkGood(t, c)
+		require.Equal(t, bs, c.TransferLength)
+		writeMedium(t, mem, int64(403*bs+9), []byte{0x00})
+		c = exec(m, cdb16(0x8F, 0x06, 400, 5), rep, 0)
+		checkSense(t, c, miscompareAt(uint64(3*bs+9)))
+
+		// Zero blocks: nothing to do, no data-out expected, whatever BYTCHK says.
+		for _, b1 := range []byte{0x00, 0x02, 0x06} {
+			c = exec(m, cdb10(0x2F, b1, 599, 0), nil, 0)
 			checkGood(t, c)
 			require.Zero(t, c.TransferLength)
-			c = exec(m, cdb16(0x8F, 0x10, 0, 600), nil, 0) // DPO, whole medium
-			checkGood(t, c)
+		}
 
-			// BYTCHK 1: equal data is GOOD; a difference reports its offset.
-			c = exec(m, cdb10(0x2F, 0x02, 10, 300), data, 0)
-			checkGood(t, c)
-			require.Equal(t, 300*bs, c.TransferLength)
-			bad := append([]byte(nil), data...)
-			off := 200*bs + 77 // in the second scratch chunk at 4096
-			bad[off] ^= 0xFF
-			c = exec(m, cdb16(0x8F, 0x02, 10, 300), bad, 0)
-			checkSense(t, c, miscompareAt(uint64(off)))
-
-			// BYTCHK 3: one block against every block of the range.
-			c = exec(m, cdb10(0x2F, 0x06, 400, 5), rep, 0)
-			checkGood(t, c)
-			require.Equal(t, bs, c.TransferLength)
-			writeMedium(t, mem, int64(403*bs+9), []byte{0x00})
-			c = exec(m, cdb16(0x8F, 0x06, 400, 5), rep, 0)
-			checkSense(t, c, miscompareAt(uint64(3*bs+9)))
-
-			// Zero blocks: nothing to do, no data-out expected, whatever BYTCHK says.
-			for _, b1 := range []byte{0x00, 0x02, 0x06} {
-				c = exec(m, cdb10(0x2F, b1, 599, 0), nil, 0)
-				checkGood(t, c)
-				require.Zero(t, c.TransferLength)
-			}
-
-			// Errors: the range, and a data-out buffer that does not match.
-			checkSense(t, exec(m, cdb10(0x2F, 0x00, 599, 2), nil, 0), lbaOutOfRange)
-			checkSense(t, exec(m, cdb10(0x2F, 0x00, 600, 0), nil, 0), lbaOutOfRange)
-			checkSense(t, exec(m, cdb16(0x8F, 0x00, 1<<63, 1), nil, 0), lbaOutOfRange)
-			checkSense(t, exec(m, cdb10(0x2F, 0x02, 10, 2), data[:bs], 0), invalidIU)
-			checkSense(t, exec(m, cdb10(0x2F, 0x06, 10, 2), data[:2*bs], 0), invalidIU)
-			checkSense(t, exec(m, cdb10(0x2F, 0x00, 10, 1), data[:bs], 0), invalidIU)
-		})
-	}
+		// Errors: the range, and a data-out buffer that does not match.
+		checkSense(t, exec(m, cdb10(0x2F, 0x00, 599, 2), nil, 0), lbaOutOfRange)
+		checkSense(t, exec(m, cdb10(0x2F, 0x00, 600, 0), nil, 0), lbaOutOfRange)
+		checkSense(t, exec(m, cdb16(0x8F, 0x00, 1<<63, 1), nil, 0), lbaOutOfRange)
+		checkSense(t, exec(m, cdb10(0x2F, 0x02, 10, 2), data[:bs], 0), invalidIU)
+		checkSense(t, exec(m, cdb10(0x2F, 0x06, 10, 2), data[:2*bs], 0), invalidIU)
+		checkSense(t, exec(m, cdb10(0x2F, 0x00, 10, 1), data[:bs], 0), invalidIU)
+	})
 }
 
 // TestVerifyMaxTransfer checks that a VERIFY whose data-out is longer than the maximum transfer

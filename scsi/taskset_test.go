@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/srptarget/srptarget/internal/testutil"
+	"github.com/srptarget/srptarget/internal/testutil/gatestore"
 )
 
 // pending is a command running in its own goroutine.
@@ -74,6 +75,20 @@ func waitTasks(t *testing.T, lu *LogicalUnit, queued, waiting int) {
 	})
 }
 
+// requireOrderedWriteThenRead ends the sequence of the ORDERED tests: A (a SIMPLE WRITE of LBA 1,
+// 512 bytes of 0xA), B (an ORDERED WRITE of LBA 2, 0xB) and C (a SIMPLE READ of LBA 2 behind B).
+// Once B is free to run, B and C end GOOD, C reading what B wrote, the gate saw the three in
+// that order and the task set is empty.
+func requireOrderedWriteThenRead(t *testing.T, lu *LogicalUnit, g *gatestore.Store, b, c *pending) {
+	t.Helper()
+	checkGood(t, b.wait(t))
+	cc := c.wait(t)
+	checkGood(t, cc)
+	require.Equal(t, fill(512, 0xB), cc.DataIn, "C read what the ORDERED write before it wrote")
+	require.Equal(t, []string{"write 512", "write 1024", "read 1024"}, g.TakeOrder())
+	waitTasks(t, lu, 0, 0)
+}
+
 // TestTaskSetOrdered checks SAM-5's task attributes: an ORDERED command waits until the older
 // SIMPLE command completed, a SIMPLE command newer than the ORDERED one waits until that one
 // completed, and a HEAD OF QUEUE command runs at once past all of them.
@@ -102,12 +117,7 @@ func TestTaskSetOrdered(t *testing.T) {
 	waitTasks(t, lu, 2, 1)     // ...and C still waits for it
 	c.requireRunning(t)
 	openB()
-	checkGood(t, b.wait(t))
-	cc := c.wait(t)
-	checkGood(t, cc)
-	require.Equal(t, fill(512, 0xB), cc.DataIn, "C read what the ORDERED write before it wrote")
-	require.Equal(t, []string{"write 512", "write 1024", "read 1024"}, g.TakeOrder())
-	waitTasks(t, lu, 0, 0)
+	requireOrderedWriteThenRead(t, lu, g, b, c)
 }
 
 // TestTaskSetOrderedAlone checks that an ORDERED or HEAD OF QUEUE command with nothing older runs
@@ -155,77 +165,75 @@ func TestTaskSetConcurrent(t *testing.T) {
 		rounds     = 150
 		region     = 8 // blocks per goroutine
 	)
-	for _, bs := range []int{512, 4096} {
-		t.Run(fmt.Sprint(bs), func(t *testing.T) {
-			_, m, mem := newMemLU(t, goroutines*region, uint32(bs), func(c *Config) { c.ThinProvisioning = true })
-			nexuses := []*Nexus{testNexus, otherNexus, {InitiatorPort: "third", Port: testPort}}
-			run(m, nexuses[2], 0, make([]byte, 6), nil, 0) // its power-on unit attention
-			attrs := []TaskAttribute{TaskSimple, TaskSimple, TaskSimple, TaskSimple, TaskSimple, TaskSimple, TaskOrdered, TaskHeadOfQueue}
-			last := make([][]byte, goroutines)
-			var eg errgroup.Group
-			for g := 0; g < goroutines; g++ {
-				eg.Go(func() error {
-					r := rand.New(rand.NewPCG(uint64(g), 2))
-					nx := nexuses[g%len(nexuses)]
-					base := uint64(g * region)
-					c := &Command{DataIn: make([]byte, region*bs)}
-					exec := func(tag uint64, cdb, out []byte) error {
-						in := c.DataIn[:region*bs]
-						c.Reset()
-						c.Nexus, c.LUN, c.Tag, c.Attr = nx, EncodeLUN(0), tag, attrs[r.IntN(len(attrs))]
-						c.CDB, c.DataOut, c.DataIn = cdb, out, in
-						m.Execute(c)
-						if c.Status != StatusGood {
-							return fmt.Errorf("goroutine %d, % x: status %v sense % x", g, cdb, c.Status, c.SenseData())
-						}
-						return nil
-					}
-					for i := 0; i < rounds; i++ {
-						n := 1 + r.IntN(region)
-						data := testutil.Pattern(n*bs, g*31+i)
-						tag := uint64(g)<<32 | uint64(i)
-						var err error
-						switch r.IntN(6) {
-						case 0: // WRITE SAME of one block, through the scratch buffers
-							blk := data[:bs]
-							err = exec(tag, cdb16(0x93, 0, base, uint32(n)), blk)
-							data = make([]byte, 0, n*bs)
-							for j := 0; j < n; j++ {
-								data = append(data, blk...)
-							}
-						case 1: // COMPARE AND WRITE of what is there
-							if err = exec(tag, cdb10(0x28, 0, uint32(base), uint16(n)), nil); err != nil {
-								break
-							}
-							cur := append([]byte(nil), c.DataIn[:n*bs]...)
-							err = exec(tag, cawCDB(0, base, byte(n)), append(cur, data...))
-						default:
-							err = exec(tag, cdb16(0x8A, 0x08, base, uint32(n)), data)
-						}
-						if err == nil {
-							err = exec(tag, cdb10(0x28, 0, uint32(base), uint16(n)), nil)
-						}
-						if err == nil && string(c.DataIn[:n*bs]) != string(data) {
-							err = fmt.Errorf("goroutine %d round %d: read back other data", g, i)
-						}
-						if err != nil {
-							return err
-						}
-						if n == region {
-							last[g] = data
-						} else if last[g] != nil {
-							copy(last[g], data)
-						}
+	forBlockSizes(t, func(t *testing.T, bs int) {
+		_, m, mem := newMemLU(t, goroutines*region, uint32(bs), func(c *Config) { c.ThinProvisioning = true })
+		nexuses := []*Nexus{testNexus, otherNexus, {InitiatorPort: "third", Port: testPort}}
+		run(m, nexuses[2], 0, make([]byte, 6), nil, 0) // its power-on unit attention
+		attrs := []TaskAttribute{TaskSimple, TaskSimple, TaskSimple, TaskSimple, TaskSimple, TaskSimple, TaskOrdered, TaskHeadOfQueue}
+		last := make([][]byte, goroutines)
+		var eg errgroup.Group
+		for g := 0; g < goroutines; g++ {
+			eg.Go(func() error {
+				r := rand.New(rand.NewPCG(uint64(g), 2))
+				nx := nexuses[g%len(nexuses)]
+				base := uint64(g * region)
+				c := &Command{DataIn: make([]byte, region*bs)}
+				exec := func(tag uint64, cdb, out []byte) error {
+					in := c.DataIn[:region*bs]
+					c.Reset()
+					c.Nexus, c.LUN, c.Tag, c.Attr = nx, EncodeLUN(0), tag, attrs[r.IntN(len(attrs))]
+					c.CDB, c.DataOut, c.DataIn = cdb, out, in
+					m.Execute(c)
+					if c.Status != StatusGood {
+						return fmt.Errorf("goroutine %d, % x: status %v sense % x", g, cdb, c.Status, c.SenseData())
 					}
 					return nil
-				})
-			}
-			require.NoError(t, eg.Wait())
-			for g := 0; g < goroutines; g++ {
-				if last[g] != nil {
-					require.Equal(t, last[g], readMedium(t, mem, int64(g*region*bs), region*bs), "region %d", g)
 				}
+				for i := 0; i < rounds; i++ {
+					n := 1 + r.IntN(region)
+					data := testutil.Pattern(n*bs, g*31+i)
+					tag := uint64(g)<<32 | uint64(i)
+					var err error
+					switch r.IntN(6) {
+					case 0: // WRITE SAME of one block, through the scratch buffers
+						blk := data[:bs]
+						err = exec(tag, cdb16(0x93, 0, base, uint32(n)), blk)
+						data = make([]byte, 0, n*bs)
+						for j := 0; j < n; j++ {
+							data = append(data, blk...)
+						}
+					case 1: // COMPARE AND WRITE of what is there
+						if err = exec(tag, cdb10(0x28, 0, uint32(base), uint16(n)), nil); err != nil {
+							break
+						}
+						cur := append([]byte(nil), c.DataIn[:n*bs]...)
+						err = exec(tag, cawCDB(0, base, byte(n)), append(cur, data...))
+					default:
+						err = exec(tag, cdb16(0x8A, 0x08, base, uint32(n)), data)
+					}
+					if err == nil {
+						err = exec(tag, cdb10(0x28, 0, uint32(base), uint16(n)), nil)
+					}
+					if err == nil && string(c.DataIn[:n*bs]) != string(data) {
+						err = fmt.Errorf("goroutine %d round %d: read back other data", g, i)
+					}
+					if err != nil {
+						return err
+					}
+					if n == region {
+						last[g] = data
+					} else if last[g] != nil {
+						copy(last[g], data)
+					}
+				}
+				return nil
+			})
+		}
+		require.NoError(t, eg.Wait())
+		for g := 0; g < goroutines; g++ {
+			if last[g] != nil {
+				require.Equal(t, last[g], readMedium(t, mem, int64(g*region*bs), region*bs), "region %d", g)
 			}
-		})
-	}
+		}
+	})
 }

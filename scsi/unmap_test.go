@@ -39,43 +39,41 @@ func unmapCDB(paramLen uint16) []byte {
 // TestUnmapDeallocates checks a good UNMAP: the described blocks read back as zeroes, the others
 // keep their data, and what the backstore was asked to do.
 func TestUnmapDeallocates(t *testing.T) {
-	for _, bs := range []int{512, 4096} {
-		t.Run("", func(t *testing.T) {
-			_, m, rec := newRecordingLU(t, 256, uint32(bs), func(c *Config) { c.ThinProvisioning = true })
-			all := testutil.Pattern(256*bs, 5)
-			writeMedium(t, rec, 0, all)
-			rec.take()
+	forBlockSizes(t, func(t *testing.T, bs int) {
+		_, m, rec := newRecordingLU(t, 256, uint32(bs), func(c *Config) { c.ThinProvisioning = true })
+		all := testutil.Pattern(256*bs, 5)
+		writeMedium(t, rec, 0, all)
+		rec.take()
 
-			// Linux's list: one descriptor, UNMAP DATA LENGTH 22, BLOCK DESCRIPTOR DATA LENGTH 16.
-			list := []byte{
-				0x00, 0x16, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00,
-				0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00, 0x00,
-			}
-			c := exec(m, unmapCDB(24), list, 0)
-			checkGood(t, c)
-			require.Equal(t, 24, c.TransferLength)
-			require.Equal(t, []ioRecord{{op: "unmap", off: int64(16 * bs), len: int64(8 * bs)}}, rec.take())
+		// Linux's list: one descriptor, UNMAP DATA LENGTH 22, BLOCK DESCRIPTOR DATA LENGTH 16.
+		list := []byte{
+			0x00, 0x16, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00,
+			0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00, 0x00,
+		}
+		c := exec(m, unmapCDB(24), list, 0)
+		checkGood(t, c)
+		require.Equal(t, 24, c.TransferLength)
+		require.Equal(t, []ioRecord{{op: "unmap", off: int64(16 * bs), len: int64(8 * bs)}}, rec.take())
 
-			// Three descriptors, one of them empty, and a trailing partial descriptor that SBC-3
-			// says to ignore (BLOCK DESCRIPTOR DATA LENGTH 3 × 16 + 4).
-			list = unmapList([2]uint64{100, 1}, [2]uint64{0, 0}, [2]uint64{250, 6})
-			list = append(list, 0, 0, 0, 0)
-			binary.BigEndian.PutUint16(list[0:], uint16(len(list)-2))
-			binary.BigEndian.PutUint16(list[2:], 52)
-			c = exec(m, unmapCDB(uint16(len(list))), list, 0)
-			checkGood(t, c)
-			require.Equal(t, []ioRecord{
-				{op: "unmap", off: int64(100 * bs), len: int64(bs)},
-				{op: "unmap", off: int64(250 * bs), len: int64(6 * bs)},
-			}, rec.take())
+		// Three descriptors, one of them empty, and a trailing partial descriptor that SBC-3
+		// says to ignore (BLOCK DESCRIPTOR DATA LENGTH 3 × 16 + 4).
+		list = unmapList([2]uint64{100, 1}, [2]uint64{0, 0}, [2]uint64{250, 6})
+		list = append(list, 0, 0, 0, 0)
+		binary.BigEndian.PutUint16(list[0:], uint16(len(list)-2))
+		binary.BigEndian.PutUint16(list[2:], 52)
+		c = exec(m, unmapCDB(uint16(len(list))), list, 0)
+		checkGood(t, c)
+		require.Equal(t, []ioRecord{
+			{op: "unmap", off: int64(100 * bs), len: int64(bs)},
+			{op: "unmap", off: int64(250 * bs), len: int64(6 * bs)},
+		}, rec.take())
 
-			want := append([]byte(nil), all...)
-			clear(want[16*bs : 24*bs])
-			clear(want[100*bs : 101*bs])
-			clear(want[250*bs:])
-			require.Equal(t, want, readMedium(t, rec, 0, 256*bs))
-		})
-	}
+		want := append([]byte(nil), all...)
+		clear(want[16*bs : 24*bs])
+		clear(want[100*bs : 101*bs])
+		clear(want[250*bs:])
+		require.Equal(t, want, readMedium(t, rec, 0, 256*bs))
+	})
 }
 
 // TestUnmapFreesMemory checks that unmapping whole 1 MiB chunks of the memory backstore gives the

@@ -34,6 +34,16 @@ func (lu *LogicalUnit) untrackedCounts() (untracked, closed uint32) {
 	return uint32(v), uint32(v >> 32)
 }
 
+// waitUntrackedClosed waits until the task management function fn, sent before, has closed the
+// untracked path.
+func waitUntrackedClosed(t *testing.T, lu *LogicalUnit, fn string) {
+	t.Helper()
+	testutil.WaitFor(t, fn+" closes the untracked path", func() bool {
+		_, closed := lu.untrackedCounts()
+		return closed == 1
+	})
+}
+
 // TestTaskSetUntrackedOrdered: a SIMPLE WRITE of a logical unit that never blocks runs outside
 // the task set's list, and still an ORDERED command waits for it, and a SIMPLE command newer
 // than the ORDERED one waits for that (SAM-5 8.6).
@@ -56,12 +66,7 @@ func TestTaskSetUntrackedOrdered(t *testing.T) {
 
 	openA()
 	checkGood(t, a.wait(t))
-	checkGood(t, b.wait(t))
-	cc := c.wait(t)
-	checkGood(t, cc)
-	require.Equal(t, fill(512, 0xB), cc.DataIn, "C read what the ORDERED write before it wrote")
-	require.Equal(t, []string{"write 512", "write 1024", "read 1024"}, g.TakeOrder())
-	waitTasks(t, lu, 0, 0)
+	requireOrderedWriteThenRead(t, lu, g, b, c)
 	u, closed = lu.untrackedCounts()
 	require.Zero(t, u)
 	require.Zero(t, closed)
@@ -85,12 +90,8 @@ func TestTaskSetUntrackedTMF(t *testing.T) {
 	a := start(m, testNexus, 10, TaskSimple, cdb10(0x28, 0, 1, 1), nil, 512)
 	g.RequireEntered(t, 1*512)
 
-	query := make(chan TMFResponse, 1)
-	go func() { query <- m.QueryTask(testNexus, EncodeLUN(0), 10) }()
-	testutil.WaitFor(t, "QUERY TASK closes the untracked path", func() bool {
-		_, closed := lu.untrackedCounts()
-		return closed == 1
-	})
+	query := tmfAsync(func() TMFResponse { return m.QueryTask(testNexus, EncodeLUN(0), 10) })
+	waitUntrackedClosed(t, lu, "QUERY TASK")
 	// A command arriving now enters the list, and it runs: only ORDERED commands wait.
 	b := start(m, otherNexus, 11, TaskSimple, cdb10(0x28, 0, 3, 1), nil, 512)
 	checkGood(t, b.wait(t))
@@ -108,12 +109,8 @@ func TestTaskSetUntrackedTMF(t *testing.T) {
 	openA = g.Gate(1 * 512)
 	a = start(m, testNexus, 12, TaskSimple, cdb10(0x28, 0, 1, 1), nil, 512)
 	g.RequireEntered(t, 1*512)
-	abort := make(chan TMFResponse, 1)
-	go func() { abort <- m.AbortTask(testNexus, EncodeLUN(0), 12) }()
-	testutil.WaitFor(t, "ABORT TASK closes the untracked path", func() bool {
-		_, closed := lu.untrackedCounts()
-		return closed == 1
-	})
+	abort := tmfAsync(func() TMFResponse { return m.AbortTask(testNexus, EncodeLUN(0), 12) })
+	waitUntrackedClosed(t, lu, "ABORT TASK")
 	openA()
 	require.Equal(t, TMFComplete, <-abort)
 	checkGood(t, a.wait(t))

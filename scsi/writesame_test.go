@@ -12,35 +12,33 @@ import (
 // TestWriteSamePattern checks that a block with data is replicated over the range, also when the
 // range is longer than one scratch buffer, and that the blocks around it are untouched.
 func TestWriteSamePattern(t *testing.T) {
-	for _, bs := range []int{512, 4096} {
-		t.Run("", func(t *testing.T) {
-			_, m, mem := newMemLU(t, 1024, uint32(bs), func(c *Config) { c.ThinProvisioning = true })
-			before := testutil.Pattern(1024*bs, 1)
-			writeMedium(t, mem, 0, before)
-			blk := testutil.Pattern(bs, 0x77)
+	forBlockSizes(t, func(t *testing.T, bs int) {
+		_, m, mem := newMemLU(t, 1024, uint32(bs), func(c *Config) { c.ThinProvisioning = true })
+		before := testutil.Pattern(1024*bs, 1)
+		writeMedium(t, mem, 0, before)
+		blk := testutil.Pattern(bs, 0x77)
 
-			tests := []struct {
-				cdb      []byte
-				lba, n   int
-				withData []byte
-			}{
-				{cdb10(0x41, 0x00, 3, 5), 3, 5, blk},
-				{cdb16(0x93, 0x00, 100, 700), 100, 700, blk}, // several scratch buffers at 4096
-				{cdb16(0x93, 0x08, 900, 2), 900, 2, blk},     // UNMAP with data: written
-				{cdb10(0x41, 0x01, 1000, 24), 1000, 24, blk}, // obsolete bit 0 ignored, up to the end
+		tests := []struct {
+			cdb      []byte
+			lba, n   int
+			withData []byte
+		}{
+			{cdb10(0x41, 0x00, 3, 5), 3, 5, blk},
+			{cdb16(0x93, 0x00, 100, 700), 100, 700, blk}, // several scratch buffers at 4096
+			{cdb16(0x93, 0x08, 900, 2), 900, 2, blk},     // UNMAP with data: written
+			{cdb10(0x41, 0x01, 1000, 24), 1000, 24, blk}, // obsolete bit 0 ignored, up to the end
+		}
+		want := append([]byte(nil), before...)
+		for _, tt := range tests {
+			c := exec(m, tt.cdb, tt.withData, 0)
+			checkGood(t, c)
+			require.Equal(t, bs, c.TransferLength)
+			for i := 0; i < tt.n; i++ {
+				copy(want[(tt.lba+i)*bs:], tt.withData)
 			}
-			want := append([]byte(nil), before...)
-			for _, tt := range tests {
-				c := exec(m, tt.cdb, tt.withData, 0)
-				checkGood(t, c)
-				require.Equal(t, bs, c.TransferLength)
-				for i := 0; i < tt.n; i++ {
-					copy(want[(tt.lba+i)*bs:], tt.withData)
-				}
-			}
-			require.Equal(t, want, readMedium(t, mem, 0, 1024*bs))
-		})
-	}
+		}
+		require.Equal(t, want, readMedium(t, mem, 0, 1024*bs))
+	})
 }
 
 // TestWriteSameZeroes checks how a block of zeroes is written: zeroed by the backstore without
