@@ -154,13 +154,7 @@ listeners:
     port: 5555
   - kind: ib
     port: 5555
-limits:
-  buffer_pool_size: 16MiB
-luns:
-  - lun: 0
-    backstore: memory
-    size: 1MiB
-acls:
+` + poolAndMemoryLUN0 + `acls:
   - sources: ["gid:fe80::ffff:c612:7"]
     luns: [0]
   - sources: ["198.18.0.8", "pkey:8001"]

@@ -150,6 +150,15 @@ func TestReloadRemoveAndReAddLUN(t *testing.T) {
 	require.NoError(t, e.Stop(syscall.SIGINT))
 }
 
+// poolAndMemoryLUN0 is the limits and the LUNs of a configuration with one small memory LUN.
+const poolAndMemoryLUN0 = `limits:
+  buffer_pool_size: 16MiB
+luns:
+  - lun: 0
+    backstore: memory
+    size: 1MiB
+`
+
 // aluaConfig has two target ports, relative ports 1 and 2, in groups 1 and 2, and a remote
 // port 3 in group 2. STATE1 and STATE2 are the groups' states.
 const aluaConfig = `target:
@@ -160,13 +169,7 @@ const aluaConfig = `target:
 listeners:
   - address: 192.0.2.1
     port: 5555
-limits:
-  buffer_pool_size: 16MiB
-luns:
-  - lun: 0
-    backstore: memory
-    size: 1MiB
-acls:
+` + poolAndMemoryLUN0 + `acls:
   - initiators: ["*"]
     luns: [0]
 alua:
