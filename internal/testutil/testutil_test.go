@@ -2,6 +2,9 @@ package testutil
 
 import (
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 
@@ -88,4 +91,22 @@ func TestRequireSense(t *testing.T) {
 			require.Contains(t, r.msg, tc.want)
 		})
 	}
+}
+
+func TestMakeLinks(t *testing.T) {
+	l := MakeLinks(t)
+	data, err := os.ReadFile(l.File)
+	require.NoError(t, err)
+	require.Equal(t, make([]byte, 4096), data)
+	st, err := os.Stat(l.File)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+	for _, ln := range [][2]string{{l.Link, l.File}, {l.Dangling, l.Missing}} {
+		target, err := os.Readlink(ln[0])
+		require.NoError(t, err)
+		require.Equal(t, ln[1], target)
+		require.Equal(t, l.Dir, filepath.Dir(ln[0]))
+	}
+	_, err = os.Lstat(l.Missing)
+	require.ErrorIs(t, err, fs.ErrNotExist)
 }
