@@ -11,6 +11,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// requireWaiting checks that the operation whose error done yields has not completed after d,
+// held at a lock the test holds; what fails says msg and the error it returned.
+func requireWaiting(t *testing.T, done <-chan error, d time.Duration, msg string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		t.Fatalf("%s (%v)", msg, err)
+	case <-time.After(d):
+	}
+}
+
 // TestMemoryReadHoldsItsChunks: a read takes the locks of every chunk of its range before it
 // copies, so that it sees an atomic write across chunks whole or not at all. With the second
 // chunk's lock held by the test, a read of both chunks stops before copying; a write to the
@@ -32,11 +43,7 @@ func TestMemoryReadHoldsItsChunks(t *testing.T) {
 
 	writeDone := make(chan error, 1)
 	go func() { writeDone <- m.WriteAt(bytes.Repeat([]byte{2}, 4096), memChunkSize-4096, false) }()
-	select {
-	case err := <-writeDone:
-		t.Fatalf("a write to a chunk being read completed during the read (%v)", err)
-	case <-time.After(100 * time.Millisecond):
-	}
+	requireWaiting(t, writeDone, 100*time.Millisecond, "a write to a chunk being read completed during the read")
 	second.Unlock()
 	require.NoError(t, <-readDone)
 	require.NoError(t, <-writeDone)
@@ -167,11 +174,7 @@ func TestMemoryOneChunkRead(t *testing.T) {
 	stripe.Lock()
 	readDone := make(chan error, 1)
 	go func() { readDone <- m.ReadAt(make([]byte, 4096), 0) }()
-	select {
-	case err := <-readDone:
-		t.Fatalf("a read of a chunk whose lock an atomic write holds completed (%v)", err)
-	case <-time.After(50 * time.Millisecond):
-	}
+	requireWaiting(t, readDone, 50*time.Millisecond, "a read of a chunk whose lock an atomic write holds completed")
 	stripe.Unlock()
 	require.NoError(t, <-readDone)
 

@@ -10,19 +10,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/srptarget/srptarget/internal/testutil"
 )
 
 // TestOpenFileRefusesSymlinks plants links where a backstore is expected: each is refused,
 // with or without AllowSharedFile, and nothing is created through a dangling one.
 func TestOpenFileRefusesSymlinks(t *testing.T) {
-	dir := t.TempDir()
-	victim := filepath.Join(dir, "victim.img")
-	require.NoError(t, os.WriteFile(victim, make([]byte, 4096), 0o600))
-	link := filepath.Join(dir, "link.img")
-	require.NoError(t, os.Symlink(victim, link))
-	dangling := filepath.Join(dir, "dangling.img")
-	missing := filepath.Join(dir, "would-be-created.img")
-	require.NoError(t, os.Symlink(missing, dangling))
+	l := testutil.MakeLinks(t)
+	victim, link, dangling, missing := l.File, l.Link, l.Dangling, l.Missing
 
 	cases := []struct {
 		name   string
@@ -54,8 +50,8 @@ func TestOpenFileRefusesSymlinks(t *testing.T) {
 
 	// Directories on the way are followed: only the last component is checked.
 	dirLink := filepath.Join(t.TempDir(), "images")
-	require.NoError(t, os.Symlink(dir, dirLink))
-	f, err := OpenFile(filepath.Join(dirLink, "victim.img"), FileOptions{})
+	require.NoError(t, os.Symlink(l.Dir, dirLink))
+	f, err := OpenFile(filepath.Join(dirLink, filepath.Base(victim)), FileOptions{})
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 }
@@ -202,10 +198,6 @@ func TestOpenBlockDeviceNodes(t *testing.T) {
 	}
 
 	// A link to something that is not a block device gets the usual refusal.
-	notDev := filepath.Join(dir, "plain")
-	require.NoError(t, os.WriteFile(notDev, make([]byte, 4096), 0o600))
-	plainLink := filepath.Join(dir, "plain-link")
-	require.NoError(t, os.Symlink(notDev, plainLink))
-	_, err := OpenBlock(plainLink, BlockOptions{})
+	_, err := OpenBlock(testutil.MakeLinks(t).Link, BlockOptions{})
 	require.ErrorContains(t, err, "not a block device")
 }
