@@ -7,18 +7,15 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/srptarget/srptarget/internal/testutil"
 )
 
 // TestParseBackstoreLinksAndSharing: validation refuses a file backstore that is a
 // symbolic link, and allow_shared_file where it means nothing.
 func TestParseBackstoreLinksAndSharing(t *testing.T) {
-	dir := t.TempDir()
-	real := filepath.Join(dir, "real.img")
-	require.NoError(t, os.WriteFile(real, make([]byte, 4096), 0o600))
-	link := filepath.Join(dir, "link.img")
-	require.NoError(t, os.Symlink(real, link))
-	dangling := filepath.Join(dir, "dangling.img")
-	require.NoError(t, os.Symlink(filepath.Join(dir, "nowhere.img"), dangling))
+	l := testutil.MakeLinks(t)
+	real, link, dangling := l.File, l.Link, l.Dangling
 
 	head := "listeners: [{address: 0.0.0.0, port: 1}]\nluns:\n  - lun: 0\n"
 	cases := []struct {
@@ -32,7 +29,7 @@ func TestParseBackstoreLinksAndSharing(t *testing.T) {
 			want: []string{"t.yaml:5: luns[0].path: " + link + " is a symbolic link to " + real +
 				": name the real file (links are not followed, so that whoever can change one cannot point the LUN at another file)"}},
 		{name: "dangling link with create", lun: "    backstore: file\n    path: " + dangling + "\n    create: true\n    size: 1MiB\n",
-			want: []string{"t.yaml:5: luns[0].path: " + dangling + " is a symbolic link to " + filepath.Join(dir, "nowhere.img") +
+			want: []string{"t.yaml:5: luns[0].path: " + dangling + " is a symbolic link to " + l.Missing +
 				": name the real file (links are not followed, so that whoever can change one cannot point the LUN at another file)"}},
 		{name: "memory", lun: "    backstore: memory\n    size: 1MiB\n    allow_shared_file: true\n",
 			want: []string{"t.yaml:6: luns[0].allow_shared_file: allow_shared_file applies to file and block backstores only"}},
