@@ -90,21 +90,34 @@ func newGateway(t *testing.T, cl *fakeCluster, name string, gid uint64) *gateway
 	return g
 }
 
+// commit stores data through g as the version after from, and checks that it won.
+func (g *gateway) commit(t *testing.T, from uint64, data string) {
+	t.Helper()
+	ok, err := g.store.Commit(from, []byte(data))
+	require.NoError(t, err)
+	require.True(t, ok)
+}
+
+// publishAcked publishes version v through g and checks that it returned within half a lease:
+// every member acknowledged, none was waited out.
+func (g *gateway) publishAcked(t *testing.T, v uint64, msgAndArgs ...any) {
+	t.Helper()
+	start := time.Now()
+	require.NoError(t, g.store.Publish(v))
+	require.Less(t, time.Since(start), testLease/2, msgAndArgs...)
+}
+
 // TestPublishAcknowledged: a change stored through one gateway is applied by the other before
 // Publish returns, within a notify's round trip; a second commit from the old version loses.
 func TestPublishAcknowledged(t *testing.T) {
 	cl := newFakeCluster()
 	a, b := newGateway(t, cl, "a", 1), newGateway(t, cl, "b", 2)
-	ok, err := a.store.Commit(0, []byte("one"))
-	require.NoError(t, err)
-	require.True(t, ok)
-	start := time.Now()
-	require.NoError(t, a.store.Publish(1))
-	require.Less(t, time.Since(start), testLease/2, "acknowledged, not waited out")
+	a.commit(t, 0, "one")
+	a.publishAcked(t, 1, "acknowledged, not waited out")
 	require.Equal(t, uint64(1), b.cache.Version())
 	require.Equal(t, "one", string(b.cache.data))
 
-	ok, err = b.store.Commit(0, []byte("other"))
+	ok, err := b.store.Commit(0, []byte("other"))
 	require.NoError(t, err)
 	require.False(t, ok, "version 0 is no longer current")
 	data, v, err := b.store.Load()
@@ -120,9 +133,7 @@ func TestAnnounce(t *testing.T) {
 	cl := newFakeCluster()
 	a, b, c := newGateway(t, cl, "a", 1), newGateway(t, cl, "b", 2), newGateway(t, cl, "c", 3)
 	c.client.cut.Store(true)
-	ok, err := a.store.Commit(0, []byte("one"))
-	require.NoError(t, err)
-	require.True(t, ok)
+	a.commit(t, 0, "one")
 	start := time.Now()
 	a.store.Announce(1)
 	require.Less(t, time.Since(start), testLease/4, "not waited for")
@@ -143,9 +154,7 @@ func TestPublishWaitsOutACutGateway(t *testing.T) {
 	a, b := newGateway(t, cl, "a", 1), newGateway(t, cl, "b", 2)
 	b.client.cut.Store(true)
 	cutAt := time.Now()
-	ok, err := a.store.Commit(0, []byte("one"))
-	require.NoError(t, err)
-	require.True(t, ok)
+	a.commit(t, 0, "one")
 	start := time.Now()
 	require.NoError(t, a.store.Publish(1))
 	done := time.Now()
@@ -155,18 +164,14 @@ func TestPublishWaitsOutACutGateway(t *testing.T) {
 	require.True(t, stale.Before(done.Add(-testDrain)), "b was stale %v before the change completed, the drain before", done.Sub(stale))
 	require.Less(t, stale.Sub(cutAt), testLease, "b was stale within its lease of being cut")
 	require.Equal(t, uint64(0), b.cache.Version())
-	_, err = a.client.ReadOmap([]string{keyMemberPrefix + "b"}, nil)
+	_, err := a.client.ReadOmap([]string{keyMemberPrefix + "b"}, nil)
 	require.NoError(t, err)
 	vals, _ := a.client.ReadOmap([]string{keyMemberPrefix + "b"}, nil)
 	require.Empty(t, vals, "b evicted")
 
 	// The next change does not wait for b.
-	ok, err = a.store.Commit(1, []byte("two"))
-	require.NoError(t, err)
-	require.True(t, ok)
-	start = time.Now()
-	require.NoError(t, a.store.Publish(2))
-	require.Less(t, time.Since(start), testLease/2)
+	a.commit(t, 1, "two")
+	a.publishAcked(t, 2)
 
 	b.client.cut.Store(false)
 	testutil.WaitFor(t, "b fresh again", b.cache.isFresh)
@@ -174,12 +179,8 @@ func TestPublishWaitsOutACutGateway(t *testing.T) {
 	require.Equal(t, "two", string(b.cache.data))
 	vals, _ = a.client.ReadOmap([]string{keyMemberPrefix + "b"}, nil)
 	require.NotEmpty(t, vals, "b registered again")
-	ok, err = a.store.Commit(2, []byte("three"))
-	require.NoError(t, err)
-	require.True(t, ok)
-	start = time.Now()
-	require.NoError(t, a.store.Publish(3))
-	require.Less(t, time.Since(start), testLease/2, "b acknowledges again")
+	a.commit(t, 2, "three")
+	a.publishAcked(t, 3, "b acknowledges again")
 	require.Equal(t, uint64(3), b.cache.Version())
 }
 
@@ -191,9 +192,7 @@ func TestWatchLostPolling(t *testing.T) {
 	b.store.mu.Lock()
 	require.NoError(t, b.store.watch.Close())
 	b.store.mu.Unlock()
-	ok, err := a.store.Commit(0, []byte("one"))
-	require.NoError(t, err)
-	require.True(t, ok)
+	a.commit(t, 0, "one")
 	stored := time.Now()
 	published := make(chan time.Duration, 1)
 	go func() { _ = a.store.Publish(1); published <- time.Since(stored) }()
