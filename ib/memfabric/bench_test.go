@@ -66,31 +66,24 @@ func (rt *roundTrip) await(c ib.Conn, want ib.Completion) error {
 }
 
 // request: the initiator SENDs a 16-byte IU, the target receives it and reposts the buffer.
-func (rt *roundTrip) request() error {
-	if _, err := rt.ic.PostSend(rt.iSend); err != nil {
-		return err
-	}
-	if err := rt.await(rt.tc, ibtest.Recvd(100, 16)); err != nil {
-		return err
-	}
-	if _, err := rt.tc.PostRecv(rt.tRecv); err != nil {
-		return err
-	}
-	return rt.await(rt.ic, ibtest.OK(1, ib.OpSend))
-}
+func (rt *roundTrip) request() error { return rt.pass(rt.ic, rt.iSend, 1, rt.tc, rt.tRecv, 16) }
 
 // respond: the target posts its chain, the initiator receives the response and reposts.
-func (rt *roundTrip) respond() error {
-	if _, err := rt.tc.PostSend(rt.tChain); err != nil {
+func (rt *roundTrip) respond() error { return rt.pass(rt.tc, rt.tChain, 3, rt.ic, rt.iRecv, 36) }
+
+// pass is one way of the round trip: from posts sends, whose signaled SEND is work request
+// sendID; to receives n bytes in work request 100 and reposts recv; from sees its SEND complete.
+func (rt *roundTrip) pass(from ib.Conn, sends []ib.SendWR, sendID uint64, to ib.Conn, recv []ib.RecvWR, n int) error {
+	if _, err := from.PostSend(sends); err != nil {
 		return err
 	}
-	if err := rt.await(rt.ic, ibtest.Recvd(100, 36)); err != nil {
+	if err := rt.await(to, ibtest.Recvd(100, n)); err != nil {
 		return err
 	}
-	if _, err := rt.ic.PostRecv(rt.iRecv); err != nil {
+	if _, err := to.PostRecv(recv); err != nil {
 		return err
 	}
-	return rt.await(rt.tc, ibtest.OK(3, ib.OpSend))
+	return rt.await(from, ibtest.OK(sendID, ib.OpSend))
 }
 
 func (rt *roundTrip) both() error {
