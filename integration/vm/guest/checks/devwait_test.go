@@ -73,8 +73,12 @@ func (w *devWait) config(ip string, file bool) error {
 	return os.WriteFile(devWaitConfig, []byte(text), 0o644)
 }
 
-// start starts the next instance with the default --config and control socket.
-func (w *devWait) start(c *C) *Daemon {
+// start writes the default configuration (config's, with a listener on ip and file LUN 1 with
+// file) and starts the next instance with it and the default control socket.
+func (w *devWait) start(c *C, ip string, file bool) *Daemon {
+	if err := w.config(ip, file); err != nil {
+		c.Abort("%v", err)
+	}
 	w.instance++
 	d, err := w.lab.StartDaemon(w.bin, w.instance, devWaitLogs)
 	if err != nil {
@@ -168,10 +172,7 @@ func (w *devWait) device(t *testing.T) {
 		c.Pass("none of rdma_rxe, ib_uverbs, rdma_ucm")
 	})
 	l.Check(t, "waits for a device (default --config)", func(c *C) {
-		if err := w.config(devWaitIP, false); err != nil {
-			c.Abort("%v", err)
-		}
-		d = w.start(c)
+		d = w.start(c, devWaitIP, false)
 		st, err := w.waitState(d, devWaitIP)
 		if err != nil {
 			c.Abort("%v", err)
@@ -209,10 +210,7 @@ func (w *devWait) address(t *testing.T) {
 	var d *Daemon
 	l.Check(t, "waits for a listener's address", func(c *C) {
 		w.needRXE(c)
-		if err := w.config(devWaitOtherIP, false); err != nil {
-			c.Abort("%v", err)
-		}
-		d = w.start(c)
+		d = w.start(c, devWaitOtherIP, false)
 		st, err := w.waitState(d, devWaitOtherIP)
 		if err != nil {
 			c.Fatal(err)
@@ -249,10 +247,7 @@ func (w *devWait) sigterm(t *testing.T) {
 	l := w.lab
 	var d *Daemon
 	l.Check(t, "third instance waits", func(c *C) {
-		if err := w.config(devWaitNeverIP, false); err != nil {
-			c.Abort("%v", err)
-		}
-		d = w.start(c)
+		d = w.start(c, devWaitNeverIP, false)
 		if _, err := w.waitState(d, devWaitNeverIP); err != nil {
 			c.Fatal(err)
 		}
@@ -301,10 +296,7 @@ func (w *devWait) lateStart(t *testing.T) {
 		if err := os.MkdirAll(devWaitLUNDir, 0o700); err != nil {
 			c.Abort("%v", err)
 		}
-		if err := w.config(devWaitIP, true); err != nil {
-			c.Abort("%v", err)
-		}
-		d = w.start(c)
+		d = w.start(c, devWaitIP, true)
 		st, err := w.waitState(d, devWaitIP)
 		if err != nil {
 			c.Abort("%v", err)

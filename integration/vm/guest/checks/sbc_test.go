@@ -176,6 +176,32 @@ func wantSense(c *C, r rawResult, key, asc, ascq byte, field, bit int) {
 	c.Pass("%s", r)
 }
 
+// refusal is a command, sent with sg_raw, that must end in CHECK CONDITION with a sense key,
+// ASC and ASCQ (and, with field >= 0, a CDB field pointer to that byte and, with bit >= 0, that
+// bit).
+type refusal struct {
+	name           string // the check's
+	lun            int    // the disk of that LUN, s.dev[lun]
+	opts           string // sg_raw's options
+	file           string // with data: the file under /tmp the data-out buffer is read from (-i)
+	data           []byte
+	cdb            string // its bytes in hex, space separated
+	key, asc, ascq byte
+	field, bit     int
+}
+
+// refused is the check of the refusal r.
+func (s *sbc) refused(t *testing.T, r refusal) bool {
+	return s.lab.Check(t, r.name, func(c *C) {
+		s.need(c)
+		opts := r.opts
+		if r.data != nil {
+			opts += " -i " + tempFile(c, r.file, r.data)
+		}
+		wantSense(c, s.raw(s.dev[r.lun], opts, r.cdb), r.key, r.asc, r.ascq, r.field, r.bit)
+	})
+}
+
 // blocks reads n 512-byte blocks from lba, bypassing the page cache (in requests of up to
 // 1 MiB: one command per block takes minutes under TCG); the check fails if it cannot.
 func blocks(c *C, dev string, lba, n int) []byte {
@@ -235,32 +261,29 @@ func same(c *C, want, got []byte) {
 	c.Fatalf("%d bytes read, %d wanted; first difference at byte %d (block %d)", len(got), len(want), i, i/512)
 }
 
+// exit0 passes when the command o exited 0, and fails with its exit status and output when
+// not.
+func exit0(c *C, o Out) {
+	c.Helper()
+	if !o.OK() {
+		c.Fatalf("exit %d: %s", o.Code, oneLine(o.Text))
+	}
+	c.Pass("exit 0")
+}
+
 // ok is a check that a command exits 0.
 func (s *sbc) ok(t *testing.T, name string, cmd ...string) bool {
 	return s.lab.Check(t, name, func(c *C) {
 		s.need(c)
-		if o := s.lab.Run(cmd[0], cmd[1:]...); !o.OK() {
-			c.Fatalf("exit %d: %s", o.Code, oneLine(o.Text))
-		}
-		c.Pass("exit 0")
+		exit0(c, s.lab.Run(cmd[0], cmd[1:]...))
 	})
 }
 
 func (s *sbc) serviceActions(t *testing.T) {
-	l := s.lab
-	l.Check(t, "PR IN service action 4: INVALID FIELD IN CDB at byte 1 bit 4", func(c *C) {
-		s.need(c)
-		// PERSISTENT RESERVE IN, service action 04h (reserved), allocation length 16.
-		wantSense(c, s.raw(s.dev[0], "-r 16", "5e 04 00 00 00 00 00 00 10 00"), 5, 0x24, 0, 1, 4)
-	})
-	l.Check(t, "SERVICE ACTION IN(16) SA 1Fh: INVALID FIELD IN CDB", func(c *C) {
-		s.need(c)
-		wantSense(c, s.raw(s.dev[0], "-r 32", "9e 1f 00 00 00 00 00 00 00 00 00 00 00 20 00 00"), 5, 0x24, 0, 1, 4)
-	})
-	l.Check(t, "LOG SENSE: INVALID COMMAND OPERATION CODE", func(c *C) {
-		s.need(c)
-		wantSense(c, s.raw(s.dev[0], "-r 16", "4d 00 00 00 00 00 00 00 10 00"), 5, 0x20, 0, -1, -1)
-	})
+	// PERSISTENT RESERVE IN, service action 04h (reserved), allocation length 16.
+	s.refused(t, refusal{name: "PR IN service action 4: INVALID FIELD IN CDB at byte 1 bit 4", opts: "-r 16", cdb: "5e 04 00 00 00 00 00 00 10 00", key: 5, asc: 0x24, field: 1, bit: 4})
+	s.refused(t, refusal{name: "SERVICE ACTION IN(16) SA 1Fh: INVALID FIELD IN CDB", opts: "-r 32", cdb: "9e 1f 00 00 00 00 00 00 00 00 00 00 00 20 00 00", key: 5, asc: 0x24, field: 1, bit: 4})
+	s.refused(t, refusal{name: "LOG SENSE: INVALID COMMAND OPERATION CODE", opts: "-r 16", cdb: "4d 00 00 00 00 00 00 00 10 00", key: 5, asc: 0x20, field: -1, bit: -1})
 	// sg_persist reads the capabilities and keys as before.
 	s.ok(t, "sg_persist --report-capabilities", "sg_persist", "-n", "-i", "-c", s.dev[0])
 }
@@ -279,10 +302,7 @@ func (s *sbc) writeSame(t *testing.T) {
 		s.need(c)
 		writeAt(c, s.dev[0], sbcBlocks-256, before)
 		in := tempFile(c, "ws-block", block)
-		if o := l.Run("sg_write_same", "--16", fmt.Sprintf("--lba=%d", lba), "--num=0", "--in="+in, s.dev[0]); !o.OK() {
-			c.Fatalf("exit %d: %s", o.Code, oneLine(o.Text))
-		}
-		c.Pass("exit 0")
+		exit0(c, l.Run("sg_write_same", "--16", fmt.Sprintf("--lba=%d", lba), "--num=0", "--in="+in, s.dev[0]))
 	})
 	l.Check(t, fmt.Sprintf("WRITE SAME --num=0: LBA %d to the last block written, the 56 before kept", lba), func(c *C) {
 		s.need(c)
@@ -290,13 +310,9 @@ func (s *sbc) writeSame(t *testing.T) {
 		same(c, append(append([]byte{}, before[:56*512]...), bytes.Repeat(block, 200)...), got)
 	})
 	// From LBA 0 the rest of the medium is more than MAXIMUM WRITE SAME LENGTH.
-	l.Check(t, "WRITE SAME --num=0 from LBA 0 over MAXIMUM WRITE SAME LENGTH refused", func(c *C) {
-		s.need(c)
-		in := tempFile(c, "ws-block", block)
-		// WRITE SAME(16) from LBA 0, NUMBER OF LOGICAL BLOCKS 0: the field pointer is at it.
-		r := s.raw(s.dev[0], "-s 512 -i "+in, "93 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00")
-		wantSense(c, r, 5, 0x24, 0, 10, -1)
-	})
+	// WRITE SAME(16) from LBA 0, NUMBER OF LOGICAL BLOCKS 0: the field pointer is at it.
+	s.refused(t, refusal{name: "WRITE SAME --num=0 from LBA 0 over MAXIMUM WRITE SAME LENGTH refused", opts: "-s 512", file: "ws-block", data: block,
+		cdb: "93 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00", key: 5, asc: 0x24, field: 10, bit: -1})
 }
 
 func (s *sbc) physicalBlocks(t *testing.T) {
@@ -331,10 +347,7 @@ func (s *sbc) physicalBlocks(t *testing.T) {
 		s.need(c)
 		l.Run("sg_vpd", "-p", "bl", s.dev[1])
 		writeAt(c, s.dev[1], 0, before)
-		if o := l.Run("sg_unmap", "--force", "--lba=3", "--num=20", s.dev[1]); !o.OK() {
-			c.Fatalf("exit %d: %s", o.Code, oneLine(o.Text))
-		}
-		c.Pass("exit 0")
+		exit0(c, l.Run("sg_unmap", "--force", "--lba=3", "--num=20", s.dev[1]))
 	})
 	l.Check(t, "UNMAP 3+20: LBAs 8-15 deallocated, 3-7 and 16-22 kept", func(c *C) {
 		s.need(c)
@@ -347,10 +360,7 @@ func (s *sbc) physicalBlocks(t *testing.T) {
 	l.Check(t, "sg_write_same --unmap --lba=3 --num=20", func(c *C) {
 		s.need(c)
 		writeAt(c, s.dev[1], 0, before)
-		if o := l.Run("sg_write_same", "--16", "--unmap", "--lba=3", "--num=20", "--in=/dev/zero", s.dev[1]); !o.OK() {
-			c.Fatalf("exit %d: %s", o.Code, oneLine(o.Text))
-		}
-		c.Pass("exit 0")
+		exit0(c, l.Run("sg_write_same", "--16", "--unmap", "--lba=3", "--num=20", "--in=/dev/zero", s.dev[1]))
 	})
 	l.Check(t, "WRITE SAME UNMAP 3+20: all 20 zero, 0-2 and 23-31 kept", func(c *C) {
 		s.need(c)
@@ -433,10 +443,7 @@ func (s *sbc) extendedCopy(t *testing.T) {
 		c.Equal("4194304", Field(o.Text, "Transfer count"))
 	})
 	// RECEIVE COPY RESULTS with RECEIVE DATA (01h), which this copy manager does not have.
-	l.Check(t, "RECEIVE COPY RESULTS service action 01h: INVALID FIELD IN CDB", func(c *C) {
-		s.need(c)
-		wantSense(c, s.raw(s.dev[0], "-r 16", "84 01 00 00 00 00 00 00 00 00 00 00 00 10 00 00"), 5, 0x24, 0, 1, 4)
-	})
+	s.refused(t, refusal{name: "RECEIVE COPY RESULTS service action 01h: INVALID FIELD IN CDB", opts: "-r 16", cdb: "84 01 00 00 00 00 00 00 00 00 00 00 00 10 00 00", key: 5, asc: 0x24, field: 1, bit: 4})
 }
 
 func (s *sbc) writeAtomic(t *testing.T) {
@@ -478,12 +485,8 @@ func (s *sbc) writeAtomic(t *testing.T) {
 		got := blocks(c, s.dev[0], 4096, 64)
 		same(c, data, got)
 	})
-	l.Check(t, "WRITE ATOMIC(16) with an ATOMIC BOUNDARY refused", func(c *C) {
-		s.need(c)
-		in := tempFile(c, "atomic-data", data)
-		r := s.raw(s.dev[0], "-s 512 -i "+in, "9c 00 00 00 00 00 00 00 10 00 00 01 00 01 00 00")
-		wantSense(c, r, 5, 0x24, 0, 10, -1)
-	})
+	s.refused(t, refusal{name: "WRITE ATOMIC(16) with an ATOMIC BOUNDARY refused", opts: "-s 512", file: "atomic-data", data: data,
+		cdb: "9c 00 00 00 00 00 00 00 10 00 00 01 00 01 00 00", key: 5, asc: 0x24, field: 10, bit: -1})
 }
 
 func (s *sbc) opcodes(t *testing.T) {
@@ -521,6 +524,19 @@ func (s *sbc) opcodes(t *testing.T) {
 	})
 }
 
+// sanitized is a check that the sanitize operation op on LUN 1 ends (TEST UNIT READY GOOD)
+// within secs seconds, and that the 128 blocks from LBA 100000 then read want.
+func (s *sbc) sanitized(t *testing.T, name, op string, secs int, want []byte) {
+	s.lab.Check(t, name, func(c *C) {
+		s.need(c)
+		if !WaitFor(time.Duration(secs)*time.Second, func() bool { return Quiet("sg_turs", s.dev[1]).OK() }) {
+			c.Abort("the %s did not end in %d s", op, secs)
+		}
+		got := blocks(c, s.dev[1], 100000, 128)
+		same(c, want, got)
+	})
+}
+
 func (s *sbc) sanitize(t *testing.T) {
 	l := s.lab
 	// OVERWRITE with 31 passes over LUN 1 (64 MiB each) takes seconds under TCG: time to watch it.
@@ -533,10 +549,7 @@ func (s *sbc) sanitize(t *testing.T) {
 		}
 		c.Pass("GOOD at once (IMMED)")
 	})
-	l.Check(t, "TEST UNIT READY while sanitizing: NOT READY, SANITIZE IN PROGRESS", func(c *C) {
-		s.need(c)
-		wantSense(c, s.raw(s.dev[1], "", "00 00 00 00 00 00"), 2, 0x04, 0x1b, -1, -1)
-	})
+	s.refused(t, refusal{name: "TEST UNIT READY while sanitizing: NOT READY, SANITIZE IN PROGRESS", lun: 1, cdb: "00 00 00 00 00 00", key: 2, asc: 0x04, ascq: 0x1b, field: -1, bit: -1})
 	l.Check(t, "sg_requests --progress while sanitizing", func(c *C) {
 		s.need(c)
 		p1, ok1 := Progress(l.Run("sg_requests", "--progress", s.dev[1]).Text)
@@ -559,30 +572,13 @@ func (s *sbc) sanitize(t *testing.T) {
 		}
 		c.Pass("GOOD")
 	})
-	l.Check(t, "SANITIZE OVERWRITE: blocks hold the pattern", func(c *C) {
-		s.need(c)
-		if !WaitFor(600*time.Second, func() bool { return Quiet("sg_turs", s.dev[1]).OK() }) {
-			c.Abort("the sanitize did not end in 600 s")
-		}
-		got := blocks(c, s.dev[1], 100000, 128)
-		same(c, bytes.Repeat(pattern, 128), got)
-	})
+	s.sanitized(t, "SANITIZE OVERWRITE: blocks hold the pattern", "sanitize", 600, bytes.Repeat(pattern, 128))
 	// BLOCK ERASE: every block deallocated, reading zeroes.
 	l.Check(t, "sg_sanitize --block --early", func(c *C) {
 		s.need(c)
-		if o := l.Run("sg_sanitize", "--block", "--quick", "--early", s.dev[1]); !o.OK() {
-			c.Fatalf("exit %d: %s", o.Code, oneLine(o.Text))
-		}
-		c.Pass("exit 0")
+		exit0(c, l.Run("sg_sanitize", "--block", "--quick", "--early", s.dev[1]))
 	})
-	l.Check(t, "SANITIZE BLOCK ERASE: blocks read zeroes", func(c *C) {
-		s.need(c)
-		if !WaitFor(120*time.Second, func() bool { return Quiet("sg_turs", s.dev[1]).OK() }) {
-			c.Abort("the block erase did not end in 120 s")
-		}
-		got := blocks(c, s.dev[1], 100000, 128)
-		same(c, make([]byte, 128*512), got)
-	})
+	s.sanitized(t, "SANITIZE BLOCK ERASE: blocks read zeroes", "block erase", 120, make([]byte, 128*512))
 	l.Check(t, "GET LBA STATUS after BLOCK ERASE", func(c *C) {
 		s.need(c)
 		o := l.Run("sg_get_lba_status", "-b", "--lba=0", s.dev[1])
