@@ -52,6 +52,15 @@ func descBytes(k int, n uint32) []byte {
 	return b
 }
 
+// descRun is descBytes of regions first to last, each of length n, one after the other.
+func descRun(first, last int, n uint32) []byte {
+	var b []byte
+	for k := first; k <= last; k++ {
+		b = append(b, descBytes(k, n)...)
+	}
+	return b
+}
+
 func cat(parts ...[]byte) []byte { return slices.Concat(parts...) }
 
 var defaultNeg = negotiated{immGranted: true, immOffset: 68, maxITIULen: 8260, cmdSGEntries: 12}
@@ -151,8 +160,7 @@ func TestBuildCmd(t *testing.T) {
 			want: cat(header(0x20, 12, 0, lun0, 0, write10),
 				descBytes(15, 224), []byte{0, 0, 0, 20},
 				// 20 bytes in 14 pieces: 6 of 2 bytes, 8 of 1 byte.
-				descBytes(1, 2), descBytes(2, 2), descBytes(3, 2), descBytes(4, 2), descBytes(5, 2), descBytes(6, 2),
-				descBytes(7, 1), descBytes(8, 1), descBytes(9, 1), descBytes(10, 1), descBytes(11, 1), descBytes(12, 1)),
+				descRun(1, 6, 2), descRun(7, 12, 1)),
 			mrs: append(repeat(accessDataOut, 14), accessTable),
 		},
 		{
@@ -161,8 +169,7 @@ func TestBuildCmd(t *testing.T) {
 			req:  Request{CDB: read10, DataInLen: 13, Layout: Indirect{N: 13}},
 			want: cat(header(0x02, 0, 12, lun0, 0, read10),
 				descBytes(14, 208), []byte{0, 0, 0, 13},
-				descBytes(1, 1), descBytes(2, 1), descBytes(3, 1), descBytes(4, 1), descBytes(5, 1), descBytes(6, 1),
-				descBytes(7, 1), descBytes(8, 1), descBytes(9, 1), descBytes(10, 1), descBytes(11, 1), descBytes(12, 1)),
+				descRun(1, 12, 1)),
 			mrs: append(repeat(accessDataIn, 13), accessTable),
 		},
 		{
