@@ -67,7 +67,13 @@ func TestDataPathAllocatesNothing(t *testing.T) {
 		// Control IUs of the send path.
 		sink += uint64(iu.TLogout(sendBuf).Encode(&iu.TLogoutFields{Reason: iu.TLogoutInvalidIULength}))
 		sink += uint64(iu.CredReq(sendBuf).Encode(&iu.CredReqFields{ReqLimDelta: 2, Tag: 44}))
+		// The initiator's answer to a credit request, as the receive path reads it.
+		sink += uint64(iu.CredRsp(sendBuf).Encode(&iu.CredRspFields{Tag: 45}))
+		if err := iu.CredRsp(sendBuf).Validate(); err != nil {
+			panic(err)
+		}
+		sink += uint64(iu.CredRsp(sendBuf).Tag())
 	})
-	require.Zero(t, allocs, "encoding SRP_RSP, SRP_T_LOGOUT or SRP_CRED_REQ allocated")
+	require.Zero(t, allocs, "encoding SRP_RSP, SRP_T_LOGOUT or SRP_CRED_REQ, or reading SRP_CRED_RSP, allocated")
 	require.NotZero(t, sink)
 }

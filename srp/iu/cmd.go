@@ -29,15 +29,12 @@ import (
 // them the other way round, Linux, LIO and SCST as here). DO CNT / DI CNT: number of direct
 // descriptors in the partial list of an indirect descriptor (ib_srp leaves them 0 for direct
 // and immediate descriptors). ADDCDBLN: additional CDB length in 4-byte words in bits 7:2,
-// bits 1:0 reserved, so the byte count is the value AND 0xFC.
+// bits 1:0 reserved, so the byte count is the value AND 0xFC. The first 16 bytes are the common
+// header (hdr.go), with BUFFMT and the counts in the low bytes of its WORD.
 const (
-	cmdOpcode         = 0
-	cmdSolNot         = 1
-	cmdReserved1      = 2
 	cmdBufFmt         = 5
 	cmdDataOutDescCnt = 6
 	cmdDataInDescCnt  = 7
-	cmdTag            = 8
 	cmdReserved2      = 16
 	cmdLUN            = 20
 	cmdReserved3      = 28
@@ -94,7 +91,7 @@ type Cmd []byte
 // Validate checks the fixed part: length, opcode and that the additional CDB fits. It does not
 // look at the descriptors; DataBuffers does, and calls Validate itself.
 func (b Cmd) Validate() error {
-	if err := checkIU(b, OpCmd, cmdOpcode, CmdMinSize); err != nil {
+	if err := checkIU(b, OpCmd, hdrOpcode, CmdMinSize); err != nil {
 		return err
 	}
 	if end := cmdAddData + b.AddCDBLen(); end > len(b) {
@@ -105,7 +102,7 @@ func (b Cmd) Validate() error {
 }
 
 // SolNot returns byte 1 (SCSOLNT, UCSOLNT).
-func (b Cmd) SolNot() uint8 { return b[cmdSolNot] }
+func (b Cmd) SolNot() uint8 { return b[hdrSolNot] }
 
 // DataOutFmt returns the DATA-OUT BUFFER DESCRIPTOR FORMAT (high nibble).
 func (b Cmd) DataOutFmt() DescFmt { return DescFmt(b[cmdBufFmt] >> 4) }
@@ -120,7 +117,7 @@ func (b Cmd) DataOutDescCnt() uint8 { return b[cmdDataOutDescCnt] }
 func (b Cmd) DataInDescCnt() uint8 { return b[cmdDataInDescCnt] }
 
 // Tag returns the TAG.
-func (b Cmd) Tag() Tag { return Tag(binary.BigEndian.Uint64(b[cmdTag:])) }
+func (b Cmd) Tag() Tag { return hdrTagOf(b) }
 
 // LUN returns the LOGICAL UNIT NUMBER as a big-endian integer.
 func (b Cmd) LUN() uint64 { return binary.BigEndian.Uint64(b[cmdLUN:]) }
@@ -340,13 +337,10 @@ func (b Cmd) Encode(f *CmdFields) (int, error) {
 	if err := checkBuf(b, OpCmd, n); err != nil {
 		return 0, err
 	}
-	b[cmdOpcode] = byte(OpCmd)
-	b[cmdSolNot] = f.SolNot
-	clear(b[cmdReserved1:cmdBufFmt])
+	putHdr(b, OpCmd, f.SolNot, 0, f.Tag)
 	b[cmdBufFmt] = byte(f.DataOut.Format)<<4 | byte(f.DataIn.Format)
 	b[cmdDataOutDescCnt] = f.DataOut.DescCnt
 	b[cmdDataInDescCnt] = f.DataIn.DescCnt
-	binary.BigEndian.PutUint64(b[cmdTag:], uint64(f.Tag))
 	clear(b[cmdReserved2:cmdLUN])
 	binary.BigEndian.PutUint64(b[cmdLUN:], f.LUN)
 	b[cmdReserved3] = 0

@@ -17,13 +17,8 @@ import (
 //
 // SRP_CRED_RSP and SRP_AER_RSP (16 bytes), initiator to target, are an opcode, 7 reserved
 // bytes and the TAG of the request they answer, laid out as SRP_I_LOGOUT (logout.go).
-const (
-	credReqOpcode      = 0
-	credReqSolNot      = 1
-	credReqReserved    = 2
-	credReqReqLimDelta = 4
-	credReqTag         = 8
-)
+//
+// SRP_CRED_REQ is the common header alone (hdr.go), with the REQUEST LIMIT DELTA as its WORD.
 
 // CredReqFields is the content of an SRP_CRED_REQ.
 type CredReqFields struct {
@@ -38,16 +33,16 @@ type CredReqFields struct {
 type CredReq []byte
 
 // Validate checks length and opcode.
-func (b CredReq) Validate() error { return checkIU(b, OpCredReq, credReqOpcode, CredReqSize) }
+func (b CredReq) Validate() error { return checkIU(b, OpCredReq, hdrOpcode, CredReqSize) }
 
 // SolNot returns byte 1 (SOLNT in bit 0).
-func (b CredReq) SolNot() uint8 { return b[credReqSolNot] }
+func (b CredReq) SolNot() uint8 { return b[hdrSolNot] }
 
 // ReqLimDelta returns the REQUEST LIMIT DELTA.
-func (b CredReq) ReqLimDelta() uint32 { return binary.BigEndian.Uint32(b[credReqReqLimDelta:]) }
+func (b CredReq) ReqLimDelta() uint32 { return hdrWordOf(b) }
 
 // Tag returns the TAG.
-func (b CredReq) Tag() Tag { return Tag(binary.BigEndian.Uint64(b[credReqTag:])) }
+func (b CredReq) Tag() Tag { return hdrTagOf(b) }
 
 // Fields returns all fields. Call Validate first.
 func (b CredReq) Fields() CredReqFields {
@@ -58,11 +53,7 @@ func (b CredReq) Fields() CredReqFields {
 // shorter, as encoding/binary's Put functions do.
 func (b CredReq) Encode(f *CredReqFields) int {
 	_ = b[CredReqSize-1] // the one bounds check; panics if b is short
-	b[credReqOpcode] = byte(OpCredReq)
-	b[credReqSolNot] = f.SolNot
-	clear(b[credReqReserved:credReqReqLimDelta])
-	binary.BigEndian.PutUint32(b[credReqReqLimDelta:], f.ReqLimDelta)
-	binary.BigEndian.PutUint64(b[credReqTag:], uint64(f.Tag))
+	putHdr(b, OpCredReq, f.SolNot, f.ReqLimDelta, f.Tag)
 	return CredReqSize
 }
 
@@ -71,21 +62,11 @@ type CredRspFields struct {
 	Tag Tag
 }
 
-// CredRsp is a view of SRP_CRED_RSP.
-type CredRsp []byte
+func (CredRspFields) opcode() Opcode { return OpCredRsp }
 
-// Validate checks length and opcode.
-func (b CredRsp) Validate() error { return checkIU(b, OpCredRsp, opTagOpcode, CredRspSize) }
-
-// Tag returns the TAG of the SRP_CRED_REQ being answered.
-func (b CredRsp) Tag() Tag { return Tag(binary.BigEndian.Uint64(b[opTagTag:])) }
-
-// Fields returns all fields. Call Validate first.
-func (b CredRsp) Fields() CredRspFields { return CredRspFields{Tag: b.Tag()} }
-
-// Encode writes the 16-byte SRP_CRED_RSP into b and returns CredRspSize. It panics if b is
-// shorter, as encoding/binary's Put functions do.
-func (b CredRsp) Encode(f *CredRspFields) int { return encodeOpcodeTag(b, OpCredRsp, f.Tag) }
+// CredRsp is a view of SRP_CRED_RSP: Validate, Tag (of the SRP_CRED_REQ being answered), Fields
+// and Encode (16 bytes, CredRspSize).
+type CredRsp = tagIU[CredRspFields]
 
 // SRP_AER_REQ (struct srp_aer_req, 36 bytes + sense data), target to initiator: an
 // asynchronous event report with sense data for one LUN. ib_srp only logs "ignoring AER for
@@ -102,17 +83,14 @@ func (b CredRsp) Encode(f *CredRspFields) int { return encodeOpcodeTag(b, OpCred
 //	    +-----------------------------------+-----------------------------------+
 //	32  |             reserved              |  SENSE DATA ...                   |
 //	    +-----------------------------------+-----------------------------------+
+//
+// The first 16 bytes are the common header (hdr.go), with the REQUEST LIMIT DELTA as its WORD.
 const (
-	aerReqOpcode      = 0
-	aerReqSolNot      = 1
-	aerReqReserved1   = 2
-	aerReqReqLimDelta = 4
-	aerReqTag         = 8
-	aerReqReserved2   = 16
-	aerReqLUN         = 20
-	aerReqSenseLen    = 28
-	aerReqReserved3   = 32
-	aerReqSense       = 36
+	aerReqReserved2 = 16
+	aerReqLUN       = 20
+	aerReqSenseLen  = 28
+	aerReqReserved3 = 32
+	aerReqSense     = 36
 )
 
 // AerReqFields is the content of an SRP_AER_REQ.
@@ -132,7 +110,7 @@ type AerReq []byte
 
 // Validate checks length and opcode, and that the sense data fits in the IU.
 func (b AerReq) Validate() error {
-	if err := checkIU(b, OpAerReq, aerReqOpcode, AerReqMinSize); err != nil {
+	if err := checkIU(b, OpAerReq, hdrOpcode, AerReqMinSize); err != nil {
 		return err
 	}
 	if n := uint64(b.SenseDataLen()); n > uint64(len(b)-aerReqSense) {
@@ -143,13 +121,13 @@ func (b AerReq) Validate() error {
 }
 
 // SolNot returns byte 1 (SOLNT in bit 0).
-func (b AerReq) SolNot() uint8 { return b[aerReqSolNot] }
+func (b AerReq) SolNot() uint8 { return b[hdrSolNot] }
 
 // ReqLimDelta returns the REQUEST LIMIT DELTA.
-func (b AerReq) ReqLimDelta() uint32 { return binary.BigEndian.Uint32(b[aerReqReqLimDelta:]) }
+func (b AerReq) ReqLimDelta() uint32 { return hdrWordOf(b) }
 
 // Tag returns the TAG.
-func (b AerReq) Tag() Tag { return Tag(binary.BigEndian.Uint64(b[aerReqTag:])) }
+func (b AerReq) Tag() Tag { return hdrTagOf(b) }
 
 // LUN returns the LOGICAL UNIT NUMBER as a big-endian integer.
 func (b AerReq) LUN() uint64 { return binary.BigEndian.Uint64(b[aerReqLUN:]) }
@@ -181,11 +159,7 @@ func (b AerReq) Encode(f *AerReqFields) (int, error) {
 	if uint64(len(f.SenseData)) > maxUint32 {
 		return 0, fmt.Errorf("srp: SRP_AER_REQ sense data of %d bytes: %w", len(f.SenseData), ErrInvalidField)
 	}
-	b[aerReqOpcode] = byte(OpAerReq)
-	b[aerReqSolNot] = f.SolNot
-	clear(b[aerReqReserved1:aerReqReqLimDelta])
-	binary.BigEndian.PutUint32(b[aerReqReqLimDelta:], f.ReqLimDelta)
-	binary.BigEndian.PutUint64(b[aerReqTag:], uint64(f.Tag))
+	putHdr(b, OpAerReq, f.SolNot, f.ReqLimDelta, f.Tag)
 	clear(b[aerReqReserved2:aerReqLUN])
 	binary.BigEndian.PutUint64(b[aerReqLUN:], f.LUN)
 	binary.BigEndian.PutUint32(b[aerReqSenseLen:], uint32(len(f.SenseData)))
@@ -199,21 +173,11 @@ type AerRspFields struct {
 	Tag Tag
 }
 
-// AerRsp is a view of SRP_AER_RSP.
-type AerRsp []byte
+func (AerRspFields) opcode() Opcode { return OpAerRsp }
 
-// Validate checks length and opcode.
-func (b AerRsp) Validate() error { return checkIU(b, OpAerRsp, opTagOpcode, AerRspSize) }
-
-// Tag returns the TAG of the SRP_AER_REQ being answered.
-func (b AerRsp) Tag() Tag { return Tag(binary.BigEndian.Uint64(b[opTagTag:])) }
-
-// Fields returns all fields. Call Validate first.
-func (b AerRsp) Fields() AerRspFields { return AerRspFields{Tag: b.Tag()} }
-
-// Encode writes the 16-byte SRP_AER_RSP into b and returns AerRspSize. It panics if b is
-// shorter, as encoding/binary's Put functions do.
-func (b AerRsp) Encode(f *AerRspFields) int { return encodeOpcodeTag(b, OpAerRsp, f.Tag) }
+// AerRsp is a view of SRP_AER_RSP: Validate, Tag (of the SRP_AER_REQ being answered), Fields
+// and Encode (16 bytes, AerRspSize).
+type AerRsp = tagIU[AerRspFields]
 
 const maxUint32 = 1<<32 - 1
 

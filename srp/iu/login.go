@@ -194,15 +194,14 @@ func ParseLoginReq(b []byte) (LoginReqFields, error) {
 //	    +-----------------+--------+--------------------------------------------+
 //	32  |                        ... reserved ...            (ends at byte 52)  |
 //	    +-----------------------------------------------------------------------+
+//
+// The first 16 bytes are the common header (hdr.go), with the REQUEST LIMIT DELTA as its WORD.
 const (
-	loginRspOpcode      = 0
-	loginRspReqLimDelta = 4
-	loginRspTag         = 8
-	loginRspMaxITIULen  = 16
-	loginRspMaxTIIULen  = 20
-	loginRspBufFmt      = 24
-	loginRspFlags       = 26
-	loginRspReserved2   = 27
+	loginRspMaxITIULen = 16
+	loginRspMaxTIIULen = 20
+	loginRspBufFmt     = 24
+	loginRspFlags      = 26
+	loginRspReserved2  = 27
 )
 
 // LoginRspFlags is the RSP FLAGS byte of SRP_LOGIN_RSP.
@@ -244,13 +243,13 @@ type LoginRspFields struct {
 type LoginRsp []byte
 
 // Validate checks length and opcode.
-func (b LoginRsp) Validate() error { return checkIU(b, OpLoginRsp, loginRspOpcode, LoginRspSize) }
+func (b LoginRsp) Validate() error { return checkIU(b, OpLoginRsp, hdrOpcode, LoginRspSize) }
 
 // ReqLimDelta returns the REQUEST LIMIT DELTA.
-func (b LoginRsp) ReqLimDelta() uint32 { return binary.BigEndian.Uint32(b[loginRspReqLimDelta:]) }
+func (b LoginRsp) ReqLimDelta() uint32 { return hdrWordOf(b) }
 
 // Tag returns the TAG.
-func (b LoginRsp) Tag() Tag { return Tag(binary.BigEndian.Uint64(b[loginRspTag:])) }
+func (b LoginRsp) Tag() Tag { return hdrTagOf(b) }
 
 // MaxITIULen returns the MAXIMUM INITIATOR-TO-TARGET IU LENGTH.
 func (b LoginRsp) MaxITIULen() uint32 { return binary.BigEndian.Uint32(b[loginRspMaxITIULen:]) }
@@ -280,10 +279,7 @@ func (b LoginRsp) Fields() LoginRspFields {
 // shorter, as encoding/binary's Put functions do.
 func (b LoginRsp) Encode(f *LoginRspFields) int {
 	_ = b[LoginRspSize-1] // the one bounds check; panics if b is short
-	b[loginRspOpcode] = byte(OpLoginRsp)
-	clear(b[loginRspOpcode+1 : loginRspReqLimDelta])
-	binary.BigEndian.PutUint32(b[loginRspReqLimDelta:], f.ReqLimDelta)
-	binary.BigEndian.PutUint64(b[loginRspTag:], uint64(f.Tag))
+	putHdr(b, OpLoginRsp, 0, f.ReqLimDelta, f.Tag)
 	binary.BigEndian.PutUint32(b[loginRspMaxITIULen:], f.MaxITIULen)
 	binary.BigEndian.PutUint32(b[loginRspMaxTIIULen:], f.MaxTIIULen)
 	binary.BigEndian.PutUint16(b[loginRspBufFmt:], uint16(f.SupBufFmt))
@@ -304,10 +300,9 @@ func (b LoginRsp) Encode(f *LoginRspFields) int {
 //	    +-----------------+-----------------------------------------------------+
 //	24  | SUP BUF FORMATS |                    reserved                         |
 //	    +-----------------+-----------------------------------------------------+
+//
+// The first 16 bytes are the common header (hdr.go), with the REASON as its WORD.
 const (
-	loginRejOpcode    = 0
-	loginRejReason    = 4
-	loginRejTag       = 8
 	loginRejReserved2 = 16
 	loginRejBufFmt    = 24
 	loginRejReserved3 = 26
@@ -378,15 +373,13 @@ type LoginRejFields struct {
 type LoginRej []byte
 
 // Validate checks length and opcode.
-func (b LoginRej) Validate() error { return checkIU(b, OpLoginRej, loginRejOpcode, LoginRejSize) }
+func (b LoginRej) Validate() error { return checkIU(b, OpLoginRej, hdrOpcode, LoginRejSize) }
 
 // Reason returns the REASON.
-func (b LoginRej) Reason() LoginRejReason {
-	return LoginRejReason(binary.BigEndian.Uint32(b[loginRejReason:]))
-}
+func (b LoginRej) Reason() LoginRejReason { return LoginRejReason(hdrWordOf(b)) }
 
 // Tag returns the TAG.
-func (b LoginRej) Tag() Tag { return Tag(binary.BigEndian.Uint64(b[loginRejTag:])) }
+func (b LoginRej) Tag() Tag { return hdrTagOf(b) }
 
 // SupBufFmt returns the SUPPORTED BUFFER FORMATS.
 func (b LoginRej) SupBufFmt() BufFmt { return BufFmt(binary.BigEndian.Uint16(b[loginRejBufFmt:])) }
@@ -400,10 +393,7 @@ func (b LoginRej) Fields() LoginRejFields {
 // shorter, as encoding/binary's Put functions do.
 func (b LoginRej) Encode(f *LoginRejFields) int {
 	_ = b[LoginRejSize-1] // the one bounds check; panics if b is short
-	b[loginRejOpcode] = byte(OpLoginRej)
-	clear(b[loginRejOpcode+1 : loginRejReason])
-	binary.BigEndian.PutUint32(b[loginRejReason:], uint32(f.Reason))
-	binary.BigEndian.PutUint64(b[loginRejTag:], uint64(f.Tag))
+	putHdr(b, OpLoginRej, 0, uint32(f.Reason), f.Tag)
 	clear(b[loginRejReserved2:loginRejBufFmt])
 	binary.BigEndian.PutUint16(b[loginRejBufFmt:], uint16(f.SupBufFmt))
 	clear(b[loginRejReserved3:LoginRejSize])

@@ -1,9 +1,6 @@
 package iu
 
-import (
-	"encoding/binary"
-	"fmt"
-)
+import "fmt"
 
 // SRP_I_LOGOUT (struct srp_i_logout, 16 bytes), initiator to target. ib_srp never sends it (it
 // disconnects with a CM DREQ), but another initiator may:
@@ -14,43 +11,17 @@ import (
 //	8  |                                 TAG                                   |
 //	   +-----------------------------------------------------------------------+
 //
-// SRP_CRED_RSP and SRP_AER_RSP have the same layout; the three share these offsets.
-const (
-	opTagOpcode = 0
-	opTagTag    = 8
-	opTagSize   = 16
-)
+// SRP_CRED_RSP and SRP_AER_RSP have the same layout; the three share one view, tagIU (hdr.go).
 
 // ILogoutFields is the content of an SRP_I_LOGOUT.
 type ILogoutFields struct {
 	Tag Tag
 }
 
-// ILogout is a view of SRP_I_LOGOUT.
-type ILogout []byte
+func (ILogoutFields) opcode() Opcode { return OpILogout }
 
-// Validate checks length and opcode.
-func (b ILogout) Validate() error { return checkIU(b, OpILogout, opTagOpcode, ILogoutSize) }
-
-// Tag returns the TAG.
-func (b ILogout) Tag() Tag { return Tag(binary.BigEndian.Uint64(b[opTagTag:])) }
-
-// Fields returns all fields. Call Validate first.
-func (b ILogout) Fields() ILogoutFields { return ILogoutFields{Tag: b.Tag()} }
-
-// Encode writes the 16-byte SRP_I_LOGOUT into b and returns ILogoutSize. It panics if b is
-// shorter, as encoding/binary's Put functions do.
-func (b ILogout) Encode(f *ILogoutFields) int { return encodeOpcodeTag(b, OpILogout, f.Tag) }
-
-// encodeOpcodeTag writes the 16-byte IUs that carry nothing but an opcode and a TAG
-// (SRP_I_LOGOUT, SRP_CRED_RSP, SRP_AER_RSP).
-func encodeOpcodeTag(b []byte, op Opcode, tag Tag) int {
-	_ = b[opTagSize-1] // the one bounds check; panics if b is short
-	b[opTagOpcode] = byte(op)
-	clear(b[opTagOpcode+1 : opTagTag])
-	binary.BigEndian.PutUint64(b[opTagTag:], uint64(tag))
-	return opTagSize
-}
+// ILogout is a view of SRP_I_LOGOUT: Validate, Tag, Fields and Encode (16 bytes, ILogoutSize).
+type ILogout = tagIU[ILogoutFields]
 
 // SRP_T_LOGOUT (struct srp_t_logout, 16 bytes), target to initiator. ib_srp only logs "Got
 // target logout request"; to really end a session the target sends a CM DREQ:
@@ -60,13 +31,8 @@ func encodeOpcodeTag(b []byte, op Opcode, tag Tag) int {
 //	   +--------+--------+-----------------+-----------------------------------+
 //	8  |                                 TAG                                   |
 //	   +-----------------------------------------------------------------------+
-const (
-	tLogoutOpcode   = 0
-	tLogoutSolNot   = 1
-	tLogoutReserved = 2
-	tLogoutReason   = 4
-	tLogoutTag      = 8
-)
+//
+// It is the common header alone (hdr.go), with the REASON as its WORD.
 
 // TLogoutReason is the REASON of SRP_T_LOGOUT.
 type TLogoutReason uint32
@@ -119,18 +85,16 @@ type TLogoutFields struct {
 type TLogout []byte
 
 // Validate checks length and opcode.
-func (b TLogout) Validate() error { return checkIU(b, OpTLogout, tLogoutOpcode, TLogoutSize) }
+func (b TLogout) Validate() error { return checkIU(b, OpTLogout, hdrOpcode, TLogoutSize) }
 
 // SolNot returns byte 1 (SOLNT in bit 0).
-func (b TLogout) SolNot() uint8 { return b[tLogoutSolNot] }
+func (b TLogout) SolNot() uint8 { return b[hdrSolNot] }
 
 // Reason returns the REASON.
-func (b TLogout) Reason() TLogoutReason {
-	return TLogoutReason(binary.BigEndian.Uint32(b[tLogoutReason:]))
-}
+func (b TLogout) Reason() TLogoutReason { return TLogoutReason(hdrWordOf(b)) }
 
 // Tag returns the TAG.
-func (b TLogout) Tag() Tag { return Tag(binary.BigEndian.Uint64(b[tLogoutTag:])) }
+func (b TLogout) Tag() Tag { return hdrTagOf(b) }
 
 // Fields returns all fields. Call Validate first.
 func (b TLogout) Fields() TLogoutFields {
@@ -141,10 +105,6 @@ func (b TLogout) Fields() TLogoutFields {
 // shorter, as encoding/binary's Put functions do.
 func (b TLogout) Encode(f *TLogoutFields) int {
 	_ = b[TLogoutSize-1] // the one bounds check; panics if b is short
-	b[tLogoutOpcode] = byte(OpTLogout)
-	b[tLogoutSolNot] = f.SolNot
-	clear(b[tLogoutReserved:tLogoutReason])
-	binary.BigEndian.PutUint32(b[tLogoutReason:], uint32(f.Reason))
-	binary.BigEndian.PutUint64(b[tLogoutTag:], uint64(f.Tag))
+	putHdr(b, OpTLogout, f.SolNot, uint32(f.Reason), f.Tag)
 	return TLogoutSize
 }

@@ -21,21 +21,17 @@ import (
 //	    +-----------------------------------+-----------------------------------+
 //
 // ib_srp copies sense data from 36 + RESPONSE DATA LIST LENGTH when SNSVALID is set, reports
-// the DIUNDER residual (else the DOUNDER one) to SCSI and ignores the overflow flags.
+// the DIUNDER residual (else the DOUNDER one) to SCSI and ignores the overflow flags. The first
+// 16 bytes are the common header (hdr.go), with the REQUEST LIMIT DELTA as its WORD.
 const (
-	rspOpcode      = 0
-	rspSolNot      = 1
-	rspReserved1   = 2
-	rspReqLimDelta = 4
-	rspTag         = 8
-	rspReserved2   = 16
-	rspFlags       = 18
-	rspStatus      = 19
-	rspDataOutRes  = 20
-	rspDataInRes   = 24
-	rspSenseLen    = 28
-	rspRespLen     = 32
-	rspData        = 36
+	rspReserved2  = 16
+	rspFlags      = 18
+	rspStatus     = 19
+	rspDataOutRes = 20
+	rspDataInRes  = 24
+	rspSenseLen   = 28
+	rspRespLen    = 32
+	rspData       = 36
 )
 
 // RspFlags is the FLAGS byte of SRP_RSP.
@@ -82,7 +78,7 @@ type Rsp []byte
 // RSPVALID / SNSVALID are set exactly when the corresponding length is non-zero (the form
 // Encode produces, and the form LIO and SCST send).
 func (b Rsp) Validate() error {
-	if err := checkIU(b, OpRsp, rspOpcode, RspMinSize); err != nil {
+	if err := checkIU(b, OpRsp, hdrOpcode, RspMinSize); err != nil {
 		return err
 	}
 	resp, sense := uint64(b.RespDataLen()), uint64(b.SenseDataLen())
@@ -98,13 +94,13 @@ func (b Rsp) Validate() error {
 }
 
 // SolNot returns byte 1 (SOLNT in bit 0).
-func (b Rsp) SolNot() uint8 { return b[rspSolNot] }
+func (b Rsp) SolNot() uint8 { return b[hdrSolNot] }
 
 // ReqLimDelta returns the REQUEST LIMIT DELTA.
-func (b Rsp) ReqLimDelta() uint32 { return binary.BigEndian.Uint32(b[rspReqLimDelta:]) }
+func (b Rsp) ReqLimDelta() uint32 { return hdrWordOf(b) }
 
 // Tag returns the TAG.
-func (b Rsp) Tag() Tag { return Tag(binary.BigEndian.Uint64(b[rspTag:])) }
+func (b Rsp) Tag() Tag { return hdrTagOf(b) }
 
 // Flags returns the FLAGS byte.
 func (b Rsp) Flags() RspFlags { return RspFlags(b[rspFlags]) }
@@ -179,9 +175,7 @@ func (b Rsp) Encode(f *RspFields) (int, error) {
 func (b Rsp) EncodeStatus(tag Tag, delta uint32, status uint8, flags RspFlags, doRes, diRes uint32) int {
 	_ = b[RspMinSize-1] // the one bounds check
 	flags &^= RSPVALID | SNSVALID
-	// Bytes 0-7: OPCODE, SOLNOT 0, reserved, REQUEST LIMIT DELTA.
-	binary.BigEndian.PutUint64(b[rspOpcode:], uint64(OpRsp)<<56|uint64(delta))
-	binary.BigEndian.PutUint64(b[rspTag:], uint64(tag))
+	putHdr(b, OpRsp, 0, delta, tag)
 	// Bytes 16-23: reserved, FLAGS, STATUS, DATA-OUT RESIDUAL COUNT.
 	binary.BigEndian.PutUint64(b[rspReserved2:], uint64(flags)<<40|uint64(status)<<32|uint64(doRes))
 	// Bytes 24-35: DATA-IN RESIDUAL COUNT, SENSE DATA LIST LENGTH 0, RESPONSE DATA LIST LENGTH 0.
@@ -213,11 +207,7 @@ func (b Rsp) encode(f *RspFields, n int) int {
 	if len(f.SenseData) > 0 {
 		flags |= SNSVALID
 	}
-	b[rspOpcode] = byte(OpRsp)
-	b[rspSolNot] = f.SolNot
-	clear(b[rspReserved1:rspReqLimDelta])
-	binary.BigEndian.PutUint32(b[rspReqLimDelta:], f.ReqLimDelta)
-	binary.BigEndian.PutUint64(b[rspTag:], uint64(f.Tag))
+	putHdr(b, OpRsp, f.SolNot, f.ReqLimDelta, f.Tag)
 	clear(b[rspReserved2:rspFlags])
 	b[rspFlags] = byte(flags)
 	b[rspStatus] = f.Status

@@ -22,12 +22,9 @@ import (
 //	40  |                               reserved                                |
 //	    +-----------------------------------------------------------------------+
 //
-// The LUN is only 4-byte aligned, which is why the kernel struct is packed.
+// The LUN is only 4-byte aligned, which is why the kernel struct is packed. The first 16 bytes
+// are the common header (hdr.go), its WORD reserved.
 const (
-	tskMgmtOpcode    = 0
-	tskMgmtSolNot    = 1
-	tskMgmtReserved1 = 2
-	tskMgmtTag       = 8
 	tskMgmtReserved2 = 16
 	tskMgmtLUN       = 20
 	tskMgmtReserved3 = 28
@@ -111,13 +108,13 @@ type TskMgmtFields struct {
 type TskMgmt []byte
 
 // Validate checks length and opcode.
-func (b TskMgmt) Validate() error { return checkIU(b, OpTskMgmt, tskMgmtOpcode, TskMgmtSize) }
+func (b TskMgmt) Validate() error { return checkIU(b, OpTskMgmt, hdrOpcode, TskMgmtSize) }
 
 // SolNot returns byte 1 (SCSOLNT, UCSOLNT).
-func (b TskMgmt) SolNot() uint8 { return b[tskMgmtSolNot] }
+func (b TskMgmt) SolNot() uint8 { return b[hdrSolNot] }
 
 // Tag returns the TAG of this request.
-func (b TskMgmt) Tag() Tag { return Tag(binary.BigEndian.Uint64(b[tskMgmtTag:])) }
+func (b TskMgmt) Tag() Tag { return hdrTagOf(b) }
 
 // LUN returns the LOGICAL UNIT NUMBER as a big-endian integer.
 func (b TskMgmt) LUN() uint64 { return binary.BigEndian.Uint64(b[tskMgmtLUN:]) }
@@ -143,10 +140,7 @@ func (b TskMgmt) Fields() TskMgmtFields {
 // shorter, as encoding/binary's Put functions do.
 func (b TskMgmt) Encode(f *TskMgmtFields) int {
 	_ = b[TskMgmtSize-1] // the one bounds check; panics if b is short
-	b[tskMgmtOpcode] = byte(OpTskMgmt)
-	b[tskMgmtSolNot] = f.SolNot
-	clear(b[tskMgmtReserved1:tskMgmtTag])
-	binary.BigEndian.PutUint64(b[tskMgmtTag:], uint64(f.Tag))
+	putHdr(b, OpTskMgmt, f.SolNot, 0, f.Tag)
 	clear(b[tskMgmtReserved2:tskMgmtLUN])
 	binary.BigEndian.PutUint64(b[tskMgmtLUN:], f.LUN)
 	clear(b[tskMgmtReserved3:tskMgmtFunc])
