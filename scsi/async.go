@@ -212,6 +212,20 @@ func (lu *LogicalUnit) lockRange(c *Command, lba, n uint64, exclusive bool) bool
 	return true
 }
 
+// lockWalk goes on from the prep of a command that writes and walks (WRITE AND VERIFY,
+// COMPARE AND WRITE), which described the walk w or (ok false) completed c: it takes the walk's
+// LBA range, exclusive or not, and gives c the walk. false: c does not go on now, p says why.
+func (lu *LogicalUnit) lockWalk(c *Command, w verifyWalk, ok, exclusive bool) (p Progress, goOn bool) {
+	if !ok {
+		return Done, false
+	}
+	if !lu.lockRange(c, w.lba, w.n, exclusive) {
+		return Blocked, false
+	}
+	c.io.walk = w
+	return Pending, true
+}
+
 // asyncDone takes the answer err to c's request in flight.
 func (lu *LogicalUnit) asyncDone(c *Command, err error) Progress {
 	a := &c.io
@@ -276,9 +290,8 @@ func startWrite(lu *LogicalUnit, c *Command) Progress {
 	if !lu.lockRange(c, b.lba, uint64(b.blocks), false) {
 		return Blocked
 	}
-	fua := c.CDB[0] != opWrite6 && c.CDB[1]&cdbFUA != 0
 	c.io.lba = b.lba
-	return lu.started(c, stepWrite, lu.async.StartWrite(c.io.q, c.DataOut, lu.byteOffset(b.lba), lu.writeFUA(fua), c.io.tag))
+	return lu.started(c, stepWrite, lu.async.StartWrite(c.io.q, c.DataOut, lu.byteOffset(b.lba), lu.writeFUA(writeFUABit(c.CDB)), c.io.tag))
 }
 
 func startSynchronizeCache(lu *LogicalUnit, c *Command) Progress {
@@ -299,24 +312,16 @@ func startVerify(lu *LogicalUnit, c *Command) Progress {
 
 func startWriteAndVerify(lu *LogicalUnit, c *Command) Progress {
 	w, ok := lu.writeAndVerifyPrep(c)
-	if !ok {
-		return Done
+	if p, ok := lu.lockWalk(c, w, ok, false); !ok {
+		return p
 	}
-	if !lu.lockRange(c, w.lba, w.n, false) {
-		return Blocked
-	}
-	c.io.walk = w
 	return lu.started(c, stepWAV, lu.async.StartWrite(c.io.q, c.DataOut, lu.byteOffset(w.lba), true, c.io.tag))
 }
 
 func startCompareAndWrite(lu *LogicalUnit, c *Command) Progress {
 	w, ok := lu.compareAndWritePrep(c)
-	if !ok {
-		return Done
+	if p, ok := lu.lockWalk(c, w, ok, true); !ok {
+		return p
 	}
-	if !lu.lockRange(c, w.lba, w.n, true) {
-		return Blocked
-	}
-	c.io.walk = w
 	return lu.walkOn(c)
 }

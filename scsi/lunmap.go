@@ -148,14 +148,7 @@ func (m *LUNMap) AbortTaskSet(n *Nexus, raw uint64) TMFResponse {
 // can see. (LIO refuses CLEAR TASK SET from everyone with FUNCTION NOT SUPPORTED, in
 // target_tmr_work, drivers/target/target_core_transport.c.)
 func (m *LUNMap) ClearTaskSet(n *Nexus, raw uint64) TMFResponse {
-	mp := m.Lookup(raw)
-	switch {
-	case mp == nil:
-		return TMFIncorrectLUN
-	case mp.WriteProtected():
-		return mp.LU.AbortTaskSet(n)
-	}
-	return mp.LU.ClearTaskSet(n)
+	return m.allNexusTMF(n, raw, (*LogicalUnit).AbortTaskSet, (*LogicalUnit).ClearTaskSet)
 }
 
 // LogicalUnitReset resets the LUN raw: every nexus's commands are aborted, mode parameters
@@ -168,14 +161,21 @@ func (m *LUNMap) ClearTaskSet(n *Nexus, raw uint64) TMFResponse {
 // error handler then escalates to srp_reset_host, a reconnect. LIO resets for everyone
 // (core_tmr_lun_reset, drivers/target/target_core_tmr.c).
 func (m *LUNMap) LogicalUnitReset(n *Nexus, raw uint64) TMFResponse {
+	return m.allNexusTMF(n, raw, (*LogicalUnit).resetNexus, (*LogicalUnit).Reset)
+}
+
+// allNexusTMF runs, for nexus n, a task management function that acts on the commands of every
+// nexus of the LUN raw: all, or own (the part that touches n alone) from a write-protected
+// mapping.
+func (m *LUNMap) allNexusTMF(n *Nexus, raw uint64, own, all func(*LogicalUnit, *Nexus) TMFResponse) TMFResponse {
 	mp := m.Lookup(raw)
 	switch {
 	case mp == nil:
 		return TMFIncorrectLUN
 	case mp.WriteProtected():
-		return mp.LU.resetNexus(n)
+		return own(mp.LU, n)
 	}
-	return mp.LU.Reset(n)
+	return all(mp.LU, n)
 }
 
 // QueryTask reports whether the command with tag of nexus n is in the LUN's task set.

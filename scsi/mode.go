@@ -127,28 +127,40 @@ func (lu *LogicalUnit) writeProtected(c *Command) bool {
 	return lu.cfg.ReadOnly || lu.bs.ReadOnly() || c.readOnly
 }
 
+// modeHeaderLen is the length of the mode parameter header of the 6-byte or (ten) the 10-byte
+// form of MODE SENSE and MODE SELECT (SPC-4 7.5.4).
+func modeHeaderLen(ten bool) int {
+	if ten {
+		return 8
+	}
+	return 4
+}
+
+// formLength is the length field of the 6-byte (byte 4) or, ten, the 10-byte (bytes 7-8) form of
+// MODE SENSE and MODE SELECT: the allocation length or the parameter list length.
+func formLength(cdb []byte, ten bool) int {
+	if ten {
+		return int(binary.BigEndian.Uint16(cdb[7:9]))
+	}
+	return int(cdb[4])
+}
+
 // modeSense handles MODE SENSE(6) and MODE SENSE(10) (SPC-4 6.11, 6.12): the mode parameter
 // header, a block descriptor unless DBD is set (the long form when LLBAA is set), then the page
 // or pages asked for with the values PC selects. The header's MODE DATA LENGTH always describes
 // all of it, because Linux asks for 4 bytes first and then for exactly that length.
 func modeSense(lu *LogicalUnit, c *Command) {
-	ten := c.CDB[0] == opModeSense10
-	usage, hdrLen := usageModeSense6, 4
-	if ten {
-		usage, hdrLen = usageModeSense10, 8
-	}
-	if c.failOn(checkCDBUsage(c.CDB, usage)) {
+	ten, ok := c.checkForm(opModeSense10, usageModeSense6, usageModeSense10)
+	if !ok {
 		return
 	}
+	hdrLen := modeHeaderLen(ten)
 	dbd := c.CDB[1]&0x08 != 0
 	llbaa := ten && c.CDB[1]&0x10 != 0
 	pc := c.CDB[2] >> 6
 	code := c.CDB[2] & 0x3F
 	subpage := c.CDB[3]
-	alloc := int(c.CDB[4])
-	if ten {
-		alloc = int(binary.BigEndian.Uint16(c.CDB[7:9]))
-	}
+	alloc := formLength(c.CDB, ten)
 
 	if pc == pcSaved {
 		// SPC-4 6.11.1: saved values are not implemented.
@@ -261,18 +273,12 @@ func modeSense(lu *LogicalUnit, c *Command) {
 // from MODE SENSE data are ignored rather than refused: MODE DATA LENGTH and the
 // DEVICE-SPECIFIC PARAMETER (WP, DPOFUA).
 func modeSelect(lu *LogicalUnit, c *Command) {
-	ten := c.CDB[0] == opModeSelect10
-	usage, hdrLen := usageModeSelect6, 4
-	if ten {
-		usage, hdrLen = usageModeSelect10, 8
-	}
-	if c.failOn(checkCDBUsage(c.CDB, usage)) {
+	ten, ok := c.checkForm(opModeSelect10, usageModeSelect6, usageModeSelect10)
+	if !ok {
 		return
 	}
-	plen := int(c.CDB[4])
-	if ten {
-		plen = int(binary.BigEndian.Uint16(c.CDB[7:9]))
-	}
+	hdrLen := modeHeaderLen(ten)
+	plen := formLength(c.CDB, ten)
 	c.TransferLength = plen
 	if c.CDB[1]&0x10 == 0 {
 		// PF 0 would mean vendor-specific pages; only the standard page format exists here.

@@ -38,14 +38,13 @@ func orWrite16(lu *LogicalUnit, c *Command) {
 		return
 	}
 	lba := binary.BigEndian.Uint64(cdb[2:])
-	n := uint64(binary.BigEndian.Uint32(cdb[cdb16LengthOff:]))
-	bytes := lu.blockBytes(n)
-	c.TransferLength = clampInt(bytes)
-	if c.failOn(lu.checkTransfer(lba, n, bytes, cdb16LengthOff)) || c.failOn(checkDataOut(c.DataOut, bytes)) || n == 0 {
+	n := binary.BigEndian.Uint32(cdb[cdb16LengthOff:])
+	if !lu.writePrep(c, lba, n, cdb16LengthOff) {
 		return
 	}
+	bytes := lu.blockBytes(uint64(n))
 	fua := lu.writeFUA(cdb[1]&cdbFUA != 0)
-	slot := lu.ranges.lock(lba, n, true)
+	slot := lu.ranges.lock(lba, uint64(n), true)
 	defer lu.ranges.unlock(slot)
 	scratch := getScratch()
 	defer putScratch(scratch)

@@ -249,11 +249,8 @@ func (r *Reservations) change(c *Command, from ITNexusID, persist bool, f func(s
 	r.mu.Lock()
 	if r.store == nil {
 		defer r.mu.Unlock()
-		old := r.state.Load()
-		s := old.clone()
-		var ch prChange
-		if !f(s, &ch.eff) {
-			ch.ok = true
+		old, s, ch, changed := r.tryChange(f)
+		if !changed {
 			return ch
 		}
 		ch.ok = r.commitLocal(old, s, persist)
@@ -270,11 +267,8 @@ func (r *Reservations) change(c *Command, from ITNexusID, persist bool, f func(s
 	}()
 	defer r.mu.Unlock()
 	for range prMaxCommitAttempts {
-		old := r.state.Load()
-		s := old.clone()
-		var ch prChange
-		if !f(s, &ch.eff) {
-			ch.ok = true
+		_, s, ch, changed := r.tryChange(f)
+		if !changed {
 			return ch
 		}
 		s.settle()
@@ -307,6 +301,18 @@ func (r *Reservations) change(c *Command, from ITNexusID, persist bool, f func(s
 		learned = append(learned, evs...)
 	}
 	return prChange{}
+}
+
+// tryChange runs f on s, a copy of the state in force (old). changed false: f refused or found
+// nothing to change, and ch, ok, is the answer to give.
+func (r *Reservations) tryChange(f func(s *prState, eff *prEffects) bool) (old, s *prState, ch prChange, changed bool) {
+	old = r.state.Load()
+	s = old.clone()
+	if !f(s, &ch.eff) {
+		ch.ok = true
+		return old, s, ch, false
+	}
+	return old, s, ch, true
 }
 
 // fail ends c with what keeps a change from being put in force: the store did not answer in

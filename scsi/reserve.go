@@ -33,11 +33,7 @@ func (s *prState) crhExempt(id ITNexusID) bool {
 // every RESERVE and RELEASE conflicts), except for the nexuses SPC-4 5.13.3 exempts: mixing the
 // two kinds on one logical unit would let an SPC-2 holder keep registered cluster members out.
 func reserveSPC2(lu *LogicalUnit, c *Command) {
-	usage := usageReserve6
-	if c.CDB[0] == opReserve10 {
-		usage = usageReserve10
-	}
-	if c.failOn(checkCDBUsage(c.CDB, usage)) {
+	if _, ok := c.checkForm(opReserve10, usageReserve6, usageReserve10); !ok {
 		return
 	}
 	id := c.Nexus.id()
@@ -69,11 +65,7 @@ func reserveSPC2(lu *LogicalUnit, c *Command) {
 // ends; from any other I_T nexus it succeeds and changes nothing. While a persistent
 // reservation exists, only the I_T nexuses SPC-4 5.13.3 exempts get GOOD.
 func releaseSPC2(lu *LogicalUnit, c *Command) {
-	usage := usageRelease6
-	if c.CDB[0] == opRelease10 {
-		usage = usageRelease10
-	}
-	if c.failOn(checkCDBUsage(c.CDB, usage)) {
+	if _, ok := c.checkForm(opRelease10, usageRelease6, usageRelease10); !ok {
 		return
 	}
 	id := c.Nexus.id()

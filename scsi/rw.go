@@ -3,53 +3,32 @@ package scsi
 // READ and WRITE (SBC-3). The data moves straight between the transport's
 // buffers and the backstore: READ reads into c.DataIn, WRITE writes from c.DataOut.
 
-// read6 is READ(6): a 21-bit LBA, and a TRANSFER LENGTH of 0 means 256 blocks. Byte 1 bits 7:5
-// (the LUN of SCSI-2) are reserved.
-func read6(lu *LogicalUnit, c *Command) {
-	lba, n, f := decode6(c.CDB)
-	if c.failOn(f) {
-		return
-	}
-	lu.readBlocks(c, lba, n, 4)
-}
-
-// read10, read12 and read16 are READ(10/12/16). RDPROTECT must be zero (no protection
-// information); DPO and FUA are accepted: every read goes to the backstore anyway. The rest of
-// byte 1 is decodeReadWrite's.
-func read10(lu *LogicalUnit, c *Command) { lu.readN(c) }
-func read12(lu *LogicalUnit, c *Command) { lu.readN(c) }
-func read16(lu *LogicalUnit, c *Command) { lu.readN(c) }
-
-func (lu *LogicalUnit) readN(c *Command) {
-	b, f := decodeReadWrite(c.CDB)
+// readCDB is READ, any of its CDB lengths. READ(6) has a 21-bit LBA, and a TRANSFER LENGTH of 0
+// means 256 blocks; its byte 1 bits 7:5 (the LUN of SCSI-2) are reserved. In READ(10/12/16)
+// RDPROTECT must be zero (no protection information); DPO and FUA are accepted: every read goes
+// to the backstore anyway. The rest of byte 1 is decodeReadWrite's.
+func readCDB(lu *LogicalUnit, c *Command) {
+	b, f := decodeRW(c.CDB)
 	if c.failOn(f) {
 		return
 	}
 	lu.readBlocks(c, b.lba, b.blocks, b.lengthOff)
 }
 
-// write6 is WRITE(6), laid out as READ(6).
-func write6(lu *LogicalUnit, c *Command) {
-	lba, n, f := decode6(c.CDB)
+// writeCDB is WRITE, any of its CDB lengths; WRITE(6) is laid out as READ(6). In
+// WRITE(10/12/16) WRPROTECT must be zero; FUA forces the data to stable storage; DPO is
+// accepted.
+func writeCDB(lu *LogicalUnit, c *Command) {
+	b, f := decodeRW(c.CDB)
 	if c.failOn(f) {
 		return
 	}
-	lu.writeBlocks(c, lba, n, false, 4)
+	lu.writeBlocks(c, b.lba, b.blocks, writeFUABit(c.CDB), b.lengthOff)
 }
 
-// write10, write12 and write16 are WRITE(10/12/16). WRPROTECT must be zero; FUA forces the data
-// to stable storage; DPO is accepted.
-func write10(lu *LogicalUnit, c *Command) { lu.writeN(c) }
-func write12(lu *LogicalUnit, c *Command) { lu.writeN(c) }
-func write16(lu *LogicalUnit, c *Command) { lu.writeN(c) }
-
-func (lu *LogicalUnit) writeN(c *Command) {
-	b, f := decodeReadWrite(c.CDB)
-	if c.failOn(f) {
-		return
-	}
-	lu.writeBlocks(c, b.lba, b.blocks, c.CDB[1]&cdbFUA != 0, b.lengthOff)
-}
+// writeFUABit reports whether the CDB of a WRITE sets FUA; WRITE(6) has none (its byte 1 bit 3
+// is part of the LBA).
+func writeFUABit(cdb []byte) bool { return cdb[0] != opWrite6 && cdb[1]&cdbFUA != 0 }
 
 // decode6 reads the LBA and the transfer length of READ(6) and WRITE(6); byte 1 bits 7:5 are
 // reserved.
@@ -159,7 +138,13 @@ func (lu *LogicalUnit) writeBlocks(c *Command, lba uint64, n uint32, fua bool, l
 // writePrep is what a write does before the backstore: the checks. It reports whether there
 // is something to write (false: c is complete).
 func (lu *LogicalUnit) writePrep(c *Command, lba uint64, n uint32, lengthOff int) bool {
-	bytes := lu.blockBytes(uint64(n))
+	return lu.dataOutPrep(c, lba, n, lu.blockBytes(uint64(n)), lengthOff)
+}
+
+// dataOutPrep is the checks of a command that takes bytes of data-out for the n blocks from lba
+// (a write, or a verify that compares): the transfer (checkTransfer) and the data-out buffer
+// (checkDataOut). It reports whether there is something to do (false: c is complete).
+func (lu *LogicalUnit) dataOutPrep(c *Command, lba uint64, n uint32, bytes uint64, lengthOff int) bool {
 	c.TransferLength = clampInt(bytes)
 	if c.failOn(lu.checkTransfer(lba, uint64(n), bytes, lengthOff)) {
 		return false

@@ -44,18 +44,14 @@ const (
 // TestCDBReservedBits checks bit by bit. The CONTROL byte reads 07h everywhere (NACA, and the
 // obsolete FLAG and LINK), as in spcCommands.
 var sbcCommands = []opInfo{
-	{name: "READ(6)", opcode: opRead6, cdbLength: 6,
-		usage: []byte{opRead6, 0x1F, 0xFF, 0xFF, 0xFF, 0x07},
-		flags: opPRReads | opUntracked, run: read6},
-	blockOp("READ(10)", opRead10, 0xF8, opPRReads|opUntracked, ignoredReadWrite, read10),
-	blockOp("READ(12)", opRead12, 0xF8, opPRReads|opUntracked, ignoredReadWrite, read12),
-	blockOp("READ(16)", opRead16, 0xF8, opPRReads|opUntracked, ignoredReadWrite16, read16),
-	{name: "WRITE(6)", opcode: opWrite6, cdbLength: 6,
-		usage: []byte{opWrite6, 0x1F, 0xFF, 0xFF, 0xFF, 0x07},
-		flags: opWritesMedium | opUntracked, run: write6},
-	blockOp("WRITE(10)", opWrite10, 0xF8, opWritesMedium|opUntracked, ignoredReadWrite, write10),
-	blockOp("WRITE(12)", opWrite12, 0xF8, opWritesMedium|opUntracked, ignoredReadWrite, write12),
-	blockOp("WRITE(16)", opWrite16, 0xF8, opWritesMedium|opUntracked, ignoredReadWrite16, write16),
+	rw6Op("READ(6)", opRead6, opPRReads|opUntracked, readCDB),
+	blockOp("READ(10)", opRead10, 0xF8, opPRReads|opUntracked, ignoredReadWrite, readCDB),
+	blockOp("READ(12)", opRead12, 0xF8, opPRReads|opUntracked, ignoredReadWrite, readCDB),
+	blockOp("READ(16)", opRead16, 0xF8, opPRReads|opUntracked, ignoredReadWrite16, readCDB),
+	rw6Op("WRITE(6)", opWrite6, opWritesMedium|opUntracked, writeCDB),
+	blockOp("WRITE(10)", opWrite10, 0xF8, opWritesMedium|opUntracked, ignoredReadWrite, writeCDB),
+	blockOp("WRITE(12)", opWrite12, 0xF8, opWritesMedium|opUntracked, ignoredReadWrite, writeCDB),
+	blockOp("WRITE(16)", opWrite16, 0xF8, opWritesMedium|opUntracked, ignoredReadWrite16, writeCDB),
 	blockOp("WRITE AND VERIFY(10)", opWriteAndVerify10, 0xF2, opWritesMedium, ignoredVerify, writeAndVerify10),
 	blockOp("WRITE AND VERIFY(12)", opWriteAndVerify12, 0xF2, opWritesMedium, ignoredVerify, writeAndVerify12),
 	blockOp("WRITE AND VERIFY(16)", opWriteAndVerify16, 0xF2, opWritesMedium, nil, writeAndVerify16),
@@ -88,6 +84,13 @@ var sbcCommands = []opInfo{
 		usage: usageReadDefectData12, flags: opPRReads, run: readDefectData12},
 	{name: "GET LBA STATUS", opcode: opServiceActionIn16, serviceAction: saGetLBAStatus, hasSA: true,
 		cdbLength: 16, usage: usageGetLBAStatus, flags: opPRReads, run: getLBAStatus},
+}
+
+// rw6Op describes READ(6) or WRITE(6): byte 1 bits 4:0 and bytes 2-3 are the LOGICAL BLOCK
+// ADDRESS, byte 4 the TRANSFER LENGTH (decode6).
+func rw6Op(name string, opcode byte, flags opFlags, run handler) opInfo {
+	return opInfo{name: name, opcode: opcode, cdbLength: 6, usage: []byte{opcode, 0x1F, 0xFF, 0xFF, 0xFF, 0x07},
+		flags: flags, run: run}
 }
 
 // blockOp describes a block command whose 10-, 12- or 16-byte CDB is laid out as READ's: byte 1

@@ -104,6 +104,18 @@ func checkCDBUsage(cdb, usage []byte) fault {
 	return 0
 }
 
+// checkForm checks the CDB of a command that has a 6-byte and a 10-byte form (MODE SENSE, MODE
+// SELECT, RESERVE, RELEASE) against the usage data of its form: ten when the operation code is
+// op10. ok false: c has failed.
+func (c *Command) checkForm(op10 byte, usage6, usage10 []byte) (ten, ok bool) {
+	ten = c.CDB[0] == op10
+	usage := usage6
+	if ten {
+		usage = usage10
+	}
+	return ten, !c.failOn(checkCDBUsage(c.CDB, usage))
+}
+
 // checkControl checks the CONTROL byte of every command, at off: NACA first (so that a CDB asking
 // for ACA hears about that), then the other bits of controlReserved, pointing at the highest
 // offending one.

@@ -76,17 +76,16 @@ func (lu *LogicalUnit) verifyPrep(c *Command) (verifyWalk, bool) {
 			out = uint64(lu.blockSize)
 		}
 	}
-	c.TransferLength = clampInt(out)
-	if c.failOn(lu.checkTransfer(b.lba, uint64(b.blocks), out, b.lengthOff)) {
+	if !lu.dataOutPrep(c, b.lba, b.blocks, out, b.lengthOff) {
 		return verifyWalk{}, false
 	}
-	if c.failOn(checkDataOut(c.DataOut, out)) {
-		return verifyWalk{}, false
-	}
-	if b.blocks == 0 {
-		return verifyWalk{}, false
-	}
-	return verifyWalk{lba: b.lba, n: uint64(b.blocks), mode: bytchk, data: c.DataOut, probe: true, abortable: true}, true
+	return blockWalk(b, bytchk, c.DataOut), true
+}
+
+// blockWalk is the walk of VERIFY or WRITE AND VERIFY over the blocks of b, in mode, comparing
+// with data; it probes the backstore and may be aborted between chunks.
+func blockWalk(b blockCDB, mode byte, data []byte) verifyWalk {
+	return verifyWalk{lba: b.lba, n: uint64(b.blocks), mode: mode, data: data, probe: true, abortable: true}
 }
 
 // writeAndVerify10, writeAndVerify12 and writeAndVerify16 are WRITE AND VERIFY(10/12/16): the data is written through
@@ -129,22 +128,14 @@ func (lu *LogicalUnit) writeAndVerifyPrep(c *Command) (verifyWalk, bool) {
 	if c.failOn(f) {
 		return verifyWalk{}, false
 	}
-	total := lu.blockBytes(uint64(b.blocks))
-	c.TransferLength = clampInt(total)
-	if c.failOn(lu.checkTransfer(b.lba, uint64(b.blocks), total, b.lengthOff)) {
-		return verifyWalk{}, false
-	}
-	if c.failOn(checkDataOut(c.DataOut, total)) {
-		return verifyWalk{}, false
-	}
-	if b.blocks == 0 {
+	if !lu.writePrep(c, b.lba, b.blocks, b.lengthOff) {
 		return verifyWalk{}, false
 	}
 	mode := byte(bytchkMedium)
 	if compare {
 		mode = bytchkCompare
 	}
-	return verifyWalk{lba: b.lba, n: uint64(b.blocks), mode: mode, data: c.DataOut, probe: true, abortable: true}, true
+	return blockWalk(b, mode, c.DataOut), true
 }
 
 // writeAndVerifyWritten takes the answer to WRITE AND VERIFY's write (the data forced to stable
