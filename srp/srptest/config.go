@@ -1,6 +1,7 @@
 package srptest
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"time"
@@ -171,45 +172,23 @@ func (cfg Config) withDefaults() (Config, error) {
 	if !cfg.Addr.IsValid() {
 		return cfg, fmt.Errorf("srptest: config: target address %v: %w", cfg.Addr, ErrConfig)
 	}
-	if cfg.ReqBufFmt == 0 {
-		cfg.ReqBufFmt = iu.BufFormatDirect | iu.BufFormatIndirect
-	}
-	if cfg.MaxImmData == 0 {
-		cfg.MaxImmData = DefaultMaxImmData
-	}
-	if cfg.ImmDataOffset == 0 {
-		cfg.ImmDataOffset = ImmDataOffset
-	}
-	if cfg.QueueDepth == 0 {
-		cfg.QueueDepth = DefaultQueueDepth
-	}
-	if cfg.CmdSGEntries == 0 {
-		cfg.CmdSGEntries = DefaultCmdSGEntries
-	}
-	if cfg.RNRRetryCount == 0 {
-		cfg.RNRRetryCount = DefaultRNRRetryCount
-	}
-	if cfg.RetryCount == 0 {
-		cfg.RetryCount = DefaultRetryCount
-	}
-	if cfg.ResponderResources == 0 {
-		cfg.ResponderResources = DefaultResponderResources
-	}
+	cfg.ReqBufFmt = cmp.Or(cfg.ReqBufFmt, iu.BufFormatDirect|iu.BufFormatIndirect)
+	cfg.MaxImmData = cmp.Or(cfg.MaxImmData, DefaultMaxImmData)
+	cfg.ImmDataOffset = cmp.Or(cfg.ImmDataOffset, ImmDataOffset)
+	cfg.QueueDepth = cmp.Or(cfg.QueueDepth, DefaultQueueDepth)
+	cfg.CmdSGEntries = cmp.Or(cfg.CmdSGEntries, DefaultCmdSGEntries)
+	cfg.RNRRetryCount = cmp.Or(cfg.RNRRetryCount, DefaultRNRRetryCount)
+	cfg.RetryCount = cmp.Or(cfg.RetryCount, DefaultRetryCount)
+	cfg.ResponderResources = cmp.Or(cfg.ResponderResources, DefaultResponderResources)
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 5 * time.Second
 	}
-	if cfg.Family == 0 {
-		cfg.Family = ib.FamilyIP
-		if cfg.LoginForm == LoginFormIBCM {
-			cfg.Family = ib.FamilyIB
-		}
+	family, space := ib.FamilyIP, memfabric.PortSpaceTCP
+	if cfg.LoginForm == LoginFormIBCM {
+		family, space = ib.FamilyIB, memfabric.PortSpaceIB
 	}
-	if cfg.PortSpace == 0 {
-		cfg.PortSpace = memfabric.PortSpaceTCP
-		if cfg.LoginForm == LoginFormIBCM {
-			cfg.PortSpace = memfabric.PortSpaceIB
-		}
-	}
+	cfg.Family = cmp.Or(cfg.Family, family)
+	cfg.PortSpace = cmp.Or(cfg.PortSpace, space)
 	switch {
 	case cfg.QueueDepth < 3:
 		// can_queue = queue_size - 2 must leave room for one command.

@@ -33,33 +33,34 @@ func CDBInquiry(evpd bool, page uint8, allocLen uint16) []byte {
 
 // CDBRead10 builds READ(10).
 func CDBRead10(lba uint32, blocks uint16) []byte {
-	b := make([]byte, 10)
-	b[0] = opRead10
-	binary.BigEndian.PutUint32(b[2:], lba)
-	binary.BigEndian.PutUint16(b[7:], blocks)
-	return b
+	return blockCDB(opRead10, uint64(lba), uint32(blocks))
 }
 
 // CDBWrite10 builds WRITE(10).
 func CDBWrite10(lba uint32, blocks uint16) []byte {
-	b := CDBRead10(lba, blocks)
-	b[0] = opWrite10
-	return b
+	return blockCDB(opWrite10, uint64(lba), uint32(blocks))
 }
 
 // CDBRead16 builds READ(16).
-func CDBRead16(lba uint64, blocks uint32) []byte {
-	b := make([]byte, 16)
-	b[0] = opRead16
-	binary.BigEndian.PutUint64(b[2:], lba)
-	binary.BigEndian.PutUint32(b[10:], blocks)
-	return b
-}
+func CDBRead16(lba uint64, blocks uint32) []byte { return blockCDB(opRead16, lba, blocks) }
 
 // CDBWrite16 builds WRITE(16).
-func CDBWrite16(lba uint64, blocks uint32) []byte {
-	b := CDBRead16(lba, blocks)
-	b[0] = opWrite16
+func CDBWrite16(lba uint64, blocks uint32) []byte { return blockCDB(opWrite16, lba, blocks) }
+
+// blockCDB builds the READ or WRITE op, of 10 bytes (op READ(10) or WRITE(10), whose LBA and
+// length the callers' types keep to 32 and 16 bits) or else of 16 bytes.
+func blockCDB(op byte, lba uint64, blocks uint32) []byte {
+	if op == opRead10 || op == opWrite10 {
+		b := make([]byte, 10)
+		b[0] = op
+		binary.BigEndian.PutUint32(b[2:], uint32(lba))
+		binary.BigEndian.PutUint16(b[7:], uint16(blocks))
+		return b
+	}
+	b := make([]byte, 16)
+	b[0] = op
+	binary.BigEndian.PutUint64(b[2:], lba)
+	binary.BigEndian.PutUint32(b[10:], blocks)
 	return b
 }
 
@@ -102,11 +103,7 @@ func (c *Channel) Read10(ctx context.Context, lun uint16, lba uint32, blocks uin
 
 // Write10 writes data (a whole number of blocks of blockSize bytes) at lba with WRITE(10).
 func (c *Channel) Write10(ctx context.Context, lun uint16, lba uint32, data []byte, blockSize int) (*Response, error) {
-	blocks, err := blockCount(data, blockSize, 0xFFFF)
-	if err != nil {
-		return nil, err
-	}
-	return c.Do(ctx, &Request{LUN: lun, CDB: CDBWrite10(lba, uint16(blocks)), DataOut: data})
+	return c.write(ctx, lun, opWrite10, uint64(lba), data, blockSize, 0xFFFF)
 }
 
 // Read16 reads blocks blocks of blockSize bytes from lba with READ(16).
@@ -116,17 +113,14 @@ func (c *Channel) Read16(ctx context.Context, lun uint16, lba uint64, blocks uin
 
 // Write16 writes data (a whole number of blocks of blockSize bytes) at lba with WRITE(16).
 func (c *Channel) Write16(ctx context.Context, lun uint16, lba uint64, data []byte, blockSize int) (*Response, error) {
-	blocks, err := blockCount(data, blockSize, 0xFFFFFFFF)
-	if err != nil {
-		return nil, err
-	}
-	return c.Do(ctx, &Request{LUN: lun, CDB: CDBWrite16(lba, uint32(blocks)), DataOut: data})
+	return c.write(ctx, lun, opWrite16, lba, data, blockSize, 0xFFFFFFFF)
 }
 
-func blockCount(data []byte, blockSize int, maxBlocks uint64) (uint64, error) {
+// write sends the WRITE op of data, which must be a whole number of at most maxBlocks blocks.
+func (c *Channel) write(ctx context.Context, lun uint16, op byte, lba uint64, data []byte, blockSize int, maxBlocks uint64) (*Response, error) {
 	if blockSize <= 0 || len(data)%blockSize != 0 || uint64(len(data)/blockSize) > maxBlocks {
-		return 0, fmt.Errorf("srptest: %d bytes are not a whole number of at most %d blocks of %d bytes: %w",
+		return nil, fmt.Errorf("srptest: %d bytes are not a whole number of at most %d blocks of %d bytes: %w",
 			len(data), maxBlocks, blockSize, ErrConfig)
 	}
-	return uint64(len(data) / blockSize), nil
+	return c.Do(ctx, &Request{LUN: lun, CDB: blockCDB(op, lba, uint32(len(data)/blockSize)), DataOut: data})
 }
