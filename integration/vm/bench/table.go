@@ -127,11 +127,12 @@ func (s Summary) WriteTable(w io.Writer) {
 			groups = append(groups, figureCols{key: "host-busy-pct", title: "bench host busy %"})
 		}
 		s.writeFigureTable(w, groups)
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, "CPU per I/O: busy CPU time of the target's host (its VM's vCPUs: the target, rxe, virtio-net)")
-		fmt.Fprintln(w, "over the I/Os of the job's measured part, from the target's /proc/stat sampled every 0.5 s;")
-		fmt.Fprintln(w, "daemon: srptarget's own user + system time (including the rxe work the kernel does inside its")
-		fmt.Fprintln(w, "system calls). Idle: share of the target host's vCPUs idle during the job.")
+		writeNote(w,
+			"CPU per I/O: busy CPU time of the target's host (its VM's vCPUs: the target, rxe, virtio-net)",
+			"over the I/Os of the job's measured part, from the target's /proc/stat sampled every 0.5 s;",
+			"daemon: srptarget's own user + system time (including the rxe work the kernel does inside its",
+			"system calls). Idle: share of the target host's vCPUs idle during the job.",
+		)
 		if host {
 			fmt.Fprintln(w, "Bench host busy: share of the CPUs of the machine that runs both VMs busy during the job")
 			fmt.Fprintln(w, "(its /proc/stat, every 0.5 s); near 100 the VMs compete for them, and what the target VM")
@@ -143,43 +144,58 @@ func (s Summary) WriteTable(w io.Writer) {
 			{key: "daemon-cpu-us-per-io", title: "daemon CPU µs/I/O", srpt: true},
 			{key: "guest-idle-pct", title: "guest idle %"},
 		})
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, "CPU per I/O: busy guest CPU time (both vCPUs: fio, ib_srp, rxe, the target) over the I/Os of")
-		fmt.Fprintln(w, "ramp + runtime; daemon: srptarget's own user + system time (including the rxe work the kernel does")
-		fmt.Fprintln(w, "inside its ibv_post_send system calls). Idle: share of both vCPUs idle during the job.")
+		writeNote(w,
+			"CPU per I/O: busy guest CPU time (both vCPUs: fio, ib_srp, rxe, the target) over the I/Os of",
+			"ramp + runtime; daemon: srptarget's own user + system time (including the rxe work the kernel does",
+			"inside its ibv_post_send system calls). Idle: share of both vCPUs idle during the job.",
+		)
 	}
 	s.writeInsnTable(w)
 	s.writeVariantTable(w)
 	if !s.hasFigure("ctxt-per-io") {
 		return
 	}
-	fmt.Fprintln(w)
+	ctxtCols := []figureCols{
+		{key: "ctxt-per-io", title: "context switches/I/O", long: true},
+		{key: "ipi-per-io", title: "IPIs/I/O", long: true},
+	}
+	note := []string{
+		"Guest-wide context switches and IPIs (rescheduling, function call, TLB shootdown) per I/O; the",
+		"daemon's read() (completion-channel events) and write() (soft-RoCE's post-send doorbell, one per",
+		"ibv_post_send) system calls per I/O, all threads.",
+	}
 	if s.TargetHost {
-		s.writeFigureTable(w, []figureCols{
+		ctxtCols = []figureCols{
 			{key: "ctxt-per-io", title: "target host context switches/I/O", long: true},
 			{key: "daemon-vcs-per-io", title: "daemon wake-ups/I/O", srpt: true},
 			{key: "daemon-ivcs-per-io", title: "daemon preemptions/I/O", srpt: true},
-			{key: "daemon-reads-per-io", title: "daemon read()/I/O", srpt: true},
-			{key: "daemon-writes-per-io", title: "daemon write()/I/O", srpt: true},
-		})
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, "Target host: context switches of its vCPU (/proc/stat ctxt) per I/O. Daemon, all threads: wake-ups")
-		fmt.Fprintln(w, "are its voluntary context switches (each sleep ends with one), preemptions its involuntary ones")
-		fmt.Fprintln(w, "(/proc/PID/task/*/status); read() are completion-channel events, write() soft-RoCE's post-send")
-		fmt.Fprintln(w, "doorbells, one per ibv_post_send (/proc/PID/io syscr, syscw). Futex, epoll and the CQ re-arm's")
-		fmt.Fprintln(w, "system calls are not counted.")
-		return
+		}
+		note = []string{
+			"Target host: context switches of its vCPU (/proc/stat ctxt) per I/O. Daemon, all threads: wake-ups",
+			"are its voluntary context switches (each sleep ends with one), preemptions its involuntary ones",
+			"(/proc/PID/task/*/status); read() are completion-channel events, write() soft-RoCE's post-send",
+			"doorbells, one per ibv_post_send (/proc/PID/io syscr, syscw). Futex, epoll and the CQ re-arm's",
+			"system calls are not counted.",
+		}
 	}
-	s.writeFigureTable(w, []figureCols{
-		{key: "ctxt-per-io", title: "context switches/I/O", long: true},
-		{key: "ipi-per-io", title: "IPIs/I/O", long: true},
-		{key: "daemon-reads-per-io", title: "daemon read()/I/O", srpt: true},
-		{key: "daemon-writes-per-io", title: "daemon write()/I/O", srpt: true},
-	})
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Guest-wide context switches and IPIs (rescheduling, function call, TLB shootdown) per I/O; the")
-	fmt.Fprintln(w, "daemon's read() (completion-channel events) and write() (soft-RoCE's post-send doorbell, one per")
-	fmt.Fprintln(w, "ibv_post_send) system calls per I/O, all threads.")
+	s.writeFigureTable(w, append(ctxtCols, daemonSyscallCols...))
+	writeNote(w, note...)
+}
+
+// writeNote writes the note under a table: an empty line, then lines.
+func writeNote(w io.Writer, lines ...string) {
+	fmt.Fprintln(w)
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
+}
+
+// daemonSyscallCols are the daemon's system calls per I/O, the last columns of both tables of
+// context switches.
+var daemonSyscallCols = []figureCols{
+	{key: "daemon-reads-per-io", title: "daemon read()/I/O", srpt: true},
+	{key: "daemon-writes-per-io", title: "daemon write()/I/O", srpt: true},
 }
 
 // writeInsnTable writes the target VM's guest instructions per I/O (the qemu plugin's counts,
@@ -197,14 +213,15 @@ func (s Summary) writeInsnTable(w io.Writer) {
 		{key: "syscalls-per-io", title: "system calls/I/O"},
 		{key: "ctxt-per-io", title: "context switches/I/O"},
 	})
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Guest instructions the target VM executed per I/O (counted by the qemu plugin integration/vm/insn/insn.c),")
-	fmt.Fprintln(w, "kernel and user apart, from the job's start to its end, the ramp included, divided by the I/Os the")
-	fmt.Fprintln(w, "initiator's disk completed in that time, less what the idle target executes in as long (timer ticks,")
-	fmt.Fprintln(w, "the sampler); system calls the same way (user blocks that end in SYSCALL). The ratio is srptarget /")
-	fmt.Fprintln(w, "LIO of the medians, below 1 is better, in brackets the lowest and highest per-round ratio; not")
-	fmt.Fprintln(w, "counted in the round whose srptarget blocks were profiled. Context switches: the target host's")
-	fmt.Fprintln(w, "/proc/stat over the measured part.")
+	writeNote(w,
+		"Guest instructions the target VM executed per I/O (counted by the qemu plugin integration/vm/insn/insn.c),",
+		"kernel and user apart, from the job's start to its end, the ramp included, divided by the I/Os the",
+		"initiator's disk completed in that time, less what the idle target executes in as long (timer ticks,",
+		"the sampler); system calls the same way (user blocks that end in SYSCALL). The ratio is srptarget /",
+		"LIO of the medians, below 1 is better, in brackets the lowest and highest per-round ratio; not",
+		"counted in the round whose srptarget blocks were profiled. Context switches: the target host's",
+		"/proc/stat over the measured part.",
+	)
 }
 
 // writeVariantTable compares, when srptarget ran more than one daemon (completion modes, or
