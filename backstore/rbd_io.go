@@ -12,38 +12,23 @@ import (
 // RBD's reads and writes: the checks each makes, then librbd.
 
 func (r *RBD) ReadAt(p []byte, off int64) error {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if err := r.check("read", off, int64(len(p)), false); err != nil {
-		return err
-	}
-	if len(p) == 0 {
-		return nil
-	}
-	if err := r.img.Read(p, off); err != nil {
-		return fmt.Errorf("rbd %s: read of %d bytes at %d: %w", r.name, len(p), off, err)
-	}
-	return nil
+	n := int64(len(p))
+	return r.rangeOp("read", off, n, false, func() error { return r.ioError("read", off, n, r.img.Read(p, off)) })
 }
 
 func (r *RBD) WriteAt(p []byte, off int64, fua bool) error {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if err := r.check("write", off, int64(len(p)), true); err != nil {
-		return err
-	}
-	if len(p) == 0 {
-		return nil
-	}
-	if err := r.img.Write(p, off); err != nil {
-		return fmt.Errorf("rbd %s: write of %d bytes at %d: %w", r.name, len(p), off, err)
-	}
-	if fua && r.cache {
-		if err := r.img.Flush(); err != nil {
-			return fmt.Errorf("rbd %s: flush after a FUA write at %d: %w", r.name, off, err)
+	n := int64(len(p))
+	return r.rangeOp("write", off, n, true, func() error {
+		if err := r.img.Write(p, off); err != nil {
+			return r.ioError("write", off, n, err)
 		}
-	}
-	return nil
+		if fua && r.cache {
+			if err := r.img.Flush(); err != nil {
+				return fmt.Errorf("rbd %s: flush after a FUA write at %d: %w", r.name, off, err)
+			}
+		}
+		return nil
+	})
 }
 
 // Flush sends librbd a flush when its cache is on; without the cache every completed write is
@@ -78,30 +63,42 @@ func (r *RBD) check(what string, off, length int64, write bool) error {
 	return nil
 }
 
-func (r *RBD) rangeOp(what string, off, length int64, op func(off, length int64) error) error {
+// rangeOp makes op, the librbd call of an operation (what) on length bytes at off, under r.mu
+// once check lets it (and there is something to do); op wraps its errors (ioError).
+func (r *RBD) rangeOp(what string, off, length int64, write bool, op func() error) error {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if err := r.check(what, off, length, true); err != nil {
+	if err := r.check(what, off, length, write); err != nil {
 		return err
 	}
 	if length == 0 {
 		return nil
 	}
-	if err := op(off, length); err != nil {
-		return fmt.Errorf("rbd %s: %s of %d bytes at %d: %w", r.name, what, length, off, err)
+	return op()
+}
+
+// ioError is err, librbd's answer to an operation (what) on length bytes at off, with that
+// context; nil stays nil.
+func (r *RBD) ioError(what string, off, length int64, err error) error {
+	if err == nil {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("rbd %s: %s of %d bytes at %d: %w", r.name, what, length, off, err)
 }
 
 // Unmap discards the range. The connection sets rbd_skip_partial_discard=false, so a discard
 // smaller than an object zeroes what it cannot deallocate and the range reads back as zeroes.
 func (r *RBD) Unmap(off, length int64) error {
-	return r.rangeOp("discard", off, length, r.img.Discard)
+	return r.rangeOp("discard", off, length, true, func() error {
+		return r.ioError("discard", off, length, r.img.Discard(off, length))
+	})
 }
 
 // WriteZeroes is librbd's write-zeroes, which deallocates whole objects and zeroes the rest.
 func (r *RBD) WriteZeroes(off, length int64) error {
-	return r.rangeOp("write zeroes", off, length, r.img.WriteZeroes)
+	return r.rangeOp("write zeroes", off, length, true, func() error {
+		return r.ioError("write zeroes", off, length, r.img.WriteZeroes(off, length))
+	})
 }
 
 // CompareAndWriteMax is librbd's compare-and-write's limit (one 512-byte sector).
@@ -120,7 +117,7 @@ func (r *RBD) CompareAndWrite(cmp, data []byte, off int64) (int64, error) {
 	case errors.Is(err, rbd.ErrMiscompare):
 		return mismatch, ErrMiscompare
 	case err != nil:
-		return 0, fmt.Errorf("rbd %s: compare and write of %d bytes at %d: %w", r.name, len(data), off, err)
+		return 0, r.ioError("compare and write", off, int64(len(data)), err)
 	}
 	if r.cache {
 		// With librbd's cache on, make the write durable as a FUA write would be: the
