@@ -113,6 +113,27 @@ func intLimit(key string, field func(*Limits) *int, def, lo, hi int, set func(*s
 	}
 }
 
+// wordLimit is the row of a limit spelled as one of a few words (named kind; choices lists them
+// for the message), which parse reads for the engine and set stores.
+func wordLimit[T any](key string, field func(*Limits) *string, def, kind, choices string,
+	parse func(string) (T, error), set func(*srp.Limits, T)) limitSpec {
+	return limitSpec{
+		key:  key,
+		fill: func(l *Limits) { fillZero(field(l), def) },
+		check: func(l *Limits) (string, string) {
+			if _, err := parse(*field(l)); err != nil {
+				return fmt.Sprintf("%q is not a %s: use %s", *field(l), kind, choices), ""
+			}
+			return "", ""
+		},
+		set: func(l *Limits, e *srp.Limits) {
+			v, _ := parse(*field(l))
+			set(e, v)
+		},
+		show: func(l *Limits) string { return *field(l) },
+	}
+}
+
 func sizeLimit(key string, field func(*Limits) *Size, def, lo, hi Size, note string, set func(*srp.Limits, Size)) limitSpec {
 	return limitSpec{
 		key:  key,

@@ -66,19 +66,11 @@ func immediateDataRow() limitSpec {
 
 // completionRow is the row of completion.
 func completionRow() limitSpec {
-	return limitSpec{
-		key:  "completion",
-		fill: func(l *Limits) { fillZero(&l.Completion, srp.DefaultCompletion.String()) },
-		check: func(l *Limits) (string, string) {
-			if _, err := srp.ParseCompletionMode(l.Completion); err != nil {
-				return fmt.Sprintf("%q is not a completion mode: use event, adaptive or poll", l.Completion), ""
-			}
-			return "", ""
-		},
-		set:          func(l *Limits, e *srp.Limits) { e.Completion, _ = srp.ParseCompletionMode(l.Completion) },
-		show:         func(l *Limits) string { return l.Completion },
-		unsummarized: true,
-	}
+	row := wordLimit("completion", func(l *Limits) *string { return &l.Completion },
+		srp.DefaultCompletion.String(), "completion mode", "event, adaptive or poll",
+		srp.ParseCompletionMode, func(e *srp.Limits, m srp.CompletionMode) { e.Completion = m })
+	row.unsummarized = true
+	return row
 }
 
 // maxInitiatorBufferRow is the row of max_initiator_buffer.
@@ -145,16 +137,7 @@ func schedulingRow() limitSpec {
 
 // backstoreIORow is the row of backstore_io.
 func backstoreIORow() limitSpec {
-	return limitSpec{
-		key:  "backstore_io",
-		fill: func(l *Limits) { fillZero(&l.BackstoreIO, srp.BackstoreIOAuto.String()) },
-		check: func(l *Limits) (string, string) {
-			if _, err := srp.ParseBackstoreIO(l.BackstoreIO); err != nil {
-				return fmt.Sprintf("%q is not a backstore I/O engine: use auto, sync or io_uring", l.BackstoreIO), ""
-			}
-			return "", ""
-		},
-		set:  func(l *Limits, e *srp.Limits) { e.BackstoreIO, _ = srp.ParseBackstoreIO(l.BackstoreIO) },
-		show: func(l *Limits) string { return l.BackstoreIO },
-	}
+	return wordLimit("backstore_io", func(l *Limits) *string { return &l.BackstoreIO },
+		srp.BackstoreIOAuto.String(), "backstore I/O engine", "auto, sync or io_uring",
+		srp.ParseBackstoreIO, func(e *srp.Limits, b srp.BackstoreIO) { e.BackstoreIO = b })
 }
