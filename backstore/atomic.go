@@ -102,13 +102,10 @@ func (s *fdStore) AtomicLimits() AtomicLimits { return s.atomic }
 // that does not fit the limits, or whose buffer is not aligned for O_DIRECT, fails with EINVAL
 // without being tried: through the page cache it would not be atomic.
 func (s *fdStore) WriteAtomicAt(p []byte, off int64, fua bool) error {
-	if !s.acquire() {
-		return s.opError("atomic write", off, ErrClosed)
-	}
-	defer s.mu.RUnlock()
-	if err := s.refuseWrite("atomic write", off, int64(len(p))); err != nil {
+	if err := s.acquireWrite("atomic write", off, int64(len(p))); err != nil {
 		return err
 	}
+	defer s.mu.RUnlock()
 	if !s.atomic.fits(off, int64(len(p))) || s.fdFor(p, off) != s.dfd {
 		return s.opError("atomic write", off, unix.EINVAL)
 	}

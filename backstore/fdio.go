@@ -79,13 +79,10 @@ func (s *fdStore) ReadAt(p []byte, off int64) error {
 // WriteAt writes all of p at off, through O_DIRECT when p, off and len(p) allow it. With fua
 // the write is done with RWF_DSYNC and is durable when WriteAt returns.
 func (s *fdStore) WriteAt(p []byte, off int64, fua bool) error {
-	if !s.acquire() {
-		return s.opError("write", off, ErrClosed)
-	}
-	defer s.mu.RUnlock()
-	if err := s.refuseWrite("write", off, int64(len(p))); err != nil {
+	if err := s.acquireWrite("write", off, int64(len(p))); err != nil {
 		return err
 	}
+	defer s.mu.RUnlock()
 	if err := s.pwriteFull(p, off, fua); err != nil {
 		return s.opError("write", off, err)
 	}
@@ -133,6 +130,20 @@ func (s *fdStore) Close() error {
 
 // refuseWrite says why op, a write of length bytes at off, cannot be made, with the store held
 // open: it is read-only, or the range is not inside it.
+// acquireWrite is acquire for a write (op) of length bytes at off: nil, and s.mu.RUnlock is the
+// caller's; or why the write cannot be made (the store is closed, or refuseWrite), holding
+// nothing.
+func (s *fdStore) acquireWrite(op string, off, length int64) error {
+	if !s.acquire() {
+		return s.opError(op, off, ErrClosed)
+	}
+	if err := s.refuseWrite(op, off, length); err != nil {
+		s.mu.RUnlock()
+		return err
+	}
+	return nil
+}
+
 func (s *fdStore) refuseWrite(op string, off, length int64) error {
 	if s.readOnly {
 		return s.opError(op, off, unix.EROFS)
@@ -147,13 +158,10 @@ func (s *fdStore) refuseWrite(op string, off, length int64) error {
 // read-only and range checks, with the store held open; an empty range does nothing, and do's
 // error is wrapped as op's.
 func (s *fdStore) rangeOp(op string, off, length int64, do func() error) error {
-	if !s.acquire() {
-		return s.opError(op, off, ErrClosed)
-	}
-	defer s.mu.RUnlock()
-	if err := s.refuseWrite(op, off, length); err != nil {
+	if err := s.acquireWrite(op, off, length); err != nil {
 		return err
 	}
+	defer s.mu.RUnlock()
 	if length == 0 {
 		return nil
 	}

@@ -30,6 +30,21 @@ func mappingRange(size, off, limit int64) (stop int64, ok bool) {
 	return off + min(limit, size-off), true
 }
 
+// acquireMapping is acquire for Mapping from off (limit bytes at most): where the answer stops
+// (mappingRange), and s.mu.RUnlock is the caller's; or why there is no answer, holding
+// nothing.
+func (s *fdStore) acquireMapping(off, limit int64) (stop int64, err error) {
+	if !s.acquire() {
+		return 0, s.opError("mapping", off, ErrClosed)
+	}
+	stop, ok := mappingRange(s.size.Load(), off, limit)
+	if !ok {
+		s.mu.RUnlock()
+		return 0, s.rangeError("mapping", off, limit)
+	}
+	return stop, nil
+}
+
 var (
 	_ Mapper = (*File)(nil)
 	_ Mapper = (*Memory)(nil)
@@ -41,14 +56,11 @@ var (
 // logical blocks: a block that the filesystem has partly allocated (a filesystem block smaller
 // than the logical block) is mapped.
 func (f *File) Mapping(off, limit int64) (bool, int64, error) {
-	if !f.acquire() {
-		return false, 0, f.opError("mapping", off, ErrClosed)
+	stop, err := f.acquireMapping(off, limit)
+	if err != nil {
+		return false, 0, err
 	}
 	defer f.mu.RUnlock()
-	stop, ok := mappingRange(f.size.Load(), off, limit)
-	if !ok {
-		return false, 0, f.rangeError("mapping", off, limit)
-	}
 	lbs := int64(f.lbs)
 	data, err := f.seek(off, unix.SEEK_DATA)
 	if err != nil {
@@ -132,14 +144,11 @@ func (m *Memory) chunkMapped(idx int64) bool {
 // Mapping reports the whole device mapped: a block device does not say which of its blocks
 // are provisioned (a thin LVM volume or a discarding SSD keeps that to itself).
 func (b *Block) Mapping(off, limit int64) (bool, int64, error) {
-	if !b.acquire() {
-		return false, 0, b.opError("mapping", off, ErrClosed)
+	stop, err := b.acquireMapping(off, limit)
+	if err != nil {
+		return false, 0, err
 	}
-	defer b.mu.RUnlock()
-	stop, ok := mappingRange(b.size.Load(), off, limit)
-	if !ok {
-		return false, 0, b.rangeError("mapping", off, limit)
-	}
+	b.mu.RUnlock()
 	return true, stop, nil
 }
 
