@@ -18,19 +18,9 @@ const (
 )
 
 // String names the format for logs.
-func (f DescFmt) String() string {
-	switch f {
-	case DescNone:
-		return "none"
-	case DescDirect:
-		return "direct"
-	case DescIndirect:
-		return "indirect"
-	case DescImm:
-		return "immediate"
-	}
-	return fmt.Sprintf("reserved descriptor format %d", uint8(f))
-}
+func (f DescFmt) String() string { return nameOr(descFmtNames, f, "reserved descriptor format %d") }
+
+var descFmtNames = map[DescFmt]string{DescNone: "none", DescDirect: "direct", DescIndirect: "indirect", DescImm: "immediate"}
 
 // Descriptor sizes (struct srp_direct_buf, struct srp_indirect_buf without its list,
 // struct srp_imm_buf).

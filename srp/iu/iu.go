@@ -27,35 +27,23 @@ const (
 	OpAerRsp   Opcode = 0x42 // SRP_AER_RSP
 )
 
+// opcodeNames are the standard names of the opcodes.
+var opcodeNames = map[Opcode]string{
+	OpLoginReq: "SRP_LOGIN_REQ", OpTskMgmt: "SRP_TSK_MGMT", OpCmd: "SRP_CMD", OpILogout: "SRP_I_LOGOUT",
+	OpLoginRsp: "SRP_LOGIN_RSP", OpRsp: "SRP_RSP", OpLoginRej: "SRP_LOGIN_REJ", OpTLogout: "SRP_T_LOGOUT",
+	OpCredReq: "SRP_CRED_REQ", OpAerReq: "SRP_AER_REQ", OpCredRsp: "SRP_CRED_RSP", OpAerRsp: "SRP_AER_RSP",
+}
+
 // String returns the standard name (SRP_CMD, ...) so that logs match the kernel's messages.
-func (o Opcode) String() string {
-	switch o {
-	case OpLoginReq:
-		return "SRP_LOGIN_REQ"
-	case OpTskMgmt:
-		return "SRP_TSK_MGMT"
-	case OpCmd:
-		return "SRP_CMD"
-	case OpILogout:
-		return "SRP_I_LOGOUT"
-	case OpLoginRsp:
-		return "SRP_LOGIN_RSP"
-	case OpRsp:
-		return "SRP_RSP"
-	case OpLoginRej:
-		return "SRP_LOGIN_REJ"
-	case OpTLogout:
-		return "SRP_T_LOGOUT"
-	case OpCredReq:
-		return "SRP_CRED_REQ"
-	case OpAerReq:
-		return "SRP_AER_REQ"
-	case OpCredRsp:
-		return "SRP_CRED_RSP"
-	case OpAerRsp:
-		return "SRP_AER_RSP"
+func (o Opcode) String() string { return nameOr(opcodeNames, o, "SRP opcode %#02x") }
+
+// nameOr is the String of the enumerations of this package: the name names gives v, or else v
+// printed with the format unknown.
+func nameOr[T ~uint8 | ~uint32](names map[T]string, v T, unknown string) string {
+	if s, ok := names[v]; ok {
+		return s
 	}
-	return fmt.Sprintf("SRP opcode %#02x", uint8(o))
+	return fmt.Sprintf(unknown, uint64(v))
 }
 
 // IU sizes in bytes (fixed sizes, or the fixed part of variable-length IUs), from the

@@ -338,26 +338,29 @@ const (
 // too large, 0x00010002)", so a log line can be matched with the initiator's dmesg, which only
 // prints the number.
 func (r LoginRejReason) String() string {
-	var name, text string
-	switch r {
-	case LoginRejUnableEstablishChannel:
-		name, text = "SRP_LOGIN_REJ_UNABLE_ESTABLISH_CHANNEL", "unable to establish RDMA channel, no reason specified"
-	case LoginRejInsufficientResources:
-		name, text = "SRP_LOGIN_REJ_INSUFFICIENT_RESOURCES", "insufficient RDMA channel resources"
-	case LoginRejReqITIULengthTooLarge:
-		name, text = "SRP_LOGIN_REJ_REQ_IT_IU_LENGTH_TOO_LARGE", "requested maximum initiator to target IU length too large"
-	case LoginRejUnableAssociateChannel:
-		name, text = "SRP_LOGIN_REJ_UNABLE_ASSOCIATE_CHANNEL", "unable to associate RDMA channel with specified I_T nexus"
-	case LoginRejUnsupportedDescriptorFmt:
-		name, text = "SRP_LOGIN_REJ_UNSUPPORTED_DESCRIPTOR_FMT", "requested data buffer descriptor format not supported"
-	case LoginRejMultiChannelUnsupported:
-		name, text = "SRP_LOGIN_REJ_MULTI_CHANNEL_UNSUPPORTED", "multiple RDMA channels per I_T nexus not supported"
-	case LoginRejChannelLimitReached:
-		name, text = "SRP_LOGIN_REJ_CHANNEL_LIMIT_REACHED", "RDMA channel limit reached for this initiator"
-	default:
+	n, ok := loginRejReasonNames[r]
+	if !ok {
 		return fmt.Sprintf("SRP_LOGIN_REJ reason %#08x", uint32(r))
 	}
-	return fmt.Sprintf("%s (%s, %#08x)", name, text, uint32(r))
+	return fmt.Sprintf("%s (%s, %#08x)", n.name, n.text, uint32(r))
+}
+
+// loginRejReasonNames are the srp.h name and the meaning of each reason.
+var loginRejReasonNames = map[LoginRejReason]struct{ name, text string }{
+	LoginRejUnableEstablishChannel: {"SRP_LOGIN_REJ_UNABLE_ESTABLISH_CHANNEL",
+		"unable to establish RDMA channel, no reason specified"},
+	LoginRejInsufficientResources: {"SRP_LOGIN_REJ_INSUFFICIENT_RESOURCES",
+		"insufficient RDMA channel resources"},
+	LoginRejReqITIULengthTooLarge: {"SRP_LOGIN_REJ_REQ_IT_IU_LENGTH_TOO_LARGE",
+		"requested maximum initiator to target IU length too large"},
+	LoginRejUnableAssociateChannel: {"SRP_LOGIN_REJ_UNABLE_ASSOCIATE_CHANNEL",
+		"unable to associate RDMA channel with specified I_T nexus"},
+	LoginRejUnsupportedDescriptorFmt: {"SRP_LOGIN_REJ_UNSUPPORTED_DESCRIPTOR_FMT",
+		"requested data buffer descriptor format not supported"},
+	LoginRejMultiChannelUnsupported: {"SRP_LOGIN_REJ_MULTI_CHANNEL_UNSUPPORTED",
+		"multiple RDMA channels per I_T nexus not supported"},
+	LoginRejChannelLimitReached: {"SRP_LOGIN_REJ_CHANNEL_LIMIT_REACHED",
+		"RDMA channel limit reached for this initiator"},
 }
 
 // LoginRejFields is the content of an SRP_LOGIN_REJ.

@@ -1,7 +1,5 @@
 package iu
 
-import "fmt"
-
 // SRP_I_LOGOUT (struct srp_i_logout, 16 bytes), initiator to target. ib_srp never sends it (it
 // disconnects with a CM DREQ), but another initiator may:
 //
@@ -52,25 +50,16 @@ const (
 
 // String describes the reason for logs.
 func (r TLogoutReason) String() string {
-	switch r {
-	case TLogoutNoReason:
-		return "no reason specified"
-	case TLogoutInactive:
-		return "inactive RDMA channel"
-	case TLogoutInvalidIUType:
-		return "invalid IU type"
-	case TLogoutUnexpectedInitiatorRsp:
-		return "initiator response without request"
-	case TLogoutMultiChannelAction:
-		return "multi-channel action of a new login"
-	case TLogoutUnsupportedDataOutFormat:
-		return "unsupported data-out descriptor format"
-	case TLogoutUnsupportedDataInFormat:
-		return "unsupported data-in descriptor format"
-	case TLogoutInvalidIULength:
-		return "invalid IU length"
-	}
-	return fmt.Sprintf("SRP_T_LOGOUT reason %d", uint32(r))
+	return nameOr(tLogoutReasonNames, r, "SRP_T_LOGOUT reason %d")
+}
+
+var tLogoutReasonNames = map[TLogoutReason]string{
+	TLogoutNoReason: "no reason specified", TLogoutInactive: "inactive RDMA channel",
+	TLogoutInvalidIUType: "invalid IU type", TLogoutUnexpectedInitiatorRsp: "initiator response without request",
+	TLogoutMultiChannelAction:       "multi-channel action of a new login",
+	TLogoutUnsupportedDataOutFormat: "unsupported data-out descriptor format",
+	TLogoutUnsupportedDataInFormat:  "unsupported data-in descriptor format",
+	TLogoutInvalidIULength:          "invalid IU length",
 }
 
 // TLogoutFields is the content of an SRP_T_LOGOUT.

@@ -1,9 +1,6 @@
 package iu
 
-import (
-	"encoding/binary"
-	"fmt"
-)
+import "encoding/binary"
 
 // SRP_TSK_MGMT (struct srp_tsk_mgmt, 48 bytes), initiator to target; answered by an SRP_RSP
 // whose 4-byte response data carries a TskMgmtRspCode:
@@ -52,19 +49,12 @@ const (
 
 // String returns the SAM name of the function.
 func (f TskMgmtFunc) String() string {
-	switch f {
-	case TskAbortTask:
-		return "ABORT TASK"
-	case TskAbortTaskSet:
-		return "ABORT TASK SET"
-	case TskClearTaskSet:
-		return "CLEAR TASK SET"
-	case TskLUNReset:
-		return "LOGICAL UNIT RESET"
-	case TskClearACA:
-		return "CLEAR ACA"
-	}
-	return fmt.Sprintf("task management function %#02x", uint8(f))
+	return nameOr(tskMgmtFuncNames, f, "task management function %#02x")
+}
+
+var tskMgmtFuncNames = map[TskMgmtFunc]string{
+	TskAbortTask: "ABORT TASK", TskAbortTaskSet: "ABORT TASK SET", TskClearTaskSet: "CLEAR TASK SET",
+	TskLUNReset: "LOGICAL UNIT RESET", TskClearACA: "CLEAR ACA",
 }
 
 // TskMgmtRspCode is the RSP CODE in byte 3 of the 4-byte response data of the SRP_RSP that
