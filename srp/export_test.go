@@ -3,6 +3,7 @@ package srp
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -25,6 +26,17 @@ func (t *Target) SessionCount() int {
 	t.reg.mu.Lock()
 	defer t.reg.mu.Unlock()
 	return len(t.reg.sessions)
+}
+
+// ChannelMemoryBytes is the memory the live channels map outside the heap (their receive and
+// send buffers, registered), in whole pages.
+func (t *Target) ChannelMemoryBytes() int64 {
+	page := os.Getpagesize()
+	var n int64
+	for _, ch := range t.reg.channelList() {
+		n += int64(roundUp(len(ch.mem), page))
+	}
+	return n
 }
 
 // Scripted is a channel driven by a test instead of its goroutines (Target.ScriptChannels):

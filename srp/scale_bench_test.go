@@ -5,10 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
-	"os"
-	"runtime"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -237,61 +233,6 @@ func (d *scaleDriver) run(b *testing.B, n int, op byte) {
 			}
 		}
 	}
-}
-
-// BenchmarkIdleChannelMemory reports what an idle channel costs the process: the resident
-// memory (RSS) and the Go heap per channel, over 64 channels that each ran a few commands and
-// then sit idle. The initiator side's memory is counted too, a few kilobytes per channel.
-func BenchmarkIdleChannelMemory(b *testing.B) {
-	const n = 64
-	for range b.N {
-		h := newHarness(b, harnessOpts{nullLUN: true, logLevel: zapcore.ErrorLevel,
-			limits: srp.Limits{MaxChannelsTotal: 1024, MaxChannelsPerSource: 1024, MaxSessionsPerSource: 1024}})
-		runtime.GC()
-		rss0, heap0 := residentBytes(b), heapBytes()
-		var chs []*srptest.Channel
-		for i := range n {
-			cfg := h.cfg()
-			cfg.InitiatorPortID[14], cfg.InitiatorPortID[15] = byte(i>>8), byte(i)
-			ch := h.login(cfg)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			for range 6 { // the unit attention, then reads
-				if _, err := ch.Read10(ctx, 0, 0, 8, testBlockSize); err != nil {
-					b.Fatal(err)
-				}
-			}
-			cancel()
-			chs = append(chs, ch)
-		}
-		time.Sleep(50 * time.Millisecond) // the channels go idle
-		runtime.GC()
-		b.ReportMetric(float64(residentBytes(b)-rss0)/n, "RSS-bytes/channel")
-		b.ReportMetric(float64(heapBytes()-heap0)/n, "heap-bytes/channel")
-		b.ReportMetric(float64(runtime.NumGoroutine()), "goroutines")
-		for _, ch := range chs {
-			_ = ch.Close()
-		}
-	}
-}
-
-// residentBytes is the process's resident memory (/proc/self/statm).
-func residentBytes(b *testing.B) int64 {
-	data, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		b.Skipf("no /proc/self/statm: %v", err)
-	}
-	f := strings.Fields(string(data))
-	pages, err := strconv.ParseInt(f[1], 10, 64)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return pages * int64(os.Getpagesize())
-}
-
-func heapBytes() int64 {
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return int64(ms.HeapInuse + ms.StackInuse)
 }
 
 // awaitEvent is a CompChannel.Serve step that ends the Serve at the first event.
