@@ -101,7 +101,8 @@ func TestPostBatches(t *testing.T) {
 func TestRecvRepostBatches(t *testing.T) {
 	newCh := func(rec *recordConn) *channel {
 		ch := testChannel(rec, 4)
-		ch.ctxs = make([]cmdCtx, 1)
+		ch.nctx = 1
+		ch.initCtxs()
 		return ch
 	}
 	rec := &recordConn{}
@@ -111,7 +112,7 @@ func TestRecvRepostBatches(t *testing.T) {
 	ch.repost(-1) // a context without a receive buffer: nothing
 	require.Equal(t, 2, ch.recvPosted, "counted as posted when queued")
 	require.Empty(t, rec.recvs, "nothing posted before the pass ends")
-	ch.post(&ch.ctxs[0], []ib.SendWR{{ID: idCmd | idLast, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{{Length: 36}}}})
+	ch.post(ch.ctxs.at(0), []ib.SendWR{{ID: idCmd | idLast, Op: ib.OpSend, Signaled: true, SGL: []ib.SGE{{Length: 36}}}})
 	ch.flushSends()
 	require.Equal(t, [][]uint64{{idRecv | 2, idRecv | 0}}, rec.recvs, "one PostRecv for the pass")
 	require.Equal(t, []string{"recv", "send"}, rec.order, "receives before the responses granting their credits")

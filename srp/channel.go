@@ -102,8 +102,8 @@ func (ch *channel) nanos() int64 {
 	return nanotime()
 }
 
-// ctxInUse is the number of contexts not on the free list.
-func (ch *channel) ctxInUse() int { return len(ch.ctxs) - len(ch.free) }
+// ctxInUse is the number of contexts made and not on the free list.
+func (ch *channel) ctxInUse() int { return ch.ctxs.n - len(ch.free) }
 
 // setPhase moves the channel to phase p. The workers and the task management goroutine read
 // whether the channel is closing (closingNow) without a lock.

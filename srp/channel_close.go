@@ -106,15 +106,14 @@ func (ch *channel) forceRelease() {
 		ch.log.Warn("closing the queue pair", zap.Error(err))
 	}
 	ch.setPhase(phaseQPClosed)
-	for i := range ch.ctxs {
-		c := &ch.ctxs[i]
+	ch.ctxs.forMade(func(c *cmdCtx) {
 		if c.stage == stageExec || c.stage == stageTMF {
-			continue
+			return
 		}
 		if c.state() != ctxFree || c.buf.valid() || c.table.valid() || c.recv >= 0 {
 			ch.finish(c, false)
 		}
-	}
+	})
 	ch.sendBatches, ch.recvPosted = 0, 0
 }
 
@@ -127,12 +126,11 @@ func (ch *channel) teardown() {
 	}
 	ch.setPhase(phaseClosed)
 	// After Close nothing of ours is in use by the queue pair: release what flushes did not.
-	for i := range ch.ctxs {
-		c := &ch.ctxs[i]
+	ch.ctxs.forMade(func(c *cmdCtx) {
 		if c.state() != ctxFree || c.buf.valid() || c.table.valid() || c.recv >= 0 {
 			ch.finish(c, false)
 		}
-	}
+	})
 	ch.timer.t.Stop()
 	ch.pool.unregister(ch)
 	ch.noteBufQueue()

@@ -53,20 +53,9 @@ func newChannel(t *Target, sess *session, host *source, pool *bufPool, pd ib.Pro
 		ch.rq.init(mr, ch.mem, ch.nrecv, pad, stride, ch.maxIT)
 		ch.recvPosted = ch.nrecv
 	}
-	ch.ctxs = make([]cmdCtx, ch.nctx)
-	ch.free = make([]*cmdCtx, 0, ch.nctx)
-	for i := ch.nctx - 1; i >= 0; i-- {
-		c := &ch.ctxs[i]
-		c.ch = ch
-		c.idx = uint32(i)
-		c.recv = -1
-		c.buf, c.table = noBuf, noBuf
-		c.abortDone = make(chan struct{}, 1)
-		c.sendOff = uint64(recvBytes + i*ch.sendStride)
-		ch.free = append(ch.free, c)
-	}
+	ch.sendBufOff = uint64(recvBytes)
 	ch.ctlOff = uint64(recvBytes + ch.nctx*ch.sendStride)
-	ch.waitRecv = make([]parkedIU, 0, ch.credits+spareRecvs)
+	ch.initCtxs()
 	ch.closedCh = make(chan struct{})
 	ch.wrs, ch.sges = g.scratch(ch.maxDesc + 1)
 	// The batch grows as needed up to batchMax: an idle channel keeps a small one.

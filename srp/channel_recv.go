@@ -17,11 +17,11 @@ func (ch *channel) onCompletion(wc *ib.Completion) {
 		ch.onRecv(int32(wc.ID&idIndexMask), wc)
 	case idCmd:
 		idx := wc.ID & idIndexMask
-		if idx >= uint64(len(ch.ctxs)) {
+		if !ch.ctxs.made(idx) {
 			ch.log.Error("completion for an unknown work request", zap.Uint64("wr_id", wc.ID))
 			return
 		}
-		ch.onSendCompletion(&ch.ctxs[idx], wc)
+		ch.onSendCompletion(ch.ctxs.at(uint32(idx)), wc)
 	case idCtl:
 		slot := wc.ID & idIndexMask
 		if slot >= ctlSendSlots {
@@ -108,7 +108,11 @@ func (ch *channel) handleIU(i int32, n int) {
 		if c == nil {
 			// Every context is busy, some of them only waiting for their SEND completion
 			// (the initiator may send as soon as it sees a response). Park the IU; it
-			// starts when a context is freed.
+			// starts when a context is freed. Room for every receive buffer of its own is
+			// made the first time: few channels ever park one.
+			if ch.waitRecv == nil {
+				ch.waitRecv = make([]parkedIU, 0, ch.credits+spareRecvs)
+			}
 			ch.waitRecv = append(ch.waitRecv, parkedIU{i, int32(n), ch.pollNow})
 			return
 		}
@@ -147,7 +151,7 @@ func (ch *channel) onCredRsp(b []byte) {
 }
 
 func (ch *channel) allocCtx() *cmdCtx {
-	if len(ch.free) == 0 {
+	if len(ch.free) == 0 && !ch.growCtxs() {
 		return nil
 	}
 	c := ch.free[len(ch.free)-1]

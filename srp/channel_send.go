@@ -425,7 +425,7 @@ func (ch *channel) responsesPosted(posted []ib.SendWR) {
 		if id&idKindMask != idCmd || id&idLast == 0 {
 			continue
 		}
-		c := &ch.ctxs[id&idIndexMask]
+		c := ch.ctxs.at(uint32(id & idIndexMask))
 		if c.stage != stageSent {
 			continue
 		}

@@ -182,7 +182,7 @@ type channel struct {
 
 	// Owned by the group goroutine.
 	phase    chPhase // set only through setPhase
-	ctxs     []cmdCtx
+	ctxs     ctxTable
 	free     []*cmdCtx
 	waitRecv []parkedIU // IUs received while no context was free
 	// The three queues a command can wait in, each in arrival order: for a data buffer, for
@@ -226,6 +226,7 @@ type channelGeom struct {
 	mem        []byte
 	rq         *recvRing // where its IUs land: its own receive queue or the group's shared one
 	queues     *channelQueues
+	sendBufOff uint64 // the contexts' send buffers, nctx of sendStride bytes
 	ctlOff     uint64
 	// inline is the largest SRP_RSP sent inline (the QP's max inline data; 0: none).
 	inline int
@@ -242,9 +243,9 @@ type channelQueues struct {
 }
 
 // cmdCtx is the preallocated state of one IU (SRP_CMD or SRP_TSK_MGMT) from its receive to
-// its response's send completion. A channel has 2 × credits of them: a response's context is
-// busy until its SEND completes, and the initiator may already have sent the next IU into the
-// receive buffer the response gave back.
+// its response's send completion. A channel has up to 2 × credits of them (ctxTable): a
+// response's context is busy until its SEND completes, and the initiator may already have
+// sent the next IU into the receive buffer the response gave back.
 type cmdCtx struct {
 	ch  *channel
 	idx uint32

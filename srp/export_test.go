@@ -236,13 +236,11 @@ func (s *Scripted) State() string {
 		}
 		b.WriteString("\n")
 	}
-	for i := range ch.ctxs {
-		c := &ch.ctxs[i]
-		if c.state() == ctxFree {
-			continue
+	ch.ctxs.forMade(func(c *cmdCtx) {
+		if c.state() != ctxFree {
+			fmt.Fprintf(&b, "tag %d: %v, %s\n", c.tag.Load(), c.stage, ctxStateNames[c.state()])
 		}
-		fmt.Fprintf(&b, "tag %d: %v, %s\n", c.tag.Load(), c.stage, ctxStateNames[c.state()])
-	}
+	})
 	return b.String()
 }
 

@@ -155,11 +155,10 @@ func claim(chs []*channel, before uint64, match func(*cmdCtx) bool) []claimedCmd
 	var claimed []claimedCmd
 	for _, ch := range chs {
 		n := 0
-		for i := range ch.ctxs {
-			c := &ch.ctxs[i]
+		ch.ctxs.forPublished(func(c *cmdCtx) {
 			v := c.sg.Load()
 			if sgState(v) != ctxCmd || c.seq.Load() >= before || !match(c) {
-				continue
+				return
 			}
 			// The generation in v makes the swap fail if the context moved on to another
 			// command after match looked at it.
@@ -168,7 +167,7 @@ func claim(chs []*channel, before uint64, match func(*cmdCtx) bool) []claimedCmd
 				claimed = append(claimed, claimedCmd{c: c, sg: nv, lun: lun, tag: tag})
 				n++
 			}
-		}
+		})
 		if n > 0 {
 			ch.abortScan.Store(true)
 			ch.signal()

@@ -19,16 +19,14 @@ import (
 func TestWaitClaimedContextReused(t *testing.T) {
 	tgt := &Target{lim: Limits{}.withDefaults(), log: zap.NewNop()}
 	ch := &channel{t: tgt, sess: &session{nexus: &scsi.Nexus{}}, g: newPollGroup(tgt, 0)}
-	ch.ctxs = make([]cmdCtx, 2)
-	for i := range ch.ctxs {
-		c := &ch.ctxs[i]
-		c.ch, c.idx = ch, uint32(i)
-		c.abortDone = make(chan struct{}, 1)
-		c.activate(ctxCmd, uint64(i+1), iu.Tag(100+i), 0, nil)
+	ch.nctx = 2
+	ch.initCtxs()
+	for i := range 2 {
+		ch.allocCtx().activate(ctxCmd, uint64(i+1), iu.Tag(100+i), 0, nil)
 	}
 	claimed := claim([]*channel{ch}, 10, func(*cmdCtx) bool { return true })
 	require.Len(t, claimed, 2)
-	first, second := &ch.ctxs[claimed[0].c.idx], &ch.ctxs[claimed[1].c.idx]
+	first, second := ch.ctxs.at(claimed[0].c.idx), ch.ctxs.at(claimed[1].c.idx)
 
 	done := make(chan struct{})
 	go func() {
