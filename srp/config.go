@@ -65,13 +65,14 @@ const (
 	// stops completing its work, or a host that forges initiator port ids, holds at most that
 	// much and the others keep three quarters.
 	DefaultShare = 4
-	// DefaultMaxSessions bounds the I_T nexuses the target remembers. Each live channel costs
-	// about 1.2 MiB of registered memory and 0.8 MiB of heap with the default credits, and a
-	// session without channels a few kilobytes; 256 sessions with one channel each is about
-	// 500 MiB, a tenth of a small server.
+	// DefaultMaxSessions bounds the I_T nexuses the target remembers. Each live channel
+	// registers about 1.2 MiB with the default credits and receive buffers of its own (its send
+	// buffers alone, a twentieth of that, on a shared receive queue) and holds its contexts'
+	// heap, and a session without channels a few kilobytes; 256 sessions with one channel each
+	// is at most about 300 MiB.
 	DefaultMaxSessions = 256
-	// DefaultMaxChannelsTotal bounds the RDMA channels of the whole target (about 2 MiB each,
-	// see DefaultMaxSessions): 512 is about 1 GiB.
+	// DefaultMaxChannelsTotal bounds the RDMA channels of the whole target (at most about
+	// 1.2 MiB each, see DefaultMaxSessions): 512 is about 600 MiB.
 	DefaultMaxChannelsTotal = 512
 	// DefaultMaxLoginsInProgress bounds the logins handled at once. A login is quick unless
 	// it waits for the nexus's previous channels to close (MULTI-CHANNEL ACTION single); a
