@@ -103,20 +103,30 @@ func Establish(t *testing.T, req ib.ConnRequest, ap ib.AcceptParams, share func(
 // after WaitLimit. Fabric-specific tests use it too.
 func Poll(t *testing.T, c ib.Conn, n int) []ib.Completion {
 	t.Helper()
-	var out []ib.Completion
-	wcs := make([]ib.Completion, 16)
-	deadline := time.After(WaitLimit)
-	for len(out) < n {
-		k, err := c.PollCompletions(wcs[:min(len(wcs), n-len(out))])
-		require.NoError(t, err)
-		out = append(out, wcs[:k]...)
-		if k > 0 {
-			continue
-		}
+	return collect(t, n, c.PollCompletions, func(out []ib.Completion, deadline <-chan time.Time) {
 		select {
 		case <-c.Ready():
 		case <-deadline:
 			t.Fatalf("%v: %d of %d completions within %v: %+v", c, len(out), n, WaitLimit, out)
+		}
+	})
+}
+
+// collect returns exactly n completions, drained by poll; after a drain that found none, wait
+// waits for more (out: those so far), and fails the test once deadline, WaitLimit from the
+// start, has passed.
+func collect(t *testing.T, n int, poll func([]ib.Completion) (int, error),
+	wait func(out []ib.Completion, deadline <-chan time.Time)) []ib.Completion {
+	t.Helper()
+	var out []ib.Completion
+	wcs := make([]ib.Completion, 16)
+	deadline := time.After(WaitLimit)
+	for len(out) < n {
+		k, err := poll(wcs[:min(len(wcs), n-len(out))])
+		require.NoError(t, err)
+		out = append(out, wcs[:k]...)
+		if k == 0 {
+			wait(out, deadline)
 		}
 	}
 	return out
@@ -125,9 +135,15 @@ func Poll(t *testing.T, c ib.Conn, n int) []ib.Completion {
 // requireNoCompletions checks that no completion arrives for a while.
 func requireNoCompletions(t *testing.T, c ib.Conn) {
 	t.Helper()
+	requireQuiet(t, c.PollCompletions)
+}
+
+// requireQuiet checks that poll finds no completion after a while.
+func requireQuiet(t *testing.T, poll func([]ib.Completion) (int, error)) {
+	t.Helper()
 	time.Sleep(quiet)
 	wcs := make([]ib.Completion, 4)
-	n, err := c.PollCompletions(wcs)
+	n, err := poll(wcs)
 	require.NoError(t, err)
 	require.Zero(t, n, "unexpected completions %+v", wcs[:n])
 }

@@ -52,10 +52,7 @@ const quiet = 100 * time.Millisecond
 
 // Run runs the suite as subtests of t.
 func Run(t *testing.T, f Fabric) {
-	tests := []struct {
-		name string
-		fn   func(*testing.T, Fabric)
-	}{
+	runCases(t, f, []suiteCase[Fabric]{
 		{"SendRecv", testSendRecv},
 		{"WriteThenSend", testWriteThenSend},
 		{"RDMARead", testRDMARead},
@@ -67,8 +64,18 @@ func Run(t *testing.T, f Fabric) {
 		{"ArmNotify", testArmNotify},
 		{"Serve", testServe},
 		{"ServeClosed", testServeClosed},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { tt.fn(t, f) })
+	})
+}
+
+// suiteCase is a case of a suite for fabrics of kind F.
+type suiteCase[F any] struct {
+	name string
+	fn   func(*testing.T, F)
+}
+
+// runCases runs cases on f as subtests of t.
+func runCases[F any](t *testing.T, f F, cases []suiteCase[F]) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
 	}
 }

@@ -26,10 +26,7 @@ type SharedFabric interface {
 
 // RunShared runs the shared-queue cases as subtests of t.
 func RunShared(t *testing.T, f SharedFabric) {
-	tests := []struct {
-		name string
-		fn   func(*testing.T, SharedFabric)
-	}{
+	runCases(t, f, []suiteCase[SharedFabric]{
 		{"SharedCQ", testSharedCQ},
 		{"SendCQ", testSendCQ},
 		{"SRQ", testSRQ},
@@ -37,10 +34,7 @@ func RunShared(t *testing.T, f SharedFabric) {
 		{"SRQRNR", testSRQRNR},
 		{"SharedClose", testSharedClose},
 		{"CompChannel", testCompChannel},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { tt.fn(t, f) })
-	}
+	})
 }
 
 // sharedQueues makes a CQ and an SRQ (nil unless srq) on the target device; the CQ holds
@@ -63,6 +57,16 @@ func sharedQueues(t *testing.T, f SharedFabric, srq bool) (ib.CQ, ib.SRQ) {
 	return cq, s
 }
 
+// twoSharing connects two pairs whose target sides share the CQ and the SRQ (nil unless srq)
+// of sharedQueues.
+func twoSharing(t *testing.T, f SharedFabric, srq bool) (ib.CQ, ib.SRQ, *Pair, *Pair) {
+	t.Helper()
+	cq, s := sharedQueues(t, f, srq)
+	a := f.ConnectShared(t, Caps, shareWith(cq, s, nil))
+	b := f.ConnectShared(t, Caps, shareWith(cq, s, nil))
+	return cq, s, a, b
+}
+
 func shareWith(cq ib.CQ, srq ib.SRQ, onEvent func()) func(*ib.AcceptParams) {
 	return func(ap *ib.AcceptParams) {
 		ap.CQ, ap.SRQ, ap.OnEvent = cq, srq, onEvent
@@ -75,30 +79,25 @@ func shareWith(cq ib.CQ, srq ib.SRQ, onEvent func()) func(*ib.AcceptParams) {
 // pollCQ returns exactly n completions of q, waiting on Ready (armed) between drains.
 func pollCQ(t *testing.T, q ib.CQ, n int) []ib.Completion {
 	t.Helper()
-	var out []ib.Completion
-	wcs := make([]ib.Completion, 16)
-	deadline := time.After(WaitLimit)
-	for len(out) < n {
-		k, err := q.Poll(wcs[:min(len(wcs), n-len(out))])
-		require.NoError(t, err)
-		out = append(out, wcs[:k]...)
-		if k > 0 {
-			continue
+	// A drain that finds nothing arms q and drains again, for what came before the arm.
+	poll := func(wcs []ib.Completion) (int, error) {
+		if k, err := q.Poll(wcs); k > 0 || err != nil {
+			return k, err
 		}
 		require.NoError(t, q.Arm())
-		if k, err = q.Poll(wcs[:min(len(wcs), n-len(out))]); k > 0 {
-			require.NoError(t, err)
-			out = append(out, wcs[:k]...)
-			continue
+		if k, err := q.Poll(wcs); k > 0 {
+			return k, err
 		}
+		return 0, nil
+	}
+	return collect(t, n, poll, func(out []ib.Completion, deadline <-chan time.Time) {
 		select {
 		case <-deadline:
 			t.Fatalf("CQ: %d of %d completions within %v: %+v", len(out), n, WaitLimit, out)
 		default:
 		}
 		cqEvents(t, q, WaitLimit, true)
-	}
-	return out
+	})
 }
 
 // channels are the completion channels of the CQs newCQ made.
@@ -148,11 +147,7 @@ func serveEvents(t *testing.T, ch ib.CompChannel, d time.Duration, enough func([
 
 func requireCQQuiet(t *testing.T, q ib.CQ) {
 	t.Helper()
-	time.Sleep(quiet)
-	wcs := make([]ib.Completion, 4)
-	n, err := q.Poll(wcs)
-	require.NoError(t, err)
-	require.Zero(t, n, "unexpected completions %+v", wcs[:n])
+	requireQuiet(t, q.Poll)
 }
 
 func qpn(t *testing.T, c ib.Conn) uint32 {
@@ -176,9 +171,7 @@ func byQP(wcs []ib.Completion) map[uint32][]ib.Completion {
 // QP number, each queue in posting order; the Conn's own polling and arming are refused; Arm
 // signals Ready once for the next completion and only then.
 func testSharedCQ(t *testing.T, f SharedFabric) {
-	cq, _ := sharedQueues(t, f, false)
-	a := f.ConnectShared(t, Caps, shareWith(cq, nil, nil))
-	b := f.ConnectShared(t, Caps, shareWith(cq, nil, nil))
+	cq, _, a, b := twoSharing(t, f, false)
 	require.NotEqual(t, qpn(t, a.T), qpn(t, b.T))
 	_, err := a.T.PollCompletions(make([]ib.Completion, 1))
 	require.ErrorIs(t, err, ib.ErrInvalidArgument)
@@ -239,9 +232,7 @@ func testSharedCQ(t *testing.T, f SharedFabric) {
 // shared CQ naming the QP that took it; the QP's own PostRecv is refused; a receive holds its
 // slot until its completion is polled.
 func testSRQ(t *testing.T, f SharedFabric) {
-	cq, srq := sharedQueues(t, f, true)
-	a := f.ConnectShared(t, Caps, shareWith(cq, srq, nil))
-	b := f.ConnectShared(t, Caps, shareWith(cq, srq, nil))
+	cq, srq, a, b := twoSharing(t, f, true)
 	tmr := register(t, f, a.TPD, 8*256, ib.AccessLocalWrite)
 	amr := register(t, f, a.IPD, 4096, ib.AccessLocalWrite)
 	bmr := register(t, f, b.IPD, 4096, ib.AccessLocalWrite)
@@ -295,9 +286,7 @@ func testSRQ(t *testing.T, f SharedFabric) {
 // testSRQNotFlushed: a QP of the SRQ that goes to the error state flushes its own send queue
 // and nothing of the SRQ, whose receives still serve the other QP.
 func testSRQNotFlushed(t *testing.T, f SharedFabric) {
-	cq, srq := sharedQueues(t, f, true)
-	a := f.ConnectShared(t, Caps, shareWith(cq, srq, nil))
-	b := f.ConnectShared(t, Caps, shareWith(cq, srq, nil))
+	cq, srq, a, b := twoSharing(t, f, true)
 	tmr := register(t, f, a.TPD, 4*256, ib.AccessLocalWrite)
 	bmr := register(t, f, b.IPD, 4096, ib.AccessLocalWrite)
 	n, err := srq.PostRecv(recvs(tmr, 256, 100, 101))

@@ -24,13 +24,9 @@ type pd struct {
 // mr is a registered region. Its fields are immutable after registration except valid, which is
 // guarded by pd.mu.
 type mr struct {
-	pd     *pd
-	buf    []byte
-	addr   uint64
-	lkey   uint32
-	rkey   uint32
-	access ib.Access
-	valid  bool
+	ib.Region
+	pd    *pd
+	valid bool
 }
 
 var _ ib.ProtectionDomain = (*pd)(nil)
@@ -48,12 +44,8 @@ func (p *pd) RegisterMemory(buf []byte, access ib.Access) (ib.MR, error) {
 	seq := f.mrSeq.Add(1)
 	key := f.keySeq.Add(1)
 	m := &mr{
+		Region: ib.NewRegion(buf, addrBase+seq<<32, key<<8|0x4c, key<<8|0x52, access),
 		pd:     p,
-		buf:    buf,
-		addr:   addrBase + seq<<32,
-		lkey:   key<<8 | 0x4c,
-		rkey:   key<<8 | 0x52,
-		access: access,
 		valid:  true,
 	}
 	p.mu.Lock()
@@ -61,18 +53,12 @@ func (p *pd) RegisterMemory(buf []byte, access ib.Access) (ib.MR, error) {
 	if p.removed {
 		return nil, fmt.Errorf("memfabric: register on %v: %w", p.node.addr, ib.ErrDeviceRemoved)
 	}
-	p.byRKey[m.rkey] = m
+	p.byRKey[m.RKey()] = m
 	return m, nil
 }
 
-func (m *mr) Bytes() []byte     { return m.buf }
-func (m *mr) Addr() uint64      { return m.addr }
-func (m *mr) Len() int          { return len(m.buf) }
-func (m *mr) LKey() uint32      { return m.lkey }
-func (m *mr) RKey() uint32      { return m.rkey }
-func (m *mr) Access() ib.Access { return m.access }
 func (m *mr) String() string {
-	return fmt.Sprintf("mr(addr=%#x len=%d lkey=%#x rkey=%#x)", m.addr, len(m.buf), m.lkey, m.rkey)
+	return fmt.Sprintf("mr(addr=%#x len=%d lkey=%#x rkey=%#x)", m.Addr(), m.Len(), m.LKey(), m.RKey())
 }
 func (m *mr) Deregister() error {
 	m.pd.mu.Lock()
@@ -81,7 +67,7 @@ func (m *mr) Deregister() error {
 		return fmt.Errorf("memfabric: deregister %v: %w", m, ib.ErrClosed)
 	}
 	m.valid = false
-	delete(m.pd.byRKey, m.rkey)
+	delete(m.pd.byRKey, m.RKey())
 	return nil
 }
 
@@ -96,14 +82,14 @@ func (p *pd) local(g ib.SGE, write bool) ([]byte, bool) {
 	p.mu.RLock()
 	valid := m.valid
 	p.mu.RUnlock()
-	if !valid || (write && m.access&ib.AccessLocalWrite == 0) {
+	if !valid || (write && m.Access()&ib.AccessLocalWrite == 0) {
 		return nil, false
 	}
-	size := uint64(len(m.buf))
+	size := uint64(m.Len())
 	if g.Offset > size || uint64(g.Length) > size-g.Offset {
 		return nil, false
 	}
-	return m.buf[g.Offset : g.Offset+uint64(g.Length)], true
+	return m.Bytes()[g.Offset : g.Offset+uint64(g.Length)], true
 }
 
 // remote resolves the responder side of an RDMA operation: rkey, bounds and access flag.
@@ -111,13 +97,13 @@ func (p *pd) remote(rkey uint32, addr uint64, length uint32, need ib.Access) ([]
 	p.mu.RLock()
 	m := p.byRKey[rkey]
 	p.mu.RUnlock()
-	if m == nil || m.access&need == 0 || addr < m.addr {
+	if m == nil || m.Access()&need == 0 || addr < m.Addr() {
 		return nil, false
 	}
-	off := addr - m.addr
-	size := uint64(len(m.buf))
+	off := addr - m.Addr()
+	size := uint64(m.Len())
 	if off > size || uint64(length) > size-off {
 		return nil, false
 	}
-	return m.buf[off : off+uint64(length)], true
+	return m.Bytes()[off : off+uint64(length)], true
 }

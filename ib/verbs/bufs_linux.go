@@ -101,20 +101,8 @@ func regionOf(g *ib.SGE, dev *devCtx) (*mr, error) {
 // fillSend writes wr, already checked by ib.CheckSendWR, into send slot i with the given wr_id.
 func (b *wrBufs) fillSend(i int, wr *ib.SendWR, wrID uint64, dev *devCtx) error {
 	w := &b.swr[i]
-	sges := b.ssge[i*b.sendSGE : i*b.sendSGE+len(wr.SGL)]
-	for j := range wr.SGL {
-		g := &wr.SGL[j]
-		m, err := regionOf(g, dev)
-		if err != nil {
-			return fmt.Errorf("SGE %d: %w", j, err)
-		}
-		if wr.Inline && m.dead.Load() {
-			// The CPU reads inline data at post time; the memory may be unmapped already.
-			return fmt.Errorf("inline SGE %d names a deregistered region: %w", j, ib.ErrInvalidArgument)
-		}
-		sges[j].addr = C.uint64_t(m.addr + g.Offset)
-		sges[j].length = C.uint32_t(g.Length)
-		sges[j].lkey = C.uint32_t(m.lkey)
+	if err := fillSGEs(b.ssge[i*b.sendSGE:], wr.SGL, dev, wr.Inline); err != nil {
+		return err
 	}
 	w.wr_id = C.uint64_t(wrID)
 	w.num_sge = C.int(len(wr.SGL))
@@ -142,19 +130,32 @@ func (b *wrBufs) fillSend(i int, wr *ib.SendWR, wrID uint64, dev *devCtx) error 
 // fillRecv writes wr, already checked by ib.CheckRecvWR, into receive slot i.
 func (b *wrBufs) fillRecv(i int, wr *ib.RecvWR, wrID uint64, dev *devCtx) error {
 	w := &b.rwr[i]
-	sges := b.rsge[i*b.recvSGE : i*b.recvSGE+len(wr.SGL)]
-	for j := range wr.SGL {
-		g := &wr.SGL[j]
+	if err := fillSGEs(b.rsge[i*b.recvSGE:], wr.SGL, dev, false); err != nil {
+		return err
+	}
+	w.wr_id = C.uint64_t(wrID)
+	w.num_sge = C.int(len(wr.SGL))
+	return nil
+}
+
+// fillSGEs writes sgl, already checked, into the slot's sges. The data of an inline send is
+// read by the CPU at post time, when the memory of a deregistered region may be unmapped
+// already, so inline refuses one.
+func fillSGEs(sges []C.struct_ibv_sge, sgl []ib.SGE, dev *devCtx, inline bool) error {
+	sges = sges[:len(sgl)]
+	for j := range sgl {
+		g := &sgl[j]
 		m, err := regionOf(g, dev)
 		if err != nil {
 			return fmt.Errorf("SGE %d: %w", j, err)
 		}
-		sges[j].addr = C.uint64_t(m.addr + g.Offset)
+		if inline && m.dead.Load() {
+			return fmt.Errorf("inline SGE %d names a deregistered region: %w", j, ib.ErrInvalidArgument)
+		}
+		sges[j].addr = C.uint64_t(m.Addr() + g.Offset)
 		sges[j].length = C.uint32_t(g.Length)
-		sges[j].lkey = C.uint32_t(m.lkey)
+		sges[j].lkey = C.uint32_t(m.LKey())
 	}
-	w.wr_id = C.uint64_t(wrID)
-	w.num_sge = C.int(len(wr.SGL))
 	return nil
 }
 

@@ -14,7 +14,7 @@ import (
 // regions are mr values with made-up addresses and keys, never handed to verbs.
 
 func fakeRegion(d *devCtx, addr uint64, lkey uint32) *mr {
-	return &mr{dev: d, addr: addr, lkey: lkey, rkey: lkey + 1, buf: make([]byte, 4096)}
+	return &mr{Region: ib.NewRegion(make([]byte, 4096), addr, lkey, lkey+1, 0), dev: d}
 }
 
 // fakeBufs is a connection's C work request arrays for caps, freed when the test ends, and

@@ -64,13 +64,9 @@ func (p pdHandle) RegisterMemory(buf []byte, access ib.Access) (ib.MR, error) {
 		return nil, errorf("register %d bytes on %s: ibv_reg_mr: %w", len(buf), d, errnoOr(err, errnoEINVAL))
 	}
 	m := &mr{
+		Region: ib.NewRegion(buf, uint64(uintptr(base)), uint32(vm.lkey), uint32(vm.rkey), access),
 		dev:    d,
 		mr:     vm,
-		buf:    buf,
-		addr:   uint64(uintptr(base)),
-		lkey:   uint32(vm.lkey),
-		rkey:   uint32(vm.rkey),
-		access: access,
 	}
 	d.mu.Lock()
 	if d.removed {
@@ -88,13 +84,9 @@ func (p pdHandle) RegisterMemory(buf []byte, access ib.Access) (ib.MR, error) {
 // mr is an ib.MR registered with ibv_reg_mr. Its fields are immutable; dead is set once by
 // Deregister, gone (under mu) when the device's removal deregistered it.
 type mr struct {
-	dev    *devCtx
-	mr     *C.struct_ibv_mr
-	buf    []byte
-	addr   uint64
-	lkey   uint32
-	rkey   uint32
-	access ib.Access
+	ib.Region
+	dev *devCtx
+	mr  *C.struct_ibv_mr
 
 	mu   sync.Mutex
 	dead atomic.Bool
@@ -103,14 +95,8 @@ type mr struct {
 
 var _ ib.MR = (*mr)(nil)
 
-func (m *mr) Bytes() []byte     { return m.buf }
-func (m *mr) Addr() uint64      { return m.addr }
-func (m *mr) Len() int          { return len(m.buf) }
-func (m *mr) LKey() uint32      { return m.lkey }
-func (m *mr) RKey() uint32      { return m.rkey }
-func (m *mr) Access() ib.Access { return m.access }
 func (m *mr) String() string {
-	return fmt.Sprintf("mr(%s addr=%#x len=%d lkey=%#x rkey=%#x)", m.dev, m.addr, len(m.buf), m.lkey, m.rkey)
+	return fmt.Sprintf("mr(%s addr=%#x len=%d lkey=%#x rkey=%#x)", m.dev, m.Addr(), m.Len(), m.LKey(), m.RKey())
 }
 
 // Deregister implements ib.MR with ibv_dereg_mr and releases the region's reference on the
