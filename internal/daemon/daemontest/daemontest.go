@@ -238,32 +238,36 @@ func (e *Env) LoginRW() *srptest.Channel {
 // Do sends req on ch and returns the response, within 10 s.
 func Do(t *testing.T, ch *srptest.Channel, req *srptest.Request) *srptest.Response {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rsp, err := ch.Do(ctx, req)
-	require.NoError(t, err)
-	return rsp
+	return call(t, func(ctx context.Context) (*srptest.Response, error) { return ch.Do(ctx, req) })
 }
 
 // Write10 writes data to lun at lba with WRITE(10) and requires GOOD status.
 func Write10(t *testing.T, ch *srptest.Channel, lun uint16, lba uint32, data []byte, blockSize int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rsp, err := ch.Write10(ctx, lun, lba, data, blockSize)
-	require.NoError(t, err)
+	rsp := call(t, func(ctx context.Context) (*srptest.Response, error) {
+		return ch.Write10(ctx, lun, lba, data, blockSize)
+	})
 	require.NoError(t, rsp.Err())
 }
 
 // Read10 reads blocks of lun from lba with READ(10), requires GOOD status and returns the data.
 func Read10(t *testing.T, ch *srptest.Channel, lun uint16, lba uint32, blocks uint16, blockSize int) []byte {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rsp, err := ch.Read10(ctx, lun, lba, blocks, blockSize)
-	require.NoError(t, err)
+	rsp := call(t, func(ctx context.Context) (*srptest.Response, error) {
+		return ch.Read10(ctx, lun, lba, blocks, blockSize)
+	})
 	require.NoError(t, rsp.Err())
 	return rsp.DataIn
+}
+
+// call runs op with 10 seconds to answer and requires an answer.
+func call(t *testing.T, op func(context.Context) (*srptest.Response, error)) *srptest.Response {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rsp, err := op(ctx)
+	require.NoError(t, err)
+	return rsp
 }
 
 // RequireSense checks a CHECK CONDITION with the sense key, ASC and ASCQ.
