@@ -51,35 +51,23 @@ var statusNames = [...]string{
 }
 
 // String returns rdma-core's wording (ibv_wc_status_str) so logs read the same as C tools.
-func (s Status) String() string {
-	if int(s) < len(statusNames) {
-		return statusNames[s]
-	}
-	return "status(" + strconv.Itoa(int(s)) + ")"
+func (s Status) String() string { return enumName(statusNames[:], s, "status") }
+
+var opcodeNames = [...]string{OpSend: "SEND", OpRDMAWrite: "RDMA_WRITE", OpRDMARead: "RDMA_READ", OpRecv: "RECV"}
+
+func (o Opcode) String() string { return enumName(opcodeNames[:], o, "opcode") }
+
+var eventNames = [...]string{
+	EventEstablished: "established", EventDisconnected: "disconnected", EventDeviceRemoved: "device removed",
 }
 
-func (o Opcode) String() string {
-	switch o {
-	case OpSend:
-		return "SEND"
-	case OpRDMAWrite:
-		return "RDMA_WRITE"
-	case OpRDMARead:
-		return "RDMA_READ"
-	case OpRecv:
-		return "RECV"
-	}
-	return "opcode(" + strconv.Itoa(int(o)) + ")"
-}
+func (e Event) String() string { return enumName(eventNames[:], e, "event") }
 
-func (e Event) String() string {
-	switch e {
-	case EventEstablished:
-		return "established"
-	case EventDisconnected:
-		return "disconnected"
-	case EventDeviceRemoved:
-		return "device removed"
+// enumName is the String of this package's enumerations: the name names gives v, or kind(v)
+// where it gives none.
+func enumName[T ~uint8](names []string, v T, kind string) string {
+	if int(v) < len(names) && names[v] != "" {
+		return names[v]
 	}
-	return "event(" + strconv.Itoa(int(e)) + ")"
+	return kind + "(" + strconv.Itoa(int(v)) + ")"
 }

@@ -29,15 +29,9 @@ const (
 	FamilyIB
 )
 
-func (f Family) String() string {
-	switch f {
-	case FamilyIP:
-		return "IP"
-	case FamilyIB:
-		return "AF_IB"
-	}
-	return fmt.Sprintf("family(%d)", uint8(f))
-}
+var familyNames = [...]string{FamilyIP: "IP", FamilyIB: "AF_IB"}
+
+func (f Family) String() string { return enumName(familyNames[:], f, "family") }
 
 // MaxIBConnRequestPrivateData is the private data of an IB CM REQ (include/rdma/ib_cm.h,
 // IB_CM_REQ_PRIVATE_DATA_SIZE): what a connection request to an AF_IB listener carries.
