@@ -105,6 +105,9 @@ func (ch *channel) handleIU(i int32, n int) {
 			ch.log.Warn("initiator sent more IUs than it had credits (REQUEST LIMIT exceeded)")
 		}
 		c := ch.allocCtx()
+		if c == nil && ch.growCtxs() {
+			c = ch.allocCtx()
+		}
 		if c == nil {
 			// Every context is busy, some of them only waiting for their SEND completion
 			// (the initiator may send as soon as it sees a response). Park the IU; it
@@ -150,8 +153,10 @@ func (ch *channel) onCredRsp(b []byte) {
 	ch.credReqOut = false
 }
 
+// allocCtx takes a free context, nil when every context made is busy (growCtxs makes more).
+// It stays small enough to be inlined on the data path.
 func (ch *channel) allocCtx() *cmdCtx {
-	if len(ch.free) == 0 && !ch.growCtxs() {
+	if len(ch.free) == 0 {
 		return nil
 	}
 	c := ch.free[len(ch.free)-1]

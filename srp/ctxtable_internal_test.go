@@ -12,6 +12,17 @@ import (
 	"github.com/srptarget/srptarget/srp/iu"
 )
 
+// takeCtx takes a context as handleIU does: a free one, else one of a chunk made for it.
+func takeCtx(ch *channel) *cmdCtx {
+	if c := ch.allocCtx(); c != nil {
+		return c
+	}
+	if !ch.growCtxs() {
+		return nil
+	}
+	return ch.allocCtx()
+}
+
 // TestCtxTableGrows: a channel starts with one chunk of contexts and makes the next only when
 // every one made is busy, up to nctx and never beyond; each context keeps its index and the
 // send buffer of that index, and stays where it was made.
@@ -26,12 +37,12 @@ func TestCtxTableGrows(t *testing.T) {
 
 	var got []*cmdCtx
 	for i := 0; i < nctx; i++ {
-		c := ch.allocCtx()
+		c := takeCtx(ch)
 		require.NotNil(t, c, "context %d", i)
 		got = append(got, c)
 		require.Equal(t, min(nctx, (i/ctxChunkLen+1)*ctxChunkLen), ch.ctxs.n, "made only when needed")
 	}
-	require.Nil(t, ch.allocCtx(), "all nctx busy")
+	require.Nil(t, takeCtx(ch), "all nctx busy")
 	require.Equal(t, nctx, ch.ctxs.n)
 	require.Equal(t, nctx, ch.ctxInUse())
 	for i, c := range got {
@@ -47,7 +58,7 @@ func TestCtxTableGrows(t *testing.T) {
 
 	// A context given back is taken again before anything new is made.
 	ch.free = append(ch.free, got[5])
-	require.Same(t, got[5], ch.allocCtx())
+	require.Same(t, got[5], takeCtx(ch))
 	require.Equal(t, nctx, ch.ctxs.n)
 
 	var made, published int
@@ -88,7 +99,7 @@ func TestClaimWhileContextsGrow(t *testing.T) {
 		for s := scans.Load(); scans.Load() == s; {
 			runtime.Gosched()
 		}
-		ch.allocCtx().activate(ctxCmd, uint64(i+1), iu.Tag(i), 0, nil)
+		takeCtx(ch).activate(ctxCmd, uint64(i+1), iu.Tag(i), 0, nil)
 	}
 	close(done)
 	wg.Wait()

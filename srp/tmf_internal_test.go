@@ -22,7 +22,7 @@ func TestWaitClaimedContextReused(t *testing.T) {
 	ch.nctx = 2
 	ch.initCtxs()
 	for i := range 2 {
-		ch.allocCtx().activate(ctxCmd, uint64(i+1), iu.Tag(100+i), 0, nil)
+		takeCtx(ch).activate(ctxCmd, uint64(i+1), iu.Tag(100+i), 0, nil)
 	}
 	claimed := claim([]*channel{ch}, 10, func(*cmdCtx) bool { return true })
 	require.Len(t, claimed, 2)
