@@ -262,7 +262,7 @@ func TestAsyncMatchesSync(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, string(a) == string(b), "the files differ")
 			for _, s := range sides {
-				require.Nil(t, s.lu.tasks.head, "the task set is empty")
+				require.Nil(t, s.lu.tasks.list.head, "the task set is empty")
 			}
 			t.Logf("%v, sense % x", sync.Status, sync.SenseData())
 		})
@@ -331,18 +331,18 @@ func TestAsyncBlocked(t *testing.T) {
 	require.Equal(t, StatusGood, r2.Status, "% x", r2.SenseData())
 	require.Equal(t, Done, s.m.Complete(r1, reapOne(t, small, 5)))
 	require.Equal(t, blocksOf(1, 1), r1.DataIn)
-	require.Nil(t, s.lu.tasks.head)
+	require.Nil(t, s.lu.tasks.list.head)
 
 	// A Blocked command its transport gives up leaves the task set: an ORDERED command
 	// behind it runs.
 	r3 := &Command{Nexus: testNexus, LUN: EncodeLUN(0), Tag: 7, CDB: cdb10(0x2F, 0x02, 2, 1), DataOut: blocksOf(2, 1)}
 	require.Equal(t, Pending, s.m.Start(r1, small, 5))
 	require.Equal(t, Blocked, s.m.Start(r3, small, 7))
-	require.NotNil(t, s.lu.tasks.head)
+	require.NotNil(t, s.lu.tasks.list.head)
 	require.Equal(t, Done, s.m.Complete(r1, reapOne(t, small, 5)))
 	s.m.Abandon(r3)
 	require.Equal(t, StatusTaskAborted, r3.Status)
-	require.Nil(t, s.lu.tasks.head, "the abandoned command left the task set")
+	require.Nil(t, s.lu.tasks.list.head, "the abandoned command left the task set")
 	s.m.Abandon(r3) // twice is harmless
 	o := &Command{Nexus: testNexus, LUN: EncodeLUN(0), Tag: 8, Attr: TaskOrdered, CDB: cdb10(0x28, 0, 3, 1), DataIn: make([]byte, asyncBS)}
 	require.Equal(t, Pending, s.m.Start(o, small, 8))
@@ -383,7 +383,7 @@ func TestAsyncTaskManagement(t *testing.T) {
 			require.Equal(t, TMFComplete, <-answered)
 			require.True(t, c.Aborted())
 			require.Zero(t, q.InFlight())
-			require.Nil(t, s.lu.tasks.head)
+			require.Nil(t, s.lu.tasks.list.head)
 			// a command aborted before Start gets TASK ABORTED without reaching the queue
 			if tmf.name == "ABORT TASK" {
 				c2 := &Command{Nexus: testNexus, LUN: EncodeLUN(0), Tag: 10, CDB: cdb10(0x28, 0, 0, 1), DataIn: make([]byte, asyncBS)}

@@ -1,9 +1,10 @@
 package scsi
 
-import (
-	"sync"
-	"sync/atomic"
-)
+import "sync"
+
+// The task set: the rules by which a logical unit's commands enter it, wait and leave it. Its
+// list is cmdList (taskset_list.go), the untracked path beside the list untrackedPath
+// (taskset_untracked.go); what task management does to the set is in taskset_abort.go.
 
 // taskSet orders the commands of one logical unit by their task attributes (SAM-5 8.6) and lets
 // task management find them. There is one task set per logical unit shared by all nexuses (the
@@ -13,7 +14,7 @@ import (
 //   - ORDERED runs once every older command has completed; newer ones wait for it.
 //   - HEAD OF QUEUE runs at once.
 //
-// Commands link into an intrusive list in arrival order (HEAD OF QUEUE at the front), so entering
+// Commands link into an intrusive list (cmdList) in arrival order (HEAD OF QUEUE at the front), so entering
 // and leaving allocate nothing. When no ORDERED command is queued, which is the usual case,
 // leaving wakes nobody and costs a list unlink.
 //
@@ -23,28 +24,14 @@ import (
 // (quiesceLocked): task management, which then finds the untracked commands ended rather than
 // running, and an ORDERED command, which must wait for every older command anyway.
 type taskSet struct {
-	mu         *sync.Mutex // the logical unit's lock
-	head, tail *Command
-	ordered    int // ORDERED commands in the list
-	waiting    int // commands in the list not yet running
-	aborters   int // task management functions waiting for running commands to finish
-	done       sync.Cond
-	// untracked counts, in its low 32 bits, the commands running untracked, and above them
-	// what keeps new ones from that path (ORDERED commands in the list, quiesceLocked
-	// calls): one word, so that a command's add tells it whether the path was open.
-	untracked atomic.Uint64
+	mu        *sync.Mutex // the logical unit's lock
+	list      cmdList
+	ordered   int // ORDERED commands in the list
+	waiting   int // commands in the list not yet running
+	aborters  int // task management functions waiting for running commands to finish
+	done      sync.Cond
+	untracked untrackedPath // the commands running outside the list (enterUntracked)
 }
-
-const (
-	untrackedCmd    uint64 = 1
-	untrackedCloser uint64 = 1 << 32
-)
-
-// closeUntracked and openUntracked add and remove one reason to keep commands from the
-// untracked path; runningUntracked reports how many still run there.
-func (ts *taskSet) closeUntracked()          { ts.untracked.Add(untrackedCloser) }
-func (ts *taskSet) openUntracked()           { ts.untracked.Add(^(untrackedCloser - 1)) }
-func (ts *taskSet) runningUntracked() uint32 { return uint32(ts.untracked.Load()) }
 
 func (ts *taskSet) init(mu *sync.Mutex) {
 	ts.mu = mu
@@ -54,7 +41,7 @@ func (ts *taskSet) init(mu *sync.Mutex) {
 // enterUntracked lets a command run outside the list when nothing closes that path;
 // leaveUntracked ends it. False: the command must enter.
 func (ts *taskSet) enterUntracked() bool {
-	if ts.untracked.Add(untrackedCmd) < untrackedCloser {
+	if ts.untracked.enter() {
 		return true
 	}
 	ts.leaveUntracked()
@@ -63,7 +50,7 @@ func (ts *taskSet) enterUntracked() bool {
 
 // leaveUntracked ends an untracked command.
 func (ts *taskSet) leaveUntracked() {
-	if v := ts.untracked.Add(^(untrackedCmd - 1)); uint32(v) == 0 && v != 0 {
+	if ts.untracked.leave() {
 		ts.untrackedGone() // the last one out of a closed path
 	}
 }
@@ -81,21 +68,6 @@ func (ts *taskSet) untrackedGone() {
 	ts.mu.Unlock()
 }
 
-// quiesceLocked closes the untracked path and waits until no command runs untracked: from
-// then on every command is in the list. ts.mu held (released while it waits); reopen undoes
-// it.
-func (ts *taskSet) quiesceLocked() {
-	ts.closeUntracked()
-	for ts.runningUntracked() != 0 {
-		ts.aborters++
-		ts.done.Wait()
-		ts.aborters--
-	}
-}
-
-// reopen undoes a quiesceLocked.
-func (ts *taskSet) reopen() { ts.openUntracked() }
-
 // enter adds c to the set and waits until its attribute lets it run. It returns false when a
 // task management function aborted c while it waited; c is then no longer in the set.
 func (ts *taskSet) enter(c *Command) bool {
@@ -107,16 +79,16 @@ func (ts *taskSet) enter(c *Command) bool {
 	c.queued = true
 	switch c.Attr {
 	case TaskHeadOfQueue:
-		ts.pushFront(c)
+		ts.list.pushFront(c)
 		c.running = true
 	case TaskOrdered:
 		ts.ordered++
-		ts.closeUntracked()
-		c.running = ts.head == nil && ts.runningUntracked() == 0
-		ts.pushBack(c)
+		ts.untracked.close()
+		c.running = ts.list.head == nil && ts.untracked.running() == 0
+		ts.list.pushBack(c)
 	default:
 		c.running = ts.ordered == 0
-		ts.pushBack(c)
+		ts.list.pushBack(c)
 	}
 	if c.running {
 		ts.mu.Unlock()
@@ -143,20 +115,20 @@ func (ts *taskSet) tryEnter(c *Command) (entered, aborted bool) {
 	}
 	switch c.Attr {
 	case TaskHeadOfQueue:
-		ts.pushFront(c)
+		ts.list.pushFront(c)
 	case TaskOrdered:
-		ts.closeUntracked()
-		if ts.head != nil || ts.runningUntracked() != 0 {
-			ts.openUntracked()
+		ts.untracked.close()
+		if ts.list.head != nil || ts.untracked.running() != 0 {
+			ts.untracked.open()
 			return false, false
 		}
 		ts.ordered++
-		ts.pushBack(c)
+		ts.list.pushBack(c)
 	default:
 		if ts.ordered != 0 {
 			return false, false
 		}
-		ts.pushBack(c)
+		ts.list.pushBack(c)
 	}
 	c.queued, c.running = true, true
 	return true, false
@@ -177,20 +149,11 @@ func (ts *taskSet) removeLocked(c *Command) {
 	if !c.queued {
 		return
 	}
-	if c.prev != nil {
-		c.prev.next = c.next
-	} else {
-		ts.head = c.next
-	}
-	if c.next != nil {
-		c.next.prev = c.prev
-	} else {
-		ts.tail = c.prev
-	}
-	c.prev, c.next, c.queued = nil, nil, false
+	ts.list.remove(c)
+	c.queued = false
 	if c.Attr == TaskOrdered {
 		ts.ordered--
-		ts.openUntracked()
+		ts.untracked.open()
 	}
 	if !c.running {
 		ts.waiting--
@@ -203,12 +166,12 @@ func (ts *taskSet) removeLocked(c *Command) {
 // startRunnableLocked wakes every waiting command whose attribute now lets it run.
 func (ts *taskSet) startRunnableLocked() {
 	olderAny, olderOrdered := false, false
-	for t := ts.head; t != nil; t = t.next {
+	for t := ts.list.head; t != nil; t = t.next {
 		if !t.running {
 			if t.aborted.Load() {
 				continue // being removed by abortLocked: never started, and holds nobody back
 			}
-			if (t.Attr == TaskOrdered && !olderAny && ts.runningUntracked() == 0) || (t.Attr != TaskOrdered && !olderOrdered) {
+			if (t.Attr == TaskOrdered && !olderAny && ts.untracked.running() == 0) || (t.Attr != TaskOrdered && !olderOrdered) {
 				t.running = true
 				ts.waiting--
 				t.wake <- struct{}{}
@@ -219,78 +182,4 @@ func (ts *taskSet) startRunnableLocked() {
 			olderOrdered = true
 		}
 	}
-}
-
-func (ts *taskSet) pushBack(c *Command) {
-	c.prev, c.next = ts.tail, nil
-	if ts.tail != nil {
-		ts.tail.next = c
-	} else {
-		ts.head = c
-	}
-	ts.tail = c
-}
-
-func (ts *taskSet) pushFront(c *Command) {
-	c.prev, c.next = nil, ts.head
-	if ts.head != nil {
-		ts.head.prev = c
-	} else {
-		ts.tail = c
-	}
-	ts.head = c
-}
-
-// abortLocked aborts every command for which match is true: waiting ones leave the set at once
-// (their enter returns false), running ones are marked and waited for, so that when it returns
-// none of them touches its buffers any more (untracked commands end first: quiesceLocked). It
-// returns how many commands it aborted.
-func (ts *taskSet) abortLocked(match func(*Command) bool) int {
-	ts.quiesceLocked()
-	defer ts.reopen()
-	// Mark every match before removing any: removing a waiting command can make the commands
-	// behind it runnable, and those that this function aborts too must not start.
-	n := 0
-	for t := ts.head; t != nil; t = t.next {
-		if match(t) {
-			n++
-			t.aborted.Store(true)
-		}
-	}
-	for t := ts.head; t != nil; {
-		next := t.next
-		if !t.running && match(t) {
-			ts.removeLocked(t)
-			t.wake <- struct{}{}
-		}
-		t = next
-	}
-	for {
-		busy := false
-		for t := ts.head; t != nil; t = t.next {
-			if t.aborted.Load() && match(t) {
-				busy = true
-				break
-			}
-		}
-		if !busy {
-			return n
-		}
-		ts.aborters++
-		ts.done.Wait()
-		ts.aborters--
-	}
-}
-
-// findLocked returns the command of nexus n with tag, or nil. An untracked command is found
-// ended (quiesceLocked).
-func (ts *taskSet) findLocked(n *Nexus, tag uint64) *Command {
-	ts.quiesceLocked()
-	defer ts.reopen()
-	for t := ts.head; t != nil; t = t.next {
-		if t.Nexus == n && t.Tag == tag {
-			return t
-		}
-	}
-	return nil
 }

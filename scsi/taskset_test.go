@@ -61,7 +61,7 @@ func (p *pending) requireRunning(t *testing.T) {
 func (lu *LogicalUnit) taskCounts() (queued, waiting int) {
 	lu.mu.Lock()
 	defer lu.mu.Unlock()
-	for t := lu.tasks.head; t != nil; t = t.next {
+	for t := lu.tasks.list.head; t != nil; t = t.next {
 		queued++
 	}
 	return queued, lu.tasks.waiting

@@ -86,7 +86,7 @@ func (lu *LogicalUnit) QueryTask(n *Nexus, tag uint64) TMFResponse {
 func (lu *LogicalUnit) clearAllLocked(n *Nexus, reason Reason) {
 	lu.tasks.quiesceLocked()
 	defer lu.tasks.reopen()
-	for t := lu.tasks.head; t != nil; t = t.next {
+	for t := lu.tasks.list.head; t != nil; t = t.next {
 		if t.Nexus != n {
 			lu.nexusLocked(t.Nexus).ua.add(reason)
 		}

@@ -30,7 +30,7 @@ func newUntrackedGateLU(t *testing.T) (*LogicalUnit, *LUNMap, *gatestore.Store) 
 
 // untrackedCounts returns the commands running untracked and what closes that path.
 func (lu *LogicalUnit) untrackedCounts() (untracked, closed uint32) {
-	v := lu.tasks.untracked.Load()
+	v := lu.tasks.untracked.word.Load()
 	return uint32(v), uint32(v >> 32)
 }
 
