@@ -8,20 +8,7 @@ package scsi
 func (lu *LogicalUnit) ForgetNexus(n *Nexus) {
 	lu.mu.Lock()
 	defer lu.mu.Unlock()
-	old := *lu.nexuses.Load()
-	if _, ok := old[n]; !ok {
-		return
-	}
-	m := make(map[*Nexus]*nexusState, len(old))
-	for k, v := range old {
-		if k != n {
-			m[k] = v
-		}
-	}
-	lu.nexuses.Store(&m)
-	if first := lu.firstNexus.Load(); first != nil && first.n == n {
-		lu.firstNexus.Store(nil)
-	}
+	lu.nexuses.forgetLocked(n)
 }
 
 // ForgetNexus forgets nexus n on every logical unit of the map (LogicalUnit.ForgetNexus).

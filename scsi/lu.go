@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/srptarget/srptarget/backstore"
 )
+
+// The logical unit: its configuration and making, its attributes, its lifetime across a
+// reload (Hold, Retire) and the unit attentions of its nexuses, whose table is nexusTable
+// (nexus.go). How a command comes to run on it is in execute.go.
 
 // Config describes one logical unit.
 type Config struct {
@@ -128,15 +131,9 @@ type LogicalUnit struct {
 	pr *Reservations // persistent and SPC-2 reservations (pr.go)
 
 	mu sync.Mutex // guards changes of nexuses and the task set
-	// nexuses maps each I_T nexus seen to its state. The map is copied on write (a new nexus
-	// is rare) so that the per-command lookup takes no lock.
-	nexuses atomic.Pointer[map[*Nexus]*nexusState]
-	// firstNexus is the state of one nexus of nexuses, set by the first lookup that finds it
-	// empty and cleared when that nexus is forgotten: the nexus of a logical unit that one
-	// initiator uses is found without the map lookup, and a second one never writes it, so
-	// that initiators on other CPUs do not take the line from each other.
-	firstNexus atomic.Pointer[nexusState]
-	tasks      taskSet
+	// nexuses holds the state of each I_T nexus seen; its per-command lookup takes no lock.
+	nexuses nexusTable
+	tasks   taskSet
 
 	ranges rangeLock // LBA ranges of writes in progress, for COMPARE AND WRITE (rangelock.go)
 
@@ -195,12 +192,6 @@ func (lu *LogicalUnit) NonBlockingFor(cdb []byte) bool {
 	return op == nil || op.flags&opMayBlock == 0
 }
 
-// nexusState is what the logical unit remembers of one I_T nexus.
-type nexusState struct {
-	n  *Nexus
-	ua uaSet // pending unit attentions
-}
-
 // NewLogicalUnit makes a logical unit over cfg.Backstore.
 func NewLogicalUnit(cfg Config) (*LogicalUnit, error) {
 	if err := cfg.validate(); err != nil {
@@ -210,7 +201,7 @@ func NewLogicalUnit(cfg Config) (*LogicalUnit, error) {
 		cfg: cfg,
 		bs:  cfg.Backstore,
 	}
-	lu.nexuses.Store(&map[*Nexus]*nexusState{})
+	lu.nexuses.init()
 	lu.pr = cfg.Reservations
 	if lu.pr == nil {
 		lu.pr = NewReservations(nil)
@@ -337,42 +328,12 @@ func (lu *LogicalUnit) WriteCacheEnabled() bool { return lu.writeCacheEnabled() 
 // nexus returns the state of nexus n, creating it (with the unit attention POWER ON, RESET, OR
 // BUS DEVICE RESET OCCURRED pending) on first access.
 func (lu *LogicalUnit) nexus(n *Nexus) *nexusState {
-	first := lu.firstNexus.Load()
-	if first != nil && first.n == n {
-		return first
-	}
-	if s := (*lu.nexuses.Load())[n]; s != nil {
-		if first == nil {
-			lu.firstNexus.CompareAndSwap(nil, s)
-		}
+	if s := lu.nexuses.lookup(n); s != nil {
 		return s
 	}
 	lu.mu.Lock()
 	defer lu.mu.Unlock()
-	return lu.nexusLocked(n)
-}
-
-// nexusLocked is nexus with lu.mu held.
-func (lu *LogicalUnit) nexusLocked(n *Nexus) *nexusState {
-	old := *lu.nexuses.Load()
-	if s := old[n]; s != nil {
-		return s
-	}
-	s := &nexusState{n: n}
-	s.ua.add(ReasonPowerOnResetOrBusDeviceReset)
-	m := make(map[*Nexus]*nexusState, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	m[n] = s
-	lu.nexuses.Store(&m)
-	return s
-}
-
-// knownNexus reports whether the logical unit has seen nexus n.
-func (lu *LogicalUnit) knownNexus(n *Nexus) bool {
-	_, ok := (*lu.nexuses.Load())[n]
-	return ok
+	return lu.nexuses.getLocked(n)
 }
 
 // EstablishUA makes reason a pending unit attention for nexus n, or for every nexus the logical
@@ -381,20 +342,7 @@ func (lu *LogicalUnit) knownNexus(n *Nexus) bool {
 func (lu *LogicalUnit) EstablishUA(n *Nexus, reason Reason) {
 	lu.mu.Lock()
 	defer lu.mu.Unlock()
-	lu.establishUALocked(n, nil, reason)
-}
-
-// establishUALocked adds reason for n (nil: all nexuses), skipping except when non-nil.
-func (lu *LogicalUnit) establishUALocked(n, except *Nexus, reason Reason) {
-	if n != nil {
-		lu.nexusLocked(n).ua.add(reason)
-		return
-	}
-	for nx, s := range *lu.nexuses.Load() {
-		if nx != except {
-			s.ua.add(reason)
-		}
-	}
+	lu.nexuses.establishUALocked(n, nil, reason)
 }
 
 // takeUA removes and returns the unit attention to report to nexus n, or ReasonNone. It takes
@@ -407,145 +355,3 @@ func (lu *LogicalUnit) clearUA(n *Nexus, reason Reason) { lu.nexus(n).ua.remove(
 
 // PendingUA reports the unit attention nexus n would see next, without clearing it.
 func (lu *LogicalUnit) PendingUA(n *Nexus) Reason { return lu.nexus(n).ua.peek() }
-
-// Execute runs c on the logical unit and returns when it is complete or aborted. It is called by
-// LUNMap.Execute, which resolves the LUN and sets the mapping's read-only flag.
-func (lu *LogicalUnit) Execute(c *Command) {
-	op := lu.admit(c)
-	if op == nil {
-		return
-	}
-	lu.enterAndRun(c, op)
-}
-
-// enterAndRun waits in the task set until c may run, runs it and leaves. A SIMPLE READ or WRITE
-// of a logical unit that never blocks runs untracked when the task set allows it: it ends in
-// microseconds, so task management can wait for it to end instead of finding it.
-func (lu *LogicalUnit) enterAndRun(c *Command, op *opInfo) {
-	if c.Attr == TaskSimple && op.flags&opUntracked != 0 && lu.nonBlocking && !c.aborted.Load() && lu.tasks.enterUntracked() {
-		op.run(lu, c)
-		lu.tasks.leaveUntracked()
-		return
-	}
-	if !lu.tasks.enter(c) {
-		c.taskAborted()
-		return
-	}
-	op.run(lu, c)
-	lu.tasks.leave(c)
-}
-
-// taskAborted ends a command that task management aborted before it ran.
-func (c *Command) taskAborted() {
-	c.Status = StatusTaskAborted
-	c.SenseLength, c.DataInLength = 0, 0
-}
-
-// admit makes the checks every command passes before it may enter the task set, in their
-// order (SAM-5, SPC-4): unit attentions, the CDB's operation code and length, a sanitize in
-// progress, the CONTROL byte, the port's access state, reservations, write protection. It
-// returns the command's description, or nil when c is complete (failed) already.
-func (lu *LogicalUnit) admit(c *Command) *opInfo {
-	c.lu = lu
-	c.Status = StatusGood
-	if len(c.CDB) == 0 {
-		c.fail(ReasonInvalidFieldInCommandIU)
-		return nil
-	}
-	op := lookupCommand(c.CDB)
-
-	// Unit attentions come first: every command but INQUIRY, REPORT LUNS and REQUEST SENSE
-	// reports a pending one instead of running (SPC-4 5.14).
-	if op == nil || op.flags&opReportsNoUA == 0 {
-		if r := lu.takeUA(c.Nexus); r != ReasonNone {
-			c.fail(r)
-			return nil
-		}
-	}
-	if op == nil {
-		c.unsupported()
-		return nil
-	}
-	if len(c.CDB) < op.cdbLength {
-		c.fail(ReasonInvalidFieldInCommandIU)
-		return nil
-	}
-	// A sanitize operation in progress, or one that failed, leaves only INQUIRY, REPORT LUNS
-	// and REQUEST SENSE (SBC-4 4.32.1; SANITIZE itself after a failure).
-	if op.flags&opReportsNoUA == 0 {
-		if r, info := lu.sanitizeBlocked(); r != ReasonNone && !(r == ReasonSanitizeCommandFailed && op.opcode == opSanitize) {
-			c.failInfo(r, info)
-			return nil
-		}
-	}
-	// The CONTROL byte, the same for every command: no ACA, no linked commands.
-	if c.failOn(checkControl(c.CDB, op.cdbLength-1)) {
-		return nil
-	}
-	if c.Attr == TaskACA {
-		c.fail(ReasonInvalidFieldInCommandIU)
-		return nil
-	}
-	// Then the asymmetric access state of the port the command came through (SPC-4
-	// 5.15.2.4): a standby, unavailable or transitioning port runs only the few commands an
-	// initiator needs to find a better path.
-	if st, ok := lu.accessState(c); ok && !st.allows(op.flags) {
-		r, _ := st.notAccessible()
-		c.fail(r)
-		return nil
-	}
-	// Then reservations: a logical unit without registrations or SPC-2 reservation pays one atomic load here.
-	if s := lu.pr.state.Load(); s.active {
-		if s.stale && !Unavailable.allows(op.flags) {
-			// Shared reservations not known current: as if the port were unavailable (prshare.go).
-			c.fail(ReasonLUNotAccessibleTargetPortUnavailable)
-			return nil
-		}
-		if s.conflicts(c.Nexus.id(), op, c.CDB) {
-			c.reservationConflict()
-			return nil
-		}
-	}
-	if op.flags&opWriteProtected != 0 && lu.writeProtected(c) {
-		c.fail(ReasonWriteProtected)
-		return nil
-	}
-	return op
-}
-
-// invalidOpcode answers a CDB whose operation code is not supported: ILLEGAL REQUEST, INVALID
-// COMMAND OPERATION CODE (SPC-4 4.2.5.1), without a field pointer (the whole CDB is unknown).
-func (c *Command) invalidOpcode() {
-	c.fail(ReasonInvalidCommandOperationCode)
-}
-
-// invalidServiceAction answers a CDB whose operation code is supported but whose service action
-// is not: ILLEGAL REQUEST, INVALID FIELD IN CDB with the field pointer on the SERVICE ACTION
-// field (SPC-4 4.2.5.1, and each service action command's text, e.g. PERSISTENT RESERVE IN
-// 6.15.1). Initiator tools read INVALID COMMAND OPERATION CODE as "the whole command is not
-// implemented": a PERSISTENT RESERVE IN with a reserved service action answered that way says
-// that persistent reservations are missing.
-func (c *Command) invalidServiceAction() {
-	c.invalidCDBField(saFieldOff, saFieldBit)
-}
-
-// unsupported answers a CDB that lookupCommand did not find: an unsupported service action of an
-// operation code that has supported ones, or else an unsupported operation code. An operation
-// code none of whose service actions is supported (MAINTENANCE OUT, SERVICE ACTION OUT(16)) is
-// itself unsupported: SET TARGET PORT GROUPS is MAINTENANCE OUT's only one, and only where it
-// is offered.
-func (c *Command) unsupported() {
-	if slices.ContainsFunc(commandTable[c.CDB[0]].bySA, func(op *opInfo) bool { return c.lu.offers(op, c) }) {
-		c.invalidServiceAction()
-		return
-	}
-	c.invalidOpcode()
-}
-
-// ioError turns a backstore error into sense data. A backstore failure never becomes GOOD.
-// read tells which medium error fits when the errno is not more precise. lba is reported in the
-// INFORMATION field.
-func (c *Command) ioError(err error, read bool, lba uint64) {
-	info := SenseInfo{Information: lba, InformationValid: true}
-	c.failInfo(reasonForIOError(err, read), info)
-}

@@ -381,7 +381,7 @@ func modeSelect(lu *LogicalUnit, c *Command) {
 	}
 	lu.mode.set(next)
 	lu.mu.Lock()
-	lu.establishUALocked(nil, c.Nexus, ReasonModeParametersChanged)
+	lu.nexuses.establishUALocked(nil, c.Nexus, ReasonModeParametersChanged)
 	lu.mu.Unlock()
 }
 

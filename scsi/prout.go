@@ -455,7 +455,7 @@ func prRegisterAndMove(lu *LogicalUnit, c *Command, s *prState, id ITNexusID, p 
 // logical unit has seen an I_T nexus through, or one of the target port groups of c's port
 // describes (the ports of other device servers that share the logical unit).
 func (lu *LogicalUnit) knowsPort(c *Command, rel uint16) bool {
-	for n := range *lu.nexuses.Load() {
+	for n := range lu.nexuses.all() {
 		if n.Port != nil && n.Port.RelativeID == rel {
 			return true
 		}
@@ -478,7 +478,7 @@ func (lu *LogicalUnit) applyPREffects(c *Command, id ITNexusID, eff *prEffects) 
 	}
 	lu.mu.Lock()
 	defer lu.mu.Unlock()
-	for n, st := range *lu.nexuses.Load() {
+	for n, st := range lu.nexuses.all() {
 		nid := n.id()
 		if nid == id {
 			continue
@@ -510,6 +510,6 @@ func (lu *LogicalUnit) applyPREffects(c *Command, id ITNexusID, eff *prEffects) 
 		return false
 	})
 	for n := range lost {
-		lu.nexusLocked(n).ua.add(ReasonCommandsClearedByAnotherInitiator)
+		lu.nexuses.getLocked(n).ua.add(ReasonCommandsClearedByAnotherInitiator)
 	}
 }

@@ -37,7 +37,7 @@ func (lu *LogicalUnit) Reset(n *Nexus) TMFResponse {
 	lu.mu.Lock()
 	lu.tasks.abortLocked(func(*Command) bool { return true })
 	lu.mode.reset()
-	lu.establishUALocked(nil, nil, ReasonBusDeviceResetFunctionOccurred)
+	lu.nexuses.establishUALocked(nil, nil, ReasonBusDeviceResetFunctionOccurred)
 	lu.mu.Unlock()
 	lu.pr.dropSPC2(nil)
 	return TMFComplete
@@ -52,7 +52,7 @@ func (lu *LogicalUnit) resetNexus(n *Nexus) TMFResponse {
 	lu.mu.Lock()
 	defer lu.mu.Unlock()
 	lu.tasks.abortLocked(func(c *Command) bool { return c.Nexus == n })
-	lu.establishUALocked(n, nil, ReasonBusDeviceResetFunctionOccurred)
+	lu.nexuses.establishUALocked(n, nil, ReasonBusDeviceResetFunctionOccurred)
 	return TMFComplete
 }
 
@@ -62,8 +62,8 @@ func (lu *LogicalUnit) resetNexus(n *Nexus) TMFResponse {
 func (lu *LogicalUnit) NexusReset(n *Nexus) TMFResponse {
 	lu.mu.Lock()
 	lu.tasks.abortLocked(func(c *Command) bool { return c.Nexus == n })
-	if lu.knownNexus(n) {
-		lu.establishUALocked(n, nil, ReasonITNexusLossOccurred)
+	if lu.nexuses.known(n) {
+		lu.nexuses.establishUALocked(n, nil, ReasonITNexusLossOccurred)
 	}
 	lu.mu.Unlock()
 	id := n.id()
@@ -88,7 +88,7 @@ func (lu *LogicalUnit) clearAllLocked(n *Nexus, reason Reason) {
 	defer lu.tasks.reopen()
 	for t := lu.tasks.list.head; t != nil; t = t.next {
 		if t.Nexus != n {
-			lu.nexusLocked(t.Nexus).ua.add(reason)
+			lu.nexuses.getLocked(t.Nexus).ua.add(reason)
 		}
 	}
 	lu.tasks.abortLocked(func(*Command) bool { return true })

@@ -97,3 +97,11 @@ func reasonForIOError(err error, read bool) Reason {
 	}
 	return ReasonWriteError
 }
+
+// ioError turns a backstore error into sense data. A backstore failure never becomes GOOD.
+// read tells which medium error fits when the errno is not more precise. lba is reported in the
+// INFORMATION field.
+func (c *Command) ioError(err error, read bool, lba uint64) {
+	info := SenseInfo{Information: lba, InformationValid: true}
+	c.failInfo(reasonForIOError(err, read), info)
+}
