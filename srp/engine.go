@@ -435,12 +435,8 @@ type groupDev struct {
 	recv  []*groupCQ
 	srq   *recvRing // nil: no SRQ on this device (or limits.srq_depth 0)
 	cache *bufCache // the group's cache of the device's data buffers
-	byQPN map[uint32]*channel
-	// last is the entry of byQPN found last (nil: none): completions come in runs of one
-	// queue pair, and the map lookup costs more than the rest of dispatch.
-	last    *channel
-	lastQPN uint32
-	chans   int // channels on it (g.mu)
+	byQPN qpnTable
+	chans int // channels on it (g.mu)
 }
 
 // groupCQ is one completion queue with the entries not yet reserved.

@@ -10,27 +10,16 @@ import (
 )
 
 // channelOf returns the channel of QP number qpn, or nil (group goroutine).
-func (d *groupDev) channelOf(qpn uint32) *channel {
-	if d.last != nil && d.lastQPN == qpn {
-		return d.last
-	}
-	ch := d.byQPN[qpn]
-	if ch != nil {
-		d.last, d.lastQPN = ch, qpn
-	}
-	return ch
-}
+func (d *groupDev) channelOf(qpn uint32) *channel { return d.byQPN.get(qpn) }
 
 // setQPN makes ch the channel of QP number qpn (group goroutine).
 func (d *groupDev) setQPN(qpn uint32, ch *channel) {
-	d.byQPN[qpn] = ch
-	d.last = nil
+	d.byQPN.set(qpn, ch)
 }
 
 // dropQPN forgets the channel of QP number qpn (group goroutine).
 func (d *groupDev) dropQPN(qpn uint32) {
-	delete(d.byQPN, qpn)
-	d.last = nil
+	d.byQPN.remove(qpn)
 }
 
 // cqChunk is the size of the completion queues a group makes when none has room (the
@@ -52,7 +41,7 @@ func (g *pollGroup) devLocked(pd ib.ProtectionDomain) (*groupDev, error) {
 	if err != nil {
 		return nil, fmt.Errorf("srp: completion channel: %w", err)
 	}
-	d := &groupDev{g: g, pd: pd, sq: sq, ch: ch, byQPN: map[uint32]*channel{}}
+	d := &groupDev{g: g, pd: pd, sq: sq, ch: ch}
 	lim := sq.SharedLimits()
 	if depth := min(g.t.lim.SRQDepth, lim.MaxSRQWR); depth > 0 && lim.MaxSRQSGE >= 1 {
 		srq, err := sq.NewSRQ(depth, 1)
@@ -157,7 +146,7 @@ func (g *pollGroup) teardown(ch *channel) {
 // login makes them again.
 func (g *pollGroup) forget(ch *channel) {
 	d := ch.dev
-	if q := ch.queues; q != nil && q.qpn != 0 && d.byQPN[q.qpn] == ch {
+	if q := ch.queues; q != nil && q.qpn != 0 && d.byQPN.get(q.qpn) == ch {
 		d.dropQPN(q.qpn)
 	}
 	for _, wc := range ch.early {

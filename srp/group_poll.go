@@ -90,12 +90,12 @@ func (g *pollGroup) dispatch(q *groupCQ, wc *ib.Completion) {
 // would have delivered can be trusted.
 func (g *pollGroup) cqFailed(q *groupCQ, err error) {
 	g.log.Error("polling a completion queue failed: closing its channels", zap.Error(err))
-	for _, ch := range q.dev.byQPN {
+	q.dev.byQPN.each(func(ch *channel) {
 		if ch.started {
 			ch.abandon("completion queue failed")
 			g.touch(ch)
 		}
-	}
+	})
 }
 
 // takeInbox moves what other goroutines left into the group's hands. It reports whether
