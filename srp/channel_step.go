@@ -15,14 +15,20 @@ func (ch *channel) service() (over bool) {
 		ch.timer.armed = false
 		ch.onTimer()
 	}
-	ch.checkStop()
-	if ch.abortScan.Swap(false) {
+	// The calls behind a flag only when it is set: a group runs this for every channel with
+	// a completion in the pass, most of them with nothing but their posts to do.
+	if ch.stop.Load() != nil {
+		ch.checkStop()
+	}
+	if ch.abortScan.Load() && ch.abortScan.Swap(false) {
 		ch.scanAborted()
 	}
 	if !ch.bufQ.empty() {
 		ch.retryBufWaiters()
 	}
-	ch.maybeCredReq()
+	if ch.ledger.pending > 0 {
+		ch.maybeCredReq()
+	}
 	if ch.phase == phaseDraining && ch.commands == 0 {
 		ch.beginClose("target shutdown: all commands done")
 	}
@@ -32,7 +38,9 @@ func (ch *channel) service() (over bool) {
 	if ch.closed() && ch.drained() {
 		return true
 	}
-	ch.flushSends()
+	if len(ch.rq.q) > 0 || len(ch.batch) > 0 {
+		ch.flushSends()
+	}
 	ch.publish()
 	ch.g.noteSends(ch)
 	return false
