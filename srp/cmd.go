@@ -43,6 +43,7 @@ func (c *cmdCtx) activate(st uint64, seq uint64, tag iu.Tag, lun uint64, lu *scs
 func (c *cmdCtx) free() {
 	v := c.sg.Swap(sgNext(c.sg.Load(), ctxFree))
 	if sgState(v) == ctxAbortedTMF {
+		c.abortSignaled = true
 		select {
 		case c.abortDone <- struct{}{}:
 		default:
@@ -52,11 +53,14 @@ func (c *cmdCtx) free() {
 
 // discardAbortSignal drops a wake-up left from an earlier generation, which nobody waited for.
 // A task management function may still be about to wait for that generation: waitClaimed
-// checks the state word, so the dropped signal only costs it a retry tick.
+// checks the state word, so the dropped signal only costs it a retry tick. Only a context
+// that free signalled looks at the channel: the channel is an object of its own, a cache line
+// more per command otherwise.
 func (c *cmdCtx) discardAbortSignal() {
-	if len(c.abortDone) == 0 {
-		return // nearly always: without the runtime's non-blocking receive
+	if !c.abortSignaled {
+		return
 	}
+	c.abortSignaled = false
 	select {
 	case <-c.abortDone:
 	default:

@@ -275,6 +275,9 @@ type cmdCtx struct {
 	next      *cmdCtx // wait lists
 	waitSince int64   // monotonic nanoseconds, buffer waits
 	sendOff   uint64  // send buffer offset in the channel's region
+	// abortSignaled: free signalled abortDone, which discardAbortSignal empties.
+	abortSignaled bool
+
 	// Per-logical-unit statistics (scsi.LUStats): the unit the command counts against (nil:
 	// none, or not an SRP_CMD), when its IU arrived (channel.pollNow), its operation class,
 	// and the data-in bytes its response carried.
