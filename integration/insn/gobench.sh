@@ -12,9 +12,13 @@
 # initiator), and the INSN_TOP (40) functions that cost most, "T" marking the target's.
 # Go's asynchronous preemption is off (callgrind does not follow its signals) and so is the
 # garbage collector (the I/O path allocates nothing; a collection would land in one run only).
+# INSN_SKIP is passed as -test.skip (BenchmarkChannels/^channels=64$ also matches its qd=1
+# row), INSN_GOMAXPROCS as -test.cpu, and INSN_TASKSET runs the process on those CPUs
+# (taskset -c): on one CPU the engine's default completion is event, so no idle polling
+# whose count follows valgrind's thread schedule lands in the result.
 # Needs valgrind; keeps its files in INSN_OUT (a temporary directory).
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n '2,16p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,21p' "$0" >&2; exit 2; }
 pkg=$1 bench=$2 n1=${3:-2000} n2=${4:-12000}
 pkgs=${INSN_PKGS:-'^(srp|srp/iu|scsi|backstore)\.'}
 exclude=${INSN_EXCLUDE:-'srp_test\.|iu\.Cmd\.[Ee]ncode|iu\.CmdLen|DataBufFields|iu\.Rsp\.(Status|Tag)$'}
@@ -23,9 +27,14 @@ command -v valgrind >/dev/null || { echo "gobench.sh: needs valgrind (apt-get in
 out=${INSN_OUT:-$(mktemp -d)}
 GO=${GO:-go}
 "$GO" test -c -o "$out/bench.test" "$pkg"
+pin=()
+[ -z "${INSN_TASKSET:-}" ] || pin=(taskset -c "$INSN_TASKSET")
+args=(-test.run '^$' -test.bench "$bench")
+[ -z "${INSN_SKIP:-}" ] || args+=(-test.skip "$INSN_SKIP")
+[ -z "${INSN_GOMAXPROCS:-}" ] || args+=(-test.cpu "$INSN_GOMAXPROCS")
 for n in "$n1" "$n2"; do
-	GOGC=off GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file="$out/$n.out" \
-		"$out/bench.test" -test.run '^$' -test.bench "$bench" -test.benchtime "${n}x" >"$out/$n.log" 2>&1 ||
+	GOGC=off GODEBUG=asyncpreemptoff=1 "${pin[@]}" valgrind --tool=callgrind --callgrind-out-file="$out/$n.out" \
+		"$out/bench.test" "${args[@]}" -test.benchtime "${n}x" >"$out/$n.log" 2>&1 ||
 		{ cat "$out/$n.log" >&2; exit 1; }
 	callgrind_annotate --tree=none --auto=no --threshold=100 "$out/$n.out" >"$out/$n.txt"
 done
