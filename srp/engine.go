@@ -439,7 +439,10 @@ type groupDev struct {
 	srq   *recvRing // nil: no SRQ on this device (or limits.srq_depth 0)
 	cache *bufCache // the group's cache of the device's data buffers
 	byQPN qpnTable
-	chans int // channels on it (g.mu)
+	// last is the channel channelOf found last, of QP number lastQPN (nil: none).
+	last    *channel
+	lastQPN uint32
+	chans   int // channels on it (g.mu)
 }
 
 // groupCQ is one completion queue with the entries not yet reserved.

@@ -10,16 +10,34 @@ import (
 )
 
 // channelOf returns the channel of QP number qpn, or nil (group goroutine).
-func (d *groupDev) channelOf(qpn uint32) *channel { return d.byQPN.get(qpn) }
+// The last channel found answers first: a group with one busy channel, or a burst of one
+// channel's completions, skips the table.
+func (d *groupDev) channelOf(qpn uint32) *channel {
+	if d.lastQPN == qpn && d.last != nil {
+		return d.last
+	}
+	return d.lookupQPN(qpn)
+}
+
+// lookupQPN is channelOf past the last channel found, apart so that channelOf is inlined.
+func (d *groupDev) lookupQPN(qpn uint32) *channel {
+	ch := d.byQPN.get(qpn)
+	if ch != nil {
+		d.last, d.lastQPN = ch, qpn
+	}
+	return ch
+}
 
 // setQPN makes ch the channel of QP number qpn (group goroutine).
 func (d *groupDev) setQPN(qpn uint32, ch *channel) {
 	d.byQPN.set(qpn, ch)
+	d.last = nil
 }
 
 // dropQPN forgets the channel of QP number qpn (group goroutine).
 func (d *groupDev) dropQPN(qpn uint32) {
 	d.byQPN.remove(qpn)
+	d.last = nil
 }
 
 // cqChunk is the size of the completion queues a group makes when none has room (the
