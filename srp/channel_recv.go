@@ -105,8 +105,8 @@ func (ch *channel) handleIU(i int32, n int) {
 			ch.log.Warn("initiator sent more IUs than it had credits (REQUEST LIMIT exceeded)")
 		}
 		c := ch.allocCtx()
-		if c == nil && ch.growCtxs() {
-			c = ch.allocCtx()
+		if c == nil {
+			c = ch.allocNewCtx()
 		}
 		if c == nil {
 			// Every context is busy, some of them only waiting for their SEND completion
@@ -153,7 +153,7 @@ func (ch *channel) onCredRsp(b []byte) {
 	ch.credReqOut = false
 }
 
-// allocCtx takes a free context, nil when every context made is busy (growCtxs makes more).
+// allocCtx takes a free context, nil when every context made is busy (allocNewCtx makes more).
 // It stays small enough to be inlined on the data path.
 func (ch *channel) allocCtx() *cmdCtx {
 	if len(ch.free) == 0 {
@@ -162,6 +162,15 @@ func (ch *channel) allocCtx() *cmdCtx {
 	c := ch.free[len(ch.free)-1]
 	ch.free = ch.free[:len(ch.free)-1]
 	return c
+}
+
+// allocNewCtx makes the next chunk of contexts and takes one of them, nil when all nctx are
+// busy: allocCtx once every context made is busy, apart so that allocCtx is inlined.
+func (ch *channel) allocNewCtx() *cmdCtx {
+	if !ch.growCtxs() {
+		return nil
+	}
+	return ch.allocCtx()
 }
 
 // startIU starts an SRP_CMD or SRP_TSK_MGMT held in receive buffer i with context c; it

@@ -17,10 +17,7 @@ func takeCtx(ch *channel) *cmdCtx {
 	if c := ch.allocCtx(); c != nil {
 		return c
 	}
-	if !ch.growCtxs() {
-		return nil
-	}
-	return ch.allocCtx()
+	return ch.allocNewCtx()
 }
 
 // TestCtxTableGrows: a channel starts with one chunk of contexts and makes the next only when
